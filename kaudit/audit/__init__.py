@@ -1,0 +1,1 @@
+"""kaudit.audit layer (see DESIGN.md §1)."""

@@ -1,0 +1,1 @@
+"""kaudit.engine layer (see DESIGN.md §1)."""

@@ -1,0 +1,247 @@
+"""Flat row types and their Arrow schemas (DESIGN.md §3): the public vocabulary of kaudit.
+
+Every row is a flat mapping of primitive fields. Sources produce rows of one `kind` at a time,
+either as a list of dicts (small kinds) or directly as Arrow tables (batches, the hot path);
+`table_from_rows` builds the Arrow table for a kind from dicts.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+S, I8, I16, I32, I64, U32, B, BIN, F64 = (
+    pa.string(), pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint32(), pa.bool_(),
+    pa.binary(), pa.float64(),
+)
+
+# Where a row came from; shared by every on-disk kind.
+_PLACE = [
+    ("source", S),        # file path
+    ("position", I64),    # byte offset in the file (frame number on the wire)
+    ("replica", S),       # node id from meta.properties, else the log dir path; null on the wire
+    ("log_dir", S),
+    ("topic", S),
+    ("partition", I32),
+]
+
+BATCH = pa.schema(
+    [("source_kind", S)]
+    + _PLACE
+    + [
+        ("base_offset", I64),
+        ("last_offset", I64),
+        ("batch_size", I32),
+        ("magic", I8),
+        ("crc", U32),
+        ("crc_ok", B),
+        ("attributes", I16),
+        ("codec", S),
+        ("timestamp_type", S),
+        ("is_transactional", B),
+        ("is_control", B),
+        ("has_delete_horizon", B),
+        ("control_type", S),
+        ("coordinator_epoch", I32),
+        ("producer_id", I64),
+        ("producer_epoch", I16),
+        ("base_sequence", I32),
+        ("last_sequence", I32),
+        ("record_count", I32),
+        ("base_timestamp_ms", I64),
+        ("max_timestamp_ms", I64),
+        ("partition_leader_epoch", I32),
+        # wire context (null for batches read from segments)
+        ("connection", S),
+        ("api_version", I16),
+        ("correlation_id", I32),
+        ("client_id", S),
+        ("transactional_id", S),
+        ("acks", I16),
+        ("request_ts", F64),
+        ("response_ts", F64),
+        ("response_error", I16),
+        ("response_base_offset", I64),
+    ]
+)
+
+RECORD = pa.schema(
+    _PLACE
+    + [
+        ("batch_base_offset", I64),
+        ("offset", I64),
+        ("timestamp_ms", I64),
+        ("sequence", I32),
+        ("key_size", I32),
+        ("value_size", I32),
+        ("key", BIN),
+        ("value", BIN),
+        ("header_keys", S),   # comma-joined header keys (values stay in `headers`)
+        ("headers", S),       # JSON list of [key, base64 value]
+        ("control_type", S),
+        ("coordinator_epoch", I32),
+    ]
+)
+
+TXN_LOG = pa.schema(
+    _PLACE
+    + [
+        ("offset", I64),
+        ("timestamp_ms", I64),
+        ("key_version", I16),
+        ("transactional_id", S),
+        ("value_version", I16),
+        ("tombstone", B),
+        ("producer_id", I64),
+        ("producer_epoch", I16),
+        ("previous_producer_id", I64),
+        ("next_producer_id", I64),
+        ("client_transaction_version", I16),
+        ("transaction_timeout_ms", I32),
+        ("state", S),
+        ("state_id", I8),
+        ("partitions", S),    # comma-joined topic-partition names, in stored order
+        ("last_update_ms", I64),
+        ("start_ms", I64),
+    ]
+)
+
+OFFSET_COMMIT = pa.schema(
+    _PLACE
+    + [
+        ("offset", I64),
+        ("timestamp_ms", I64),
+        ("producer_id", I64),
+        ("is_transactional", B),
+        ("key_version", I16),
+        ("group", S),
+        ("commit_topic", S),
+        ("commit_partition", I32),
+        ("tombstone", B),
+        ("value_version", I16),
+        ("committed_offset", I64),
+        ("committed_leader_epoch", I32),
+        ("metadata", S),
+        ("commit_timestamp_ms", I64),
+        ("expire_timestamp_ms", I64),
+    ]
+)
+
+GROUP_METADATA = pa.schema(
+    _PLACE
+    + [
+        ("offset", I64),
+        ("timestamp_ms", I64),
+        ("key_version", I16),
+        ("group", S),
+        ("tombstone", B),
+        ("value_version", I16),
+        ("protocol_type", S),
+        ("generation", I32),
+        ("protocol", S),
+        ("leader", S),
+        ("current_state_timestamp_ms", I64),
+        ("member_count", I32),
+        ("members", S),        # comma-joined member ids
+    ]
+)
+
+SNAPSHOT_ENTRY = pa.schema(
+    _PLACE
+    + [
+        ("snapshot_offset", I64),
+        ("version", I16),
+        ("crc", U32),
+        ("crc_ok", B),
+        ("producer_id", I64),
+        ("producer_epoch", I16),
+        ("first_sequence", I32),
+        ("last_sequence", I32),
+        ("last_offset", I64),
+        ("offset_delta", I32),
+        ("timestamp_ms", I64),
+        ("coordinator_epoch", I32),
+        ("current_txn_first_offset", I64),
+    ]
+)
+
+TXNINDEX_ENTRY = pa.schema(
+    _PLACE
+    + [
+        ("version", I16),
+        ("producer_id", I64),
+        ("first_offset", I64),
+        ("last_offset", I64),
+        ("last_stable_offset", I64),
+    ]
+)
+
+INDEX_ENTRY = pa.schema(
+    _PLACE
+    + [
+        ("index_type", S),          # offset | time
+        ("segment_base_offset", I64),
+        ("relative_offset", I32),
+        ("offset", I64),
+        ("file_position", I32),     # offset index only
+        ("timestamp_ms", I64),      # time index only
+    ]
+)
+
+LEADER_EPOCH_ENTRY = pa.schema(
+    _PLACE + [("version", I32), ("leader_epoch", I32), ("start_offset", I64)]
+)
+
+PARTITION_METADATA = pa.schema(_PLACE + [("version", I32), ("topic_id", S)])
+
+LOG_DIR = pa.schema(
+    _PLACE
+    + [
+        ("node_id", I32),
+        ("broker_id", I32),
+        ("cluster_id", S),
+        ("version", I32),
+        ("directory_id", S),
+        ("properties", S),   # the whole file as JSON, for keys we do not model
+    ]
+)
+
+DECODE_ISSUE = pa.schema(
+    _PLACE
+    + [
+        ("issue", S),        # truncated-tail | corrupt | crc-mismatch | limit | zero-fill | ...
+        ("length", I64),     # bytes affected (from position)
+        ("message", S),
+        ("resync_position", I64),
+    ]
+)
+
+SKIPPED = pa.schema(_PLACE + [("reason", S)])
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "batch": BATCH,
+    "record": RECORD,
+    "txn_log": TXN_LOG,
+    "offset_commit": OFFSET_COMMIT,
+    "group_metadata": GROUP_METADATA,
+    "snapshot_entry": SNAPSHOT_ENTRY,
+    "txnindex_entry": TXNINDEX_ENTRY,
+    "index_entry": INDEX_ENTRY,
+    "leader_epoch_entry": LEADER_EPOCH_ENTRY,
+    "partition_metadata": PARTITION_METADATA,
+    "log_dir": LOG_DIR,
+    "decode_issue": DECODE_ISSUE,
+    "skipped": SKIPPED,
+}
+
+KINDS = tuple(SCHEMAS)
+
+
+def table_from_rows(kind: str, rows: list[dict]) -> pa.Table:
+    """Arrow table of one kind from dict rows; missing fields are null, unknown ones rejected."""
+    schema = SCHEMAS[kind]
+    names = set(schema.names)
+    for row in rows:
+        extra = set(row) - names
+        if extra:
+            raise KeyError(f"{kind} row has fields outside its schema: {sorted(extra)}")
+    return pa.Table.from_pylist(rows, schema=schema)

@@ -1,0 +1,1 @@
+"""kaudit.protocol layer (see DESIGN.md §1)."""

@@ -1,0 +1,1 @@
+"""kaudit.report layer (see DESIGN.md §1)."""

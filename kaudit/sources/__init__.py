@@ -1,0 +1,1 @@
+"""kaudit.sources layer (see DESIGN.md §1)."""
