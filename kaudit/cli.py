@@ -1,0 +1,136 @@
+"""The typer layer: arguments -> engine -> writer -> exit code.
+
+Exit codes: 0 clean, 1 findings at or above --fail-on (audit commands), 2 usage, 3 unreadable input.
+Machine output goes to stdout or --output; human messages and progress to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kaudit import __version__
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
+
+app = typer.Typer(
+    name="kaudit",
+    help="Kafka protocol analyzer and transaction auditor.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+decode_app = typer.Typer(help="Decode inputs into rows (no audit).", no_args_is_help=True)
+app.add_typer(decode_app, name="decode")
+
+
+class RowFormat(str, Enum):
+    ndjson = "ndjson"
+    json = "json"
+    table = "table"
+    parquet = "parquet"
+
+
+def _err(message: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(message, highlight=False)
+
+
+def _version(value: bool):
+    if value:
+        typer.echo(f"kaudit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                    help="Print the version and exit.")] = None,
+):
+    """kaudit reads Kafka packet captures and broker log dirs, decodes every frame and batch, and
+    audits producers and transactions."""
+
+
+def _inside(child: Path, parents: list[Path]) -> bool:
+    c = child.resolve()
+    for p in parents:
+        p = p.resolve()
+        if c == p or p in c.parents:
+            return True
+    return False
+
+
+@decode_app.command("segments")
+def decode_segments(
+    paths: Annotated[list[Path], typer.Argument(help="Log dirs, folders of log dirs, partition dirs or files.")],
+    format: Annotated[RowFormat, typer.Option("--format", "-f", help="Output format.")] = RowFormat.ndjson,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (a folder for parquet).")] = None,
+    deep: Annotated[bool, typer.Option("--deep", help="Also decode every record (kind `record`).")] = False,
+    max_batch_bytes: Annotated[int, typer.Option("--max-batch-bytes", min=1024,
+                                                 help="Largest batch (and decompressed payload) accepted.")] = 64 * 1024 * 1024,
+    kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Only rows of these kinds (repeatable).")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes (files decode in parallel).")] = 1,
+):
+    """Decode every file a Kafka broker leaves in its log dirs: .log segments, indexes, transaction
+    indexes, producer snapshots, checkpoints, and the internal topics' coordinator records."""
+    from kaudit.engine.local import decode_segments as run
+    from kaudit.model import KINDS
+    from kaudit.report.writers import Counts, make_writer, write_all
+
+    if kind:
+        unknown = sorted(set(kind) - set(KINDS))
+        if unknown:
+            _err(f"[red]error:[/red] unknown --kind {', '.join(unknown)} (kinds: {', '.join(KINDS)})")
+            raise typer.Exit(EXIT_USAGE)
+    if format == RowFormat.parquet and output is None:
+        _err("[red]error:[/red] --format parquet writes one file per kind: give --output FOLDER")
+        raise typer.Exit(EXIT_USAGE)
+    if output is not None and _inside(output, [p for p in paths if p.exists()]):
+        _err("[red]error:[/red] --output is inside an input: kaudit never writes to what it audits")
+        raise typer.Exit(EXIT_USAGE)
+
+    plan, chunks = run([str(p) for p in paths], deep=deep, max_batch_bytes=max_batch_bytes, jobs=jobs,
+                       progress=sys.stderr.isatty())
+    if plan.errors and not plan.targets:
+        for e in plan.errors:
+            _err(f"[red]error:[/red] unreadable input: {e}")
+        raise typer.Exit(EXIT_UNREADABLE)
+    for e in plan.errors:
+        _err(f"[yellow]warning:[/yellow] unreadable input: {e}")
+
+    writer, handle = make_writer(format.value, str(output) if output else None)
+    counts = Counts()
+    try:
+        write_all(writer, chunks, counts, set(kind) if kind else None)
+        header = {
+            "tool": "kaudit",
+            "version": __version__,
+            "command": "decode segments",
+            "engine": "local",
+            "inputs": [os.path.abspath(p) for p in paths],
+            "coverage": {"files": sum(1 for t in plan.targets if t.kind != "skipped"),
+                         "bytes": plan.total_bytes, "batch_bytes": counts.bytes_decoded,
+                         "skipped": counts.rows.get("skipped", 0),
+                         "decode_issues": counts.rows.get("decode_issue", 0)},
+            "counts": dict(sorted(counts.rows.items())),
+        }
+        writer.close(header)
+    finally:
+        if handle is not None:
+            handle.close()
+    if plan.errors:
+        raise typer.Exit(EXIT_UNREADABLE)
+
+
+def main() -> None:
+    try:
+        app()
+    except BrokenPipeError:  # `kaudit ... | head`: not an error
+        sys.stderr.close()
+        sys.exit(EXIT_OK)

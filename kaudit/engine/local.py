@@ -1,0 +1,54 @@
+"""The local engine: streams sources in-process (optionally over worker processes, one file each)
+and hands (kind, Arrow table) chunks on in plan order. Memory stays bounded by the chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from kaudit.sources.logdir import Plan, plan
+from kaudit.sources.segments import Options, decode_target
+
+
+def decode_segments(paths: list[str], *, deep: bool = False, max_batch_bytes: int = 64 << 20,
+                    jobs: int = 1, progress: bool = False) -> tuple[Plan, Iterator[tuple[str, pa.Table]]]:
+    p = plan(paths)
+    options = Options(deep=deep, max_batch_bytes=max_batch_bytes)
+    chunks = _parallel(p, options, jobs) if jobs > 1 else _serial(p, options)
+    if progress:
+        chunks = _with_progress(p, chunks)
+    return p, chunks
+
+
+def _serial(p: Plan, options: Options):
+    for t in p.targets:
+        yield from decode_target(t, options)
+
+
+def _decode_one(args):
+    target, options = args
+    return list(decode_target(target, options))
+
+
+def _parallel(p: Plan, options: Options, jobs: int):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(jobs) as pool:
+        # imap keeps plan order; each worker holds one file's chunks at a time.
+        for chunks in pool.imap(_decode_one, [(t, options) for t in p.targets], chunksize=1):
+            yield from chunks
+
+
+def _with_progress(p: Plan, chunks):
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    total = max(p.total_bytes, 1)
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                  TimeRemainingColumn(), transient=True) as bar:
+        task = bar.add_task("decoding", total=total)
+        for kind, table in chunks:
+            if kind == "batch" and table.num_rows:
+                bar.update(task, advance=int(pa.compute.sum(table.column("batch_size")).as_py() or 0))
+            yield kind, table

@@ -1,0 +1,206 @@
+"""Walk what the user names — a folder of brokers' log dirs, one log dir, one topic-partition dir,
+or single files — into a plan of files to decode, each tagged with its replica.
+
+A replica is (log dir, topic, partition); its `replica` tag is the node id from the log dir's
+`meta.properties` when there is one, else the log dir's path. Entries Kafka itself would ignore
+(`*.deleted`, `*.cleaned`, `*.swap`, `-delete`/`-future`/`-stray` dirs) are reported as skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})(?:-\d+)?\.(?P<ext>log|index|timeindex|txnindex|snapshot|checkpoint)$")
+SKIP_FILE_SUFFIXES = (".deleted", ".cleaned", ".swap")
+SKIP_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+PARTITION_FILES = ("leader-epoch-checkpoint", "partition.metadata", "quorum-state")
+# Files a log dir holds that kaudit does not decode (yet): listed as skipped, with the reason.
+LOG_DIR_FILES = {
+    "cleaner-offset-checkpoint": "checkpoint file (not decoded)",
+    "log-start-offset-checkpoint": "checkpoint file (not decoded)",
+    "recovery-point-offset-checkpoint": "checkpoint file (not decoded)",
+    "replication-offset-checkpoint": "checkpoint file (not decoded)",
+    "bootstrap.checkpoint": "KRaft bootstrap checkpoint (not decoded)",
+    ".lock": "lock file",
+}
+MAX_DEPTH = 8
+
+
+@dataclass(frozen=True, slots=True)
+class LogDir:
+    path: str
+    node_id: int | None
+
+    @property
+    def replica(self) -> str:
+        return str(self.node_id) if self.node_id is not None else self.path
+
+
+@dataclass(slots=True)
+class Target:
+    """One file to decode, or one entry to report as skipped."""
+
+    path: str
+    kind: str  # log | index | timeindex | txnindex | snapshot | checkpoint | leader-epoch-checkpoint
+    #            partition.metadata | quorum-state | meta.properties | skipped
+    log_dir: LogDir | None
+    topic: str | None = None
+    partition: int | None = None
+    base_offset: int | None = None
+    reason: str | None = None
+    size: int = 0
+
+    def place(self) -> dict:
+        return {
+            "source": self.path,
+            "replica": self.log_dir.replica if self.log_dir else None,
+            "log_dir": self.log_dir.path if self.log_dir else None,
+            "topic": self.topic,
+            "partition": self.partition,
+        }
+
+
+@dataclass
+class Plan:
+    targets: list[Target] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # unreadable inputs
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.size for t in self.targets if t.kind != "skipped")
+
+
+def read_node_id(meta_properties: str) -> int | None:
+    try:
+        with open(meta_properties, "rb") as f:
+            text = f.read(65536).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        line = line.strip()
+        for key in ("node.id", "broker.id"):
+            if line.startswith(key + "="):
+                try:
+                    return int(line.split("=", 1)[1].strip())
+                except ValueError:
+                    return None
+    return None
+
+
+def _log_dir_of(partition_dir: str, cache: dict) -> LogDir:
+    """The log dir owning a partition dir: its parent (Kafka's layout), named by meta.properties."""
+    parent = os.path.dirname(os.path.abspath(partition_dir))
+    if parent not in cache:
+        meta = os.path.join(parent, "meta.properties")
+        node = read_node_id(meta) if os.path.isfile(meta) else None
+        cache[parent] = LogDir(parent, node)
+    return cache[parent]
+
+
+def _skip_reason(name: str, is_dir: bool) -> str | None:
+    if is_dir:
+        for suffix in SKIP_DIR_SUFFIXES:
+            if name.endswith(suffix):
+                return f"{suffix} directory (Kafka ignores it)"
+    else:
+        for suffix in SKIP_FILE_SUFFIXES:
+            if name.endswith(suffix):
+                return f"{suffix} file (Kafka ignores it)"
+    return None
+
+
+def classify_file(path: str, log_dir: LogDir | None, topic=None, partition=None) -> Target:
+    name = os.path.basename(path)
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0
+    reason = _skip_reason(name, False)
+    if reason:
+        return Target(path, "skipped", log_dir, topic, partition, reason=reason, size=size)
+    m = SEGMENT_FILE.match(name)
+    if m:
+        return Target(path, m["ext"], log_dir, topic, partition, int(m["base"]), size=size)
+    if name in PARTITION_FILES or name == "meta.properties":
+        return Target(path, name, log_dir, topic, partition, size=size)
+    reason = LOG_DIR_FILES.get(name, "not a Kafka log file")
+    return Target(path, "skipped", log_dir, topic, partition, reason=reason, size=size)
+
+
+def _partition_targets(pdir: str, log_dir: LogDir, out: list[Target]) -> None:
+    m = PARTITION_DIR.match(os.path.basename(pdir))
+    topic, partition = m["topic"], int(m["partition"])
+    for name in sorted(os.listdir(pdir)):
+        path = os.path.join(pdir, name)
+        if os.path.isdir(path):
+            out.append(Target(path, "skipped", log_dir, topic, partition, reason="unexpected directory"))
+        else:
+            out.append(classify_file(path, log_dir, topic, partition))
+
+
+def _looks_like_partition_dir(path: str, name: str) -> bool:
+    if not PARTITION_DIR.match(name):
+        return False
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return any(SEGMENT_FILE.match(n) or n in PARTITION_FILES for n in names) or not names
+
+
+def plan(paths: list[str]) -> Plan:
+    """Every file to decode under `paths`, in a stable order (sorted names)."""
+    result = Plan()
+    cache: dict = {}
+    for p in paths:
+        if not os.path.exists(p):
+            result.errors.append(f"{p}: no such file or directory")
+            continue
+        if not os.access(p, os.R_OK):
+            result.errors.append(f"{p}: permission denied")
+            continue
+        p = os.path.abspath(p)
+        if os.path.isfile(p):
+            parent = os.path.dirname(p)
+            m = PARTITION_DIR.match(os.path.basename(parent))
+            if m:
+                result.targets.append(classify_file(p, _log_dir_of(parent, cache), m["topic"], int(m["partition"])))
+            else:
+                result.targets.append(classify_file(p, _log_dir_of(p, cache)))
+            continue
+        _walk(p, 0, cache, result)
+    return result
+
+
+def _walk(d: str, depth: int, cache: dict, result: Plan) -> None:
+    name = os.path.basename(d)
+    if _looks_like_partition_dir(d, name):
+        _partition_targets(d, _log_dir_of(d, cache), result.targets)
+        return
+    if depth > MAX_DEPTH:
+        result.targets.append(Target(d, "skipped", None, reason="too deep"))
+        return
+    try:
+        entries = sorted(os.scandir(d), key=lambda e: e.name)
+    except OSError as e:
+        result.errors.append(f"{d}: {e.strerror}")
+        return
+    is_log_dir = any(e.name == "meta.properties" for e in entries)
+    own = None
+    if is_log_dir:
+        own = LogDir(d, read_node_id(os.path.join(d, "meta.properties")))
+        cache[d] = own
+    for e in entries:
+        if e.is_symlink():
+            result.targets.append(Target(e.path, "skipped", own, reason="symbolic link (not followed)"))
+        elif e.is_dir():
+            reason = _skip_reason(e.name, True)
+            if reason:
+                result.targets.append(Target(e.path, "skipped", own, reason=reason))
+            else:
+                _walk(e.path, depth + 1, cache, result)
+        elif own is not None or depth == 0:
+            result.targets.append(classify_file(e.path, own))

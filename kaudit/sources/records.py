@@ -1,0 +1,98 @@
+"""Record-level rows: `record` rows with --deep, and the coordinator rows of internal topics
+(`__transaction_state` -> txn_log, `__consumer_offsets` -> offset_commit / group_metadata),
+which are always decoded because the audit needs them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from kaudit.model import SCHEMAS, table_from_rows
+from kaudit.protocol import coordinator
+from kaudit.protocol.errors import DecodeError
+from kaudit.protocol.record_batch import decode_entry
+
+TXN_TOPIC = "__transaction_state"
+OFFSETS_TOPIC = "__consumer_offsets"
+FLUSH_ROWS = 8192
+
+
+class RecordRows:
+    """Accumulates record-level rows for one file and hands them out as tables."""
+
+    def __init__(self, place: dict, topic: str | None, deep: bool, max_batch_bytes: int):
+        self.place = place
+        self.deep = deep
+        self.internal = topic if topic in (TXN_TOPIC, OFFSETS_TOPIC) else None
+        self.wanted = deep or self.internal is not None
+        self.max_batch_bytes = max_batch_bytes
+        self.rows: dict[str, list[dict]] = {}
+
+    def add_v2(self, buf, position: int) -> None:
+        self.add_entry(buf, position, 2)
+
+    def add_entry(self, buf, position: int, magic: int) -> None:
+        if not self.wanted:
+            return
+        try:
+            batch, _ = decode_entry(buf, position, deep=True, max_batch_bytes=self.max_batch_bytes)
+        except DecodeError as e:
+            self._row("decode_issue", {
+                "position": e.position if e.position >= 0 else position,
+                "length": None, "issue": "records", "message": f"records of the batch at "
+                f"{position} do not decode: {e.message}", "resync_position": None})
+            return
+        if self.deep:
+            for r in batch.records:
+                self._row("record", {
+                    "position": position,
+                    "batch_base_offset": batch.base_offset,
+                    "offset": r.offset,
+                    "timestamp_ms": r.timestamp_ms,
+                    "sequence": r.sequence,
+                    "key_size": r.key_size,
+                    "value_size": r.value_size,
+                    "key": r.key,
+                    "value": r.value,
+                    "header_keys": ",".join(k for k, _ in r.headers),
+                    "headers": r.headers_json(),
+                    "control_type": batch.control_type,
+                    "coordinator_epoch": batch.coordinator_epoch,
+                })
+        if self.internal and not batch.is_control:
+            for r in batch.records:
+                self._internal(batch, r, position)
+
+    def _internal(self, batch, r, position: int) -> None:
+        common = {"position": position, "offset": r.offset, "timestamp_ms": r.timestamp_ms}
+        try:
+            if self.internal == TXN_TOPIC:
+                row = coordinator.decode_txn_log_record(r.key, r.value)
+                kind = "txn_log"
+            else:
+                kind, row = coordinator.decode_offsets_record(r.key, r.value)
+                if kind == "offset_commit":
+                    row["producer_id"] = batch.producer_id
+                    row["is_transactional"] = batch.is_transactional
+        except DecodeError as e:
+            self._row("decode_issue", {
+                "position": position, "length": None, "issue": "coordinator-record",
+                "message": f"{self.internal} record at offset {r.offset}: {e.message}",
+                "resync_position": None})
+            return
+        if kind not in ("txn_log", "offset_commit", "group_metadata"):
+            return  # newer record types of __consumer_offsets: recognised, not modelled
+        names = SCHEMAS[kind].names
+        row = {k: v for k, v in row.items() if k in names}  # decoders may say more than the row
+        row.update(common)
+        self._row(kind, row)
+
+    def _row(self, kind: str, row: dict) -> None:
+        row.update(self.place)
+        self.rows.setdefault(kind, []).append(row)
+
+    def flush(self) -> Iterator[tuple[str, pa.Table]]:
+        rows, self.rows = self.rows, {}
+        for kind, items in rows.items():
+            yield kind, table_from_rows(kind, items)

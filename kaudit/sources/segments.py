@@ -1,0 +1,106 @@
+"""The on-disk source: a plan of log-dir files -> (kind, Arrow table) chunks, in plan order.
+
+This is the only place (with `segment_log`) that opens log-dir inputs, always read-only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from kaudit.model import table_from_rows
+from kaudit.protocol import logfiles
+from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
+from kaudit.protocol.errors import DecodeError
+from kaudit.sources.logdir import Plan, Target, plan
+from kaudit.sources.segment_log import decode_log
+
+# Index-like files are small by nature; a bigger one is read only up to this bound.
+MAX_SMALL_FILE = 256 * 1024 * 1024
+
+
+@dataclass
+class Options:
+    deep: bool = False
+    max_batch_bytes: int = DEFAULT_MAX_BYTES
+
+
+def decode_paths(paths: list[str], options: Options | None = None) -> tuple[Plan, Iterator]:
+    p = plan(paths)
+    return p, decode_plan(p, options or Options())
+
+
+def decode_plan(p: Plan, options: Options) -> Iterator[tuple[str, pa.Table]]:
+    for target in p.targets:
+        yield from decode_target(target, options)
+
+
+def decode_target(t: Target, options: Options) -> Iterator[tuple[str, pa.Table]]:
+    place = t.place()
+    if t.kind == "skipped":
+        yield "skipped", table_from_rows("skipped", [dict(place, reason=t.reason)])
+        return
+    try:
+        if t.kind in ("log", "checkpoint"):
+            yield from decode_log(t, deep=options.deep, max_batch_bytes=options.max_batch_bytes)
+            return
+        data = _read_small(t.path)
+        for kind, rows in _small_file_rows(t, data):
+            for r in rows:
+                for k, v in place.items():
+                    r.setdefault(k, v)
+                if r.get("position") is None:
+                    r["position"] = 0
+            if rows:
+                yield kind, table_from_rows(kind, rows)
+    except OSError as e:
+        yield "decode_issue", table_from_rows("decode_issue", [dict(
+            place, position=0, length=None, issue="unreadable",
+            message=f"cannot read: {e.strerror or e}", resync_position=None)])
+    except DecodeError as e:
+        yield "decode_issue", table_from_rows("decode_issue", [dict(
+            place, position=max(e.position, 0), length=None, issue=e.kind,
+            message=e.message, resync_position=None)])
+
+
+def _read_small(path: str) -> bytes:
+    with open(path, "rb") as f:  # read-only
+        return f.read(MAX_SMALL_FILE)
+
+
+def _small_file_rows(t: Target, data: bytes):
+    """[(kind, rows)] for the non-segment files, via the sans-IO decoders in protocol.logfiles."""
+    if t.kind in ("index", "timeindex"):
+        decode = logfiles.decode_offset_index if t.kind == "index" else logfiles.decode_time_index
+        entries, info = decode(data, t.base_offset)
+        return [("index_entry", entries), ("decode_issue", _tail_issues(t, info))]
+    if t.kind == "txnindex":
+        entries, info = logfiles.decode_txn_index(data)
+        return [("txnindex_entry", entries), ("decode_issue", _tail_issues(t, info))]
+    if t.kind == "snapshot":
+        entries = logfiles.decode_producer_snapshot(data, t.base_offset)
+        return [("snapshot_entry", entries)]
+    if t.kind == "leader-epoch-checkpoint":
+        return [("leader_epoch_entry", logfiles.decode_leader_epoch_checkpoint(data))]
+    if t.kind == "partition.metadata":
+        return [("partition_metadata", [logfiles.decode_partition_metadata(data)])]
+    if t.kind == "meta.properties":
+        return [("log_dir", [logfiles.decode_meta_properties(data)])]
+    if t.kind == "quorum-state":
+        return []  # KRaft election state: read, nothing to model yet
+    return []
+
+
+def _tail_issues(t: Target, info) -> list[dict]:
+    """Issue rows for what an index decoder could not use (zero fill, a cut entry)."""
+    rows = []
+    for issue in logfiles.tail_issues(info):
+        rows.append(dict(issue))
+    return rows
+
+
+def total_input_bytes(p: Plan) -> int:
+    return sum(os.path.getsize(t.path) for t in p.targets if t.kind != "skipped" and os.path.isfile(t.path))
