@@ -34,8 +34,11 @@ def plausible_v2(buf, pos: int, end: int, max_batch_bytes: int) -> bool:
     return crc32c(memoryview(buf)[pos + CRC_START : stop]) == crc
 
 
-def scan_v2(buf, start: int, end: int, max_batches: int, max_batch_bytes: int):
+def scan_v2(buf, start: int, end: int, max_batches: int, max_batch_bytes: int,
+            max_span: int = 1 << 62):
     """-> (positions, crc_ok, stop_position, stop_reason).
+
+    Stops with STOP_LIMIT after `max_batches` batches or once `max_span` bytes were walked.
 
     A batch whose CRC fails is still walked when the entry after it is plausible (a flipped
     payload byte is data: `crc_ok` False); when it is not, the scan stops there so the caller
@@ -49,9 +52,10 @@ def scan_v2(buf, start: int, end: int, max_batches: int, max_batch_bytes: int):
     append_ok = oks.append
     pos = start
     limit = end - 61
+    span_end = start + max_span
     n = 0
     while pos <= limit:
-        if n >= max_batches:
+        if n >= max_batches or pos >= span_end:
             return positions, oks, pos, STOP_LIMIT
         _, length, _, magic, crc = unpack(mv, pos)
         nxt = pos + LOG_OVERHEAD + length

@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import queue
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterable
 
@@ -74,23 +76,50 @@ class JsonWriter:
 
 
 class ParquetWriter:
-    """`<folder>/<kind>.parquet`, one file per kind, written as chunks arrive (bounded memory)."""
+    """`<folder>/<kind>.parquet`, one file per kind, written as chunks arrive (bounded memory).
+
+    Encoding runs on a background thread (Arrow releases the GIL) so it overlaps decoding;
+    the queue is small, so memory stays bounded by a few chunks.
+    """
 
     def __init__(self, folder: str):
         os.makedirs(folder, exist_ok=True)
         self.folder = folder
         self.writers: dict[str, pq.ParquetWriter] = {}
+        self.queue: queue.Queue = queue.Queue(maxsize=4)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="kaudit-parquet", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            if self.error is not None:
+                continue
+            kind, table = item
+            try:
+                w = self.writers.get(kind)
+                if w is None:
+                    path = os.path.join(self.folder, f"{kind}.parquet")
+                    w = self.writers[kind] = pq.ParquetWriter(path, SCHEMAS[kind], compression="snappy")
+                w.write_table(table)
+            except BaseException as e:  # surfaced to the caller on the next write or close
+                self.error = e
 
     def write(self, kind: str, table: pa.Table) -> None:
-        w = self.writers.get(kind)
-        if w is None:
-            path = os.path.join(self.folder, f"{kind}.parquet")
-            w = self.writers[kind] = pq.ParquetWriter(path, SCHEMAS[kind], compression="snappy")
-        w.write_table(table)
+        if self.error is not None:
+            raise self.error
+        self.queue.put((kind, table))
 
     def close(self, header: dict) -> None:
+        self.queue.put(None)
+        self.thread.join()
         for w in self.writers.values():
             w.close()
+        if self.error is not None:
+            raise self.error
         with open(os.path.join(self.folder, "_kaudit.json"), "w") as f:
             json.dump(header, f, indent=1)
 

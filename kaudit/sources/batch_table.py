@@ -41,11 +41,11 @@ def _const(value, n: int, typ: pa.DataType) -> pa.Array:
     return pa.repeat(pa.scalar(value, typ), n)
 
 
-def v2_table(buf, positions: list[int], crc_ok: list[bool], place: dict, control: dict) -> pa.Table:
+def v2_table(buf, positions: list[int], crc_ok: list[bool], place: dict, control_info) -> pa.Table:
     """Batch rows for v2 batches at `positions` of `buf`.
 
-    `place` gives source/replica/log_dir/topic/partition; `control` maps a position to its
-    (control_type, coordinator_epoch), decoded by the caller for the few control batches.
+    `place` gives source/replica/log_dir/topic/partition; `control_info(position)` returns
+    (control_type, coordinator_epoch) for the few control batches.
     """
     n = len(positions)
     pos = np.asarray(positions, dtype=np.int64)
@@ -63,11 +63,12 @@ def v2_table(buf, positions: list[int], crc_ok: list[bool], place: dict, control
 
     control_type = None
     coordinator_epoch = None
-    if control:
+    controls = np.flatnonzero(is_control)
+    if len(controls):
         ct = [None] * n
         ce = [None] * n
-        for i in np.flatnonzero(is_control):
-            ct[i], ce[i] = control.get(positions[i], (None, None))
+        for i in controls:
+            ct[i], ce[i] = control_info(positions[i])
         control_type = pa.array(ct, pa.string())
         coordinator_epoch = pa.array(ce, pa.int32())
 

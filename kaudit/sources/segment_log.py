@@ -29,7 +29,8 @@ from kaudit.protocol.record_batch import (
 from kaudit.sources.batch_table import batch_row, v2_table
 from kaudit.sources.records import RecordRows
 
-CHUNK_BATCHES = 65536
+CHUNK_BATCHES = 32768
+CHUNK_BYTES = 32 << 20  # pages behind this window are released
 _PAGE = mmap.PAGESIZE
 
 
@@ -66,13 +67,11 @@ def _decode(mm, place, target, deep, max_batch_bytes, chunk_batches):
     released = 0
     try:
         while pos < size:
-            positions, oks, stop, reason = scan_v2(mv, pos, size, chunk_batches, max_batch_bytes)
+            positions, oks, stop, reason = scan_v2(mv, pos, size, chunk_batches, max_batch_bytes,
+                                                    CHUNK_BYTES)
             if positions:
-                control = {}
-                for p, ok in zip(positions, oks):
-                    if mv[p + 21 + 1] & 0x20:  # attributes low byte: control bit
-                        control[p] = _control_info(mv, p, max_batch_bytes)
-                yield "batch", v2_table(mv, positions, oks, place, control)
+                yield "batch", v2_table(mv, positions, oks, place,
+                                        lambda p: _control_info(mv, p, max_batch_bytes))
                 if records.wanted:
                     for p in positions:
                         records.add_v2(mv, p)
