@@ -52,15 +52,15 @@ def read_dump(path: Path) -> dict[str, list[str]]:
 
 def parse_log_section(lines: list[str]) -> tuple[list[dict], list[dict]]:
     """(batch dicts, record dicts) from the lines of a `.log` section."""
-    batches, records = [], []
+    batches, raw_records = [], []
     for line in lines:
         if line.startswith("baseOffset:"):
             batches.append(dict(_FIELD.findall(line)))
         elif line.startswith("| offset:"):
-            records.append(parse_record_line(line))
-        elif line.startswith("baseOffset") is False and records and not line.startswith(("Starting", "|")) and line.startswith(" "):
-            pass
-    return batches, records
+            raw_records.append(line)
+        elif raw_records and not line.startswith("Starting offset:"):
+            raw_records[-1] += "\n" + line  # a key or payload holding newlines
+    return batches, [parse_record_line(r) for r in raw_records]
 
 
 def parse_record_line(line: str) -> dict:
