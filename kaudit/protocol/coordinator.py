@@ -15,7 +15,7 @@ ignored (the value-level decoders return the end offset, so a caller can still s
 
 from __future__ import annotations
 
-from kaudit.protocol.errors import DecodeError, Truncated
+from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.primitives import (
     read_array_len,
     read_bytes,
@@ -225,7 +225,7 @@ def decode_txn_log_record(key, value) -> dict:
 
 
 def decode_offsets_key(buf, offset: int = 0):
-    """Key of a `__consumer_offsets` record → ({kind, key_version, group, topic, partition}, off).
+    """`__consumer_offsets` key → ({kind, key_version, group, topic, partition}, new_offset).
 
     Versions 0/1: OffsetCommitKey (group, topic, partition); 2: GroupMetadataKey (group);
     3+: record types of newer group coordinators, returned as kind "unknown" (their keys all
@@ -419,7 +419,7 @@ def decode_offsets_record(key, value) -> tuple[str, dict]:
 
 __all__ = [
     "DETAIL_KEYS", "KIND_GROUP_METADATA", "KIND_OFFSET_COMMIT", "KIND_UNKNOWN", "TXN_STATES",
-    "DecodeError", "Truncated", "decode_consumer_assignment", "decode_group_metadata_value",
+    "decode_consumer_assignment", "decode_group_metadata_value",
     "decode_offset_commit_value", "decode_offsets_key", "decode_offsets_record",
     "decode_txn_log_key", "decode_txn_log_record", "decode_txn_log_value", "row_fields",
 ]

@@ -193,9 +193,11 @@ def format_offsets_like_dump(kind: str, d: dict) -> tuple[str, str]:
             for m in group_members_hash_order(d["member_list"])
         )
         protocol = "null" if d["protocol"] is None else _json_string(d["protocol"])
+        # Json.encodeAsString of a 4-entry Scala Map: insertion order, no spaces.
         payload = (
             f'{{"protocolType":{_json_string(protocol_type)},"protocol":{protocol},'
-            f'"generationId":{d["generation"]},"assignment":{_json_string("{" + assignment + "}")}}}'
+            f'"generationId":{d["generation"]},'
+            f'"assignment":{_json_string("{" + assignment + "}")}}}'
         )
         return key_text, payload
     raise DecodeError(f"Unknown group metadata message version: {d['key_version']}")

@@ -286,6 +286,8 @@ def _text(raw: bytes, position: int) -> str:
 def _java_int(s: str, position: int, what: str, bounds=_INT32) -> int:
     if not _JAVA_INT.fullmatch(s):
         raise DecodeError(f"{what}: not a number: {s[:40]!r}", position)
+    if len(s) > 21:   # longer than any int64; also keeps int() clear of its digit-count limit
+        raise DecodeError(f"{what}: {s[:40]}... out of range", position)
     v = int(s)
     if not bounds[0] <= v <= bounds[1]:
         raise DecodeError(f"{what}: {v} out of range", position)
@@ -497,6 +499,8 @@ def decode_quorum_state(data) -> dict:
     except json.JSONDecodeError as e:
         position = len(text[: e.pos].encode("utf-8"))   # JSON reports characters, we report bytes
         raise DecodeError(f"quorum-state is not JSON: {e.msg}", position) from None
+    except ValueError as e:     # e.g. an integer past Python's digit-count limit
+        raise DecodeError(f"quorum-state is not usable JSON: {e}", 0) from None
     except RecursionError:
         raise DecodeError("quorum-state JSON nests too deeply", 0) from None
     if not isinstance(value, dict):

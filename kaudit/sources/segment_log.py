@@ -131,7 +131,7 @@ def _careful(mv, mm, pos, size, deep, max_batch_bytes, records):
         err = e
     except DecodeError as e:
         err = e
-    if _all_zero(mv, pos, size):
+    if size - pos >= 61 and _all_zero(mv, pos, size):  # shorter zero runs are just a cut header
         return None, [], _issue(pos, size - pos, "zero-fill",
                                 "zero-filled tail (preallocated or never written)", None)
     resync = find_next_entry(mm, pos + 1, size, max_batch_bytes)

@@ -81,24 +81,43 @@ def _small_file_rows(t: Target, data: bytes):
         entries, info = logfiles.decode_txn_index(data)
         return [("txnindex_entry", entries), ("decode_issue", _tail_issues(t, info))]
     if t.kind == "snapshot":
-        entries = logfiles.decode_producer_snapshot(data, t.base_offset)
-        return [("snapshot_entry", entries)]
+        entries, info = logfiles.decode_producer_snapshot(data, t.base_offset)
+        issues = []
+        if not info.crc_ok:
+            issues.append(_issue(0, len(data), "crc-mismatch",
+                                 f"snapshot CRC {info.crc} != computed {info.computed_crc}"))
+        if info.trailing_bytes:
+            issues.append(_issue(info.end_position, info.trailing_bytes, "trailing-bytes",
+                                 "bytes after the last producer entry (Kafka ignores them)"))
+        return [("snapshot_entry", entries), ("decode_issue", issues)]
     if t.kind == "leader-epoch-checkpoint":
         return [("leader_epoch_entry", logfiles.decode_leader_epoch_checkpoint(data))]
     if t.kind == "partition.metadata":
         return [("partition_metadata", [logfiles.decode_partition_metadata(data)])]
     if t.kind == "meta.properties":
         return [("log_dir", [logfiles.decode_meta_properties(data)])]
-    if t.kind == "quorum-state":
-        return []  # KRaft election state: read, nothing to model yet
-    return []
+    return []  # quorum-state (KRaft election state): read, nothing to model yet
+
+
+def _issue(position: int, length: int, issue: str, message: str) -> dict:
+    return {"position": position, "length": length, "issue": issue, "message": message,
+            "resync_position": None}
 
 
 def _tail_issues(t: Target, info) -> list[dict]:
-    """Issue rows for what an index decoder could not use (zero fill, a cut entry)."""
+    """Issue rows for what an index decoder could not use: preallocated zeros (normal on an
+    active segment), entries that are neither valid nor zero, a cut last entry."""
     rows = []
-    for issue in logfiles.tail_issues(info):
-        rows.append(dict(issue))
+    if info.zero_fill_bytes:
+        rows.append(_issue(info.end_position, info.zero_fill_bytes, "zero-fill",
+                           "preallocated zero entries (active segment)"))
+    if info.unexpected_bytes:
+        reason = f": {info.error.message}" if info.error else ""
+        rows.append(_issue(info.unexpected_position, info.unexpected_bytes, "corrupt",
+                           f"index entries after the last valid one{reason}"))
+    if info.partial_bytes:
+        rows.append(_issue(info.partial_position, info.partial_bytes, "truncated-tail",
+                           f"partial {info.entry_size}-byte entry at the end"))
     return rows
 
 
