@@ -124,57 +124,86 @@ class ParquetWriter:
             json.dump(header, f, indent=1)
 
 
-# Columns shown per kind in the table view (the full rows are in the machine formats).
+# Row kinds listed in full in the table view; batches are summarised per replica and partition.
 TABLE_COLUMNS = {
-    "batch": ["replica", "topic", "partition", "position", "base_offset", "last_offset",
-              "record_count", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
-              "is_transactional", "control_type", "coordinator_epoch", "codec", "crc_ok"],
-    "txn_log": ["replica", "partition", "offset", "transactional_id", "producer_id",
-                "producer_epoch", "state", "partitions", "transaction_timeout_ms"],
-    "offset_commit": ["replica", "partition", "offset", "group", "commit_topic",
-                      "commit_partition", "committed_offset", "is_transactional", "tombstone"],
-    "group_metadata": ["replica", "partition", "offset", "group", "protocol_type", "generation",
-                       "protocol", "member_count"],
-    "snapshot_entry": ["replica", "topic", "partition", "snapshot_offset", "producer_id",
-                       "producer_epoch", "first_sequence", "last_sequence", "last_offset",
-                       "current_txn_first_offset", "crc_ok"],
-    "txnindex_entry": ["replica", "topic", "partition", "producer_id", "first_offset",
-                       "last_offset", "last_stable_offset"],
     "decode_issue": ["source", "position", "issue", "length", "message"],
     "skipped": ["source", "reason"],
-    "log_dir": ["source", "node_id", "broker_id", "cluster_id"],
 }
 TABLE_ROW_LIMIT = 200
+_BATCH_KEY = ("replica", "topic", "partition")
 
 
 class TableWriter:
-    """A readable view for people: rows of the important kinds, then a summary."""
+    """A readable view for people: one line per replica and partition (offsets, batches,
+    producers, markers, CRC failures), then the decode issues and skipped entries."""
 
     def __init__(self, out, limit: int = TABLE_ROW_LIMIT):
         from rich.console import Console
 
-        self.console = Console(file=out, width=200 if not out.isatty() else None)
+        self.console = Console(file=out, width=None if out.isatty() else 160)
         self.limit = limit
         self.rows: dict[str, list[dict]] = {}
         self.counts = Counter()
+        self.parts: dict[tuple, dict] = {}
 
     def write(self, kind: str, table: pa.Table) -> None:
         self.counts[kind] += table.num_rows
-        if kind not in TABLE_COLUMNS:
-            return
-        kept = self.rows.setdefault(kind, [])
-        room = self.limit - len(kept)
-        if room > 0:
-            kept.extend(table.slice(0, room).select(TABLE_COLUMNS[kind]).to_pylist())
+        if kind == "batch":
+            self._summarise(table)
+        elif kind in TABLE_COLUMNS:
+            kept = self.rows.setdefault(kind, [])
+            room = self.limit - len(kept)
+            if room > 0:
+                kept.extend(table.slice(0, room).select(TABLE_COLUMNS[kind]).to_pylist())
+
+    def _summarise(self, table: pa.Table) -> None:
+        import pyarrow.compute as pc
+
+        t = table.append_column("commit", pc.equal(table["control_type"], "COMMIT")).append_column(
+            "abort", pc.equal(table["control_type"], "ABORT")).append_column(
+            "crc_bad", pc.invert(table["crc_ok"]))
+        agg = t.group_by(list(_BATCH_KEY)).aggregate([
+            ("base_offset", "min"), ("last_offset", "max"), ("position", "count"),
+            ("record_count", "sum"), ("batch_size", "sum"), ("producer_id", "distinct"),
+            ("commit", "sum"), ("abort", "sum"), ("crc_bad", "sum"), ("source", "distinct"),
+        ])
+        for r in agg.to_pylist():
+            key = tuple(r[k] for k in _BATCH_KEY)
+            p = self.parts.setdefault(key, {"first": None, "last": None, "batches": 0, "records": 0,
+                                            "bytes": 0, "producers": set(), "commit": 0, "abort": 0,
+                                            "crc_bad": 0, "segments": set()})
+            lo, hi = r["base_offset_min"], r["last_offset_max"]
+            p["first"] = lo if p["first"] is None else min(p["first"], lo)
+            p["last"] = hi if p["last"] is None else max(p["last"], hi)
+            p["batches"] += r["position_count"]
+            p["records"] += r["record_count_sum"] or 0
+            p["bytes"] += r["batch_size_sum"] or 0
+            p["producers"].update(x for x in r["producer_id_distinct"] if x != -1)
+            p["commit"] += r["commit_sum"] or 0
+            p["abort"] += r["abort_sum"] or 0
+            p["crc_bad"] += r["crc_bad_sum"] or 0
+            p["segments"].update(r["source_distinct"])
 
     def close(self, header: dict) -> None:
         from rich.table import Table
 
+        if self.parts:
+            t = Table(title="partitions", title_justify="left")
+            for c in ("replica", "topic", "partition", "segments", "offsets", "batches", "records",
+                      "bytes", "producers", "COMMIT", "ABORT", "crc failures"):
+                t.add_column(c, justify="right" if c not in ("replica", "topic", "offsets") else "left")
+            for key in sorted(self.parts, key=lambda k: tuple("" if v is None else str(v) for v in k)):
+                p = self.parts[key]
+                t.add_row(str(key[0]), str(key[1]), str(key[2]), str(len(p["segments"])),
+                          f"{p['first']}..{p['last']}", str(p["batches"]), str(p["records"]),
+                          str(p["bytes"]), str(len(p["producers"])), str(p["commit"]),
+                          str(p["abort"]), ("[red]" if p["crc_bad"] else "") + str(p["crc_bad"]))
+            self.console.print(t)
         for kind, rows in self.rows.items():
             if not rows:
                 continue
             shown = f"{len(rows)} of {self.counts[kind]}" if self.counts[kind] > len(rows) else str(len(rows))
-            t = Table(title=f"{kind} ({shown})", title_justify="left", show_lines=False)
+            t = Table(title=f"{kind} ({shown})", title_justify="left")
             for c in TABLE_COLUMNS[kind]:
                 t.add_column(c, overflow="fold")
             for r in rows:
