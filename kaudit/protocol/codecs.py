@@ -12,6 +12,7 @@ import io
 import zlib
 
 import cramjam
+import lz4.block
 import lz4.frame
 import zstandard
 
@@ -97,12 +98,49 @@ def _raw_snappy_len(block, position: int) -> int:
 
 def _unlz4(data, max_bytes: int, position: int) -> bytes:
     d = lz4.frame.LZ4FrameDecompressor()
-    out = d.decompress(bytes(data), max_length=max_bytes + 1)
+    try:
+        out = d.decompress(bytes(data), max_length=max_bytes + 1)
+    except RuntimeError:
+        # Magic-0 writers put a wrong header checksum in the frame (KAFKA-3160) and Kafka's
+        # reader ignores it; walk the frame's blocks ourselves, as Kafka does.
+        return _unlz4_blocks(memoryview(data), max_bytes, position)
     if len(out) > max_bytes:
         raise _too_big("lz4", max_bytes, position)
     if not d.eof:
         raise Truncated("lz4 frame ends early", position)
     return out
+
+
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
+
+
+def _unlz4_blocks(mv, max_bytes: int, position: int) -> bytes:
+    """An LZ4 frame decoded block by block, header checksum not verified (KafkaLZ4BlockInputStream)."""
+    if len(mv) < 7 or bytes(mv[:4]) != b"\x04\x22\x4d\x18":
+        raise DecodeError("not an lz4 frame", position)
+    flg, bd = mv[4], mv[5]
+    block_max = _LZ4_BLOCK_MAX.get((bd >> 4) & 7)
+    if block_max is None:
+        raise DecodeError(f"lz4 frame block size code {(bd >> 4) & 7}", position)
+    off = 6 + (8 if flg & 0x08 else 0) + 1  # optional content size, then the header checksum
+    parts, total = [], 0
+    while True:
+        if off + 4 > len(mv):
+            raise Truncated("lz4 frame ends early", position)
+        size = int.from_bytes(mv[off : off + 4], "little")
+        off += 4
+        if size == 0:
+            return b"".join(parts)
+        raw, size = bool(size & 0x80000000), size & 0x7FFFFFFF
+        if size > block_max or off + size > len(mv):
+            raise DecodeError(f"lz4 block of {size} bytes", position)
+        block = mv[off : off + size]
+        off += size + (4 if flg & 0x10 else 0)
+        out = bytes(block) if raw else lz4.block.decompress(block, uncompressed_size=block_max)
+        total += len(out)
+        if total > max_bytes:
+            raise _too_big("lz4", max_bytes, position)
+        parts.append(out)
 
 
 def _unzstd(data, max_bytes: int, position: int) -> bytes:
