@@ -207,10 +207,19 @@ class TableWriter:
             for c in TABLE_COLUMNS[kind]:
                 t.add_column(c, overflow="fold")
             for r in rows:
-                t.add_row(*("" if r[c] is None else str(r[c]) for c in TABLE_COLUMNS[kind]))
+                t.add_row(*(_cell(c, r[c]) for c in TABLE_COLUMNS[kind]))
             self.console.print(t)
         summary = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items()))
         self.console.print(f"[bold]kaudit {header.get('command')}[/bold]: {summary or 'no rows'}")
+
+
+def _cell(column: str, value) -> str:
+    if value is None:
+        return ""
+    if column == "source":  # shorter for people: relative to where kaudit runs, when below it
+        rel = os.path.relpath(value)
+        return value if rel.startswith("..") else rel
+    return str(value)
 
 
 def make_writer(fmt: str, output: str | None):

@@ -115,22 +115,39 @@ def _release(mm, released: int, upto: int) -> int:
     return max(released, end)
 
 
-def _careful(mv, mm, pos, size, deep, max_batch_bytes, records):
-    """Decode the entry at `pos` that the fast scan declined.
+def _careful(mv, mm, pos, size, deep, max_batch_bytes, records, max_entries: int = 4096):
+    """Decode entries one at a time from `pos`, which the fast scan declined: a run of legacy
+    messages (kept together so an old log does not cost one table per message), a batch with a
+    CRC mismatch, or a region to report and skip.
 
     -> (next position or None to stop, [Batch], issue dict or None)
     """
-    try:
-        batch, nxt = decode_entry(mv, pos, deep=False, max_batch_bytes=max_batch_bytes)
-        if batch.crc_ok or nxt >= size or _plausible_header(mv, nxt, size, max_batch_bytes):
-            records.add_entry(mv, pos, batch.magic)
-            return nxt, [batch], None
-        # CRC fails and what follows is no batch: the length itself is likely corrupt.
-        err = DecodeError("CRC mismatch and no batch follows: corrupt length", pos)
-    except Truncated as e:
-        err = e
-    except DecodeError as e:
-        err = e
+    batches = []
+    while pos < size and len(batches) < max_entries:
+        if batches and peek_magic_or_none(mv, pos) == 2:
+            return pos, batches, None  # back to the fast path
+        try:
+            batch, nxt = decode_entry(mv, pos, deep=False, max_batch_bytes=max_batch_bytes)
+            if batch.crc_ok or nxt >= size or _plausible_header(mv, nxt, size, max_batch_bytes):
+                records.add_entry(mv, pos, batch.magic)
+                batches.append(batch)
+                pos = nxt
+                continue
+            # CRC fails and what follows is no batch: the length itself is likely corrupt.
+            err = DecodeError("CRC mismatch and no batch follows: corrupt length", pos)
+        except DecodeError as e:  # Truncated included
+            err = e
+        if batches:
+            return pos, batches, None  # report the bad region on the next call
+        return _bad_region(mv, mm, pos, size, max_batch_bytes, err)
+    return (pos if pos < size else None), batches, None
+
+
+def peek_magic_or_none(mv, pos):
+    return mv[pos + MAGIC_OFFSET] if pos + MAGIC_OFFSET < len(mv) else None
+
+
+def _bad_region(mv, mm, pos, size, max_batch_bytes, err):
     if size - pos >= 61 and _all_zero(mv, pos, size):  # shorter zero runs are just a cut header
         return None, [], _issue(pos, size - pos, "zero-fill",
                                 "zero-filled tail (preallocated or never written)", None)

@@ -15,6 +15,7 @@ from kaudit.model import table_from_rows
 from kaudit.protocol import logfiles
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
+from kaudit.sources.index_table import index_table
 from kaudit.sources.logdir import Plan, Target, plan
 from kaudit.sources.segment_log import decode_log
 
@@ -48,6 +49,14 @@ def decode_target(t: Target, options: Options) -> Iterator[tuple[str, pa.Table]]
             yield from decode_log(t, deep=options.deep, max_batch_bytes=options.max_batch_bytes)
             return
         data = _read_small(t.path)
+        if t.kind in ("index", "timeindex"):
+            table, info = index_table(data, t.base_offset, "offset" if t.kind == "index" else "time", place)
+            if table.num_rows:
+                yield "index_entry", table
+            issues = [dict(place, **i) for i in _tail_issues(t, info)]
+            if issues:
+                yield "decode_issue", table_from_rows("decode_issue", issues)
+            return
         for kind, rows in _small_file_rows(t, data):
             for r in rows:
                 for k, v in place.items():
@@ -73,10 +82,6 @@ def _read_small(path: str) -> bytes:
 
 def _small_file_rows(t: Target, data: bytes):
     """[(kind, rows)] for the non-segment files, via the sans-IO decoders in protocol.logfiles."""
-    if t.kind in ("index", "timeindex"):
-        decode = logfiles.decode_offset_index if t.kind == "index" else logfiles.decode_time_index
-        entries, info = decode(data, t.base_offset)
-        return [("index_entry", entries), ("decode_issue", _tail_issues(t, info))]
     if t.kind == "txnindex":
         entries, info = logfiles.decode_txn_index(data)
         return [("txnindex_entry", entries), ("decode_issue", _tail_issues(t, info))]

@@ -151,3 +151,26 @@ def test_inputs_are_never_modified(tmp_path, corpus):
                             "--format", fmt, "--output", str(out)], capture_output=True, timeout=300)
         assert r.returncode == 0, r.stderr.decode()
     assert snapshot() == before
+
+
+def test_mixed_magic_segment_with_corruption(tmp_path):
+    """An upgraded broker's log: magic 0 and 1 messages, a compressed wrapper, then v2 batches;
+    a corrupt legacy message in the middle is reported and skipped."""
+    from fixtures import kafka_encoder as enc
+
+    parts = [
+        enc.encode_legacy_message(0, b"k", b"m0", magic=0),
+        enc.encode_legacy_wrapper([{"value": b"a"}, {"value": b"b"}], magic=1, codec="snappy", wrapper_offset=2),
+        enc.encode_legacy_message(3, None, b"m1", magic=1, timestamp=5),
+        enc.encode_record_batch_v2(4, [{"value": b"v2"}]),
+        enc.encode_legacy_message(5, b"k", b"late", magic=1, timestamp=6),
+    ]
+    bad = bytearray(parts[2])
+    struct.pack_into(">i", bad, 8, 1 << 20)  # the magic 1 message claims 1 MiB
+    blob = parts[0] + parts[1] + bytes(bad) + parts[3] + parts[4]
+    rows = decode_bytes(tmp_path, blob, deep=True)
+    got = [(r["magic"], r["base_offset"], r["last_offset"], r["record_count"], r["codec"]) for r in rows["batch"]]
+    assert got == [(0, 0, 0, 1, "none"), (1, 1, 2, 2, "snappy"), (2, 4, 4, 1, "none"), (1, 5, 5, 1, "none")]
+    [issue] = rows["decode_issue"]
+    assert (issue["issue"], issue["position"], issue["length"]) == ("corrupt", len(parts[0]) + len(parts[1]), len(parts[2]))
+    assert [r["value"] for r in rows["record"]] == [b"m0", b"a", b"b", b"v2", b"late"]
