@@ -29,7 +29,7 @@ from kaudit.protocol.record_batch import (
 from kaudit.sources.batch_table import batch_row, v2_table
 from kaudit.sources.records import RecordRows
 
-CHUNK_BATCHES = 32768
+CHUNK_BATCHES = 16384
 CHUNK_BYTES = 32 << 20  # pages behind this window are released
 _PAGE = mmap.PAGESIZE
 

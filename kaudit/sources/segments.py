@@ -15,7 +15,7 @@ from kaudit.model import table_from_rows
 from kaudit.protocol import logfiles
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
-from kaudit.sources.index_table import index_table
+from kaudit.sources.index_table import index_chunks
 from kaudit.sources.logdir import Plan, Target, plan
 from kaudit.sources.segment_log import decode_log
 
@@ -50,8 +50,8 @@ def decode_target(t: Target, options: Options) -> Iterator[tuple[str, pa.Table]]
             return
         data = _read_small(t.path)
         if t.kind in ("index", "timeindex"):
-            table, info = index_table(data, t.base_offset, "offset" if t.kind == "index" else "time", place)
-            if table.num_rows:
+            chunks, info = index_chunks(data, t.base_offset, "offset" if t.kind == "index" else "time", place)
+            for table in chunks:
                 yield "index_entry", table
             issues = [dict(place, **i) for i in _tail_issues(t, info)]
             if issues:
