@@ -191,6 +191,11 @@ LEADER_EPOCH_ENTRY = pa.schema(
     _PLACE + [("version", I32), ("leader_epoch", I32), ("start_offset", I64)]
 )
 
+# One line of a log dir's offset checkpoint; topic/partition are the entry's, not the file's.
+CHECKPOINT_ENTRY = pa.schema(
+    _PLACE + [("checkpoint", S), ("version", I32), ("offset", I64)]
+)
+
 PARTITION_METADATA = pa.schema(_PLACE + [("version", I32), ("topic_id", S)])
 
 LOG_DIR = pa.schema(
@@ -227,6 +232,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "txnindex_entry": TXNINDEX_ENTRY,
     "index_entry": INDEX_ENTRY,
     "leader_epoch_entry": LEADER_EPOCH_ENTRY,
+    "checkpoint_entry": CHECKPOINT_ENTRY,
     "partition_metadata": PARTITION_METADATA,
     "log_dir": LOG_DIR,
     "decode_issue": DECODE_ISSUE,

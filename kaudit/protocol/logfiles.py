@@ -302,12 +302,12 @@ def _java_split(pattern: re.Pattern, line: str) -> list[str]:
     return parts
 
 
-def decode_leader_epoch_checkpoint(data) -> list[dict]:
-    """`leader-epoch-checkpoint`: version line (0), count line, then `epoch start_offset` lines.
+def _checkpoint_lines(data, what: str, fields: int):
+    """Kafka's CheckpointFile: version line (0), count line, then entry lines of `fields` words.
 
-    Same acceptance as Kafka's CheckpointFile reader: an empty file (or one with only a version)
-    holds no entries; a wrong version, a malformed line or a count that differs from the lines
-    raise DecodeError at the offending line.
+    Same acceptance as Kafka's reader: an empty file (or one with only a version) holds no
+    entries; a wrong version, a malformed line or a count that differs from the lines raise
+    DecodeError at the offending line. -> [(position, version, words)]
     """
     data = bytes(data)
     lines = _lines(data)
@@ -316,27 +316,48 @@ def decode_leader_epoch_checkpoint(data) -> list[dict]:
     pos, raw = lines[0]
     version = _java_int(_text(raw, pos), pos, "checkpoint version")
     if version != 0:
-        raise DecodeError(f"unrecognized leader-epoch-checkpoint version {version}", pos)
+        raise DecodeError(f"unrecognized {what} version {version}", pos)
     if len(lines) < 2:
         return []
     pos, raw = lines[1]
     expected = _java_int(_text(raw, pos), pos, "checkpoint entry count")
-    rows = []
+    out = []
     for pos, raw in lines[2:]:
         parts = _java_split(_JAVA_WS, _text(raw, pos))
-        if len(parts) != 2:
-            raise DecodeError(f"malformed leader epoch line {raw[:60]!r}", pos)
-        rows.append({
+        if len(parts) != fields:
+            raise DecodeError(f"malformed {what} line {raw[:60]!r}", pos)
+        out.append((pos, version, parts))
+    if len(out) != expected:
+        raise DecodeError(f"expected {expected} {what} entries, found {len(out)}", lines[1][0])
+    return out
+
+
+def decode_leader_epoch_checkpoint(data) -> list[dict]:
+    """`leader-epoch-checkpoint`: `epoch start_offset` lines (LeaderEpochCheckpointFile)."""
+    return [
+        {
             "position": pos,
             "version": version,
             "leader_epoch": _java_int(parts[0], pos, "leader epoch"),
             "start_offset": _java_int(parts[1], pos, "start offset", _INT64),
-        })
-    if len(rows) != expected:
-        raise DecodeError(
-            f"expected {expected} leader epoch entries, found {len(rows)}", lines[1][0]
-        )
-    return rows
+        }
+        for pos, version, parts in _checkpoint_lines(data, "leader-epoch-checkpoint", 2)
+    ]
+
+
+def decode_offset_checkpoint(data) -> list[dict]:
+    """A log dir's `recovery-point-`, `replication-` (high watermarks), `log-start-` and
+    `cleaner-offset-checkpoint`: `topic partition offset` lines (OffsetCheckpointFile)."""
+    return [
+        {
+            "position": pos,
+            "version": version,
+            "topic": parts[0],
+            "partition": _java_int(parts[1], pos, "partition"),
+            "offset": _java_int(parts[2], pos, "offset", _INT64),
+        }
+        for pos, version, parts in _checkpoint_lines(data, "offset checkpoint", 3)
+    ]
 
 
 _COLON_WS = re.compile(r":[ \t\n\x0b\f\r]+")

@@ -17,12 +17,11 @@ SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})(?:-\d+)?\.(?P<ext>log|index|timein
 SKIP_FILE_SUFFIXES = (".deleted", ".cleaned", ".swap")
 SKIP_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 PARTITION_FILES = ("leader-epoch-checkpoint", "partition.metadata", "quorum-state")
+# A log dir's offset checkpoints: recovery points, high watermarks, log start offsets, cleaner.
+OFFSET_CHECKPOINTS = ("cleaner-offset-checkpoint", "log-start-offset-checkpoint",
+                      "recovery-point-offset-checkpoint", "replication-offset-checkpoint")
 # Files a log dir holds that kaudit does not decode (yet): listed as skipped, with the reason.
 LOG_DIR_FILES = {
-    "cleaner-offset-checkpoint": "checkpoint file (not decoded)",
-    "log-start-offset-checkpoint": "checkpoint file (not decoded)",
-    "recovery-point-offset-checkpoint": "checkpoint file (not decoded)",
-    "replication-offset-checkpoint": "checkpoint file (not decoded)",
     "bootstrap.checkpoint": "KRaft bootstrap checkpoint (not decoded)",
     ".lock": "lock file",
 }
@@ -126,6 +125,8 @@ def classify_file(path: str, log_dir: LogDir | None, topic=None, partition=None)
         return Target(path, m["ext"], log_dir, topic, partition, int(m["base"]), size=size)
     if name in PARTITION_FILES or name == "meta.properties":
         return Target(path, name, log_dir, topic, partition, size=size)
+    if name in OFFSET_CHECKPOINTS:
+        return Target(path, "offset-checkpoint", log_dir, topic, partition, size=size)
     reason = LOG_DIR_FILES.get(name, "not a Kafka log file")
     return Target(path, "skipped", log_dir, topic, partition, reason=reason, size=size)
 

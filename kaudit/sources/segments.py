@@ -99,6 +99,9 @@ def _small_file_rows(t: Target, data: bytes):
         return [("leader_epoch_entry", logfiles.decode_leader_epoch_checkpoint(data))]
     if t.kind == "partition.metadata":
         return [("partition_metadata", [logfiles.decode_partition_metadata(data)])]
+    if t.kind == "offset-checkpoint":
+        name = os.path.basename(t.path)
+        return [("checkpoint_entry", [dict(r, checkpoint=name) for r in logfiles.decode_offset_checkpoint(data)])]
     if t.kind == "meta.properties":
         return [("log_dir", [logfiles.decode_meta_properties(data)])]
     return []  # quorum-state (KRaft election state): read, nothing to model yet
