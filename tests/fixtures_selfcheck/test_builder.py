@@ -1,4 +1,4 @@
-"""Self-check of the test-only log-dir builder (fixtures/builder.py).
+"""Self-check of the test-only log-dir builder (fixtures/builder/).
 
 The builder's index / time-index / transaction-index / producer-snapshot logic is replayed over
 every real Kafka 3.0.2 partition of the corpus and must reproduce the broker's own files byte
@@ -20,6 +20,7 @@ if str(_ROOT) not in sys.path:
 
 from fixtures import builder as fb  # noqa: E402
 from fixtures import kafka_encoder as ke  # noqa: E402
+from fixtures.builder.scan import read_varint  # noqa: E402
 
 CORPUS = _ROOT.parent / "shared" / "corpus"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
@@ -162,7 +163,7 @@ def test_producers_sequences_markers_and_txnindex(tmp_path):
     statuses = []
     for info in txs.active.batches:
         raw = bytes(txs.active.data[info.position : info.position + info.size])
-        _, i = fb._read_varint(raw, raw.index(key) + len(key))  # value length
+        _, i = read_varint(raw, raw.index(key) + len(key))  # value length
         statuses.append(struct.unpack_from(">hqhib", raw, i)[4])
     S = ke.TXN_STATUS
     assert statuses == [S["Empty"], S["Ongoing"], S["Ongoing"], S["PrepareAbort"], S["CompleteAbort"]]
@@ -298,7 +299,7 @@ def test_demo_anomalies(tmp_path):
     buf = (root / "__transaction_state-0" / "00000000000000000000.log").read_bytes()
     key = ke.encode_txn_log_key("demo-txn-21")
     for _, raw in _batches(buf):
-        _, i = fb._read_varint(raw, raw.index(key) + len(key))  # value length
+        _, i = read_varint(raw, raw.index(key) + len(key))  # value length
         ver, pid, epoch, timeout, status = struct.unpack_from(">hqhib", raw, i)
         assert (ver, pid, epoch, timeout) == (0, 2000, 0, 60000)
         statuses.append(status)

@@ -1,8 +1,9 @@
 """Self-check of the test-only encoder (fixtures/kafka_encoder.py) against REAL bytes.
 
 Every batch, coordinator record, snapshot and index file written by real Kafka brokers in the
-corpus is parsed by a tiny private parser below (not kaudit's decoder: the two must stay
-independent) and re-encoded from its decoded fields; the bytes must be identical.
+corpus is parsed by a tiny private parser below (with the builder's varint reader; not kaudit's
+decoder: the two must stay independent) and re-encoded from its decoded fields; the bytes must
+be identical.
 Skips cleanly when ../shared/corpus is absent.
 """
 
@@ -21,6 +22,7 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from fixtures import kafka_encoder as ke  # noqa: E402
+from fixtures.builder.scan import read_varint  # noqa: E402
 
 CORPUS = _ROOT.parent / "shared" / "corpus"
 KAFKA3 = CORPUS / "real-kafka-3.0.2" / "logdirs-final" / "node1" / "data"
@@ -30,17 +32,6 @@ CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
 # ------------------------------------------------------------------ tiny private parser
-
-
-def _varint(buf, pos):
-    shift = result = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
 
 
 def _snappy_decompress(data: bytes) -> bytes:
@@ -77,25 +68,25 @@ def _decompress(codec: int, data: bytes) -> bytes:
 def _parse_records(data: bytes, count: int):
     recs, pos = [], 0
     for _ in range(count):
-        length, pos = _varint(data, pos)
+        length, pos = read_varint(data, pos)
         end = pos + length
         attributes = data[pos]
         pos += 1
-        ts_delta, pos = _varint(data, pos)
-        off_delta, pos = _varint(data, pos)
-        klen, pos = _varint(data, pos)
+        ts_delta, pos = read_varint(data, pos)
+        off_delta, pos = read_varint(data, pos)
+        klen, pos = read_varint(data, pos)
         key = None if klen < 0 else data[pos : pos + klen]
         pos += max(klen, 0)
-        vlen, pos = _varint(data, pos)
+        vlen, pos = read_varint(data, pos)
         value = None if vlen < 0 else data[pos : pos + vlen]
         pos += max(vlen, 0)
-        nh, pos = _varint(data, pos)
+        nh, pos = read_varint(data, pos)
         headers = []
         for _ in range(nh):
-            hk, pos = _varint(data, pos)
+            hk, pos = read_varint(data, pos)
             hkey = data[pos : pos + hk].decode()
             pos += hk
-            hv, pos = _varint(data, pos)
+            hv, pos = read_varint(data, pos)
             hval = None if hv < 0 else data[pos : pos + hv]
             pos += max(hv, 0)
             headers.append((hkey, hval))
