@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kaudit.sources.logdir import Plan, plan
 from kaudit.sources.segments import Options, decode_target
@@ -50,5 +51,5 @@ def _with_progress(p: Plan, chunks):
         task = bar.add_task("decoding", total=total)
         for kind, table in chunks:
             if kind == "batch" and table.num_rows:
-                bar.update(task, advance=int(pa.compute.sum(table.column("batch_size")).as_py() or 0))
+                bar.update(task, advance=int(pc.sum(table.column("batch_size")).as_py() or 0))
             yield kind, table

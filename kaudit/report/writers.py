@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kaudit.model import SCHEMAS
@@ -42,7 +43,7 @@ class Counts:
     def add(self, kind: str, table: pa.Table) -> None:
         self.rows[kind] += table.num_rows
         if kind == "batch" and table.num_rows:
-            self.bytes_decoded += int(pa.compute.sum(table.column("batch_size")).as_py() or 0)
+            self.bytes_decoded += int(pc.sum(table.column("batch_size")).as_py() or 0)
 
 
 class NdjsonWriter:
@@ -157,8 +158,6 @@ class TableWriter:
                 kept.extend(table.slice(0, room).select(TABLE_COLUMNS[kind]).to_pylist())
 
     def _summarise(self, table: pa.Table) -> None:
-        import pyarrow.compute as pc
-
         t = table.append_column("commit", pc.equal(table["control_type"], "COMMIT")).append_column(
             "abort", pc.equal(table["control_type"], "ABORT")).append_column(
             "crc_bad", pc.invert(table["crc_ok"]))

@@ -16,7 +16,7 @@ from kaudit.protocol import logfiles
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
 from kaudit.sources.index_table import index_chunks
-from kaudit.sources.logdir import Plan, Target, plan
+from kaudit.sources.logdir import Target
 from kaudit.sources.segment_log import decode_log
 
 # Index-like files are small by nature; a bigger one is read only up to this bound.
@@ -27,16 +27,6 @@ MAX_SMALL_FILE = 256 * 1024 * 1024
 class Options:
     deep: bool = False
     max_batch_bytes: int = DEFAULT_MAX_BYTES
-
-
-def decode_paths(paths: list[str], options: Options | None = None) -> tuple[Plan, Iterator]:
-    p = plan(paths)
-    return p, decode_plan(p, options or Options())
-
-
-def decode_plan(p: Plan, options: Options) -> Iterator[tuple[str, pa.Table]]:
-    for target in p.targets:
-        yield from decode_target(target, options)
 
 
 def decode_target(t: Target, options: Options) -> Iterator[tuple[str, pa.Table]]:
@@ -127,7 +117,3 @@ def _tail_issues(t: Target, info) -> list[dict]:
         rows.append(_issue(info.partial_position, info.partial_bytes, "truncated-tail",
                            f"partial {info.entry_size}-byte entry at the end"))
     return rows
-
-
-def total_input_bytes(p: Plan) -> int:
-    return sum(os.path.getsize(t.path) for t in p.targets if t.kind != "skipped" and os.path.isfile(t.path))
