@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from kaudit.model import table_from_rows
 from kaudit.protocol.batch_scan import STOP_END, STOP_LIMIT, plausible_v2, scan_v2
-from kaudit.protocol.errors import DecodeError, Truncated
+from kaudit.protocol.errors import DecodeError, LimitExceeded, Truncated
 from kaudit.protocol.record_batch import (
     LOG_OVERHEAD,
     MAGIC_OFFSET,
@@ -148,6 +148,12 @@ def peek_magic_or_none(mv, pos):
 
 
 def _bad_region(mv, mm, pos, size, max_batch_bytes, err):
+    if isinstance(err, LimitExceeded):
+        # A real batch larger than the bound: skip exactly it when what follows is plausible.
+        end = pos + LOG_OVERHEAD + int.from_bytes(mv[pos + 8 : pos + 12], "big", signed=True)
+        if pos < end <= size and (end == size or _plausible_header(mv, end, size, size)):
+            return (end if end < size else None), [], _issue(
+                pos, end - pos, "limit", f"{err.message}: batch skipped, not decoded", end if end < size else None)
     if size - pos >= 61 and _all_zero(mv, pos, size):  # shorter zero runs are just a cut header
         return None, [], _issue(pos, size - pos, "zero-fill",
                                 "zero-filled tail (preallocated or never written)", None)

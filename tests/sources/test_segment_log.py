@@ -174,3 +174,19 @@ def test_mixed_magic_segment_with_corruption(tmp_path):
     [issue] = rows["decode_issue"]
     assert (issue["issue"], issue["position"], issue["length"]) == ("corrupt", len(parts[0]) + len(parts[1]), len(parts[2]))
     assert [r["value"] for r in rows["record"]] == [b"m0", b"a", b"b", b"v2", b"late"]
+
+
+def test_batch_over_max_batch_bytes_is_skipped_not_allocated(tmp_path, fence):
+    d = tmp_path / "t-0"
+    d.mkdir()
+    (d / "00000000000000000000.log").write_bytes(fence)
+    rows = {}
+    for t in plan([str(d)]).targets:
+        for kind, table in decode_target(t, Options(max_batch_bytes=66)):
+            rows.setdefault(kind, []).extend(table.to_pylist())
+    # batch_length is 68 for the three zombie batches, 66 for markers, 65 for the B batches
+    sizes = {r["position"]: r["batch_size"] for r in rows["batch"]}
+    assert sorted(sizes) == [240, 318, 395, 472]
+    limits = [i for i in rows["decode_issue"] if i["issue"] == "limit"]
+    assert [(i["position"], i["length"]) for i in limits] == [(0, 80), (80, 80), (160, 80)]
+    assert sum(sizes.values()) + sum(i["length"] for i in limits) == len(fence)
