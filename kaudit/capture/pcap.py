@@ -1,0 +1,443 @@
+"""Capture files, sans-IO over one buffer (bytes, bytearray, mmap, memoryview).
+
+Classic pcap (microsecond and nanosecond magic, either byte order) and pcapng (sections of either
+byte order, interfaces with their own link type, if_tsresol and if_tsoffset; EPB, SPB and the
+obsolete OPB; every other block skipped). Packet data are zero-copy memoryviews into the buffer.
+
+Lenient at the boundary: a cut or corrupt file yields every packet it can, records a
+`CaptureIssue` in `Capture.issues` and, for a corrupt header in the middle, resynchronises on the
+next plausible record. Only `open_capture` raises, and only `DecodeError` subclasses.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterator
+
+from kaudit.protocol.errors import DecodeError, Truncated
+
+# A caplen above this is corruption, whatever the header's snaplen says (Wireshark's own bound
+# is 256 KiB for most link types; loopback TSO captures stay well under it).
+MAX_CAPLEN = 256 * 1024
+# Resync looks this far ahead for the next plausible record before giving up.
+RESYNC_WINDOW = 4 * 1024 * 1024
+# During resync a record's seconds must be this close to the last good one.
+RESYNC_MAX_SKEW = 86400
+
+PCAPNG_SHB = 0x0A0D0D0A
+_BOM = 0x1A2B3C4D
+_IDB, _OPB, _SPB, _EPB = 1, 2, 3, 6
+
+
+class RawPacket:
+    """One captured frame. `data` holds `caplen` bytes; `origlen` is the length on the wire."""
+
+    __slots__ = ("frame_no", "ts", "linktype", "caplen", "origlen", "data", "iface")
+
+    def __init__(self, frame_no, ts, linktype, caplen, origlen, data, iface=0):
+        self.frame_no = frame_no  # 1-based, like Wireshark
+        self.ts = ts  # float seconds since the epoch
+        self.linktype = linktype
+        self.caplen = caplen
+        self.origlen = origlen
+        self.data = data  # memoryview into the capture buffer
+        self.iface = iface  # pcapng interface index (global across sections), 0 for pcap
+
+    def __repr__(self):
+        return (f"RawPacket(frame_no={self.frame_no}, ts={self.ts:.9f}, linktype={self.linktype}, "
+                f"caplen={self.caplen}, origlen={self.origlen}, iface={self.iface})")
+
+
+class CaptureIssue:
+    """Something wrong in the file itself. `position` is the byte offset in the file; `frame_no` is
+    the last frame yielded before it (0 if none); `kind` is truncated | corrupt | unsupported;
+    `skipped` is how many bytes were not decoded because of it."""
+
+    __slots__ = ("position", "message", "frame_no", "kind", "skipped")
+
+    def __init__(self, position, message, frame_no=0, kind="corrupt", skipped=0):
+        self.position = position
+        self.message = message
+        self.frame_no = frame_no
+        self.kind = kind
+        self.skipped = skipped
+
+    def __repr__(self):
+        return (f"CaptureIssue(position={self.position}, kind={self.kind!r}, "
+                f"message={self.message!r}, frame_no={self.frame_no}, skipped={self.skipped})")
+
+
+class Interface:
+    """A pcapng interface (or the single link of a classic pcap)."""
+
+    __slots__ = ("linktype", "snaplen", "units", "tsoffset", "name")
+
+    def __init__(self, linktype, snaplen, units=1_000_000, tsoffset=0, name=None):
+        self.linktype = linktype
+        self.snaplen = snaplen
+        self.units = units  # timestamp units per second (if_tsresol)
+        self.tsoffset = tsoffset  # seconds added to every timestamp (if_tsoffset)
+        self.name = name
+
+
+def _as_view(buf) -> memoryview:
+    mv = memoryview(buf)
+    if mv.ndim != 1 or mv.itemsize != 1 or mv.format not in ("B", "b", "c"):
+        mv = mv.cast("B")
+    elif mv.format != "B":
+        mv = mv.cast("B")
+    return mv
+
+
+def open_capture(buf) -> "Capture":
+    """Sniff the format. Raises DecodeError for anything but pcap/pcapng (Truncated if the file
+    header itself is cut)."""
+    mv = _as_view(buf)
+    head = bytes(mv[:4])
+    if len(head) == 4:
+        if head in _PCAP_MAGIC:
+            return PcapCapture(mv, *_PCAP_MAGIC[head])
+        if head == b"\x0a\x0d\x0d\x0a":
+            return PcapngCapture(mv)
+        if head in (b"\xa1\xb2\xcd\x34", b"\x34\xcd\xb2\xa1"):
+            raise DecodeError("unsupported modified (Kuznetzov) pcap", 0)
+    raise DecodeError("not a pcap or pcapng file", 0)
+
+
+def iter_packets(buf, issues: list | None = None) -> Iterator[RawPacket]:
+    """Every packet of the capture in `buf`; file problems are appended to `issues` if given."""
+    cap = open_capture(buf)
+    if issues is not None:
+        cap.issues = issues
+    return iter(cap)
+
+
+class Capture:
+    """Base of the two readers: iterate it for RawPackets, then look at `issues`."""
+
+    format = "?"
+
+    def __init__(self, mv: memoryview):
+        self.buf = mv
+        self.issues: list[CaptureIssue] = []
+        self.interfaces: list[Interface] = []
+        self.frames = 0  # packets yielded so far
+        self.skipped_bytes = 0  # bytes not decoded because of corruption or truncation
+
+    def _issue(self, position, message, kind="corrupt", skipped=0):
+        self.skipped_bytes += skipped
+        self.issues.append(CaptureIssue(position, message, self.frames, kind, skipped))
+
+    def records(self) -> Iterator[tuple]:
+        """(frame_no, ts, linktype, start, end, origlen, iface) per packet: the packet's bytes are
+        buf[start:end]. The cheap form of iteration, for hot loops."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[RawPacket]:
+        mv = self.buf
+        for frame, ts, lt, start, end, origlen, iface in self.records():
+            yield RawPacket(frame, ts, lt, end - start, origlen, mv[start:end], iface)
+
+
+# magic bytes -> (byte order, fraction units per second)
+_PCAP_MAGIC = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1_000_000),
+    b"\xa1\xb2\xc3\xd4": (">", 1_000_000),
+    b"\x4d\x3c\xb2\xa1": ("<", 1_000_000_000),
+    b"\xa1\xb2\x3c\x4d": (">", 1_000_000_000),
+}
+
+
+class PcapCapture(Capture):
+    format = "pcap"
+
+    def __init__(self, mv, order, units):
+        super().__init__(mv)
+        if len(mv) < 24:
+            raise Truncated(f"pcap file header cut: {len(mv)} of 24 bytes", 0, 24)
+        self.order = order
+        self.units = units
+        self.nanosecond = units == 1_000_000_000
+        major, minor, _zone, _sigfigs, snaplen, network = struct.unpack_from(order + "HHiIII", mv, 4)
+        self.version = (major, minor)
+        self.snaplen = snaplen
+        # Upper bits of the link-type word carry FCS information, not the link type.
+        self.linktype = network & 0xFFFF
+        self.interfaces.append(Interface(self.linktype, snaplen, units))
+        self._rec = struct.Struct(order + "IIII")
+
+    def records(self):
+        mv = self.buf
+        n = len(mv)
+        unpack = self._rec.unpack_from
+        units = float(self.units)
+        lt = self.linktype
+        off = 24
+        frame = 0
+        sec = None
+        while off + 16 <= n:
+            prev_sec = sec
+            sec, frac, caplen, origlen = unpack(mv, off)
+            start = off + 16
+            end = start + caplen
+            if caplen > MAX_CAPLEN or end > n:
+                self.frames = frame
+                cut = caplen <= MAX_CAPLEN and caplen <= origlen and frac < self.units
+                # a plausible header running past the end is a cut file, unless records follow
+                q = self._resync(off, prev_sec, weak=not cut)
+                if q is not None:
+                    self._issue(off, f"corrupt record header (caplen {caplen}); resynchronised at {q}",
+                                "corrupt", q - off)
+                    off, sec = q, prev_sec
+                    continue
+                if cut:
+                    # The file ends inside this packet: yield what is there, like a snaplen cut.
+                    self._issue(off, f"capture cut inside a packet: caplen {caplen}, "
+                                     f"{n - start} bytes left", "truncated", 0)
+                    frame += 1
+                    self.frames = frame
+                    yield frame, sec + frac / units, lt, start, n, origlen, 0
+                else:
+                    self._issue(off, f"corrupt record header (caplen {caplen}); no record after it",
+                                "corrupt", n - off)
+                return
+            frame += 1
+            yield frame, sec + frac / units, lt, start, end, origlen, 0
+            off = end
+        self.frames = frame
+        if off < n:
+            self._issue(off, f"capture cut inside a record header ({n - off} of 16 bytes)",
+                        "truncated", n - off)
+
+    def _plausible(self, off, last_sec) -> int:
+        """End of a plausible record at `off`, or -1. Used only while resynchronising."""
+        mv = self.buf
+        if off + 16 > len(mv):
+            return -1
+        sec, frac, caplen, origlen = self._rec.unpack_from(mv, off)
+        if frac >= self.units or caplen > origlen or origlen > MAX_CAPLEN or caplen == 0:
+            return -1
+        if last_sec is not None and abs(sec - last_sec) > RESYNC_MAX_SKEW:
+            return -1
+        end = off + 16 + caplen
+        return end if end <= len(mv) else -1
+
+    def _resync(self, off, last_sec, weak):
+        """Offset of the next plausible record after a bad header at `off`, or None. One plausible
+        header is too easy to find in random bytes: a second must follow it, unless `weak` allows
+        a last record that ends exactly at the end of the buffer."""
+        n = len(self.buf)
+        for q in self._candidates(off + 1, min(n, off + RESYNC_WINDOW), last_sec):
+            end = self._plausible(q, last_sec)
+            if end >= 0 and ((weak and end == n) or (end < n and self._plausible(end, last_sec) >= 0)):
+                return q
+        return None
+
+    def _candidates(self, lo, hi, last_sec):
+        """Positions worth testing: where the seconds' high bytes are near the last good ones (a
+        regex scan, not a Python loop over every byte), or every position without a reference."""
+        if last_sec is None:
+            yield from range(lo, min(hi, lo + 256 * 1024) - 15)
+            return
+        top = last_sec >> 16
+        pats = []
+        for t in range(max(0, top - 2), min(0xFFFF, top + 2) + 1):
+            pats.append(re.escape(struct.pack(self.order + "H", t)))
+        shift = 2 if self.order == "<" else 0  # where the high half sits in the 4 bytes
+        window = bytes(self.buf[lo + shift:hi])
+        for m in re.finditer(b"(?=(" + b"|".join(pats) + b"))", window):
+            yield lo + m.start()
+
+
+class PcapngCapture(Capture):
+    format = "pcapng"
+
+    def __init__(self, mv):
+        super().__init__(mv)
+        if len(mv) < 28:
+            raise Truncated(f"pcapng section header cut: {len(mv)} of 28 bytes", 0, 28)
+        bom = bytes(mv[8:12])
+        if bom not in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"):
+            raise DecodeError("pcapng section header with a bad byte-order magic", 8)
+        self.sections = 0
+
+    def records(self):
+        mv = self.buf
+        n = len(mv)
+        off = 0
+        frame = 0
+        order = "<"
+        ifaces: list[Interface] = []  # this section's interfaces
+        base = 0  # global index of this section's first interface
+        hdr = struct.Struct("<II").unpack_from
+        epb = struct.Struct("<IIIII").unpack_from
+        u32 = struct.Struct("<I").unpack_from
+        last_ts = 0.0
+        full = struct.Struct("<7I").unpack_from  # an EPB's fixed part, for the fast path
+        fast_ifaces = []  # per interface: (linktype, 2**32 / units, units, tsoffset, global id)
+        while off + 12 <= n:
+            if off + 32 <= n:
+                # fast path: a well-formed enhanced packet block of a known interface
+                btype, blen, iface, tsh, tsl, caplen, origlen = full(mv, off)
+                if (btype == _EPB and caplen + 32 <= blen and off + blen <= n and not blen & 3
+                        and iface < len(ifaces) and u32(mv, off + blen - 4)[0] == blen):
+                    lt, hi, units, tsoffset, gid = fast_ifaces[iface]
+                    # tsh * 2**32 / units as a float product: exact enough (1 ulp) and no bigint
+                    last_ts = tsh * hi + tsl / units + tsoffset
+                    frame += 1
+                    yield frame, last_ts, lt, off + 28, off + 28 + caplen, origlen, gid
+                    off += blen
+                    continue
+            btype, blen = hdr(mv, off)
+            if btype == PCAPNG_SHB:
+                bom = bytes(mv[off + 8:off + 12])
+                if bom == b"\x4d\x3c\x2b\x1a":
+                    order = "<"
+                elif bom == b"\x1a\x2b\x3c\x4d":
+                    order = ">"
+                else:
+                    self.frames = frame
+                    q = self._find_block(off + 4, order)
+                    self._issue(off, "section header with a bad byte-order magic" + (
+                        f"; resynchronised at {q}" if q is not None else ""), "corrupt",
+                        (q if q is not None else n) - off)
+                    if q is None:
+                        return
+                    off = q
+                    continue
+                hdr = struct.Struct(order + "II").unpack_from
+                epb = struct.Struct(order + "IIIII").unpack_from
+                u32 = struct.Struct(order + "I").unpack_from
+                full = struct.Struct(order + "7I").unpack_from
+                btype, blen = hdr(mv, off)
+            if blen < 12 or blen & 3 or off + blen > n or u32(mv, off + blen - 4)[0] != blen:
+                self.frames = frame
+                q = self._find_block(off + 4, order)
+                if q is not None:
+                    self._issue(off, f"corrupt block (type {btype:#x}, length {blen}); "
+                                     f"resynchronised at {q}", "corrupt", q - off)
+                    off = q
+                    continue
+                if off + blen > n and not blen & 3 and blen <= MAX_CAPLEN + 4096:
+                    self._issue(off, f"capture cut inside a block (type {btype:#x}, length {blen}, "
+                                     f"{n - off} bytes left)", "truncated", n - off)
+                    if btype == _EPB and off + 28 <= n and ifaces:
+                        # yield the cut packet's bytes, like a snaplen cut
+                        iface, tsh, tsl, caplen, origlen = epb(mv, off + 8)
+                        if iface < len(ifaces):
+                            ifc = ifaces[iface]
+                            frame += 1
+                            self.frames = frame
+                            yield (frame, ((tsh << 32) | tsl) / ifc.units + ifc.tsoffset,
+                                   ifc.linktype, off + 28, min(n, off + 28 + caplen), origlen,
+                                   base + iface)
+                    return
+                self._issue(off, f"corrupt block (type {btype:#x}, length {blen}); "
+                                 "no block found after it", "corrupt", n - off)
+                return
+            if btype == _EPB:
+                if blen < 32:
+                    off = self._skip_bad(off, blen, frame, "enhanced packet block too short")
+                    continue
+                iface, tsh, tsl, caplen, origlen = epb(mv, off + 8)
+                if caplen > blen - 32 or iface >= len(ifaces):
+                    off = self._skip_bad(off, blen, frame, "enhanced packet block: caplen past the block"
+                                         if caplen > blen - 32 else f"unknown interface {iface}")
+                    continue
+                ifc = ifaces[iface]
+                last_ts = ((tsh << 32) | tsl) / ifc.units + ifc.tsoffset
+                frame += 1
+                yield frame, last_ts, ifc.linktype, off + 28, off + 28 + caplen, origlen, base + iface
+            elif btype == _IDB:
+                self._interface(mv, off, blen, order, ifaces)
+                fast_ifaces = [(i.linktype, 4294967296 / i.units, i.units, i.tsoffset, base + k)
+                               for k, i in enumerate(ifaces)]
+            elif btype == PCAPNG_SHB:
+                self.sections += 1
+                base += len(ifaces)
+                ifaces = []
+                fast_ifaces = []
+            elif btype == _SPB:
+                # No interface id (always 0) and no timestamp: the previous packet's time is kept
+                # so that times stay ordered.
+                if not ifaces or blen < 16:
+                    off = self._skip_bad(off, blen, frame, "simple packet block without interface 0")
+                    continue
+                origlen = u32(mv, off + 8)[0]
+                caplen = min(origlen, blen - 16)
+                if ifaces[0].snaplen:
+                    caplen = min(caplen, ifaces[0].snaplen)
+                frame += 1
+                yield frame, last_ts, ifaces[0].linktype, off + 12, off + 12 + caplen, origlen, base
+            elif btype == _OPB:
+                if blen < 32:
+                    off = self._skip_bad(off, blen, frame, "packet block too short")
+                    continue
+                iface = struct.unpack_from(order + "H", mv, off + 8)[0]
+                _, tsh, tsl, caplen, origlen = epb(mv, off + 8)
+                if caplen > blen - 32 or iface >= len(ifaces):
+                    off = self._skip_bad(off, blen, frame, "packet block: caplen past the block"
+                                         if caplen > blen - 32 else f"unknown interface {iface}")
+                    continue
+                ifc = ifaces[iface]
+                last_ts = ((tsh << 32) | tsl) / ifc.units + ifc.tsoffset
+                frame += 1
+                yield frame, last_ts, ifc.linktype, off + 28, off + 28 + caplen, origlen, base + iface
+            # any other block type (statistics, name resolution, decryption secrets, custom) is
+            # not needed here and skipped whole
+            off += blen
+        self.frames = frame
+        if 0 < n - off < 12:
+            self._issue(off, f"capture cut inside a block header ({n - off} of 12 bytes)",
+                        "truncated", n - off)
+
+    def _skip_bad(self, off, blen, frame, message):
+        self.frames = frame
+        self._issue(off, message, "corrupt", blen)
+        return off + blen
+
+    def _interface(self, mv, off, blen, order, ifaces):
+        if blen < 20:
+            self._issue(off, "interface description block too short", "corrupt", blen)
+            ifaces.append(Interface(-1, 0))  # keeps the later interface ids aligned
+            return
+        linktype, _res, snaplen = struct.unpack_from(order + "HHI", mv, off + 8)
+        ifc = Interface(linktype, snaplen)
+        pos, end = off + 16, off + blen - 4
+        while pos + 4 <= end:
+            code, olen = struct.unpack_from(order + "HH", mv, pos)
+            if code == 0 or pos + 4 + olen > end:
+                break
+            if code == 9 and olen >= 1:  # if_tsresol: 10^-v, or 2^-v with the top bit set
+                v = mv[pos + 4]
+                ifc.units = (1 << (v & 0x7F)) if v & 0x80 else 10 ** v
+                if ifc.units == 0 or (v & 0x80 == 0 and v > 19):
+                    self._issue(pos, f"unusable if_tsresol {v}", "corrupt")
+                    ifc.units = 1_000_000
+            elif code == 14 and olen >= 8:  # if_tsoffset, seconds
+                ifc.tsoffset = struct.unpack_from(order + "q", mv, pos + 4)[0]
+            elif code == 2 and olen:
+                ifc.name = bytes(mv[pos + 4:pos + 4 + olen]).rstrip(b"\0").decode("utf-8", "replace")
+            pos += 4 + ((olen + 3) & ~3)
+        ifaces.append(ifc)
+        self.interfaces.append(ifc)
+
+    def _find_block(self, q, order):
+        """Offset of the next whole, valid-looking block at or after `q`, or None. Any alignment:
+        a corruption may have inserted or removed bytes."""
+        mv = self.buf
+        n = len(mv)
+        hdr = struct.Struct(order + "II").unpack_from
+        u32 = struct.Struct(order + "I").unpack_from
+        types = (_EPB, _IDB, _SPB, _OPB, 4, 5, PCAPNG_SHB)
+        pat = b"(?=(" + b"|".join(re.escape(struct.pack(order + "I", t)) for t in types) + b"))"
+        hi = min(n, q + RESYNC_WINDOW)
+        for m in re.finditer(pat, bytes(mv[q:hi])):
+            p = q + m.start()
+            if p + 12 > n:
+                break
+            btype, blen = hdr(mv, p)
+            if blen >= 12 and not blen & 3 and p + blen <= n and u32(mv, p + blen - 4)[0] == blen:
+                return p
+        return None
