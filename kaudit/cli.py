@@ -80,20 +80,9 @@ def decode_segments(
     """Decode every file a Kafka broker leaves in its log dirs: .log segments, indexes, transaction
     indexes, producer snapshots, checkpoints, and the internal topics' coordinator records."""
     from kaudit.engine.local import decode_segments as run
-    from kaudit.model import KINDS
     from kaudit.report.writers import Counts, make_writer, write_all
 
-    if kind:
-        unknown = sorted(set(kind) - set(KINDS))
-        if unknown:
-            _err(f"[red]error:[/red] unknown --kind {', '.join(unknown)} (kinds: {', '.join(KINDS)})")
-            raise typer.Exit(EXIT_USAGE)
-    if format == RowFormat.parquet and output is None:
-        _err("[red]error:[/red] --format parquet writes one file per kind: give --output FOLDER")
-        raise typer.Exit(EXIT_USAGE)
-    if output is not None and _inside(output, [p for p in paths if p.exists()]):
-        _err("[red]error:[/red] --output is inside an input: kaudit never writes to what it audits")
-        raise typer.Exit(EXIT_USAGE)
+    _check_output(format, output, kind, paths)
 
     plan, chunks = run([str(p) for p in paths], deep=deep, max_batch_bytes=max_batch_bytes, jobs=jobs,
                        progress=sys.stderr.isatty())
@@ -135,6 +124,75 @@ def _bounded_memory() -> None:
         import pyarrow as pa
 
         pa.set_memory_pool(pa.system_memory_pool())
+
+
+@decode_app.command("pcap")
+def decode_pcap(
+    files: Annotated[list[Path], typer.Argument(help="pcap or pcapng capture files.")],
+    format: Annotated[RowFormat, typer.Option("--format", "-f", help="Output format.")] = RowFormat.ndjson,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (a folder for parquet).")] = None,
+    kafka_port: Annotated[Optional[list[int]], typer.Option(
+        "--kafka-port", help="Broker port (repeatable; default 9092). Kafka on other ports is "
+        "found from its request headers.")] = None,
+    deep: Annotated[bool, typer.Option("--deep", help="Also decode the records inside batches.")] = False,
+    kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Only rows of these kinds (repeatable).")] = None,
+    max_frame_bytes: Annotated[int, typer.Option("--max-frame-bytes", min=1024,
+                                                 help="Largest Kafka frame accepted.")] = 100 * 1024 * 1024,
+    max_batch_bytes: Annotated[int, typer.Option("--max-batch-bytes", min=1024,
+                                                 help="Largest decompressed batch accepted.")] = 64 * 1024 * 1024,
+):
+    """Decode every Kafka conversation of packet captures: frames paired with their responses,
+    record batches of Produce and Fetch, transaction events, connections. SASL secrets are
+    redacted."""
+    from kaudit.engine.local import decode_pcaps
+    from kaudit.report.writers import Counts, make_writer, write_all
+    from kaudit.sources.pcap import PcapOptions
+
+    _check_output(format, output, kind, files)
+    options = PcapOptions(kafka_ports=frozenset(kafka_port or [9092]), deep=deep,
+                          max_batch_bytes=max_batch_bytes, max_frame_bytes=max_frame_bytes)
+    summaries: dict = {}
+    errors, chunks = decode_pcaps([str(f) for f in files], options, summaries)
+    if errors and len(errors) == len(files):
+        for e in errors:
+            _err(f"[red]error:[/red] unreadable input: {e}")
+        raise typer.Exit(EXIT_UNREADABLE)
+    writer, handle = make_writer(format.value, str(output) if output else None)
+    counts = Counts()
+    try:
+        write_all(writer, chunks, counts, set(kind) if kind else None)
+        header = {
+            "tool": "kaudit", "version": __version__, "command": "decode pcap", "engine": "local",
+            "inputs": [os.path.abspath(f) for f in files],
+            "coverage": {p: {"packets": s.packets, "tcp_packets": s.tcp_packets,
+                             "connections": s.connections, "kafka_connections": s.kafka_connections,
+                             "not_tcp": s.dropped} for p, s in summaries.items()},
+            "counts": dict(sorted(counts.rows.items())),
+        }
+        writer.close(header)
+    finally:
+        if handle is not None:
+            handle.close()
+    for e in errors:
+        _err(f"[red]error:[/red] unreadable input: {e}")
+    if errors:
+        raise typer.Exit(EXIT_UNREADABLE)
+
+
+def _check_output(format: RowFormat, output: Optional[Path], kind, inputs) -> None:
+    from kaudit.model import KINDS
+
+    if kind:
+        unknown = sorted(set(kind) - set(KINDS))
+        if unknown:
+            _err(f"[red]error:[/red] unknown --kind {', '.join(unknown)} (kinds: {', '.join(KINDS)})")
+            raise typer.Exit(EXIT_USAGE)
+    if format == RowFormat.parquet and output is None:
+        _err("[red]error:[/red] --format parquet writes one file per kind: give --output FOLDER")
+        raise typer.Exit(EXIT_USAGE)
+    if output is not None and _inside(output, [p for p in inputs if p.exists()]):
+        _err("[red]error:[/red] --output is inside an input: kaudit never writes to what it audits")
+        raise typer.Exit(EXIT_USAGE)
 
 
 def main() -> None:

@@ -217,8 +217,124 @@ DECODE_ISSUE = pa.schema(
         ("length", I64),     # bytes affected (from position)
         ("message", S),
         ("resync_position", I64),
+        ("connection", S),   # wire only: "client ip:port -> server ip:port"
+        ("stream_offset", I64),  # wire only: byte offset in that direction of the connection
     ]
 )
+
+# Wire rows. Times are epoch seconds (float) as in the capture; `position` is a frame number.
+FRAME = pa.schema([
+    ("source", S),
+    ("connection", S),
+    ("request_frame", I64),
+    ("response_frame", I64),
+    ("request_ts", F64),
+    ("response_ts", F64),
+    ("latency_ms", F64),
+    ("request_size", I32),
+    ("response_size", I32),
+    ("api_key", I16),
+    ("api_name", S),
+    ("api_version", I16),
+    ("correlation_id", I32),
+    ("client_id", S),
+    ("error_codes", S),      # distinct non-zero codes, comma-joined; "" none; null no response
+    ("transactional_id", S),
+    ("producer_id", I64),
+    ("producer_epoch", I16),
+    ("acks", I16),
+    ("timeout_ms", I32),
+    ("transaction_timeout_ms", I32),
+    ("partitions", S),
+    ("committed", B),
+    ("new_producer_id", I64),
+    ("new_producer_epoch", I16),
+    ("group_id", S),
+    ("coordinator_key", S),
+    ("coordinator_key_type", I8),
+    ("coordinator", S),
+    ("isolation_level", S),
+    ("sasl_mechanism", S),
+    ("sasl_username", S),
+    ("throttle_time_ms", I32),
+    ("markers", S),          # JSON lists (see protocol.wire.summary)
+    ("partition_errors", S),
+    ("producers", S),
+    ("transactions", S),
+    ("body_decoder", S),     # kio | hand | opaque
+    ("complete", B),         # false when the frame spans a capture gap
+    ("decode_error", S),
+])
+
+TXN_EVENT = pa.schema([
+    ("source", S),
+    ("connection", S),
+    ("position", I64),       # request frame
+    ("ts", F64),
+    ("event", S),            # INIT_PRODUCER_ID | ADD_PARTITIONS | ADD_OFFSETS | END_TXN | ...
+    ("transactional_id", S),
+    ("producer_id", I64),
+    ("producer_epoch", I16),
+    ("state", S),
+    ("partitions", S),
+    ("result", S),
+    ("coordinator_epoch", I32),
+    ("timeout_ms", I32),
+    ("group_id", S),
+    ("new_producer_id", I64),
+    ("new_producer_epoch", I16),
+    ("error_codes", S),
+])
+
+FETCH_PARTITION = pa.schema([
+    ("source", S),
+    ("connection", S),
+    ("position", I64),       # response frame
+    ("request_ts", F64),
+    ("response_ts", F64),
+    ("api_version", I16),
+    ("correlation_id", I32),
+    ("client_id", S),
+    ("topic", S),
+    ("partition", I32),
+    ("isolation_level", S),
+    ("replica_id", I32),
+    ("fetch_offset", I64),
+    ("error_code", I16),
+    ("high_watermark", I64),
+    ("last_stable_offset", I64),
+    ("log_start_offset", I64),
+    ("aborted_transactions", S),  # "producer_id@first_offset,..."
+    ("preferred_read_replica", I32),
+    ("record_set_size", I32),
+    ("batch_count", I32),
+    ("truncated_bytes", I32),
+])
+
+CONNECTION = pa.schema([
+    ("source", S),
+    ("connection", S),
+    ("conn_id", I64),
+    ("client", S),
+    ("server", S),
+    ("protocol", S),         # kafka | tls | other
+    ("syn_seen", B),
+    ("close_reason", S),
+    ("first_frame", I64),
+    ("last_frame", I64),
+    ("first_ts", F64),
+    ("last_ts", F64),
+    ("packets", I64),
+    ("bytes_to_server", I64),
+    ("bytes_to_client", I64),
+    ("gaps", I32),
+    ("gap_bytes", I64),
+    ("retransmissions", I32),
+    ("conflicts", I32),
+    ("requests", I32),
+    ("responses", I32),
+    ("unanswered", I32),
+])
 
 SKIPPED = pa.schema(_PLACE + [("reason", S)])
 
@@ -235,6 +351,10 @@ SCHEMAS: dict[str, pa.Schema] = {
     "checkpoint_entry": CHECKPOINT_ENTRY,
     "partition_metadata": PARTITION_METADATA,
     "log_dir": LOG_DIR,
+    "frame": FRAME,
+    "txn_event": TXN_EVENT,
+    "fetch_partition": FETCH_PARTITION,
+    "connection": CONNECTION,
     "decode_issue": DECODE_ISSUE,
     "skipped": SKIPPED,
 }

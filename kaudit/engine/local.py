@@ -53,3 +53,33 @@ def _with_progress(p: Plan, chunks):
             if kind == "batch" and table.num_rows:
                 bar.update(task, advance=int(pc.sum(table.column("batch_size")).as_py() or 0))
             yield kind, table
+
+
+def decode_pcaps(paths: list[str], options, summaries: dict) -> tuple[list[str], Iterator[tuple[str, pa.Table]]]:
+    """(unreadable inputs, chunks) for capture files; `summaries[path]` is filled as each is read."""
+    import os
+
+    from kaudit.protocol.errors import DecodeError
+    from kaudit.sources.pcap import PcapSummary, decode_capture
+
+    errors = []
+    readable = []
+    for p in paths:
+        if not os.path.isfile(p):
+            errors.append(f"{p}: no such file")
+        elif not os.access(p, os.R_OK):
+            errors.append(f"{p}: permission denied")
+        else:
+            readable.append(p)
+
+    def chunks():
+        for p in readable:
+            summaries[p] = PcapSummary()
+            try:
+                yield from decode_capture(p, options, summaries[p])
+            except DecodeError as e:
+                errors.append(f"{p}: {e.message}")
+            except OSError as e:
+                errors.append(f"{p}: {e.strerror or e}")
+
+    return errors, chunks()

@@ -1,0 +1,269 @@
+"""One TCP connection seen as a Kafka conversation: which side is the client, frames of each
+direction, requests paired with their responses by correlation id.
+
+Fed the capture layer's events for one connection; hands finished exchanges to a sink as
+`Exchange` objects (request and/or response with frame numbers and times) and problems as issue
+dicts. Secrets: frames that follow a SaslHandshake v0 are raw SASL tokens; they are never
+decoded or kept.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from kaudit.protocol.errors import DecodeError
+from kaudit.protocol.wire import (
+    BadSize,
+    Frame,
+    FrameSplitter,
+    Incomplete,
+    Skipped,
+    decode_request,
+    decode_response,
+    peek_correlation_id,
+    plausible_request,
+)
+
+API_PRODUCE, API_SASL_HANDSHAKE = 0, 17
+DECIDE_BYTES = 64 * 1024  # data held back while deciding who the client is
+
+
+@dataclass(slots=True)
+class Exchange:
+    request: object | None       # protocol.wire.Request
+    response: object | None      # protocol.wire.Response
+    request_frame: int | None
+    response_frame: int | None
+    request_ts: float | None
+    response_ts: float | None
+    request_size: int | None
+    response_size: int | None
+    complete: bool
+    decode_error: str | None
+    expects_response: bool = True
+    correlation_id: int | None = None  # for a response whose request is not in the capture
+
+
+def endpoint(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+class _Direction:
+    """Where the bytes of one direction came from: stream offsets -> capture frames and times."""
+
+    __slots__ = ("chunks", "splitter", "held", "bytes")
+
+    def __init__(self):
+        self.chunks = deque()  # (start, end, first_frame, last_frame, ts)
+        self.splitter = None
+        self.held = []         # events held back until the roles are known
+        self.bytes = 0
+
+    def add(self, start: int, end: int, first: int, last: int, ts: float) -> None:
+        self.chunks.append((start, end, first, last, ts))
+
+    def locate(self, start: int, end: int):
+        """(frame number, time) of the packet carrying the last byte of [start, end)."""
+        chunks = self.chunks
+        while len(chunks) > 1 and chunks[0][1] <= start:
+            chunks.popleft()
+        for c in chunks:
+            if c[1] >= end:
+                return c[3], c[4]
+        if chunks:
+            return chunks[-1][3], chunks[-1][4]
+        return None, None
+
+
+class Conversation:
+    def __init__(self, conn_id: int, a, b, syn_seen: bool, kafka_ports, options, sink):
+        self.conn_id = conn_id
+        self.a, self.b = a, b
+        self.syn_seen = syn_seen
+        self.kafka_ports = kafka_ports
+        self.options = options
+        self.sink = sink
+        self.dirs = (_Direction(), _Direction())
+        self.client_dir = None     # 0: a is the client; 1: b is
+        self.protocol = None       # kafka | tls | other (None: undecided)
+        self.pending = {}          # correlation id -> (Request, frame, ts, size, complete)
+        self.sasl_tokens = False   # after SaslHandshake v0: bare SASL frames follow
+        self.requests = self.responses = self.unanswered = 0
+        if syn_seen and b[1] in kafka_ports:
+            self._decide(0)
+        elif not syn_seen and b[1] in kafka_ports and a[1] not in kafka_ports:
+            self._decide(0)
+        elif not syn_seen and a[1] in kafka_ports and b[1] not in kafka_ports:
+            self._decide(1)
+
+    # ---- identity ----------------------------------------------------------------------
+
+    @property
+    def client(self):
+        return self.b if self.client_dir == 1 else self.a
+
+    @property
+    def server(self):
+        return self.a if self.client_dir == 1 else self.b
+
+    @property
+    def name(self) -> str:
+        return f"{endpoint(*self.client)} -> {endpoint(*self.server)}"
+
+    def _decide(self, client_dir: int, protocol: str = "kafka") -> None:
+        self.client_dir = client_dir
+        self.protocol = protocol
+        if protocol != "kafka":
+            return
+        synced = self.syn_seen
+        max_size = self.options.max_frame_bytes
+        self.dirs[client_dir].splitter = FrameSplitter("request", max_size=max_size, synced=synced)
+        self.dirs[1 - client_dir].splitter = FrameSplitter(
+            "response", max_size=max_size, synced=synced, correlation_ids=self.pending)
+
+    # ---- events from the capture layer -----------------------------------------------------
+
+    def data(self, ev) -> None:
+        d = self.dirs[ev.direction]
+        n = len(ev.data)
+        d.bytes += n
+        if self.protocol is None:
+            d.held.append(("data", ev.stream_offset, bytes(ev.data), ev.first_frame, ev.last_frame, ev.ts))
+            self._try_decide(ev.direction)
+            return
+        if self.protocol != "kafka":
+            return
+        d.add(ev.stream_offset, ev.stream_offset + n, ev.first_frame, ev.last_frame, ev.ts)
+        self._frames(ev.direction, d.splitter.feed(ev.data))
+
+    def gap(self, ev) -> None:
+        d = self.dirs[ev.direction]
+        if self.protocol is None:
+            d.held.append(("gap", ev.stream_offset, ev.length, ev.frame, ev.frame, ev.ts))
+            return
+        if self.protocol == "kafka":
+            self._frames(ev.direction, d.splitter.gap(ev.length))
+
+    def _try_decide(self, direction: int) -> None:
+        first = self.dirs[direction].held
+        data = b"".join(h[2] for h in first if h[0] == "data")
+        if data[:1] == b"\x16" and data[1:2] == b"\x03":
+            client = direction if self.syn_seen is False else 0
+            self._decide(client, "tls")
+            return
+        looks = plausible_request(data, 0, self.options.max_frame_bytes)
+        if looks is True:
+            self._decide(direction)
+        elif looks is False and self.syn_seen and direction == 0:
+            self._decide(0, "other")
+        elif looks is False and sum(len(h[2]) for d in self.dirs for h in d.held if h[0] == "data") > DECIDE_BYTES:
+            self._decide(0, "other")
+        if self.protocol == "kafka":
+            for i in (self.client_dir, 1 - self.client_dir):  # requests first: pairing needs them
+                held, self.dirs[i].held = self.dirs[i].held, []
+                for kind, off, payload, first_f, last_f, ts in held:
+                    d = self.dirs[i]
+                    if kind == "data":
+                        d.add(off, off + len(payload), first_f, last_f, ts)
+                        self._frames(i, d.splitter.feed(payload))
+                    else:
+                        self._frames(i, d.splitter.gap(payload))
+
+    def finish(self) -> None:
+        """The connection ended (or the capture did): flush partial frames and unanswered requests."""
+        if self.protocol is None:
+            self._decide(0, "other")
+        if self.protocol != "kafka":
+            return
+        for i in (self.client_dir, 1 - self.client_dir):
+            self._frames(i, self.dirs[i].splitter.finish())
+        for corr, (req, frame, ts, size, complete) in sorted(self.pending.items(), key=lambda kv: kv[1][1] or 0):
+            self.unanswered += 1
+            self.sink.exchange(self, Exchange(req, None, frame, None, ts, None, size, None, complete, None))
+        self.pending.clear()
+
+    # ---- frames ----------------------------------------------------------------------------
+
+    def _frames(self, direction: int, events) -> None:
+        is_request = direction == self.client_dir
+        d = self.dirs[direction]
+        for ev in events:
+            if isinstance(ev, Frame):
+                frame_no, ts = d.locate(ev.offset, ev.end if ev.complete else ev.offset + 4 + len(ev.payload))
+                if is_request:
+                    self._request(ev, frame_no, ts)
+                else:
+                    self._response(ev, frame_no, ts)
+            elif isinstance(ev, Skipped):
+                frame_no, ts = d.locate(ev.offset, ev.offset + max(ev.length, 1))
+                self.sink.issue(self, frame_no, "skipped-bytes", ev.length, ev.offset,
+                                f"{ev.length} bytes passed over while resynchronising ({ev.reason})")
+            elif isinstance(ev, BadSize):
+                frame_no, ts = d.locate(ev.offset, ev.offset + 4)
+                self.sink.issue(self, frame_no, "bad-frame-size", None, ev.offset,
+                                f"frame size {ev.size} is not plausible (bound {self.options.max_frame_bytes})")
+            elif isinstance(ev, Incomplete):
+                frame_no, ts = d.locate(ev.offset, ev.offset + max(ev.received, 1))
+                what = "request" if is_request else "response"
+                self.sink.issue(self, frame_no, "incomplete-frame", ev.received, ev.offset,
+                                f"capture ends inside a {what} frame ({ev.received} of "
+                                f"{'?' if ev.size is None else ev.size + 4} bytes)")
+
+    def _request(self, ev: Frame, frame_no, ts) -> None:
+        self.requests += 1
+        if self.sasl_tokens:
+            # A raw SASL token after SaslHandshake v0: credentials, never decoded or kept.
+            self.sasl_tokens = False
+            self.sink.issue(self, frame_no, "sasl-token", ev.size, ev.offset,
+                            "raw SASL token after SaslHandshake v0 (redacted, not decoded)")
+            return
+        try:
+            req, _ = decode_request(ev.payload, strict=False, deep=self.options.deep,
+                                    max_batch_bytes=self.options.max_batch_bytes)
+        except DecodeError as e:
+            self.sink.issue(self, frame_no, "undecodable-request", ev.size, ev.offset,
+                            f"request header does not decode: {e.message}")
+            return
+        if req.api_key == API_SASL_HANDSHAKE and req.api_version == 0:
+            self.sasl_tokens = True
+        acks0 = req.api_key == API_PRODUCE and req.body is not None and req.body.get("acks") == 0
+        error = _error_text(req.error)
+        if acks0:  # acks=0: the broker sends no response, by design
+            self.sink.exchange(self, Exchange(req, None, frame_no, None, ts, None, ev.size, None,
+                                              ev.complete, error, expects_response=False))
+            return
+        old = self.pending.pop(req.correlation_id, None)
+        if old is not None:  # a reused correlation id: the earlier request got no answer
+            self.unanswered += 1
+            self.sink.exchange(self, Exchange(old[0], None, old[1], None, old[2], None, old[3], None, old[4], None))
+        self.pending[req.correlation_id] = (req, frame_no, ts, ev.size, ev.complete)
+
+    def _response(self, ev: Frame, frame_no, ts) -> None:
+        self.responses += 1
+        try:
+            corr = peek_correlation_id(ev.payload, 0)
+        except DecodeError as e:
+            self.sink.issue(self, frame_no, "undecodable-response", ev.size, ev.offset, e.message)
+            return
+        pending = self.pending.pop(corr, None)
+        if pending is None:
+            self.sink.exchange(self, Exchange(None, None, None, frame_no, None, ts, None, ev.size, ev.complete,
+                                              "response whose request is not in the capture",
+                                              correlation_id=corr))
+            return
+        req, req_frame, req_ts, req_size, req_complete = pending
+        try:
+            resp, _ = decode_response(ev.payload, req.api_key, req.api_version, strict=False,
+                                      deep=self.options.deep, max_batch_bytes=self.options.max_batch_bytes)
+            error = _error_text(req.error) or _error_text(resp.error)
+        except DecodeError as e:
+            resp, error = None, f"response header does not decode: {e.message}"
+        self.sink.exchange(self, Exchange(req, resp, req_frame, frame_no, req_ts, ts, req_size, ev.size,
+                                          req_complete and ev.complete, error))
+
+
+def _error_text(err) -> str | None:
+    if err is None:
+        return None
+    return f"{err.message} (byte {err.position})" if err.position >= 0 else err.message
