@@ -239,6 +239,7 @@ FRAME = pa.schema([
     ("correlation_id", I32),
     ("client_id", S),
     ("error_codes", S),      # distinct non-zero codes, comma-joined; "" none; null no response
+    ("error_names", S),      # the same as Kafka's names (INVALID_PRODUCER_EPOCH, ...)
     ("transactional_id", S),
     ("producer_id", I64),
     ("producer_epoch", I16),

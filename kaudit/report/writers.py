@@ -127,10 +127,19 @@ class ParquetWriter:
 
 # Row kinds listed in full in the table view; batches are summarised per replica and partition.
 TABLE_COLUMNS = {
+    "connection": ["connection", "protocol", "syn_seen", "close_reason", "packets",
+                   "bytes_to_server", "bytes_to_client", "gaps", "requests", "responses",
+                   "unanswered"],
     "decode_issue": ["source", "position", "issue", "length", "message"],
     "skipped": ["source", "reason"],
 }
 TABLE_ROW_LIMIT = 200
+FRAME_ROW_LIMIT = 1000
+# Frame fields worth a glance in the conversation view, in this order, when set.
+_FRAME_KEYS = (("transactional_id", "txn"), ("producer_id", "pid"), ("producer_epoch", "epoch"),
+               ("new_producer_epoch", "new epoch"), ("acks", "acks"), ("committed", "commit"),
+               ("group_id", "group"), ("coordinator_key", "key"), ("isolation_level", ""),
+               ("partitions", ""), ("sasl_mechanism", "sasl"))
 _BATCH_KEY = ("replica", "topic", "partition")
 
 
@@ -146,10 +155,15 @@ class TableWriter:
         self.rows: dict[str, list[dict]] = {}
         self.counts = Counter()
         self.parts: dict[tuple, dict] = {}
+        self.frames: list[dict] = []
 
     def write(self, kind: str, table: pa.Table) -> None:
         self.counts[kind] += table.num_rows
-        if kind == "batch":
+        if kind == "frame":
+            room = FRAME_ROW_LIMIT - len(self.frames)
+            if room > 0:
+                self.frames.extend(table.slice(0, room).to_pylist())
+        elif kind == "batch" and table.num_rows and table.column("source_kind")[0].as_py() == "log":
             self._summarise(table)
         elif kind in TABLE_COLUMNS:
             kept = self.rows.setdefault(kind, [])
@@ -183,9 +197,38 @@ class TableWriter:
             p["crc_bad"] += r["crc_bad_sum"] or 0
             p["segments"].update(r["source_distinct"])
 
+    def _conversation(self) -> None:
+        """Requests and responses in time order: the conversation view of a capture."""
+        import datetime as dt
+
+        from rich.table import Table
+
+        t = Table(title=f"frames ({_shown(len(self.frames), self.counts['frame'])})", title_justify="left")
+        for c in ("time", "connection", "api", "v", "corr", "frames", "key fields", "errors", "ms"):
+            t.add_column(c, overflow="fold", justify="right" if c in ("v", "corr", "ms") else "left")
+        rows = sorted(self.frames, key=lambda f: (f["request_ts"] or f["response_ts"] or 0))
+        for f in rows:
+            ts = f["request_ts"] or f["response_ts"]
+            when = dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%H:%M:%S.%f") if ts else ""
+            keys = " ".join(f"{label}={f[k]}" if label else str(f[k]) for k, label in _FRAME_KEYS
+                            if f.get(k) not in (None, ""))
+            errors = f["error_names"] or ""
+            if f["response_frame"] is None and f["request_frame"] is not None:
+                errors = "acks=0" if f["acks"] == 0 and f["api_key"] == 0 else "[yellow]no response[/yellow]"
+            if f["decode_error"]:
+                errors = (errors + " " if errors else "") + f"[yellow]{f['decode_error']}[/yellow]"
+            if f["complete"] is False:
+                errors = (errors + " " if errors else "") + "[red]incomplete[/red]"
+            frames = f"{f['request_frame'] or '-'}/{f['response_frame'] or '-'}"
+            t.add_row(when, _short_connection(f["connection"]), f["api_name"] or "?", _cell("v", f["api_version"]),
+                      _cell("c", f["correlation_id"]), frames, keys, errors, _cell("ms", f["latency_ms"]))
+        self.console.print(t)
+
     def close(self, header: dict) -> None:
         from rich.table import Table
 
+        if self.frames:
+            self._conversation()
         if self.parts:
             t = Table(title="partitions", title_justify="left")
             for c in ("replica", "topic", "partition", "segments", "offsets", "batches", "records",
@@ -201,8 +244,7 @@ class TableWriter:
         for kind, rows in self.rows.items():
             if not rows:
                 continue
-            shown = f"{len(rows)} of {self.counts[kind]}" if self.counts[kind] > len(rows) else str(len(rows))
-            t = Table(title=f"{kind} ({shown})", title_justify="left")
+            t = Table(title=f"{kind} ({_shown(len(rows), self.counts[kind])})", title_justify="left")
             for c in TABLE_COLUMNS[kind]:
                 t.add_column(c, overflow="fold")
             for r in rows:
@@ -210,6 +252,20 @@ class TableWriter:
             self.console.print(t)
         summary = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items()))
         self.console.print(f"[bold]kaudit {header.get('command')}[/bold]: {summary or 'no rows'}")
+
+
+def _short_connection(conn: str | None) -> str:
+    """'127.0.0.1:45362 -> 127.0.0.1:9094' -> '127.0.0.1:45362 → :9094' (same host shown once)."""
+    if not conn or " -> " not in conn:
+        return conn or ""
+    client, server = conn.split(" -> ")
+    chost, _, _ = client.rpartition(":")
+    shost, _, sport = server.rpartition(":")
+    return f"{client} → :{sport}" if chost == shost else f"{client} → {server}"
+
+
+def _shown(kept: int, total: int) -> str:
+    return f"{kept} of {total}" if total > kept else str(kept)
 
 
 def _cell(column: str, value) -> str:

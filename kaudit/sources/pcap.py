@@ -21,7 +21,7 @@ from kaudit.model import SCHEMAS, table_from_rows
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.wire.headers import DEFAULT_MAX_FRAME
-from kaudit.protocol.wire.summary import frame_fields
+from kaudit.protocol.wire.summary import error_name, frame_fields
 from kaudit.protocol.wire.summary_batches import fetch_batches, fetch_partitions, produce_batches, txn_events
 from kaudit.sources.batch_table import batch_row
 from kaudit.sources.conversation import Conversation, endpoint
@@ -94,6 +94,8 @@ class _Rows:
         if x.request_ts is not None and x.response_ts is not None:
             latency = round((x.response_ts - x.request_ts) * 1000.0, 3)
         row = {k: v for k, v in f.items() if k in _FRAME_NAMES}
+        if f.get("error_codes"):
+            row["error_names"] = ",".join(error_name(int(c)) for c in f["error_codes"].split(","))
         row.update(source=self.source, connection=conv.name, request_frame=x.request_frame,
                    response_frame=x.response_frame, request_ts=x.request_ts,
                    response_ts=x.response_ts, latency_ms=latency, request_size=x.request_size,
