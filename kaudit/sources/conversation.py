@@ -27,6 +27,8 @@ from kaudit.protocol.wire import (
 
 API_PRODUCE, API_SASL_HANDSHAKE = 0, 17
 DECIDE_BYTES = 64 * 1024  # data held back while deciding who the client is
+MAX_ORPHANS = 64  # unpaired responses held until the end of the connection (then reported)
+MAX_ORPHAN_BYTES = 4 << 20
 
 
 @dataclass(slots=True)
@@ -89,6 +91,7 @@ class Conversation:
         self.protocol = None       # kafka | tls | other (None: undecided)
         self.pending = {}          # correlation id -> (Request, frame, ts, size, complete)
         self.sasl_tokens = False   # after SaslHandshake v0: bare SASL frames follow
+        self.orphans = []          # responses with no request (yet): paired at the end if one turns up
         self.requests = self.responses = self.unanswered = 0
         if syn_seen and b[1] in kafka_ports:
             self._decide(0)
@@ -178,6 +181,9 @@ class Conversation:
             return
         for i in (self.client_dir, 1 - self.client_dir):
             self._frames(i, self.dirs[i].splitter.finish())
+        orphans, self.orphans = self.orphans, None
+        for ev, frame_no, ts in orphans:  # a cut request surfaces only now: pair what we can
+            self._response(ev, frame_no, ts, counted=True)
         for corr, (req, frame, ts, size, complete) in sorted(self.pending.items(), key=lambda kv: kv[1][1] or 0):
             self.unanswered += 1
             self.sink.exchange(self, Exchange(req, None, frame, None, ts, None, size, None, complete, None))
@@ -209,6 +215,10 @@ class Conversation:
                 self.sink.issue(self, frame_no, "incomplete-frame", ev.received, ev.offset,
                                 f"capture ends inside a {what} frame ({ev.received} of "
                                 f"{'?' if ev.size is None else ev.size + 4} bytes)")
+                if is_request and ev.size is not None and ev.data:
+                    # The header of a cut request still names it: keep it, so that its response
+                    # (the other direction may go on) pairs with it, marked incomplete.
+                    self._request(Frame(ev.offset, ev.size, ev.data, complete=False), frame_no, ts)
 
     def _request(self, ev: Frame, frame_no, ts) -> None:
         self.requests += 1
@@ -239,14 +249,19 @@ class Conversation:
             self.sink.exchange(self, Exchange(old[0], None, old[1], None, old[2], None, old[3], None, old[4], None))
         self.pending[req.correlation_id] = (req, frame_no, ts, ev.size, ev.complete)
 
-    def _response(self, ev: Frame, frame_no, ts) -> None:
-        self.responses += 1
+    def _response(self, ev: Frame, frame_no, ts, counted: bool = False) -> None:
+        if not counted:
+            self.responses += 1
         try:
             corr = peek_correlation_id(ev.payload, 0)
         except DecodeError as e:
             self.sink.issue(self, frame_no, "undecodable-response", ev.size, ev.offset, e.message)
             return
         pending = self.pending.pop(corr, None)
+        if (pending is None and self.orphans is not None and len(self.orphans) < MAX_ORPHANS
+                and sum(len(o[0].payload) for o in self.orphans) + len(ev.payload) <= MAX_ORPHAN_BYTES):
+            self.orphans.append((ev, frame_no, ts))
+            return
         if pending is None:
             self.sink.exchange(self, Exchange(None, None, None, frame_no, None, ts, None, ev.size, ev.complete,
                                               "response whose request is not in the capture",

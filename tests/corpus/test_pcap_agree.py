@@ -155,3 +155,36 @@ def test_requests_agree_with_tshark_and_are_paired(corpus):
           f"not acks=0): {unpaired}")
     assert total > 1000
     assert found / total > 0.99, problems[:5]
+
+
+def test_public_captures_agree_with_their_expected_results(corpus):
+    """deepflow's `.result` (api, version, correlation id, client id of every message), nDPI's
+    console-producer Produce v9 to zqy-test-0, go-sniffer's old-version Linux SLL capture."""
+    import re
+
+    pattern = re.compile(r"msg_type: (\w+), correlation_id: Some\((\d+)\), api_key: (\w+), "
+                         r'api_version: (\d+), client_id: "([^"]*)"')
+    n = 0
+    for result in sorted((corpus / "public/deepflow").glob("*.result")):
+        expected = Counter(pattern.search(line).groups() for line in result.read_text().splitlines()
+                           if pattern.search(line))
+        got = Counter()
+        for f in decoded(result.with_suffix(".pcap")).get("frame", []):
+            if f["api_name"] is None:
+                continue
+            if f["request_frame"] is not None:
+                got[("Request", str(f["correlation_id"]), f["api_name"], str(f["api_version"]), f["client_id"] or "")] += 1
+            if f["response_frame"] is not None:
+                got[("Response", str(f["correlation_id"]), f["api_name"], str(f["api_version"]), "")] += 1
+        assert expected - got == Counter(), (result.name, expected - got)
+        n += sum(expected.values())
+    ndpi = [b for b in decoded(corpus / "public/nDPI/kafka.pcapng").get("batch", []) if b["source_kind"] == "produce"]
+    # (corpus/README.md describes this file with deepflow 00-produce-v9's zqy-test exchange; the
+    # file itself, and kafka-python's decode of it, hold these three Produce requests)
+    assert sorted((b["topic"], b["api_version"], b["correlation_id"], b["client_id"]) for b in ndpi) == [
+        ("LB_MAIN_LOG_INPUT", 3, 2, "rdkafka"), ("LB_MAIN_LOG_INPUT", 3, 3, "rdkafka"),
+        ("sampleTopic", 9, 6, "console-producer")]
+    sniff = decoded(corpus / "public/go-sniffer/kafka.pcap")
+    assert {f["api_name"] for f in sniff["frame"]} >= {"Metadata", "Produce"}
+    assert all(f["decode_error"] is None for f in sniff["frame"])
+    print(f"\ndeepflow: {n} expected messages found; nDPI and go-sniffer decoded")
