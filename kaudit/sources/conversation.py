@@ -3,12 +3,13 @@ direction, requests paired with their responses by correlation id.
 
 Fed the capture layer's events for one connection; hands finished exchanges to a sink as
 `Exchange` objects (request and/or response with frame numbers and times) and problems as issue
-dicts. Secrets: frames that follow a SaslHandshake v0 are raw SASL tokens; they are never
-decoded or kept.
+dicts. Secrets: frames that follow a SaslHandshake v0 are raw SASL tokens (both ways, until the
+client sends a Kafka request again); they are never decoded or kept.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ API_PRODUCE, API_SASL_HANDSHAKE = 0, 17
 DECIDE_BYTES = 64 * 1024  # data held back while deciding who the client is
 MAX_ORPHANS = 64  # unpaired responses held until the end of the connection (then reported)
 MAX_ORPHAN_BYTES = 4 << 20
+_I32 = struct.Struct(">i")
 
 
 @dataclass(slots=True)
@@ -91,14 +93,21 @@ class Conversation:
         self.protocol = None       # kafka | tls | other (None: undecided)
         self.pending = {}          # correlation id -> (Request, frame, ts, size, complete)
         self.sasl_tokens = False   # after SaslHandshake v0: bare SASL frames follow
+        self.sasl_replies = 0      # the client's raw SASL tokens not yet answered (by raw tokens)
+        self.last_corr = -1        # highest correlation id of a decoded request (resync check)
+        self.first_dir = None      # the direction of the first data seen
         self.orphans = []          # responses with no request (yet): paired at the end if one turns up
         self.requests = self.responses = self.unanswered = 0
+        # The roles a Kafka port implies. Kafka is only decided on the first bytes: a TLS client
+        # on the Kafka port (a record header read as a size is >= 335 MB) is reported as TLS,
+        # not as Kafka frames of absurd sizes.
+        self.port_client = None
         if syn_seen and b[1] in kafka_ports:
-            self._decide(0)
+            self.port_client = 0
         elif not syn_seen and b[1] in kafka_ports and a[1] not in kafka_ports:
-            self._decide(0)
+            self.port_client = 0
         elif not syn_seen and a[1] in kafka_ports and b[1] not in kafka_ports:
-            self._decide(1)
+            self.port_client = 1
 
     # ---- identity ----------------------------------------------------------------------
 
@@ -121,7 +130,8 @@ class Conversation:
             return
         synced = self.syn_seen
         max_size = self.options.max_frame_bytes
-        self.dirs[client_dir].splitter = FrameSplitter("request", max_size=max_size, synced=synced)
+        self.dirs[client_dir].splitter = FrameSplitter("request", max_size=max_size, synced=synced,
+                                                       check=self._request_check)
         self.dirs[1 - client_dir].splitter = FrameSplitter(
             "response", max_size=max_size, synced=synced, correlation_ids=self.pending)
 
@@ -132,6 +142,8 @@ class Conversation:
         n = len(ev.data)
         d.bytes += n
         if self.protocol is None:
+            if self.first_dir is None:
+                self.first_dir = ev.direction
             d.held.append(("data", ev.stream_offset, bytes(ev.data), ev.first_frame, ev.last_frame, ev.ts))
             self._try_decide(ev.direction)
             return
@@ -148,35 +160,92 @@ class Conversation:
         if self.protocol == "kafka":
             self._frames(ev.direction, d.splitter.gap(ev.length))
 
-    def _try_decide(self, direction: int) -> None:
-        first = self.dirs[direction].held
-        data = b"".join(h[2] for h in first if h[0] == "data")
-        if data[:1] == b"\x16" and data[1:2] == b"\x03":
-            client = direction if self.syn_seen is False else 0
+    def _held_data(self, direction: int) -> bytes:
+        return b"".join(h[2] for h in self.dirs[direction].held if h[0] == "data")
+
+    def _tls(self, data: bytes) -> bool:
+        """A TLS record header (content type 20-23, version 3.x) where a frame would start;
+        as a Kafka size it would exceed the frame bound."""
+        return (len(data) >= 2 and 0x14 <= data[0] <= 0x17 and data[1] == 0x03
+                and data[0] << 24 > self.options.max_frame_bytes)
+
+    def _try_decide(self, direction: int, final: bool = False) -> None:
+        data = self._held_data(direction)
+        if self._tls(data):
+            client = self.port_client if self.port_client is not None else (
+                direction if self.syn_seen is False else 0)
             self._decide(client, "tls")
             return
-        looks = plausible_request(data, 0, self.options.max_frame_bytes)
-        if looks is True:
-            self._decide(direction)
-        elif looks is False and self.syn_seen and direction == 0:
-            self._decide(0, "other")
-        elif looks is False and sum(len(h[2]) for d in self.dirs for h in d.held if h[0] == "data") > DECIDE_BYTES:
-            self._decide(0, "other")
+        if self.port_client is not None:
+            if not final and len(data) == 1 and 0x14 <= data[0] <= 0x17:
+                return  # one byte of what may be a TLS record header: wait for the next
+            self._decide(self.port_client)
+        elif self.syn_seen:  # the opener speaks first in Kafka
+            looks = plausible_request(data, 0, self.options.max_frame_bytes)
+            if looks is True:
+                self._decide(direction)
+            elif final:
+                return  # finish() tries the other direction, then settles
+            elif looks is False and direction == 0:
+                self._decide(0, "other")
+            elif looks is False and self._held_bytes() > DECIDE_BYTES:
+                self._decide(0, "other")
+        else:
+            client = self._orient(final or self._held_bytes() > DECIDE_BYTES)
+            if client is None:
+                return
+            if client < 0:
+                self._decide(0, "other")
+            else:
+                self._decide(client)
         if self.protocol == "kafka":
-            for i in (self.client_dir, 1 - self.client_dir):  # requests first: pairing needs them
-                held, self.dirs[i].held = self.dirs[i].held, []
-                for kind, off, payload, first_f, last_f, ts in held:
-                    d = self.dirs[i]
-                    if kind == "data":
-                        d.add(off, off + len(payload), first_f, last_f, ts)
-                        self._frames(i, d.splitter.feed(payload))
-                    else:
-                        self._frames(i, d.splitter.gap(payload))
+            self._replay()
+
+    def _held_bytes(self) -> int:
+        return self.dirs[0].bytes + self.dirs[1].bytes  # all held while undecided
+
+    def _orient(self, settle: bool) -> int | None:
+        """Who is the client, without a handshake or a Kafka port: the client direction, -1 for
+        no Kafka, None for not yet. A response can look like a request too (a correlation id
+        below ~13 reads as a Produce header), so a direction that looks like requests is only
+        trusted once the other one does not; when both do, the one whose correlation ids come
+        back in the other's frames is the client, and when nothing tells, the first speaker."""
+        data = [self._held_data(0), self._held_data(1)]
+        max_size = self.options.max_frame_bytes
+        looks = [plausible_request(x, 0, max_size) if x else None for x in data]
+        cands = [i for i in (0, 1) if looks[i] is True]
+        if len(cands) == 2:
+            votes = [len(_frame_ints(data[c], 8) & _frame_ints(data[1 - c], 4)) for c in (0, 1)]
+            if votes[0] != votes[1]:
+                return 0 if votes[0] > votes[1] else 1
+            return self.first_dir if settle else None
+        if cands:
+            return cands[0] if settle or looks[1 - cands[0]] is False else None
+        return -1 if settle else None
+
+    def _replay(self) -> None:
+        """Feed the data held while the roles were unknown."""
+        for i in (self.client_dir, 1 - self.client_dir):  # requests first: pairing needs them
+            held, self.dirs[i].held = self.dirs[i].held, []
+            for kind, off, payload, first_f, last_f, ts in held:
+                d = self.dirs[i]
+                if kind == "data":
+                    d.add(off, off + len(payload), first_f, last_f, ts)
+                    self._frames(i, d.splitter.feed(payload))
+                else:
+                    self._frames(i, d.splitter.gap(payload))
 
     def finish(self) -> None:
         """The connection ended (or the capture did): flush partial frames and unanswered requests."""
+        for i in (0, 1):
+            if self.protocol is None and self.dirs[i].held:
+                self._try_decide(i, final=True)
         if self.protocol is None:
-            self._decide(0, "other")
+            if self.port_client is not None:  # on a Kafka port, even if (almost) silent
+                self._decide(self.port_client)
+                self._replay()
+            else:
+                self._decide(0, "other")
         if self.protocol != "kafka":
             return
         for i in (self.client_dir, 1 - self.client_dir):
@@ -220,14 +289,29 @@ class Conversation:
                     # (the other direction may go on) pairs with it, marked incomplete.
                     self._request(Frame(ev.offset, ev.size, ev.data, complete=False), frame_no, ts)
 
+    def _request_check(self, buf, off):
+        """The request splitter's resync check: a plausible header whose correlation id is above
+        the last decoded one (clients count up per connection). Runs of zeros in a lost
+        request's tail otherwise pass for a Produce v0 header with correlation id 0, and the
+        bogus frame swallows the real requests that follow."""
+        r = plausible_request(buf, off, self.options.max_frame_bytes)
+        if r is True and _I32.unpack_from(buf, off + 8)[0] <= self.last_corr:
+            return False
+        return r
+
     def _request(self, ev: Frame, frame_no, ts) -> None:
         self.requests += 1
         if self.sasl_tokens:
-            # A raw SASL token after SaslHandshake v0: credentials, never decoded or kept.
+            # After SaslHandshake v0 the mechanism's messages travel as bare frames until the
+            # exchange is over (one for PLAIN, two for SCRAM, more for GSSAPI): every frame that
+            # is not a plausible request is a token - credentials, never decoded or kept.
+            if plausible_request(_I32.pack(ev.size) + bytes(ev.payload), 0,
+                                 self.options.max_frame_bytes) is not True:
+                self.sasl_replies += 1
+                self.sink.issue(self, frame_no, "sasl-token", ev.size, ev.offset,
+                                "raw SASL token after SaslHandshake v0 (redacted, not decoded)")
+                return
             self.sasl_tokens = False
-            self.sink.issue(self, frame_no, "sasl-token", ev.size, ev.offset,
-                            "raw SASL token after SaslHandshake v0 (redacted, not decoded)")
-            return
         try:
             req, _ = decode_request(ev.payload, strict=False, deep=self.options.deep,
                                     max_batch_bytes=self.options.max_batch_bytes)
@@ -235,6 +319,8 @@ class Conversation:
             self.sink.issue(self, frame_no, "undecodable-request", ev.size, ev.offset,
                             f"request header does not decode: {e.message}")
             return
+        if req.correlation_id > self.last_corr:
+            self.last_corr = req.correlation_id
         if req.api_key == API_SASL_HANDSHAKE and req.api_version == 0:
             self.sasl_tokens = True
         acks0 = req.api_key == API_PRODUCE and req.body is not None and req.body.get("acks") == 0
@@ -252,6 +338,13 @@ class Conversation:
     def _response(self, ev: Frame, frame_no, ts, counted: bool = False) -> None:
         if not counted:
             self.responses += 1
+        if self.sasl_replies:
+            # The broker's raw SASL token answering the client's (empty for PLAIN, the SCRAM
+            # server messages): no correlation id to read, a secret to keep out of the rows.
+            self.sasl_replies -= 1
+            self.sink.issue(self, frame_no, "sasl-token", ev.size, ev.offset,
+                            "raw SASL token from the broker after SaslHandshake v0 (redacted, not decoded)")
+            return
         try:
             corr = peek_correlation_id(ev.payload, 0)
         except DecodeError as e:
@@ -276,6 +369,19 @@ class Conversation:
             resp, error = None, f"response header does not decode: {e.message}"
         self.sink.exchange(self, Exchange(req, resp, req_frame, frame_no, req_ts, ts, req_size, ev.size,
                                           req_complete and ev.complete, error))
+
+
+def _frame_ints(buf: bytes, at: int, limit: int = 16) -> set:
+    """The int32 at `at` in each of the first frames of `buf` read as a chain of size-prefixed
+    frames from its start: correlation ids (at 8 for requests, 4 for responses)."""
+    out, off = set(), 0
+    while len(out) < limit and off + at + 4 <= len(buf):
+        out.add(_I32.unpack_from(buf, off + at)[0])
+        size = _I32.unpack_from(buf, off)[0]
+        if size < 4:
+            break
+        off += 4 + size
+    return out
 
 
 def _error_text(err) -> str | None:
