@@ -200,6 +200,7 @@ def _decode(mm, path, options, summary):
     rows = _Rows(path)
     convs: dict[int, Conversation] = {}
     opened: dict[int, ConnOpen] = {}
+    closed: list = []
     for ev in streams.events():
         t = type(ev)
         if t is StreamData:
@@ -220,9 +221,15 @@ def _decode(mm, path, options, summary):
             conv = convs.pop(ev.conn_id)
             conv.finish()
             summary.kafka_connections += conv.protocol == "kafka"
-            rows.connection(conv, opened.pop(ev.conn_id), ev, ev.stats)
+            if conv.protocol == "tls":
+                rows.issue(conv, opened[ev.conn_id].frame, "tls", None, None,
+                           "TLS connection: encrypted, not decodable (see its connection row)")
+            # the row waits for the end: packets after the close (the last ACK) still count
+            closed.append((conv, opened.pop(ev.conn_id), ev))
         if rows.count >= FLUSH_ROWS:
             yield from rows.tables()
+    for conv, op, close in closed:
+        rows.connection(conv, op, close, close.stats)
     for conv in convs.values():  # the capture layer closes every connection; this is a guard
         conv.finish()
         rows.connection(conv, opened[conv.conn_id], None, None)
