@@ -22,6 +22,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_segments.py
+	$(PY) benchmarks/bench_pcap.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -9,6 +9,7 @@ give the same events.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Iterator
 
@@ -26,6 +27,13 @@ _FAST_LINKS = {
     113: (16, struct.Struct("!14xIH2xI2xQIIIBB").unpack_from),
 }
 _CONTROL = SYN | FIN | RST
+# A memory-mapped capture's pages stay resident once read, so a big file would count in the
+# process's RSS as a whole. Every RELEASE_EVERY bytes read, the pages before the current record
+# are dropped (MADV_DONTNEED): the mapping is a read-only shared file mapping, so anything still
+# referenced there (unacknowledged segments, payload views) is simply read back from the page
+# cache when touched again.
+RELEASE_EVERY = 32 << 20
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 
 
 class CaptureStreams:
@@ -37,6 +45,8 @@ class CaptureStreams:
 
     def __init__(self, buf, max_buffer: int = MAX_BUFFER):
         self.capture = open_capture(buf)
+        # the mapping whose read pages are released as the loop goes (None: not an mmap)
+        self._mapped = buf if isinstance(buf, mmap.mmap) and _DONTNEED is not None else None
         self.link = LinkDecoder()
         self.reassembler = Reassembler(max_buffer)
         self.packets = 0  # frames read (the last frame number)
@@ -70,8 +80,13 @@ class CaptureStreams:
         vlan_types = VLAN_TYPES
         ack_flag = ACK
         mask = MASK
+        mapped = self._mapped
+        release_at = RELEASE_EVERY if mapped is not None else float("inf")
         try:
             for frame, ts, lt, start, end, origlen, _iface in self.capture.records():
+                if start >= release_at:
+                    _release(mapped, start)
+                    release_at = start + RELEASE_EVERY
                 if lt != cur_lt:
                     cur_lt = lt
                     link_len, unpack = _FAST_LINKS.get(lt, (0, None))
@@ -141,3 +156,13 @@ class CaptureStreams:
     @property
     def tcp_packets(self):
         return self.packets - sum(self.link.dropped.values())
+
+
+def _release(mapped, upto: int) -> None:
+    """Drop the resident pages of `mapped` before `upto` (whole pages only)."""
+    n = upto - upto % mmap.PAGESIZE
+    if n > 0:
+        try:
+            mapped.madvise(_DONTNEED, 0, n)
+        except (OSError, ValueError):  # a closed map or a kernel that refuses: only memory is at stake
+            pass

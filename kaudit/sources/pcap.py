@@ -63,12 +63,12 @@ class _Rows:
         self.source = source
         self.rows: dict[str, list[dict]] = {}
         self.count = 0
-        self._strings = {k: {f.name for f in s if pa.types.is_string(f.type)} for k, s in SCHEMAS.items()}
+        self._strings = {k: tuple(f.name for f in s if pa.types.is_string(f.type)) for k, s in SCHEMAS.items()}
 
     def add(self, kind: str, row: dict) -> None:
-        strings = self._strings[kind]
-        for k, v in row.items():
-            if k in strings and v is not None and not isinstance(v, str):
+        for k in self._strings[kind]:
+            v = row.get(k)
+            if v is not None and not isinstance(v, str):
                 row[k] = _string(v)
         self.rows.setdefault(kind, []).append(row)
         self.count += 1
@@ -108,9 +108,10 @@ class _Rows:
             for b in produce_batches(req, resp):
                 self._batch(b, "produce", x.request_frame, ctx)
         elif req.api_key == 1 and resp is not None:
-            for p in fetch_partitions(req, resp):
+            parts = fetch_partitions(req, resp)
+            for p in parts:
                 self._fetch_partition(p, x, ctx)
-            for b in fetch_batches(req, resp):
+            for b in fetch_batches(req, resp, parts):
                 self._batch(b, "fetch", x.response_frame, ctx)
         for ev in txn_events(req, resp):
             ev = {k: v for k, v in ev.items() if k in _TXN_NAMES}

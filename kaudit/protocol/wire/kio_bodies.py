@@ -322,7 +322,21 @@ def _array_reader(item, flexible):
 
 def walk_schema(cls, buf, off):
     """Decode one kio entity class -> (dict, new offset); the dict kio's reader would give,
-    converted (see the module docstring)."""
+    converted (see the module docstring).
+
+    The compiled walker of the class (`_compiled`) runs first; it only ever gives up, never
+    differs: on any problem (cut or invalid bytes, an unusual tagged field) the plain walk below
+    decodes the same bytes again and raises the precise error."""
+    fast = _compiled(cls)
+    if fast is not None:
+        try:
+            return fast(buf, off)
+        except Exception:  # noqa: BLE001 - the generic walk decides what is wrong
+            pass
+    return _walk_generic(cls, buf, off)
+
+
+def _walk_generic(cls, buf, off):
     flexible, steps, tagged = _walk_plan(cls)
     out = {}
     for step in steps:
@@ -341,8 +355,7 @@ def walk_schema(cls, buf, off):
         elif kind == _FIELD:
             out[step[1]], off = step[2](buf, off)
         else:
-            default = step[2]
-            out[step[1]] = copy.deepcopy(default) if isinstance(default, (list, dict)) else default
+            out[step[1]] = _fresh(step[2])
     if flexible:
         count, off = read_uvarint(buf, off)
         if count > len(buf) - off:
@@ -360,3 +373,189 @@ def walk_schema(cls, buf, off):
                     raise DecodeError(f"tagged field {tag} size {size} disagrees", off)
             off += size  # unknown tags are skipped, as Kafka does
     return out, off
+
+
+def _immutable(v) -> bool:
+    return v is None or isinstance(v, (int, float, str, bytes))
+
+
+def _copier(default):
+    """How to give a tagged field's default as a new object (callers may mutate containers):
+    a shallow copy when the container holds immutable values only, else a deep copy."""
+    if isinstance(default, dict):
+        return dict.copy if all(_immutable(v) for v in default.values()) else copy.deepcopy
+    if isinstance(default, list):
+        return list.copy if all(_immutable(v) for v in default) else copy.deepcopy
+    return None
+
+
+def _fresh(default):
+    """A tagged field's default, as a new object when it is a container."""
+    how = _copier(default)
+    return default if how is None else how(default)
+
+
+# ---- compiled walkers --------------------------------------------------------------------
+#
+# The plan of `_walk_plan` turned into one straight-line Python function per class (fixed runs
+# unpacked into locals, compact lengths read inline, arrays of entities looped in place, the dict
+# built at once in field order). Same dict, same key order, same offsets as `_walk_generic`; any
+# exception makes `walk_schema` fall back to the generic walk, which raises the real error. Steps
+# the generator does not specialise call the generic step reader.
+
+
+class _GiveUp(Exception):
+    pass
+
+
+_GIVE_UP = _GiveUp()
+
+
+def _tags(out, tagged, buf, off):
+    """The tagged-field section after its first byte said "some": exactly the generic loop."""
+    count, off = read_uvarint(buf, off)
+    if count > len(buf) - off:
+        raise _GIVE_UP
+    for _ in range(count):
+        tag, off = read_uvarint(buf, off)
+        size, off = read_uvarint(buf, off)
+        if off + size > len(buf):
+            raise _GIVE_UP
+        known = tagged.get(tag)
+        if known is not None:
+            name, reader = known
+            out[name], used = reader(buf[: off + size], off)
+            if used != off + size:
+                raise _GIVE_UP
+        off += size
+    return off
+
+
+def _length_code(var: str, flexible: bool, lines: list, ind: str) -> None:
+    """Code reading a length prefix into `var`: uvarint - 1 (compact) or int32 / int16 is the
+    caller's business; here the compact form only (-1 for null)."""
+    lines.append(f"{ind}b = buf[off]")
+    lines.append(f"{ind}if b < 128:")
+    lines.append(f"{ind}    {var} = b - 1")
+    lines.append(f"{ind}    off += 1")
+    lines.append(f"{ind}else:")
+    lines.append(f"{ind}    {var}, off = uvarint(buf, off)")
+    lines.append(f"{ind}    {var} -= 1")
+
+
+@lru_cache(maxsize=None)
+def _compiled(cls):
+    """The compiled walker of `cls`, or None when its plan cannot be compiled."""
+    try:
+        return _compile(cls)
+    except Exception:  # noqa: BLE001 - the generic walk still works
+        return None
+
+
+def _compile(cls):
+    flexible, steps, tagged = _walk_plan(cls)
+    hints = typing.get_type_hints(cls)
+    fields = {_out_name(f.name, f.metadata.get("kafka_type")): f for f in dataclasses.fields(cls)}
+    env = {"uvarint": read_uvarint, "GIVE_UP": _GIVE_UP, "uuid_str": uuid_str,
+           "tags": _tags, "TAGGED": tagged, "I16": struct.Struct(">h").unpack_from,
+           "I32": struct.Struct(">i").unpack_from, "memoryview": memoryview}
+    lines = ["def walk(buf, off):", "    L = len(buf)"]
+    names = []  # (output name, local variable or expression)
+    for i, step in enumerate(steps):
+        kind = step[0]
+        if kind == _FIXED:
+            _, st, fnames, uuids = step
+            env[f"S{i}"] = st.unpack_from
+            locs = [f"v{i}_{j}" for j in range(len(fnames))]
+            lines.append(f"    {', '.join(locs)}{',' if len(locs) == 1 else ''} = S{i}(buf, off)")
+            lines.append(f"    off += {st.size}")
+            for j in uuids:
+                lines.append(f"    {locs[j]} = uuid_str({locs[j]})")
+            names.extend(zip(fnames, locs))
+            continue
+        if kind == _TAGGED:
+            env[f"D{i}"] = step[2]
+            how = _copier(step[2])
+            if how is not None:
+                env[f"C{i}"] = how
+            names.append((step[1], f"D{i}" if how is None else f"C{i}(D{i})"))
+            continue
+        name, reader = step[1], step[2]
+        var = f"v{i}"
+        f = fields[name]
+        kt = f.metadata.get("kafka_type")
+        t = hints[f.name]
+        inner = [c for c in _inner_types(t) if isinstance(c, type) and dataclasses.is_dataclass(c)]
+        seq = _is_tuple(t)
+        if inner and seq:
+            sub = _compiled(inner[0])
+            if sub is None:
+                raise ValueError("nested class not compiled")
+            env[f"W{i}"] = sub
+            if flexible:
+                _length_code("n", True, lines, "    ")
+            else:
+                lines.append("    n, = I32(buf, off)")
+                lines.append("    off += 4")
+                lines.append("    if n < -1:")
+                lines.append("        raise GIVE_UP")
+            lines.append("    if n < 0:")
+            lines.append(f"        {var} = None")
+            lines.append("    else:")
+            lines.append("        if n > L - off:")
+            lines.append("            raise GIVE_UP")
+            lines.append(f"        {var} = []")
+            lines.append(f"        ap = {var}.append")
+            lines.append("        for _ in range(n):")
+            lines.append(f"            x, off = W{i}(buf, off)")
+            lines.append("            ap(x)")
+        elif not inner and not seq and kt == "string":
+            if flexible:
+                _length_code("n", True, lines, "    ")
+            else:
+                lines.append("    n, = I16(buf, off)")
+                lines.append("    off += 2")
+                lines.append("    if n < -1:")
+                lines.append("        raise GIVE_UP")
+            lines.append("    if n < 0:")
+            lines.append(f"        {var} = None")
+            lines.append("    else:")
+            lines.append("        e = off + n")
+            lines.append("        if e > L:")
+            lines.append("            raise GIVE_UP")
+            lines.append(f"        {var} = str(buf[off:e], 'utf-8')")
+            lines.append("        off = e")
+        elif not inner and not seq and kt == "records":
+            if flexible:
+                _length_code("n", True, lines, "    ")
+            else:
+                lines.append("    n, = I32(buf, off)")
+                lines.append("    off += 4")
+                lines.append("    if n < -1:")
+                lines.append("        raise GIVE_UP")
+            lines.append("    if n < 0:")
+            lines.append(f"        {var} = None")
+            lines.append("    else:")
+            lines.append("        e = off + n")
+            lines.append("        if e > L:")
+            lines.append("            raise GIVE_UP")
+            lines.append(f"        {var} = memoryview(buf)[off:e]")
+            lines.append("        off = e")
+        else:  # anything else: the generic step reader
+            env[f"R{i}"] = reader
+            lines.append(f"    {var}, off = R{i}(buf, off)")
+        names.append((name, var))
+    items = ", ".join(f"{k!r}: {v}" for k, v in names)
+    lines.append(f"    out = {{{items}}}")
+    if flexible:
+        lines.append("    if buf[off] == 0:")
+        lines.append("        return out, off + 1")
+        lines.append("    return out, tags(out, TAGGED, buf, off)")
+    else:
+        lines.append("    return out, off")
+    src = "\n".join(lines) + "\n"
+    code = compile(src, f"<kio walker {cls.__module__}.{cls.__qualname__}>", "exec")
+    exec(code, env)  # noqa: S102 - generated from kio's schema only
+    walk = env["walk"]
+    walk.__qualname__ = walk.__name__ = f"walk_{cls.__name__}"
+    return walk

@@ -96,12 +96,20 @@ def frame_fields(request, response=None) -> dict:
         out["body_decoder"] = request.decoder
     req, resp = _body(request), _body(response)
     if resp is not None:
-        out["error_codes"] = ",".join(str(c) for c in error_codes(resp))
+        out["error_codes"] = ",".join(str(c) for c in error_codes(resp, _schema(response)))
         out["throttle_time_ms"] = resp.get("throttle_time_ms")
     handler = _FRAME_HANDLERS.get(key)
     if handler is not None:
         handler(out, req or {}, resp or {}, version)
     return out
+
+
+def _schema(response):
+    """The kio class a response body was read with, when its dict is exactly that schema's
+    (SaslAuthenticate bodies gain redaction facts after decoding)."""
+    if response.decoder != "kio" or response.api_key == apis.SASL_AUTHENTICATE:
+        return None
+    return apis.kio_class(response.api_key, response.body_version, "response")
 
 
 def _produce_frame(out, req, resp, version):

@@ -3,18 +3,79 @@ events, and topic ids from Metadata (the second half of `summary`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from functools import lru_cache
+
 from kaudit.protocol.wire import apis
 
 ISOLATION = {0: "read_uncommitted", 1: "read_committed"}
 
 
-def error_codes(body: dict | None) -> list[int]:
+def error_codes(body: dict | None, schema=None) -> list[int]:
     """Every distinct non-zero error code in a response body, in order of appearance
-    (fields named `error_code` or ending in `_error_code`)."""
+    (fields named `error_code` or ending in `_error_code`).
+
+    `schema`: the kio class the body was decoded with, if it was; then only the fields that can
+    hold an error code are visited (same answer, without walking every partition's dicts)."""
     seen: dict[int, None] = {}
     if body is not None:
-        _collect_errors(body, seen)
+        plan = _error_plan(schema) if schema is not None else None
+        if plan is None:
+            _collect_errors(body, seen)
+        else:
+            _plan_errors(body, plan, seen)
     return list(seen)
+
+
+_ERR, _ONE, _MANY = 0, 1, 2
+
+
+def _is_error_name(name: str) -> bool:
+    return name == "error_code" or name.endswith("_error_code")
+
+
+@lru_cache(maxsize=None)
+def _error_plan(cls):
+    """((op, dict key, sub-plan), ...) in field order for a kio class: the error-code fields
+    and the nested entities that contain some; None when the class is not a plain kio schema."""
+    from kaudit.protocol.wire.kio_bodies import _inner_types, _is_tuple, _out_name
+
+    try:
+        hints = typing.get_type_hints(cls)
+        ops = []
+        for f in dataclasses.fields(cls):
+            kt = f.metadata.get("kafka_type")
+            name = _out_name(f.name, kt)
+            t = hints[f.name]
+            inner = [c for c in _inner_types(t) if isinstance(c, type) and dataclasses.is_dataclass(c)]
+            if inner:
+                sub = _error_plan(inner[0])
+                if sub is None:
+                    return None
+                if sub:
+                    ops.append((_MANY if _is_tuple(t) else _ONE, name, sub))
+            elif _is_error_name(name):
+                ops.append((_ERR, name, None))
+        return tuple(ops)
+    except Exception:  # noqa: BLE001 - the generic walk works on any dict
+        return None
+
+
+def _plan_errors(node, plan, seen: dict) -> None:
+    """`_collect_errors` restricted to the plan's fields (a body of the plan's class)."""
+    for op, name, sub in plan:
+        v = node.get(name)
+        if op == _ERR:
+            if v and isinstance(v, int):
+                seen.setdefault(v, None)
+        elif v is not None:
+            if op == _MANY:
+                for x in v:
+                    if x is not None:
+                        _plan_errors(x, sub, seen)
+            else:
+                _plan_errors(v, sub, seen)
 
 
 def _collect_errors(node, seen: dict) -> None:
@@ -79,24 +140,37 @@ def produce_partitions(request, response=None) -> list[dict]:
     resp = response.body if response is not None and response.body else {}
     for t, p in _iter_parts(resp.get("responses"), "partition_responses"):
         answers[(_tkey(t), p.get("index"))] = p
-    ctx = _msg_context(request)
+    api_version, correlation_id = request.api_version, request.correlation_id
+    client_id = getattr(request, "client_id", None)
+    acks, timeout_ms, txn_id = req.get("acks"), req.get("timeout_ms"), req.get("transactional_id")
     out = []
-    for t, p in _iter_parts(req.get("topic_data"), "partition_data"):
-        a = answers.get((_tkey(t), p.get("index")), {})
-        errs = a.get("record_errors")
-        out.append({
-            "topic": t.get("name"), "topic_id": t.get("topic_id"), "partition": p.get("index"),
-            "acks": req.get("acks"), "timeout_ms": req.get("timeout_ms"),
-            "transactional_id": req.get("transactional_id"), **ctx,
-            **_record_set_fields(p.get("records")),
-            "response_error": a.get("error_code"),
-            "response_base_offset": a.get("base_offset"),
-            "response_log_append_time_ms": a.get("log_append_time_ms"),
-            "response_log_start_offset": a.get("log_start_offset"),
-            "response_record_errors": [(e.get("batch_index"), e.get("batch_index_error_message"))
-                                       for e in errs] if errs else None,
-        })
+    for t in req.get("topic_data") or ():
+        name, topic_id, tkey = t.get("name"), t.get("topic_id"), _tkey(t)
+        for p in t.get("partition_data") or ():
+            index = p.get("index")
+            a = answers.get((tkey, index), _NONE)
+            errs = a.get("record_errors")
+            rs = p.get("records")
+            out.append({
+                "topic": name, "topic_id": topic_id, "partition": index,
+                "acks": acks, "timeout_ms": timeout_ms, "transactional_id": txn_id,
+                "api_version": api_version, "correlation_id": correlation_id, "client_id": client_id,
+                # = _record_set_fields(rs)
+                "record_set_size": None if rs is None else rs.size,
+                "batches": [] if rs is None else rs.batches,
+                "truncated_bytes": 0 if rs is None else rs.truncated,
+                "record_set_error": None if rs is None else rs.error,
+                "response_error": a.get("error_code"),
+                "response_base_offset": a.get("base_offset"),
+                "response_log_append_time_ms": a.get("log_append_time_ms"),
+                "response_log_start_offset": a.get("log_start_offset"),
+                "response_record_errors": [(e.get("batch_index"), e.get("batch_index_error_message"))
+                                           for e in errs] if errs else None,
+            })
     return out
+
+
+_NONE: dict = {}  # no answer for a partition (never written to)
 
 
 def produce_batches(request, response=None) -> list[dict]:
@@ -137,34 +211,54 @@ def fetch_partitions(request, response) -> list[dict]:
     for t, p in _iter_parts(req.get("topics"), "partitions"):
         offsets[(_tkey(t), p.get("partition"))] = p.get("fetch_offset")
     isolation = ISOLATION.get(req.get("isolation_level", 0)) if request is not None else None
-    ctx = _msg_context(request if request is not None else response)
+    msg = request if request is not None else response
+    if msg is None:
+        api_version = correlation_id = client_id = None
+    else:
+        api_version, correlation_id = msg.api_version, msg.correlation_id
+        client_id = getattr(msg, "client_id", None)
+    replica_id = req.get("replica_id")
     out = []
-    for t, p in _iter_parts(resp.get("responses"), "partitions"):
-        aborted = p.get("aborted_transactions")
-        out.append({
-            "topic": t.get("topic"), "topic_id": t.get("topic_id"),
-            "partition": p.get("partition_index"), "isolation_level": isolation,
-            "replica_id": req.get("replica_id"),
-            "fetch_offset": offsets.get((_tkey(t), p.get("partition_index"))),
-            "error_code": p.get("error_code"), "high_watermark": p.get("high_watermark"),
-            "last_stable_offset": p.get("last_stable_offset"),
-            "log_start_offset": p.get("log_start_offset"),
-            "aborted_transactions": None if aborted is None else
-            [(a.get("producer_id"), a.get("first_offset")) for a in aborted],
-            "preferred_read_replica": p.get("preferred_read_replica"),
-            **ctx, **_record_set_fields(p.get("records")),
-        })
+    for t in resp.get("responses") or ():
+        topic, topic_id, tkey = t.get("topic"), t.get("topic_id"), _tkey(t)
+        for p in t.get("partitions") or ():
+            aborted = p.get("aborted_transactions")
+            index = p.get("partition_index")
+            rs = p.get("records")
+            out.append({
+                "topic": topic, "topic_id": topic_id,
+                "partition": index, "isolation_level": isolation,
+                "replica_id": replica_id,
+                "fetch_offset": offsets.get((tkey, index)),
+                "error_code": p.get("error_code"), "high_watermark": p.get("high_watermark"),
+                "last_stable_offset": p.get("last_stable_offset"),
+                "log_start_offset": p.get("log_start_offset"),
+                "aborted_transactions": None if aborted is None else
+                [(a.get("producer_id"), a.get("first_offset")) for a in aborted],
+                "preferred_read_replica": p.get("preferred_read_replica"),
+                "api_version": api_version, "correlation_id": correlation_id, "client_id": client_id,
+                # = _record_set_fields(rs)
+                "record_set_size": None if rs is None else rs.size,
+                "batches": [] if rs is None else rs.batches,
+                "truncated_bytes": 0 if rs is None else rs.truncated,
+                "record_set_error": None if rs is None else rs.error,
+            })
     return out
 
 
-def fetch_batches(request, response) -> list[dict]:
+def fetch_batches(request, response, partitions: list[dict] | None = None) -> list[dict]:
     """One dict per record batch of a Fetch response: the context of `fetch_partitions`
-    (without `batches`) plus `batch` and `batch_index`."""
+    (without `batches`) plus `batch` and `batch_index`. `partitions`: what `fetch_partitions`
+    already gave for this pair (left unchanged), to spare computing it again."""
     out = []
-    for part in fetch_partitions(request, response):
-        batches = part.pop("batches")
+    for part in fetch_partitions(request, response) if partitions is None else partitions:
+        batches = part["batches"]
+        if not batches:
+            continue
+        base = dict(part)
+        del base["batches"]
         for i, b in enumerate(batches):
-            row = dict(part)
+            row = dict(base)
             row["batch"] = b
             row["batch_index"] = i
             out.append(row)
