@@ -16,6 +16,7 @@ setup: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m kaudit decode segments fixtures/logdirs/demo --format table
+	$(PY) -m kaudit decode pcap pcaps/05-fence-java.pcap --kafka-port 9092 --kafka-port 9093 --kafka-port 9094 --format table
 
 test: $(STAMP)
 	$(PY) -m pytest
