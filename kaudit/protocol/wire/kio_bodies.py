@@ -431,9 +431,15 @@ def _tags(out, tagged, buf, off):
     return off
 
 
-def _length_code(var: str, flexible: bool, lines: list, ind: str) -> None:
-    """Code reading a length prefix into `var`: uvarint - 1 (compact) or int32 / int16 is the
-    caller's business; here the compact form only (-1 for null)."""
+def _length_code(var: str, flexible: bool, lines: list, ind: str, width: int = 4) -> None:
+    """Code reading a length prefix into `var` (-1 for null): uvarint - 1 when flexible, else
+    a big-endian int of `width` bytes (4: arrays, bytes; 2: strings); below -1 gives up."""
+    if not flexible:
+        lines.append(f"{ind}{var}, = I{width * 8}(buf, off)")
+        lines.append(f"{ind}off += {width}")
+        lines.append(f"{ind}if {var} < -1:")
+        lines.append(f"{ind}    raise GIVE_UP")
+        return
     lines.append(f"{ind}b = buf[off]")
     lines.append(f"{ind}if b < 128:")
     lines.append(f"{ind}    {var} = b - 1")
@@ -441,6 +447,20 @@ def _length_code(var: str, flexible: bool, lines: list, ind: str) -> None:
     lines.append(f"{ind}else:")
     lines.append(f"{ind}    {var}, off = uvarint(buf, off)")
     lines.append(f"{ind}    {var} -= 1")
+
+
+def _sized_code(var: str, flexible: bool, width: int, value: str, lines: list) -> None:
+    """Code reading a length-prefixed field: None when null, else `value` (an expression of
+    buf, off and e, the field's end) after checking the field fits."""
+    _length_code("n", flexible, lines, "    ", width)
+    lines.append("    if n < 0:")
+    lines.append(f"        {var} = None")
+    lines.append("    else:")
+    lines.append("        e = off + n")
+    lines.append("        if e > L:")
+    lines.append("            raise GIVE_UP")
+    lines.append(f"        {var} = {value}")
+    lines.append("        off = e")
 
 
 @lru_cache(maxsize=None)
@@ -492,13 +512,7 @@ def _compile(cls):
             if sub is None:
                 raise ValueError("nested class not compiled")
             env[f"W{i}"] = sub
-            if flexible:
-                _length_code("n", True, lines, "    ")
-            else:
-                lines.append("    n, = I32(buf, off)")
-                lines.append("    off += 4")
-                lines.append("    if n < -1:")
-                lines.append("        raise GIVE_UP")
+            _length_code("n", flexible, lines, "    ")
             lines.append("    if n < 0:")
             lines.append(f"        {var} = None")
             lines.append("    else:")
@@ -510,37 +524,9 @@ def _compile(cls):
             lines.append(f"            x, off = W{i}(buf, off)")
             lines.append("            ap(x)")
         elif not inner and not seq and kt == "string":
-            if flexible:
-                _length_code("n", True, lines, "    ")
-            else:
-                lines.append("    n, = I16(buf, off)")
-                lines.append("    off += 2")
-                lines.append("    if n < -1:")
-                lines.append("        raise GIVE_UP")
-            lines.append("    if n < 0:")
-            lines.append(f"        {var} = None")
-            lines.append("    else:")
-            lines.append("        e = off + n")
-            lines.append("        if e > L:")
-            lines.append("            raise GIVE_UP")
-            lines.append(f"        {var} = str(buf[off:e], 'utf-8')")
-            lines.append("        off = e")
+            _sized_code(var, flexible, 2, "str(buf[off:e], 'utf-8')", lines)
         elif not inner and not seq and kt == "records":
-            if flexible:
-                _length_code("n", True, lines, "    ")
-            else:
-                lines.append("    n, = I32(buf, off)")
-                lines.append("    off += 4")
-                lines.append("    if n < -1:")
-                lines.append("        raise GIVE_UP")
-            lines.append("    if n < 0:")
-            lines.append(f"        {var} = None")
-            lines.append("    else:")
-            lines.append("        e = off + n")
-            lines.append("        if e > L:")
-            lines.append("            raise GIVE_UP")
-            lines.append(f"        {var} = memoryview(buf)[off:e]")
-            lines.append("        off = e")
+            _sized_code(var, flexible, 4, "memoryview(buf)[off:e]", lines)
         else:  # anything else: the generic step reader
             env[f"R{i}"] = reader
             lines.append(f"    {var}, off = R{i}(buf, off)")
