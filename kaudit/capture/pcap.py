@@ -336,13 +336,15 @@ class PcapngCapture(Capture):
                 self._issue(off, f"corrupt block (type {btype:#x}, length {blen}); "
                                  "no block found after it", "corrupt", n - off)
                 return
-            if btype == _EPB:
+            if btype == _EPB or btype == _OPB:
                 if blen < 32:
-                    off = self._skip_bad(off, blen, frame, "enhanced packet block too short")
+                    off = self._skip_bad(off, blen, frame, "packet block too short")
                     continue
                 iface, tsh, tsl, caplen, origlen = epb(mv, off + 8)
+                if btype == _OPB:  # the obsolete block's interface id is 16 bits (then drops)
+                    iface = struct.unpack_from(order + "H", mv, off + 8)[0]
                 if caplen > blen - 32 or iface >= len(ifaces):
-                    off = self._skip_bad(off, blen, frame, "enhanced packet block: caplen past the block"
+                    off = self._skip_bad(off, blen, frame, "packet block: caplen past the block"
                                          if caplen > blen - 32 else f"unknown interface {iface}")
                     continue
                 ifc = ifaces[iface]
@@ -370,20 +372,6 @@ class PcapngCapture(Capture):
                     caplen = min(caplen, ifaces[0].snaplen)
                 frame += 1
                 yield frame, last_ts, ifaces[0].linktype, off + 12, off + 12 + caplen, origlen, base
-            elif btype == _OPB:
-                if blen < 32:
-                    off = self._skip_bad(off, blen, frame, "packet block too short")
-                    continue
-                iface = struct.unpack_from(order + "H", mv, off + 8)[0]
-                _, tsh, tsl, caplen, origlen = epb(mv, off + 8)
-                if caplen > blen - 32 or iface >= len(ifaces):
-                    off = self._skip_bad(off, blen, frame, "packet block: caplen past the block"
-                                         if caplen > blen - 32 else f"unknown interface {iface}")
-                    continue
-                ifc = ifaces[iface]
-                last_ts = ((tsh << 32) | tsl) / ifc.units + ifc.tsoffset
-                frame += 1
-                yield frame, last_ts, ifc.linktype, off + 28, off + 28 + caplen, origlen, base + iface
             # any other block type (statistics, name resolution, decryption secrets, custom) is
             # not needed here and skipped whole
             off += blen
