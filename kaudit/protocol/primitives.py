@@ -147,6 +147,24 @@ def read_compact_bytes(buf, offset: int):
     return read_raw(buf, offset, n - 1, "compact bytes")
 
 
+def read_bytes_view(buf, offset: int, compact: bool = False):
+    """Length-prefixed bytes as a view into `buf`, never copied (record sets): int32 length, or
+    uvarint(length+1) when `compact`; null is None. The length is checked before the view."""
+    start = offset
+    if compact:
+        n, offset = read_uvarint(buf, offset)
+        n -= 1
+    else:
+        n, offset = read_int32(buf, offset)
+    if n == -1:
+        return None, offset
+    if n < -1:
+        raise DecodeError(f"bytes length {n}", start)
+    if offset + n > len(buf):
+        raise Truncated(f"{n} bytes cut", offset, n)
+    return memoryview(buf)[offset : offset + n], offset + n
+
+
 def read_array_len(buf, offset: int, item_min_size: int = 1):
     """int32 array length; -1 is null (returned as -1). Bounded by the bytes left."""
     start = offset

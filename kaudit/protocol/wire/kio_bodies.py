@@ -33,6 +33,7 @@ from functools import lru_cache
 from kaudit.protocol.errors import DecodeError, Truncated
 from kaudit.protocol.primitives import (
     read_array_len,
+    read_bytes_view,
     read_bool,
     read_bytes,
     read_compact_array_len,
@@ -203,19 +204,7 @@ def _read_float64(buf, off):
 
 def _records_view(flexible):
     def read(buf, off):
-        start = off
-        if flexible:
-            n, off = read_uvarint(buf, off)
-            n -= 1
-        else:
-            n, off = read_int32(buf, off)
-        if n == -1:
-            return None, off
-        if n < -1:
-            raise DecodeError(f"bytes length {n}", start)
-        if off + n > len(buf):
-            raise Truncated(f"records of {n} bytes cut", off, n)
-        return memoryview(buf)[off : off + n], off + n
+        return read_bytes_view(buf, off, flexible)
     return read
 
 

@@ -9,10 +9,10 @@ are the same as version 0", FetchRequest.json "MaxBytes ... 3+", ...).
 
 from __future__ import annotations
 
-from kaudit.protocol.errors import DecodeError, Truncated
 from kaudit.protocol.primitives import (
     read_array_len,
     read_bool,
+    read_bytes_view,
     read_int8,
     read_int16,
     read_int32,
@@ -42,16 +42,6 @@ def _min_size(t) -> int:
     return _PRIMS[t][1]
 
 
-def _read_records(buf, off):
-    start = off
-    n, off = read_int32(buf, off)
-    if n == -1:
-        return None, off
-    if n < -1:
-        raise DecodeError(f"record set length {n}", start)
-    if off + n > len(buf):  # checked before any view is taken; never copied
-        raise Truncated(f"record set of {n} bytes cut", off, n)
-    return memoryview(buf)[off : off + n], off + n
 
 
 def read_spec(spec, buf, off):
@@ -65,7 +55,7 @@ def read_spec(spec, buf, off):
 def _read_type(t, buf, off):
     if isinstance(t, str):
         if t == "records":
-            return _read_records(buf, off)
+            return read_bytes_view(buf, off)
         return _PRIMS[t][0](buf, off)
     if t[0] == "array":
         item = t[1]
