@@ -3,12 +3,15 @@ and hands (kind, Arrow table) chunks on in plan order. Memory stays bounded by t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.sources.logdir import Plan, plan
+# DecodeError comes through the source: the engine does not import protocol/ (DESIGN.md §1)
+from kaudit.sources.pcap import DecodeError, PcapSummary, decode_capture
 from kaudit.sources.segments import Options, decode_target
 
 
@@ -57,11 +60,6 @@ def _with_progress(p: Plan, chunks):
 
 def decode_pcaps(paths: list[str], options, summaries: dict) -> tuple[list[str], Iterator[tuple[str, pa.Table]]]:
     """(unreadable inputs, chunks) for capture files; `summaries[path]` is filled as each is read."""
-    import os
-
-    from kaudit.protocol.errors import DecodeError
-    from kaudit.sources.pcap import PcapSummary, decode_capture
-
     errors = []
     readable = []
     for p in paths:
