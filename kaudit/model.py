@@ -339,6 +339,33 @@ CONNECTION = pa.schema([
 
 SKIPPED = pa.schema(_PLACE + [("reason", S)])
 
+# One piece of evidence a person can check: a file and byte position, or a capture and frame.
+EVIDENCE = pa.struct([("source", S), ("position", I64), ("kind", S), ("note", S)])
+
+FINDING = pa.schema([
+    ("id", S),               # stable hash of rule + key + evidence
+    ("rule", S),
+    ("severity", S),         # critical | error | warning | info
+    ("message", S),
+    ("topic", S),
+    ("partition", I32),
+    ("replica", S),
+    ("connection", S),
+    ("producer_id", I64),
+    ("producer_epoch", I16),
+    ("transactional_id", S),
+    ("first_offset", I64),
+    ("last_offset", I64),
+    ("base_sequence", I32),
+    ("last_sequence", I32),
+    ("first_ts_ms", I64),
+    ("last_ts_ms", I64),
+    ("evidence", pa.list_(EVIDENCE)),
+    ("remediation", S),
+    ("details", S),          # JSON object of rule-specific facts (expected sequence, outcome, ...)
+    ("timeline", pa.list_(S)),  # the producer's batches around the finding, oldest first
+])
+
 SCHEMAS: dict[str, pa.Schema] = {
     "batch": BATCH,
     "record": RECORD,
@@ -358,6 +385,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "connection": CONNECTION,
     "decode_issue": DECODE_ISSUE,
     "skipped": SKIPPED,
+    "finding": FINDING,
 }
 
 KINDS = tuple(SCHEMAS)

@@ -1,0 +1,383 @@
+"""Idempotence and sequence rules on stored batches: one fold per replica of a partition, in log
+order (file, byte position). Vectorised: a batch that simply continues its producer's sequence
+(same epoch, next sequence, no earlier range ahead of it, no offset overlap) costs a few numpy
+operations; every other batch takes the checked path through the rule functions below.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import pyarrow as pa
+
+from kaudit.audit.folds import Context, Fold, KeyedState, np_col
+from kaudit.audit.producer_state import BatchView, ProducerState, next_sequence, overlaps
+from kaudit.audit.registry import evidence, finding, rule
+from kaudit.audit.duplicate_records import RecordDuplicates
+
+KEY = ("replica", "topic", "partition")
+# Batches the group coordinator appends for TxnOffsetCommit carry the producer id and epoch but
+# always base sequence 0: AppendOrigin.Coordinator skips ProducerAppendInfo's sequence check.
+COORDINATOR_TOPICS = frozenset({"__consumer_offsets"})
+ORDER = ("source", "position")
+COLUMNS = KEY + ORDER + (
+    "base_offset", "last_offset", "magic", "crc", "crc_ok", "is_control", "control_type",
+    "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count", "batch_size",
+    "base_timestamp_ms", "max_timestamp_ms",
+)
+
+
+@rule("duplicate-batch", "error", "both", "a producer's sequences stored twice",
+      "The records were written twice: consumers saw them twice. Deduplicate downstream by "
+      "(producer id, epoch, sequence); find why the broker lost the producer's state (producer "
+      "state expiry: transactional.id.expiration.ms / producer.id.expiration.ms, unclean leader "
+      "election, deleted snapshots) and upgrade if it is a known broker bug.")
+def duplicate_batch(st: ProducerState, b: BatchView) -> list[tuple[str, dict]]:
+    """Invariant: within one producer id and epoch, a sequence number is stored at most once per
+    partition. The broker enforces it with the last five batches of each producer
+    (ProducerStateManager / ProducerAppendInfo, KIP-98 idempotence): a retry of one of them is
+    answered with the original offset and not appended. kaudit remembers every range ever stored,
+    so it also sees duplicates the broker accepted after losing the producer's state (state
+    expiry, KAFKA-5793-style loss on truncation). On the wire: two successful responses with
+    different base offsets for the same sequence range.
+    Benign causes: none once stored at two offsets (a deduplicated retry is `retried-batch`)."""
+    out = []
+    for r in overlaps(st.intervals.get(b.producer_epoch, []), b.base_sequence, b.last_sequence):
+        orig = r.first
+        same = (orig is not None and orig.base_sequence == b.base_sequence
+                and orig.last_sequence == b.last_sequence and orig.crc == b.crc
+                and orig.batch_size == b.batch_size)
+        lo, hi = max(r.lo, b.base_sequence), min(r.hi, b.last_sequence)
+        if same:
+            first, last, exact = orig.base_offset, orig.last_offset, True
+        elif (r.first_offset is not None and r.last_offset is not None
+              and r.last_offset - r.first_offset == r.hi - r.lo):
+            # the run holds only this producer's records: offsets follow sequences one to one
+            first, last, exact = r.first_offset + lo - r.lo, r.first_offset + hi - r.lo, True
+        else:
+            first, last, exact = r.first_offset, r.last_offset, False
+        out.append(("identical" if same else "different", {
+            "original_first_offset": first, "original_last_offset": last, "exact": exact,
+            "original_sequences": [lo, hi], "original": orig if same or r.lo == lo else None,
+        }))
+    return out
+
+
+@rule("out-of-order-sequence", "error", "both", "a producer's sequence jumped or went back",
+      "A gap means batches the producer sent are not in the log (lost acknowledged writes if they "
+      "were acknowledged); a regression re-used sequences. Check the producer's logs for "
+      "OutOfOrderSequenceException and the broker for producer state loss; compare with the "
+      "application's records.")
+def out_of_order_sequence(st: ProducerState, b: BatchView) -> tuple[str, int] | None:
+    """Invariant: within one producer epoch the next batch starts at last_sequence + 1 (wrapping at
+    Int.MaxValue), and a new epoch starts at sequence 0 (ProducerAppendInfo.checkSequence,
+    kafka.log.ProducerStateManager; KIP-98, KIP-360). The broker answers a violation with
+    OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+    Benign causes, not flagged: a producer's first batch in what the log still holds (retention),
+    a gap where the offsets also jump (compaction removed the batches between), the sequence
+    reset of a bumped epoch (KIP-360), a new producer id after re-initialisation."""
+    if b.producer_epoch > st.epoch:
+        return ("new-epoch", 0) if b.base_sequence != 0 else None
+    expected = next_sequence(st.last_seq)
+    if b.base_sequence == expected:
+        return None
+    return ("gap" if b.base_sequence > expected else "regression"), expected
+
+
+@rule("fenced-epoch", "error", "both", "a write from an older producer epoch (a zombie)",
+      "An older instance of the producer kept writing after a newer one took over (or after the "
+      "coordinator bumped the epoch). Stop the zombie instance; on disk, check the data it wrote "
+      "after being fenced (the broker should have refused it).")
+def fenced_epoch(st: ProducerState, b: BatchView) -> bool:
+    """Invariant: once a producer id has used epoch E in a partition, no write or marker with an
+    epoch below E is accepted (ProducerAppendInfo.checkProducerEpoch; KIP-98 fencing, KIP-588).
+    The broker answers INVALID_PRODUCER_EPOCH (47) or PRODUCER_FENCED (90).
+    On the wire this is a warning when the broker rejected it (it did its job), an error when it
+    was accepted. Benign causes: none; a new producer id after re-initialisation is not an older
+    epoch."""
+    return b.producer_epoch < st.max_epoch
+
+
+@rule("offset-overlap", "error", "disk", "batches whose offsets overlap or go back",
+      "The log is inconsistent (a bad truncation or a copied segment). Compare the replicas; "
+      "re-replicate the partition from a good replica.")
+def offset_overlap(prev_last_offset: int | None, b: BatchView) -> bool:
+    """Invariant: in one replica's log, each batch's base offset is above the previous batch's last
+    offset (kafka.log.LocalLog / LogSegment append: offsets strictly increase).
+    Benign causes: none. Gaps (compaction, retention) are not overlaps."""
+    return prev_last_offset is not None and b.base_offset is not None and b.base_offset <= prev_last_offset
+
+
+class PartitionTimeline:
+    """The fold state of one replica of one partition."""
+
+    def __init__(self, key: tuple):
+        self.replica, self.topic, self.partition = key
+        self.producers: dict[int, ProducerState] = {}
+        self.prev_last_offset: int | None = None
+        self.offset_gaps = 0
+        self.dups = RecordDuplicates(key)
+        self.out: list[dict] = []
+
+    # -- vectorised pass ---------------------------------------------------------------------
+    def feed(self, kind: str, t: pa.Table) -> list[dict]:
+        n = t.num_rows
+        base_off = np_col(t, "base_offset", -1, np.int64)
+        last_off = np_col(t, "last_offset", -1, np.int64)
+        pid = np_col(t, "producer_id", -1, np.int64)
+        epoch = np_col(t, "producer_epoch", -1, np.int64)
+        bseq = np_col(t, "base_sequence", -1, np.int64)
+        lseq = np_col(t, "last_sequence", -1, np.int64)
+        count = np_col(t, "record_count", 0, np.int64)
+        magic = np_col(t, "magic", 2, np.int64)
+        control = np_col(t, "is_control", False, bool)
+
+        # partition level: previous batch's last offset, offset gaps (compaction), overlaps
+        prev_last = np.empty(n, dtype=np.int64)
+        prev_last[0] = -2 if self.prev_last_offset is None else self.prev_last_offset
+        prev_last[1:] = last_off[:-1]
+        has_prev = np.ones(n, dtype=bool)
+        has_prev[0] = self.prev_last_offset is not None
+        overlap = has_prev & (base_off <= prev_last)
+        gap = has_prev & (base_off > prev_last + 1)
+        gaps_before = self.offset_gaps + np.cumsum(gap)  # gaps up to and including each row
+
+        for st in self.producers.values():
+            st.applied_upto = st.noted_upto = None
+        tracked = (pid >= 0) & (magic >= 2)
+        self.dups.feed(t, ~tracked & ~control & (magic >= 2))
+        slow = overlap | (control & tracked)
+        rows = np.flatnonzero(tracked)
+        if rows.size:
+            order = rows[np.argsort(pid[rows], kind="stable")]
+            p = pid[order]
+            first = np.ones(order.size, dtype=bool)
+            first[1:] = p[1:] != p[:-1]
+            prev = np.roll(order, 1)
+            ok = np.zeros(order.size, dtype=bool)
+            ok[~first] = ((epoch[order][~first] == epoch[prev][~first])
+                          & (bseq[order][~first] == lseq[prev][~first] + 1)
+                          & ~control[prev][~first])
+            ok &= ~control[order]
+            # first batch of each producer in this chunk: against the carried state
+            for j in np.flatnonzero(first).tolist():
+                st = self.producers.get(int(p[j]))
+                i = order[j]
+                ok[j] = (st is not None and not st.dirty() and st.epoch == epoch[i]
+                         and st.last_seq >= 0 and bseq[i] == st.last_seq + 1)
+            ok &= lseq[order] == bseq[order] + count[order] - 1
+            dirty = [q for q, st in self.producers.items() if st.dirty()]
+            if dirty:
+                ok &= ~np.isin(p, dirty)
+            slow[order[~ok]] = True
+        else:
+            order = rows
+
+        slow_rows = np.flatnonzero(slow)
+        if slow_rows.size:
+            cols = t.to_pydict() if slow_rows.size > n // 8 else None
+            heap = slow_rows.tolist()  # ascending: already a heap
+            while heap:
+                i = heapq.heappop(heap)
+                self._catch_up(order, pid, i, t, cols)
+                b = self._view(t, cols, i)
+                self._checked(i, b, int(prev_last[i]) if has_prev[i] else None, int(gaps_before[i]))
+                st = self.producers.get(b.producer_id)
+                if st is not None and st.dirty():
+                    # this producer now has a range ahead of it: check its later rows one by one
+                    later = order[(pid[order] == b.producer_id) & (order > i) & ~slow[order]]
+                    slow[later] = True
+                    for j in later.tolist():
+                        heapq.heappush(heap, j)
+        self._catch_up(order, pid, n, t, None)
+        self.prev_last_offset = int(last_off[-1])
+        self.offset_gaps = int(gaps_before[-1])
+        out, self.out = self.out, []
+        return out
+
+    def _catch_up(self, order, pid, upto: int, t, cols) -> None:
+        """Apply to each producer's state its last fast-path batch before row `upto`."""
+        if order.size == 0:
+            return
+        if upto < t.num_rows:
+            q = int(pid[upto])
+            if q < 0:
+                return
+            sel = order[(pid[order] == q) & (order < upto)]
+            targets = [(q, sel)]
+        else:
+            p = pid[order]
+            starts = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
+            ends = np.r_[starts[1:], order.size]
+            targets = [(int(p[s]), order[s:e]) for s, e in zip(starts.tolist(), ends.tolist())]
+        for q, sel in targets:
+            st = self.producers.get(q)
+            if st is None or sel.size == 0:
+                continue
+            i = int(sel[-1])
+            if st.applied_upto is not None and i <= st.applied_upto:
+                continue
+            b = self._view(t, cols, i)
+            if b.is_control:
+                continue
+            st.last_seq = b.last_sequence
+            st.last_offset = b.last_offset
+            runs = st.history(b.producer_epoch)
+            if runs:
+                runs[-1].hi = b.last_sequence
+                runs[-1].last_offset = b.last_offset
+            st.applied_upto = i
+            for j in sel[-4:].tolist():
+                if j > (st.noted_upto if st.noted_upto is not None else -1):
+                    st.note(self._view(t, cols, j).describe())
+            st.noted_upto = i
+
+    @staticmethod
+    def _view(t, cols, i: int) -> BatchView:
+        if cols is None:
+            r = {k: t.column(k)[i].as_py() for k in COLUMNS}
+        else:
+            r = {k: cols[k][i] for k in COLUMNS}
+        return BatchView(
+            r["source"], r["position"], r["base_offset"], r["last_offset"],
+            -1 if r["producer_id"] is None else r["producer_id"],
+            -1 if r["producer_epoch"] is None else r["producer_epoch"],
+            -1 if r["base_sequence"] is None else r["base_sequence"],
+            -1 if r["last_sequence"] is None else r["last_sequence"],
+            r["record_count"] or 0, r["crc"], r["batch_size"], bool(r["is_control"]),
+            r["control_type"], r["base_timestamp_ms"], r["max_timestamp_ms"])
+
+    # -- checked path --------------------------------------------------------------------------
+    def _fields(self, b: BatchView, **kw) -> dict:
+        return dict(topic=self.topic, partition=self.partition, replica=self.replica,
+                    producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+                    first_offset=b.base_offset, last_offset=b.last_offset,
+                    base_sequence=None if b.is_control else b.base_sequence,
+                    last_sequence=None if b.is_control else b.last_sequence,
+                    first_ts_ms=b.first_ts_ms, last_ts_ms=b.last_ts_ms, **kw)
+
+    def _checked(self, i: int, b: BatchView, prev_last: int | None, gaps: int) -> None:
+        where = f"{self.topic}-{self.partition} (replica {self.replica})"
+        if offset_overlap(prev_last, b):
+            self.out.append(finding(
+                "offset-overlap", f"{where}: batch at offsets {b.base_offset}-{b.last_offset} "
+                f"starts at or below the previous batch's last offset {prev_last}",
+                evidence=[evidence(b.source, b.position, "batch")], details={"previous_last_offset": prev_last},
+                **self._fields(b)))
+        if b.producer_id < 0:
+            return
+        st = self.producers.get(b.producer_id)
+        if st is None:  # first sight: retention may have removed its earlier batches
+            st = self.producers[b.producer_id] = ProducerState(
+                b.producer_epoch, -1 if b.is_control else b.last_sequence, b.producer_epoch,
+                b.last_offset, gaps)
+            st.applied_upto = st.noted_upto = i
+            if not b.is_control:
+                st.remember(b)
+            st.note(b.describe())
+            return
+        self._flush_fenced(st, b)
+        if fenced_epoch(st, b):
+            self._fenced(st, b, where)
+        elif b.is_control:
+            if b.producer_epoch > st.epoch:  # a bumped epoch (coordinator abort): sequences restart
+                st.epoch, st.last_seq = b.producer_epoch, -1
+        else:
+            self._sequence(st, b, gaps, where)
+        if not b.is_control:
+            if b.producer_epoch != st.epoch or fenced_epoch(st, b):
+                st.epoch = b.producer_epoch
+            st.last_seq = b.last_sequence
+            st.remember(b)
+        st.max_epoch = max(st.max_epoch, b.producer_epoch)
+        st.last_offset = b.last_offset
+        st.offset_gaps = gaps
+        st.applied_upto = st.noted_upto = i
+        st.note(b.describe())
+
+    def _sequence(self, st: ProducerState, b: BatchView, gaps: int, where: str) -> None:
+        if self.topic in COORDINATOR_TOPICS:
+            return  # coordinator-origin appends carry sequence 0 and are not sequence-checked
+        ev = [evidence(b.source, b.position, "batch")]
+        for kind, d in duplicate_batch(st, b):
+            orig = d.pop("original")
+            if orig is not None:
+                ev_o = ev + [evidence(orig.source, orig.position, "batch", "original")]
+            else:
+                ev_o = ev
+            what = ("a byte-identical copy (same CRC)" if kind == "identical"
+                    else "sequences re-used with a different payload")
+            lo, hi = d["original_sequences"]
+            self.out.append(finding(
+                "duplicate-batch", f"{where}: producer {b.producer_id} epoch {b.producer_epoch} "
+                f"sequences {b.base_sequence}-{b.last_sequence} at offsets {b.base_offset}-"
+                f"{b.last_offset}: sequences {lo}-{hi} were already stored "
+                f"{'at' if d['exact'] else 'within'} offsets {d['original_first_offset']}-"
+                f"{d['original_last_offset']}: {what}",
+                evidence=ev_o, details=dict(d, payload=kind), timeline=st.recent + [b.describe()],
+                **self._fields(b)))
+        verdict = out_of_order_sequence(st, b)
+        if verdict is None:
+            return
+        kind, expected = verdict
+        if kind == "gap" and gaps != st.offset_gaps:
+            return  # the offsets jump too: compaction removed the batches in between
+        text = {"gap": f"jumps from {st.last_seq} to {b.base_sequence} (expected {expected}; "
+                       f"sequences {expected}-{b.base_sequence - 1} are missing)",
+                "regression": f"goes back from {st.last_seq} to {b.base_sequence} (expected {expected})",
+                "new-epoch": f"starts new epoch {b.producer_epoch} at sequence {b.base_sequence}, not 0"}[kind]
+        self.out.append(finding(
+            "out-of-order-sequence", f"{where}: producer {b.producer_id} epoch {b.producer_epoch} "
+            f"{text}, stored at offsets {b.base_offset}-{b.last_offset}",
+            evidence=[evidence(b.source, b.position, "batch")],
+            details={"kind": kind, "expected_sequence": expected, "previous_last_sequence": st.last_seq,
+                     "previous_epoch": st.epoch, "broker": "accepted (stored)"},
+            timeline=st.recent + [b.describe()], **self._fields(b)))
+
+    def _fenced(self, st: ProducerState, b: BatchView, where: str) -> None:
+        f = st.open_fenced
+        if f is not None and f["producer_epoch"] == b.producer_epoch and not b.is_control:
+            f["last_offset"] = b.last_offset
+            f["last_sequence"] = b.last_sequence
+            f["last_ts_ms"] = b.last_ts_ms
+            f["_batches"] += 1
+            return
+        what = f"{b.control_type or 'control'} marker" if b.is_control else "data"
+        st.open_fenced = finding(
+            "fenced-epoch", f"{where}: producer {b.producer_id} wrote {what} with epoch "
+            f"{b.producer_epoch} after epoch {st.max_epoch} (a zombie the broker accepted)",
+            evidence=[evidence(b.source, b.position, "marker" if b.is_control else "batch")],
+            details={"stale_epoch": b.producer_epoch, "current_epoch": st.max_epoch,
+                     "broker": "accepted (stored)"},
+            timeline=st.recent + [b.describe()], **self._fields(b))
+        st.open_fenced["_batches"] = 1
+
+    def _flush_fenced(self, st: ProducerState, b: BatchView | None) -> None:
+        f = st.open_fenced
+        if f is None:
+            return
+        if b is not None and fenced_epoch(st, b) and f["producer_epoch"] == b.producer_epoch and not b.is_control:
+            return
+        n = f.pop("_batches")
+        if n > 1:
+            f["message"] += f"; {n} batches up to offset {f['last_offset']}"
+        self.out.append(f)
+        st.open_fenced = None
+
+    def finish(self) -> list[dict]:
+        for st in self.producers.values():
+            self._flush_fenced(st, None)
+        self.out.extend(self.dups.finish())
+        out, self.out = self.out, []
+        return out
+
+
+def _is_log(t: pa.Table):
+    import pyarrow.compute as pc
+
+    return pc.equal(t.column("source_kind"), "log")
+
+
+FOLD = Fold("disk-sequences", {"batch": COLUMNS}, KEY, ORDER,
+            lambda ctx: KeyedState(KEY, PartitionTimeline), where={"batch": _is_log})

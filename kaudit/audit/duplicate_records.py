@@ -1,0 +1,170 @@
+"""`duplicate-records` on stored batches: a non-idempotent producer's retry stored twice.
+
+A retried batch carries the very bytes of the original (same create timestamps, keys, values,
+headers), so its CRC, size and timestamps are equal; a 64-bit fingerprint of those fields finds
+the pairs. Memory is bounded by a time window: a retry follows its original within the producer's
+delivery timeout (2 minutes by default), so originals older than WINDOW_MS behind the newest
+timestamp of the partition are forgotten. Fingerprints live in sorted numpy runs merged like an
+LSM tree, so each chunk costs a few binary searches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.folds import np_col
+from kaudit.audit.registry import evidence, finding, rule
+
+WINDOW_MS = 10 * 60 * 1000
+_K1, _K2, _K3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+
+
+@rule("duplicate-records", "warning", "both", "the same records stored twice (non-idempotent retry)",
+      "Consumers processed these records twice. Enable idempotence on the producer "
+      "(enable.idempotence=true, the default since Kafka 3.0) and deduplicate downstream by key.")
+def duplicate_records(original: dict, dup: dict) -> bool:
+    """Invariant: a producer without idempotence (producer id -1) gets no deduplication from the
+    broker, so a batch it retried after a lost or late response is stored again with
+    byte-identical records (timestamps, keys, values, headers) — the at-least-once duplicate of
+    KIP-98's motivation (kafka.log.ProducerStateManager does nothing for producer id -1).
+    Detected as a batch equal in CRC, size, record count and timestamps to an earlier batch of the
+    same partition within the retry window. Benign causes: an application that really sends the
+    same records with the same timestamps twice (rare; check the keys)."""
+    return original["fp"] == dup["fp"]
+
+
+def fingerprints(t: pa.Table, mask: np.ndarray) -> np.ndarray:
+    crc = np_col(t, "crc", 0, np.uint64)[mask]
+    size = np_col(t, "batch_size", 0, np.uint64)[mask]
+    count = np_col(t, "record_count", 0, np.uint64)[mask]
+    bts = np_col(t, "base_timestamp_ms", 0, np.int64)[mask].view(np.uint64)
+    mts = np_col(t, "max_timestamp_ms", 0, np.int64)[mask].view(np.uint64)
+    with np.errstate(over="ignore"):
+        return (crc | (size << np.uint64(32))) ^ (bts * _K1) ^ (mts * _K2) ^ (count * _K3)
+
+
+class _Run:
+    __slots__ = ("fp", "base", "last", "pos", "src", "max_ts")
+
+    def __init__(self, fp, base, last, pos, src, max_ts):
+        o = np.argsort(fp, kind="stable")
+        self.fp, self.base, self.last, self.pos, self.src = fp[o], base[o], last[o], pos[o], src[o]
+        self.max_ts = max_ts
+
+    @staticmethod
+    def merge(a: "_Run", b: "_Run") -> "_Run":
+        return _Run(np.concatenate([a.fp, b.fp]), np.concatenate([a.base, b.base]),
+                    np.concatenate([a.last, b.last]), np.concatenate([a.pos, b.pos]),
+                    np.concatenate([a.src, b.src]), max(a.max_ts, b.max_ts))
+
+    def find(self, fp: np.ndarray) -> np.ndarray:
+        """Index in this run of an equal fingerprint for each of `fp`, or -1."""
+        i = np.searchsorted(self.fp, fp)
+        i = np.minimum(i, self.fp.size - 1)
+        return np.where(self.fp[i] == fp, i, -1)
+
+
+class RecordDuplicates:
+    def __init__(self, key: tuple):
+        self.replica, self.topic, self.partition = key
+        self.runs: list[_Run] = []
+        self.sources: list[str] = []
+        self.newest_ts = None
+        self.out: list[dict] = []
+        self.open = None
+
+    def feed(self, t: pa.Table, mask: np.ndarray) -> None:
+        if not mask.any():
+            return
+        fp = fingerprints(t, mask)
+        base = np_col(t, "base_offset", -1, np.int64)[mask]
+        last = np_col(t, "last_offset", -1, np.int64)[mask]
+        pos = np_col(t, "position", -1, np.int64)[mask]
+        enc = pc.dictionary_encode(t.column("source")).combine_chunks()
+        names = enc.dictionary.to_pylist()
+        ids = np.array([self._source_id(s) for s in names], dtype=np.int32)
+        src = ids[np.asarray(enc.indices.fill_null(0))][mask]
+        mts = np_col(t, "max_timestamp_ms", 0, np.int64)[mask]
+        hits = []
+        for run in self.runs:
+            j = run.find(fp)
+            for k in np.flatnonzero(j >= 0).tolist():
+                hits.append((k, run, int(j[k])))
+        # duplicates inside this chunk: a later row equal to an earlier one
+        order = np.argsort(fp, kind="stable")
+        same = np.flatnonzero(fp[order][1:] == fp[order][:-1])
+        firsts = {}
+        for s in same.tolist():
+            a, b = int(order[s]), int(order[s + 1])
+            firsts.setdefault(a, a)
+            firsts[b] = firsts[a]
+        chunk = _Run(fp, base, last, pos, src, int(mts.max()))
+        found = {}
+        for k, run, j in hits:
+            found.setdefault(k, (run.base[j], run.last[j], run.pos[j], run.src[j]))
+        for b, a in firsts.items():
+            if b != a and b not in found:
+                found[b] = (base[a], last[a], pos[a], src[a])
+        for k in sorted(found):
+            ob, ol, op, os_ = found[k]
+            self._report(int(base[k]), int(last[k]), int(pos[k]), int(src[k]), int(mts[k]),
+                         int(ob), int(ol), int(op), int(os_))
+        self.runs.append(chunk)
+        while len(self.runs) > 1 and self.runs[-1].fp.size >= self.runs[-2].fp.size:
+            b = self.runs.pop()
+            self.runs[-1] = _Run.merge(self.runs[-1], b)
+        newest = int(mts.max())
+        self.newest_ts = newest if self.newest_ts is None else max(self.newest_ts, newest)
+        self.runs = [r for r in self.runs if r.max_ts >= self.newest_ts - WINDOW_MS]
+
+    def _source_id(self, s: str) -> int:
+        try:
+            return self.sources.index(s)
+        except ValueError:
+            self.sources.append(s)
+            return len(self.sources) - 1
+
+    def _report(self, base, last, pos, src, ts, obase, olast, opos, osrc) -> None:
+        o = self.open
+        if o is not None and base == o["last_offset"] + 1 and obase == o["_orig_last"] + 1:
+            o["last_offset"] = last
+            o["_orig_last"] = olast
+            o["_batches"] += 1
+            o["evidence"].append(evidence(self.sources[src], pos, "batch"))
+            return
+        self._flush()
+        where = f"{self.topic}-{self.partition} (replica {self.replica})"
+        self.open = finding(
+            "duplicate-records", f"{where}: records at offsets {base}-{last} are byte-identical to "
+            f"those at offsets {obase}-{olast} (same CRC, size and timestamps; producer id -1, so "
+            f"the broker could not deduplicate the retry)",
+            evidence=[evidence(self.sources[src], pos, "batch"),
+                      evidence(self.sources[osrc], opos, "batch", "original")],
+            topic=self.topic, partition=self.partition, replica=self.replica, producer_id=-1,
+            first_offset=base, last_offset=last, first_ts_ms=ts, last_ts_ms=ts)
+        self.open["_orig_first"], self.open["_orig_last"], self.open["_batches"] = obase, olast, 1
+
+    def _flush(self) -> None:
+        o = self.open
+        if o is None:
+            return
+        n = o.pop("_batches")
+        first, last = o.pop("_orig_first"), o.pop("_orig_last")
+        if n > 1:
+            o["message"] = (f"{self.topic}-{self.partition} (replica {self.replica}): {n} batches at "
+                            f"offsets {o['first_offset']}-{o['last_offset']} are byte-identical to those "
+                            f"at offsets {first}-{last} (producer id -1: a non-idempotent retry)")
+        import json
+
+        o["details"] = json.dumps({"original_first_offset": first, "original_last_offset": last,
+                                   "batches": n}, sort_keys=True)
+        self.out.append(o)
+        self.open = None
+
+    def finish(self) -> list[dict]:
+        self._flush()
+        out, self.out = self.out, []
+        self.runs = []
+        return out

@@ -1,0 +1,124 @@
+"""The fold contract shared by every engine (DESIGN.md §5).
+
+A fold reads rows of one or more kinds, sorted by `key` and, within a key, by `order`; it sees them
+as Arrow chunks `(kind, table)` and returns findings (dict rows of model.FINDING). The local engine
+pushes the decoders' chunks through `run`; the Spark engine calls the same `run` from
+`mapInArrow` after `repartition(key).sortWithinPartitions(key + order)`. A fold keeps state for
+the current key only and closes it when the key changes, so memory is bounded by one key's state.
+Nothing here knows which engine runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a fold may know besides its rows: the reference time (`--now`, else the latest
+    broker-side timestamp or last packet), in ms since the epoch."""
+
+    reference_time_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Fold:
+    name: str
+    inputs: dict[str, tuple[str, ...]]   # row kind -> the columns the fold reads
+    key: tuple[str, ...]
+    order: tuple[str, ...]
+    make: Callable[[Context], "FoldState"]
+    # Per kind: a vectorised row filter (table -> boolean mask); rows it rejects never reach the fold.
+    where: dict[str, Callable[[pa.Table], pa.ChunkedArray]] = field(default_factory=dict)
+
+    def select(self, kind: str, table: pa.Table) -> pa.Table | None:
+        """The rows and columns of a decoded chunk this fold reads (None: nothing)."""
+        cols = self.inputs.get(kind)
+        if cols is None or table.num_rows == 0:
+            return None
+        flt = self.where.get(kind)
+        if flt is not None:
+            table = table.filter(flt(table))
+            if table.num_rows == 0:
+                return None
+        return table.select(list(cols))
+
+    def run(self, chunks: Iterable[tuple[str, pa.Table]], ctx: Context) -> Iterator[dict]:
+        """Findings for chunks already selected, sorted by (key, order)."""
+        state = self.make(ctx)
+        for kind, table in chunks:
+            yield from state.feed(kind, table)
+        yield from state.finish()
+
+
+class FoldState:
+    def feed(self, kind: str, table: pa.Table) -> list[dict]:
+        raise NotImplementedError
+
+    def finish(self) -> list[dict]:
+        raise NotImplementedError
+
+
+class KeyedState(FoldState):
+    """A fold state that is one `Group` per key: splits chunks at key changes, closes the
+    previous group when a new key starts."""
+
+    def __init__(self, key: tuple[str, ...], group_factory):
+        self.key_cols = key
+        self.factory = group_factory
+        self.current_key = None
+        self.group = None
+
+    def feed(self, kind: str, table: pa.Table) -> list[dict]:
+        out = []
+        for k, part in split_by_key(table, self.key_cols):
+            if self.group is None or k != self.current_key:
+                if self.group is not None:
+                    out.extend(self.group.finish())
+                self.current_key = k
+                self.group = self.factory(k)
+            out.extend(self.group.feed(kind, part))
+        return out
+
+    def finish(self) -> list[dict]:
+        out = self.group.finish() if self.group is not None else []
+        self.group = None
+        return out
+
+
+def split_by_key(table: pa.Table, key: tuple[str, ...]) -> Iterator[tuple[tuple, pa.Table]]:
+    """(key values, contiguous slice) for each run of equal keys in `table`."""
+    n = table.num_rows
+    if n == 0:
+        return
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for name in key:
+        col = table.column(name)
+        if col.null_count == 0 and pc.count_distinct(col).as_py() == 1:
+            continue
+        a = col.slice(1)
+        b = col.slice(0, n - 1)
+        ne = pc.fill_null(pc.not_equal(a, b), True)
+        # both null: the same key
+        both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+        ne = pc.and_(ne, pc.invert(both_null))
+        change[1:] |= ne.to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n)
+    cols = [table.column(name) for name in key]
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        yield tuple(c[s].as_py() for c in cols), table.slice(s, e - s)
+
+
+def np_col(table: pa.Table, name: str, fill, dtype) -> np.ndarray:
+    """A column as a numpy array, nulls replaced by `fill`."""
+    col = table.column(name)
+    if col.null_count:
+        col = pc.fill_null(col, fill)
+    return col.to_numpy().astype(dtype, copy=False)

@@ -1,0 +1,96 @@
+"""The rule registry and the finding constructor.
+
+A rule is a small pure function registered with its id, default severity, the row kinds it reads,
+a remediation and a docstring stating its invariant, the Kafka class or KIP it mirrors, and its
+known benign causes. Folds (audit/folds.py) drive rows past the rules; `kaudit rules` and
+`kaudit explain RULE` print this registry. Ids are the public vocabulary of DESIGN.md §4.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SEVERITIES = ("info", "warning", "error", "critical")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: str
+    scope: str          # disk | wire | both
+    title: str
+    remediation: str
+    fn: Callable
+
+    @property
+    def doc(self) -> str:
+        return inspect.cleandoc(self.fn.__doc__ or "")
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(id: str, severity: str, scope: str, title: str, remediation: str = ""):
+    """Register the decorated function as rule `id`."""
+    if severity not in SEVERITY_RANK:
+        raise ValueError(severity)
+
+    def register(fn):
+        if id in RULES:
+            raise ValueError(f"rule {id} registered twice")
+        if not (fn.__doc__ or "").strip():
+            raise ValueError(f"rule {id} needs a docstring (invariant, Kafka class or KIP, benign causes)")
+        RULES[id] = Rule(id, severity, scope, title, remediation, fn)
+        return fn
+
+    return register
+
+
+def evidence(source, position, kind: str, note: str | None = None) -> dict:
+    return {"source": source, "position": None if position is None else int(position),
+            "kind": kind, "note": note}
+
+
+# Finding fields other than the computed ones (id, rule, severity, message, remediation, ...).
+_FIELDS = ("topic", "partition", "replica", "connection", "producer_id", "producer_epoch",
+           "transactional_id", "first_offset", "last_offset", "base_sequence", "last_sequence",
+           "first_ts_ms", "last_ts_ms")
+
+
+def finding(rule_id: str, message: str, *, severity: str | None = None, evidence: list[dict] = (),
+            details: dict | None = None, timeline: list[str] | None = None,
+            remediation: str | None = None, **fields) -> dict:
+    """A finding row (model.FINDING). Its id hashes the rule, the key fields and the evidence
+    positions, so the same anomaly gets the same id whichever engine found it and in which order."""
+    r = RULES[rule_id]
+    unknown = set(fields) - set(_FIELDS)
+    if unknown:
+        raise KeyError(f"finding fields outside the schema: {sorted(unknown)}")
+    row = {k: fields.get(k) for k in _FIELDS}
+    for k in ("partition", "producer_id", "producer_epoch", "first_offset", "last_offset",
+              "base_sequence", "last_sequence", "first_ts_ms", "last_ts_ms"):
+        if row[k] is not None:
+            row[k] = int(row[k])
+    ev = [dict(e) for e in evidence]
+    key = json.dumps([rule_id, [row[k] for k in _FIELDS[:7]], row["first_offset"], row["base_sequence"],
+                      [(e["source"], e["position"], e["kind"]) for e in ev]], default=str)
+    row.update(
+        id=hashlib.sha1(key.encode()).hexdigest()[:16],
+        rule=rule_id,
+        severity=severity or r.severity,
+        message=message,
+        evidence=ev,
+        remediation=r.remediation if remediation is None else remediation,
+        details=json.dumps(details, sort_keys=True, default=str) if details else None,
+        timeline=list(timeline) if timeline else None,
+    )
+    return row
+
+
+def at_or_above(severity: str, threshold: str) -> bool:
+    return SEVERITY_RANK[severity] >= SEVERITY_RANK[threshold]
