@@ -1,1 +1,20 @@
-"""kaudit.audit layer (see DESIGN.md §1)."""
+"""kaudit.audit: pure analysis over rows (DESIGN.md §1, §4). Importing it registers every rule."""
+
+from kaudit.audit import disk_sequences, duplicate_records, integrity, wire_frames, wire_produce
+from kaudit.audit.folds import Context, Fold
+from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
+
+DISK_FOLDS: tuple[Fold, ...] = (disk_sequences.FOLD, integrity.FOLD)
+WIRE_FOLDS: tuple[Fold, ...] = (wire_produce.FOLD, wire_frames.FOLD)
+
+__all__ = ["Context", "Fold", "RULES", "SEVERITIES", "SEVERITY_RANK", "at_or_above",
+           "DISK_FOLDS", "WIRE_FOLDS", "sort_findings"]
+
+
+def sort_findings(findings: list[dict]) -> list[dict]:
+    """Most severe first, then by rule and place: the same order whichever engine ran."""
+    def key(f):
+        return (-SEVERITY_RANK[f["severity"]], f["rule"], f["topic"] or "", f["partition"] or -1,
+                f["replica"] or "", f["connection"] or "", f["first_offset"] if f["first_offset"] is not None else -1,
+                f["first_ts_ms"] or 0, f["id"])
+    return sorted(findings, key=key)

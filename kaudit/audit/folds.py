@@ -18,10 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-@dataclass(frozen=True)
+@dataclass
 class Context:
     """What a fold may know besides its rows: the reference time (`--now`, else the latest
-    broker-side timestamp or last packet), in ms since the epoch."""
+    broker-side timestamp or last packet), in ms since the epoch. Engines may only settle it
+    after the last row (streaming), so folds read it in `finish`, not in `feed`."""
 
     reference_time_ms: int | None = None
 

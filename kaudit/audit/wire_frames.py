@@ -1,0 +1,211 @@
+"""Frame-level rules on the wire, per connection: requests left without a response, error
+responses of the producer and transaction APIs, and what the capture could not show (gaps,
+undecodable bytes, TLS)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.folds import Context, Fold, KeyedState
+from kaudit.audit.disk_sequences import fenced_epoch  # noqa: F401  (the rule this module also reports)
+from kaudit.audit.registry import evidence, finding, rule
+
+KEY = ("source", "connection")
+FRAME_COLUMNS = KEY + (
+    "request_frame", "response_frame", "request_ts", "response_ts", "api_key", "api_name",
+    "api_version", "correlation_id", "client_id", "error_codes", "error_names", "transactional_id",
+    "producer_id", "producer_epoch", "acks", "timeout_ms", "partitions", "committed", "complete",
+    "decode_error",
+)
+CONNECTION_COLUMNS = KEY + ("close_reason", "last_ts", "gaps", "gap_bytes", "protocol", "first_frame")
+ISSUE_COLUMNS = KEY + ("position", "issue", "length", "message", "stream_offset")
+
+# Produce, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit
+PRODUCER_APIS = frozenset({0, 22, 24, 25, 26, 27, 28})
+REQUEST_TIMEOUT_MS = 30_000  # the clients' default request.timeout.ms
+UNDECODABLE = {"skipped-bytes", "bad-frame-size", "incomplete-frame", "undecodable-request",
+               "undecodable-response", "tls"}
+GAPS = {"stream-gap", "tcp-conflict"}
+FENCED_CODES = {"47", "90"}  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
+
+
+@rule("unanswered-request", "warning", "wire", "a request that never got its response",
+      "The client did not learn the outcome and may have retried (see retried-batch). Resolve "
+      "what happened against the log dirs (`kaudit audit --pcap ... --segments ...`); check the "
+      "broker's request latency and network around that time.")
+def unanswered_request(frame: dict, conn: dict | None, answered_after: bool,
+                       end_ts: float | None) -> tuple[str, str] | None:
+    """Invariant: a broker answers every request on a connection, in order (the request channel
+    processes one request per connection at a time, kafka.network.SocketServer), except Produce
+    with acks=0. A request is unanswered (warning) when a later request on the same connection was
+    answered, when the capture or the connection went on past the request's timeout (its own
+    timeout_ms, at least the clients' default request.timeout.ms of 30 s), or when it is a
+    Produce whose connection closed first (the client cannot know whether it was stored). Other
+    requests whose connection closed before their timeout are info: a client shutting down or
+    reconnecting abandons them. Returns (reason, severity).
+    Benign causes, not flagged: acks=0, requests still in flight when the capture ended."""
+    if frame["response_frame"] is not None:
+        return None
+    if frame["api_key"] == 0 and frame["acks"] == 0:
+        return None
+    if answered_after:
+        return "a later request on the connection was answered", "warning"
+    wait_ms = max(frame["timeout_ms"] or 0, REQUEST_TIMEOUT_MS)
+    ts = frame["request_ts"]
+    if conn is not None and conn["close_reason"] in ("fin", "rst"):
+        waited = None if conn["last_ts"] is None or ts is None else (conn["last_ts"] - ts) * 1000
+        how = f"the connection closed ({conn['close_reason'].upper()})"
+        if waited is not None:
+            how += f" {waited:.0f} ms later"
+        if frame["api_key"] == 0:
+            return how + ", before a response: the producer cannot know whether it was stored", "warning"
+        if waited is not None and waited >= wait_ms:
+            return how + f", after the {wait_ms} ms timeout", "warning"
+        return how + ", before any timeout (a client closing or reconnecting abandons its requests)", "info"
+    if end_ts is not None and ts is not None and (end_ts - ts) * 1000 > wait_ms:
+        return f"no response within {wait_ms} ms while the capture went on", "warning"
+    return None
+
+
+@rule("producer-error", "info", "wire", "an error response to a producer or transaction request",
+      "Read it on the producer's timeline: retriable errors (NOT_LEADER_OR_FOLLOWER, "
+      "CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS) are normal in small numbers; fatal "
+      "ones (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, TRANSACTIONAL_ID_AUTHORIZATION_FAILED) end "
+      "the producer.")
+def producer_error(frame: dict) -> bool:
+    """Invariant: none — this rule puts every error answer of Produce, InitProducerId,
+    AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers and TxnOffsetCommit on the
+    producer's timeline (org.apache.kafka.common.protocol.Errors; KIP-98, KIP-360, KIP-588).
+    Benign causes: retriable errors during leader moves and coordinator loading."""
+    return frame["api_key"] in PRODUCER_APIS and bool(frame["error_codes"])
+
+
+@rule("stream-gap", "info", "wire", "bytes missing from a TCP stream in the capture",
+      "The capture dropped packets (snaplen, ring buffer, interface drops) or started mid-stream; "
+      "findings on that connection around the gap may be incomplete. Capture with a larger buffer "
+      "(`tcpdump -B`) and full snaplen.")
+def stream_gap(issue: dict) -> bool:
+    """Invariant: each direction of a TCP connection is a contiguous byte stream (RFC 9293);
+    kaudit's reassembly never zero-fills what the capture lacks and reports it instead.
+    Benign causes: a capture started or stopped while the connection was open."""
+    return issue["issue"] in GAPS
+
+
+@rule("undecodable-frame", "info", "wire", "Kafka bytes kaudit could not decode",
+      "TLS connections need the keys (or a capture before TLS termination). For other bytes, "
+      "check the evidence position; it may be a protocol version kaudit does not know yet.")
+def undecodable_frame(issue: dict) -> bool:
+    """Invariant: every byte of a Kafka connection is a length-prefixed frame whose header and body
+    decode for its (api_key, api_version) (org.apache.kafka.common.requests.RequestHeader,
+    the message JSON specs). Reported: bytes skipped to resynchronise, impossible frame sizes,
+    frames cut by the capture, bodies that do not decode, and TLS connections.
+    Benign causes: TLS, a capture that starts mid-frame."""
+    return issue["issue"] in UNDECODABLE
+
+
+class ConnectionGroup:
+    def __init__(self, key: tuple, ctx: Context):
+        self.source, self.connection = key
+        self.ctx = ctx
+        self.conn = None
+        self.pending: list[dict] = []
+        self.last_answered_ts = None
+        self.out: list[dict] = []
+
+    def feed(self, kind: str, t: pa.Table) -> list[dict]:
+        for r in t.to_pylist():
+            if kind == "frame":
+                self._frame(r)
+            elif kind == "connection":
+                self.conn = r
+            elif kind == "decode_issue":
+                self._issue(r)
+        out, self.out = self.out, []
+        return out
+
+    def _common(self, r: dict) -> dict:
+        return dict(connection=self.connection, transactional_id=r.get("transactional_id"),
+                    producer_id=r.get("producer_id"), producer_epoch=r.get("producer_epoch"))
+
+    def _frame(self, r: dict) -> None:
+        if r["response_frame"] is None:
+            self.pending.append(r)
+        elif r["request_ts"] is not None:
+            self.last_answered_ts = max(self.last_answered_ts or r["request_ts"], r["request_ts"])
+        if producer_error(r):
+            ev = [evidence(self.source, r["request_frame"], "request"),
+                  evidence(self.source, r["response_frame"], "response")]
+            who = f"transactional id {r['transactional_id']} " if r["transactional_id"] else ""
+            pid = f"producer {r['producer_id']} epoch {r['producer_epoch']} " if r["producer_id"] is not None else ""
+            self.out.append(finding(
+                "producer-error", f"{r['api_name']} v{r['api_version']} corr {r['correlation_id']} "
+                f"({who}{pid}client {r['client_id']}) on {self.connection}: {r['error_names']}",
+                evidence=ev, details={"api": r["api_name"], "errors": r["error_names"],
+                                      "error_codes": r["error_codes"]},
+                first_ts_ms=int(r["request_ts"] * 1000), last_ts_ms=_ms(r["response_ts"]),
+                **self._common(r)))
+        if r["api_key"] != 0 and r["error_codes"] and set(r["error_codes"].split(",")) & FENCED_CODES:
+            self.out.append(finding(
+                "fenced-epoch", f"{r['api_name']} v{r['api_version']} corr {r['correlation_id']} "
+                f"(transactional id {r['transactional_id']} producer {r['producer_id']} epoch "
+                f"{r['producer_epoch']}) on {self.connection} was rejected as fenced: {r['error_names']}",
+                severity="warning",
+                evidence=[evidence(self.source, r["request_frame"], "request"),
+                          evidence(self.source, r["response_frame"], "response")],
+                details={"api": r["api_name"], "broker": f"rejected ({r['error_names']})"},
+                first_ts_ms=_ms(r["request_ts"]), **self._common(r)))
+        if r["decode_error"]:
+            what = (f"{r['api_name']} v{r['api_version']} corr {r['correlation_id']}"
+                    if r["api_name"] else f"response corr {r['correlation_id']}")
+            frame_no = r["request_frame"] if r["request_frame"] is not None else r["response_frame"]
+            self.out.append(finding(
+                "undecodable-frame", f"{what} on {self.connection}: {r['decode_error']}",
+                evidence=[evidence(self.source, frame_no, "request" if r["request_frame"] is not None else "response")],
+                first_ts_ms=_ms(r["request_ts"] if r["request_ts"] is not None else r["response_ts"]),
+                **self._common(r)))
+
+    def _issue(self, r: dict) -> None:
+        if stream_gap(r):
+            what = "bytes missing" if r["issue"] == "stream-gap" else "conflicting retransmitted bytes"
+            self.out.append(finding(
+                "stream-gap", f"{self.connection}: {r['length']} {what} at stream offset "
+                f"{r['stream_offset']} (frame {r['position']}): {r['message']}",
+                evidence=[evidence(self.source, r["position"], "packet", r["message"])],
+                connection=self.connection))
+        elif undecodable_frame(r):
+            size = f"{r['length']} bytes" if r["length"] is not None else "bytes"
+            self.out.append(finding(
+                "undecodable-frame", f"{self.connection}: {r['issue']} ({size} at stream offset "
+                f"{r['stream_offset']}, frame {r['position']}): {r['message']}",
+                evidence=[evidence(self.source, r["position"], "packet", r["message"])],
+                connection=self.connection))
+
+    def finish(self) -> list[dict]:
+        out = []
+        ref = self.ctx.reference_time_ms
+        self.end_ts = None if ref is None else ref / 1000
+        for r in self.pending:
+            later = self.last_answered_ts is not None and r["request_ts"] is not None and \
+                self.last_answered_ts > r["request_ts"]
+            verdict = unanswered_request(r, self.conn, later, self.end_ts)
+            if verdict is None:
+                continue
+            why, sev = verdict
+            out.append(finding(
+                "unanswered-request", f"{r['api_name']} v{r['api_version']} corr {r['correlation_id']} "
+                f"(client {r['client_id']}) on {self.connection} at {r['request_ts']:.6f}: no response — "
+                f"{why}", severity=sev, evidence=[evidence(self.source, r["request_frame"], "request")],
+                details={"api": r["api_name"], "reason": why}, first_ts_ms=_ms(r["request_ts"]),
+                **self._common(r)))
+        return out
+
+
+def _ms(ts):
+    return None if ts is None else int(ts * 1000)
+
+
+FOLD = Fold("wire-frames", {"frame": FRAME_COLUMNS, "connection": CONNECTION_COLUMNS,
+                            "decode_issue": ISSUE_COLUMNS},
+            KEY, ("request_ts",), lambda ctx: KeyedState(KEY, lambda k: ConnectionGroup(k, ctx)),
+            where={"decode_issue": lambda t: pc.is_valid(t.column("connection"))})

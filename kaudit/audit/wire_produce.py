@@ -1,0 +1,246 @@
+"""Sequence rules on the wire: the batches of Produce requests, per partition, in send order, with
+what the broker answered. The state mirrors the broker's (the last accepted batch per producer)
+so that the verdicts read like the broker's own: OUT_OF_ORDER_SEQUENCE_NUMBER (45),
+DUPLICATE_SEQUENCE_NUMBER (46), INVALID_PRODUCER_EPOCH (47), PRODUCER_FENCED (90)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.disk_sequences import duplicate_batch, fenced_epoch, out_of_order_sequence
+from kaudit.audit.duplicate_records import duplicate_records  # noqa: F401  (registers the rule)
+from kaudit.audit.folds import Fold, KeyedState
+from kaudit.audit.producer_state import BatchView, ProducerState
+from kaudit.audit.registry import evidence, finding, rule
+
+KEY = ("topic", "partition")
+ORDER = ("request_ts", "source", "position")
+COLUMNS = KEY + ORDER + (
+    "connection", "correlation_id", "client_id", "transactional_id", "acks", "api_version",
+    "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count", "crc",
+    "batch_size", "base_timestamp_ms", "max_timestamp_ms", "is_control", "response_ts",
+    "response_error", "response_base_offset",
+)
+ERRORS = {45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
+          47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
+FENCED = (47, 90)
+
+
+@rule("retried-batch", "info", "wire", "the same batch sent more than once",
+      "Nothing to do when it was deduplicated. When it was stored twice, see duplicate-batch / "
+      "duplicate-records; when the outcome is unknown, audit the capture together with the log "
+      "dirs (`kaudit audit --pcap ... --segments ...`).")
+def retried_batch(attempts: list[dict], now: dict) -> str:
+    """Invariant: a producer retries a batch whose response it did not get (timeout, dropped
+    connection, retriable error) with the same producer id, epoch and sequences (idempotent) or
+    the same bytes (producer id -1); the broker answers an idempotent retry of one of the last five
+    batches with the original offset (ProducerStateManager.findDuplicateBatch, KIP-98) and appends
+    it otherwise. Outcome: deduplicated (same offset, or DUPLICATE_SEQUENCE_NUMBER), stored twice
+    (two successes at different offsets), rejected (an error), unknown (no response).
+    Benign causes: this is the normal retry path; only 'stored twice' is a problem."""
+    err, off = now["response_error"], now["response_base_offset"]
+    prior = [a["response_base_offset"] for a in attempts if a["response_error"] == 0]
+    if err == 46:
+        return "deduplicated"
+    if err is None:
+        return "unknown"
+    if err != 0:
+        return "rejected"
+    if any(p != off for p in prior):
+        return "stored twice"
+    return "deduplicated"
+
+
+@dataclass
+class _Pid:
+    state: ProducerState | None = None   # the broker's view: last accepted (or unanswered) batch
+    attempts: dict = field(default_factory=dict)   # (epoch, base_seq, last_seq) -> [row]
+    recent: list = field(default_factory=list)
+
+
+class WirePartition:
+    def __init__(self, key: tuple):
+        self.topic, self.partition = key
+        self.pids: dict[int, _Pid] = {}
+        self.anon: dict[tuple, list[dict]] = {}
+        self.out: list[dict] = []
+
+    def feed(self, kind: str, t: pa.Table) -> list[dict]:
+        for r in t.to_pylist():
+            if r["producer_id"] is None or r["producer_id"] < 0:
+                self._anonymous(r)
+            else:
+                self._idempotent(r)
+        out, self.out = self.out, []
+        return out
+
+    def finish(self) -> list[dict]:
+        return self.out
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _where(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @staticmethod
+    def _answer(r: dict) -> str:
+        e = r["response_error"]
+        if e is None:
+            return "no response" if r["acks"] != 0 else "acks=0, no response expected"
+        if e == 0:
+            return f"accepted at offset {r['response_base_offset']}"
+        return f"rejected with {ERRORS.get(e, 'error')} ({e})"
+
+    def _line(self, r: dict) -> str:
+        seq = "" if r["producer_id"] is None or r["producer_id"] < 0 else \
+            f"epoch {r['producer_epoch']} seq {r['base_sequence']}-{r['last_sequence']} "
+        return (f"frame {r['position']} t={r['request_ts']:.6f} corr {r['correlation_id']} "
+                f"{r['connection']}: {seq}({r['record_count']} records) -> {self._answer(r)}")
+
+    def _fields(self, r: dict, **kw) -> dict:
+        ok = r["response_error"] == 0 and r["response_base_offset"] is not None \
+            and r["response_base_offset"] >= 0
+        pid = r["producer_id"]
+        idem = pid is not None and pid >= 0
+        return dict(topic=self.topic, partition=self.partition, connection=r["connection"],
+                    producer_id=pid, producer_epoch=r["producer_epoch"] if idem else None,
+                    transactional_id=r["transactional_id"],
+                    first_offset=r["response_base_offset"] if ok else None,
+                    last_offset=r["response_base_offset"] + r["record_count"] - 1 if ok else None,
+                    base_sequence=r["base_sequence"] if idem else None,
+                    last_sequence=r["last_sequence"] if idem else None,
+                    first_ts_ms=int(r["request_ts"] * 1000), **kw)
+
+    @staticmethod
+    def _ev(r: dict, note: str | None = None) -> dict:
+        n = f"corr {r['correlation_id']} on {r['connection']}"
+        return evidence(r["source"], r["position"], "produce", f"{n}; {note}" if note else n)
+
+    @staticmethod
+    def _view(r: dict) -> BatchView:
+        return BatchView(r["source"], r["position"], r["response_base_offset"], None, r["producer_id"],
+                         r["producer_epoch"], r["base_sequence"], r["last_sequence"],
+                         r["record_count"] or 0, r["crc"], r["batch_size"])
+
+    # -- producer id -1 -----------------------------------------------------------------------
+    def _anonymous(self, r: dict) -> None:
+        if r["acks"] == 0:
+            return
+        fp = (r["crc"], r["batch_size"], r["record_count"], r["base_timestamp_ms"], r["max_timestamp_ms"])
+        prior = self.anon.setdefault(fp, [])
+        if prior:
+            outcome = retried_batch(prior, r)
+            lines = [self._line(a) for a in prior] + [self._line(r)]
+            sev = "warning" if outcome == "unknown" else None
+            self.out.append(finding(
+                "retried-batch", f"{self._where()}: a batch of {r['record_count']} records from a "
+                f"non-idempotent producer (client {r['client_id']}) was sent again "
+                f"({len(prior) + 1} attempts): {outcome}" +
+                (" — without idempotence a retry may be stored twice" if outcome == "unknown" else ""),
+                severity=sev, evidence=[self._ev(a) for a in prior] + [self._ev(r)],
+                details={"outcome": outcome, "attempts": len(prior) + 1}, timeline=lines, **self._fields(r)))
+            if outcome == "stored twice":
+                offs = sorted({a["response_base_offset"] for a in prior if a["response_error"] == 0})
+                self.out.append(finding(
+                    "duplicate-records", f"{self._where()}: the same {r['record_count']} records "
+                    f"were acknowledged at offsets {offs} and again at {r['response_base_offset']} "
+                    f"(producer id -1: the broker cannot deduplicate)",
+                    evidence=[self._ev(a) for a in prior] + [self._ev(r)],
+                    details={"original_first_offset": offs[0]}, timeline=lines, **self._fields(r)))
+        prior.append(r)
+
+    # -- idempotent and transactional producers ------------------------------------------------
+    def _idempotent(self, r: dict) -> None:
+        p = self.pids.setdefault(r["producer_id"], _Pid())
+        b = self._view(r)
+        err = r["response_error"]
+        key = (r["producer_epoch"], r["base_sequence"], r["last_sequence"])
+        prior = p.attempts.get(key, [])
+        st = p.state
+        timeline = p.recent[-4:] + [self._line(r)]
+        where = self._where()
+
+        if (st is not None and fenced_epoch(st, b)) or err in FENCED:
+            stale = st is not None and fenced_epoch(st, b)
+            sev = "warning" if err in FENCED or err is None else "error"
+            why = (f"after epoch {st.max_epoch} was used" if stale
+                   else "which the broker knows to be fenced")
+            self.out.append(finding(
+                "fenced-epoch", f"{where}: producer {r['producer_id']} sent data with epoch "
+                f"{r['producer_epoch']} {why}: {self._answer(r)}",
+                severity=sev, evidence=[self._ev(r)], timeline=timeline,
+                details={"stale_epoch": r["producer_epoch"], "current_epoch": st.max_epoch if st else None,
+                         "broker": self._answer(r)}, **self._fields(r)))
+        elif prior:
+            outcome = retried_batch(prior, r)
+            self.out.append(finding(
+                "retried-batch", f"{where}: producer {r['producer_id']} epoch {r['producer_epoch']} "
+                f"sequences {r['base_sequence']}-{r['last_sequence']} sent {len(prior) + 1} times: "
+                f"{outcome} ({self._answer(r)})", evidence=[self._ev(a) for a in prior] + [self._ev(r)],
+                details={"outcome": outcome, "attempts": len(prior) + 1}, timeline=timeline,
+                **self._fields(r)))
+            if outcome == "stored twice" or (err == 45):
+                self._sequence_findings(p, r, b, timeline, only_broker=(outcome != "stored twice"))
+        elif st is not None or err == 45:
+            self._sequence_findings(p, r, b, timeline)
+
+        # the broker's state after this request (acks=0 or no response: assume it was appended)
+        dedup = err == 46 or (err == 0 and any(
+            a["response_error"] == 0 and a["response_base_offset"] == b.base_offset for a in prior))
+        if (err == 0 or (err is None and r["acks"] != 0)) and not dedup:
+            if st is None:
+                p.state = st = ProducerState(b.producer_epoch, b.last_sequence, b.producer_epoch, None, 0)
+            st.epoch, st.last_seq = b.producer_epoch, b.last_sequence
+            st.max_epoch = max(st.max_epoch, b.producer_epoch)
+            if err == 0 and b.base_offset is not None and b.base_offset >= 0:
+                b.last_offset = b.base_offset + b.record_count - 1
+                st.remember(b)
+        p.attempts.setdefault(key, []).append(r)
+        p.recent.append(self._line(r))
+        del p.recent[:-4]
+
+    def _sequence_findings(self, p: _Pid, r: dict, b: BatchView, timeline, only_broker=False) -> None:
+        err, st, where = r["response_error"], p.state, self._where()
+        accepted = err == 0
+        if st is not None and accepted:
+            for kind, d in duplicate_batch(st, b):
+                if d["original_first_offset"] == b.base_offset:
+                    continue  # answered with the original offset: deduplicated
+                lo, hi = d["original_sequences"]
+                self.out.append(finding(
+                    "duplicate-batch", f"{where}: producer {r['producer_id']} epoch {r['producer_epoch']} "
+                    f"sequences {lo}-{hi} were acknowledged at offset {d['original_first_offset']} and "
+                    f"again at offset {b.base_offset} "
+                    f"({'same batch' if kind == 'identical' else 'with a different payload'})",
+                    evidence=[self._ev(r)], details={"payload": kind, **{k: v for k, v in d.items() if k != 'original'}},
+                    timeline=timeline, **self._fields(r)))
+        verdict = out_of_order_sequence(st, b) if st is not None else None
+        if only_broker and err != 45 and not accepted:
+            return
+        if verdict is None and err != 45:
+            return
+        if verdict is None:
+            text = "was rejected as out of order"
+            if st is not None:
+                text += (f" although it follows sequence {st.last_seq} of epoch {st.epoch} "
+                         "in this capture (the broker's state differs: lost or reset)")
+            kind, expected = "broker", None
+        else:
+            kind, expected = verdict
+            text = {"gap": f"jumps from {st.last_seq} to {b.base_sequence} (expected {expected})",
+                    "regression": f"goes back from {st.last_seq} to {b.base_sequence} (expected {expected})",
+                    "new-epoch": f"starts new epoch {b.producer_epoch} at sequence {b.base_sequence}, not 0"}[kind]
+        sev = "warning" if err == 45 else ("error" if accepted else "warning")
+        self.out.append(finding(
+            "out-of-order-sequence", f"{where}: producer {r['producer_id']} epoch {r['producer_epoch']} "
+            f"sequences {b.base_sequence}-{b.last_sequence} {text}: {self._answer(r)}",
+            severity=sev, evidence=[self._ev(r)], timeline=timeline,
+            details={"kind": kind, "expected_sequence": expected, "broker": self._answer(r),
+                     "previous_last_sequence": st.last_seq if st else None}, **self._fields(r)))
+
+
+FOLD = Fold("wire-produce", {"batch": COLUMNS}, KEY, ORDER, lambda ctx: KeyedState(KEY, WirePartition),
+            where={"batch": lambda t: pc.equal(t.column("source_kind"), "produce")})
