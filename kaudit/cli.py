@@ -179,6 +179,183 @@ def decode_pcap(
         raise typer.Exit(EXIT_UNREADABLE)
 
 
+class ReportFormat(str, Enum):
+    table = "table"
+    json = "json"
+    ndjson = "ndjson"
+    sarif = "sarif"
+
+
+class Severity(str, Enum):
+    info = "info"
+    warning = "warning"
+    error = "error"
+    critical = "critical"
+
+
+RulesOpt = Annotated[Optional[list[str]], typer.Option(
+    help="Only these rules (repeatable or comma-separated; see `kaudit rules`).")]
+IgnoreOpt = Annotated[Optional[list[str]], typer.Option(
+    help="Skip these rules (repeatable or comma-separated).")]
+FormatOpt = Annotated[ReportFormat, typer.Option("--format", "-f", help="Report format.")]
+OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report here.")]
+FailOpt = Annotated[Severity, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.")]
+NowOpt = Annotated[Optional[str], typer.Option(
+    "--now", help="Reference time for ages and timeouts: ms since the epoch or ISO-8601 "
+    "(default: the latest broker-side timestamp in the evidence, or the last packet).")]
+
+
+def _rule_list(values) -> list[str]:
+    from kaudit.audit import RULES
+
+    out = [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
+    unknown = sorted(set(out) - set(RULES))
+    if unknown:
+        _err(f"[red]error:[/red] unknown rule {', '.join(unknown)} (see `kaudit rules`)")
+        raise typer.Exit(EXIT_USAGE)
+    return out
+
+
+def _parse_now(now: Optional[str]) -> Optional[int]:
+    if now is None:
+        return None
+    if now.lstrip("-").isdigit():
+        return int(now)
+    from datetime import datetime, timezone
+
+    try:
+        t = datetime.fromisoformat(now.replace("Z", "+00:00"))
+    except ValueError:
+        _err(f"[red]error:[/red] --now {now!r}: give ms since the epoch or an ISO-8601 time")
+        raise typer.Exit(EXIT_USAGE)
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def _report(run, command: str, inputs, format: ReportFormat, output: Optional[Path], fail_on: Severity) -> None:
+    from kaudit.audit import at_or_above
+    from kaudit.report.findings import WRITERS, build_report
+
+    report = build_report(run, command, [str(p) for p in inputs])
+    if output is None:
+        WRITERS[format.value](report, sys.stdout)
+        sys.stdout.flush()
+    else:
+        with open(output, "w") as out:
+            WRITERS[format.value](report, out)
+    for e in run.errors:
+        _err(f"[red]error:[/red] unreadable input: {e}")
+    if run.errors:
+        raise typer.Exit(EXIT_UNREADABLE)
+    if any(at_or_above(f["severity"], fail_on.value) for f in run.findings):
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+def _check_report_output(output: Optional[Path], inputs) -> None:
+    if output is not None and _inside(output, [p for p in inputs if p.exists()]):
+        _err("[red]error:[/red] --output is inside an input: kaudit never writes to what it audits")
+        raise typer.Exit(EXIT_USAGE)
+
+
+@app.command("segments")
+def audit_segments(
+    paths: Annotated[list[Path], typer.Argument(help="Log dirs, folders of log dirs, partition dirs or files.")],
+    format: FormatOpt = ReportFormat.table,
+    output: OutputOpt = None,
+    fail_on: FailOpt = Severity.error,
+    now: NowOpt = None,
+    select: RulesOpt = None,
+    ignore: IgnoreOpt = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes for decoding.")] = 1,
+    max_batch_bytes: Annotated[int, typer.Option("--max-batch-bytes", min=1024,
+                                                 help="Largest batch (and decompressed payload) accepted.")] = 64 * 1024 * 1024,
+):
+    """Audit brokers' log dirs: decode every segment and report duplicates, sequence anomalies,
+    zombie epochs and corruption, with evidence (file, byte position) and remediation."""
+    from kaudit.engine.local import audit_segments as run_audit
+
+    _check_report_output(output, paths)
+    sel, ign, now_ms = _rule_list(select), _rule_list(ignore), _parse_now(now)
+    run = run_audit([str(p) for p in paths], now_ms=now_ms, select=sel, ignore=ign,
+                    max_batch_bytes=max_batch_bytes, jobs=jobs, progress=sys.stderr.isatty())
+    if run.errors and not run.coverage.get("files"):
+        for e in run.errors:
+            _err(f"[red]error:[/red] unreadable input: {e}")
+        raise typer.Exit(EXIT_UNREADABLE)
+    _report(run, "segments", paths, format, output, fail_on)
+
+
+@app.command("pcap")
+def audit_pcap(
+    files: Annotated[list[Path], typer.Argument(help="pcap or pcapng capture files (rotated files form one timeline).")],
+    format: FormatOpt = ReportFormat.table,
+    output: OutputOpt = None,
+    fail_on: FailOpt = Severity.error,
+    now: NowOpt = None,
+    select: RulesOpt = None,
+    ignore: IgnoreOpt = None,
+    kafka_port: Annotated[Optional[list[int]], typer.Option(
+        "--kafka-port", help="Broker port (repeatable; default 9092). Kafka on other ports is "
+        "found from its request headers.")] = None,
+    max_frame_bytes: Annotated[int, typer.Option("--max-frame-bytes", min=1024,
+                                                 help="Largest Kafka frame accepted.")] = 100 * 1024 * 1024,
+    max_batch_bytes: Annotated[int, typer.Option("--max-batch-bytes", min=1024,
+                                                 help="Largest decompressed batch accepted.")] = 64 * 1024 * 1024,
+):
+    """Audit packet captures: producers' sequences and epochs as the broker answered them, retries
+    and their outcome, unanswered requests and error responses, with frame numbers as evidence."""
+    from kaudit.engine.local import audit_pcaps as run_audit
+    from kaudit.sources.pcap import PcapOptions
+
+    _check_report_output(output, files)
+    sel, ign, now_ms = _rule_list(select), _rule_list(ignore), _parse_now(now)
+    options = PcapOptions(kafka_ports=frozenset(kafka_port or [9092]), deep=False,
+                          max_batch_bytes=max_batch_bytes, max_frame_bytes=max_frame_bytes)
+    run = run_audit([str(f) for f in files], options, now_ms=now_ms, select=sel, ignore=ign)
+    if run.errors and len(run.errors) >= len(files):
+        for e in run.errors:
+            _err(f"[red]error:[/red] unreadable input: {e}")
+        raise typer.Exit(EXIT_UNREADABLE)
+    _report(run, "pcap", files, format, output, fail_on)
+
+
+@app.command("rules")
+def list_rules(
+    format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+):
+    """List the audit rules: id, default severity, where they look (disk, wire) and what they flag."""
+    from kaudit.audit import RULES
+
+    rows = [{"id": r.id, "severity": r.severity, "scope": r.scope, "title": r.title}
+            for r in sorted(RULES.values(), key=lambda r: r.id)]
+    if format == "json":
+        import json
+
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("rule", "severity", "scope", "flags")
+    for r in rows:
+        t.add_row(r["id"], r["severity"], r["scope"], r["title"])
+    Console().print(t)
+
+
+@app.command("explain")
+def explain(rule: Annotated[str, typer.Argument(help="A rule id (see `kaudit rules`).")]):
+    """Print a rule's documentation: its invariant, the Kafka class or KIP it mirrors, benign
+    causes, and the remediation."""
+    from kaudit.audit import RULES
+
+    r = RULES.get(rule)
+    if r is None:
+        _err(f"[red]error:[/red] unknown rule {rule!r} (see `kaudit rules`)")
+        raise typer.Exit(EXIT_USAGE)
+    typer.echo(f"{r.id} ({r.severity}, {r.scope}): {r.title}\n\n{r.doc}\n\nRemediation: {r.remediation}")
+
+
 def _check_output(format: RowFormat, output: Optional[Path], kind, inputs) -> None:
     from kaudit.model import KINDS
 
