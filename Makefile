@@ -14,9 +14,12 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# Audits the bundled samples; kaudit exits 1 when it has findings, which is the point of a demo.
 demo: $(STAMP)
-	$(PY) -m kaudit decode segments fixtures/logdirs/demo --format table
-	$(PY) -m kaudit decode pcap pcaps/05-fence-java.pcap --kafka-port 9092 --kafka-port 9093 --kafka-port 9094 --format table
+	@echo "== kaudit segments fixtures/logdirs/demo  (a crafted broker log dir with planted anomalies)"
+	$(PY) -m kaudit segments fixtures/logdirs/demo || [ $$? -eq 1 ]
+	@echo "== kaudit pcap pcaps/*.pcap  (real Apache Kafka 3.0.2 captures: retries, a zombie, crafted sequences)"
+	$(PY) -m kaudit pcap pcaps/*.pcap --kafka-port 9092 --kafka-port 9093 --kafka-port 9094 || [ $$? -eq 1 ]
 
 test: $(STAMP)
 	$(PY) -m pytest

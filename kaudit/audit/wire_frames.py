@@ -188,7 +188,11 @@ class ConnectionGroup:
         for r in self.pending:
             later = self.last_answered_ts is not None and r["request_ts"] is not None and \
                 self.last_answered_ts > r["request_ts"]
-            verdict = unanswered_request(r, self.conn, later, self.end_ts)
+            end = self.end_ts
+            if self.conn is not None and self.conn["close_reason"] not in ("fin", "rst") \
+                    and self.conn["last_ts"] is not None:
+                end = self.conn["last_ts"]  # this capture's end (several files: each its own)
+            verdict = unanswered_request(r, self.conn, later, end)
             if verdict is None:
                 continue
             why, sev = verdict
