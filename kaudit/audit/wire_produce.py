@@ -5,7 +5,7 @@ DUPLICATE_SEQUENCE_NUMBER (46), INVALID_PRODUCER_EPOCH (47), PRODUCER_FENCED (90
 
 from __future__ import annotations
 
-import os
+from collections import deque
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -28,20 +28,29 @@ COLUMNS = KEY + ORDER + (
 ERRORS = {45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
           47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
 FENCED = (47, 90)
+RETRY_WINDOW_S = 900        # attempts of a batch remembered this long (delivery.timeout.ms: 2 min)
+MAX_ATTEMPT_KEYS = 4096     # batches remembered per producer id and partition
+MAX_ANON_KEYS = 65536       # batches of producer id -1 remembered per partition
+MAX_REFUSED = 64
 
 
 @rule("retried-batch", "info", "wire", "the same batch sent more than once",
       "Nothing to do when it was deduplicated. When it was stored twice, see duplicate-batch / "
       "duplicate-records; when the outcome is unknown, audit the capture together with the log "
       "dirs (`kaudit audit --pcap ... --segments ...`).")
-def retried_batch(attempts: list[dict], now: dict) -> str:
+def retried_batch(attempts: list[dict], now: dict, idempotent: bool = True) -> str:
     """Invariant: a producer retries a batch whose response it did not get (timeout, dropped
     connection, retriable error) with the same producer id, epoch and sequences (idempotent) or
     the same bytes (producer id -1); the broker answers an idempotent retry of one of the last five
     batches with the original offset (ProducerStateManager.findDuplicateBatch, KIP-98) and appends
-    it otherwise. Outcome: deduplicated (same offset, or DUPLICATE_SEQUENCE_NUMBER), stored twice
-    (two successes at different offsets), rejected (an error), unknown (no response).
-    Benign causes: this is the normal retry path; only 'stored twice' is a problem."""
+    it otherwise. Outcome of the latest attempt: deduplicated (the original offset, or
+    DUPLICATE_SEQUENCE_NUMBER; for an idempotent producer also an acceptance after an unanswered
+    attempt: the broker stores it once either way), stored twice (two successes at different
+    offsets), stored once (accepted after attempts the broker rejected), rejected (an error),
+    unknown (no response; for producer id -1 also an acceptance after an unanswered attempt,
+    which may have been stored too).
+    Benign causes: this is the normal retry path; only 'stored twice' (and 'unknown' without
+    idempotence) is a problem."""
     err, off = now["response_error"], now["response_base_offset"]
     prior = [a["response_base_offset"] for a in attempts if a["response_error"] == 0]
     if err == 46:
@@ -52,21 +61,63 @@ def retried_batch(attempts: list[dict], now: dict) -> str:
         return "rejected"
     if any(p != off for p in prior):
         return "stored twice"
-    return "deduplicated"
+    if prior:
+        return "deduplicated"
+    if any(a["response_error"] is None for a in attempts):
+        return "deduplicated" if idempotent else "unknown"
+    return "stored once"
+
+
+class _Attempts:
+    """The attempts of each batch (by key) sent in the last RETRY_WINDOW_S seconds, at most
+    `cap` keys: a retry follows its original within the producer's delivery.timeout.ms (2 min by
+    default), so older batches are forgotten and memory stays bounded on long captures."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.by_key: dict = {}
+        self.order: deque = deque()   # (request_ts, key), oldest first
+
+    def get(self, key) -> list[dict]:
+        return self.by_key.get(key, [])
+
+    def add(self, key, row: dict) -> None:
+        ts = row["request_ts"] or 0.0
+        self.by_key.setdefault(key, []).append(row)
+        self.order.append((ts, key))
+        horizon = ts - RETRY_WINDOW_S
+        while self.order and (self.order[0][0] < horizon or len(self.by_key) > self.cap):
+            _, old = self.order.popleft()
+            rows = self.by_key.get(old)
+            if rows is not None and ((rows[-1]["request_ts"] or 0.0) < horizon or len(self.by_key) > self.cap):
+                del self.by_key[old]
 
 
 @dataclass
 class _Pid:
     state: ProducerState | None = None   # the broker's view: last accepted (or unanswered) batch
-    attempts: dict = field(default_factory=dict)   # (epoch, base_seq, last_seq) -> [row]
+    attempts: _Attempts = field(default_factory=lambda: _Attempts(MAX_ATTEMPT_KEYS))
     recent: list = field(default_factory=list)
+    # sequence ranges the broker refused (epoch, lo, hi), newest last: an in-flight batch that
+    # follows one of them is answered OUT_OF_ORDER_SEQUENCE_NUMBER and retried (benign)
+    refused: list = field(default_factory=list)
+
+    def covered_by_refused(self, epoch: int, lo: int, hi: int) -> bool:
+        """True when every sequence of [lo, hi] was in a batch the broker refused."""
+        need = lo
+        for e, a, b in sorted(r for r in self.refused if r[0] == epoch):
+            if a <= need <= b:
+                need = b + 1
+            if need > hi:
+                return True
+        return need > hi
 
 
 class WirePartition:
     def __init__(self, key: tuple):
         self.topic, self.partition = key
         self.pids: dict[int, _Pid] = {}
-        self.anon: dict[tuple, list[dict]] = {}
+        self.anon = _Attempts(MAX_ANON_KEYS)
         self.out: list[dict] = []
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
@@ -130,16 +181,19 @@ class WirePartition:
         if r["acks"] == 0:
             return
         fp = (r["crc"], r["batch_size"], r["record_count"], r["base_timestamp_ms"], r["max_timestamp_ms"])
-        prior = self.anon.setdefault(fp, [])
+        prior = self.anon.get(fp)
         if prior:
-            outcome = retried_batch(prior, r)
+            outcome = retried_batch(prior, r, idempotent=False)
             lines = [self._line(a) for a in prior] + [self._line(r)]
             sev = "warning" if outcome == "unknown" else None
+            risk = ""
+            if outcome == "unknown":
+                risk = (" — an earlier attempt got no answer and may have been stored too" if r["response_error"] == 0
+                        else " — without idempotence a retry may be stored twice")
             self.out.append(finding(
                 "retried-batch", f"{self._where()}: a batch of {r['record_count']} records from a "
                 f"non-idempotent producer (client {r['client_id']}) was sent again "
-                f"({len(prior) + 1} attempts): {outcome}" +
-                (" — without idempotence a retry may be stored twice" if outcome == "unknown" else ""),
+                f"({len(prior) + 1} attempts): {outcome} ({self._answer(r)}){risk}",
                 severity=sev, evidence=[self._ev(a) for a in prior] + [self._ev(r)],
                 details={"outcome": outcome, "attempts": len(prior) + 1}, timeline=lines, **self._fields(r)))
             if outcome == "stored twice":
@@ -150,7 +204,7 @@ class WirePartition:
                     f"(producer id -1: the broker cannot deduplicate)",
                     evidence=[self._ev(a) for a in prior] + [self._ev(r)],
                     details={"original_first_offset": offs[0]}, timeline=lines, **self._fields(r)))
-        prior.append(r)
+        self.anon.add(fp, r)
 
     # -- idempotent and transactional producers ------------------------------------------------
     def _idempotent(self, r: dict) -> None:
@@ -158,14 +212,15 @@ class WirePartition:
         b = self._view(r)
         err = r["response_error"]
         key = (r["producer_epoch"], r["base_sequence"], r["last_sequence"])
-        prior = p.attempts.get(key, [])
+        prior = p.attempts.get(key)
         st = p.state
         timeline = p.recent[-4:] + [self._line(r)]
         where = self._where()
 
         if (st is not None and fenced_epoch(st, b)) or err in FENCED:
             stale = st is not None and fenced_epoch(st, b)
-            sev = "warning" if err in FENCED or err is None else "error"
+            # an error only when the broker took it; refused or unanswered: the broker's job
+            sev = "error" if err == 0 else "warning"
             why = (f"after epoch {st.max_epoch} was used" if stale
                    else "which the broker knows to be fenced")
             self.out.append(finding(
@@ -182,12 +237,14 @@ class WirePartition:
                 f"{outcome} ({self._answer(r)})", evidence=[self._ev(a) for a in prior] + [self._ev(r)],
                 details={"outcome": outcome, "attempts": len(prior) + 1}, timeline=timeline,
                 **self._fields(r)))
-            if outcome == "stored twice" or (err == 45):
-                self._sequence_findings(p, r, b, timeline, only_broker=(outcome != "stored twice"))
+            if outcome in ("stored twice", "stored once") or err == 45:
+                # stored anew (or refused as out of order): the sequence checks apply to it
+                self._sequence_findings(p, r, b, timeline)
         elif st is not None or err == 45:
             self._sequence_findings(p, r, b, timeline)
 
-        # the broker's state after this request (acks=0 or no response: assume it was appended)
+        # the broker's state after this request (acks=0 or no response: assume it was appended);
+        # a retry answered with an offset an earlier attempt already got changes nothing
         dedup = err == 46 or (err == 0 and any(
             a["response_error"] == 0 and a["response_base_offset"] == b.base_offset for a in prior))
         if (err == 0 or (err is None and r["acks"] != 0)) and not dedup:
@@ -198,11 +255,14 @@ class WirePartition:
             if err == 0 and b.base_offset is not None and b.base_offset >= 0:
                 b.last_offset = b.base_offset + b.record_count - 1
                 st.remember(b)
-        p.attempts.setdefault(key, []).append(r)
+        elif err not in (None, 0, 46):
+            p.refused.append((b.producer_epoch, b.base_sequence, b.last_sequence))
+            del p.refused[:-MAX_REFUSED]
+        p.attempts.add(key, r)
         p.recent.append(self._line(r))
         del p.recent[:-4]
 
-    def _sequence_findings(self, p: _Pid, r: dict, b: BatchView, timeline, only_broker=False) -> None:
+    def _sequence_findings(self, p: _Pid, r: dict, b: BatchView, timeline) -> None:
         err, st, where = r["response_error"], p.state, self._where()
         accepted = err == 0
         if st is not None and accepted:
@@ -218,8 +278,6 @@ class WirePartition:
                     evidence=[self._ev(r)], details={"payload": kind, **{k: v for k, v in d.items() if k != 'original'}},
                     timeline=timeline, **self._fields(r)))
         verdict = out_of_order_sequence(st, b) if st is not None else None
-        if only_broker and err != 45 and not accepted:
-            return
         if verdict is None and err != 45:
             return
         if verdict is None:
@@ -230,10 +288,15 @@ class WirePartition:
             kind, expected = "broker", None
         else:
             kind, expected = verdict
+            if err == 45 and kind == "gap" and p.covered_by_refused(b.producer_epoch, expected, b.base_sequence - 1):
+                # the sequences in between were in flight in batches the broker refused (a
+                # retriable error): this batch was refused in their wake and is retried after them
+                return
             text = {"gap": f"jumps from {st.last_seq} to {b.base_sequence} (expected {expected})",
                     "regression": f"goes back from {st.last_seq} to {b.base_sequence} (expected {expected})",
                     "new-epoch": f"starts new epoch {b.producer_epoch} at sequence {b.base_sequence}, not 0"}[kind]
-        sev = "warning" if err == 45 else ("error" if accepted else "warning")
+        # the broker stored it: an error; refused with 45 (or unanswered): a warning
+        sev = "error" if accepted else "warning"
         self.out.append(finding(
             "out-of-order-sequence", f"{where}: producer {r['producer_id']} epoch {r['producer_epoch']} "
             f"sequences {b.base_sequence}-{b.last_sequence} {text}: {self._answer(r)}",
