@@ -35,20 +35,33 @@ FENCED_CODES = {"47", "90"}  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
       "what happened against the log dirs (`kaudit audit --pcap ... --segments ...`); check the "
       "broker's request latency and network around that time.")
 def unanswered_request(frame: dict, conn: dict | None, answered_after: bool,
-                       end_ts: float | None) -> tuple[str, str] | None:
+                       end_ts: float | None, lost_after: bool = False) -> tuple[str, str] | None:
     """Invariant: a broker answers every request on a connection, in order (the request channel
     processes one request per connection at a time, kafka.network.SocketServer), except Produce
     with acks=0. A request is unanswered (warning) when a later request on the same connection was
-    answered, when the capture or the connection went on past the request's timeout (its own
+    answered, when the connection was still in use past the request's timeout (its own
     timeout_ms, at least the clients' default request.timeout.ms of 30 s), or when it is a
     Produce whose connection closed first (the client cannot know whether it was stored). Other
     requests whose connection closed before their timeout are info: a client shutting down or
-    reconnecting abandons them. Returns (reason, severity).
-    Benign causes, not flagged: acks=0, requests still in flight when the capture ended."""
+    reconnecting abandons them. When the capture lost bytes of the connection after the request,
+    the response may be in the gap: info. `end_ts` is the last time the capture shows the
+    connection in use (its close, or its latest request or response), not the capture's end:
+    a capture that holds only a few packets of a connection says nothing of the rest.
+    Returns (reason, severity).
+    Benign causes, not flagged: acks=0, requests still in flight when the capture ended (or when
+    the capture stopped showing their connection)."""
     if frame["response_frame"] is not None:
         return None
     if frame["api_key"] == 0 and frame["acks"] == 0:
         return None
+    verdict = _unanswered(frame, conn, answered_after, end_ts)
+    if verdict is not None and lost_after and verdict[1] == "warning":
+        return (verdict[0] + "; but the capture lost bytes of this connection after the request "
+                "(the response may be in the gap)", "info")
+    return verdict
+
+
+def _unanswered(frame, conn, answered_after, end_ts):
     if answered_after:
         return "a later request on the connection was answered", "warning"
     wait_ms = max(frame["timeout_ms"] or 0, REQUEST_TIMEOUT_MS)
@@ -64,7 +77,8 @@ def unanswered_request(frame: dict, conn: dict | None, answered_after: bool,
             return how + f", after the {wait_ms} ms timeout", "warning"
         return how + ", before any timeout (a client closing or reconnecting abandons its requests)", "info"
     if end_ts is not None and ts is not None and (end_ts - ts) * 1000 > wait_ms:
-        return f"no response within {wait_ms} ms while the capture went on", "warning"
+        return (f"no response within {wait_ms} ms while the connection was still in use "
+                f"({(end_ts - ts) * 1000:.0f} ms later)"), "warning"
     return None
 
 
@@ -111,6 +125,8 @@ class ConnectionGroup:
         self.conn = None
         self.pending: list[dict] = []
         self.last_answered_ts = None
+        self.last_activity = None   # latest request or response time seen on the connection
+        self.gap_frames: list[int] = []   # packets where the capture lost bytes of it
         self.out: list[dict] = []
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
@@ -129,6 +145,9 @@ class ConnectionGroup:
                     producer_id=r.get("producer_id"), producer_epoch=r.get("producer_epoch"))
 
     def _frame(self, r: dict) -> None:
+        for t in (r["request_ts"], r["response_ts"]):
+            if t is not None and (self.last_activity is None or t > self.last_activity):
+                self.last_activity = t
         if r["response_frame"] is None:
             self.pending.append(r)
         elif r["request_ts"] is not None:
@@ -166,6 +185,8 @@ class ConnectionGroup:
                 **self._common(r)))
 
     def _issue(self, r: dict) -> None:
+        if r["issue"] == "stream-gap" and r["position"] is not None:
+            self.gap_frames.append(r["position"])
         if stream_gap(r):
             what = "bytes missing" if r["issue"] == "stream-gap" else "conflicting retransmitted bytes"
             self.out.append(finding(
@@ -183,16 +204,14 @@ class ConnectionGroup:
 
     def finish(self) -> list[dict]:
         out = []
-        ref = self.ctx.reference_time_ms
-        self.end_ts = None if ref is None else ref / 1000
         for r in self.pending:
-            later = self.last_answered_ts is not None and r["request_ts"] is not None and \
-                self.last_answered_ts > r["request_ts"]
-            end = self.end_ts
-            if self.conn is not None and self.conn["close_reason"] not in ("fin", "rst") \
-                    and self.conn["last_ts"] is not None:
-                end = self.conn["last_ts"]  # this capture's end (several files: each its own)
-            verdict = unanswered_request(r, self.conn, later, end)
+            ts = r["request_ts"]
+            later = self.last_answered_ts is not None and ts is not None and self.last_answered_ts > ts
+            # The capture's end says nothing of a connection it stopped showing (sparse or
+            # filtered captures): only the connection's own close or later exchanges count.
+            verdict = unanswered_request(
+                r, self.conn, later, self.last_activity,
+                lost_after=any(g >= (r["request_frame"] or 0) for g in self.gap_frames))
             if verdict is None:
                 continue
             why, sev = verdict
