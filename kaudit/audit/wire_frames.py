@@ -124,7 +124,7 @@ class ConnectionGroup:
         self.ctx = ctx
         self.conn = None
         self.pending: list[dict] = []
-        self.last_answered_ts = None
+        self.last_answered = None   # stream order (_stream_order) of the latest answered request
         self.last_activity = None   # latest request or response time seen on the connection
         self.gap_frames: list[int] = []   # packets where the capture lost bytes of it
         self.out: list[dict] = []
@@ -151,7 +151,9 @@ class ConnectionGroup:
         if r["response_frame"] is None:
             self.pending.append(r)
         elif r["request_ts"] is not None:
-            self.last_answered_ts = max(self.last_answered_ts or r["request_ts"], r["request_ts"])
+            k = _stream_order(r)
+            if self.last_answered is None or k > self.last_answered:
+                self.last_answered = k
         if producer_error(r):
             ev = [evidence(self.source, r["request_frame"], "request"),
                   evidence(self.source, r["response_frame"], "response")]
@@ -205,8 +207,8 @@ class ConnectionGroup:
     def finish(self) -> list[dict]:
         out = []
         for r in self.pending:
-            ts = r["request_ts"]
-            later = self.last_answered_ts is not None and ts is not None and self.last_answered_ts > ts
+            later = self.last_answered is not None and r["request_ts"] is not None and \
+                self.last_answered > _stream_order(r)
             # The capture's end says nothing of a connection it stopped showing (sparse or
             # filtered captures): only the connection's own close or later exchanges count.
             verdict = unanswered_request(
@@ -222,6 +224,12 @@ class ConnectionGroup:
                 details={"api": r["api_name"], "reason": why}, first_ts_ms=_ms(r["request_ts"]),
                 **self._common(r)))
         return out
+
+
+def _stream_order(r: dict) -> tuple:
+    """Requests of a connection in the order the client sent them: pipelined requests share a
+    packet (same time and frame number); clients number them in sending order."""
+    return (r["request_ts"], r["request_frame"] or 0, r["correlation_id"] or 0)
 
 
 def _ms(ts):

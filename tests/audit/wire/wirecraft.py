@@ -120,12 +120,13 @@ def cstring_array(topics) -> bytes:
     return out
 
 
-def metadata(corr: int, *, answered: bool = True, client_id: str = "wire-producer"):
+def metadata(corr: int, *, answered: bool = True, error: int = 0, client_id: str = "wire-producer"):
+    """Metadata v1 of TOPIC; `error` is the topic's error code."""
     req = request_header(3, 1, corr, client_id, False) + array(1) + string(TOPIC)
     resp = (response_header(corr, False)
             + array(1) + i32(1) + string("broker-1") + i32(9092) + string(None)
             + i32(1)
-            + array(1) + i16(0) + string(TOPIC) + boolean(False)
+            + array(1) + i16(error) + string(TOPIC) + boolean(False)
             + array(1) + i16(0) + i32(0) + i32(1) + array(1) + i32(1) + array(1) + i32(1))
     out = [(0, frame(req))]
     if answered:

@@ -1,0 +1,198 @@
+"""The frame rules on the wire (audit/wire_frames.py) on crafted captures: unanswered-request,
+producer-error, fenced-epoch of transaction requests, stream-gap and undecodable-frame."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.audit.wire.wirecraft import (
+    T0,
+    TOPIC,
+    add_partitions,
+    audit,
+    batch,
+    by_rule,
+    details,
+    end_txn,
+    init_producer_id,
+    metadata,
+    produce,
+    produce_response,
+    rules_of,
+    send,
+)
+from tests.sources.pcap.craft import Conn
+from tests.sources.pcap.test_pcap_damage import TLS_DATA, TLS_HELLO, TLS_SERVER
+
+PID = 5001
+CONN = "10.0.0.1:40001 -> 10.0.0.2:9092"
+
+
+def one(findings, rule):
+    (f,) = by_rule(findings, rule)
+    return f
+
+
+def _fin_delay(seconds):
+    """write_timed delay: `seconds` of silence before the client's FIN."""
+    return {"delay": lambda i, p: seconds if (p.kind == "fin" and p.direction == 0) else 0}
+
+
+# ---- unanswered-request ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_a_later_request_was_answered(pipelined, tmp_path):
+    if pipelined:  # both requests in one segment: same time and frame
+        m = [(0, metadata(1)[0][1]), (0, metadata(2)[0][1]), metadata(2)[1]]
+    else:
+        m = metadata(1, answered=False) + metadata(2)
+    fs = audit(tmp_path, Conn(m))
+    assert rules_of(fs) == [("unanswered-request", "warning")]
+    f = fs[0]
+    assert "Metadata v1 corr 1" in f["message"] and "a later request on the connection was answered" in f["message"]
+    assert f["connection"] == CONN and [e["kind"] for e in f["evidence"]] == ["request"]
+    assert details(f)["api"] == "Metadata"
+    assert f["first_ts_ms"] // 1000 == int(T0)
+
+
+def test_produce_on_a_connection_closed_before_its_response(tmp_path):
+    m = send(1, batch(PID, 0, 0, 5), offset=0) + send(2, batch(PID, 0, 5, 5), error=None)
+    fs = audit(tmp_path, Conn(m))
+    assert rules_of(fs) == [("unanswered-request", "warning")]
+    assert "Produce v3 corr 2" in fs[0]["message"]
+    assert "the connection closed (FIN)" in fs[0]["message"]
+    assert "cannot know whether it was stored" in fs[0]["message"]
+    assert (fs[0]["producer_id"], fs[0]["producer_epoch"]) == (PID, 0)
+
+
+def test_metadata_abandoned_by_a_close_before_any_timeout_is_info(tmp_path):
+    fs = audit(tmp_path, Conn(metadata(1) + metadata(2, answered=False)))
+    assert rules_of(fs) == [("unanswered-request", "info")]
+    assert "before any timeout" in fs[0]["message"]
+
+
+def test_closed_after_the_timeout_is_a_warning(tmp_path):
+    fs = audit(tmp_path, Conn(metadata(1) + metadata(2, answered=False)), timed=_fin_delay(40))
+    assert rules_of(fs) == [("unanswered-request", "warning")]
+    assert "after the 30000 ms timeout" in fs[0]["message"]
+
+
+def test_connection_still_in_use_past_the_timeout(tmp_path):
+    """corr 1 unanswered; the client sends corr 2 on the same connection 40 s later (unanswered
+    too, the capture ends): corr 1 is overdue, corr 2 merely in flight. An empty server message
+    splits the two requests into two bursts (only an ACK between them)."""
+    m = [metadata(1, answered=False)[0], (1, b""), metadata(2, answered=False)[0]]
+    later = {"delay": lambda i, p: 40 if (p.kind == "data" and p.seg.messages == (2,)) else 0}
+    fs = audit(tmp_path, Conn(m, fin=False), timed=later)
+    assert rules_of(fs) == [("unanswered-request", "warning")]
+    assert "corr 1" in fs[0]["message"] and "still in use" in fs[0]["message"]
+    # the same two requests 10 s apart: within the timeout, nothing
+    sooner = {"delay": lambda i, p: 10 if (p.kind == "data" and p.seg.messages == (2,)) else 0}
+    assert audit(tmp_path, Conn(m, fin=False), timed=sooner, name="sooner.pcap") == []
+
+
+def test_in_flight_at_the_end_of_the_capture_gives_nothing(tmp_path):
+    m = send(1, batch(PID, 0, 0, 5), offset=0) + metadata(2, answered=False)
+    assert audit(tmp_path, Conn(m, fin=False)) == []
+    # --now far after the capture is the reference time for ages, not more capture
+    assert audit(tmp_path, Conn(m, fin=False), now_ms=int(T0 * 1000) + 3_600_000, name="now.pcap") == []
+
+
+def test_a_capture_that_holds_one_packet_of_a_connection(tmp_path):
+    """nDPI's sample: a lone request of a connection (no handshake, nothing after it) while the
+    capture goes on for minutes on another connection: no evidence the broker failed to answer."""
+    lone = Conn(metadata(7, answered=False), client=("10.0.0.9", 53052), handshake=False, fin=False)
+    busy = Conn(metadata(1) + metadata(2), client=("10.0.0.1", 40001))
+    late = {"delay": lambda i, p: 300 if (p.conn == 1 and p.kind == "data" and p.seg.messages == (2,)) else 0}
+    assert audit(tmp_path, [lone, busy], timed=late) == []
+
+
+def test_acks0_is_never_unanswered(tmp_path):
+    m = (send(1, batch(-1, -1, -1, 5), acks=0, error=None) + send(2, batch(-1, -1, -1, 5, tag="b"),
+                                                                 acks=0, error=None)
+         + metadata(3))
+    assert audit(tmp_path, Conn(m)) == []
+    assert audit(tmp_path, Conn(m[:2], fin=True), timed=_fin_delay(40), name="late.pcap") == []
+
+
+def test_a_response_lost_in_a_capture_gap_is_info(tmp_path):
+    m = send(1, batch(PID, 0, 0, 5), offset=0) + send(2, batch(PID, 0, 5, 5), offset=5) \
+        + send(3, batch(PID, 0, 10, 5), offset=10)
+    fs = audit(tmp_path, Conn(m), drop=lambda s: s.direction == 1 and s.messages == (3,))
+    assert rules_of(fs) == [("stream-gap", "info"), ("unanswered-request", "info")]
+    assert "the response may be in the gap" in one(fs, "unanswered-request")["message"]
+
+
+# ---- producer-error ----------------------------------------------------------------------------
+
+
+def test_one_producer_error_per_error_response(tmp_path):
+    two = [(TOPIC, 0, batch(PID, 0, 0, 2)), ("audit", 1, batch(PID, 0, 0, 2))]
+    m = [(0, produce(1, two)), (1, produce_response(1, [(TOPIC, 0, 6, -1), ("audit", 1, 19, -1)]))]
+    m += init_producer_id(2, -1, -1, error=51) + add_partitions(3, PID, 0, error=51)
+    m += send(4, batch(PID + 1, 0, 0, 2), offset=0)  # success: nothing
+    fs = audit(tmp_path, Conn(m))
+    errs = by_rule(fs, "producer-error")
+    assert [(f["severity"], details(f)["api"]) for f in errs] == [
+        ("info", "Produce"), ("info", "InitProducerId"), ("info", "AddPartitionsToTxn")]
+    assert details(errs[0])["errors"] == "NOT_LEADER_OR_FOLLOWER,NOT_ENOUGH_REPLICAS"
+    assert details(errs[1])["errors"] == "CONCURRENT_TRANSACTIONS"
+    assert errs[2]["transactional_id"] == "tx-wire"
+    assert all([e["kind"] for e in f["evidence"]] == ["request", "response"] for f in errs)
+    assert {f["rule"] for f in fs} == {"producer-error"}
+
+
+def test_no_producer_error_for_other_apis(tmp_path):
+    m = metadata(1, error=3) + metadata(2, error=5)
+    assert audit(tmp_path, Conn(m)) == []
+
+
+def test_fenced_transaction_requests(tmp_path):
+    m = add_partitions(1, PID, 0, error=47) + end_txn(2, PID, 0, error=90) + end_txn(3, PID, 1)
+    fs = audit(tmp_path, Conn(m))
+    fenced = by_rule(fs, "fenced-epoch")
+    assert [(f["severity"], details(f)["api"]) for f in fenced] == [
+        ("warning", "AddPartitionsToTxn"), ("warning", "EndTxn")]
+    assert "INVALID_PRODUCER_EPOCH" in fenced[0]["message"] and "PRODUCER_FENCED" in fenced[1]["message"]
+    assert len(by_rule(fs, "producer-error")) == 2
+
+
+# ---- stream-gap and undecodable-frame ----------------------------------------------------------
+
+
+def test_stream_gap(tmp_path):
+    m = metadata(1) + metadata(2) + metadata(3)
+    fs = audit(tmp_path, Conn(m), segment=20, drop=lambda s: s.direction == 0 and s.messages == (2,) and s.index == 1)
+    gap = one(fs, "stream-gap")
+    assert gap["severity"] == "info" and gap["connection"] == CONN
+    lost = min(20, len(metadata(2)[0][1]) - 20)  # the second 20-byte segment of request 2
+    assert f"{lost} bytes missing" in gap["message"]
+    (ev,) = gap["evidence"]
+    assert ev["kind"] == "packet" and ev["position"] is not None
+    assert not [f for f in fs if f["severity"] != "info"]
+
+
+def test_tls_connection_is_undecodable(tmp_path):
+    m = [(0, TLS_HELLO), (1, TLS_SERVER), (0, TLS_DATA), (1, TLS_DATA)]
+    fs = audit(tmp_path, Conn(m))
+    assert rules_of(fs) == [("undecodable-frame", "info")]
+    assert fs[0]["connection"] == CONN and "tls" in fs[0]["message"]
+
+
+def test_response_whose_request_is_not_in_the_capture(tmp_path):
+    m = metadata(1) + metadata(2)
+    def start(p):  # the capture starts with the first response: corr 1's request is missing
+        return p.kind == "data" and p.direction == 1
+
+    fs = audit(tmp_path, Conn(m, handshake=False), start=start)
+    f = one(fs, "undecodable-frame")
+    assert f["severity"] == "info" and "response whose request is not in the capture" in f["message"]
+    assert [e["kind"] for e in f["evidence"]] == ["response"]
+    assert not by_rule(fs, "unanswered-request")
+
+
+def test_clean_conversation_gives_nothing(tmp_path):
+    m = metadata(1) + init_producer_id(2, PID, 0) + add_partitions(3, PID, 0) \
+        + send(4, batch(PID, 0, 0, 3, transactional=True), offset=0, txn_id="tx-wire") + end_txn(5, PID, 0)
+    assert audit(tmp_path, Conn(m)) == []
