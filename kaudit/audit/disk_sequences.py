@@ -11,8 +11,15 @@ import heapq
 import numpy as np
 import pyarrow as pa
 
-from kaudit.audit.folds import Context, Fold, KeyedState, np_col
-from kaudit.audit.producer_state import BatchView, ProducerState, next_sequence, overlaps
+from kaudit.audit.folds import Fold, KeyedState, np_col
+from kaudit.audit.producer_state import (
+    UNKNOWN_SEQUENCE,
+    BatchView,
+    ProducerState,
+    next_sequence,
+    overlaps,
+    sequence_parts,
+)
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.duplicate_records import RecordDuplicates
 
@@ -20,6 +27,9 @@ KEY = ("replica", "topic", "partition")
 # Batches the group coordinator appends for TxnOffsetCommit carry the producer id and epoch but
 # always base sequence 0: AppendOrigin.Coordinator skips ProducerAppendInfo's sequence check.
 COORDINATOR_TOPICS = frozenset({"__consumer_offsets"})
+# Topics only brokers write (coordinators, the KRaft quorum): no producer retries there, and two
+# identical commits in one millisecond are two commits, so duplicate-records does not apply.
+BROKER_WRITTEN_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata"})
 ORDER = ("source", "position")
 COLUMNS = KEY + ORDER + (
     "base_offset", "last_offset", "magic", "crc", "crc_ok", "is_control", "control_type",
@@ -43,12 +53,16 @@ def duplicate_batch(st: ProducerState, b: BatchView) -> list[tuple[str, dict]]:
     different base offsets for the same sequence range.
     Benign causes: none once stored at two offsets (a deduplicated retry is `retried-batch`)."""
     out = []
-    for r in overlaps(st.intervals.get(b.producer_epoch, []), b.base_sequence, b.last_sequence):
+    runs = st.intervals.get(b.producer_epoch, [])
+    parts = sequence_parts(b.base_sequence, b.last_sequence)  # two when b wraps past Int.MaxValue
+    for r in overlaps(runs, b.base_sequence, b.last_sequence):
         orig = r.first
         same = (orig is not None and orig.base_sequence == b.base_sequence
                 and orig.last_sequence == b.last_sequence and orig.crc == b.crc
                 and orig.batch_size == b.batch_size)
-        lo, hi = max(r.lo, b.base_sequence), min(r.hi, b.last_sequence)
+        lo, hi = next((max(r.lo, pl), min(r.hi, ph)) for pl, ph in parts if r.lo <= ph and pl <= r.hi)
+        if same and any(d["original"] is orig for _, d in out):
+            continue  # a wrapped original is kept as two runs: one finding for it
         if same:
             first, last, exact = orig.base_offset, orig.last_offset, True
         elif (r.first_offset is not None and r.last_offset is not None
@@ -79,6 +93,8 @@ def out_of_order_sequence(st: ProducerState, b: BatchView) -> tuple[str, int] | 
     reset of a bumped epoch (KIP-360), a new producer id after re-initialisation."""
     if b.producer_epoch > st.epoch:
         return ("new-epoch", 0) if b.base_sequence != 0 else None
+    if st.last_seq == UNKNOWN_SEQUENCE:
+        return None  # only a marker of this epoch is known (retention removed its data)
     expected = next_sequence(st.last_seq)
     if b.base_sequence == expected:
         return None
@@ -117,12 +133,29 @@ class PartitionTimeline:
         self.producers: dict[int, ProducerState] = {}
         self.prev_last_offset: int | None = None
         self.offset_gaps = 0
-        self.dups = RecordDuplicates(key)
+        self.dups = RecordDuplicates(key) if self.topic not in BROKER_WRITTEN_TOPICS else None
+        self.after_bad = False  # the last batch seen failed its CRC
         self.out: list[dict] = []
 
     # -- vectorised pass ---------------------------------------------------------------------
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
+        # A batch failing its CRC cannot be trusted: its producer, sequences and last offset may
+        # be the corrupt bytes (crc-mismatch reports it). It is left out, and the place it held
+        # counts as an offset gap, like a batch compaction removed: what it stored is unknown.
+        crc_ok = np_col(t, "crc_ok", True, bool)
+        unsure = np.zeros(int(crc_ok.sum()), dtype=bool)
+        bad = ~crc_ok
+        if bad.any():
+            good = np.flatnonzero(crc_ok)
+            unsure = np.diff(np.r_[0, np.cumsum(bad)[good]]) > 0
+            t = t.filter(pa.array(crc_ok))
+        if unsure.size:
+            unsure[0] |= self.after_bad
+            self.after_bad = False
+        self.after_bad = self.after_bad or bool(bad.any() and bad[-1])
         n = t.num_rows
+        if n == 0:
+            return []
         base_off = np_col(t, "base_offset", -1, np.int64)
         last_off = np_col(t, "last_offset", -1, np.int64)
         pid = np_col(t, "producer_id", -1, np.int64)
@@ -140,13 +173,15 @@ class PartitionTimeline:
         has_prev = np.ones(n, dtype=bool)
         has_prev[0] = self.prev_last_offset is not None
         overlap = has_prev & (base_off <= prev_last)
-        gap = has_prev & (base_off > prev_last + 1)
+        gap = has_prev & ((base_off > prev_last + 1) | unsure)
         gaps_before = self.offset_gaps + np.cumsum(gap)  # gaps up to and including each row
+        self._gaps_before = gaps_before
 
         for st in self.producers.values():
             st.applied_upto = st.noted_upto = None
         tracked = (pid >= 0) & (magic >= 2)
-        self.dups.feed(t, ~tracked & ~control & (magic >= 2))
+        if self.dups is not None:
+            self.dups.feed(t, ~tracked & ~control & (magic >= 2))
         slow = overlap | (control & tracked)
         rows = np.flatnonzero(tracked)
         if rows.size:
@@ -227,6 +262,7 @@ class PartitionTimeline:
             if runs:
                 runs[-1].hi = b.last_sequence
                 runs[-1].last_offset = b.last_offset
+            st.offset_gaps = int(self._gaps_before[i])
             st.applied_upto = i
             for j in sel[-4:].tolist():
                 if j > (st.noted_upto if st.noted_upto is not None else -1):
@@ -270,15 +306,16 @@ class PartitionTimeline:
         st = self.producers.get(b.producer_id)
         if st is None:  # first sight: retention may have removed its earlier batches
             st = self.producers[b.producer_id] = ProducerState(
-                b.producer_epoch, -1 if b.is_control else b.last_sequence, b.producer_epoch,
-                b.last_offset, gaps)
+                b.producer_epoch, UNKNOWN_SEQUENCE if b.is_control else b.last_sequence,
+                b.producer_epoch, b.last_offset, gaps)
             st.applied_upto = st.noted_upto = i
             if not b.is_control:
                 st.remember(b)
             st.note(b.describe())
             return
         self._flush_fenced(st, b)
-        if fenced_epoch(st, b):
+        fenced = fenced_epoch(st, b)
+        if fenced:
             self._fenced(st, b, where)
         elif b.is_control:
             if b.producer_epoch > st.epoch:  # a bumped epoch (coordinator abort): sequences restart
@@ -286,9 +323,11 @@ class PartitionTimeline:
         else:
             self._sequence(st, b, gaps, where)
         if not b.is_control:
-            if b.producer_epoch != st.epoch or fenced_epoch(st, b):
+            if not fenced:
+                # a zombie's write does not move the producer back to its old epoch: the live
+                # instance's next batch is checked against its own epoch and sequence
                 st.epoch = b.producer_epoch
-            st.last_seq = b.last_sequence
+                st.last_seq = b.last_sequence
             st.remember(b)
         st.max_epoch = max(st.max_epoch, b.producer_epoch)
         st.last_offset = b.last_offset
@@ -321,8 +360,10 @@ class PartitionTimeline:
         if verdict is None:
             return
         kind, expected = verdict
-        if kind == "gap" and gaps != st.offset_gaps:
-            return  # the offsets jump too: compaction removed the batches in between
+        if kind in ("gap", "new-epoch") and gaps != st.offset_gaps:
+            # the offsets jump too: compaction removed the batches in between (for a new epoch,
+            # its first batches), or a batch failing its CRC was left out
+            return
         text = {"gap": f"jumps from {st.last_seq} to {b.base_sequence} (expected {expected}; "
                        f"sequences {expected}-{b.base_sequence - 1} are missing)",
                 "regression": f"goes back from {st.last_seq} to {b.base_sequence} (expected {expected})",
@@ -368,15 +409,19 @@ class PartitionTimeline:
     def finish(self) -> list[dict]:
         for st in self.producers.values():
             self._flush_fenced(st, None)
-        self.out.extend(self.dups.finish())
+        if self.dups is not None:
+            self.out.extend(self.dups.finish())
         out, self.out = self.out, []
         return out
 
 
 def _is_log(t: pa.Table):
+    """Batches of `.log` segments. A KRaft snapshot (`<offset>-<epoch>.checkpoint`) numbers its
+    batches from 0 (RecordsSnapshotWriter's BatchAccumulator): its offsets are not the log's."""
     import pyarrow.compute as pc
 
-    return pc.equal(t.column("source_kind"), "log")
+    return pc.and_(pc.equal(t.column("source_kind"), "log"),
+                   pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
 
 
 FOLD = Fold("disk-sequences", {"batch": COLUMNS}, KEY, ORDER,

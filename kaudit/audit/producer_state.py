@@ -13,12 +13,24 @@ from dataclasses import dataclass, field
 
 INT32_MAX = 2**31 - 1
 MAX_INTERVALS = 4096  # sequence ranges remembered per producer epoch (older ones are dropped)
+# `last_seq` when the log shows the producer's epoch but none of its sequences (its first batch
+# in what the log holds is a marker: retention removed the data before it): any sequence fits.
+UNKNOWN_SEQUENCE = -2
+_AHEAD = 2**30  # a stored range up to this far past the current sequence is "ahead" (not wrapped)
 
 
 def next_sequence(last_seq: int) -> int:
     """The sequence that must follow `last_seq` (ProducerStateManager.inSequence: wraps at
     Int.MaxValue); -1 (no sequence yet in this epoch) is followed by 0."""
     return 0 if last_seq in (-1, INT32_MAX) else last_seq + 1
+
+
+def sequence_parts(lo: int, hi: int) -> list[tuple[int, int]]:
+    """A batch's sequence range as plain ranges: one, or two when it wraps past Int.MaxValue
+    (DefaultRecordBatch.incrementSequence: base INT32_MAX-1 with 4 records ends at 1)."""
+    if hi < lo:
+        return [(lo, INT32_MAX), (0, hi)]
+    return [(lo, hi)]
 
 
 @dataclass(slots=True)
@@ -81,26 +93,33 @@ class ProducerState:
         return self.intervals.setdefault(epoch, [])
 
     def remember(self, b: BatchView) -> None:
-        """Record a stored data batch in the sequence history (merging consecutive runs)."""
+        """Record a stored data batch in the sequence history (merging consecutive runs). A
+        batch that wraps past Int.MaxValue is kept as two runs, [base, MAX] and [0, last]."""
         runs = self.history(b.producer_epoch)
-        if runs and runs[-1].hi != INT32_MAX and b.base_sequence == runs[-1].hi + 1 and \
-                not overlaps(runs[:-1], b.base_sequence, b.last_sequence):
-            runs[-1].hi = b.last_sequence
-            runs[-1].last_offset = b.last_offset
-        else:
-            runs.append(Interval(b.base_sequence, b.last_sequence, b.base_offset, b.last_offset, b))
-            if len(runs) > MAX_INTERVALS:
-                del runs[0]
+        parts = sequence_parts(b.base_sequence, b.last_sequence)
+        for k, (lo, hi) in enumerate(parts):
+            first_off = b.base_offset if k == 0 else _offset_at(b, lo)
+            last_off = b.last_offset if k == len(parts) - 1 else _offset_at(b, hi)
+            if runs and runs[-1].hi != INT32_MAX and lo == runs[-1].hi + 1 and \
+                    not overlaps(runs[:-1], lo, hi):
+                runs[-1].hi = hi
+                runs[-1].last_offset = last_off
+            else:
+                runs.append(Interval(lo, hi, first_off, last_off, b))
+                if len(runs) > MAX_INTERVALS:
+                    del runs[0]
 
     def dirty(self) -> bool:
         """True when a stored range lies ahead of the current sequence: a later batch may
-        overlap it, so this producer's batches take the checked path."""
+        overlap it, so this producer's batches take the checked path. Ranges before a wrap
+        past Int.MaxValue are behind, not ahead."""
         if self.open_fenced is not None:
             return True
         runs = self.intervals.get(self.epoch)
         if not runs or len(runs) < 2:
             return False
-        return any(r.hi > self.last_seq for r in runs[:-1])
+        last = self.last_seq
+        return any(0 < (r.hi - last) % (INT32_MAX + 1) < _AHEAD for r in runs[:-1])
 
     def note(self, line: str, keep: int = 4) -> None:
         self.recent.append(line)
@@ -109,4 +128,13 @@ class ProducerState:
 
 
 def overlaps(runs: list[Interval], lo: int, hi: int) -> list[Interval]:
-    return [r for r in runs if r.lo <= hi and lo <= r.hi]
+    """The runs sharing a sequence with [lo, hi] (which may wrap past Int.MaxValue)."""
+    parts = sequence_parts(lo, hi)
+    return [r for r in runs if any(r.lo <= h and l <= r.hi for l, h in parts)]
+
+
+def _offset_at(b: BatchView, seq: int) -> int | None:
+    """The offset of sequence `seq` of batch `b` (records follow sequences one to one)."""
+    if b.base_offset is None:
+        return None
+    return b.base_offset + (seq - b.base_sequence) % (INT32_MAX + 1)
