@@ -17,6 +17,7 @@ ORDER = ("source", "position")
 BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "crc", "crc_ok", "batch_size",
                                "producer_id", "producer_epoch", "base_sequence", "last_sequence")
 ISSUE_COLUMNS = KEY + ORDER + ("issue", "length", "message", "resync_position")
+SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")  # the files of one log segment
 
 
 @rule("crc-mismatch", "error", "both", "a batch (or snapshot) whose CRC does not match its bytes",
@@ -100,27 +101,34 @@ class IntegrityGroup:
         name = os.path.basename(src)
         ev = [evidence(src, r["position"], "file", r["message"])]
         common = dict(topic=self.topic, partition=self.partition, replica=self.replica, evidence=ev)
-        length = f"{r['length']} bytes" if r["length"] is not None else "bytes"
+        length = f"{r['length']} bytes" if r["length"] is not None else "length unknown"
         is_log = src.endswith(".log")
+        batches = is_log or src.endswith(".checkpoint")  # files of record batches (KRaft snapshots)
         if issue == "crc-mismatch":
             return finding("crc-mismatch", f"{self._where()}: {name}: {r['message']}", **common)
+        if issue == "truncated" and not is_log:
+            issue = "truncated-tail"  # a small file (producer snapshot) cut in the middle of an entry
         if issue in ("truncated-tail", "zero-fill") and (is_log or issue == "truncated-tail"):
             if not is_log and issue == "zero-fill":
                 return None
             active = is_log and src == self.last_log
-            if not is_log:  # index files: compare with the log of the same segment
+            if src.endswith((".index", ".timeindex", ".txnindex")):
+                # index files: compare with the log of the same segment (a producer snapshot is
+                # written whole at a roll or shutdown: never "active")
                 active = self.last_log is not None and \
                     os.path.splitext(src)[0] == os.path.splitext(self.last_log)[0]
             sev = truncated_tail(r, active)
-            what = "ends mid-batch" if issue == "truncated-tail" else "ends in zero bytes"
+            what = ("ends in zero bytes" if issue == "zero-fill" else
+                    "ends mid-batch" if batches else "ends mid-entry")
+            seg = f"; {'active' if active else 'closed'} segment" if src.endswith(SEGMENT_FILES) else ""
             return finding("truncated-tail", f"{self._where()}: {name} {what} at byte {r['position']} "
-                           f"({length}; {'active' if active else 'closed'} segment): {r['message']}",
-                           severity=sev, **common)
+                           f"({length}{seg}): {r['message']}", severity=sev, **common)
         if issue in ("corrupt", "limit", "records", "coordinator-record"):
-            if not is_log and issue == "corrupt":
+            if not batches and issue == "corrupt":
                 return None  # index files: see index-mismatch
             resync = r["resync_position"]
-            tail = f"; decoding resumed at byte {resync}" if resync is not None else ""
+            tail = (f"; decoding resumed at byte {resync}"
+                    if resync is not None and f"byte {resync}" not in (r["message"] or "") else "")
             sev = "warning" if issue in ("limit", "records", "coordinator-record") else None
             return finding("corrupt-batch", f"{self._where()}: {name} at byte {r['position']} "
                            f"({length}): {r['message']}{tail}", severity=sev, **common)
