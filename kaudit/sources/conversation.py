@@ -138,19 +138,24 @@ class Conversation:
     # ---- events from the capture layer -----------------------------------------------------
 
     def data(self, ev) -> None:
-        d = self.dirs[ev.direction]
-        n = len(ev.data)
+        direction = ev.direction
+        d = self.dirs[direction]
+        data = ev.data
+        n = len(data)
         d.bytes += n
-        if self.protocol is None:
+        protocol = self.protocol
+        if protocol == "kafka":
+            off = ev.stream_offset
+            d.chunks.append((off, off + n, ev.first_frame, ev.last_frame, ev.ts))  # = d.add
+            events = d.splitter.feed(data)
+            if events:
+                self._frames(direction, events)
+            return
+        if protocol is None:
             if self.first_dir is None:
-                self.first_dir = ev.direction
-            d.held.append(("data", ev.stream_offset, bytes(ev.data), ev.first_frame, ev.last_frame, ev.ts))
-            self._try_decide(ev.direction)
-            return
-        if self.protocol != "kafka":
-            return
-        d.add(ev.stream_offset, ev.stream_offset + n, ev.first_frame, ev.last_frame, ev.ts)
-        self._frames(ev.direction, d.splitter.feed(ev.data))
+                self.first_dir = direction
+            d.held.append(("data", ev.stream_offset, bytes(data), ev.first_frame, ev.last_frame, ev.ts))
+            self._try_decide(direction)
 
     def gap(self, ev) -> None:
         d = self.dirs[ev.direction]

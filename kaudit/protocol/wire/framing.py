@@ -130,6 +130,9 @@ class FrameSplitter:
         self._skip_start = 0
         self._skip_reason = "start"
         self._scan = 0  # resync: positions before this in _buf were rejected
+        # synced and waiting: bytes still missing before the next frame (or its size) is whole;
+        # `feed` only appends while fewer arrive (0: no such shortcut)
+        self._need = 0
         # drain state (a frame cut by a gap whose end is known)
         self._d_offset = self._d_size = self._d_remaining = 0
         self._d_lost = 0
@@ -147,12 +150,16 @@ class FrameSplitter:
     # ---- input ---------------------------------------------------------------------------
 
     def feed(self, data) -> list:
-        events: list = []
         if not data:
-            return events
+            return []
         data = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
         n = len(data)
         self._end += n
+        if n < self._need:  # the frame in progress is still incomplete: nothing to report
+            self._need -= n
+            self._buf += data
+            return []
+        events: list = []
         start = 0
         if self._state == _DRAIN:
             take = min(n, self._d_remaining)
@@ -174,6 +181,7 @@ class FrameSplitter:
 
     def gap(self, length: int | None) -> list:
         """`length` bytes were lost at the current offset (None: an unknown amount)."""
+        self._need = 0
         events: list = []
         x = self._end
         if length is not None and length <= 0:
@@ -258,15 +266,18 @@ class FrameSplitter:
         self._state = _SYNC if synced else _RESYNC
         self._skip_start = offset
         self._skip_reason = reason
+        self._need = 0
 
     def _run(self, events: list) -> None:
         buf = self._buf
         max_size = self.max_size
+        self._need = 0
         while True:
             if self._state == _SYNC:
                 pos = self._pos
                 avail = len(buf) - pos
                 if avail < 4:
+                    self._need = 4 - avail
                     break
                 size = _I32.unpack_from(buf, pos)[0]
                 if size < 0 or size > max_size:
@@ -277,6 +288,7 @@ class FrameSplitter:
                     self._scan = pos + 1
                     continue
                 if avail < 4 + size:
+                    self._need = 4 + size - avail
                     break
                 events.append(Frame(self._base + pos, size, bytes(buf[pos + 4 : pos + 4 + size])))
                 self._pos = pos + 4 + size
