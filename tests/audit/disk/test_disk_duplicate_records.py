@@ -1,0 +1,86 @@
+"""duplicate-records on crafted log dirs: a non-idempotent producer's retry stored twice."""
+
+from __future__ import annotations
+
+from diskcraft import audit, brief, details, log_file, logdir, small_chunks
+
+
+def test_retry_stored_twice(tmp_path):
+    ld = logdir(tmp_path)
+    pb = ld.partition("events", 0)
+    for i in range(5):
+        pb.append_batch(values=[b"before-%d" % i])
+    orig = pb.append_batch(values=[b"d%d" % i for i in range(5)], keys=[b"k%d" % i for i in range(5)],
+                           timestamp=2_000)
+    dup = pb.append_batch(values=[b"d%d" % i for i in range(5)], keys=[b"k%d" % i for i in range(5)],
+                          timestamp=2_000)
+    pb.append_batch(values=[b"after"])
+    root = ld.write()
+    fs = audit(root)
+    assert brief(fs) == [("duplicate-records", "warning", "events-0", 10, 14)]
+    [f] = fs
+    assert f["producer_id"] == -1 and (f["first_ts_ms"], f["last_ts_ms"]) == (2_000, 2_000)
+    assert details(f) == {"original_first_offset": 5, "original_last_offset": 9, "batches": 1}
+    log = log_file(root, "events", 0)
+    assert [(e["source"], e["position"], e["note"]) for e in f["evidence"]] == [
+        (log, dup.position, None), (log, orig.position, "original")]
+    assert "offsets 10-14 are byte-identical to those at offsets 5-9" in f["message"]
+
+
+def test_consecutive_retried_batches_make_one_finding(tmp_path):
+    ld = logdir(tmp_path)
+    pb = ld.partition("events", 0)
+    batches = [([b"a%d" % i, b"b%d" % i], 3_000 + i) for i in range(3)]
+    for values, ts in batches:
+        pb.append_batch(values=values, timestamp=ts)     # offsets 0-5
+    for values, ts in batches:
+        pb.append_batch(values=values, timestamp=ts)     # offsets 6-11: the three again
+    fs = audit(ld.write())
+    assert brief(fs) == [("duplicate-records", "warning", "events-0", 6, 11)]
+    assert details(fs[0]) == {"original_first_offset": 0, "original_last_offset": 5, "batches": 3}
+    assert len(fs[0]["evidence"]) == 4 and "3 batches" in fs[0]["message"]
+
+
+def test_same_values_with_other_timestamps_or_keys_are_not_duplicates(tmp_path):
+    """An application sending the same values again later (new create timestamps), or the same
+    values under other keys, is not a retry."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("events", 0)
+    pb.append_batch(values=[b"x", b"y"], timestamp=1_000)
+    pb.append_batch(values=[b"x", b"y"], timestamp=1_001)
+    pb.append_batch(values=[b"x", b"y"], keys=[b"k1", b"k2"], timestamp=1_000)
+    pb.append_batch(values=[b"x", b"y"], keys=[b"k2", b"k1"], timestamp=1_000)
+    pb.append_batch(values=[b"x", b"y"], timestamp=1_000, codec="gzip")
+    other = ld.partition("events", 1)                     # another partition: its own log
+    other.append_batch(values=[b"x", b"y"], timestamp=1_000)
+    assert audit(ld.write()) == []
+
+
+def test_idempotent_producers_are_left_to_the_sequence_rules(tmp_path):
+    ld = logdir(tmp_path)
+    pb = ld.partition("events", 0)
+    p = pb.producer(7, 0)
+    p.send([b"a", b"b"], timestamp=5_000)
+    p.send([b"a", b"b"], base_sequence=0, timestamp=5_000)
+    fs = audit(ld.write())
+    assert sorted(f["rule"] for f in fs) == ["duplicate-batch", "out-of-order-sequence"]
+
+
+def test_duplicate_across_chunks_and_segments(tmp_path, monkeypatch):
+    ld = logdir(tmp_path)
+    pb = ld.partition("events", 0)
+    orig = None
+    for i in range(20):
+        info = pb.append_batch(values=[b"e%d" % i], timestamp=10_000 + i)
+        if i == 3:
+            orig = info
+    pb.roll_segment()
+    for i in range(5):
+        pb.append_batch(values=[b"f%d" % i], timestamp=10_100 + i)
+    pb.append_batch(values=[b"e3"], timestamp=10_003)     # the retry, 22 batches later
+    with small_chunks(monkeypatch, 4):
+        fs = audit(ld.write())
+    assert brief(fs) == [("duplicate-records", "warning", "events-0", 25, 25)]
+    assert details(fs[0])["original_first_offset"] == orig.base_offset == 3
+    assert fs[0]["evidence"][1]["source"].endswith("00000000000000000000.log")
+
