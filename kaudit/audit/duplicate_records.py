@@ -3,9 +3,9 @@
 A retried batch carries the very bytes of the original (same create timestamps, keys, values,
 headers), so its CRC, size and timestamps are equal; a 64-bit fingerprint of those fields finds
 the pairs. Memory is bounded by a time window: a retry follows its original within the producer's
-delivery timeout (2 minutes by default), so originals older than WINDOW_MS behind the newest
-timestamp of the partition are forgotten. Fingerprints live in sorted numpy runs merged like an
-LSM tree, so each chunk costs a few binary searches.
+delivery timeout (delivery.timeout.ms, 2 minutes by default), so originals more than WINDOW_MS
+(5 minutes) older than the partition's newest timestamp are forgotten. Fingerprints live in
+sorted numpy runs merged like an LSM tree behind a bitmap, so a chunk costs a few lookups.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 from kaudit.audit.folds import np_col
 from kaudit.audit.registry import evidence, finding, rule
 
-WINDOW_MS = 10 * 60 * 1000
+WINDOW_MS = 5 * 60 * 1000
+_MASK = np.uint64((1 << 23) - 1)  # fingerprint bitmap: 8 MB, a few % false positives in a full window
 _K1, _K2, _K3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
 
 
@@ -46,18 +47,30 @@ def fingerprints(t: pa.Table, mask: np.ndarray) -> np.ndarray:
 
 
 class _Run:
-    __slots__ = ("fp", "base", "last", "pos", "src", "max_ts")
+    """Fingerprints sorted, with each row's evidence (base offset, record count, position,
+    source id) and create time (for eviction)."""
 
-    def __init__(self, fp, base, last, pos, src, max_ts):
-        o = np.argsort(fp, kind="stable")
-        self.fp, self.base, self.last, self.pos, self.src = fp[o], base[o], last[o], pos[o], src[o]
-        self.max_ts = max_ts
+    __slots__ = ("fp", "base", "count", "pos", "src", "ts", "min_ts")
+
+    def __init__(self, fp, base, count, pos, src, ts, presorted=False):
+        if not presorted:
+            o = np.argsort(fp, kind="stable")
+            fp, base, count, pos, src, ts = fp[o], base[o], count[o], pos[o], src[o], ts[o]
+        self.fp, self.base, self.count, self.pos, self.src, self.ts = fp, base, count, pos, src, ts
+        self.min_ts = int(ts.min()) if ts.size else 0
+
+    def last(self, j: int) -> int:
+        return int(self.base[j] + self.count[j] - 1)
 
     @staticmethod
     def merge(a: "_Run", b: "_Run") -> "_Run":
-        return _Run(np.concatenate([a.fp, b.fp]), np.concatenate([a.base, b.base]),
-                    np.concatenate([a.last, b.last]), np.concatenate([a.pos, b.pos]),
-                    np.concatenate([a.src, b.src]), max(a.max_ts, b.max_ts))
+        return _Run(*(np.concatenate([getattr(a, k), getattr(b, k)])
+                      for k in ("fp", "base", "count", "pos", "src", "ts")))
+
+    def evict(self, cutoff: int) -> "_Run":
+        keep = self.ts >= cutoff
+        return _Run(self.fp[keep], self.base[keep], self.count[keep], self.pos[keep], self.src[keep],
+                    self.ts[keep], presorted=True)
 
     def find(self, fp: np.ndarray) -> np.ndarray:
         """Index in this run of an equal fingerprint for each of `fp`, or -1."""
@@ -70,6 +83,7 @@ class RecordDuplicates:
     def __init__(self, key: tuple):
         self.replica, self.topic, self.partition = key
         self.runs: list[_Run] = []
+        self.bits: np.ndarray | None = None
         self.sources: list[str] = []
         self.newest_ts = None
         self.out: list[dict] = []
@@ -80,44 +94,49 @@ class RecordDuplicates:
             return
         fp = fingerprints(t, mask)
         base = np_col(t, "base_offset", -1, np.int64)[mask]
-        last = np_col(t, "last_offset", -1, np.int64)[mask]
+        count = (np_col(t, "last_offset", -1, np.int64)[mask] - base + 1).astype(np.int32)
         pos = np_col(t, "position", -1, np.int64)[mask]
         enc = pc.dictionary_encode(t.column("source")).combine_chunks()
         names = enc.dictionary.to_pylist()
         ids = np.array([self._source_id(s) for s in names], dtype=np.int32)
         src = ids[np.asarray(enc.indices.fill_null(0))][mask]
         mts = np_col(t, "max_timestamp_ms", 0, np.int64)[mask]
-        hits = []
-        for run in self.runs:
-            j = run.find(fp)
-            for k in np.flatnonzero(j >= 0).tolist():
-                hits.append((k, run, int(j[k])))
+        found: dict[int, tuple] = {}
+        if self.runs:
+            # a bitmap of the window's fingerprints rules out almost every row before any search
+            cand = np.flatnonzero(self.bits[(fp & _MASK).astype(np.intp)])
+            for run in self.runs if cand.size else ():
+                j = run.find(fp[cand])
+                for k in np.flatnonzero(j >= 0).tolist():
+                    jj = int(j[k])
+                    found.setdefault(int(cand[k]), (int(run.base[jj]), run.last(jj), int(run.pos[jj]),
+                                                    int(run.src[jj])))
         # duplicates inside this chunk: a later row equal to an earlier one
         order = np.argsort(fp, kind="stable")
-        same = np.flatnonzero(fp[order][1:] == fp[order][:-1])
-        firsts = {}
-        for s in same.tolist():
-            a, b = int(order[s]), int(order[s + 1])
-            firsts.setdefault(a, a)
-            firsts[b] = firsts[a]
-        chunk = _Run(fp, base, last, pos, src, int(mts.max()))
-        found = {}
-        for k, run, j in hits:
-            found.setdefault(k, (run.base[j], run.last[j], run.pos[j], run.src[j]))
-        for b, a in firsts.items():
-            if b != a and b not in found:
-                found[b] = (base[a], last[a], pos[a], src[a])
+        for s_ in np.flatnonzero(fp[order][1:] == fp[order][:-1]).tolist():
+            a, b = int(order[s_]), int(order[s_ + 1])
+            if b not in found:
+                found[b] = found.get(a, (int(base[a]), int(base[a] + count[a] - 1), int(pos[a]), int(src[a])))
         for k in sorted(found):
             ob, ol, op, os_ = found[k]
-            self._report(int(base[k]), int(last[k]), int(pos[k]), int(src[k]), int(mts[k]),
-                         int(ob), int(ol), int(op), int(os_))
-        self.runs.append(chunk)
+            self._report(int(base[k]), int(base[k] + count[k] - 1), int(pos[k]), int(src[k]),
+                         int(mts[k]), ob, ol, op, os_)
+        self.runs.append(_Run(fp, base, count, pos, src, mts))
+        if self.bits is None:
+            self.bits = np.zeros(int(_MASK) + 1, dtype=bool)
+        self.bits[(fp & _MASK).astype(np.intp)] = True
         while len(self.runs) > 1 and self.runs[-1].fp.size >= self.runs[-2].fp.size:
-            b = self.runs.pop()
-            self.runs[-1] = _Run.merge(self.runs[-1], b)
+            b_ = self.runs.pop()
+            self.runs[-1] = _Run.merge(self.runs[-1], b_)
         newest = int(mts.max())
         self.newest_ts = newest if self.newest_ts is None else max(self.newest_ts, newest)
-        self.runs = [r for r in self.runs if r.max_ts >= self.newest_ts - WINDOW_MS]
+        cutoff = self.newest_ts - WINDOW_MS
+        if any(r.min_ts < cutoff - WINDOW_MS // 4 for r in self.runs):  # 25% slack: evict in steps
+            self.runs = [r.evict(cutoff) for r in self.runs]
+            self.runs = [r for r in self.runs if r.fp.size]
+            self.bits[:] = False
+            for r in self.runs:
+                self.bits[(r.fp & _MASK).astype(np.intp)] = True
 
     def _source_id(self, s: str) -> int:
         try:
@@ -167,4 +186,5 @@ class RecordDuplicates:
         self._flush()
         out, self.out = self.out, []
         self.runs = []
+        self.bits = None
         return out

@@ -53,32 +53,72 @@ def _segment_of(path: str) -> str:
     return os.path.splitext(path)[0]
 
 
+class _Entries:
+    """One index file's entries as numpy arrays (no per-entry Python objects)."""
+
+    def __init__(self, tables: list[pa.Table]):
+        t = pa.concat_tables(tables)
+        self.source = t.column("source")[0].as_py()
+        self.position = np_col(t, "position", -1, np.int64)
+        self.offset = np_col(t, "offset", -1, np.int64)
+        self.file_position = np_col(t, "file_position", -1, np.int64)
+        self.timestamp = np_col(t, "timestamp_ms", -1, np.int64)
+        self.start = 0
+
+    def entry(self, i: int, index_type: str) -> dict:
+        return {"source": self.source, "position": int(self.position[i]), "index_type": index_type,
+                "offset": int(self.offset[i]), "file_position": int(self.file_position[i]),
+                "timestamp_ms": int(self.timestamp[i])}
+
+
+def _backwards(a: np.ndarray, b: np.ndarray, strict: bool) -> np.ndarray:
+    """Rows where (a, b) go back from the previous row (both must increase; strictly for offsets)."""
+    bad = np.zeros(a.size, dtype=bool)
+    if a.size > 1:
+        if strict:
+            bad[1:] = (a[1:] <= a[:-1]) | (b[1:] <= b[:-1])
+        else:
+            bad[1:] = (a[1:] < a[:-1]) | (b[1:] < b[:-1])
+    return bad
+
+
 class IndexGroup:
     def __init__(self, key: tuple):
         self.replica, self.topic, self.partition = key
-        self.segments: dict[str, dict] = {}     # segment path stem -> first/last offset, max ts
-        self.pending: dict[str, list[dict]] = {}  # offset-index entries waiting for their log
-        self.time_entries: list[dict] = []
+        self.segments: dict[str, dict] = {}          # segment path stem -> first/last offset, max ts
+        self.offset_tables: dict[str, list] = {}     # stem -> offset-index tables not yet used
+        self.offsets: dict[str, _Entries] = {}       # stem -> offset index entries being matched
+        self.time_tables: dict[str, list] = {}       # stem -> time-index tables (checked at the end)
         self.out: list[dict] = []
         self.reported: dict[str, int] = {}
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
         if kind == "index_entry":
-            for r in t.to_pylist():
-                if r["index_type"] == "offset":
-                    waiting = self.pending.setdefault(_segment_of(r["source"]), [])
-                    if waiting and (r["offset"] <= waiting[-1]["offset"]
-                                    or r["file_position"] <= waiting[-1]["file_position"]):
-                        self._report(r, f"goes back from (offset {waiting[-1]['offset']}, position "
-                                        f"{waiting[-1]['file_position']})")
-                        continue
-                    waiting.append(r)
-                else:
-                    self.time_entries.append(r)
+            for (src, typ), part in _by_source_and_type(t):
+                stem = _segment_of(src)
+                if typ == "time" and stem in self.segments:
+                    self._check_time(stem, [part])  # its log came first (name order): check now
+                    continue
+                target = self.offset_tables if typ == "offset" else self.time_tables
+                target.setdefault(stem, []).append(part)
         else:
             self._batches(t)
         out, self.out = self.out, []
         return out
+
+    def _offset_entries(self, stem: str) -> _Entries | None:
+        tables = self.offset_tables.pop(stem, None)
+        if tables:
+            e = _Entries(tables)
+            bad = _backwards(e.offset, e.file_position, strict=True)
+            for i in np.flatnonzero(bad).tolist():
+                self._report(e.entry(i, "offset"), f"goes back from (offset {int(e.offset[i - 1])}, "
+                                                   f"position {int(e.file_position[i - 1])})")
+            keep = ~bad
+            e.offset, e.file_position, e.position, e.timestamp = (
+                e.offset[keep], e.file_position[keep], e.position[keep], e.timestamp[keep])
+            self.offsets[stem] = e
+        return self.offsets.get(stem)
 
     def _batches(self, t: pa.Table) -> None:
         enc = pc.dictionary_encode(t.column("source")).combine_chunks()
@@ -87,30 +127,53 @@ class IndexGroup:
         base = np_col(t, "base_offset", -1, np.int64)
         last = np_col(t, "last_offset", -1, np.int64)
         mts = np_col(t, "max_timestamp_ms", -1, np.int64)
-        for k, src in enumerate(enc.dictionary.to_pylist()):
-            m = idx == k
+        names = enc.dictionary.to_pylist()
+        for k, src in enumerate(names):
+            m = idx == k if len(names) > 1 else slice(None)
             stem = _segment_of(src)
-            s = self.segments.setdefault(stem, {"first": int(base[m].min()), "last": -1, "max_ts": None})
-            s["first"] = min(s["first"], int(base[m].min()))
+            p, b = pos[m], base[m]
+            s = self.segments.setdefault(stem, {"first": int(b.min()), "last": -1, "max_ts": None})
+            s["first"] = min(s["first"], int(b.min()))
             s["last"] = max(s["last"], int(last[m].max()))
             ts = int(mts[m].max())
             s["max_ts"] = ts if s["max_ts"] is None else max(s["max_ts"], ts)
-            waiting = self.pending.get(stem)
-            if not waiting:
+            e = self._offset_entries(stem)
+            if e is None or e.start >= e.offset.size:
                 continue
-            p, b = pos[m], base[m]
-            keep = []
-            for e in waiting:
-                j = int(np.searchsorted(p, e["file_position"]))
-                if j < p.size and p[j] == e["file_position"]:
-                    if b[j] > e["offset"]:
-                        self._report(e, f"points at position {e['file_position']}, a batch starting at "
-                                        f"offset {int(b[j])}, after the entry's offset {e['offset']}")
-                elif p.size and e["file_position"] <= p[-1]:
-                    self._report(e, f"position {e['file_position']} is not the start of a batch")
+            lo = e.start
+            hi = int(np.searchsorted(e.file_position, p[-1], side="right"))
+            if hi <= lo:
+                continue
+            fp, off = e.file_position[lo:hi], e.offset[lo:hi]
+            j = np.minimum(np.searchsorted(p, fp), p.size - 1)
+            found = p[j] == fp
+            late = found & (b[j] > off)
+            for i in np.flatnonzero(~found | late).tolist():
+                entry = e.entry(lo + i, "offset")
+                if found[i]:
+                    self._report(entry, f"points at position {entry['file_position']}, a batch starting "
+                                        f"at offset {int(b[j[i]])}, after the entry's offset {entry['offset']}")
                 else:
-                    keep.append(e)  # beyond this chunk: a later chunk of the same log
-            self.pending[stem] = keep
+                    self._report(entry, f"position {entry['file_position']} is not the start of a batch")
+            e.start = hi
+
+    def _check_time(self, stem: str, tables: list) -> None:
+        e = _Entries(tables)
+        seg = self.segments.get(stem)
+        if seg is None:
+            bad = np.ones(e.offset.size, dtype=bool)
+        else:
+            bad = (e.offset < seg["first"]) | (e.offset > seg["last"])
+            if seg["max_ts"] is not None:
+                bad |= e.timestamp > seg["max_ts"]
+        for i in np.flatnonzero(bad).tolist():
+            self._report(e.entry(i, "time"), index_mismatch(e.entry(i, "time"), seg) or "out of range")
+        good = np.flatnonzero(~bad)
+        back = _backwards(e.timestamp[good], e.offset[good], strict=False)
+        for k in np.flatnonzero(back).tolist():
+            i, prev = good[k], good[k - 1]
+            self._report(e.entry(int(i), "time"), f"goes back from (timestamp {int(e.timestamp[prev])}, "
+                                                  f"offset {int(e.offset[prev])})")
 
     def _report(self, e: dict, why: str) -> None:
         n = self.reported.get(e["source"], 0)
@@ -128,24 +191,16 @@ class IndexGroup:
             first_offset=e["offset"], last_offset=e["offset"]))
 
     def finish(self) -> list[dict]:
-        for stem, entries in self.pending.items():
+        for stem in list(self.offset_tables):
+            self._offset_entries(stem)
+        for stem, e in self.offsets.items():
             seg = self.segments.get(stem)
-            for e in entries:
-                if seg is None:
-                    self._report(e, "its segment's .log holds no batches")
-                else:
-                    self._report(e, f"position {e['file_position']} is beyond the segment's last batch")
-        prev: dict[str, tuple] = {}
-        for e in self.time_entries:
-            seg = self.segments.get(_segment_of(e["source"]))
-            why = index_mismatch(e, seg)
-            p = prev.get(e["source"])
-            if why is None and p is not None and (e["timestamp_ms"] < p[0] or e["offset"] < p[1]):
-                why = f"goes back from (timestamp {p[0]}, offset {p[1]})"
-            if why:
-                self._report(e, why)
-            else:
-                prev[e["source"]] = (e["timestamp_ms"], e["offset"])
+            for i in range(e.start, e.offset.size):
+                entry = e.entry(i, "offset")
+                self._report(entry, "its segment's .log holds no batches" if seg is None else
+                             f"position {entry['file_position']} is beyond the segment's last batch")
+        for stem, tables in self.time_tables.items():
+            self._check_time(stem, tables)
         out, self.out = self.out, []
         for src, n in self.reported.items():
             if n > MAX_FINDINGS_PER_FILE:
@@ -155,6 +210,22 @@ class IndexGroup:
                     evidence=[evidence(src, None, "index")], topic=self.topic,
                     partition=self.partition, replica=self.replica))
         return out
+
+
+def _by_source_and_type(t: pa.Table):
+    """(source, index_type) runs of an index_entry table (one file's entries are contiguous)."""
+    src = t.column("source")
+    typ = t.column("index_type")
+    n = t.num_rows
+    if pc.count_distinct(src).as_py() == 1 and pc.count_distinct(typ).as_py() == 1:
+        yield (src[0].as_py(), typ[0].as_py()), t
+        return
+    keys = list(zip(src.to_pylist(), typ.to_pylist()))
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or keys[i] != keys[start]:
+            yield keys[start], t.slice(start, i - start)
+            start = i
 
 
 def _log_batches(t: pa.Table):
