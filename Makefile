@@ -27,6 +27,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_segments.py
 	$(PY) benchmarks/bench_pcap.py
+	$(PY) benchmarks/bench_audit.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,87 @@
+"""`make bench`: end-to-end audit throughput against decode-only, on the decode benchmarks' inputs.
+
+For each input (the 16 KiB-batch and one-record-batch segments of bench_segments.py, the capture
+of bench_pcap.py, all in benchmarks/out/ — run those first), in the same run: `kaudit decode ...
+--format parquet` (decode only) and `kaudit segments|pcap ... --format json` (decode + audit +
+JSON report), best of two after a warm-up. Target (issue 4): the audit keeps ≥ 70% of the
+decode-only throughput, with the same memory bounds (peak RSS ≤ 300 MB for segments, ≤ 400 MB for
+the capture). Results: benchmarks/out/audit-results.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "out"
+TARGET_RATIO = 0.70
+RSS_LIMIT_MB = {"segments": 300, "pcap": 400}
+PORTS = ["--kafka-port", "9092", "--kafka-port", "9093", "--kafka-port", "9094"]
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - t
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):  # 1: the audit has findings
+        raise SystemExit(f"{' '.join(cmd)} failed: exit {code}")
+    return elapsed, usage.ru_maxrss / 1024
+
+
+def best(cmd: list[str]) -> tuple[float, float]:
+    timed(cmd)  # warm-up: imports, page cache
+    runs = [timed(cmd) for _ in range(2)]
+    return min(r[0] for r in runs), max(r[1] for r in runs)
+
+
+def measure(name: str, kind: str, path: Path, units: int, unit: str, extra: list[str]) -> dict:
+    py = [sys.executable, "-m", "kaudit"]
+    pq = OUT / f"audit-bench-parquet-{name}"
+    shutil.rmtree(pq, ignore_errors=True)
+    decode_s, decode_rss = best(py + ["decode", kind, str(path), "--format", "parquet", "--output", str(pq)] + extra)
+    report = OUT / f"audit-{name}.json"
+    audit_s, audit_rss = best(py + [kind, str(path), "--format", "json", "--output", str(report)] + extra)
+    findings = json.loads(report.read_text())["summary"]["findings"]
+    ratio = decode_s / audit_s
+    r = {
+        "input": name, "units": units, "unit": unit,
+        "decode_seconds": round(decode_s, 3), "audit_seconds": round(audit_s, 3),
+        f"decode_{unit}/s": round(units / decode_s), f"audit_{unit}/s": round(units / audit_s),
+        "audit_vs_decode": round(ratio, 3), "decode_peak_rss_mb": round(decode_rss, 1),
+        "audit_peak_rss_mb": round(audit_rss, 1), "findings": findings,
+        "meets_target": ratio >= TARGET_RATIO and audit_rss <= RSS_LIMIT_MB[kind if kind == "pcap" else "segments"],
+    }
+    print(json.dumps(r))
+    return r
+
+
+def main() -> None:
+    results = []
+    for shape in ("16k", "small"):
+        d = OUT / f"bench-{shape}-0"
+        if not d.is_dir():
+            print(f"skipped {d}: run benchmarks/bench_segments.py first", file=sys.stderr)
+            continue
+        size = sum(f.stat().st_size for f in d.iterdir())
+        results.append(measure(f"segments-{shape}", "segments", d, size, "bytes", []))
+    caps = sorted(OUT.glob("bench-kafka-*.pcap"))
+    if caps:
+        packets = int(caps[-1].stem.rsplit("-", 1)[-1])
+        results.append(measure("pcap", "pcap", caps[-1], packets, "packets", PORTS))
+    else:
+        print("skipped the capture: run benchmarks/bench_pcap.py first", file=sys.stderr)
+    (OUT / "audit-results.json").write_text(json.dumps(results, indent=1))
+    if not all(r["meets_target"] for r in results):
+        print("some audit targets were not met", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
