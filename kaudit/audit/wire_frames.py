@@ -18,7 +18,8 @@ FRAME_COLUMNS = KEY + (
     "producer_id", "producer_epoch", "acks", "timeout_ms", "partitions", "committed", "complete",
     "decode_error",
 )
-CONNECTION_COLUMNS = KEY + ("close_reason", "last_ts", "gaps", "gap_bytes", "protocol", "first_frame")
+CONNECTION_COLUMNS = KEY + ("close_reason", "first_ts", "last_ts", "gaps", "gap_bytes", "protocol",
+                            "first_frame")
 ISSUE_COLUMNS = KEY + ("position", "issue", "length", "message", "stream_offset")
 
 # Produce, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit
@@ -122,8 +123,11 @@ class ConnectionGroup:
     def __init__(self, key: tuple, ctx: Context):
         self.source, self.connection = key
         self.ctx = ctx
-        self.conn = None
+        # One capture can hold several TCP connections of the same 4-tuple (port reuse): the
+        # sessions, told apart by their first packet's time.
+        self.sessions: list[dict] = []
         self.pending: list[dict] = []
+        self.waiting: list[dict] = []   # pending requests no later request was answered after yet
         self.last_answered = None   # stream order (_stream_order) of the latest answered request
         self.last_activity = None   # latest request or response time seen on the connection
         self.gap_frames: list[int] = []   # packets where the capture lost bytes of it
@@ -134,7 +138,7 @@ class ConnectionGroup:
             if kind == "frame":
                 self._frame(r)
             elif kind == "connection":
-                self.conn = r
+                self.sessions.append(r)
             elif kind == "decode_issue":
                 self._issue(r)
         out, self.out = self.out, []
@@ -149,11 +153,27 @@ class ConnectionGroup:
             if t is not None and (self.last_activity is None or t > self.last_activity):
                 self.last_activity = t
         if r["response_frame"] is None:
+            # `_answered_after`: time of the first later request that was answered (frames come
+            # in request time order; one answered earlier in the stream order of a tie counts too)
+            r["_answered_after"] = None
+            if self.last_answered is not None and r["request_ts"] is not None \
+                    and self.last_answered > _stream_order(r):
+                r["_answered_after"] = self.last_answered[0]
+            else:
+                self.waiting.append(r)
             self.pending.append(r)
         elif r["request_ts"] is not None:
             k = _stream_order(r)
             if self.last_answered is None or k > self.last_answered:
                 self.last_answered = k
+            if self.waiting:
+                still = []
+                for w in self.waiting:
+                    if w["request_ts"] is not None and _stream_order(w) < k:
+                        w["_answered_after"] = r["request_ts"]
+                    else:
+                        still.append(w)
+                self.waiting = still
         if producer_error(r):
             ev = [evidence(self.source, r["request_frame"], "request"),
                   evidence(self.source, r["response_frame"], "response")]
@@ -204,16 +224,34 @@ class ConnectionGroup:
                 evidence=[evidence(self.source, r["position"], "packet", r["message"])],
                 connection=self.connection))
 
+    def _session(self, ts: float | None) -> int | None:
+        """Index in self.sessions (sorted) of the TCP connection a request at `ts` was sent on."""
+        if not self.sessions:
+            return None
+        i = 0
+        for j, c in enumerate(self.sessions):
+            if ts is not None and c["first_ts"] is not None and c["first_ts"] <= ts:
+                i = j
+        return i
+
     def finish(self) -> list[dict]:
         out = []
+        self.sessions.sort(key=lambda c: (c["first_ts"] is not None, c["first_ts"] or 0.0))
         for r in self.pending:
-            later = self.last_answered is not None and r["request_ts"] is not None and \
-                self.last_answered > _stream_order(r)
+            i = self._session(r["request_ts"])
+            conn = None if i is None else self.sessions[i]
+            nxt = self.sessions[i + 1] if i is not None and i + 1 < len(self.sessions) else None
+            after = r["_answered_after"]
+            later = after is not None and self._session(after) == i
             # The capture's end says nothing of a connection it stopped showing (sparse or
             # filtered captures): only the connection's own close or later exchanges count.
-            verdict = unanswered_request(
-                r, self.conn, later, self.last_activity,
-                lost_after=any(g >= (r["request_frame"] or 0) for g in self.gap_frames))
+            end = self.last_activity
+            if nxt is not None and end is not None and nxt["first_ts"] is not None:
+                end = min(end, nxt["first_ts"])
+            lost = any(g >= (r["request_frame"] or 0) and (nxt is None or nxt["first_frame"] is None
+                                                          or g < nxt["first_frame"])
+                       for g in self.gap_frames)
+            verdict = unanswered_request(r, conn, later, end, lost_after=lost)
             if verdict is None:
                 continue
             why, sev = verdict

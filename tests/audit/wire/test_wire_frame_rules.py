@@ -92,6 +92,21 @@ def test_connection_still_in_use_past_the_timeout(tmp_path):
     assert audit(tmp_path, Conn(m, fin=False), timed=sooner, name="sooner.pcap") == []
 
 
+def test_port_reuse_keeps_connections_apart(tmp_path):
+    """Two TCP connections of the same 4-tuple in one capture: the second one's answered
+    request is no evidence against the first one's last request (abandoned at its close)."""
+    first = Conn(metadata(1) + metadata(2, answered=False))
+    second = Conn(metadata(1) + metadata(2), isn=(90_000_000, 7_000_000))
+    fs = audit(tmp_path, [first, second])
+    assert rules_of(fs) == [("unanswered-request", "info")]
+    assert "corr 2" in fs[0]["message"] and "before any timeout" in fs[0]["message"]
+    # and the other way round: the first connection's exchanges do not make the second's
+    # in-flight request overdue
+    third = Conn(metadata(3), isn=(50_000_000, 3_000_000))
+    fourth = Conn(metadata(4, answered=False), isn=(60_000_000, 4_000_000), fin=False)
+    assert audit(tmp_path, [third, fourth], name="reuse2.pcap") == []
+
+
 def test_in_flight_at_the_end_of_the_capture_gives_nothing(tmp_path):
     m = send(1, batch(PID, 0, 0, 5), offset=0) + metadata(2, answered=False)
     assert audit(tmp_path, Conn(m, fin=False)) == []
