@@ -287,10 +287,10 @@ class PartitionTimeline:
     # -- checked path --------------------------------------------------------------------------
     def _fields(self, b: BatchView, **kw) -> dict:
         return dict(topic=self.topic, partition=self.partition, replica=self.replica,
-                    producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+                    producer_id=b.producer_id, producer_epoch=None if b.producer_id < 0 else b.producer_epoch,
                     first_offset=b.base_offset, last_offset=b.last_offset,
-                    base_sequence=None if b.is_control else b.base_sequence,
-                    last_sequence=None if b.is_control else b.last_sequence,
+                    base_sequence=None if b.is_control or b.producer_id < 0 else b.base_sequence,
+                    last_sequence=None if b.is_control or b.producer_id < 0 else b.last_sequence,
                     first_ts_ms=b.first_ts_ms, last_ts_ms=b.last_ts_ms, **kw)
 
     def _checked(self, i: int, b: BatchView, prev_last: int | None, gaps: int) -> None:

@@ -56,6 +56,14 @@ def truncated_tail(row: dict, active: bool) -> str:
     return "info" if active else "warning"
 
 
+def _producer(r: dict) -> dict:
+    """The producer fields of a batch row for a finding (none for producer id -1)."""
+    if r["producer_id"] is None or r["producer_id"] < 0:
+        return {"producer_id": r["producer_id"]}
+    return {"producer_id": r["producer_id"], "producer_epoch": r["producer_epoch"],
+            "base_sequence": r["base_sequence"], "last_sequence": r["last_sequence"]}
+
+
 class IntegrityGroup:
     def __init__(self, key: tuple):
         self.replica, self.topic, self.partition = key
@@ -77,9 +85,9 @@ class IntegrityGroup:
                     f"{r['last_offset']} ({r['batch_size']} bytes) fails its CRC (stored {r['crc']})",
                     evidence=[evidence(r["source"], r["position"], "batch")],
                     topic=self.topic, partition=self.partition, replica=self.replica,
-                    producer_id=r["producer_id"], producer_epoch=r["producer_epoch"],
                     first_offset=r["base_offset"], last_offset=r["last_offset"],
-                    base_sequence=r["base_sequence"], last_sequence=r["last_sequence"]))
+                    details={"stored_crc": r["crc"], "batch_size": r["batch_size"]},
+                    **_producer(r)))
         elif kind == "decode_issue":
             self.issues.extend(t.select(list(ISSUE_COLUMNS)).to_pylist())
         out, self.out = self.out, []
@@ -100,7 +108,9 @@ class IntegrityGroup:
         src, issue = r["source"] or "", r["issue"]
         name = os.path.basename(src)
         ev = [evidence(src, r["position"], "file", r["message"])]
-        common = dict(topic=self.topic, partition=self.partition, replica=self.replica, evidence=ev)
+        common = dict(topic=self.topic, partition=self.partition, replica=self.replica, evidence=ev,
+                      details={"issue": issue, "position": r["position"], "length": r["length"],
+                               "resync_position": r["resync_position"]})
         length = f"{r['length']} bytes" if r["length"] is not None else "length unknown"
         is_log = src.endswith(".log")
         batches = is_log or src.endswith(".checkpoint")  # files of record batches (KRaft snapshots)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from diskcraft import audit, brief, log_file, logdir, of
+from diskcraft import audit, brief, details, log_file, logdir, of
 
 from fixtures import kafka_encoder as ke
 from fixtures.builder import corrupt_file, preallocate_file, truncate_file
@@ -34,6 +34,16 @@ def test_crc_mismatch_in_a_value(tmp_path):
     assert f["evidence"] == [{"source": log_file(root, "orders", 0), "position": infos[1].position,
                               "kind": "batch", "note": None}]
     assert f"({infos[1].size} bytes) fails its CRC" in f["message"]
+    assert details(f)["batch_size"] == infos[1].size
+
+
+def test_crc_mismatch_of_a_non_idempotent_batch_has_no_sequences(tmp_path):
+    ld = logdir(tmp_path)
+    pb = ld.partition("orders", 0)
+    info = pb.append_batch(values=[b"a", b"b"])
+    pb.corrupt_batch(info)
+    [f] = audit(ld.write())
+    assert (f["rule"], f["producer_id"], f["producer_epoch"], f["base_sequence"]) == ("crc-mismatch", -1, None, None)
 
 
 def test_crc_mismatch_in_the_header_gives_no_sequence_finding(tmp_path):
@@ -95,6 +105,7 @@ def test_garbage_in_the_middle_is_reported_with_its_resync_position(tmp_path):
     assert f["evidence"][0]["position"] == at
     assert f"at byte {at} (100 bytes)" in f["message"]
     assert f["message"].count(f"byte {resync}") == 1 and "resynced" in f["message"]
+    assert details(f) == {"issue": "corrupt", "position": at, "length": 100, "resync_position": resync}
 
 
 def test_garbage_to_the_end_of_a_closed_segment(tmp_path):
