@@ -4,6 +4,8 @@ undecodable bytes, TLS)."""
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -15,7 +17,7 @@ KEY = ("source", "connection")
 FRAME_COLUMNS = KEY + (
     "request_frame", "response_frame", "request_ts", "response_ts", "api_key", "api_name",
     "api_version", "correlation_id", "client_id", "error_codes", "error_names", "transactional_id",
-    "producer_id", "producer_epoch", "acks", "timeout_ms", "partitions", "committed", "complete",
+    "producer_id", "producer_epoch", "acks", "timeout_ms", "partitions", "partition_errors", "committed", "complete",
     "decode_error",
 )
 CONNECTION_COLUMNS = KEY + ("close_reason", "first_ts", "last_ts", "gaps", "gap_bytes", "protocol",
@@ -179,13 +181,21 @@ class ConnectionGroup:
                   evidence(self.source, r["response_frame"], "response")]
             who = f"transactional id {r['transactional_id']} " if r["transactional_id"] else ""
             pid = f"producer {r['producer_id']} epoch {r['producer_epoch']} " if r["producer_id"] is not None else ""
+            failed = _failed_partitions(r["partition_errors"])
+            where = ""
+            if failed:
+                where = " (" + ", ".join(f"{t}-{p}: {c}" for t, p, c in failed[:8]) + \
+                    (f", … {len(failed) - 8} more" if len(failed) > 8 else "") + ")"
+            one = dict(topic=failed[0][0], partition=failed[0][1]) if len(failed) == 1 else {}
             self.out.append(finding(
                 "producer-error", f"{r['api_name']} v{r['api_version']} corr {r['correlation_id']} "
-                f"({who}{pid}client {r['client_id']}) on {self.connection}: {r['error_names']}",
+                f"({who}{pid}client {r['client_id']}) on {self.connection}: {r['error_names']}{where}",
                 evidence=ev, details={"api": r["api_name"], "errors": r["error_names"],
-                                      "error_codes": r["error_codes"]},
+                                      "error_codes": r["error_codes"],
+                                      "partitions": [{"topic": t, "partition": p, "error_code": c}
+                                                     for t, p, c in failed] or None},
                 first_ts_ms=int(r["request_ts"] * 1000), last_ts_ms=_ms(r["response_ts"]),
-                **self._common(r)))
+                **one, **self._common(r)))
         if r["api_key"] != 0 and r["error_codes"] and set(r["error_codes"].split(",")) & FENCED_CODES:
             self.out.append(finding(
                 "fenced-epoch", f"{r['api_name']} v{r['api_version']} corr {r['correlation_id']} "
@@ -262,6 +272,19 @@ class ConnectionGroup:
                 details={"api": r["api_name"], "reason": why}, first_ts_ms=_ms(r["request_ts"]),
                 **self._common(r)))
         return out
+
+
+def _failed_partitions(partition_errors: str | None) -> list[tuple]:
+    """[(topic, partition, error_code)] of a frame's partition answers that carry an error
+    (Produce, AddPartitionsToTxn, TxnOffsetCommit: JSON [transactional_id, topic, partition,
+    error_code] entries)."""
+    if not partition_errors:
+        return []
+    try:
+        rows = json.loads(partition_errors)
+    except ValueError:
+        return []
+    return [(t, p, c) for _, t, p, c in (x for x in rows if isinstance(x, list) and len(x) == 4) if c]
 
 
 def _stream_order(r: dict) -> tuple:

@@ -152,6 +152,12 @@ def test_one_producer_error_per_error_response(tmp_path):
     assert [(f["severity"], details(f)["api"]) for f in errs] == [
         ("info", "Produce"), ("info", "InitProducerId"), ("info", "AddPartitionsToTxn")]
     assert details(errs[0])["errors"] == "NOT_LEADER_OR_FOLLOWER,NOT_ENOUGH_REPLICAS"
+    # which partitions failed, and with what (one finding for the response)
+    assert details(errs[0])["partitions"] == [{"topic": TOPIC, "partition": 0, "error_code": 6},
+                                              {"topic": "audit", "partition": 1, "error_code": 19}]
+    assert "(orders-0: 6, audit-1: 19)" in errs[0]["message"] and errs[0]["topic"] is None
+    assert (errs[2]["topic"], errs[2]["partition"]) == (TOPIC, 0)  # the one partition refused
+    assert details(errs[1])["partitions"] is None
     assert details(errs[1])["errors"] == "CONCURRENT_TRANSACTIONS"
     assert errs[2]["transactional_id"] == "tx-wire"
     assert all([e["kind"] for e in f["evidence"]] == ["request", "response"] for f in errs)
