@@ -44,9 +44,10 @@ def unanswered_request(frame: dict, conn: dict | None, answered_after: bool,
     with acks=0. A request is unanswered (warning) when a later request on the same connection was
     answered, when the connection was still in use past the request's timeout (its own
     timeout_ms, at least the clients' default request.timeout.ms of 30 s), or when it is a
-    Produce whose connection closed first (the client cannot know whether it was stored). Other
-    requests whose connection closed before their timeout are info: a client shutting down or
-    reconnecting abandons them. When the capture lost bytes of the connection after the request,
+    Produce whose connection closed first (the client cannot know whether it was stored; a
+    connection whose ports a later connection reused counts as closed). Other requests whose
+    connection closed before their timeout are info: a client shutting down or reconnecting
+    abandons them. When the capture lost bytes of the connection after the request,
     the response may be in the gap: info. `end_ts` is the last time the capture shows the
     connection in use (its close, or its latest request or response), not the capture's end:
     a capture that holds only a few packets of a connection says nothing of the rest.
@@ -69,15 +70,21 @@ def _unanswered(frame, conn, answered_after, end_ts):
         return "a later request on the connection was answered", "warning"
     wait_ms = max(frame["timeout_ms"] or 0, REQUEST_TIMEOUT_MS)
     ts = frame["request_ts"]
-    if conn is not None and conn["close_reason"] in ("fin", "rst"):
+    if conn is not None and conn["close_reason"] in ("fin", "rst", "reused"):
         waited = None if conn["last_ts"] is None or ts is None else (conn["last_ts"] - ts) * 1000
-        how = f"the connection closed ({conn['close_reason'].upper()})"
+        if conn["close_reason"] == "reused":
+            # its close is not in the capture: a new connection took its ports over later
+            how, waited = "the connection ended unseen (a later connection reused its ports)", None
+        else:
+            how = f"the connection closed ({conn['close_reason'].upper()})"
         if waited is not None:
             how += f" {waited:.0f} ms later"
         if frame["api_key"] == 0:
             return how + ", before a response: the producer cannot know whether it was stored", "warning"
         if waited is not None and waited >= wait_ms:
             return how + f", after the {wait_ms} ms timeout", "warning"
+        if waited is None:
+            return how + " (a client closing or reconnecting abandons its requests)", "info"
         return how + ", before any timeout (a client closing or reconnecting abandons its requests)", "info"
     if end_ts is not None and ts is not None and (end_ts - ts) * 1000 > wait_ms:
         return (f"no response within {wait_ms} ms while the connection was still in use "

@@ -107,6 +107,18 @@ def test_port_reuse_keeps_connections_apart(tmp_path):
     assert audit(tmp_path, [third, fourth], name="reuse2.pcap") == []
 
 
+def test_produce_on_a_connection_whose_ports_were_reused(tmp_path):
+    """The first connection's close is not in the capture; a new SYN on the same ports ends it:
+    its Produce will never be answered (warning), its Metadata was abandoned (info)."""
+    first = Conn(send(1, batch(PID, 0, 0, 5), offset=0) + send(2, batch(PID, 0, 5, 5), error=None)
+                 + metadata(3, answered=False), fin=False)
+    second = Conn(metadata(1) + metadata(2), isn=(90_000_000, 7_000_000))
+    fs = audit(tmp_path, [first, second])
+    assert [(f["severity"], details(f)["api"]) for f in by_rule(fs, "unanswered-request")] == [
+        ("warning", "Produce"), ("info", "Metadata")]
+    assert all("reused its ports" in f["message"] for f in fs)
+
+
 def test_in_flight_at_the_end_of_the_capture_gives_nothing(tmp_path):
     m = send(1, batch(PID, 0, 0, 5), offset=0) + metadata(2, answered=False)
     assert audit(tmp_path, Conn(m, fin=False)) == []
