@@ -4,8 +4,13 @@ A retried batch carries the very bytes of the original (same create timestamps, 
 headers), so its CRC, size and timestamps are equal; a 64-bit fingerprint of those fields finds
 the pairs. Memory is bounded by a time window: a retry follows its original within the producer's
 delivery timeout (delivery.timeout.ms, 2 minutes by default), so originals more than WINDOW_MS
-(5 minutes) older than the partition's newest timestamp are forgotten. Fingerprints live in
-sorted numpy runs merged like an LSM tree behind a bitmap, so a chunk costs a few lookups.
+(5 minutes) older than the partition's newest timestamp are forgotten — unless they are among the
+partition's last RECENT_ROWS batches, so that a producer whose clock lags the others' still has its
+retries paired. The window is applied to each pair (the original's create time against the newest
+timestamp up to the copy, and their distance in batches), not only by eviction, so the findings do
+not depend on how the rows were chunked (local or Spark engine).
+Fingerprints live in sorted numpy runs merged like an LSM tree behind a bitmap, so a chunk costs
+a few lookups.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from kaudit.audit.folds import np_col
 from kaudit.audit.registry import evidence, finding, rule
 
 WINDOW_MS = 5 * 60 * 1000
+RECENT_ROWS = 100_000  # batches: a copy this close behind its original is paired whatever the clocks
 _MASK = np.uint64((1 << 23) - 1)  # fingerprint bitmap: 8 MB, a few % false positives in a full window
 _K1, _K2, _K3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
 
@@ -46,17 +52,21 @@ def fingerprints(t: pa.Table, mask: np.ndarray) -> np.ndarray:
         return (crc | (size << np.uint64(32))) ^ (bts * _K1) ^ (mts * _K2) ^ (count * _K3)
 
 
+_COLS = ("fp", "base", "count", "pos", "src", "ts", "row")
+
+
 class _Run:
-    """Fingerprints sorted, with each row's evidence (base offset, record count, position,
-    source id) and create time (for eviction)."""
+    """Fingerprints sorted (equal ones in log order), with each row's evidence (base offset,
+    record count, position, source id), create time (window, eviction) and row number in the
+    partition's log order."""
 
-    __slots__ = ("fp", "base", "count", "pos", "src", "ts", "min_ts")
+    __slots__ = _COLS + ("min_ts",)
 
-    def __init__(self, fp, base, count, pos, src, ts, presorted=False):
+    def __init__(self, fp, base, count, pos, src, ts, row, presorted=False):
         if not presorted:
             o = np.argsort(fp, kind="stable")
-            fp, base, count, pos, src, ts = fp[o], base[o], count[o], pos[o], src[o], ts[o]
-        self.fp, self.base, self.count, self.pos, self.src, self.ts = fp, base, count, pos, src, ts
+            fp, base, count, pos, src, ts, row = fp[o], base[o], count[o], pos[o], src[o], ts[o], row[o]
+        self.fp, self.base, self.count, self.pos, self.src, self.ts, self.row = fp, base, count, pos, src, ts, row
         self.min_ts = int(ts.min()) if ts.size else 0
 
     def last(self, j: int) -> int:
@@ -64,19 +74,23 @@ class _Run:
 
     @staticmethod
     def merge(a: "_Run", b: "_Run") -> "_Run":
-        return _Run(*(np.concatenate([getattr(a, k), getattr(b, k)])
-                      for k in ("fp", "base", "count", "pos", "src", "ts")))
+        return _Run(*(np.concatenate([getattr(a, k), getattr(b, k)]) for k in _COLS))
 
-    def evict(self, cutoff: int) -> "_Run":
-        keep = self.ts >= cutoff
-        return _Run(self.fp[keep], self.base[keep], self.count[keep], self.pos[keep], self.src[keep],
-                    self.ts[keep], presorted=True)
+    def evict(self, cutoff: int, min_row: int) -> "_Run":
+        keep = (self.ts >= cutoff) | (self.row >= min_row)
+        return _Run(*(getattr(self, k)[keep] for k in _COLS), presorted=True)
 
-    def find(self, fp: np.ndarray) -> np.ndarray:
-        """Index in this run of an equal fingerprint for each of `fp`, or -1."""
-        i = np.searchsorted(self.fp, fp)
-        i = np.minimum(i, self.fp.size - 1)
-        return np.where(self.fp[i] == fp, i, -1)
+    def find(self, fp: np.ndarray, threshold: np.ndarray, min_row: np.ndarray) -> np.ndarray:
+        """For each of `fp`: the index in this run of the earliest equal fingerprint in the retry
+        window (created at or after `threshold`, or at row `min_row` or later), or -1."""
+        lo = np.searchsorted(self.fp, fp, "left")
+        hi = np.searchsorted(self.fp, fp, "right")
+        out = np.full(fp.size, -1, dtype=np.int64)
+        for k in np.flatnonzero(hi > lo).tolist():
+            ok = np.flatnonzero((self.ts[lo[k]:hi[k]] >= threshold[k]) | (self.row[lo[k]:hi[k]] >= min_row[k]))
+            if ok.size:
+                out[k] = lo[k] + ok[0]
+        return out
 
 
 class RecordDuplicates:
@@ -86,6 +100,8 @@ class RecordDuplicates:
         self.bits: np.ndarray | None = None
         self.sources: list[str] = []
         self.newest_ts = None
+        self.rows = 0  # rows seen: their number in the partition's log order
+        self.evicted_at = 0
         self.out: list[dict] = []
         self.open = None
 
@@ -101,27 +117,46 @@ class RecordDuplicates:
         ids = np.array([self._source_id(s) for s in names], dtype=np.int32)
         src = ids[np.asarray(enc.indices.fill_null(0))][mask]
         mts = np_col(t, "max_timestamp_ms", 0, np.int64)[mask]
-        found: dict[int, tuple] = {}
+        row = self.rows + np.arange(fp.size, dtype=np.int64)
+        self.rows += fp.size
+        # the retry window of each row: originals created at most WINDOW_MS before the newest
+        # timestamp seen up to that row (whatever the chunking)
+        seen = np.maximum.accumulate(mts)
+        if self.newest_ts is not None:
+            seen = np.maximum(seen, self.newest_ts)
+        threshold = seen - WINDOW_MS
+        min_row = row - RECENT_ROWS
+        found: dict[int, tuple] = {}  # row of this chunk -> (original's row, evidence)
         if self.runs:
             # a bitmap of the window's fingerprints rules out almost every row before any search
             cand = np.flatnonzero(self.bits[(fp & _MASK).astype(np.intp)])
             for run in self.runs if cand.size else ():
-                j = run.find(fp[cand])
+                j = run.find(fp[cand], threshold[cand], min_row[cand])
                 for k in np.flatnonzero(j >= 0).tolist():
-                    jj = int(j[k])
-                    found.setdefault(int(cand[k]), (int(run.base[jj]), run.last(jj), int(run.pos[jj]),
-                                                    int(run.src[jj])))
-        # duplicates inside this chunk: a later row equal to an earlier one
+                    jj, c = int(j[k]), int(cand[k])
+                    if c not in found or run.row[jj] < found[c][0]:
+                        found[c] = (int(run.row[jj]), int(run.base[jj]), run.last(jj), int(run.pos[jj]),
+                                    int(run.src[jj]))
+        # duplicates inside this chunk: a later row equal to an earlier one (earlier chunks first)
         order = np.argsort(fp, kind="stable")
-        for s_ in np.flatnonzero(fp[order][1:] == fp[order][:-1]).tolist():
-            a, b = int(order[s_]), int(order[s_ + 1])
-            if b not in found:
-                found[b] = found.get(a, (int(base[a]), int(base[a] + count[a] - 1), int(pos[a]), int(src[a])))
+        same = np.flatnonzero(fp[order][1:] == fp[order][:-1])
+        starts = same[np.r_[True, np.diff(same) > 1]] if same.size else same
+        for s_ in starts.tolist():
+            e_ = s_ + 1
+            while e_ + 1 < fp.size and fp[order[e_ + 1]] == fp[order[s_]]:
+                e_ += 1
+            group = order[s_:e_ + 1].tolist()  # equal fingerprints, in log order
+            for i, b in enumerate(group[1:], 1):
+                if b in found:
+                    continue
+                a = next((a for a in group[:i] if mts[a] >= threshold[b] or row[a] >= min_row[b]), None)
+                if a is not None:
+                    found[b] = (int(row[a]), int(base[a]), int(base[a] + count[a] - 1), int(pos[a]), int(src[a]))
         for k in sorted(found):
-            ob, ol, op, os_ = found[k]
+            _, ob, ol, op, os_ = found[k]
             self._report(int(base[k]), int(base[k] + count[k] - 1), int(pos[k]), int(src[k]),
                          int(mts[k]), ob, ol, op, os_)
-        self.runs.append(_Run(fp, base, count, pos, src, mts))
+        self.runs.append(_Run(fp, base, count, pos, src, mts, row))
         if self.bits is None:
             self.bits = np.zeros(int(_MASK) + 1, dtype=bool)
         self.bits[(fp & _MASK).astype(np.intp)] = True
@@ -131,8 +166,12 @@ class RecordDuplicates:
         newest = int(mts.max())
         self.newest_ts = newest if self.newest_ts is None else max(self.newest_ts, newest)
         cutoff = self.newest_ts - WINDOW_MS
-        if any(r.min_ts < cutoff - WINDOW_MS // 4 for r in self.runs):  # 25% slack: evict in steps
-            self.runs = [r.evict(cutoff) for r in self.runs]
+        # evict in steps (25% slack in time, at most once per RECENT_ROWS/4 rows); what goes is
+        # out of every later row's window: created before the cutoff and RECENT_ROWS rows back
+        if self.rows - self.evicted_at >= RECENT_ROWS // 4 and \
+                any(r.min_ts < cutoff - WINDOW_MS // 4 for r in self.runs):
+            self.evicted_at = self.rows
+            self.runs = [r.evict(cutoff, self.rows - RECENT_ROWS) for r in self.runs]
             self.runs = [r for r in self.runs if r.fp.size]
             self.bits[:] = False
             for r in self.runs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from diskcraft import audit, brief, details, log_file, logdir, small_chunks
 
 
@@ -84,3 +85,60 @@ def test_duplicate_across_chunks_and_segments(tmp_path, monkeypatch):
     assert details(fs[0])["original_first_offset"] == orig.base_offset == 3
     assert fs[0]["evidence"][1]["source"].endswith("00000000000000000000.log")
 
+
+
+
+def _window_log(tmp_path):
+    from kaudit.audit.duplicate_records import WINDOW_MS
+
+    ld = logdir(tmp_path)
+    pb = ld.partition("events", 0)
+    late = 1_000 + WINDOW_MS + 1
+    pb.append_batch(values=[b"old"], timestamp=1_000)              # 0
+    pb.append_batch(values=[b"new"], timestamp=late)               # 1
+    pb.append_batch(values=[b"old"], timestamp=1_000)              # 2: 0 is 2 rows, WINDOW_MS + 1 back
+    pb.append_batch(values=[b"new"], timestamp=late)               # 3: a retry of 1
+    pb.append_batch(values=[b"old"], timestamp=1_000)              # 4: 0 and 2 are too far back
+    pb.append_batch(values=[b"edge"], timestamp=late - WINDOW_MS)  # 5
+    pb.append_batch(values=[b"edge"], timestamp=late - WINDOW_MS)  # 6: just inside: a retry of 5
+    pb.append_batch(values=[b"new"], timestamp=late)               # 7: a third copy: of 1 again
+    return ld.write()
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, None])
+@pytest.mark.parametrize("recent", [1, 2])
+def test_retry_window_whatever_the_chunking(tmp_path, monkeypatch, chunk, recent):
+    """Memory is bounded by a window: an original is paired with a copy when it was created at
+    most WINDOW_MS before the newest timestamp seen (a retry comes within the producer's
+    delivery timeout, 2 minutes by default) or lies at most RECENT_ROWS batches back (a producer
+    whose clock lags the others'). The window applies to each pair, so the chunking of the local
+    engine (or Spark's) does not change the findings."""
+    from kaudit.audit import duplicate_records
+
+    monkeypatch.setattr(duplicate_records, "RECENT_ROWS", recent)
+    root = _window_log(tmp_path)
+    if chunk is None:
+        fs = audit(root)
+    else:
+        with small_chunks(monkeypatch, chunk):
+            fs = audit(root)
+    pairs = [(f["first_offset"], details(f)["original_first_offset"]) for f in fs]
+    if recent == 1:
+        assert pairs == [(3, 1), (6, 5), (7, 1)]
+    else:   # 2 is paired with 0 (two rows back), 3 with 1, 4 with 2: one finding for the three
+        assert pairs == [(2, 0), (6, 5), (7, 1)] and details(fs[0])["batches"] == 3
+
+
+def test_retry_of_a_producer_with_a_lagging_clock(tmp_path):
+    """Another producer's clock is ahead by more than the window: the retry right behind its
+    original is still paired (it is among the last RECENT_ROWS batches)."""
+    from kaudit.audit.duplicate_records import WINDOW_MS
+
+    ld = logdir(tmp_path)
+    pb = ld.partition("events", 0)
+    pb.append_batch(values=[b"ahead"], timestamp=10 * WINDOW_MS)
+    pb.append_batch(values=[b"lagging"], timestamp=1_000)
+    pb.append_batch(values=[b"ahead-2"], timestamp=10 * WINDOW_MS + 1)
+    pb.append_batch(values=[b"lagging"], timestamp=1_000)
+    fs = audit(ld.write())
+    assert [(f["first_offset"], details(f)["original_first_offset"]) for f in fs] == [(3, 1)]
