@@ -338,6 +338,7 @@ def list_rules(
     from rich.table import Table
 
     t = Table("rule", "severity", "scope", "flags")
+    t.columns[0].no_wrap = True  # ids are what users type: never wrapped
     for r in rows:
         t.add_row(r["id"], r["severity"], r["scope"], r["title"])
     Console().print(t)

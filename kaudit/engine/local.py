@@ -115,7 +115,10 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
     p, chunks = decode_segments(paths, max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress)
     run = AuditRun(errors=list(p.errors))
     ctx = Context(reference_time_ms=now_ms)
-    states = [(f, f.make(ctx)) for f in DISK_FOLDS]
+    states = [(f, f.make(ctx)) for f in DISK_FOLDS if not getattr(f, "buffered", False)]
+    # cross-partition folds (transactions by producer id): their selection is buffered and
+    # folded sorted at the end, like audit_pcaps does
+    buffered = {f.name: (f, []) for f in DISK_FOLDS if getattr(f, "buffered", False)}
     keep = _keep(set(select), set(ignore))
     cov = {"files": sum(1 for t in p.targets if t.kind != "skipped"), "bytes": p.total_bytes,
            "batches": 0, "batch_bytes": 0, "records": 0, "crc_failures": 0, "decode_issues": 0,
@@ -138,9 +141,16 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
             sel = fold.select(kind, table)
             if sel is not None:
                 run.findings.extend(f for f in state.feed(kind, sel) if keep(f))
+        for fold, items in buffered.values():
+            sel = fold.select(kind, table)
+            if sel is not None:
+                items.append((kind, sel))
     ctx.reference_time_ms = now_ms if now_ms is not None else latest
     for fold, state in states:
         run.findings.extend(f for f in state.finish() if keep(f))
+    for fold, items in buffered.values():
+        stream = sorted_stream(fold, fold.prepare(items, ctx))
+        run.findings.extend(f for f in fold.run(stream, ctx) if keep(f))
     run.findings = sort_findings(run.findings)
     run.coverage = cov
     run.reference_time_ms = ctx.reference_time_ms

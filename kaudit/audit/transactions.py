@@ -1,0 +1,291 @@
+"""Transaction assembly on disk, per producer id across partitions (DESIGN.md §4).
+
+On one replica of a partition, a producer's transaction part is its transactional data batches
+from the first one after its previous end marker up to the next COMMIT/ABORT marker (a marker
+with no data before it closes an empty part: the coordinator writes markers to every partition it
+registered, written to or not). `__consumer_offsets` partitions are partitions like the others:
+offsets committed in a transaction (TxnOffsetCommit) are part of it. Replicas of one partition are
+assembled separately, then merged: a part is the same part on every replica where it starts at
+the same offset. The coordinator's transactions (coordinator_state.py) are matched to the parts by
+their markers (a marker is written between the PrepareX and CompleteX records of its
+transaction). The rules live in txn_rules.py.
+
+The fold is cross-partition: keyed by producer id, it needs every partition's transactional
+batches and the txn_log rows, so an engine buffers its (small) selection and sorts it
+(`CrossPartitionFold.buffered`), where the per-partition folds stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit import coordinator_state
+from kaudit.audit.coordinator_state import CoordTxn, CoordView
+from kaudit.audit.folds import Context, Fold, KeyedState
+
+KEY = ("producer_id",)
+ORDER = ("replica", "topic", "partition", "base_offset")
+BATCH_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_offset", "last_offset",
+                 "is_transactional", "is_control", "control_type", "coordinator_epoch", "producer_id",
+                 "producer_epoch", "base_sequence", "last_sequence", "record_count",
+                 "base_timestamp_ms", "max_timestamp_ms")
+TXN_LOG_COLUMNS = ("replica", "topic", "partition", "source", "position", "offset", "timestamp_ms",
+                   "transactional_id", "tombstone", "producer_id", "producer_epoch",
+                   "transaction_timeout_ms", "state", "state_id", "partitions", "last_update_ms",
+                   "start_ms")
+
+
+@dataclass
+class Marker:
+    offset: int
+    result: str               # COMMIT | ABORT
+    epoch: int
+    coordinator_epoch: int | None
+    ts: int | None
+    source: str
+    position: int
+
+
+@dataclass
+class Part:
+    """One producer's transaction on one partition (merged over the replicas that hold it)."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    replicas: list[str] = field(default_factory=list)
+    data: list[dict] = field(default_factory=list)          # transactional data batches
+    nontxn: list[dict] = field(default_factory=list)        # non-transactional writes inside it
+    marker: Marker | None = None
+    replicas_without_marker: list[str] = field(default_factory=list)
+    coord: CoordTxn | None = None                           # matched coordinator transaction
+    previous: "Part | None" = None                          # the part before it on the partition
+
+    @property
+    def tp(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def start_offset(self) -> int:
+        return self.data[0]["base_offset"] if self.data else self.marker.offset
+
+    @property
+    def last_data_offset(self) -> int | None:
+        return self.data[-1]["last_offset"] if self.data else None
+
+    @property
+    def data_epoch(self) -> int | None:
+        return self.data[-1]["producer_epoch"] if self.data else None
+
+    @property
+    def first_ts(self) -> int | None:
+        ts = [b["base_timestamp_ms"] for b in self.data if b["base_timestamp_ms"] is not None]
+        return min(ts) if ts else (self.marker.ts if self.marker else None)
+
+    @property
+    def last_ts(self) -> int | None:
+        ts = [b["max_timestamp_ms"] for b in self.data if b["max_timestamp_ms"] is not None]
+        if self.marker and self.marker.ts is not None:
+            ts.append(self.marker.ts)
+        return max(ts) if ts else None
+
+
+def assemble_replica(batches: list[dict]) -> list[Part]:
+    """The parts of one producer on one replica of one partition, batches in offset order."""
+    parts: list[Part] = []
+    cur: Part | None = None
+    for b in batches:
+        if b["is_control"]:
+            if b["control_type"] not in ("COMMIT", "ABORT"):
+                continue
+            if cur is None:
+                cur = Part(b["topic"], b["partition"], b["producer_id"], [b["replica"]])
+            cur.marker = Marker(b["base_offset"], b["control_type"], b["producer_epoch"],
+                                b["coordinator_epoch"], b["base_timestamp_ms"], b["source"], b["position"])
+            parts.append(cur)
+            cur = None
+        elif b["is_transactional"]:
+            if cur is None:
+                cur = Part(b["topic"], b["partition"], b["producer_id"], [b["replica"]])
+            cur.data.append(b)
+        elif cur is not None and cur.data:
+            cur.nontxn.append(b)
+    if cur is not None:
+        parts.append(cur)
+    return parts
+
+
+def merge_replicas(per_replica: dict[str, list[Part]]) -> list[Part]:
+    """One list of parts per partition: parts starting at the same offset on several replicas are
+    one part; a replica missing a marker another replica holds is noted (a lagging replica)."""
+    merged: dict[int, Part] = {}
+    for rep in sorted(per_replica):
+        for p in per_replica[rep]:
+            m = merged.get(p.start_offset)
+            if m is None:
+                merged[p.start_offset] = p
+                if p.marker is None:
+                    p.replicas_without_marker = [rep]
+                continue
+            m.replicas.append(rep)
+            if p.marker is None:
+                m.replicas_without_marker.append(rep)
+            elif m.marker is None:
+                m.marker = p.marker
+            if len(p.data) > len(m.data):
+                m.data, m.nontxn = p.data, p.nontxn
+    out = [merged[k] for k in sorted(merged)]
+    for a, b in zip(out, out[1:]):
+        b.previous = a
+    for p in out:
+        if p.marker is not None and len(p.replicas_without_marker) == len(p.replicas):
+            p.replicas_without_marker = []
+    return out
+
+
+def match_markers(parts: list[Part], view: CoordView) -> None:
+    """Each part with a marker gets the coordinator transaction that wrote it: one listing its
+    partition, with the marker's result, whose [PrepareX, CompleteX] window is nearest the
+    marker's time. A part without marker gets the coordinator's open transaction if it lists the
+    partition."""
+    for p in parts:
+        if p.marker is None:
+            t = view.open_txn
+            if t is not None and p.tp in t.partitions:
+                p.coord = t
+            continue
+        best, dist = None, None
+        for t in view.txns:
+            if p.tp not in t.partitions or (t.result is not None and t.result != p.marker.result):
+                continue
+            lo = t.prepare_ts if t.prepare_ts is not None else t.start_ms
+            hi = t.complete_ts
+            ts = p.marker.ts
+            if ts is None or lo is None:
+                d = 0
+            elif ts < lo:
+                d = lo - ts
+            elif hi is not None and ts > hi:
+                d = ts - hi
+            else:
+                d = 0
+            if dist is None or d < dist:
+                best, dist = t, d
+        if best is not None and dist is not None and dist <= 60_000:
+            p.coord = best
+
+
+@dataclass
+class ProducerTxns:
+    """Everything known about one producer id's transactions."""
+
+    producer_id: int
+    partitions: dict[str, list[Part]]            # tp -> parts in offset order
+    view: CoordView
+    coordinator_known: bool                      # some __transaction_state rows in the evidence
+
+    def all_parts(self) -> list[Part]:
+        return [p for ps in self.partitions.values() for p in ps]
+
+
+def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
+             coordinator_known: bool | None = None) -> ProducerTxns:
+    by_rep: dict[tuple, list[dict]] = {}
+    for b in batches:
+        by_rep.setdefault((b["topic"], b["partition"], b["replica"]), []).append(b)
+    per_tp: dict[tuple, dict[str, list[Part]]] = {}
+    for (t, p, rep), bs in by_rep.items():
+        bs.sort(key=lambda b: b["base_offset"])
+        per_tp.setdefault((t, p), {})[rep] = assemble_replica(bs)
+    view = coordinator_state.build(txn_log)
+    partitions = {}
+    for (t, p) in sorted(per_tp):
+        parts = merge_replicas(per_tp[(t, p)])
+        if parts:
+            partitions[f"{t}-{p}"] = parts
+    pt = ProducerTxns(producer_id, partitions, view,
+                      bool(txn_log) if coordinator_known is None else coordinator_known)
+    match_markers(pt.all_parts(), view)
+    return pt
+
+
+class ProducerGroup:
+    """Fold group of one producer id: collects its rows, assembles and judges at the end."""
+
+    def __init__(self, key: tuple, ctx: Context):
+        self.producer_id = key[0]
+        self.ctx = ctx
+        self.batches: list[dict] = []
+        self.txn_log: list[dict] = []
+
+    def feed(self, kind: str, t: pa.Table) -> list[dict]:
+        (self.batches if kind == "batch" else self.txn_log).extend(t.to_pylist())
+        return []
+
+    def finish(self) -> list[dict]:
+        from kaudit.audit import txn_rules
+
+        if self.producer_id is None:
+            return []
+        pt = assemble(self.producer_id, self.batches, self.txn_log,
+                      coordinator_known=bool(self.txn_log) or getattr(self.ctx, "_txn_state_seen", False))
+        if not any(b["is_transactional"] for b in self.batches) and not self.txn_log:
+            return []
+        return txn_rules.judge(pt, self.ctx.reference_time_ms)
+
+
+class CrossPartitionFold(Fold):
+    """A fold whose key spans partitions: engines buffer its selection, pass it through
+    `prepare` and feed it sorted by (key, order)."""
+
+    buffered = True
+
+    def prepare(self, items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
+        ctx._txn_state_seen = any(kind == "txn_log" for kind, _ in items)
+        return prefilter(items)
+
+
+def _batch_where(t: pa.Table):
+    ok = pc.and_(pc.equal(t.column("source_kind"), "log"),
+                 pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
+    ok = pc.and_(ok, pc.fill_null(pc.greater_equal(t.column("producer_id"), 0), False))
+    ok = pc.and_(ok, pc.fill_null(pc.greater_equal(t.column("magic"), 2), False))
+    return pc.and_(ok, pc.fill_null(t.column("crc_ok"), True))
+
+
+def _txn_log_where(t: pa.Table):
+    return pc.and_(pc.invert(pc.fill_null(t.column("tombstone"), False)),
+                   pc.is_valid(t.column("producer_id")))
+
+
+def prefilter(items: list[tuple[str, pa.Table]]) -> list[tuple[str, pa.Table]]:
+    """Keep the non-transactional batches only of producer ids that are transactional somewhere
+    (they are only needed for non-transactional-write-in-transaction)."""
+    pids = set()
+    for kind, t in items:
+        if kind == "batch":
+            pids.update(pc.unique(t.filter(pc.fill_null(t.column("is_transactional"), False))
+                                  .column("producer_id")).to_pylist())
+        elif kind == "txn_log":
+            pids.update(pc.unique(t.column("producer_id")).to_pylist())
+    value_set = pa.array(sorted(p for p in pids if p is not None), pa.int64())
+    out = []
+    for kind, t in items:
+        if kind == "batch":
+            keep = pc.or_(pc.fill_null(t.column("is_transactional"), False),
+                          pc.is_in(t.column("producer_id").cast(pa.int64()), value_set=value_set))
+            t = t.filter(keep)
+        if t.num_rows:
+            out.append((kind, t))
+    return out
+
+
+def _make(ctx: Context):
+    return KeyedState(KEY, lambda k: ProducerGroup(k, ctx))
+
+
+FOLD = CrossPartitionFold("transactions", {"batch": BATCH_COLUMNS, "txn_log": TXN_LOG_COLUMNS},
+                          KEY, ORDER, _make, where={"batch": _batch_where, "txn_log": _txn_log_where})
