@@ -168,6 +168,13 @@ def test_non_idempotent_retry_after_an_unanswered_attempt_is_unknown(tmp_path):
     assert not by_rule(fs, "duplicate-records")
 
 
+def test_non_idempotent_retry_after_a_refusal_is_stored_once(tmp_path):
+    m = send(1, batch(-1, -1, -1, 5), error=NOT_LEADER) + send(2, batch(-1, -1, -1, 5), offset=5)
+    fs = audit(tmp_path, Conn(m))
+    assert rules_of(fs) == [("producer-error", "info"), ("retried-batch", "info")]
+    assert details(one(fs, "retried-batch"))["outcome"] == "stored once"
+
+
 @pytest.mark.parametrize("case", ["other-payload", "acks0"])
 def test_non_idempotent_negatives(case, tmp_path):
     if case == "other-payload":  # same shape, other records: not a retry
