@@ -159,8 +159,10 @@ def match_markers(parts: list[Part], view: CoordView) -> None:
             continue
         best, dist = None, None
         for t in view.txns:
-            if p.tp not in t.partitions or (t.result is not None and t.result != p.marker.result):
+            if p.tp not in t.partitions:
                 continue
+            # a marker whose result differs from its transaction's is still its (torn)
+            mismatch = t.result is not None and t.result != p.marker.result
             lo = t.prepare_ts if t.prepare_ts is not None else t.start_ms
             hi = t.complete_ts
             ts = p.marker.ts
@@ -172,9 +174,9 @@ def match_markers(parts: list[Part], view: CoordView) -> None:
                 d = ts - hi
             else:
                 d = 0
-            if dist is None or d < dist:
-                best, dist = t, d
-        if best is not None and dist is not None and dist <= 60_000:
+            if dist is None or (mismatch, d) < dist:
+                best, dist = t, (mismatch, d)
+        if best is not None and dist is not None and dist[1] <= 60_000:
             p.coord = best
 
 

@@ -102,8 +102,9 @@ def coordinator_abort(part: Part) -> str | None:
     """Invariant: an ABORT written by the coordinator itself, not on the producer's EndTxn,
     carries the producer epoch + 1 (TransactionCoordinator.abortTimedOutTransactions and
     fencing in handleInitProducerId bump the epoch; transaction version 0/1). Told apart from the
-    coordinator's states: a PrepareEpochFence, or a later record of the id with a higher epoch
-    (a new InitProducerId) is fencing; a PrepareAbort after the timeout elapsed is a timeout.
+    coordinator's states: a PrepareAbort after the transaction's timeout elapsed (since its
+    start) is a timeout; a PrepareEpochFence, or an epoch-bumped PrepareAbort before the timeout
+    (a new InitProducerId) is fencing.
     Benign: this is the coordinator doing its job; under transaction version 2 every marker
     bumps the epoch (then the coordinator's states tell)."""
     m = part.marker
@@ -115,12 +116,13 @@ def coordinator_abort(part: Part) -> str | None:
     t = part.coord
     if t is None:
         return "timeout or fencing (no coordinator records)"
-    if any(s["state"] == "PrepareEpochFence" for s in t.states) or (
-            t.next_epoch is not None and t.next_epoch > m.epoch):
+    if any(s["state"] == "PrepareEpochFence" for s in t.states):
         return "fencing"
     if t.prepare_ts is not None and t.start_ms is not None and t.timeout_ms is not None \
             and t.prepare_ts - t.start_ms >= t.timeout_ms:
         return "timeout"
+    # aborted before its timeout with a bumped epoch: a new InitProducerId fenced it (the id's
+    # next record then carries a higher epoch still)
     return "fencing"
 
 
