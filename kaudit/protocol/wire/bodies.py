@@ -30,6 +30,18 @@ KIO, HAND, OPAQUE = "kio", "hand", "opaque"
 
 def body_decoder(api_key: int, api_version: int, entity: str) -> str:
     """"kio", "hand" or "opaque": who decodes this body (`entity`: "request" | "response")."""
+    how = _HOW.get((api_key, api_version, entity))
+    if how is None:
+        how = _body_decoder(api_key, api_version, entity)
+        if len(_HOW) < 4096:
+            _HOW[(api_key, api_version, entity)] = how
+    return how
+
+
+_HOW: dict = {}
+
+
+def _body_decoder(api_key: int, api_version: int, entity: str) -> str:
     if api_key not in FULLY_DECODED:
         return OPAQUE
     if has_hand(api_key, api_version, entity):
@@ -79,11 +91,11 @@ def decode_body_with(api_key: int, api_version: int, entity: str, buf, offset: i
         body, off = decode_hand(api_key, api_version, entity, buf, offset, end)
     else:
         body, off = decode_kio(api_key, api_version, entity, buf, offset, end)
-    _post(api_key, entity, body, deep, max_batch_bytes)
+    post_process(api_key, entity, body, deep, max_batch_bytes)
     return body, off, how
 
 
-def _post(api_key: int, entity: str, body: dict, deep: bool, max_batch_bytes: int) -> None:
+def post_process(api_key: int, entity: str, body: dict, deep: bool, max_batch_bytes: int) -> None:
     """Record sets decoded in place; SASL bytes redacted in place."""
     if api_key == apis.PRODUCE and entity == "request":
         for topic in body.get("topic_data") or ():

@@ -21,6 +21,7 @@ from kaudit.protocol.wire.apis import (
 
 _REQ_FIXED = struct.Struct(">hhi")
 _I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
 
 MIN_REQUEST_SIZE = 10  # api_key, api_version, correlation_id, client_id length
 MIN_RESPONSE_SIZE = 4  # correlation_id
@@ -48,28 +49,65 @@ class ResponseHeader:
 def decode_request_header(buf, offset: int):
     """-> (RequestHeader, offset of the body). The header version follows (api_key, version);
     an unknown key is read as v1 (its tagged fields, if any, stay in the opaque body)."""
-    if offset + 8 > len(buf):
+    n = len(buf)
+    if offset + 8 > n:
         raise Truncated("request header cut", offset, 8)
     api_key, api_version, correlation_id = _REQ_FIXED.unpack_from(buf, offset)
-    hv = request_header_version(api_key, api_version) if max_version(api_key) >= 0 else 1
+    hv = _request_hv(api_key, api_version)
     off = offset + 8
     client_id = None
-    tagged = {}
     if hv >= 1:
-        client_id, off = read_string(buf, off)
+        # read_string, inline for a well-formed client id
+        size = _I16.unpack_from(buf, off)[0] if off + 2 <= n else -2
+        if size == -1:
+            off += 2
+        elif 0 <= size and off + 2 + size <= n:
+            try:
+                client_id = str(buf[off + 2 : off + 2 + size], "utf-8")
+            except UnicodeDecodeError:
+                client_id, off = read_string(buf, off)  # raises the precise error
+            else:
+                off += 2 + size
+        else:
+            client_id, off = read_string(buf, off)  # raises the precise error
     if hv >= 2:
+        if off < n and buf[off] == 0:
+            return RequestHeader(api_key, api_version, correlation_id, client_id, hv, {}), off + 1
         tagged, off = read_tagged_fields(buf, off)
-    return RequestHeader(api_key, api_version, correlation_id, client_id, hv, tagged), off
+        return RequestHeader(api_key, api_version, correlation_id, client_id, hv, tagged), off
+    return RequestHeader(api_key, api_version, correlation_id, client_id, hv, {}), off
+
+
+_HV_CACHE: dict = {}
+
+
+def _request_hv(api_key: int, api_version: int) -> int:
+    """The request header version of (key, version); an unknown key is read as v1."""
+    hv = _HV_CACHE.get((api_key, api_version))
+    if hv is None:
+        hv = request_header_version(api_key, api_version) if max_version(api_key) >= 0 else 1
+        if len(_HV_CACHE) < 4096:
+            _HV_CACHE[(api_key, api_version)] = hv
+    return hv
 
 
 def decode_response_header(buf, offset: int, api_key: int, api_version: int):
     """-> (ResponseHeader, offset of the body), for the paired request's key and version."""
     correlation_id, off = read_int32(buf, offset)
-    hv = response_header_version(api_key, api_version)
+    hv = _RESPONSE_HV.get((api_key, api_version))
+    if hv is None:
+        hv = response_header_version(api_key, api_version)
+        if len(_RESPONSE_HV) < 4096:
+            _RESPONSE_HV[(api_key, api_version)] = hv
     tagged = {}
     if hv >= 1:
+        if off < len(buf) and buf[off] == 0:
+            return ResponseHeader(correlation_id, hv, tagged), off + 1
         tagged, off = read_tagged_fields(buf, off)
     return ResponseHeader(correlation_id, hv, tagged), off
+
+
+_RESPONSE_HV: dict = {}
 
 
 def peek_correlation_id(buf, offset: int = 0) -> int:

@@ -68,6 +68,26 @@ def decode_kio(api_key: int, api_version: int, entity: str, buf, offset: int, en
     return walk_schema(cls, memoryview(buf)[:end], offset)
 
 
+def compiled_walker(api_key: int, api_version: int, entity: str):
+    """`decode_kio` as one function `(buf, offset) -> (dict, new offset)` for (key, version,
+    entity), reading up to the end of `buf`; None where kio has no schema. The compiled walker
+    runs first and the schema walk decides (and raises) when it gives up, as in `walk_schema`."""
+    cls = kio_class(api_key, api_version, entity)
+    if cls is None:
+        return None
+    fast = _compiled(cls)
+    if fast is None:
+        return lambda buf, off: _walk_generic(cls, buf, off)
+
+    def walk(buf, off):
+        try:
+            return fast(buf, off)
+        except Exception:  # noqa: BLE001 - the generic walk decides what is wrong
+            return _walk_generic(cls, buf, off)
+
+    return walk
+
+
 def decode_kio_native(api_key: int, api_version: int, entity: str, buf, offset: int = 0):
     """kio's own native reader + conversion to the same dicts. FOR TESTS ONLY, on trusted bytes:
     a lying array length aborts the process (see the module docstring)."""
@@ -467,7 +487,8 @@ def _compile(cls):
     fields = {_out_name(f.name, f.metadata.get("kafka_type")): f for f in dataclasses.fields(cls)}
     env = {"uvarint": read_uvarint, "GIVE_UP": _GIVE_UP, "uuid_str": uuid_str,
            "tags": _tags, "TAGGED": tagged, "I16": struct.Struct(">h").unpack_from,
-           "I32": struct.Struct(">i").unpack_from, "memoryview": memoryview}
+           "I32": struct.Struct(">i").unpack_from, "memoryview": memoryview,
+           "unpack_from": struct.unpack_from}
     lines = ["def walk(buf, off):", "    L = len(buf)"]
     names = []  # (output name, local variable or expression)
     for i, step in enumerate(steps):
@@ -512,6 +533,18 @@ def _compile(cls):
             lines.append("        for _ in range(n):")
             lines.append(f"            x, off = W{i}(buf, off)")
             lines.append("            ap(x)")
+        elif not inner and seq and kt in _FIXED_FORMATS and kt != "uuid":
+            # an array of fixed-size values: one struct call for all of them
+            size = struct.calcsize(">" + _FIXED_FORMATS[kt])
+            _length_code("n", flexible, lines, "    ")
+            lines.append("    if n < 0:")
+            lines.append(f"        {var} = None")
+            lines.append("    else:")
+            lines.append(f"        e = off + n * {size}")
+            lines.append("        if e > L:")
+            lines.append("            raise GIVE_UP")
+            lines.append(f"        {var} = list(unpack_from('>%d{_FIXED_FORMATS[kt]}' % n, buf, off))")
+            lines.append("        off = e")
         elif not inner and not seq and kt == "string":
             _sized_code(var, flexible, 2, "str(buf[off:e], 'utf-8')", lines)
         elif not inner and not seq and kt == "records":

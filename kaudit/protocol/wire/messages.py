@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.wire.apis import API_VERSIONS, api_name
-from kaudit.protocol.wire.bodies import body_decoder, decode_body_with
+from kaudit.protocol.wire.bodies import KIO, body_decoder, decode_body_with, post_process
+from kaudit.protocol.wire.kio_bodies import compiled_walker
 from kaudit.protocol.wire.headers import (
     RequestHeader,
     ResponseHeader,
@@ -79,18 +80,39 @@ def decode_request(buf, offset: int = 0, end: int | None = None, *, strict: bool
         end = len(buf)
     view = memoryview(buf)[:end]
     header, body_off = decode_request_header(view, offset)
-    how = body_decoder(header.api_key, header.api_version, "request")
+    key, version = header.api_key, header.api_version
+    how = body_decoder(key, version, "request")
     req = Request(header, None, how, end - offset, body_off - offset)
     try:
-        req.body, off, req.decoder = decode_body_with(
-            header.api_key, header.api_version, "request", view, body_off, end, deep=deep,
-            max_batch_bytes=max_batch_bytes)
+        walk = _kio_walker(key, version, "request", how)
+        if walk is not None and not deep:
+            req.body, off = walk(view, body_off)
+            post_process(key, "request", req.body, deep, max_batch_bytes)
+        else:
+            req.body, off, req.decoder = decode_body_with(
+                key, version, "request", view, body_off, end, deep=deep,
+                max_batch_bytes=max_batch_bytes)
         req.trailing = end - off
     except DecodeError as e:
         if strict:
             raise
         req.error = e
     return req, end
+
+
+def _kio_walker(api_key: int, api_version: int, entity: str, how: str):
+    """The body walker of a kio-decoded message (what decode_body_with would call), else None."""
+    if how != KIO:
+        return None
+    walk = _WALKERS.get((api_key, api_version, entity))
+    if walk is None:
+        walk = compiled_walker(api_key, api_version, entity)
+        if len(_WALKERS) < 4096:
+            _WALKERS[(api_key, api_version, entity)] = walk
+    return walk
+
+
+_WALKERS: dict = {}
 
 
 def decode_response(buf, api_key: int, api_version: int, offset: int = 0,
@@ -110,9 +132,14 @@ def decode_response(buf, api_key: int, api_version: int, offset: int = 0,
     resp = Response(header, api_key, api_version, None, how, end - offset, body_off - offset,
                     body_version=api_version)
     try:
-        resp.body, off, resp.decoder = decode_body_with(
-            api_key, api_version, "response", view, body_off, end, deep=deep,
-            max_batch_bytes=max_batch_bytes)
+        walk = _kio_walker(api_key, api_version, "response", how)
+        if walk is not None and not deep:
+            resp.body, off = walk(view, body_off)
+            post_process(api_key, "response", resp.body, deep, max_batch_bytes)
+        else:
+            resp.body, off, resp.decoder = decode_body_with(
+                api_key, api_version, "response", view, body_off, end, deep=deep,
+                max_batch_bytes=max_batch_bytes)
         resp.trailing = end - off
     except DecodeError as e:
         resp.error = e

@@ -53,6 +53,13 @@ def test_versions_kio_dropped_use_non_flexible_headers(key, versions, flexible_f
     assert apis.is_flexible(key, flexible_from) and not apis.is_flexible(key, flexible_from - 1)
 
 
+def test_known_first_flexible_versions_agree_with_kio():
+    # the table spares importing every old schema module; kio's schemas are the authority
+    for key in apis.SNAKE_NAMES:
+        if key in apis.KNOWN_FIRST_FLEXIBLE:
+            assert apis.KNOWN_FIRST_FLEXIBLE[key] == apis._first_flexible_from_kio(key), key
+
+
 def test_special_header_versions():
     assert apis.request_header_version(7, 0) == 0  # ControlledShutdown v0: no client id
     assert apis.request_header_version(7, 3) == 2
