@@ -73,7 +73,8 @@ def duplicate_batch(st: ProducerState, b: BatchView) -> list[tuple[str, dict]]:
             first, last, exact = r.first_offset, r.last_offset, False
         out.append(("identical" if same else "different", {
             "original_first_offset": first, "original_last_offset": last, "exact": exact,
-            "original_sequences": [lo, hi], "original": orig if same or r.lo == lo else None,
+            "original_sequences": [lo, hi],
+            "original": orig if same or r.lo == lo else st.stored(b.producer_epoch, lo, hi),
         }))
     return out
 
@@ -266,7 +267,8 @@ class PartitionTimeline:
             st.applied_upto = i
             for j in sel[-4:].tolist():
                 if j > (st.noted_upto if st.noted_upto is not None else -1):
-                    st.note(self._view(t, cols, j).describe())
+                    v = self._view(t, cols, j)
+                    st.note(v.describe(), view=v)
             st.noted_upto = i
 
     @staticmethod
@@ -311,7 +313,7 @@ class PartitionTimeline:
             st.applied_upto = st.noted_upto = i
             if not b.is_control:
                 st.remember(b)
-            st.note(b.describe())
+            st.note(b.describe(), view=b)
             return
         self._flush_fenced(st, b)
         fenced = fenced_epoch(st, b)
@@ -333,7 +335,7 @@ class PartitionTimeline:
         st.last_offset = b.last_offset
         st.offset_gaps = gaps
         st.applied_upto = st.noted_upto = i
-        st.note(b.describe())
+        st.note(b.describe(), view=b)
 
     def _sequence(self, st: ProducerState, b: BatchView, gaps: int, where: str) -> None:
         if self.topic in COORDINATOR_TOPICS:

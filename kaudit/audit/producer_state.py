@@ -85,6 +85,7 @@ class ProducerState:
     offset_gaps: int           # the partition's offset-gap count at the last batch (compaction)
     intervals: dict[int, list[Interval]] = field(default_factory=dict)
     recent: list[str] = field(default_factory=list)   # timeline excerpt, last few batches
+    views: list[BatchView] = field(default_factory=list)  # those batches, when noted with them
     open_fenced: dict | None = None
     applied_upto: int | None = None   # row of the current chunk last applied (fold bookkeeping)
     noted_upto: int | None = None
@@ -121,10 +122,22 @@ class ProducerState:
         last = self.last_seq
         return any(0 < (r.hi - last) % (INT32_MAX + 1) < _AHEAD for r in runs[:-1])
 
-    def note(self, line: str, keep: int = 4) -> None:
+    def note(self, line: str, keep: int = 4, view: BatchView | None = None) -> None:
         self.recent.append(line)
         if len(self.recent) > keep:
             del self.recent[0]
+        if view is not None:
+            self.views.append(view)
+            if len(self.views) > keep:
+                del self.views[0]
+
+    def stored(self, epoch: int, lo: int, hi: int) -> BatchView | None:
+        """A recent data batch of `epoch` holding sequences lo..hi (exact evidence), if noted."""
+        for v in reversed(self.views):
+            if (not v.is_control and v.producer_epoch == epoch and v.base_sequence <= lo
+                    and hi <= v.last_sequence):
+                return v
+        return None
 
 
 def overlaps(runs: list[Interval], lo: int, hi: int) -> list[Interval]:

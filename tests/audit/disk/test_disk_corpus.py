@@ -56,6 +56,8 @@ def test_idempotent_state_expiry(corpus):
     assert details(reuse)["payload"] == "different"
     assert details(reuse)["original_sequences"] == [5, 7]
     assert (details(reuse)["original_first_offset"], details(reuse)["original_last_offset"]) == (5, 7)
+    assert [e["note"] for e in reuse["evidence"]] == [None, "original"]
+    assert reuse["evidence"][1]["position"] == 176   # the batch of seq 5-9 (DumpLogSegments: position 176)
     regression = by[("out-of-order-sequence", 0, 10)]
     assert (details(regression)["kind"], details(regression)["previous_last_sequence"]) == ("regression", 9)
     gap = by[("out-of-order-sequence", 1, 5)]

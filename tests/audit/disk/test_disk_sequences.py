@@ -42,8 +42,9 @@ def test_sequences_reused_with_a_different_payload(tmp_path):
     ld = logdir(tmp_path)
     pb = ld.partition("orders", 0)
     p = pb.producer(7, 0)
-    for i in range(3):
-        p.send([b"v%d-%d" % (i, j) for j in range(4)])        # seq 0-11 at offsets 0-11
+    p.send([b"v0-%d" % j for j in range(4)])                 # seq 0-3 at offsets 0-3
+    second = p.send([b"v1-%d" % j for j in range(4)])        # seq 4-7
+    p.send([b"v2-%d" % j for j in range(4)])                 # seq 8-11
     p.send([b"new-%d" % j for j in range(3)], base_sequence=5)  # seq 5-7 again, other records
     fs = audit(_root(ld))
     assert brief(fs) == [("duplicate-batch", "error", "orders-0", 12, 14),
@@ -53,6 +54,8 @@ def test_sequences_reused_with_a_different_payload(tmp_path):
     assert dd["payload"] == "different" and dd["original_sequences"] == [5, 7]
     assert (dd["original_first_offset"], dd["original_last_offset"], dd["exact"]) == (5, 7, True)
     assert "different payload" in d["message"]
+    # the batch that stored sequences 5-7 first (seq 4-7) is the original's evidence
+    assert [(e["position"], e["note"]) for e in d["evidence"]][1:] == [(second.position, "original")]
 
 
 def test_duplicate_interleaved_with_other_producers_is_located_within_the_run(tmp_path):
