@@ -320,6 +320,69 @@ def audit_pcap(
     _report(run, "pcap", files, format, output, fail_on)
 
 
+@app.command("txn")
+def list_transactions(
+    paths: Annotated[list[Path], typer.Argument(help="Log dirs, folders of log dirs, partition dirs or files.")],
+    transactional_id: Annotated[Optional[str], typer.Option("--transactional-id", help="Only this transactional id.")] = None,
+    producer_id: Annotated[Optional[int], typer.Option("--producer-id", help="Only this producer id.")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="json, ndjson or table.")] = "table",
+):
+    """List the transactions stored in log dirs: partitions, first offsets, markers (offset,
+    result, coordinator epoch), the coordinator's states with times, and the outcome."""
+    import json
+
+    from kaudit.audit import transactions
+    from kaudit.engine.local import decode_segments as run_decode
+
+    if format not in ("json", "ndjson", "table"):
+        _err(f"[red]error:[/red] unknown format {format!r} (json, ndjson, table)")
+        raise typer.Exit(EXIT_USAGE)
+    plan, chunks = run_decode([str(p) for p in paths])
+    rows: dict[str, list[dict]] = {"batch": [], "txn_log": []}
+    for kind, table in chunks:
+        sel = transactions.FOLD.select(kind, table)
+        if sel is not None:
+            rows[kind].extend(sel.to_pylist())
+    if plan.errors and not plan.targets:
+        for e in plan.errors:
+            _err(f"[red]error:[/red] unreadable input: {e}")
+        raise typer.Exit(EXIT_UNREADABLE)
+    pids = {b["producer_id"] for b in rows["batch"] if b["is_transactional"]}
+    pids |= {r["producer_id"] for r in rows["txn_log"]}
+    if transactional_id is not None:
+        pids = {r["producer_id"] for r in rows["txn_log"] if r["transactional_id"] == transactional_id}
+    if producer_id is not None:
+        pids &= {producer_id}
+    known = bool(rows["txn_log"])
+    out = []
+    for pid in sorted(p for p in pids if p is not None):
+        pt = transactions.assemble(pid, [b for b in rows["batch"] if b["producer_id"] == pid],
+                                   [r for r in rows["txn_log"] if r["producer_id"] == pid],
+                                   coordinator_known=known)
+        out.extend(t for t in transactions.describe(pt)
+                   if transactional_id is None or t["transactional_id"] in (transactional_id, None))
+    if format == "json":
+        typer.echo(json.dumps(out, indent=1))
+    elif format == "ndjson":
+        for t in out:
+            typer.echo(json.dumps(t))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        tab = Table("producer", "transactional id", "epoch", "start", "outcome", "partitions (first offset -> marker)",
+                    "coordinator states")
+        for t in out:
+            parts = "\n".join(
+                f"{p['partition']} {p['first_offset']} -> "
+                + (f"{p['marker']['result']}@{p['marker']['offset']} (coord epoch {p['marker']['coordinator_epoch']})"
+                   if p["marker"] else "no marker") for p in t["parts"])
+            states = " ".join(s["state"] for s in t["coordinator_states"])
+            tab.add_row(str(t["producer_id"]), t["transactional_id"] or "", str(t["producer_epoch"]),
+                        str(t["start_ms"]), t["outcome"], parts, states)
+        Console().print(tab)
+
+
 @app.command("rules")
 def list_rules(
     format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",

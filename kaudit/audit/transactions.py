@@ -291,3 +291,45 @@ def _make(ctx: Context):
 
 FOLD = CrossPartitionFold("transactions", {"batch": BATCH_COLUMNS, "txn_log": TXN_LOG_COLUMNS},
                           KEY, ORDER, _make, where={"batch": _batch_where, "txn_log": _txn_log_where})
+
+
+def describe(pt: ProducerTxns) -> list[dict]:
+    """The transactions of one producer as plain rows (the `kaudit txn` view): one per
+    coordinator transaction, then one per part no coordinator transaction claims."""
+    out = []
+    claimed: set[int] = set()
+
+    def part_row(p: Part) -> dict:
+        m = p.marker
+        return {"partition": p.tp, "replicas": p.replicas, "first_offset": p.start_offset,
+                "last_data_offset": p.last_data_offset, "data_batches": len(p.data),
+                "producer_epoch": p.data_epoch,
+                "marker": None if m is None else {"offset": m.offset, "result": m.result, "epoch": m.epoch,
+                                                  "coordinator_epoch": m.coordinator_epoch, "ts_ms": m.ts}}
+
+    for t in pt.view.txns:
+        parts = [p for p in pt.all_parts() if p.coord is t]
+        claimed.update(id(p) for p in parts)
+        results = {p.marker.result for p in parts if p.marker is not None}
+        if any(p.marker is None for p in parts):
+            outcome = "open"
+        elif len(results) > 1:
+            outcome = "torn"
+        else:
+            outcome = t.result or (t.last_state if not t.complete else None) or "open"
+        out.append({"producer_id": pt.producer_id, "transactional_id": t.transactional_id,
+                    "producer_epoch": t.epoch, "start_ms": t.start_ms, "timeout_ms": t.timeout_ms,
+                    "registered_partitions": sorted(t.partitions), "outcome": outcome,
+                    "coordinator_states": [{"state": s["state"], "epoch": s["epoch"], "ts_ms": s["ts"],
+                                            "offset": s["offset"], "partitions": s["partitions"]}
+                                           for s in t.states],
+                    "parts": [part_row(p) for p in sorted(parts, key=lambda p: (p.tp, p.start_offset))]})
+    for p in sorted(pt.all_parts(), key=lambda p: (p.first_ts or 0, p.tp, p.start_offset)):
+        if id(p) in claimed:
+            continue
+        out.append({"producer_id": pt.producer_id, "transactional_id": None,
+                    "producer_epoch": p.data_epoch, "start_ms": p.first_ts, "timeout_ms": None,
+                    "registered_partitions": None,
+                    "outcome": p.marker.result if p.marker is not None else "open",
+                    "coordinator_states": [], "parts": [part_row(p)]})
+    return out
