@@ -148,3 +148,65 @@ def test_producer_state_across_chunk_boundaries(tmp_path, monkeypatch, n):
                                 ("out-of-order-sequence", "error", "orders-0", gap.base_offset, gap.last_offset),
                                 ("out-of-order-sequence", "error", "orders-0", reg.base_offset, reg.last_offset)])
     assert fs == audit(root)
+
+
+def _random_history(ld, rng):
+    """Random interleaved producers: normal sends, gaps, re-used sequences, epoch bumps (from 0
+    or not), zombie writes, transaction markers (same epoch, or a coordinator abort at epoch
+    + 1), producer id -1 batches and their retries, offset jumps, CRC-damaged batches."""
+    pb = ld.partition("mixed", 0)
+    ps = [pb.producer(10 + k, 0, transactional=k == 0) for k in range(4)]
+    anon = []
+    for step in range(160):
+        k = rng.randrange(len(ps))
+        p = ps[k]
+        key = ("mixed", 0)
+        roll = rng.random()
+        if roll < 0.04:
+            p.sequences[key] = p.sequences.get(key, 0) + rng.randrange(1, 30)        # gap
+        elif roll < 0.07 and p.sequences.get(key, 0) > 3:
+            p.sequences[key] -= rng.randrange(1, 4)                                 # regression
+        elif roll < 0.09:
+            p.bump_epoch()
+            if rng.random() < 0.3:
+                p.sequences[key] = rng.randrange(1, 9)                              # not from 0
+        elif roll < 0.11:
+            z = pb.producer(p.producer_id, max(0, p.producer_epoch - 1))
+            z.sequences[key] = rng.randrange(0, 50)
+            z.send([b"zombie-%d" % step])
+            continue
+        elif roll < 0.14 and k == 0:
+            if rng.random() < 0.5:
+                pb.append_control(p.producer_id, p.producer_epoch, "COMMIT")
+            else:
+                pb.append_control(p.producer_id, p.producer_epoch + 1, "ABORT")     # coordinator
+                p.bump_epoch(p.producer_epoch + 2)
+            continue
+        elif roll < 0.20:
+            ts = 9_000 + step
+            anon.append((ts, step))
+            pb.append_batch(values=[b"anon-%d" % step], timestamp=ts)
+            continue
+        elif roll < 0.23 and anon:
+            ts, s = rng.choice(anon)
+            pb.append_batch(values=[b"anon-%d" % s], timestamp=ts)                 # a retry
+            continue
+        elif roll < 0.25:
+            pb.next_offset += rng.randrange(1, 4)                                   # offset jump
+        info = p.send([b"%d-%d-%d" % (k, step, j) for j in range(rng.randrange(1, 4))])
+        if rng.random() < 0.02:
+            pb.corrupt_batch(info)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_histories_same_findings_at_every_chunk_size(tmp_path, monkeypatch, seed):
+    import random
+
+    ld = logdir(tmp_path)
+    _random_history(ld, random.Random(seed))
+    root = ld.write()
+    reference = audit(root)
+    assert reference  # the histories do hold anomalies
+    for n in (1, 2, 5, 13):
+        with small_chunks(monkeypatch, n):
+            assert audit(root) == reference, (seed, n)
