@@ -107,7 +107,7 @@ def test_wild_logdirs_have_no_false_alarm(corpus):
     """Real brokers' data dirs committed to git (Kafka 3.0 ZK, KRaft metadata of a newer broker,
     offset commits): nothing there is an anomaly of these rules."""
     dirs = _wild(corpus)
-    assert len(dirs) == 4
+    assert len(dirs) >= 4
     for d in dirs:
         run = audit_segments([str(d)], select=DISK_RULES)
         assert run.coverage["batches"] > 0, d.name
