@@ -77,8 +77,10 @@ def finding(rule_id: str, message: str, *, severity: str | None = None, evidence
         if row[k] is not None:
             row[k] = int(row[k])
     ev = [dict(e) for e in evidence]
+    # Evidence enters the id by its last two path parts (partition dir and file, or capture
+    # name): the same finding keeps its id when the log dir is copied or mounted elsewhere.
     key = json.dumps([rule_id, [row[k] for k in _FIELDS[:7]], row["first_offset"], row["base_sequence"],
-                      [(e["source"], e["position"], e["kind"]) for e in ev]], default=str)
+                      [(_tail(e["source"]), e["position"], e["kind"]) for e in ev]], default=str)
     row.update(
         id=hashlib.sha1(key.encode()).hexdigest()[:16],
         rule=rule_id,
@@ -90,6 +92,13 @@ def finding(rule_id: str, message: str, *, severity: str | None = None, evidence
         timeline=list(timeline) if timeline else None,
     )
     return row
+
+
+def _tail(path) -> str | None:
+    if not path:
+        return path
+    parts = str(path).replace("\\", "/").rstrip("/").split("/")
+    return "/".join(parts[-2:])
 
 
 def at_or_above(severity: str, threshold: str) -> bool:

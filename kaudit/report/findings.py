@@ -149,7 +149,7 @@ def write_console(report: dict, out) -> None:
                     else f"byte {e['position']}"
                 note = f" ({escape(e['note'])})" if e.get("note") else ""
                 c.print(f"    [dim]evidence: {escape(os.path.basename(e['source'] or ''))} {where} "
-                        f"[{e['kind']}]{note}[/dim]")
+                        f"{escape('[' + e['kind'] + ']')}{note}[/dim]")
             if f.get("timeline"):
                 c.print("    [dim]timeline:[/dim]")
                 for line in f["timeline"][-5:]:

@@ -173,7 +173,32 @@ def plan(paths: list[str]) -> Plan:
                 result.targets.append(classify_file(p, _log_dir_of(p, cache)))
             continue
         _walk(p, 0, cache, result)
+    result.targets = _grouped(result.targets)
     return result
+
+
+def _grouped(targets: list[Target]) -> list[Target]:
+    """Each file once (inputs may overlap: `D` and `D/node1`), and each replica's files together
+    in name order, in the order replicas first appear: the audit folds read a partition's rows
+    as one run, in log order."""
+    seen: set[str] = set()
+    groups: dict[tuple, list[Target]] = {}
+    for t in targets:
+        real = os.path.realpath(t.path)
+        if real in seen:
+            continue
+        seen.add(real)
+        if t.topic is not None and t.partition is not None:
+            key = (t.log_dir.path if t.log_dir else None, t.topic, t.partition)
+        else:
+            key = ("", real)
+        groups.setdefault(key, []).append(t)
+    out = []
+    for key, group in groups.items():
+        if key[0] != "":
+            group.sort(key=lambda t: os.path.basename(t.path))
+        out.extend(group)
+    return out
 
 
 def _walk(d: str, depth: int, cache: dict, result: Plan) -> None:
