@@ -188,7 +188,10 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
     ctx = Context(reference_time_ms=ref)
     keep = _keep(set(select), set(ignore))
     for fold in WIRE_FOLDS:
-        stream = sorted_stream(fold, picked.pop(fold.name))
+        items = picked.pop(fold.name)
+        if hasattr(fold, "prepare"):   # e.g. wire_txn: joins its rows before sorting
+            items = fold.prepare(items, ctx)
+        stream = sorted_stream(fold, items)
         run.findings.extend(f for f in fold.run(stream, ctx) if keep(f))
     run.findings = sort_findings(run.findings)
     cov["packets"] = sum(s.packets for s in summaries.values())
