@@ -151,16 +151,19 @@ def match_markers(parts: list[Part], view: CoordView) -> None:
     partition, with the marker's result, whose [PrepareX, CompleteX] window is nearest the
     marker's time. A part without marker gets the coordinator's open transaction if it lists the
     partition."""
+    by_tp: dict[str, list[CoordTxn]] = {}   # the coordinator transactions listing each partition, in order
+    for t in view.txns:
+        for tp in t.partitions:
+            by_tp.setdefault(tp, []).append(t)
     for p in parts:
+        tp = p.tp
         if p.marker is None:
             t = view.open_txn
-            if t is not None and p.tp in t.partitions:
+            if t is not None and tp in t.partitions:
                 p.coord = t
             continue
         best, dist = None, None
-        for t in view.txns:
-            if p.tp not in t.partitions:
-                continue
+        for t in by_tp.get(tp, ()):
             # a marker whose result differs from its transaction's is still its (torn)
             mismatch = t.result is not None and t.result != p.marker.result
             lo = t.prepare_ts if t.prepare_ts is not None else t.start_ms
