@@ -320,6 +320,46 @@ def audit_pcap(
     _report(run, "pcap", files, format, output, fail_on)
 
 
+@app.command("audit")
+def audit_both(
+    pcap: Annotated[list[Path], typer.Option("--pcap", help="pcap or pcapng capture files (repeatable).")],
+    segments: Annotated[list[Path], typer.Option("--segments", help="Log dirs, folders of log dirs, partition dirs or files (repeatable).")],
+    format: FormatOpt = ReportFormat.table,
+    output: OutputOpt = None,
+    fail_on: FailOpt = Severity.error,
+    now: NowOpt = None,
+    select: RulesOpt = None,
+    ignore: IgnoreOpt = None,
+    kafka_port: Annotated[Optional[list[int]], typer.Option(
+        "--kafka-port", help="Broker port (repeatable; default 9092).")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes for decoding segments.")] = 1,
+    max_frame_bytes: Annotated[int, typer.Option("--max-frame-bytes", min=1024,
+                                                 help="Largest Kafka frame accepted.")] = 100 * 1024 * 1024,
+    max_batch_bytes: Annotated[int, typer.Option("--max-batch-bytes", min=1024,
+                                                 help="Largest decompressed batch accepted.")] = 64 * 1024 * 1024,
+):
+    """Audit captures and log dirs together: both audits, then their join on (topic, partition,
+    producer id, epoch, sequence): unanswered Produce requests resolved by the log (stored once,
+    twice, never), acknowledged writes missing from the log and EndTxn results that differ from
+    the stored markers (outcome-mismatch)."""
+    from kaudit.engine.joint import audit_both as run_audit
+    from kaudit.sources.pcap import PcapOptions
+
+    inputs = list(pcap) + list(segments)
+    _check_report_output(output, inputs)
+    sel, ign, now_ms = _rule_list(select), _rule_list(ignore), _parse_now(now)
+    options = PcapOptions(kafka_ports=frozenset(kafka_port or [9092]), deep=False,
+                          max_batch_bytes=max_batch_bytes, max_frame_bytes=max_frame_bytes)
+    run = run_audit([str(f) for f in pcap], [str(p) for p in segments], options, now_ms=now_ms,
+                    select=sel, ignore=ign, max_batch_bytes=max_batch_bytes, jobs=jobs,
+                    progress=sys.stderr.isatty())
+    if run.errors and not run.coverage["disk"].get("files") and len(run.errors) >= len(pcap):
+        for e in run.errors:
+            _err(f"[red]error:[/red] unreadable input: {e}")
+        raise typer.Exit(EXIT_UNREADABLE)
+    _report(run, "audit", inputs, format, output, fail_on)
+
+
 @app.command("txn")
 def list_transactions(
     paths: Annotated[list[Path], typer.Argument(help="Log dirs, folders of log dirs, partition dirs or files.")],

@@ -1,7 +1,7 @@
 """kaudit.audit: pure analysis over rows (DESIGN.md §1, §4). Importing it registers every rule."""
 
 from kaudit.audit import disk_sequences, duplicate_records, index_check, integrity, wire_frames, wire_produce
-from kaudit.audit import wire_lso, wire_txn
+from kaudit.audit import join, wire_lso, wire_txn  # noqa: F401  (join: the rules of `kaudit audit`)
 from kaudit.audit import coordinator_state, transactions, txn_rules  # noqa: F401  (registers the transaction rules)
 from kaudit.audit.folds import Context, Fold
 from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above

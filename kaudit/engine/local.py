@@ -108,7 +108,8 @@ def _keep(rules_selected, rules_ignored):
 
 
 def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ignore=(),
-                   max_batch_bytes: int = 64 << 20, jobs: int = 1, progress: bool = False) -> AuditRun:
+                   max_batch_bytes: int = 64 << 20, jobs: int = 1, progress: bool = False,
+                   tap=None) -> AuditRun:
     """Decode log dirs and stream the rows through the disk folds. Rows arrive grouped by replica
     and partition in log order (the plan's order), which is the folds' (key, order): nothing is
     buffered beyond one chunk and each fold's state for the current partition."""
@@ -137,6 +138,8 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
             cov["undecodable_bytes"] += int(pc.sum(table.column("length")).as_py() or 0)
         elif kind == "skipped":
             cov["skipped"] += table.num_rows
+        if tap is not None:   # audit_both: the join's rows, from the same decode pass
+            tap(kind, table)
         for fold, state in states:
             sel = fold.select(kind, table)
             if sel is not None:
@@ -157,7 +160,8 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
     return run
 
 
-def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=(), ignore=()) -> AuditRun:
+def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=(), ignore=(),
+                tap=None) -> AuditRun:
     """Decode captures and run the wire folds. A fold's rows are selected (a few columns of the
     Produce batches, frames and connections: far smaller than the capture), sorted by the fold's
     (key, order) across all the captures given (rotated files make one timeline), then folded."""
@@ -179,6 +183,8 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
             cov["unanswered"] += int(pc.sum(table.column("unanswered")).as_py() or 0)
         elif kind == "decode_issue":
             cov["undecodable"] += table.num_rows
+        if tap is not None:   # audit_both: the join's rows, from the same decode pass
+            tap(kind, table)
         for fold in WIRE_FOLDS:
             sel = fold.select(kind, table)
             if sel is not None:

@@ -1,0 +1,305 @@
+"""Wire and disk together (`kaudit audit --pcap ... --segments ...`): what the clients were told,
+joined with what the brokers stored.
+
+Pure: it gets the decoded rows it needs (a few columns of the Produce batches and EndTxn events
+of the captures, the idempotent batches and transaction markers of the log dirs, each
+partition's offset range per replica), never files. The join key of a batch is (topic,
+partition, producer id, epoch, base sequence); batches of producer id -1 (no idempotence) are
+matched by their CRC (which the broker keeps when it does not recompress: it covers neither the
+base offset nor the leader epoch) and, for an acknowledged one, by the offset it was given.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from kaudit.audit.registry import evidence, finding, rule
+
+# columns the engine collects
+PRODUCE_COLUMNS = ("source", "position", "connection", "correlation_id", "request_ts", "topic",
+                   "partition", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
+                   "record_count", "crc", "acks", "is_transactional", "transactional_id",
+                   "response_error", "response_base_offset")
+DISK_COLUMNS = ("source", "position", "replica", "topic", "partition", "base_offset",
+                "last_offset", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
+                "record_count", "crc", "is_control", "control_type")
+END_TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id",
+                   "producer_id", "producer_epoch", "result", "error_codes")
+
+
+@rule("produce-outcome", "info", "both", "an unanswered, retried or refused Produce resolved against the log",
+      "Stored once: nothing to do. Stored twice: the retry duplicated the write (see "
+      "duplicate-batch / duplicate-records; enable idempotence). Never stored: the write was lost "
+      "unless the client retried it successfully; check the application's delivery callbacks.")
+def produce_outcome(stored_offsets: list[int]) -> str:
+    """Invariant: a Produce the client sent but got no answer to (timeout, dropped connection,
+    acks=0, or a capture that ended) has an outcome the client cannot know; the log can tell:
+    its batch (same producer id, epoch and sequence, or the same bytes without idempotence) is
+    stored once, twice (a retry appended it again: an idempotent broker would have deduplicated
+    it, ProducerStateManager.findDuplicateBatch, KIP-98), or never.
+    Benign causes: 'never stored' when the request never reached the leader (the client
+    retries), when retention or compaction removed it, or when the log dirs given are not all the
+    partition's replicas."""
+    n = len(stored_offsets)
+    return "never stored" if n == 0 else "stored once" if n == 1 else "stored twice"
+
+
+@rule("outcome-mismatch", "error", "both",
+      "what the client was told differs from what the brokers stored",
+      "Find which broker's log lost the write (compare the replicas, `kaudit segments` on every "
+      "log dir), check unclean.leader.election.enable, min.insync.replicas and the producer's "
+      "acks; for a transaction, read the coordinator's __transaction_state (`kaudit txn`).")
+def outcome_mismatch(told: str, stored: str) -> bool:
+    """Invariant: a Produce acknowledged with acks=all (error 0 and a base offset) is in the log
+    of every in-sync replica for as long as retention keeps it (acks=all durability: Kafka's
+    ReplicaManager.appendRecords / Partition.appendRecordsToLeader with min.insync.replicas), and
+    a transaction the client committed (EndTxn committed=true answered without error) has COMMIT
+    markers on all its partitions, an aborted one ABORT markers (TransactionCoordinator.endTransaction,
+    KIP-98). A batch acknowledged but missing from every replica of a log that covers its offset,
+    or a marker whose result differs from what the client was told, breaks the contract.
+    Benign causes: retention or compaction removed the batch (the log start is checked, the
+    compaction of a later key is not); the log dirs given are not the leader's or not all the
+    brokers'; acks=1 writes lost in a leader change (reported as a warning); a capture and log
+    dirs that are not of the same cluster or time."""
+    return told != stored
+
+
+@dataclass
+class JoinInput:
+    produce: list[dict] = field(default_factory=list)    # wire Produce batches (source_kind produce)
+    end_txn: list[dict] = field(default_factory=list)    # wire END_TXN events
+    disk: list[dict] = field(default_factory=list)       # disk batches (idempotent, markers, matched pid -1)
+    # (replica, topic, partition) -> [log start offset, log end offset] over every batch read
+    ranges: dict = field(default_factory=dict)
+
+
+def wire_key(r: dict):
+    if r["producer_id"] is not None and r["producer_id"] >= 0:
+        return ("idem", r["topic"], r["partition"], r["producer_id"], r["producer_epoch"], r["base_sequence"])
+    return ("crc", r["topic"], r["partition"], r["crc"])
+
+
+def _stored(disk: list[dict]) -> dict:
+    """key -> {replica: sorted distinct base offsets}"""
+    out: dict = defaultdict(lambda: defaultdict(set))
+    for d in disk:
+        if d["is_control"]:
+            continue
+        out[wire_key(d)][d["replica"]].add(d["base_offset"])
+    return out
+
+
+def _where(r: dict) -> str:
+    return f"{r['topic']}-{r['partition']}"
+
+
+def _wire_ev(r: dict, note: str | None = None):
+    return evidence(r["source"], r["position"], "produce",
+                    note or f"corr {r.get('correlation_id')} on {r.get('connection')}")
+
+
+def _fields(r: dict) -> dict:
+    pid = r["producer_id"]
+    return dict(topic=r["topic"], partition=r["partition"], connection=r.get("connection"),
+                producer_id=pid, producer_epoch=r["producer_epoch"] if pid is not None and pid >= 0 else None,
+                transactional_id=r.get("transactional_id"),
+                base_sequence=r["base_sequence"] if pid is not None and pid >= 0 else None,
+                last_sequence=r["last_sequence"] if pid is not None and pid >= 0 else None,
+                first_ts_ms=int(r["request_ts"] * 1000) if r.get("request_ts") is not None else None)
+
+
+def _holders(ranges: dict, topic: str, partition: int) -> dict:
+    return {rep: rng for (rep, t, p), rng in ranges.items() if t == topic and p == partition}
+
+
+def join(inp: JoinInput) -> tuple[list[dict], dict]:
+    """(findings, coverage counts) of the join."""
+    stored = _stored(inp.disk)
+    disk_at = defaultdict(list)          # (replica, topic, partition, base_offset) -> disk rows
+    for d in inp.disk:
+        if not d["is_control"]:
+            disk_at[(d["replica"], d["topic"], d["partition"], d["base_offset"])].append(d)
+    where_of = {}                         # key -> a disk row, for evidence
+    for d in inp.disk:
+        if not d["is_control"]:
+            where_of.setdefault((wire_key(d), d["replica"], d["base_offset"]), d)
+    out: list[dict] = []
+    cov = {"produce_batches": len(inp.produce), "resolved": 0, "acknowledged_checked": 0,
+           "acknowledged_not_covered": 0, "end_txn_checked": 0}
+    groups: dict = defaultdict(list)
+    for r in inp.produce:
+        key = wire_key(r)
+        if key[0] == "crc" and r["crc"] is None:
+            continue
+        groups[key].append(r)
+    for key, attempts in groups.items():
+        attempts.sort(key=lambda r: (r["request_ts"] or 0, r["position"] or 0))
+        r0 = attempts[0]
+        reps = stored.get(key, {})
+        holders = _holders(inp.ranges, r0["topic"], r0["partition"])
+        for r in attempts:
+            if r["response_error"] == 0 and r["response_base_offset"] is not None and r["response_base_offset"] >= 0:
+                off = r["response_base_offset"]
+                covering = {rep: rng for rep, rng in holders.items() if rng[0] <= off}
+                if not covering:
+                    cov["acknowledged_not_covered"] += 1
+                    continue
+                cov["acknowledged_checked"] += 1
+                if reps:
+                    continue
+                if key[0] == "crc" and any(
+                        d["record_count"] == r["record_count"]
+                        for rep in covering for d in disk_at.get((rep, r["topic"], r["partition"], off), ())):
+                    continue  # recompressed by the broker: another CRC at the acknowledged offset
+                out.append(_lost(r, off, covering))
+        errs = [r["response_error"] for r in attempts]
+        if holders and (None in errs or len(attempts) > 1 or any(e not in (None, 0) for e in errs)):
+            f = _resolve(attempts, key, reps, holders, where_of)
+            if f is not None:
+                out.append(f)
+                cov["resolved"] += 1
+    out.extend(_end_txn(inp, stored, cov))
+    return out, cov
+
+
+# errors after which the broker has not appended the batch (the others, e.g. REQUEST_TIMED_OUT or
+# NOT_ENOUGH_REPLICAS_AFTER_APPEND, may come after the append)
+NOT_APPENDED = {2: "CORRUPT_MESSAGE", 3: "UNKNOWN_TOPIC_OR_PARTITION", 6: "NOT_LEADER_OR_FOLLOWER",
+                10: "MESSAGE_TOO_LARGE", 45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 47: "INVALID_PRODUCER_EPOCH",
+                87: "INVALID_RECORD", 90: "PRODUCER_FENCED"}
+
+
+def _answer(r) -> str:
+    e = r["response_error"]
+    if e is None:
+        return "no response (acks=0)" if r.get("acks") == 0 else "no response"
+    if e == 0:
+        return f"offset {r['response_base_offset']}"
+    return f"error {e}" + (f" {NOT_APPENDED[e]}" if e in NOT_APPENDED else "")
+
+
+def _resolve(attempts, key, reps, holders, where_of):
+    """The produce-outcome (or outcome-mismatch) finding of one batch sent with an uncertain
+    answer: no response, several attempts, or an error."""
+    r = attempts[-1]
+    errs = [a["response_error"] for a in attempts]
+    offsets = sorted({o for offs in reps.values() for o in offs})
+    twice_on = sorted((rep for rep, offs in reps.items() if len(offs) > 1), key=str)
+    ev = [_wire_ev(a) for a in attempts]
+    for rep, offs in sorted(reps.items(), key=lambda kv: str(kv[0])):
+        for o in sorted(offs):
+            d = where_of.get((key, rep, o))
+            if d is not None:
+                ev.append(evidence(d["source"], d["position"], "batch", f"replica {rep} offset {o}"))
+    answers = [_answer(a) for a in attempts]
+    details = {"answers": answers, "stored_offsets": offsets, "replicas": sorted(map(str, reps)),
+               "log_ranges": {str(rep): list(rng) for rep, rng in holders.items()}}
+    rule_id = "produce-outcome"
+    if twice_on:
+        outcome, sev = "stored twice", "warning"
+        text = (f"stored twice at offsets {', '.join(map(str, offsets))} (already a duplicate on disk, "
+                f"replica {', '.join(map(str, twice_on))})")
+    elif offsets:
+        outcome, sev = "stored once", "info"
+        text = f"stored once at offset {offsets[0]}"
+        if all(e in NOT_APPENDED for e in errs):
+            rule_id, sev = "outcome-mismatch", "error"
+            text += ", though every attempt was refused with an error after which the broker does not append"
+    else:
+        outcome = "never stored"
+        start = min(rng[0] for rng in holders.values())
+        if 0 in errs:
+            return None   # acknowledged and missing: _lost reported it (when the log covers it)
+        if None not in errs:
+            sev, text = "info", "never stored, as the broker's answer said"
+        elif start > 0:
+            sev = "info"
+            text = (f"not in the log, which starts at offset {start}: lost, or removed by retention "
+                    f"(the client may have retried)")
+        else:
+            sev, text = "warning", "never stored: the write was lost (the client may have retried)"
+    details["outcome"] = outcome
+    pid = r["producer_id"]
+    who = f"producer {pid} epoch {r['producer_epoch']} sequences {r['base_sequence']}-{r['last_sequence']}" \
+        if pid is not None and pid >= 0 else f"non-idempotent batch crc {r['crc']}"
+    sent = "sent once" if len(attempts) == 1 else f"sent {len(attempts)} times"
+    return finding(
+        rule_id, f"{_where(r)}: Produce of {who} ({r['record_count']} records) {sent}, "
+        f"answered {'; '.join(answers)}: {text}",
+        severity=sev, evidence=ev, details=details,
+        first_offset=offsets[0] if offsets else None, last_offset=offsets[-1] if offsets else None,
+        **_fields(r))
+
+
+def _lost(r, off, covering) -> dict:
+    acks = r.get("acks")
+    pid = r["producer_id"]
+    who = f"producer {pid} epoch {r['producer_epoch']} sequences {r['base_sequence']}-{r['last_sequence']}" \
+        if pid is not None and pid >= 0 else f"non-idempotent batch crc {r['crc']}"
+    reps = ", ".join(f"{rep} [{rng[0]}, {rng[1]}]" for rep, rng in sorted(covering.items(), key=lambda kv: str(kv[0])))
+    return finding(
+        "outcome-mismatch", f"{_where(r)}: Produce of {who} acknowledged at offset {off} (acks={acks}) "
+        f"is in no replica's log (replicas and offset ranges: {reps})",
+        severity="error" if acks == -1 else "warning",
+        evidence=[_wire_ev(r, f"acknowledged at offset {off}")],
+        details={"told": "acknowledged", "stored": "missing", "acknowledged_offset": off, "acks": acks,
+                 "log_ranges": {str(rep): list(rng) for rep, rng in covering.items()}},
+        first_offset=off, last_offset=off + max((r["record_count"] or 1) - 1, 0), **_fields(r))
+
+
+def _end_txn(inp: JoinInput, stored: dict, cov: dict) -> list[dict]:
+    """EndTxn (answered without error) vs the markers after the transaction's batches."""
+    markers = defaultdict(list)     # (replica, topic, partition, pid) -> [(offset, type, epoch, row)]
+    for d in inp.disk:
+        if d["is_control"] and d["control_type"] in ("COMMIT", "ABORT"):
+            markers[(d["replica"], d["topic"], d["partition"], d["producer_id"])].append(
+                (d["base_offset"], d["control_type"], d["producer_epoch"], d))
+    for v in markers.values():
+        v.sort(key=lambda m: m[0])
+    txn_batches = defaultdict(list)   # pid -> wire transactional batches in send order
+    for r in inp.produce:
+        if r["is_transactional"] and r["producer_id"] is not None and r["producer_id"] >= 0:
+            txn_batches[r["producer_id"]].append(r)
+    for v in txn_batches.values():
+        v.sort(key=lambda r: (r["request_ts"] or 0, r["position"] or 0))
+    ends = defaultdict(list)
+    for e in inp.end_txn:
+        if e["producer_id"] is not None and e["producer_id"] >= 0:
+            ends[e["producer_id"]].append(e)
+    out = []
+    for pid, es in ends.items():
+        es.sort(key=lambda e: (e["ts"] or 0, e["position"] or 0))
+        prev = float("-inf")
+        for e in es:
+            ts = e["ts"] or 0
+            batches = [b for b in txn_batches.get(pid, ()) if prev < (b["request_ts"] or 0) < ts
+                       and b["producer_epoch"] == e["producer_epoch"]]
+            prev = ts
+            if e["error_codes"] != "":
+                continue    # unanswered or refused: the client was not told an outcome
+            cov["end_txn_checked"] += 1
+            wrong, ev = [], []
+            for b in batches:
+                for rep, offs in stored.get(wire_key(b), {}).items():
+                    for o in offs:
+                        m = next((m for m in markers.get((rep, b["topic"], b["partition"], pid), ())
+                                  if m[0] > o), None)
+                        if m is not None and m[1] != e["result"]:
+                            wrong.append({"partition": _where(b), "replica": rep, "batch_offset": o,
+                                          "marker": m[1], "marker_offset": m[0], "marker_epoch": m[2]})
+                            ev.append(evidence(m[3]["source"], m[3]["position"], "batch",
+                                               f"{m[1]} marker at offset {m[0]} on replica {rep}"))
+            if not wrong:
+                continue
+            parts = sorted({w["partition"] for w in wrong})
+            told = "committed" if e["result"] == "COMMIT" else "aborted"
+            out.append(finding(
+                "outcome-mismatch", f"producer {pid} epoch {e['producer_epoch']} "
+                f"({e['transactional_id']}): the client was told the transaction {told} (EndTxn), "
+                f"the log holds {', '.join(sorted({w['marker'] for w in wrong}))} markers on {', '.join(parts)}",
+                evidence=[evidence(e["source"], e["position"], "end_txn", f"EndTxn {e['result']}")] + ev,
+                details={"told": e["result"], "stored": wrong},
+                producer_id=pid, producer_epoch=e["producer_epoch"], transactional_id=e["transactional_id"],
+                connection=e["connection"], first_ts_ms=int(ts * 1000) if ts else None))
+    return out

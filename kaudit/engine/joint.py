@@ -1,0 +1,102 @@
+"""`kaudit audit`: the wire audit and the disk audit in one run, and their join (audit/join.py).
+
+The captures are decoded first (their selection is small: a few columns of the Produce batches
+and the EndTxn events); the log dirs then, keeping only the batches the join can use: those of
+the producer ids seen on the wire, the non-idempotent ones whose CRC or offset a capture names,
+the transaction markers of the wire's transactional producer ids, and each partition's offset
+range per replica. Both audits run on the same decode pass (a tap on their chunk loops).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit import sort_findings
+from kaudit.audit import join as J
+from kaudit.engine.local import AuditRun, _keep, audit_pcaps, audit_segments
+
+
+class _WireTap:
+    def __init__(self):
+        self.produce: list[pa.Table] = []
+        self.end_txn: list[pa.Table] = []
+
+    def __call__(self, kind: str, t: pa.Table) -> None:
+        if not t.num_rows:
+            return
+        if kind == "batch":
+            t = t.filter(pc.fill_null(pc.equal(t.column("source_kind"), "produce"), False))
+            t = t.filter(pc.invert(pc.fill_null(t.column("is_control"), False)))
+            if t.num_rows:
+                self.produce.append(t.select(list(J.PRODUCE_COLUMNS)))
+        elif kind == "txn_event":
+            t = t.filter(pc.fill_null(pc.equal(t.column("event"), "END_TXN"), False))
+            if t.num_rows:
+                self.end_txn.append(t.select(list(J.END_TXN_COLUMNS)))
+
+
+class _DiskTap:
+    def __init__(self, produce: list[dict]):
+        self.pids = pa.array(sorted({r["producer_id"] for r in produce
+                                     if r["producer_id"] is not None and r["producer_id"] >= 0}), pa.int64())
+        self.txn_pids = pa.array(sorted({r["producer_id"] for r in produce if r["is_transactional"]
+                                         and r["producer_id"] is not None and r["producer_id"] >= 0}), pa.int64())
+        anon = [r for r in produce if r["producer_id"] is None or r["producer_id"] < 0]
+        self.crcs = pa.array(sorted({r["crc"] for r in anon if r["crc"] is not None}), pa.int64())
+        self.offsets = pa.array(sorted({r["response_base_offset"] for r in anon
+                                        if r["response_base_offset"] is not None and r["response_base_offset"] >= 0}),
+                                pa.int64())
+        self.rows: list[pa.Table] = []
+        self.ranges: dict = {}
+
+    def __call__(self, kind: str, t: pa.Table) -> None:
+        if kind != "batch" or not t.num_rows:
+            return
+        t = t.filter(pc.and_(pc.fill_null(pc.equal(t.column("source_kind"), "log"), False),
+                             pc.invert(pc.ends_with(t.column("source"), ".checkpoint"))))
+        if not t.num_rows:
+            return
+        g = t.group_by(["replica", "topic", "partition"]).aggregate(
+            [("base_offset", "min"), ("last_offset", "max")])
+        for rep, top, part, lo, hi in zip(*(g.column(c).to_pylist() for c in
+                                            ("replica", "topic", "partition", "base_offset_min", "last_offset_max"))):
+            rng = self.ranges.setdefault((rep, top, part), [lo, hi])
+            rng[0], rng[1] = min(rng[0], lo), max(rng[1], hi)
+        pid = t.column("producer_id").cast(pa.int64())
+        control = pc.fill_null(t.column("is_control"), False)
+        data = pc.and_(pc.invert(control), pc.is_in(pid, value_set=self.pids))
+        marker = pc.and_(control, pc.is_in(pid, value_set=self.txn_pids))
+        anon = pc.and_(pc.invert(control), pc.fill_null(pc.less(pid, 0), True))
+        anon = pc.and_(anon, pc.or_(pc.is_in(t.column("crc").cast(pa.int64()), value_set=self.crcs),
+                                    pc.is_in(t.column("base_offset"), value_set=self.offsets)))
+        keep = pc.fill_null(pc.or_(pc.or_(data, marker), anon), False)
+        t = t.filter(keep)
+        if t.num_rows:
+            self.rows.append(t.select(list(J.DISK_COLUMNS)))
+
+
+def _rows(tables: list[pa.Table]) -> list[dict]:
+    return pa.concat_tables(tables).to_pylist() if tables else []
+
+
+def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | None = None,
+               select=(), ignore=(), max_batch_bytes: int = 64 << 20, jobs: int = 1,
+               progress: bool = False) -> AuditRun:
+    wire_tap = _WireTap()
+    wire = audit_pcaps(pcaps, options, now_ms=now_ms, select=select, ignore=ignore, tap=wire_tap)
+    produce = _rows(wire_tap.produce)
+    disk_tap = _DiskTap(produce)
+    disk = audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
+                          max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress, tap=disk_tap)
+    inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.end_txn), disk=_rows(disk_tap.rows),
+                      ranges=disk_tap.ranges)
+    joined, jcov = J.join(inp)
+    keep = _keep(set(select), set(ignore))
+    run = AuditRun(errors=wire.errors + disk.errors)
+    run.findings = sort_findings(wire.findings + disk.findings + [f for f in joined if keep(f)])
+    jcov["disk_batches_kept"] = len(inp.disk)
+    run.coverage = {"wire": wire.coverage, "disk": disk.coverage, "join": jcov}
+    refs = [r for r in (wire.reference_time_ms, disk.reference_time_ms) if r is not None]
+    run.reference_time_ms = now_ms if now_ms is not None else (max(refs) if refs else None)
+    return run
