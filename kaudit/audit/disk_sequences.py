@@ -209,6 +209,14 @@ class PartitionTimeline:
             slow[order[~ok]] = True
         else:
             order = rows
+        # each producer's rows are one slice of `order`, ascending (stable sort): O(log n) lookups
+        if order.size:
+            ps = pid[order]
+            starts = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
+            ends = np.r_[starts[1:], order.size]
+            self._slices = {int(ps[a]): (int(a), int(b)) for a, b in zip(starts, ends)}
+        else:
+            self._slices = {}
 
         slow_rows = np.flatnonzero(slow)
         if slow_rows.size:
@@ -222,7 +230,10 @@ class PartitionTimeline:
                 st = self.producers.get(b.producer_id)
                 if st is not None and st.dirty():
                     # this producer now has a range ahead of it: check its later rows one by one
-                    later = order[(pid[order] == b.producer_id) & (order > i) & ~slow[order]]
+                    a, z = self._slices.get(b.producer_id, (0, 0))
+                    seg = order[a:z]
+                    seg = seg[int(np.searchsorted(seg, i, side="right")):]
+                    later = seg[~slow[seg]]
                     slow[later] = True
                     for j in later.tolist():
                         heapq.heappush(heap, j)
@@ -240,7 +251,9 @@ class PartitionTimeline:
             q = int(pid[upto])
             if q < 0:
                 return
-            sel = order[(pid[order] == q) & (order < upto)]
+            a, z = self._slices.get(q, (0, 0))
+            seg = order[a:z]
+            sel = seg[:int(np.searchsorted(seg, upto))]
             targets = [(q, sel)]
         else:
             p = pid[order]
