@@ -23,6 +23,13 @@ from kaudit.sources.conversation import Conversation
 from kaudit.sources.wire_rows import WireRows
 
 FLUSH_ROWS = 8192
+# Where rows come from, as sortable keys (a parallel decode puts its processes' rows back in this
+# order): the capture event that caused them (its number), then at the end the connection rows
+# (by the number of the close event, then of the open event for connections left open), then the
+# capture file's issues.
+KEY_CLOSED, KEY_OPEN, KEY_ISSUES = 1 << 40, 2 << 40, 3 << 40
+MIN_PARALLEL_BYTES = 64 << 20  # smaller captures are decoded in one process (jobs=None)
+MAX_JOBS = 4
 DEFAULT_KAFKA_PORTS = frozenset({9092})
 
 
@@ -32,6 +39,9 @@ class PcapOptions:
     deep: bool = False
     max_batch_bytes: int = DEFAULT_MAX_BYTES
     max_frame_bytes: int = DEFAULT_MAX_FRAME
+    # processes for one capture (None: by its size and the CPUs; 1: this process only). The
+    # rows and their order are the same whatever the number.
+    jobs: int | None = None
 
 
 @dataclass
@@ -56,7 +66,13 @@ def decode_capture(path: str, options: PcapOptions | None = None, summary: PcapS
             raise DecodeError(f"{path}: empty file, not a capture")
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
-        yield from _decode(mm, path, options, summary)
+        jobs = options.jobs if options.jobs is not None else auto_jobs(len(mm))
+        if jobs > 1:
+            from kaudit.sources.pcap_parallel import decode_parallel
+
+            yield from decode_parallel(mm, path, options, summary, jobs)
+        else:
+            yield from _decode(mm, path, options, summary)
     finally:
         try:
             mm.close()
@@ -64,20 +80,27 @@ def decode_capture(path: str, options: PcapOptions | None = None, summary: PcapS
             pass
 
 
-def _decode(mm, path, options, summary):
-    streams = CaptureStreams(mm)
-    rows = WireRows(path)
-    convs: dict[int, Conversation] = {}
-    opened: dict[int, ConnOpen] = {}
-    closed: list = []
-    for ev in streams.events():
+class Session:
+    """The conversations of the connections one process decodes: capture events in, rows out
+    (to `rows`, a WireRows). `event` handles every event but StreamData, which goes straight to
+    `convs[conn_id].data` (the hot path); `finish` adds the rows written at the end."""
+
+    def __init__(self, path: str, options: PcapOptions, rows):
+        self.path, self.options, self.rows = path, options, rows
+        self.convs: dict[int, Conversation] = {}
+        self.opened: dict[int, tuple] = {}  # conn_id -> (ConnOpen, event number)
+        self.closed: list = []  # (conversation, ConnOpen, ConnClose, event number of the close)
+        self.kafka_connections = 0
+
+    def event(self, ev, number: int = 0) -> None:
         t = type(ev)
+        convs, rows = self.convs, self.rows
         if t is StreamData:
             convs[ev.conn_id].data(ev)
         elif t is ConnOpen:
-            opened[ev.conn_id] = ev
-            convs[ev.conn_id] = Conversation(ev.conn_id, ev.a, ev.b, ev.syn_seen, options.kafka_ports, options, rows)
-            summary.connections += 1
+            self.opened[ev.conn_id] = (ev, number)
+            convs[ev.conn_id] = Conversation(ev.conn_id, ev.a, ev.b, ev.syn_seen, self.options.kafka_ports,
+                                             self.options, rows)
         elif t is StreamGap:
             conv = convs[ev.conn_id]
             rows.issue(conv, ev.frame, "stream-gap", ev.length, ev.stream_offset,
@@ -89,23 +112,73 @@ def _decode(mm, path, options, summary):
         elif t is ConnClose:
             conv = convs.pop(ev.conn_id)
             conv.finish()
-            summary.kafka_connections += conv.protocol == "kafka"
+            self.kafka_connections += conv.protocol == "kafka"
+            op = self.opened.pop(ev.conn_id)[0]
             if conv.protocol == "tls":
-                rows.issue(conv, opened[ev.conn_id].frame, "tls", None, None,
+                rows.issue(conv, op.frame, "tls", None, None,
                            "TLS connection: encrypted, not decodable (see its connection row)")
             # the row waits for the end: packets after the close (the last ACK) still count
-            closed.append((conv, opened.pop(ev.conn_id), ev))
+            self.closed.append((conv, op, ev, number))
+
+    def finish(self, mark=None, stats=None) -> None:
+        """The connection rows, in the order of the closes, then the connections the capture
+        layer left open (a guard). `mark(key)` after each connection's rows (a process of a
+        parallel decode: keys place them among the other processes' rows); `stats`: conn_id ->
+        final ConnStats where the ConnClose events carry none."""
+        rows = self.rows
+        for conv, op, close, number in self.closed:
+            st = close.stats if stats is None else stats.get(close.conn_id, close.stats)
+            rows.connection(conv, op, close, st)
+            if mark is not None:
+                mark(KEY_CLOSED + number)
+        for conv in self.convs.values():  # the capture layer closes every connection; this is a guard
+            conv.finish()
+            op, number = self.opened[conv.conn_id]
+            rows.connection(conv, op, None, None)
+            if mark is not None:
+                mark(KEY_OPEN + number)
+
+
+def auto_jobs(size: int) -> int:
+    """Processes for a capture of `size` bytes when the options do not say: the environment's
+    KAUDIT_PCAP_JOBS if set, else one below MIN_PARALLEL_BYTES, else one per CPU (at most
+    MAX_JOBS)."""
+    env = os.environ.get("KAUDIT_PCAP_JOBS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if size < MIN_PARALLEL_BYTES:
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_JOBS))
+
+
+def _decode(mm, path, options, summary):
+    streams = CaptureStreams(mm)
+    rows = WireRows(path)
+    session = Session(path, options, rows)
+    convs = session.convs
+    for ev in streams.events():
+        if type(ev) is StreamData:
+            convs[ev.conn_id].data(ev)
+        else:
+            session.event(ev)
+            summary.connections += type(ev) is ConnOpen
         if rows.count >= FLUSH_ROWS:
             yield from rows.tables()
-    for conv, op, close in closed:
-        rows.connection(conv, op, close, close.stats)
-    for conv in convs.values():  # the capture layer closes every connection; this is a guard
-        conv.finish()
-        rows.connection(conv, opened[conv.conn_id], None, None)
+    session.finish()
+    capture_issues(rows, path, streams)
+    summary.kafka_connections = session.kafka_connections
+    summary.packets, summary.tcp_packets = streams.packets, streams.tcp_packets
+    summary.last_ts, summary.dropped = streams.last_ts, dict(streams.dropped)
+    yield from rows.tables()
+
+
+def capture_issues(rows, path: str, streams) -> None:
+    """decode_issue rows for the capture file's own problems (cut records, bad blocks)."""
     for issue in streams.issues:
         where = f" (after frame {issue.frame_no})" if issue.frame_no else ""
         rows.add("decode_issue", {"source": path, "position": issue.position, "issue": f"capture-{issue.kind}",
                                   "length": issue.skipped, "message": issue.message + where})
-    summary.packets, summary.tcp_packets = streams.packets, streams.tcp_packets
-    summary.last_ts, summary.dropped = streams.last_ts, dict(streams.dropped)
-    yield from rows.tables()
