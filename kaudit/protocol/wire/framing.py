@@ -39,7 +39,7 @@ _COMPACT_AT = 1 << 16
 class Frame:
     offset: int  # stream offset of the size field
     size: int  # the size field: length of the payload
-    payload: bytes
+    payload: bytes  # or a memoryview of the bytes fed (never changed afterwards)
     complete: bool = True
     lost: int = 0  # bytes of this frame that were lost (None: unknown amount)
 
@@ -160,6 +160,25 @@ class FrameSplitter:
             self._buf += data
             return []
         events: list = []
+        if self._state == _SYNC and self._pos == len(self._buf):
+            # nothing buffered: whole frames are taken from `data` as they are (no copy)
+            base = self._end - n
+            max_size = self.max_size
+            pos = 0
+            while n - pos >= 4:
+                size = _I32.unpack_from(data, pos)[0]
+                if size < 0 or size > max_size or n - pos - 4 < size:
+                    break
+                events.append(Frame(base + pos, size, data[pos + 4 : pos + 4 + size]))
+                pos += 4 + size
+            self._base, self._pos = base + pos, 0
+            if pos == n:
+                self._buf = bytearray()
+                self._need = 0
+                return events
+            self._buf = bytearray(data[pos:])
+            self._run(events)  # a frame still incomplete, or a size to report
+            return events
         start = 0
         if self._state == _DRAIN:
             take = min(n, self._d_remaining)
@@ -290,6 +309,13 @@ class FrameSplitter:
                 if avail < 4 + size:
                     self._need = 4 + size - avail
                     break
+                if pos == 0 and avail == 4 + size:
+                    # the buffer is this frame: handed over whole, a new buffer takes its place
+                    events.append(Frame(self._base, size, memoryview(buf).toreadonly()[4:]))
+                    self._base += avail
+                    buf = self._buf = bytearray()
+                    self._pos = 0
+                    continue
                 events.append(Frame(self._base + pos, size, bytes(buf[pos + 4 : pos + 4 + size])))
                 self._pos = pos + 4 + size
             else:
