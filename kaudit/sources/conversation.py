@@ -90,6 +90,7 @@ class Conversation:
         self.sink = sink
         self.dirs = (_Direction(), _Direction())
         self.client_dir = None     # 0: a is the client; 1: b is
+        self._name = None          # "client -> server", once asked for
         self.protocol = None       # kafka | tls | other (None: undecided)
         self.pending = {}          # correlation id -> (Request, frame, ts, size, complete)
         self.sasl_tokens = False   # after SaslHandshake v0: bare SASL frames follow
@@ -121,10 +122,14 @@ class Conversation:
 
     @property
     def name(self) -> str:
-        return f"{endpoint(*self.client)} -> {endpoint(*self.server)}"
+        name = self._name
+        if name is None:  # kept until the roles change
+            name = self._name = f"{endpoint(*self.client)} -> {endpoint(*self.server)}"
+        return name
 
     def _decide(self, client_dir: int, protocol: str = "kafka") -> None:
         self.client_dir = client_dir
+        self._name = None
         self.protocol = protocol
         if protocol != "kafka":
             return

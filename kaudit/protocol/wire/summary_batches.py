@@ -20,12 +20,47 @@ def error_codes(body: dict | None, schema=None) -> list[int]:
     hold an error code are visited (same answer, without walking every partition's dicts)."""
     seen: dict[int, None] = {}
     if body is not None:
-        plan = _error_plan(schema) if schema is not None else None
-        if plan is None:
+        collect = _error_collector(schema) if schema is not None else None
+        if collect is None:
             _collect_errors(body, seen)
         else:
-            _plan_errors(body, plan, seen)
+            collect(body, seen)
     return list(seen)
+
+
+@lru_cache(maxsize=None)
+def _error_collector(cls):
+    """`_plan_errors` with the plan of `cls` written out as one function (node, seen) -> None;
+    None when the class has no plan."""
+    plan = _error_plan(cls)
+    if plan is None:
+        return None
+    lines = ["def collect(node, seen):"]
+    counter = [0]
+
+    def emit(plan, var, ind):
+        for op, name, sub in plan:
+            counter[0] += 1
+            v = f"v{counter[0]}"
+            lines.append(f"{ind}{v} = {var}.get({name!r})")
+            if op == _ERR:
+                lines.append(f"{ind}if {v} and isinstance({v}, int):")
+                lines.append(f"{ind}    seen.setdefault({v}, None)")
+            elif op == _MANY:
+                x = f"x{counter[0]}"
+                lines.append(f"{ind}if {v} is not None:")
+                lines.append(f"{ind}    for {x} in {v}:")
+                lines.append(f"{ind}        if {x} is not None:")
+                emit(sub, x, ind + "            ")
+            else:
+                lines.append(f"{ind}if {v} is not None:")
+                emit(sub, v, ind + "    ")
+
+    emit(plan, "node", "    ")
+    lines.append("    return None")
+    env: dict = {}
+    exec(compile("\n".join(lines) + "\n", f"<error codes of {cls.__qualname__}>", "exec"), env)  # noqa: S102
+    return env["collect"]
 
 
 _ERR, _ONE, _MANY = 0, 1, 2
