@@ -143,15 +143,17 @@ class Conversation:
     # ---- events from the capture layer -----------------------------------------------------
 
     def data(self, ev) -> None:
-        direction = ev.direction
+        """A StreamData event."""
+        self.feed(ev.direction, ev.stream_offset, ev.data, ev.first_frame, ev.last_frame, ev.ts)
+
+    def feed(self, direction: int, off: int, data, first_frame: int, last_frame: int, ts: float) -> None:
+        """The fields of a StreamData event."""
         d = self.dirs[direction]
-        data = ev.data
         n = len(data)
         d.bytes += n
         protocol = self.protocol
         if protocol == "kafka":
-            off = ev.stream_offset
-            d.chunks.append((off, off + n, ev.first_frame, ev.last_frame, ev.ts))  # = d.add
+            d.chunks.append((off, off + n, first_frame, last_frame, ts))  # = d.add
             events = d.splitter.feed(data)
             if events:
                 self._frames(direction, events)
@@ -159,7 +161,7 @@ class Conversation:
         if protocol is None:
             if self.first_dir is None:
                 self.first_dir = direction
-            d.held.append(("data", ev.stream_offset, bytes(data), ev.first_frame, ev.last_frame, ev.ts))
+            d.held.append(("data", off, bytes(data), first_frame, last_frame, ts))
             self._try_decide(direction)
 
     def gap(self, ev) -> None:

@@ -12,14 +12,15 @@ FLUSH_ROWS rows, its kinds in order of first appearance).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import queue
+import struct
 import subprocess
 import sys
 import threading
 from collections import deque
-from multiprocessing.connection import Connection
 
 import pyarrow as pa
 
@@ -38,6 +39,61 @@ def owner(conn_id: int, jobs: int) -> int:
     """Which process decodes a connection: 0 (the main one) or a worker 1..jobs-1."""
     slot = conn_id % (MAIN_WEIGHT + WORKER_WEIGHT * (jobs - 1))
     return 0 if slot < MAIN_WEIGHT else 1 + (slot - MAIN_WEIGHT) // WORKER_WEIGHT
+
+
+# ---- messages on pipes: 16-byte header (head length, blob length), head, blob ----------------
+
+_HEADER = struct.Struct(">QQ")
+
+
+def _send(fd: int, head: bytes, parts=()) -> None:
+    """One message: `head` and the concatenation of `parts` (bytes-like). The parts are joined
+    first: writev with thousands of packet-sized pieces is far slower than one copy."""
+    blob = memoryview(b"".join(parts))
+    pending = [memoryview(_HEADER.pack(len(head), len(blob))), memoryview(head), blob]
+    pending = [p for p in pending if len(p)]  # writev of empty parts only would write 0 forever
+    i = 0
+    while i < len(pending):
+        n = os.writev(fd, pending[i:])
+        while n:  # skip what was written (a write may stop inside a part)
+            first = pending[i]
+            if n >= len(first):
+                n -= len(first)
+                i += 1
+            else:
+                pending[i] = first[n:]
+                n = 0
+
+
+def _read_exact(f, size: int) -> bytearray:
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = f.readinto(view[got:])
+        if not n:
+            raise EOFError("pipe closed mid-message")
+        got += n
+    return buf
+
+
+def _recv(f) -> tuple[bytes, bytearray]:
+    """(head, blob) of one message; EOFError when the other end is closed."""
+    header = f.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        if not header:
+            raise EOFError("pipe closed")
+        header += _read_exact(f, _HEADER.size - len(header))
+    head_size, blob_size = _HEADER.unpack(header)
+    return _read_exact(f, head_size), _read_exact(f, blob_size)
+
+
+def _widen(fd: int) -> None:
+    """Bigger pipe buffers: fewer wake-ups for megabyte messages (best effort)."""
+    try:
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except OSError:
+        pass
 
 
 class KeyedRows(WireRows):
@@ -164,40 +220,44 @@ class Merger:
 
 def worker_main() -> None:
     """Entry point of a worker process: `python -c "..." IN_FD OUT_FD` (see _Worker)."""
-    inbox, outbox = Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False)
-    path, options = pickle.loads(inbox.recv_bytes())
-    _serve(path, options, inbox, outbox)
+    inbox = os.fdopen(int(sys.argv[1]), "rb", buffering=0)
+    outbox = int(sys.argv[2])
+    head, _ = _recv(inbox)
+    path, options = pickle.loads(head)
+    try:
+        _serve(path, options, inbox, outbox)
+    finally:
+        os.close(outbox)
 
 
-def _serve(path: str, options, inbox, outbox) -> None:
+def _serve(path: str, options, inbox, outbox: int) -> None:
     rows = KeyedRows(path)
     session = Session(path, options, rows)
     convs = session.convs
     mark = rows.mark
-    try:
-        while True:
-            head = pickle.loads(inbox.recv_bytes())
-            if head[0] == "end":
-                session.finish(mark=mark, stats=head[1])
-                log, tables = rows.take()
-                outbox.send_bytes(pickle.dumps((_DONE, log, tables, session.kafka_connections),
-                                               pickle.HIGHEST_PROTOCOL))
-                return
-            upto, events = head[1], head[2]
-            blob = memoryview(inbox.recv_bytes())
-            for ev in events:
-                if len(ev) == 9:  # data: (number, conn_id, direction, offset, start, end, first, last, ts)
-                    number, conn_id, direction, offset, start, end, first, last, ts = ev
-                    convs[conn_id].data(StreamData(conn_id, direction, offset, blob[start:end], first, last, ts))
-                else:
-                    number, other = ev
-                    session.event(other, number)
+    touched = rows._touched
+    while True:
+        head, blob = _recv(inbox)
+        head = pickle.loads(head)
+        if head[0] == "end":
+            session.finish(mark=mark, stats=head[1])
+            log, tables = rows.take()
+            _send(outbox, pickle.dumps((_DONE, log, tables, session.kafka_connections), pickle.HIGHEST_PROTOCOL))
+            return
+        upto, events = head[1], head[2]
+        blob = memoryview(blob).toreadonly()
+        for ev in events:
+            if len(ev) == 9:  # data: (number, conn_id, direction, offset, start, end, first, last, ts)
+                number, conn_id, direction, offset, start, end, first, last, ts = ev
+                convs[conn_id].feed(direction, offset, blob[start:end], first, last, ts)
+            else:
+                number, other = ev
+                session.event(other, number)
+            if touched:
                 mark(number)
-            if rows.count >= FLUSH_ROWS // 2:
-                log, tables = rows.take()
-                outbox.send_bytes(pickle.dumps((upto, log, tables, None), pickle.HIGHEST_PROTOCOL))
-    finally:
-        outbox.close()
+        if rows.count >= FLUSH_ROWS // 2:
+            log, tables = rows.take()
+            _send(outbox, pickle.dumps((upto, log, tables, None), pickle.HIGHEST_PROTOCOL))
 
 
 # The worker's interpreter never needs pandas (pyarrow imports it on its first conversion, to
@@ -237,8 +297,10 @@ class _Worker:
             stdin=subprocess.DEVNULL)
         os.close(in_r)
         os.close(out_w)
-        inbox = Connection(in_w, readable=False)
-        outbox = Connection(out_r, writable=False)
+        _widen(in_w)
+        _widen(out_r)
+        inbox = in_w
+        outbox = os.fdopen(out_r, "rb", buffering=0)
         self.events: list = []
         self.views: list = []
         self.size = 0
@@ -249,7 +311,7 @@ class _Worker:
         self.receiver = threading.Thread(target=self._recv_loop, args=(outbox,), daemon=True)
         self.sender.start()
         self.receiver.start()
-        self._put((pickle.dumps((path, options), pickle.HIGHEST_PROTOCOL), None))
+        self._put((pickle.dumps((path, options), pickle.HIGHEST_PROTOCOL), ()))
 
     def data(self, number: int, ev) -> None:
         n = len(ev.data)
@@ -266,12 +328,12 @@ class _Worker:
     def ship(self, upto: int, force: bool = False) -> None:
         if self.events and (force or self.size >= BATCH_BYTES or len(self.events) >= BATCH_EVENTS):
             head = pickle.dumps(("events", upto, self.events), pickle.HIGHEST_PROTOCOL)
-            self._put((head, b"".join(self.views)))
+            self._put((head, self.views))
             self.events, self.views, self.size = [], [], 0
 
     def end(self, upto: int, stats: dict) -> None:
         self.ship(upto, force=True)
-        self._put((pickle.dumps(("end", stats), pickle.HIGHEST_PROTOCOL), None))
+        self._put((pickle.dumps(("end", stats), pickle.HIGHEST_PROTOCOL), ()))
         self._put(None)
 
     def results(self, block: bool = False):
@@ -305,32 +367,29 @@ class _Worker:
         if code not in (0, None):
             raise RuntimeError(f"pcap worker {self.part} exited with code {code}")
 
-    def _send_loop(self, conn) -> None:
+    def _send_loop(self, fd: int) -> None:
         try:
             while True:
                 item = self.sendq.get()
                 if item is None:
                     return
-                head, blob = item
-                conn.send_bytes(head)
-                if blob is not None:
-                    conn.send_bytes(blob)
+                _send(fd, *item)
         except BaseException as e:  # noqa: BLE001 - surfaced by _check
             self.error = e
         finally:
-            conn.close()
+            os.close(fd)
 
-    def _recv_loop(self, conn) -> None:
+    def _recv_loop(self, f) -> None:
         try:
             while True:
-                item = pickle.loads(conn.recv_bytes())
+                item = pickle.loads(_recv(f)[0])
                 self.recvq.put(item)
                 if item[0] == _DONE:
                     return
         except BaseException as e:  # noqa: BLE001 - surfaced by results()
             self.recvq.put(e)
         finally:
-            conn.close()
+            f.close()
 
     def close(self, wait: bool = True) -> None:
         if wait:
@@ -367,13 +426,15 @@ def _run(streams, path, options, summary, jobs, workers):
     owners: dict[int, int] = {}
     closes: dict[int, dict] = {w.part: {} for w in workers}
     mark = rows.mark
+    touched = rows._touched
     number = -1
     for number, ev in enumerate(streams.events()):
         if type(ev) is StreamData:
             part = owners[ev.conn_id]
             if part == 0:
                 convs[ev.conn_id].data(ev)
-                mark(number)
+                if touched:
+                    mark(number)
             else:
                 workers[part - 1].data(number, ev)
         else:
