@@ -16,8 +16,6 @@ capture: pass a `Request`-less call with the response only when its api key is k
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
-
 from kaudit.protocol.wire import apis
 from kaudit.protocol.wire.summary_batches import (
     ISOLATION,
@@ -60,6 +58,8 @@ FRAME_FIELDS = (
 
 def error_name(code: int) -> str:
     """Kafka's name for an error code ("INVALID_PRODUCER_EPOCH"), or "UNKNOWN(<code>)"."""
+    from kio.schema.errors import ErrorCode  # on first use: kio's runtime types take a while to import
+
     try:
         return ErrorCode(code).name.upper()
     except ValueError:
