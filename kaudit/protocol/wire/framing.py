@@ -150,10 +150,13 @@ class FrameSplitter:
     # ---- input ---------------------------------------------------------------------------
 
     def feed(self, data) -> list:
-        if not data:
-            return []
-        data = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
+        t = type(data)
+        if t is not bytes and (t is not memoryview or not data.readonly or data.format != "B"):
+            # frames may be slices of `data`: only of immutable bytes (a copy otherwise)
+            data = bytes(data)
         n = len(data)
+        if not n:
+            return []
         self._end += n
         if n < self._need:  # the frame in progress is still incomplete: nothing to report
             self._need -= n
