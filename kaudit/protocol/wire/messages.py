@@ -8,7 +8,7 @@ from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.wire.apis import API_VERSIONS, api_name
 from kaudit.protocol.wire.bodies import KIO, body_decoder, decode_body_with, post_process
-from kaudit.protocol.wire.kio_bodies import compiled_walker
+from kaudit.protocol.wire.kio_walkers import compiled_walker
 from kaudit.protocol.wire.headers import (
     RequestHeader,
     ResponseHeader,
