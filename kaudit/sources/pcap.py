@@ -3,7 +3,8 @@
 Rows: `frame` (one per request/response pair), `batch` (every record batch of Produce requests
 and Fetch responses, with their context), `fetch_partition`, `txn_event`, `connection`,
 `decode_issue`. The file is mapped read-only; memory is bounded by the open connections'
-unacknowledged bytes and the rows of one chunk.
+unacknowledged bytes and the rows of one chunk. Big captures are decoded by several processes
+(`pcap_parallel`), with the same rows in the same order and chunks.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def auto_jobs(size: int) -> int:
     env = os.environ.get("KAUDIT_PCAP_JOBS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    if size < MIN_PARALLEL_BYTES:
+    if size < MIN_PARALLEL_BYTES or os.name != "posix":  # workers talk over inherited pipe fds
         return 1
     try:
         cpus = len(os.sched_getaffinity(0))

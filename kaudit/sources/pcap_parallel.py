@@ -3,8 +3,9 @@ in one process.
 
 After TCP reassembly the connections are independent, so they are shared out: the main process
 reads the capture (the capture layer runs once), decodes its own share of the connections and
-ships the events of the others to worker processes (spawned; payload bytes are copied through a
-pipe, in batches). Every process logs which capture event added which rows (`KeyedRows`), and
+ships the events of the others to worker processes (fresh interpreters, as multiprocessing's
+spawn makes them but without re-running the caller's __main__; payload bytes go through a pipe,
+in batches of about a megabyte). Every process logs which capture event added which rows (`KeyedRows`), and
 the main process replays the logs in event order (`Merger`): rows of each kind come out in the
 one-process order, cut into the same chunks (a chunk ends after the event that brings it to
 FLUSH_ROWS rows, its kinds in order of first appearance).
@@ -31,6 +32,8 @@ from kaudit.sources.wire_rows import WireRows, table_from_tuples
 BATCH_BYTES = 1 << 20  # payload bytes shipped to a worker per message
 BATCH_EVENTS = 4096
 SEND_QUEUE = 32  # messages waiting for a worker (then the main process waits too)
+# Of every 7 connections (by id) the main process keeps 2: it also reads the capture, ships the
+# others' bytes and puts the rows back in order.
 MAIN_WEIGHT, WORKER_WEIGHT = 2, 5
 _DONE = float("inf")
 
