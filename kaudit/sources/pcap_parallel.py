@@ -32,6 +32,10 @@ from kaudit.sources.wire_rows import WireRows, table_from_tuples
 BATCH_BYTES = 1 << 20  # payload bytes shipped to a worker per message
 BATCH_EVENTS = 4096
 SEND_QUEUE = 32  # messages waiting for a worker (then the main process waits too)
+# Every process tells the merger how far it got at least this often, rows or not (the merger
+# holds rows until every process is past them: this bounds the main process's memory).
+QUIET_BATCHES = 8
+QUIET_EVENTS = 32768
 # Of every 7 connections (by id) the main process keeps 2: it also reads the capture, ships the
 # others' bytes and puts the rows back in order.
 MAIN_WEIGHT, WORKER_WEIGHT = 2, 5
@@ -239,6 +243,7 @@ def _serve(path: str, options, inbox, outbox: int) -> None:
     convs = session.convs
     mark = rows.mark
     touched = rows._touched
+    quiet = 0  # batches since the last message to the main process
     while True:
         head, blob = _recv(inbox)
         head = pickle.loads(head)
@@ -258,9 +263,13 @@ def _serve(path: str, options, inbox, outbox: int) -> None:
                 session.event(other, number)
             if touched:
                 mark(number)
-        if rows.count >= FLUSH_ROWS // 2:
+        quiet += 1
+        # rows (or, now and then, only how far it got: the main process holds the other
+        # processes' rows until every one is past them)
+        if rows.count >= FLUSH_ROWS // 2 or quiet >= QUIET_BATCHES:
             log, tables = rows.take()
             _send(outbox, pickle.dumps((upto, log, tables, None), pickle.HIGHEST_PROTOCOL))
+            quiet = 0
 
 
 # The worker's interpreter never needs pandas (pyarrow imports it on its first conversion, to
@@ -431,6 +440,7 @@ def _run(streams, path, options, summary, jobs, workers):
     mark = rows.mark
     touched = rows._touched
     number = -1
+    handed = 0  # the main process's rows are in the merger up to this event
     for number, ev in enumerate(streams.events()):
         if type(ev) is StreamData:
             part = owners[ev.conn_id]
@@ -458,8 +468,9 @@ def _run(streams, path, options, summary, jobs, workers):
                 w.ship(number)
                 for upto, log, tables, _ in w.results():
                     merger.add(w.part, log, tables, upto)
-            if rows.count >= FLUSH_ROWS // 2:
+            if rows.count >= FLUSH_ROWS // 2 or number - handed >= QUIET_EVENTS:
                 merger.add(0, *rows.take(), number)
+                handed = number
             yield from merger.ready()
     for w in workers:  # final stats: packets after a close (the last ACK) still count
         w.end(number, {cid: close.stats for cid, close in closes[w.part].items()})
