@@ -25,7 +25,14 @@ from kaudit.protocol.record_batch import (
 from kaudit.protocol.codecs import codec_name
 from kaudit.protocol.wire import apis
 from kaudit.protocol.wire.summary import error_codes, error_name, frame_fields
-from kaudit.protocol.wire.summary_batches import ISOLATION, fetch_batches, fetch_partitions, produce_batches, txn_events
+from kaudit.protocol.wire.summary_batches import (
+    ISOLATION,
+    _tkey,
+    _topic,
+    fetch_batches,
+    fetch_partitions,
+    txn_events,
+)
 from kaudit.sources.batch_table import batch_row
 from kaudit.sources.conversation import endpoint
 
@@ -107,16 +114,6 @@ def _partition_errors_json(errs: list) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def _topic(t: dict):
-    name = t.get("name", t.get("topic"))
-    return name if name is not None else t.get("topic_id")
-
-
-def _tkey(t: dict):
-    name = t.get("name", t.get("topic"))
-    return name if name is not None else ("id", t.get("topic_id"))
-
-
 class WireRows:
     """The sink conversations report to; keeps rows as tuples and hands out tables."""
 
@@ -179,34 +176,29 @@ class WireRows:
         if req is None:
             return
         ctx = {"connection": conv.name, "request_ts": x.request_ts, "response_ts": x.response_ts}
-        if req.api_key == apis.PRODUCE:
-            for b in produce_batches(req, resp):
-                self._batch(b, "produce", x.request_frame, ctx)
-        elif req.api_key == apis.FETCH and resp is not None:
+        # Produce with a body went the fast path; without one it has no batches. A Fetch comes
+        # here when its request body or its response body did not decode.
+        if req.api_key == apis.FETCH and resp is not None:
             parts = fetch_partitions(req, resp)
             for p in parts:
                 self._fetch_partition(p, x, ctx)
             for b in fetch_batches(req, resp, parts):
-                self._batch(b, "fetch", x.response_frame, ctx)
+                self._fetch_batch(b, x.response_frame, ctx)
         for ev in txn_events(req, resp):
             ev = {k: v for k, v in ev.items() if k in _TXN_NAMES}
             ev.update(source=self.source, connection=conv.name, position=x.request_frame, ts=x.request_ts)
             self.add("txn_event", ev)
 
-    def _batch(self, b: dict, source_kind: str, position, ctx: dict) -> None:
+    def _fetch_batch(self, b: dict, position, ctx: dict) -> None:
         place = {"source": self.source, "replica": None, "log_dir": None,
                  "topic": b.get("topic") if b.get("topic") is not None else b.get("topic_id"),
                  "partition": b.get("partition")}
-        row = batch_row(b["batch"], place, source_kind)
+        row = batch_row(b["batch"], place, "fetch")
         row["position"] = position
         row.update(ctx, api_version=b.get("api_version"), correlation_id=b.get("correlation_id"),
                    client_id=b.get("client_id"), transactional_id=b.get("transactional_id"),
                    acks=b.get("acks"))
-        if source_kind == "produce":
-            row["response_error"] = b.get("response_error")
-            row["response_base_offset"] = b.get("response_base_offset")
-        else:
-            row["response_error"] = b.get("error_code")
+        row["response_error"] = b.get("error_code")
         self.add("batch", row)
 
     def _fetch_partition(self, p: dict, x, ctx: dict) -> None:
