@@ -36,6 +36,30 @@ class RowFormat(str, Enum):
     parquet = "parquet"
 
 
+PathsArg = Annotated[list[Path], typer.Argument(help="Log dirs, folders of log dirs, partition dirs or files.")]
+KafkaPortOpt = Annotated[Optional[list[int]], typer.Option(
+    "--kafka-port", help="Broker port (repeatable; default 9092). Kafka on other ports is "
+    "found from its request headers.")]
+MaxFrameOpt = Annotated[int, typer.Option("--max-frame-bytes", min=1024, help="Largest Kafka frame accepted.")]
+MaxBatchOpt = Annotated[int, typer.Option("--max-batch-bytes", min=1024,
+                                          help="Largest batch (and decompressed payload) accepted.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes (files decode in parallel).")]
+MAX_FRAME_BYTES, MAX_BATCH_BYTES = 100 * 1024 * 1024, 64 * 1024 * 1024
+
+
+def _pcap_options(kafka_port, max_batch_bytes: int, max_frame_bytes: int, deep: bool = False):
+    from kaudit.sources.pcap import PcapOptions
+
+    return PcapOptions(kafka_ports=frozenset(kafka_port or [9092]), deep=deep,
+                       max_batch_bytes=max_batch_bytes, max_frame_bytes=max_frame_bytes)
+
+
+def _exit_unreadable(errors) -> None:
+    for e in errors:
+        _err(f"[red]error:[/red] unreadable input: {e}")
+    raise typer.Exit(EXIT_UNREADABLE)
+
+
 def _err(message: str) -> None:
     from rich.console import Console
 
@@ -68,14 +92,13 @@ def _inside(child: Path, parents: list[Path]) -> bool:
 
 @decode_app.command("segments")
 def decode_segments(
-    paths: Annotated[list[Path], typer.Argument(help="Log dirs, folders of log dirs, partition dirs or files.")],
+    paths: PathsArg,
     format: Annotated[RowFormat, typer.Option("--format", "-f", help="Output format.")] = RowFormat.ndjson,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (a folder for parquet).")] = None,
     deep: Annotated[bool, typer.Option("--deep", help="Also decode every record (kind `record`).")] = False,
-    max_batch_bytes: Annotated[int, typer.Option("--max-batch-bytes", min=1024,
-                                                 help="Largest batch (and decompressed payload) accepted.")] = 64 * 1024 * 1024,
+    max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Only rows of these kinds (repeatable).")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes (files decode in parallel).")] = 1,
+    jobs: JobsOpt = 1,
 ):
     """Decode every file a Kafka broker leaves in its log dirs: .log segments, indexes, transaction
     indexes, producer snapshots, checkpoints, and the internal topics' coordinator records."""
@@ -87,9 +110,7 @@ def decode_segments(
     plan, chunks = run([str(p) for p in paths], deep=deep, max_batch_bytes=max_batch_bytes, jobs=jobs,
                        progress=sys.stderr.isatty())
     if plan.errors and not plan.targets:
-        for e in plan.errors:
-            _err(f"[red]error:[/red] unreadable input: {e}")
-        raise typer.Exit(EXIT_UNREADABLE)
+        _exit_unreadable(plan.errors)
     for e in plan.errors:
         _err(f"[yellow]warning:[/yellow] unreadable input: {e}")
 
@@ -131,32 +152,24 @@ def decode_pcap(
     files: Annotated[list[Path], typer.Argument(help="pcap or pcapng capture files.")],
     format: Annotated[RowFormat, typer.Option("--format", "-f", help="Output format.")] = RowFormat.ndjson,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (a folder for parquet).")] = None,
-    kafka_port: Annotated[Optional[list[int]], typer.Option(
-        "--kafka-port", help="Broker port (repeatable; default 9092). Kafka on other ports is "
-        "found from its request headers.")] = None,
+    kafka_port: KafkaPortOpt = None,
     deep: Annotated[bool, typer.Option("--deep", help="Also decode the records inside batches.")] = False,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Only rows of these kinds (repeatable).")] = None,
-    max_frame_bytes: Annotated[int, typer.Option("--max-frame-bytes", min=1024,
-                                                 help="Largest Kafka frame accepted.")] = 100 * 1024 * 1024,
-    max_batch_bytes: Annotated[int, typer.Option("--max-batch-bytes", min=1024,
-                                                 help="Largest decompressed batch accepted.")] = 64 * 1024 * 1024,
+    max_frame_bytes: MaxFrameOpt = MAX_FRAME_BYTES,
+    max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
 ):
     """Decode every Kafka conversation of packet captures: frames paired with their responses,
     record batches of Produce and Fetch, transaction events, connections. SASL secrets are
     redacted."""
     from kaudit.engine.local import decode_pcaps
     from kaudit.report.writers import Counts, make_writer, write_all
-    from kaudit.sources.pcap import PcapOptions
 
     _check_output(format, output, kind, files)
-    options = PcapOptions(kafka_ports=frozenset(kafka_port or [9092]), deep=deep,
-                          max_batch_bytes=max_batch_bytes, max_frame_bytes=max_frame_bytes)
+    options = _pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=deep)
     summaries: dict = {}
     errors, chunks = decode_pcaps([str(f) for f in files], options, summaries)
     if errors and len(errors) == len(files):
-        for e in errors:
-            _err(f"[red]error:[/red] unreadable input: {e}")
-        raise typer.Exit(EXIT_UNREADABLE)
+        _exit_unreadable(errors)
     writer, handle = make_writer(format.value, str(output) if output else None)
     counts = Counts()
     try:
@@ -173,10 +186,8 @@ def decode_pcap(
     finally:
         if handle is not None:
             handle.close()
-    for e in errors:
-        _err(f"[red]error:[/red] unreadable input: {e}")
     if errors:
-        raise typer.Exit(EXIT_UNREADABLE)
+        _exit_unreadable(errors)
 
 
 class ReportFormat(str, Enum):
@@ -244,10 +255,8 @@ def _report(run, command: str, inputs, format: ReportFormat, output: Optional[Pa
     else:
         with open(output, "w") as out:
             WRITERS[format.value](report, out)
-    for e in run.errors:
-        _err(f"[red]error:[/red] unreadable input: {e}")
     if run.errors:
-        raise typer.Exit(EXIT_UNREADABLE)
+        _exit_unreadable(run.errors)
     if any(at_or_above(f["severity"], fail_on.value) for f in run.findings):
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -260,16 +269,15 @@ def _check_report_output(output: Optional[Path], inputs) -> None:
 
 @app.command("segments")
 def audit_segments(
-    paths: Annotated[list[Path], typer.Argument(help="Log dirs, folders of log dirs, partition dirs or files.")],
+    paths: PathsArg,
     format: FormatOpt = ReportFormat.table,
     output: OutputOpt = None,
     fail_on: FailOpt = Severity.error,
     now: NowOpt = None,
     select: RulesOpt = None,
     ignore: IgnoreOpt = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes for decoding.")] = 1,
-    max_batch_bytes: Annotated[int, typer.Option("--max-batch-bytes", min=1024,
-                                                 help="Largest batch (and decompressed payload) accepted.")] = 64 * 1024 * 1024,
+    jobs: JobsOpt = 1,
+    max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
 ):
     """Audit brokers' log dirs: decode every segment and report duplicates, sequence anomalies,
     zombie epochs and corruption, with evidence (file, byte position) and remediation."""
@@ -280,9 +288,7 @@ def audit_segments(
     run = run_audit([str(p) for p in paths], now_ms=now_ms, select=sel, ignore=ign,
                     max_batch_bytes=max_batch_bytes, jobs=jobs, progress=sys.stderr.isatty())
     if run.errors and not run.coverage.get("files"):
-        for e in run.errors:
-            _err(f"[red]error:[/red] unreadable input: {e}")
-        raise typer.Exit(EXIT_UNREADABLE)
+        _exit_unreadable(run.errors)
     _report(run, "segments", paths, format, output, fail_on)
 
 
@@ -295,28 +301,20 @@ def audit_pcap(
     now: NowOpt = None,
     select: RulesOpt = None,
     ignore: IgnoreOpt = None,
-    kafka_port: Annotated[Optional[list[int]], typer.Option(
-        "--kafka-port", help="Broker port (repeatable; default 9092). Kafka on other ports is "
-        "found from its request headers.")] = None,
-    max_frame_bytes: Annotated[int, typer.Option("--max-frame-bytes", min=1024,
-                                                 help="Largest Kafka frame accepted.")] = 100 * 1024 * 1024,
-    max_batch_bytes: Annotated[int, typer.Option("--max-batch-bytes", min=1024,
-                                                 help="Largest decompressed batch accepted.")] = 64 * 1024 * 1024,
+    kafka_port: KafkaPortOpt = None,
+    max_frame_bytes: MaxFrameOpt = MAX_FRAME_BYTES,
+    max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
 ):
     """Audit packet captures: producers' sequences and epochs as the broker answered them, retries
     and their outcome, unanswered requests and error responses, with frame numbers as evidence."""
     from kaudit.engine.local import audit_pcaps as run_audit
-    from kaudit.sources.pcap import PcapOptions
 
     _check_report_output(output, files)
     sel, ign, now_ms = _rule_list(select), _rule_list(ignore), _parse_now(now)
-    options = PcapOptions(kafka_ports=frozenset(kafka_port or [9092]), deep=False,
-                          max_batch_bytes=max_batch_bytes, max_frame_bytes=max_frame_bytes)
+    options = _pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False)
     run = run_audit([str(f) for f in files], options, now_ms=now_ms, select=sel, ignore=ign)
     if run.errors and len(run.errors) >= len(files):
-        for e in run.errors:
-            _err(f"[red]error:[/red] unreadable input: {e}")
-        raise typer.Exit(EXIT_UNREADABLE)
+        _exit_unreadable(run.errors)
     _report(run, "pcap", files, format, output, fail_on)
 
 
@@ -330,39 +328,32 @@ def audit_both(
     now: NowOpt = None,
     select: RulesOpt = None,
     ignore: IgnoreOpt = None,
-    kafka_port: Annotated[Optional[list[int]], typer.Option(
-        "--kafka-port", help="Broker port (repeatable; default 9092).")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes for decoding segments.")] = 1,
-    max_frame_bytes: Annotated[int, typer.Option("--max-frame-bytes", min=1024,
-                                                 help="Largest Kafka frame accepted.")] = 100 * 1024 * 1024,
-    max_batch_bytes: Annotated[int, typer.Option("--max-batch-bytes", min=1024,
-                                                 help="Largest decompressed batch accepted.")] = 64 * 1024 * 1024,
+    kafka_port: KafkaPortOpt = None,
+    jobs: JobsOpt = 1,
+    max_frame_bytes: MaxFrameOpt = MAX_FRAME_BYTES,
+    max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
 ):
     """Audit captures and log dirs together: both audits, then their join on (topic, partition,
     producer id, epoch, sequence): unanswered Produce requests resolved by the log (stored once,
     twice, never), acknowledged writes missing from the log and EndTxn results that differ from
     the stored markers (outcome-mismatch)."""
     from kaudit.engine.joint import audit_both as run_audit
-    from kaudit.sources.pcap import PcapOptions
 
     inputs = list(pcap) + list(segments)
     _check_report_output(output, inputs)
     sel, ign, now_ms = _rule_list(select), _rule_list(ignore), _parse_now(now)
-    options = PcapOptions(kafka_ports=frozenset(kafka_port or [9092]), deep=False,
-                          max_batch_bytes=max_batch_bytes, max_frame_bytes=max_frame_bytes)
+    options = _pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False)
     run = run_audit([str(f) for f in pcap], [str(p) for p in segments], options, now_ms=now_ms,
                     select=sel, ignore=ign, max_batch_bytes=max_batch_bytes, jobs=jobs,
                     progress=sys.stderr.isatty())
     if run.errors and not run.coverage["disk"].get("files") and len(run.errors) >= len(pcap):
-        for e in run.errors:
-            _err(f"[red]error:[/red] unreadable input: {e}")
-        raise typer.Exit(EXIT_UNREADABLE)
+        _exit_unreadable(run.errors)
     _report(run, "audit", inputs, format, output, fail_on)
 
 
 @app.command("txn")
 def list_transactions(
-    paths: Annotated[list[Path], typer.Argument(help="Log dirs, folders of log dirs, partition dirs or files.")],
+    paths: PathsArg,
     transactional_id: Annotated[Optional[str], typer.Option("--transactional-id", help="Only this transactional id.")] = None,
     producer_id: Annotated[Optional[int], typer.Option("--producer-id", help="Only this producer id.")] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="json, ndjson or table.")] = "table",
@@ -371,36 +362,15 @@ def list_transactions(
     result, coordinator epoch), the coordinator's states with times, and the outcome."""
     import json
 
-    from kaudit.audit import transactions
-    from kaudit.engine.local import decode_segments as run_decode
+    from kaudit.engine.local import list_transactions as list_transactions_of
 
     if format not in ("json", "ndjson", "table"):
         _err(f"[red]error:[/red] unknown format {format!r} (json, ndjson, table)")
         raise typer.Exit(EXIT_USAGE)
-    plan, chunks = run_decode([str(p) for p in paths])
-    rows: dict[str, list[dict]] = {"batch": [], "txn_log": []}
-    for kind, table in chunks:
-        sel = transactions.FOLD.select(kind, table)
-        if sel is not None:
-            rows[kind].extend(sel.to_pylist())
+    plan, out = list_transactions_of([str(p) for p in paths], transactional_id=transactional_id,
+                                     producer_id=producer_id)
     if plan.errors and not plan.targets:
-        for e in plan.errors:
-            _err(f"[red]error:[/red] unreadable input: {e}")
-        raise typer.Exit(EXIT_UNREADABLE)
-    pids = {b["producer_id"] for b in rows["batch"] if b["is_transactional"]}
-    pids |= {r["producer_id"] for r in rows["txn_log"]}
-    if transactional_id is not None:
-        pids = {r["producer_id"] for r in rows["txn_log"] if r["transactional_id"] == transactional_id}
-    if producer_id is not None:
-        pids &= {producer_id}
-    known = bool(rows["txn_log"])
-    out = []
-    for pid in sorted(p for p in pids if p is not None):
-        pt = transactions.assemble(pid, [b for b in rows["batch"] if b["producer_id"] == pid],
-                                   [r for r in rows["txn_log"] if r["producer_id"] == pid],
-                                   coordinator_known=known)
-        out.extend(t for t in transactions.describe(pt)
-                   if transactional_id is None or t["transactional_id"] in (transactional_id, None))
+        _exit_unreadable(plan.errors)
     if format == "json":
         typer.echo(json.dumps(out, indent=1))
     elif format == "ndjson":

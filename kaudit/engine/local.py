@@ -224,3 +224,41 @@ def sorted_stream(fold, items: list[tuple[str, pa.Table]]):
     slices.sort(key=lambda s: (s[0], s[1]))
     for _, _, kind, part in slices:
         yield kind, part
+
+
+def list_transactions(paths: list[str], *, transactional_id: str | None = None,
+                      producer_id: int | None = None) -> tuple[Plan, list[dict]]:
+    """(plan, transactions) for `kaudit txn`: each producer's transactions assembled from the
+    transactional batches, markers and `__transaction_state` records of the log dirs."""
+    from collections import defaultdict
+
+    from kaudit.audit import transactions
+
+    p, chunks = decode_segments(paths)
+    batches: dict = defaultdict(list)
+    states: dict = defaultdict(list)
+    by_txn_id: set = set()
+    for kind, table in chunks:
+        sel = transactions.FOLD.select(kind, table)
+        if sel is None:
+            continue
+        for r in sel.to_pylist():
+            if kind == "batch":
+                batches[r["producer_id"]].append(r)
+            else:
+                states[r["producer_id"]].append(r)
+                if r["transactional_id"] == transactional_id:
+                    by_txn_id.add(r["producer_id"])
+    pids = {pid for pid, rows in batches.items() if any(b["is_transactional"] for b in rows)}
+    pids |= set(states)
+    if transactional_id is not None:
+        pids = by_txn_id
+    if producer_id is not None:
+        pids &= {producer_id}
+    known = bool(states)
+    out = []
+    for pid in sorted(q for q in pids if q is not None):
+        pt = transactions.assemble(pid, batches.get(pid, []), states.get(pid, []), coordinator_known=known)
+        out.extend(t for t in transactions.describe(pt)
+                   if transactional_id is None or t["transactional_id"] in (transactional_id, None))
+    return p, out
