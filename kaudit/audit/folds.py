@@ -43,11 +43,15 @@ class Fold:
         if cols is None or table.num_rows == 0:
             return None
         flt = self.where.get(kind)
-        if flt is not None:
-            table = table.filter(flt(table))
-            if table.num_rows == 0:
+        mask = None if flt is None else flt(table)
+        table = table.select(list(cols))  # filter only the columns the fold reads
+        if mask is not None:
+            kept = pc.sum(mask).as_py() or 0
+            if kept == 0:
                 return None
-        return table.select(list(cols))
+            if kept < table.num_rows:  # all rows kept (a segment's batches): no copy
+                table = table.filter(mask)
+        return table
 
     def run(self, chunks: Iterable[tuple[str, pa.Table]], ctx: Context) -> Iterator[dict]:
         """Findings for chunks already selected, sorted by (key, order)."""
