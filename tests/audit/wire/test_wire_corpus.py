@@ -5,38 +5,18 @@ other capture there (librdkafka's mock cluster, public captures). Skipped withou
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 from kaudit.audit import at_or_above
-from kaudit.engine.local import audit_pcaps
-from kaudit.sources.pcap import PcapOptions
+from tests.audit.wire.corpus_audit import PORTS, findings, pcap  # noqa: F401
 
 pytestmark = pytest.mark.corpus
 
-PORTS = frozenset({9092, 9093, 9094})
 # the rules of the wire folds (audit/wire_produce.py, audit/wire_frames.py)
 WIRE_RULES = {"retried-batch", "duplicate-batch", "duplicate-records", "out-of-order-sequence",
               "fenced-epoch", "unanswered-request", "producer-error", "stream-gap", "undecodable-frame"}
-
-
-@lru_cache(maxsize=None)
-def _audit(path: str) -> tuple:
-    run = audit_pcaps([path], PcapOptions(kafka_ports=PORTS))
-    assert not run.errors, run.errors
-    return tuple(run.findings)
-
-
-def findings(corpus: Path, rel: str) -> list[dict]:
-    return list(_audit(str(corpus / rel)))
-
-
-def pcap(corpus: Path, name: str) -> list[dict]:
-    p = corpus / "real-kafka-3.0.2" / "pcap"
-    (path,) = [q for q in p.iterdir() if q.name in (f"{name}.pcap", f"{name}.pcapng")]
-    return findings(corpus, str(path.relative_to(corpus)))
 
 
 def serious(fs) -> list[dict]:
