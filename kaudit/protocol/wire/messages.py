@@ -84,20 +84,26 @@ def decode_request(buf, offset: int = 0, end: int | None = None, *, strict: bool
     how = body_decoder(key, version, "request")
     req = Request(header, None, how, end - offset, body_off - offset)
     try:
-        walk = _kio_walker(key, version, "request", how)
-        if walk is not None and not deep:
-            req.body, off = walk(view, body_off)
-            post_process(key, "request", req.body, deep, max_batch_bytes)
-        else:
-            req.body, off, req.decoder = decode_body_with(
-                key, version, "request", view, body_off, end, deep=deep,
-                max_batch_bytes=max_batch_bytes)
+        req.body, off, req.decoder = _decode_body(key, version, "request", how, view, body_off, end,
+                                                  deep, max_batch_bytes)
         req.trailing = end - off
     except DecodeError as e:
         if strict:
             raise
         req.error = e
     return req, end
+
+
+def _decode_body(api_key, api_version, entity, how, view, body_off, end, deep, max_batch_bytes):
+    """(body, end offset, decoder): the compiled kio walker when there is one (not --deep), else
+    decode_body_with."""
+    walk = _kio_walker(api_key, api_version, entity, how)
+    if walk is not None and not deep:
+        body, off = walk(view, body_off)
+        post_process(api_key, entity, body, deep, max_batch_bytes)
+        return body, off, how
+    return decode_body_with(api_key, api_version, entity, view, body_off, end, deep=deep,
+                            max_batch_bytes=max_batch_bytes)
 
 
 def _kio_walker(api_key: int, api_version: int, entity: str, how: str):
@@ -132,14 +138,8 @@ def decode_response(buf, api_key: int, api_version: int, offset: int = 0,
     resp = Response(header, api_key, api_version, None, how, end - offset, body_off - offset,
                     body_version=api_version)
     try:
-        walk = _kio_walker(api_key, api_version, "response", how)
-        if walk is not None and not deep:
-            resp.body, off = walk(view, body_off)
-            post_process(api_key, "response", resp.body, deep, max_batch_bytes)
-        else:
-            resp.body, off, resp.decoder = decode_body_with(
-                api_key, api_version, "response", view, body_off, end, deep=deep,
-                max_batch_bytes=max_batch_bytes)
+        resp.body, off, resp.decoder = _decode_body(api_key, api_version, "response", how, view,
+                                                    body_off, end, deep, max_batch_bytes)
         resp.trailing = end - off
     except DecodeError as e:
         resp.error = e
