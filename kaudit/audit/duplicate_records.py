@@ -9,8 +9,8 @@ partition's last RECENT_ROWS batches, so that a producer whose clock lags the ot
 retries paired. The window is applied to each pair (the original's create time against the newest
 timestamp up to the copy, and their distance in batches), not only by eviction, so the findings do
 not depend on how the rows were chunked (local or Spark engine).
-Fingerprints live in sorted numpy runs merged like an LSM tree behind a bitmap, so a chunk costs
-a few lookups.
+Fingerprints live in one sorted numpy run per chunk behind a bitmap of the window's fingerprints:
+only the few rows the bitmap lets through are looked up, and no run is ever re-sorted.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import np_col
+from kaudit.audit.folds import constant, np_col
 from kaudit.audit.registry import evidence, finding, rule
 
 WINDOW_MS = 5 * 60 * 1000
@@ -60,25 +60,17 @@ class _Run:
     record count, position, source id), create time (window, eviction) and row number in the
     partition's log order."""
 
-    __slots__ = _COLS + ("min_ts",)
+    __slots__ = _COLS + ("max_ts", "max_row")
 
-    def __init__(self, fp, base, count, pos, src, ts, row, presorted=False):
-        if not presorted:
-            o = np.argsort(fp, kind="stable")
-            fp, base, count, pos, src, ts, row = fp[o], base[o], count[o], pos[o], src[o], ts[o], row[o]
-        self.fp, self.base, self.count, self.pos, self.src, self.ts, self.row = fp, base, count, pos, src, ts, row
-        self.min_ts = int(ts.min()) if ts.size else 0
+    def __init__(self, fp, base, count, pos, src, ts, row, order=None):
+        o = np.argsort(fp, kind="stable") if order is None else order
+        self.fp, self.base, self.count, self.pos, self.src, self.ts, self.row = (
+            fp[o], base[o], count[o], pos[o], src[o], ts[o], row[o])
+        self.max_ts = int(ts.max())
+        self.max_row = int(row.max())
 
     def last(self, j: int) -> int:
         return int(self.base[j] + self.count[j] - 1)
-
-    @staticmethod
-    def merge(a: "_Run", b: "_Run") -> "_Run":
-        return _Run(*(np.concatenate([getattr(a, k), getattr(b, k)]) for k in _COLS))
-
-    def evict(self, cutoff: int, min_row: int) -> "_Run":
-        keep = (self.ts >= cutoff) | (self.row >= min_row)
-        return _Run(*(getattr(self, k)[keep] for k in _COLS), presorted=True)
 
     def find(self, fp: np.ndarray, threshold: np.ndarray, min_row: np.ndarray) -> np.ndarray:
         """For each of `fp`: the index in this run of the earliest equal fingerprint in the retry
@@ -112,10 +104,13 @@ class RecordDuplicates:
         base = np_col(t, "base_offset", -1, np.int64)[mask]
         count = (np_col(t, "last_offset", -1, np.int64)[mask] - base + 1).astype(np.int32)
         pos = np_col(t, "position", -1, np.int64)[mask]
-        enc = pc.dictionary_encode(t.column("source")).combine_chunks()
-        names = enc.dictionary.to_pylist()
-        ids = np.array([self._source_id(s) for s in names], dtype=np.int32)
-        src = ids[np.asarray(enc.indices.fill_null(0))][mask]
+        one, src0 = constant(t.column("source"))
+        if one:
+            src = np.full(fp.size, self._source_id(src0), dtype=np.int32)
+        else:
+            enc = pc.dictionary_encode(t.column("source")).combine_chunks()
+            ids = np.array([self._source_id(s) for s in enc.dictionary.to_pylist()], dtype=np.int32)
+            src = ids[np.asarray(enc.indices.fill_null(0))][mask]
         mts = np_col(t, "max_timestamp_ms", 0, np.int64)[mask]
         row = self.rows + np.arange(fp.size, dtype=np.int64)
         self.rows += fp.size
@@ -156,26 +151,24 @@ class RecordDuplicates:
             _, ob, ol, op, os_ = found[k]
             self._report(int(base[k]), int(base[k] + count[k] - 1), int(pos[k]), int(src[k]),
                          int(mts[k]), ob, ol, op, os_)
-        self.runs.append(_Run(fp, base, count, pos, src, mts, row))
+        # one sorted run per chunk, never merged: the bitmap leaves few rows to look up in them
+        self.runs.append(_Run(fp, base, count, pos, src, mts, row, order))
         if self.bits is None:
             self.bits = np.zeros(int(_MASK) + 1, dtype=bool)
         self.bits[(fp & _MASK).astype(np.intp)] = True
-        while len(self.runs) > 1 and self.runs[-1].fp.size >= self.runs[-2].fp.size:
-            b_ = self.runs.pop()
-            self.runs[-1] = _Run.merge(self.runs[-1], b_)
         newest = int(mts.max())
         self.newest_ts = newest if self.newest_ts is None else max(self.newest_ts, newest)
         cutoff = self.newest_ts - WINDOW_MS
-        # evict in steps (25% slack in time, at most once per RECENT_ROWS/4 rows); what goes is
-        # out of every later row's window: created before the cutoff and RECENT_ROWS rows back
-        if self.rows - self.evicted_at >= RECENT_ROWS // 4 and \
-                any(r.min_ts < cutoff - WINDOW_MS // 4 for r in self.runs):
-            self.evicted_at = self.rows
-            self.runs = [r.evict(cutoff, self.rows - RECENT_ROWS) for r in self.runs]
-            self.runs = [r for r in self.runs if r.fp.size]
-            self.bits[:] = False
-            for r in self.runs:
-                self.bits[(r.fp & _MASK).astype(np.intp)] = True
+        # drop the runs out of every later row's window (created before the cutoff and
+        # RECENT_ROWS rows back), at most once per RECENT_ROWS/4 rows: the bitmap is rebuilt
+        if self.rows - self.evicted_at >= RECENT_ROWS // 4:
+            kept = [r for r in self.runs if r.max_ts >= cutoff or r.max_row >= self.rows - RECENT_ROWS]
+            if len(kept) < len(self.runs):
+                self.evicted_at = self.rows
+                self.runs = kept
+                self.bits[:] = False
+                for r in kept:
+                    self.bits[(r.fp & _MASK).astype(np.intp)] = True
 
     def _source_id(self, s: str) -> int:
         try:

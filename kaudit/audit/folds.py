@@ -96,6 +96,17 @@ class KeyedState(FoldState):
         return out
 
 
+def constant(col) -> tuple[bool, object]:
+    """(True, value) when every row of `col` holds one non-null value: one comparison pass, no
+    hashing (a chunk of batches comes from one file, one partition)."""
+    if len(col) == 0 or col.null_count:
+        return False, None
+    first = col[0]
+    if pc.all(pc.equal(col, first)).as_py():
+        return True, first.as_py()
+    return False, None
+
+
 def split_by_key(table: pa.Table, key: tuple[str, ...]) -> Iterator[tuple[tuple, pa.Table]]:
     """(key values, contiguous slice) for each run of equal keys in `table`."""
     n = table.num_rows
@@ -105,7 +116,7 @@ def split_by_key(table: pa.Table, key: tuple[str, ...]) -> Iterator[tuple[tuple,
     change[0] = True
     for name in key:
         col = table.column(name)
-        if col.null_count == 0 and pc.count_distinct(col).as_py() == 1:
+        if constant(col)[0]:
             continue
         a = col.slice(1)
         b = col.slice(0, n - 1)

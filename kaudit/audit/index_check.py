@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Fold, KeyedState, np_col
+from kaudit.audit.folds import Fold, KeyedState, constant, np_col
 from kaudit.audit.registry import evidence, finding, rule
 
 KEY = ("replica", "topic", "partition")
@@ -121,13 +121,16 @@ class IndexGroup:
         return self.offsets.get(stem)
 
     def _batches(self, t: pa.Table) -> None:
-        enc = pc.dictionary_encode(t.column("source")).combine_chunks()
-        idx = np.asarray(enc.indices)
+        one, src0 = constant(t.column("source"))
+        if one:
+            idx, names = None, [src0]
+        else:
+            enc = pc.dictionary_encode(t.column("source")).combine_chunks()
+            idx, names = np.asarray(enc.indices), enc.dictionary.to_pylist()
         pos = np_col(t, "position", -1, np.int64)
         base = np_col(t, "base_offset", -1, np.int64)
         last = np_col(t, "last_offset", -1, np.int64)
         mts = np_col(t, "max_timestamp_ms", -1, np.int64)
-        names = enc.dictionary.to_pylist()
         for k, src in enumerate(names):
             m = idx == k if len(names) > 1 else slice(None)
             stem = _segment_of(src)

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Fold, KeyedState, np_col
+from kaudit.audit.folds import Fold, KeyedState, constant, np_col
 from kaudit.audit.registry import evidence, finding, rule
 
 KEY = ("replica", "topic", "partition")
@@ -72,10 +72,14 @@ class IntegrityGroup:
         self.out: list[dict] = []
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        logs = pc.filter(t.column("source"), pc.ends_with(t.column("source"), ".log"))
-        if len(logs):
-            m = pc.max(logs).as_py()
-            self.last_log = m if self.last_log is None or m > self.last_log else self.last_log
+        one, src = constant(t.column("source"))
+        if one:
+            m = src if src.endswith(".log") else None
+        else:
+            logs = pc.filter(t.column("source"), pc.ends_with(t.column("source"), ".log"))
+            m = pc.max(logs).as_py() if len(logs) else None
+        if m is not None and (self.last_log is None or m > self.last_log):
+            self.last_log = m
         if kind == "batch":
             bad = np.flatnonzero(~np_col(t, "crc_ok", True, bool))
             for i in bad.tolist():
