@@ -4,6 +4,8 @@ and hands (kind, Arrow table) chunks on in plan order. Memory stays bounded by t
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -99,6 +101,44 @@ class AuditRun:
     engine: str = "local"
 
 
+class _Worker:
+    """Runs `fn(kind, table)` for each chunk put, in order, on a second thread; a small queue
+    bounds the chunks in flight. numpy and Arrow release the GIL, so the folds overlap decoding.
+    An error in `fn` is raised again in the caller."""
+
+    def __init__(self, fn, depth: int = 4):
+        self.fn = fn
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="kaudit-folds", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            if self.error is None:
+                try:
+                    self.fn(*item)
+                except BaseException as e:
+                    self.error = e
+
+    def put(self, kind: str, table) -> None:
+        if self.error is not None:
+            raise self.error
+        self.queue.put((kind, table))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None and exc[0] is None:
+            raise self.error
+
+
 def _keep(rules_selected, rules_ignored):
     def keep(f: dict) -> bool:
         if rules_selected and f["rule"] not in rules_selected:
@@ -125,35 +165,40 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
            "batches": 0, "batch_bytes": 0, "records": 0, "crc_failures": 0, "decode_issues": 0,
            "undecodable_bytes": 0, "skipped": 0}
     latest = None
-    for kind, table in chunks:
-        if kind == "batch" and table.num_rows:
-            cov["batches"] += table.num_rows
-            cov["batch_bytes"] += int(pc.sum(table.column("batch_size")).as_py() or 0)
-            cov["records"] += int(pc.sum(table.column("record_count")).as_py() or 0)
-            cov["crc_failures"] += table.num_rows - int(pc.sum(table.column("crc_ok")).as_py() or 0)
-            m = pc.max(table.column("max_timestamp_ms")).as_py()
-            latest = m if latest is None or (m is not None and m > latest) else latest
-        elif kind == "decode_issue":
-            cov["decode_issues"] += table.num_rows
-            cov["undecodable_bytes"] += int(pc.sum(table.column("length")).as_py() or 0)
-        elif kind == "skipped":
-            cov["skipped"] += table.num_rows
-        if tap is not None:   # audit_both: the join's rows, from the same decode pass
-            tap(kind, table)
-        for fold, state in states:
-            sel = fold.select(kind, table)
+
+    def fold(kind, table):
+        for f, state in states:
+            sel = f.select(kind, table)
             if sel is not None:
-                run.findings.extend(f for f in state.feed(kind, sel) if keep(f))
-        for fold, items in buffered.values():
-            sel = fold.select(kind, table)
+                run.findings.extend(x for x in state.feed(kind, sel) if keep(x))
+        for f, items in buffered.values():
+            sel = f.select(kind, table)
             if sel is not None:
                 items.append((kind, sel))
+
+    with _Worker(fold) as worker:   # the folds run beside decoding, as Parquet encoding does
+        for kind, table in chunks:
+            if kind == "batch" and table.num_rows:
+                cov["batches"] += table.num_rows
+                cov["batch_bytes"] += int(pc.sum(table.column("batch_size")).as_py() or 0)
+                cov["records"] += int(pc.sum(table.column("record_count")).as_py() or 0)
+                cov["crc_failures"] += table.num_rows - int(pc.sum(table.column("crc_ok")).as_py() or 0)
+                m = pc.max(table.column("max_timestamp_ms")).as_py()
+                latest = m if latest is None or (m is not None and m > latest) else latest
+            elif kind == "decode_issue":
+                cov["decode_issues"] += table.num_rows
+                cov["undecodable_bytes"] += int(pc.sum(table.column("length")).as_py() or 0)
+            elif kind == "skipped":
+                cov["skipped"] += table.num_rows
+            if tap is not None:   # audit_both: the join's rows, from the same decode pass
+                tap(kind, table)
+            worker.put(kind, table)
     ctx.reference_time_ms = now_ms if now_ms is not None else latest
-    for fold, state in states:
-        run.findings.extend(f for f in state.finish() if keep(f))
-    for fold, items in buffered.values():
-        stream = sorted_stream(fold, fold.prepare(items, ctx))
-        run.findings.extend(f for f in fold.run(stream, ctx) if keep(f))
+    for f, state in states:
+        run.findings.extend(x for x in state.finish() if keep(x))
+    for f, items in buffered.values():
+        stream = sorted_stream(f, f.prepare(items, ctx))
+        run.findings.extend(x for x in f.run(stream, ctx) if keep(x))
     run.findings = sort_findings(run.findings)
     run.coverage = cov
     run.reference_time_ms = ctx.reference_time_ms
