@@ -43,15 +43,19 @@ def open_readonly(path: str):
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def decode_log(target, *, deep: bool, max_batch_bytes: int, chunk_batches: int = CHUNK_BATCHES
-               ) -> Iterator[tuple[str, pa.Table]]:
-    """(kind, table) chunks for one segment file: batch rows, record-level rows, issues."""
+def decode_log(target, *, deep: bool, max_batch_bytes: int, chunk_batches: int = CHUNK_BATCHES,
+               start: int = 0, stop: int | None = None) -> Iterator[tuple[str, pa.Table]]:
+    """(kind, table) chunks for one segment file: batch rows, record-level rows, issues.
+
+    `start`/`stop` decode one byte range of it (a split, sources/splits.py): the entries that
+    start in [start, stop). `start` must be an entry's first byte (an `.index` position), so the
+    ranges of one file give, together, the rows of the whole file."""
     place = target.place()
     mm = open_readonly(target.path)
     if mm is None:
         return
     try:
-        yield from _decode(mm, place, target, deep, max_batch_bytes, chunk_batches)
+        yield from _decode(mm, place, target, deep, max_batch_bytes, chunk_batches, start, stop)
     finally:
         try:
             mm.close()
@@ -59,16 +63,18 @@ def decode_log(target, *, deep: bool, max_batch_bytes: int, chunk_batches: int =
             pass
 
 
-def _decode(mm, place, target, deep, max_batch_bytes, chunk_batches):
+def _decode(mm, place, target, deep, max_batch_bytes, chunk_batches, start=0, until=None):
     size = len(mm)
+    until = size if until is None else min(until, size)
     mv = memoryview(mm)
     records = RecordRows(place, target.topic, deep, max_batch_bytes)
-    pos = 0
-    released = 0
+    pos = start
+    released = start
     try:
-        while pos < size:
+        while pos < until:
+            # the span bound also stops the scan at the first entry at or after `until`
             positions, oks, stop, reason = scan_v2(mv, pos, size, chunk_batches, max_batch_bytes,
-                                                    CHUNK_BYTES)
+                                                    min(CHUNK_BYTES, until - pos))
             if positions:
                 yield "batch", v2_table(mv, positions, oks, place,
                                         lambda p: _control_info(mv, p, max_batch_bytes))
@@ -82,7 +88,7 @@ def _decode(mm, place, target, deep, max_batch_bytes, chunk_batches):
             if reason == STOP_LIMIT:
                 released = _release(mm, released, pos)
                 continue
-            pos, rows, issue = _careful(mv, mm, pos, size, deep, max_batch_bytes, records)
+            pos, rows, issue = _careful(mv, mm, pos, size, deep, max_batch_bytes, records, until=until)
             if rows:
                 yield "batch", table_from_rows("batch", [batch_row(b, place) for b in rows])
                 yield from records.flush()
@@ -115,7 +121,7 @@ def _release(mm, released: int, upto: int) -> int:
     return max(released, end)
 
 
-def _careful(mv, mm, pos, size, deep, max_batch_bytes, records, max_entries: int = 4096):
+def _careful(mv, mm, pos, size, deep, max_batch_bytes, records, max_entries: int = 4096, until=None):
     """Decode entries one at a time from `pos`, which the fast scan declined: a run of legacy
     messages (kept together so an old log does not cost one table per message), a batch with a
     CRC mismatch, or a region to report and skip.
@@ -123,7 +129,8 @@ def _careful(mv, mm, pos, size, deep, max_batch_bytes, records, max_entries: int
     -> (next position or None to stop, [Batch], issue dict or None)
     """
     batches = []
-    while pos < size and len(batches) < max_entries:
+    until = size if until is None else until
+    while pos < until and len(batches) < max_entries:
         if batches and peek_magic_or_none(mv, pos) == 2:
             return pos, batches, None  # back to the fast path
         try:

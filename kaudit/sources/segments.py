@@ -29,14 +29,18 @@ class Options:
     max_batch_bytes: int = DEFAULT_MAX_BYTES
 
 
-def decode_target(t: Target, options: Options) -> Iterator[tuple[str, pa.Table]]:
+def decode_target(t: Target, options: Options, start: int = 0, stop: int | None = None
+                  ) -> Iterator[tuple[str, pa.Table]]:
+    """(kind, table) chunks of one file; for a segment, optionally one byte range of it
+    (sources/splits.py)."""
     place = t.place()
     if t.kind == "skipped":
         yield "skipped", table_from_rows("skipped", [dict(place, reason=t.reason)])
         return
     try:
         if t.kind in ("log", "checkpoint"):
-            yield from decode_log(t, deep=options.deep, max_batch_bytes=options.max_batch_bytes)
+            yield from decode_log(t, deep=options.deep, max_batch_bytes=options.max_batch_bytes,
+                                  start=start, stop=stop)
             return
         data = _read_small(t.path)
         if t.kind in ("index", "timeindex"):

@@ -1,0 +1,123 @@
+"""Cutting a plan into splits for an engine that decodes in parallel tasks (DESIGN.md §5).
+
+A split is a file path and a byte range, never file contents. A big `.log` segment is cut at
+positions its own `.index` names (each is the first byte of a batch), about every `split_bytes`;
+a cut whose batch does not look whole (magic, length, CRC) is not used, so every range starts
+where the one before it stops decoding and the ranges of a file give the rows of the whole file.
+Small files are packed together into one task. The order of the splits is the plan's order, so
+an engine can put rows back in the local engine's order with (split, row).
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from kaudit.protocol.batch_scan import plausible_v2
+from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
+from kaudit.sources.logdir import Plan, Target
+from kaudit.sources.segments import Options, decode_target
+
+DEFAULT_SPLIT_BYTES = 128 << 20
+MAX_INDEX_BYTES = 64 << 20  # an index bigger than this is not read for cuts (the file stays whole)
+
+
+@dataclass(frozen=True)
+class Split:
+    index: int          # place in the plan's order (rows sort by it, then by their row number)
+    target: Target
+    start: int = 0
+    stop: int | None = None  # None: to the end of the file
+
+    @property
+    def size(self) -> int:
+        end = self.target.size if self.stop is None else self.stop
+        return max(end - self.start, 0)
+
+
+def cut_points(log_path: str, size: int, split_bytes: int, max_batch_bytes: int = DEFAULT_MAX_BYTES
+               ) -> list[int]:
+    """Positions in a segment, from its `.index`, where a range may start: about `split_bytes`
+    apart, each the first byte of a whole-looking batch. [] when the file stays whole."""
+    if size <= split_bytes:
+        return []
+    positions = _index_positions(log_path[: -len(".log")] + ".index")
+    if positions.size == 0:
+        return []
+    cuts = []
+    with open(log_path, "rb") as f:  # read-only; only the headers at the cuts are touched
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            want = split_bytes
+            for p in positions.tolist():
+                if p < want or p >= size:
+                    continue
+                if plausible_v2(mm, p, len(mm), max_batch_bytes):
+                    cuts.append(p)
+                    want = p + split_bytes
+        finally:
+            mm.close()
+    return cuts
+
+
+def _index_positions(index_path: str) -> np.ndarray:
+    """The physical positions an offset index names, strictly increasing (preallocated zero
+    entries and anything out of order are dropped)."""
+    try:
+        with open(index_path, "rb") as f:  # read-only
+            data = f.read(MAX_INDEX_BYTES)
+    except OSError:
+        return np.empty(0, dtype=np.int64)
+    n = len(data) // 8
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    pos = np.frombuffer(data[: n * 8], dtype=">i4").reshape(n, 2)[:, 1].astype(np.int64)
+    keep = pos > 0
+    if keep.any():
+        running = np.maximum.accumulate(np.where(keep, pos, 0))
+        keep &= pos >= running  # a position behind an earlier one is no cut
+        keep[1:] &= pos[1:] != pos[:-1]
+    return pos[keep]
+
+
+def split_plan(p: Plan, split_bytes: int = DEFAULT_SPLIT_BYTES,
+               max_batch_bytes: int = DEFAULT_MAX_BYTES) -> list[list[Split]]:
+    """Tasks, each a list of splits: a big segment's ranges one task each, small files packed
+    together up to `split_bytes`. Splits are numbered in plan order."""
+    tasks: list[list[Split]] = []
+    current: list[Split] = []
+    current_bytes = 0
+    n = 0
+    for t in p.targets:
+        if t.kind == "log" and t.size > split_bytes:
+            if current:  # tasks stay in plan order
+                tasks.append(current)
+                current, current_bytes = [], 0
+            cuts = cut_points(t.path, t.size, split_bytes, max_batch_bytes)
+            bounds = [0] + cuts + [None]
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                tasks.append([Split(n, t, a, b)])
+                n += 1
+            continue
+        current.append(Split(n, t))
+        n += 1
+        current_bytes += t.size
+        if current_bytes >= split_bytes:
+            tasks.append(current)
+            current, current_bytes = [], 0
+    if current:
+        tasks.append(current)
+    return tasks
+
+
+def decode_split(s: Split, options: Options) -> Iterator[tuple[str, pa.Table]]:
+    """The (kind, table) chunks of one split: a range of a segment, or a whole file."""
+    if s.start == 0 and s.stop is None:
+        yield from decode_target(s.target, options)
+    else:
+        yield from decode_target(s.target, options, start=s.start, stop=s.stop)
+
