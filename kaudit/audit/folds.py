@@ -37,14 +37,15 @@ class Fold:
     # Per kind: a vectorised row filter (table -> boolean mask); rows it rejects never reach the fold.
     where: dict[str, Callable[[pa.Table], pa.ChunkedArray]] = field(default_factory=dict)
 
-    def select(self, kind: str, table: pa.Table) -> pa.Table | None:
-        """The rows and columns of a decoded chunk this fold reads (None: nothing)."""
+    def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
+        """The rows and columns of a decoded chunk this fold reads (None: nothing); `extra`
+        columns ride along (an engine's row numbers)."""
         cols = self.inputs.get(kind)
         if cols is None or table.num_rows == 0:
             return None
         flt = self.where.get(kind)
         mask = None if flt is None else flt(table)
-        table = table.select(list(cols))  # filter only the columns the fold reads
+        table = table.select(list(cols) + list(extra))  # filter only the columns the fold reads
         if mask is not None:
             kept = pc.sum(mask).as_py() or 0
             if kept == 0:

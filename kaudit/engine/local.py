@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, Context, sort_findings
 from kaudit.audit.folds import split_by_key
+from kaudit.engine import coverage
 from kaudit.sources.logdir import Plan, plan
 # DecodeError comes through the source: the engine does not import protocol/ (DESIGN.md §1)
 from kaudit.sources.pcap import DecodeError, PcapSummary, decode_capture
@@ -99,6 +100,7 @@ class AuditRun:
     reference_time_ms: int | None = None
     errors: list[str] = field(default_factory=list)
     engine: str = "local"
+    application_id: str | None = None   # the Spark application, when the Spark engine ran
 
 
 class _Worker:
@@ -161,10 +163,9 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
     # folded sorted at the end, like audit_pcaps does
     buffered = {f.name: (f, []) for f in DISK_FOLDS if getattr(f, "buffered", False)}
     keep = _keep(set(select), set(ignore))
-    cov = {"files": sum(1 for t in p.targets if t.kind != "skipped"), "bytes": p.total_bytes,
-           "batches": 0, "batch_bytes": 0, "records": 0, "crc_failures": 0, "decode_issues": 0,
-           "undecodable_bytes": 0, "skipped": 0}
-    latest = None
+    cov = coverage.new_disk()
+    cov["files"] = sum(1 for t in p.targets if t.kind != "skipped")
+    cov["bytes"] = p.total_bytes
 
     def fold(kind, table):
         for f, state in states:
@@ -178,21 +179,11 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
 
     with _Worker(fold) as worker:   # the folds run beside decoding, as Parquet encoding does
         for kind, table in chunks:
-            if kind == "batch" and table.num_rows:
-                cov["batches"] += table.num_rows
-                cov["batch_bytes"] += int(pc.sum(table.column("batch_size")).as_py() or 0)
-                cov["records"] += int(pc.sum(table.column("record_count")).as_py() or 0)
-                cov["crc_failures"] += table.num_rows - int(pc.sum(table.column("crc_ok")).as_py() or 0)
-                m = pc.max(table.column("max_timestamp_ms")).as_py()
-                latest = m if latest is None or (m is not None and m > latest) else latest
-            elif kind == "decode_issue":
-                cov["decode_issues"] += table.num_rows
-                cov["undecodable_bytes"] += int(pc.sum(table.column("length")).as_py() or 0)
-            elif kind == "skipped":
-                cov["skipped"] += table.num_rows
+            coverage.add_disk(cov, kind, table)
             if tap is not None:   # audit_both: the join's rows, from the same decode pass
                 tap(kind, table)
             worker.put(kind, table)
+    latest = cov.pop(coverage.LATEST)
     ctx.reference_time_ms = now_ms if now_ms is not None else latest
     for f, state in states:
         run.findings.extend(x for x in state.finish() if keep(x))
@@ -214,20 +205,9 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
     errors, chunks = decode_pcaps(paths, options, summaries)
     run = AuditRun(errors=errors)
     picked: dict[str, list[tuple[str, pa.Table]]] = {f.name: [] for f in WIRE_FOLDS}
-    cov = {"frames": 0, "batches": 0, "connections": 0, "gaps": 0, "gap_bytes": 0,
-           "undecodable": 0, "unanswered": 0}
+    cov = coverage.new_wire()
     for kind, table in chunks:
-        if kind == "frame":
-            cov["frames"] += table.num_rows
-        elif kind == "batch":
-            cov["batches"] += table.num_rows
-        elif kind == "connection" and table.num_rows:
-            cov["connections"] += table.num_rows
-            cov["gaps"] += int(pc.sum(table.column("gaps")).as_py() or 0)
-            cov["gap_bytes"] += int(pc.sum(table.column("gap_bytes")).as_py() or 0)
-            cov["unanswered"] += int(pc.sum(table.column("unanswered")).as_py() or 0)
-        elif kind == "decode_issue":
-            cov["undecodable"] += table.num_rows
+        coverage.add_wire(cov, kind, table)
         if tap is not None:   # audit_both: the join's rows, from the same decode pass
             tap(kind, table)
         for fold in WIRE_FOLDS:

@@ -1,0 +1,289 @@
+"""The Spark engine (DESIGN.md §5): the sources as Python data sources, the folds unchanged.
+
+A task decodes its splits and selects, per fold, the rows and columns the fold reads (the fold
+envelope, spark_folds); the selection is cached; each per-key fold then runs as
+`repartition(key).sortWithinPartitions(key, order).mapInArrow(fold)`, all of them in one job.
+Folds whose `prepare` needs the whole selection at once (the transactions across partitions, the
+wire transactions) get it on the driver and run there as in the local engine: their selection
+is a few columns of the transactional rows. The coverage counters come from one meta row per
+split. Findings, coverage and reference time are those of the local engine on the same input.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit import sort_findings
+from kaudit.audit.folds import Context
+from kaudit.engine import coverage
+from kaudit.engine.local import AuditRun, _keep, sorted_stream
+from kaudit.engine.spark_folds import (
+    FOLDS, context_dict, context_from, findings_from_table, fold_by_name, fold_input, meta_rows, run_fold,
+    sort_columns,
+)
+from kaudit.engine.spark_rows import FOLD, KIND, META, META_KIND, spark_schema
+from kaudit.model import FINDING
+
+DEFAULT_MASTER = "local[*]"
+DEFAULT_THRESHOLD = 1 << 30
+
+
+@dataclass
+class SparkOptions:
+    master: str = DEFAULT_MASTER
+    conf: dict = field(default_factory=dict)
+    ui: bool = False
+    split_bytes: int | None = None
+
+
+_SESSION = None
+
+
+def session(options: SparkOptions | None = None):
+    """The process's Spark session (one per process: later calls reuse it), with kaudit's sources
+    registered. The workers run this interpreter; the UI is off unless asked for; nothing is
+    downloaded (no spark.jars.packages)."""
+    global _SESSION
+    from pyspark.sql import SparkSession
+
+    from kaudit.engine.spark_sources import register
+
+    options = options or SparkOptions()
+    if _SESSION is not None and _SESSION.sparkContext._jsc is not None:
+        return _SESSION
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    b = (SparkSession.builder.master(options.master).appName("kaudit")
+         .config("spark.ui.enabled", "true" if options.ui else "false")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+         .config("spark.python.worker.reuse", "true")
+         .config("spark.driver.memory", "1g"))
+    for k, v in options.conf.items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    _SESSION = spark
+    return spark
+
+
+def application_id(spark) -> str:
+    return spark.sparkContext.applicationId
+
+
+def _reader(spark, fmt: str, paths: list[str], kind: str, opts: dict):
+    r = spark.read.format(fmt).option("kind", kind)
+    for k, v in opts.items():
+        if v is not None:
+            r = r.option(k, str(v))
+    return r.load(paths if len(paths) != 1 else paths[0])
+
+
+def _run_folds(spark, env, side: str, ctx: Context, keep) -> list[dict]:
+    """Every fold of a side over the cached fold envelope `env`: per-key folds on the executors in
+    one job, the prepare-folds on the driver."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    findings_type = from_arrow_schema(spark_schema(FINDING))
+    parts = max(2, spark.sparkContext.defaultParallelism * 2)
+    ctx_d = context_dict(ctx)
+    distributed = []
+    out: list[dict] = []
+    for fold in FOLDS[side]:
+        rows = env.where(F.col(FOLD) == fold.name)
+        if hasattr(fold, "prepare"):
+            table = rows.toArrow()
+            items = [(k, t) for k, t in fold_input(table.sort_by([("__split", "ascending"), ("__row", "ascending")]), fold)]
+            items = fold.prepare(items, ctx)
+            out.extend(f for f in fold.run(sorted_stream(fold, items), ctx) if keep(f))
+            continue
+        cols = sorted({c for names in fold.inputs.values() for c in names})
+        rows = rows.select(KIND, "__split", "__row", *cols)
+        sort = [F.asc_nulls_last(c) for c in sort_columns(fold, side)]
+        name = fold.name
+
+        def fn(batches, name=name):
+            return run_fold(fold_by_name(name), context_from(ctx_d), batches)
+
+        distributed.append(rows.repartition(parts, *fold.key).sortWithinPartitions(*sort)
+                           .mapInArrow(fn, findings_type))
+    if distributed:
+        df = distributed[0]
+        for d in distributed[1:]:
+            df = df.unionByName(d)
+        out.extend(f for f in findings_from_table(df.toArrow()) if keep(f))
+    return out
+
+
+def _envelope(spark, fmt: str, paths: list[str], opts: dict):
+    """The cached fold envelope of the inputs and the tasks' meta rows (this runs the decode)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    env = _reader(spark, fmt, paths, "audit", opts).persist(StorageLevel.MEMORY_AND_DISK)
+    metas = meta_rows(env.where(F.col(KIND) == META_KIND).select(KIND, META).toArrow())
+    return env, metas
+
+
+def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ignore=(),
+                   max_batch_bytes: int = 64 << 20, spark_options: SparkOptions | None = None) -> AuditRun:
+    from kaudit.sources.logdir import plan
+
+    p = plan(paths)
+    run = AuditRun(errors=list(p.errors), engine="spark")
+    spark = session(spark_options)
+    run.application_id = application_id(spark)
+    cov = coverage.new_disk()
+    cov["files"] = sum(1 for t in p.targets if t.kind != "skipped")
+    cov["bytes"] = p.total_bytes
+    readable = [x for x in paths if os.path.exists(x)]
+    if not p.targets or not readable:
+        cov.pop(coverage.LATEST)
+        run.coverage, run.reference_time_ms = cov, now_ms
+        return run
+    opts = {"max_batch_bytes": max_batch_bytes,
+            "split_bytes": spark_options.split_bytes if spark_options else None}
+    env, metas = _envelope(spark, "kafka-segments", readable, opts)
+    try:
+        for m in metas:
+            coverage.merge(cov, m["cov"])
+        latest = cov.pop(coverage.LATEST)
+        ctx = Context(reference_time_ms=now_ms if now_ms is not None else latest)
+        run.findings = sort_findings(_run_folds(spark, env, "disk", ctx, _keep(set(select), set(ignore))))
+    finally:
+        env.unpersist()
+    run.coverage = cov
+    run.reference_time_ms = ctx.reference_time_ms
+    return run
+
+
+def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=(), ignore=(),
+                spark_options: SparkOptions | None = None) -> AuditRun:
+    errors, readable = _readable(paths)
+    run = AuditRun(errors=errors, engine="spark")
+    spark = session(spark_options)
+    run.application_id = application_id(spark)
+    cov = coverage.new_wire()
+    captures: dict = {}
+    last: list[float] = []
+    ctx = Context(reference_time_ms=now_ms)
+    if readable:
+        env, metas = _envelope(spark, "kafka-pcap", readable, pcap_source_options(options))
+        try:
+            for m in sorted(metas, key=lambda m: m["split"]):
+                coverage.merge(cov, m["cov"])
+                if m.get("error"):
+                    run.errors.append(m["error"])
+                    continue
+                s = m["summary"]
+                captures[m["capture"]] = s
+                if s["last_ts"] is not None:
+                    last.append(s["last_ts"])
+            if now_ms is None and last:
+                ctx.reference_time_ms = int(max(last) * 1000)
+            run.findings = sort_findings(_run_folds(spark, env, "wire", ctx, _keep(set(select), set(ignore))))
+        finally:
+            env.unpersist()
+    cov["packets"] = sum(s["packets"] for s in captures.values())
+    cov["captures"] = {p: {"packets": s["packets"], "tcp_packets": s["tcp_packets"],
+                           "kafka_connections": s["kafka_connections"]} for p, s in captures.items()}
+    run.coverage = cov
+    run.reference_time_ms = ctx.reference_time_ms
+    return run
+
+
+def pcap_source_options(options) -> dict:
+    return {"kafka_port": ",".join(str(p) for p in sorted(options.kafka_ports)),
+            "max_batch_bytes": options.max_batch_bytes, "max_frame_bytes": options.max_frame_bytes,
+            "deep": str(options.deep).lower()}
+
+
+def _readable(paths: list[str]) -> tuple[list[str], list[str]]:
+    errors, readable = [], []
+    for p in paths:
+        if not os.path.isfile(p):
+            errors.append(f"{p}: no such file")
+        elif not os.access(p, os.R_OK):
+            errors.append(f"{p}: permission denied")
+        else:
+            readable.append(p)
+    return errors, readable
+
+
+def decoded_tables(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None
+                   ) -> dict[str, pa.Table]:
+    """Every decoded row of the inputs, per kind, in the local engine's order (for parity checks and
+    small inputs: this collects to the driver; `write_parquet` writes from the executors)."""
+    from kaudit.engine.spark_rows import unwrap
+
+    spark = session(spark_options)
+    t = _reader(spark, fmt, paths, "*", opts).toArrow()
+    t = t.sort_by([("__split", "ascending"), ("__row", "ascending")])
+    out: dict[str, list] = {}
+    kinds = t.column(KIND).to_pylist()
+    for kind in dict.fromkeys(kinds):
+        if kind == META_KIND:
+            continue
+        part = t.filter(pc.equal(t.column(KIND), kind))
+        out[kind] = unwrap(part, kind)
+    return out
+
+
+def write_parquet(fmt: str, paths: list[str], opts: dict, directory: str, findings: list[dict],
+                  spark_options: SparkOptions | None = None) -> None:
+    """The decoded tables (one folder per kind) and the findings as Parquet, written by the tasks."""
+    from pyspark.sql import functions as F
+
+    from kaudit.engine.spark_rows import DISK_KINDS, WIRE_KINDS
+    from kaudit.model import SCHEMAS
+
+    spark = session(spark_options)
+    env = _reader(spark, fmt, paths, "*", opts).cache()
+    try:
+        kinds = DISK_KINDS if fmt == "kafka-segments" else WIRE_KINDS
+        for kind in kinds:
+            part = env.where(F.col(KIND) == kind).select(*SCHEMAS[kind].names)
+            part.write.mode("overwrite").parquet(os.path.join(directory, kind))
+    finally:
+        env.unpersist()
+    import pyarrow.parquet as pq
+
+    from kaudit.model import table_from_rows
+
+    os.makedirs(os.path.join(directory, "finding"), exist_ok=True)
+    pq.write_table(table_from_rows("finding", findings), os.path.join(directory, "finding", "findings.parquet"))
+
+
+def inputs_bytes(paths: list[str]) -> int:
+    total = 0
+    for p in paths:
+        if os.path.isfile(p):
+            total += os.path.getsize(p)
+        elif os.path.isdir(p):
+            for root, _, files in os.walk(p):
+                for f in files:
+                    try:
+                        total += os.path.getsize(os.path.join(root, f))
+                    except OSError:
+                        pass
+    return total
+
+
+def choose_engine(engine: str, paths: list[str], threshold: int, master: str | None) -> str:
+    """`auto`: spark when a master is given or the inputs exceed the threshold, else local."""
+    if engine != "auto":
+        return engine
+    if master is not None:
+        return "spark"
+    return "spark" if inputs_bytes(paths) > threshold else "local"
+
+
+__all__ = ["SparkOptions", "session", "audit_segments", "audit_pcaps", "decoded_tables", "write_parquet",
+           "choose_engine"]

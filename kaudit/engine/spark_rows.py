@@ -1,0 +1,129 @@
+"""Row envelopes between the sources, Spark and the folds (no pyspark import: plain Arrow).
+
+A Spark DataFrame has one schema, a decode yields rows of several kinds, so rows travel in an
+*envelope*: `__kind` (the row kind), `__split` and `__row` (the split in plan order and the row's
+number in it: sorting by them gives back the local engine's order wherever a fold's own order
+ties), `__meta` (JSON, for a task's coverage rows) and the union of the kinds' columns, null where
+a kind has no such column. Arrow types Spark lacks are widened (uint32 CRCs to int64, int16 to
+int32 where kinds disagree) and narrowed back when a kind's table is taken out, so a fold sees
+exactly the table the local engine would give it.
+
+The *fold envelope* is the same for the rows each fold selects: `__fold` names the fold.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+
+from kaudit.model import SCHEMAS
+
+KIND, FOLD, SPLIT, ROW, META = "__kind", "__fold", "__split", "__row", "__meta"
+META_KIND = "__meta"   # a task's coverage (JSON in __meta), one row per task
+
+DISK_KINDS = ("batch", "record", "txn_log", "offset_commit", "group_metadata", "snapshot_entry",
+              "txnindex_entry", "index_entry", "leader_epoch_entry", "checkpoint_entry",
+              "partition_metadata", "log_dir", "decode_issue", "skipped")
+WIRE_KINDS = ("frame", "batch", "fetch_partition", "txn_event", "connection", "decode_issue")
+
+
+def spark_type(t: pa.DataType) -> pa.DataType:
+    """An Arrow type Spark can hold: unsigned integers widen to the next signed type."""
+    if pa.types.is_uint32(t) or pa.types.is_uint64(t):
+        return pa.int64()
+    if pa.types.is_uint16(t):
+        return pa.int32()
+    if pa.types.is_uint8(t):
+        return pa.int16()
+    if pa.types.is_list(t):
+        return pa.list_(spark_type(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, spark_type(f.type)) for f in t])
+    return t
+
+
+def spark_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, spark_type(f.type)) for f in schema])
+
+
+def _wider(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    if a == b:
+        return a
+    if pa.types.is_integer(a) and pa.types.is_integer(b):
+        return a if a.bit_width >= b.bit_width else b
+    raise TypeError(f"kinds disagree on a column's type: {a} vs {b}")
+
+
+def union_fields(columns_by_kind: dict[str, tuple[str, ...] | None]) -> list[pa.Field]:
+    """The union of the named columns of several kinds (None: all of a kind's columns), widened."""
+    out: dict[str, pa.DataType] = {}
+    for kind, cols in columns_by_kind.items():
+        schema = spark_schema(SCHEMAS[kind])
+        for name in (cols if cols is not None else schema.names):
+            t = schema.field(name).type
+            out[name] = _wider(out[name], t) if name in out else t
+    return [pa.field(n, t) for n, t in out.items()]
+
+
+def envelope_schema(kinds, *, fold: bool = False, columns: dict | None = None) -> pa.Schema:
+    head = [pa.field(FOLD, pa.string())] if fold else []
+    head += [pa.field(KIND, pa.string()), pa.field(SPLIT, pa.int32()), pa.field(ROW, pa.int64()),
+             pa.field(META, pa.string())]
+    body = union_fields(columns if columns is not None else {k: None for k in kinds})
+    return pa.schema(head + body)
+
+
+def wrap(table: pa.Table, schema: pa.Schema, kind: str, split: int, rows, fold: str | None = None
+         ) -> pa.RecordBatch:
+    """One envelope record batch of a kind's table; `rows`: its row numbers (array or start)."""
+    n = table.num_rows
+    if not isinstance(rows, (np.ndarray, pa.Array, pa.ChunkedArray)):
+        rows = np.arange(rows, rows + n, dtype=np.int64)
+    arrays = []
+    for f in schema:
+        name = f.name
+        if name == FOLD:
+            arrays.append(pa.array([fold] * n, pa.string()))
+        elif name == KIND:
+            arrays.append(pa.array([kind] * n, pa.string()))
+        elif name == SPLIT:
+            arrays.append(pa.array(np.full(n, split, dtype=np.int32)))
+        elif name == ROW:
+            arrays.append(rows if isinstance(rows, pa.ChunkedArray) else pa.array(rows, pa.int64()))
+        elif name in table.column_names:
+            arrays.append(table.column(name).cast(f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def meta_batch(schema: pa.Schema, split: int, meta: dict, fold: str | None = None) -> pa.RecordBatch:
+    arrays = []
+    for f in schema:
+        value = {FOLD: fold, KIND: META_KIND, SPLIT: split, ROW: 0, META: json.dumps(meta)}.get(f.name)
+        arrays.append(pa.array([value], f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def unwrap(table: pa.Table, kind: str, columns: tuple[str, ...] | None = None) -> pa.Table:
+    """A kind's table out of envelope rows (all of that kind), in the kind's own Arrow types."""
+    schema = SCHEMAS[kind]
+    names = list(columns) if columns is not None else schema.names
+    return pa.table([table.column(n).cast(schema.field(n).type) for n in names],
+                    schema=pa.schema([schema.field(n) for n in names]))
+
+
+def kind_runs(table: pa.Table, column: str = KIND):
+    """(value, slice) for each run of equal `column` values."""
+    n = table.num_rows
+    if n == 0:
+        return
+    values = table.column(column).to_pylist()
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or values[i] != values[start]:
+            yield values[start], table.slice(start, i - start)
+            start = i

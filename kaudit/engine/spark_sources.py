@@ -1,0 +1,195 @@
+"""kaudit's sources as PySpark Python data sources (Spark 4 `pyspark.sql.datasource`).
+
+    spark.dataSource.register(KafkaSegments); spark.dataSource.register(KafkaPcap)
+    spark.read.format("kafka-segments").option("kind", "batch").load(["/var/kafka-logs"])
+    spark.read.format("kafka-pcap").option("kind", "frame").option("kafka_port", "9092,9093").load(paths)
+
+Planning (on the driver) walks the paths into file names, sizes and byte ranges: segments are cut
+at their `.index` positions into ranges of about `split_bytes` (default 128 MiB), small files are
+packed together, captures go one file per task. Nothing but paths and ranges is shipped; each task
+maps its range read-only and yields Arrow batches.
+
+Options: `kind` - one row kind (default `batch`; its columns as in kaudit.model, unsigned ints
+widened for Spark), `*` for every kind in one envelope (spark_rows), or `audit` (the engine's fold
+envelope); `split_bytes`, `max_batch_bytes`, `deep`; for captures `kafka_port` (comma list),
+`max_frame_bytes`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from kaudit.engine import spark_rows
+from kaudit.engine.spark_folds import Selector, fold_schema
+from kaudit.model import SCHEMAS
+
+MODES_ALL, MODE_AUDIT = "*", "audit"
+
+
+def _paths(options) -> list[str]:
+    if "paths" in options:
+        return list(json.loads(options["paths"]))
+    if "path" in options:
+        return [options["path"]]
+    raise ValueError("no path given: .load(path) or .load([paths])")
+
+
+def _arrow_schema(options, side: str) -> pa.Schema:
+    kind = options.get("kind", "batch")
+    kinds = spark_rows.DISK_KINDS if side == "disk" else spark_rows.WIRE_KINDS
+    if kind == MODES_ALL:
+        return spark_rows.envelope_schema(kinds)
+    if kind == MODE_AUDIT:
+        return fold_schema(side)
+    if kind not in kinds:
+        raise ValueError(f"kind {kind!r}: one of {', '.join(kinds)}, '*' or 'audit'")
+    return spark_rows.spark_schema(SCHEMAS[kind])
+
+
+class _Emitter:
+    """Shapes one task's decoded chunks for the read's mode."""
+
+    def __init__(self, side: str, options, schema: pa.Schema):
+        self.kind = options.get("kind", "batch")
+        self.schema = schema
+        self.side = side
+        self.selector = None
+        self.rows = 0
+
+    def start(self, split: int) -> None:
+        self.split, self.rows = split, 0
+        if self.kind == MODE_AUDIT:
+            self.selector = Selector(self.side, split)
+
+    def chunk(self, kind: str, table: pa.Table):
+        if self.kind == MODE_AUDIT:
+            yield from self.selector.select(kind, table)
+        elif self.kind == MODES_ALL:
+            if table.num_rows:
+                yield spark_rows.wrap(table, self.schema, kind, self.split, self.rows)
+                self.rows += table.num_rows
+        elif kind == self.kind and table.num_rows:
+            yield from table.cast(self.schema).to_batches()
+
+    def end(self, meta: dict):
+        if self.kind == MODE_AUDIT:
+            yield self.selector.meta(meta)
+        elif self.kind == MODES_ALL:
+            yield spark_rows.meta_batch(self.schema, self.split, meta)
+
+
+# -- log dirs -----------------------------------------------------------------------------------
+
+class _Task(InputPartition):
+    def __init__(self, number: int, items: list):
+        super().__init__(number)
+        self.items = items
+
+
+class KafkaSegments(DataSource):
+    """Kafka log dirs (segments, indexes, snapshots, checkpoints) as rows."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafka-segments"
+
+    def schema(self):
+        return from_arrow_schema(_arrow_schema(self.options, "disk"))
+
+    def reader(self, schema):
+        return _SegmentsReader(dict(self.options))
+
+
+class _SegmentsReader(DataSourceReader):
+    def __init__(self, options: dict):
+        self.options = options
+
+    def partitions(self):
+        from kaudit.sources.logdir import plan
+        from kaudit.sources.splits import DEFAULT_SPLIT_BYTES, split_plan
+
+        p = plan(_paths(self.options))
+        tasks = split_plan(p, int(self.options.get("split_bytes", DEFAULT_SPLIT_BYTES)),
+                           int(self.options.get("max_batch_bytes", 64 << 20)))
+        return [_Task(i, t) for i, t in enumerate(tasks)]
+
+    def read(self, partition):
+        from kaudit.sources.segments import Options
+        from kaudit.sources.splits import decode_split
+
+        options = Options(deep=self.options.get("deep", "false").lower() == "true",
+                          max_batch_bytes=int(self.options.get("max_batch_bytes", 64 << 20)))
+        emit = _Emitter("disk", self.options, _arrow_schema(self.options, "disk"))
+        for s in partition.items:
+            emit.start(s.index)
+            for kind, table in decode_split(s, options):
+                yield from emit.chunk(kind, table)
+            yield from emit.end({"split": s.index})
+
+
+# -- captures -----------------------------------------------------------------------------------
+
+class KafkaPcap(DataSource):
+    """Packet captures (pcap, pcapng) decoded to Kafka rows, one file per task."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafka-pcap"
+
+    def schema(self):
+        return from_arrow_schema(_arrow_schema(self.options, "wire"))
+
+    def reader(self, schema):
+        return _PcapReader(dict(self.options))
+
+
+def pcap_options(options: dict):
+    from kaudit.sources.pcap import DEFAULT_KAFKA_PORTS, PcapOptions
+
+    ports = options.get("kafka_port")
+    kw = {"jobs": 1}   # Spark runs the tasks side by side
+    kw["kafka_ports"] = (frozenset(int(p) for p in ports.split(",") if p.strip()) if ports
+                         else DEFAULT_KAFKA_PORTS)
+    for name in ("max_batch_bytes", "max_frame_bytes"):
+        if name in options:
+            kw[name] = int(options[name])
+    if "deep" in options:
+        kw["deep"] = options["deep"].lower() == "true"
+    return PcapOptions(**kw)
+
+
+class _PcapReader(DataSourceReader):
+    def __init__(self, options: dict):
+        self.options = options
+
+    def partitions(self):
+        return [_Task(i, [(i, path)]) for i, path in enumerate(_paths(self.options))]
+
+    def read(self, partition):
+        from dataclasses import asdict
+
+        from kaudit.sources.pcap import DecodeError, PcapSummary, decode_capture
+
+        options = pcap_options(self.options)
+        emit = _Emitter("wire", self.options, _arrow_schema(self.options, "wire"))
+        for index, path in partition.items:
+            emit.start(index)
+            summary, error = PcapSummary(), None
+            try:
+                for kind, table in decode_capture(path, options, summary):
+                    yield from emit.chunk(kind, table)
+            except DecodeError as e:
+                error = f"{path}: {e.message}"
+            except OSError as e:
+                error = f"{path}: {e.strerror or e}"
+            yield from emit.end({"split": index, "capture": path, "summary": asdict(summary),
+                                 "error": error})
+
+
+def register(spark) -> None:
+    spark.dataSource.register(KafkaSegments)
+    spark.dataSource.register(KafkaPcap)
