@@ -15,6 +15,9 @@ from typing import Annotated, Optional
 import typer
 
 from kaudit import __version__
+from kaudit.cli_engine import (
+    Engine, EngineOpt, MasterOpt, ParquetOpt, SparkConfOpt, SparkUiOpt, ThresholdOpt, choose,
+)
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
 
@@ -99,6 +102,11 @@ def decode_segments(
     max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Only rows of these kinds (repeatable).")] = None,
     jobs: JobsOpt = 1,
+    engine: EngineOpt = Engine.auto,
+    master: MasterOpt = None,
+    spark_conf: SparkConfOpt = None,
+    spark_threshold: ThresholdOpt = "1GiB",
+    spark_ui: SparkUiOpt = False,
 ):
     """Decode every file a Kafka broker leaves in its log dirs: .log segments, indexes, transaction
     indexes, producer snapshots, checkpoints, and the internal topics' coordinator records."""
@@ -107,8 +115,18 @@ def decode_segments(
 
     _check_output(format, output, kind, paths)
 
-    plan, chunks = run([str(p) for p in paths], deep=deep, max_batch_bytes=max_batch_bytes, jobs=jobs,
-                       progress=sys.stderr.isatty())
+    sp = choose(engine, paths, master, spark_conf, spark_threshold, spark_ui)
+    if sp is None:
+        plan, chunks = run([str(p) for p in paths], deep=deep, max_batch_bytes=max_batch_bytes, jobs=jobs,
+                           progress=sys.stderr.isatty())
+    else:
+        from kaudit.engine import spark
+        from kaudit.sources.logdir import plan as plan_of
+
+        plan = plan_of([str(p) for p in paths])
+        chunks = [] if not plan.targets else spark.decoded_chunks(
+            "kafka-segments", [str(p) for p in paths],
+            {"max_batch_bytes": max_batch_bytes, "deep": str(deep).lower()}, sp)[1]
     if plan.errors and not plan.targets:
         _exit_unreadable(plan.errors)
     for e in plan.errors:
@@ -122,7 +140,7 @@ def decode_segments(
             "tool": "kaudit",
             "version": __version__,
             "command": "decode segments",
-            "engine": "local",
+            "engine": "local" if sp is None else "spark",
             "inputs": [os.path.abspath(p) for p in paths],
             "coverage": {"files": sum(1 for t in plan.targets if t.kind != "skipped"),
                          "bytes": plan.total_bytes, "batch_bytes": counts.bytes_decoded,
@@ -157,6 +175,11 @@ def decode_pcap(
     kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Only rows of these kinds (repeatable).")] = None,
     max_frame_bytes: MaxFrameOpt = MAX_FRAME_BYTES,
     max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
+    engine: EngineOpt = Engine.auto,
+    master: MasterOpt = None,
+    spark_conf: SparkConfOpt = None,
+    spark_threshold: ThresholdOpt = "1GiB",
+    spark_ui: SparkUiOpt = False,
 ):
     """Decode every Kafka conversation of packet captures: frames paired with their responses,
     record batches of Produce and Fetch, transaction events, connections. SASL secrets are
@@ -167,7 +190,11 @@ def decode_pcap(
     _check_output(format, output, kind, files)
     options = _pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=deep)
     summaries: dict = {}
-    errors, chunks = decode_pcaps([str(f) for f in files], options, summaries)
+    sp = choose(engine, files, master, spark_conf, spark_threshold, spark_ui)
+    if sp is None:
+        errors, chunks = decode_pcaps([str(f) for f in files], options, summaries)
+    else:
+        errors, chunks = _spark_decode_pcaps([str(f) for f in files], options, summaries, sp)
     if errors and len(errors) == len(files):
         _exit_unreadable(errors)
     writer, handle = make_writer(format.value, str(output) if output else None)
@@ -175,7 +202,8 @@ def decode_pcap(
     try:
         write_all(writer, chunks, counts, set(kind) if kind else None)
         header = {
-            "tool": "kaudit", "version": __version__, "command": "decode pcap", "engine": "local",
+            "tool": "kaudit", "version": __version__, "command": "decode pcap",
+            "engine": "local" if sp is None else "spark",
             "inputs": [os.path.abspath(f) for f in files],
             "coverage": {p: {"packets": s.packets, "tcp_packets": s.tcp_packets,
                              "connections": s.connections, "kafka_connections": s.kafka_connections,
@@ -188,6 +216,23 @@ def decode_pcap(
             handle.close()
     if errors:
         _exit_unreadable(errors)
+
+
+def _spark_decode_pcaps(names, options, summaries, sp):
+    from kaudit.engine import spark
+    from kaudit.engine.spark import _readable
+    from kaudit.sources.pcap import PcapSummary
+
+    errors, readable = _readable(names)
+    if not readable:
+        return errors, []
+    metas, chunks = spark.decoded_chunks("kafka-pcap", readable, spark.pcap_source_options(options), sp)
+    for m in sorted(metas, key=lambda m: m["split"]):
+        if m.get("error"):
+            errors.append(m["error"])
+        else:
+            summaries[m["capture"]] = PcapSummary(**m["summary"])
+    return errors, chunks
 
 
 class ReportFormat(str, Enum):
@@ -261,6 +306,24 @@ def _report(run, command: str, inputs, format: ReportFormat, output: Optional[Pa
         raise typer.Exit(EXIT_FINDINGS)
 
 
+def _parquet_writer(folder: Optional[Path]):
+    """A writer of the decoded chunks as Parquet while the local engine audits (or None)."""
+    if folder is None:
+        return None
+    from kaudit.report.writers import ParquetWriter
+
+    return ParquetWriter(str(folder))
+
+
+def _close_parquet(writer, run, command: str) -> None:
+    if writer is None:
+        return
+    from kaudit.model import table_from_rows
+
+    writer.write("finding", table_from_rows("finding", run.findings))
+    writer.close({"tool": "kaudit", "version": __version__, "command": command, "engine": run.engine})
+
+
 def _check_report_output(output: Optional[Path], inputs) -> None:
     if output is not None and _inside(output, [p for p in inputs if p.exists()]):
         _err("[red]error:[/red] --output is inside an input: kaudit never writes to what it audits")
@@ -278,15 +341,35 @@ def audit_segments(
     ignore: IgnoreOpt = None,
     jobs: JobsOpt = 1,
     max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
+    engine: EngineOpt = Engine.auto,
+    master: MasterOpt = None,
+    spark_conf: SparkConfOpt = None,
+    spark_threshold: ThresholdOpt = "1GiB",
+    spark_ui: SparkUiOpt = False,
+    parquet: ParquetOpt = None,
 ):
     """Audit brokers' log dirs: decode every segment and report duplicates, sequence anomalies,
     zombie epochs and corruption, with evidence (file, byte position) and remediation."""
-    from kaudit.engine.local import audit_segments as run_audit
-
     _check_report_output(output, paths)
+    _check_report_output(parquet, paths)
     sel, ign, now_ms = _rule_list(select), _rule_list(ignore), _parse_now(now)
-    run = run_audit([str(p) for p in paths], now_ms=now_ms, select=sel, ignore=ign,
-                    max_batch_bytes=max_batch_bytes, jobs=jobs, progress=sys.stderr.isatty())
+    names = [str(p) for p in paths]
+    sp = choose(engine, paths, master, spark_conf, spark_threshold, spark_ui)
+    if sp is None:
+        from kaudit.engine.local import audit_segments as run_audit
+
+        writer = _parquet_writer(parquet)
+        run = run_audit(names, now_ms=now_ms, select=sel, ignore=ign, max_batch_bytes=max_batch_bytes,
+                        jobs=jobs, progress=sys.stderr.isatty(), tap=writer.write if writer else None)
+        _close_parquet(writer, run, "segments")
+    else:
+        from kaudit.engine import spark
+
+        run = spark.audit_segments(names, now_ms=now_ms, select=sel, ignore=ign,
+                                   max_batch_bytes=max_batch_bytes, spark_options=sp)
+        if parquet is not None:
+            spark.write_parquet("kafka-segments", names, {"max_batch_bytes": max_batch_bytes}, str(parquet),
+                                run.findings, sp)
     if run.errors and not run.coverage.get("files"):
         _exit_unreadable(run.errors)
     _report(run, "segments", paths, format, output, fail_on)
@@ -304,15 +387,35 @@ def audit_pcap(
     kafka_port: KafkaPortOpt = None,
     max_frame_bytes: MaxFrameOpt = MAX_FRAME_BYTES,
     max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
+    engine: EngineOpt = Engine.auto,
+    master: MasterOpt = None,
+    spark_conf: SparkConfOpt = None,
+    spark_threshold: ThresholdOpt = "1GiB",
+    spark_ui: SparkUiOpt = False,
+    parquet: ParquetOpt = None,
 ):
     """Audit packet captures: producers' sequences and epochs as the broker answered them, retries
     and their outcome, unanswered requests and error responses, with frame numbers as evidence."""
-    from kaudit.engine.local import audit_pcaps as run_audit
-
     _check_report_output(output, files)
+    _check_report_output(parquet, files)
     sel, ign, now_ms = _rule_list(select), _rule_list(ignore), _parse_now(now)
     options = _pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False)
-    run = run_audit([str(f) for f in files], options, now_ms=now_ms, select=sel, ignore=ign)
+    names = [str(f) for f in files]
+    sp = choose(engine, files, master, spark_conf, spark_threshold, spark_ui)
+    if sp is None:
+        from kaudit.engine.local import audit_pcaps as run_audit
+
+        writer = _parquet_writer(parquet)
+        run = run_audit(names, options, now_ms=now_ms, select=sel, ignore=ign,
+                        tap=writer.write if writer else None)
+        _close_parquet(writer, run, "pcap")
+    else:
+        from kaudit.engine import spark
+
+        run = spark.audit_pcaps(names, options, now_ms=now_ms, select=sel, ignore=ign, spark_options=sp)
+        if parquet is not None:
+            spark.write_parquet("kafka-pcap", names, spark.pcap_source_options(options), str(parquet),
+                                run.findings, sp)
     if run.errors and len(run.errors) >= len(files):
         _exit_unreadable(run.errors)
     _report(run, "pcap", files, format, output, fail_on)
@@ -357,6 +460,11 @@ def list_transactions(
     transactional_id: Annotated[Optional[str], typer.Option("--transactional-id", help="Only this transactional id.")] = None,
     producer_id: Annotated[Optional[int], typer.Option("--producer-id", help="Only this producer id.")] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="json, ndjson or table.")] = "table",
+    engine: EngineOpt = Engine.auto,
+    master: MasterOpt = None,
+    spark_conf: SparkConfOpt = None,
+    spark_threshold: ThresholdOpt = "1GiB",
+    spark_ui: SparkUiOpt = False,
 ):
     """List the transactions stored in log dirs: partitions, first offsets, markers (offset,
     result, coordinator epoch), the coordinator's states with times, and the outcome."""
@@ -367,8 +475,16 @@ def list_transactions(
     if format not in ("json", "ndjson", "table"):
         _err(f"[red]error:[/red] unknown format {format!r} (json, ndjson, table)")
         raise typer.Exit(EXIT_USAGE)
-    plan, out = list_transactions_of([str(p) for p in paths], transactional_id=transactional_id,
-                                     producer_id=producer_id)
+    names = [str(p) for p in paths]
+    sp = choose(engine, paths, master, spark_conf, spark_threshold, spark_ui)
+    selected = None
+    if sp is not None and any(p.exists() for p in paths):
+        from kaudit.engine import spark
+
+        selected = spark.fold_selection("kafka-segments", [n for n, p in zip(names, paths) if p.exists()],
+                                        {}, "transactions", sp)
+    plan, out = list_transactions_of(names, transactional_id=transactional_id, producer_id=producer_id,
+                                     selected=selected)
     if plan.errors and not plan.targets:
         _exit_unreadable(plan.errors)
     if format == "json":

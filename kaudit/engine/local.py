@@ -252,19 +252,23 @@ def sorted_stream(fold, items: list[tuple[str, pa.Table]]):
 
 
 def list_transactions(paths: list[str], *, transactional_id: str | None = None,
-                      producer_id: int | None = None) -> tuple[Plan, list[dict]]:
+                      producer_id: int | None = None, selected=None) -> tuple[Plan, list[dict]]:
     """(plan, transactions) for `kaudit txn`: each producer's transactions assembled from the
-    transactional batches, markers and `__transaction_state` records of the log dirs."""
+    transactional batches, markers and `__transaction_state` records of the log dirs.
+    `selected`: the transactions fold's selection, when another engine decoded it."""
     from collections import defaultdict
 
     from kaudit.audit import transactions
 
-    p, chunks = decode_segments(paths)
+    if selected is None:
+        p, chunks = decode_segments(paths)
+        chunks = ((k, transactions.FOLD.select(k, t)) for k, t in chunks)
+    else:
+        p, chunks = plan(paths), selected
     batches: dict = defaultdict(list)
     states: dict = defaultdict(list)
     by_txn_id: set = set()
-    for kind, table in chunks:
-        sel = transactions.FOLD.select(kind, table)
+    for kind, sel in chunks:
         if sel is None:
             continue
         for r in sel.to_pylist():

@@ -58,12 +58,16 @@ def session(options: SparkOptions | None = None):
         return _SESSION
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if options.master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no interface lookup
+    log4j = os.path.join(os.path.dirname(__file__), "log4j2.properties")
     b = (SparkSession.builder.master(options.master).appName("kaudit")
          .config("spark.ui.enabled", "true" if options.ui else "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.execution.arrow.pyspark.enabled", "true")
          .config("spark.python.worker.reuse", "true")
-         .config("spark.driver.memory", "1g"))
+         .config("spark.driver.memory", "1g")
+         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}"))
     for k, v in options.conf.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
@@ -85,14 +89,15 @@ def _reader(spark, fmt: str, paths: list[str], kind: str, opts: dict):
     return r.load(paths if len(paths) != 1 else paths[0])
 
 
-def _run_folds(spark, env, side: str, ctx: Context, keep) -> list[dict]:
+def _run_folds(spark, env, side: str, ctx: Context, keep, input_bytes: int) -> list[dict]:
     """Every fold of a side over the cached fold envelope `env`: per-key folds on the executors in
-    one job, the prepare-folds on the driver."""
+    one job, the prepare-folds on the driver. Small inputs get few shuffle partitions (each is a
+    task: scheduling dominates when the rows are few)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
     findings_type = from_arrow_schema(spark_schema(FINDING))
-    parts = max(2, spark.sparkContext.defaultParallelism * 2)
+    parts = max(1, min(spark.sparkContext.defaultParallelism * 2, input_bytes // (32 << 20)))
     ctx_d = context_dict(ctx)
     distributed = []
     out: list[dict] = []
@@ -156,7 +161,8 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
             coverage.merge(cov, m["cov"])
         latest = cov.pop(coverage.LATEST)
         ctx = Context(reference_time_ms=now_ms if now_ms is not None else latest)
-        run.findings = sort_findings(_run_folds(spark, env, "disk", ctx, _keep(set(select), set(ignore))))
+        run.findings = sort_findings(_run_folds(spark, env, "disk", ctx, _keep(set(select), set(ignore)),
+                                                p.total_bytes))
     finally:
         env.unpersist()
     run.coverage = cov
@@ -179,16 +185,16 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
         try:
             for m in sorted(metas, key=lambda m: m["split"]):
                 coverage.merge(cov, m["cov"])
+                s = captures[m["capture"]] = m["summary"]
                 if m.get("error"):
                     run.errors.append(m["error"])
                     continue
-                s = m["summary"]
-                captures[m["capture"]] = s
                 if s["last_ts"] is not None:
                     last.append(s["last_ts"])
             if now_ms is None and last:
                 ctx.reference_time_ms = int(max(last) * 1000)
-            run.findings = sort_findings(_run_folds(spark, env, "wire", ctx, _keep(set(select), set(ignore))))
+            size = sum(os.path.getsize(x) for x in readable)
+            run.findings = sort_findings(_run_folds(spark, env, "wire", ctx, _keep(set(select), set(ignore)), size))
         finally:
             env.unpersist()
     cov["packets"] = sum(s["packets"] for s in captures.values())
@@ -217,23 +223,40 @@ def _readable(paths: list[str]) -> tuple[list[str], list[str]]:
     return errors, readable
 
 
-def decoded_tables(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None
-                   ) -> dict[str, pa.Table]:
-    """Every decoded row of the inputs, per kind, in the local engine's order (for parity checks and
-    small inputs: this collects to the driver; `write_parquet` writes from the executors)."""
-    from kaudit.engine.spark_rows import unwrap
+def decoded_chunks(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None
+                   ) -> tuple[list[dict], list[tuple[str, pa.Table]]]:
+    """(the tasks' meta rows, every decoded row as (kind, table) runs in the local engine's order).
+    This collects to the driver (the decode commands print rows there anyway); `write_parquet`
+    writes from the executors instead."""
+    from kaudit.engine.spark_rows import kind_runs, unwrap
 
     spark = session(spark_options)
     t = _reader(spark, fmt, paths, "*", opts).toArrow()
     t = t.sort_by([("__split", "ascending"), ("__row", "ascending")])
-    out: dict[str, list] = {}
-    kinds = t.column(KIND).to_pylist()
-    for kind in dict.fromkeys(kinds):
-        if kind == META_KIND:
-            continue
-        part = t.filter(pc.equal(t.column(KIND), kind))
-        out[kind] = unwrap(part, kind)
-    return out
+    metas = meta_rows(t)
+    return metas, [(kind, unwrap(part, kind)) for kind, part in kind_runs(t) if kind != META_KIND]
+
+
+def decoded_tables(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None
+                   ) -> dict[str, pa.Table]:
+    """Every decoded row of the inputs, one table per kind (parity checks)."""
+    by_kind: dict[str, list] = {}
+    for kind, t in decoded_chunks(fmt, paths, opts, spark_options)[1]:
+        by_kind.setdefault(kind, []).append(t)
+    return {k: pa.concat_tables(v) for k, v in by_kind.items()}
+
+
+def fold_selection(fmt: str, paths: list[str], opts: dict, fold_name: str,
+                   spark_options: SparkOptions | None = None) -> list[tuple[str, pa.Table]]:
+    """What one fold selects from the inputs, decoded by the tasks, as (kind, table) in local order."""
+    from pyspark.sql import functions as F
+
+    from kaudit.engine.spark_folds import fold_by_name
+
+    spark = session(spark_options)
+    t = _reader(spark, fmt, paths, "audit", opts).where(F.col(FOLD) == fold_name).toArrow()
+    t = t.sort_by([("__split", "ascending"), ("__row", "ascending")])
+    return list(fold_input(t, fold_by_name(fold_name)))
 
 
 def write_parquet(fmt: str, paths: list[str], opts: dict, directory: str, findings: list[dict],

@@ -29,6 +29,7 @@ def build_report(run, command: str, inputs: list[str]) -> dict:
         "version": __version__,
         "command": command,
         "engine": run.engine,
+        **({"application_id": run.application_id} if getattr(run, "application_id", None) else {}),
         "inputs": [os.path.abspath(p) for p in inputs],
         "reference_time_ms": run.reference_time_ms,
         "coverage": run.coverage,
@@ -124,7 +125,8 @@ def write_console(report: dict, out) -> None:
 
     c = Console(file=out, width=None if out.isatty() else 140, highlight=False)
     cov = report["coverage"]
-    head = [f"[bold]kaudit {report['version']}[/bold] — {report['command']} ({report['engine']} engine)"]
+    head = [f"[bold]kaudit {report['version']}[/bold] — {report['command']} ({report['engine']} engine"
+            + (f", application {report['application_id']}" if report.get("application_id") else "") + ")"]
     for p in report["inputs"]:
         head.append(f"input: {escape(p)}")
     shown = {k: v for k, v in cov.items() if not isinstance(v, dict)}

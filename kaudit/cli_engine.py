@@ -1,0 +1,62 @@
+"""The engine options every command shares (`--engine`, `--master`, `--spark-conf`,
+`--spark-threshold`, `--spark-ui`, `--parquet`) and the choice between the engines."""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+class Engine(str, Enum):
+    auto = "auto"
+    local = "local"
+    spark = "spark"
+
+
+EngineOpt = Annotated[Engine, typer.Option(
+    "--engine", help="local (in-process), spark (PySpark) or auto: spark when the inputs exceed "
+    "--spark-threshold or --master is given.")]
+MasterOpt = Annotated[Optional[str], typer.Option(
+    "--master", help="Spark master (default local[*]); giving it chooses the Spark engine under auto.")]
+SparkConfOpt = Annotated[Optional[list[str]], typer.Option(
+    "--spark-conf", help="KEY=VALUE passed to Spark (repeatable).")]
+ThresholdOpt = Annotated[str, typer.Option(
+    "--spark-threshold", help="Input size above which auto picks Spark (bytes, or 512MiB, 1GiB...).")]
+SparkUiOpt = Annotated[bool, typer.Option("--spark-ui", help="Keep the Spark UI on (off by default).")]
+ParquetOpt = Annotated[Optional[Path], typer.Option(
+    "--parquet", help="Also write the decoded tables and the findings as Parquet into this folder.")]
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
+          "tb": 1000 ** 4}
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text or "")
+    if not m or m.group(2).lower() not in _UNITS:
+        raise typer.BadParameter(f"{text!r}: a size like 1073741824, 512MiB or 1GiB")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def spark_options(master, spark_conf, spark_ui: bool):
+    from kaudit.engine.spark import DEFAULT_MASTER, SparkOptions
+
+    conf = {}
+    for item in spark_conf or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--spark-conf {item!r}: give KEY=VALUE")
+        conf[key.strip()] = value
+    return SparkOptions(master=master or DEFAULT_MASTER, conf=conf, ui=spark_ui)
+
+
+def choose(engine: Engine, paths, master, spark_conf, threshold: str, spark_ui: bool):
+    """None for the local engine, else the SparkOptions to run with."""
+    from kaudit.engine.spark import choose_engine
+
+    name = choose_engine(engine.value, [str(p) for p in paths], parse_size(threshold), master)
+    return None if name == "local" else spark_options(master, spark_conf, spark_ui)

@@ -1,0 +1,177 @@
+"""The Spark engine (master local[2]) against the local engine: identical findings (by id, and
+whole), coverage, reference time and decoded tables, on the real corpus and the crafted fixtures.
+One Spark session serves the whole test process (kaudit.engine.spark.session)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from kaudit.engine import local as L
+from kaudit.engine import spark as S
+from kaudit.sources.pcap import PcapOptions
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audit" / "disk"))
+
+ROOT = Path(__file__).resolve().parents[2]
+PORTS = PcapOptions(kafka_ports=frozenset({9092, 9093, 9094}))
+SPARK = S.SparkOptions(master="local[2]")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    return S.session(SPARK)
+
+
+def _same(spark_run, local_run):
+    assert spark_run.engine == "spark" and spark_run.application_id
+    assert sorted(f["id"] for f in spark_run.findings) == sorted(f["id"] for f in local_run.findings)
+    assert spark_run.findings == local_run.findings
+    assert spark_run.coverage == local_run.coverage
+    assert spark_run.reference_time_ms == local_run.reference_time_ms
+    assert spark_run.errors == local_run.errors
+
+
+def _local_tables(chunks) -> dict[str, pa.Table]:
+    by_kind: dict[str, list] = {}
+    for kind, t in chunks:
+        if t.num_rows:
+            by_kind.setdefault(kind, []).append(t)
+    return {k: pa.concat_tables(v) for k, v in by_kind.items()}
+
+
+def _same_tables(spark_tables, local_tables):
+    assert set(spark_tables) == set(local_tables)
+    for kind, t in local_tables.items():
+        assert spark_tables[kind].equals(t), kind
+
+
+def _segments(paths, spark_options=SPARK, **kw):
+    names = [str(p) for p in paths]
+    _same(S.audit_segments(names, spark_options=spark_options, **kw), L.audit_segments(names, **kw))
+
+
+def _pcaps(paths, options=PORTS):
+    names = [str(p) for p in paths]
+    _same(S.audit_pcaps(names, options, spark_options=SPARK), L.audit_pcaps(names, options))
+
+
+# -- log dirs -----------------------------------------------------------------------------------
+
+def test_logdirs_final_findings_and_tables(spark, corpus):
+    root = corpus / "real-kafka-3.0.2" / "logdirs-final"
+    _segments([root])
+    _, chunks = L.decode_segments([str(root)])
+    _same_tables(S.decoded_tables("kafka-segments", [str(root)], {}, SPARK), _local_tables(chunks))
+
+
+def test_extra_log_dirs(spark, corpus):
+    for d in sorted((corpus / "real-kafka-3.0.2-extra").glob("*/logdirs")):
+        _segments([d])
+
+
+def test_transactions_view(spark, corpus):
+    root = str(corpus / "real-kafka-3.0.2" / "logdirs-final")
+    sel = S.fold_selection("kafka-segments", [root], {}, "transactions", SPARK)
+    assert L.list_transactions([root], selected=sel)[1] == L.list_transactions([root])[1]
+
+
+@pytest.mark.parametrize("case", ["state-loss", "retries", "integrity", "benign"])
+def test_crafted_log_dirs(spark, case, tmp_path):
+    from test_disk_golden import CASES
+
+    _segments([CASES[case](tmp_path)])
+
+
+def test_crafted_transaction_log_dirs(spark, tmp_path, monkeypatch):
+    """Every crafted transaction test of the disk audit, its audits checked against Spark's."""
+    import inspect
+
+    import test_disk_transactions as T
+
+    def both(root, **kw):
+        kw = dict(kw, select=T.TXN_RULES)
+        _segments([root], **kw)
+        return L.audit_segments([str(root)], **kw).findings
+
+    monkeypatch.setattr(T, "audit", both)
+    tests = [f for n, f in sorted(vars(T).items()) if n.startswith("test_") and callable(f)
+             and list(inspect.signature(f).parameters) == ["tmp_path"]]
+    assert len(tests) >= 12
+    for i, test in enumerate(tests):
+        test(tmp_path / str(i))
+
+
+def test_demo_log_dir(spark):
+    _segments([ROOT / "fixtures" / "logdirs" / "demo"])
+
+
+def test_a_segment_bigger_than_a_split(spark, tmp_path):
+    from fixtures.builder.bench import write_bench_segment
+
+    d = tmp_path / "big-0"
+    d.mkdir()
+    write_bench_segment(d / "00000000000000000000.log", target_bytes=3 << 20, producer_id=9)
+    small = S.SparkOptions(master="local[2]", split_bytes=256 << 10)
+    _segments([d], spark_options=small)
+    _, chunks = L.decode_segments([str(d)])
+    _same_tables(S.decoded_tables("kafka-segments", [str(d)], {"split_bytes": 256 << 10}, small),
+                 _local_tables(chunks))
+
+
+# -- captures -----------------------------------------------------------------------------------
+
+def _captures(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.pcap*") if p.suffix in (".pcap", ".pcapng"))
+
+
+def test_real_captures_findings_and_tables(spark, corpus):
+    paths = _captures(corpus / "real-kafka-3.0.2" / "pcap")
+    paths += [p for d in sorted((corpus / "real-kafka-3.0.2-extra").glob("*")) for p in _captures(d)]
+    assert len(paths) >= 25
+    for p in paths:
+        _pcaps([p])
+        summaries: dict = {}
+        _, chunks = L.decode_pcaps([str(p)], PORTS, summaries)
+        local = _local_tables(chunks)
+        _same_tables(S.decoded_tables("kafka-pcap", [str(p)], S.pcap_source_options(PORTS), SPARK), local)
+
+
+def test_mock_and_public_captures(spark, corpus):
+    for p in _captures(corpus / "librdkafka-mock" / "pcap"):
+        _pcaps([p], PcapOptions())
+    for p in [p for d in sorted((corpus / "public").glob("*")) for p in _captures(d)]:
+        _pcaps([p], PcapOptions())
+
+
+@pytest.mark.parametrize("case", ["retries", "sequences", "frames", "benign"])
+def test_crafted_captures(spark, case, tmp_path):
+    from tests.audit.wire.test_wire_golden import CASES
+
+    path = tmp_path / f"{case}.pcap"
+    CASES[case](path)
+    _pcaps([path], PcapOptions())
+
+
+def test_unreadable_inputs_are_reported_alike(spark, tmp_path):
+    bad = tmp_path / "not-a-capture.pcap"
+    bad.write_bytes(b"hello, not a capture" * 10)
+    _pcaps([bad, tmp_path / "missing.pcap"])
+
+
+# -- the sources from a user's own Spark code ---------------------------------------------------
+
+def test_sources_from_spark_sql(spark, corpus):
+    root = str(corpus / "real-kafka-3.0.2" / "logdirs-final")
+    df = spark.read.format("kafka-segments").load(root)
+    n = df.count()
+    _, chunks = L.decode_segments([root])
+    assert n == sum(t.num_rows for k, t in chunks if k == "batch")
+    markers = df.where("is_control").groupBy("control_type").count().collect()
+    assert {"COMMIT", "ABORT"} <= {r["control_type"] for r in markers}
+    pcap = str(corpus / "real-kafka-3.0.2" / "pcap" / "03-txn-java.pcap")
+    frames = spark.read.format("kafka-pcap").option("kind", "frame").load(pcap)
+    assert frames.where("api_name = 'EndTxn'").count() >= 1
