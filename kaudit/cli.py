@@ -481,8 +481,7 @@ def list_transactions(
     if sp is not None and any(p.exists() for p in paths):
         from kaudit.engine import spark
 
-        selected = spark.fold_selection("kafka-segments", [n for n, p in zip(names, paths) if p.exists()],
-                                        {}, "transactions", sp)
+        selected = spark.transactions_selection([n for n, p in zip(names, paths) if p.exists()], sp)
     plan, out = list_transactions_of(names, transactional_id=transactional_id, producer_id=producer_id,
                                      selected=selected)
     if plan.errors and not plan.targets:

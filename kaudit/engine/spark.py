@@ -11,6 +11,7 @@ split. Findings, coverage and reference time are those of the local engine on th
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -127,6 +128,38 @@ def _run_folds(spark, env, side: str, ctx: Context, keep, input_bytes: int) -> l
     return out
 
 
+def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int):
+    """One job: decode (tasks over splits), one shuffle of the decoded chunks by (replica, topic,
+    partition) sorted by (split, row) - decode order -, the per-partition folds in mapInArrow.
+    -> (findings, the driver folds' rows as (kind, table) in decode order, the tasks' meta rows)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from kaudit.engine.spark_folds import DISK_KEY, PAYLOAD, RESULT_SCHEMA, TYPE, from_ipc, run_disk
+    from kaudit.engine.spark_rows import ROW, SPLIT
+
+    ctx_d = context_dict(Context())   # the per-partition folds do not read the reference time
+    parts = max(1, min(spark.sparkContext.defaultParallelism * 2, input_bytes // (32 << 20)))
+    sort = [F.asc_nulls_last(c) for c in DISK_KEY + (SPLIT, ROW)]
+    result = (_reader(spark, "kafka-segments", paths, "audit", opts)
+              .repartition(parts, *DISK_KEY).sortWithinPartitions(*sort)
+              .mapInArrow(lambda it: run_disk(context_from(ctx_d), it), from_arrow_schema(RESULT_SCHEMA))
+              .toArrow())
+    findings, metas, rows = [], [], {}
+    for typ, payload in zip(result.column(TYPE).to_pylist(), result.column(PAYLOAD).to_pylist()):
+        if typ == "findings":
+            findings.extend(findings_from_table(from_ipc(payload)))
+        elif typ == "meta":
+            metas.append(json.loads(payload))
+        else:
+            _, name, kind, split, row = typ.split(":")
+            rows.setdefault(name, []).append((int(split), int(row), kind, from_ipc(payload)))
+    # decode order: (split, first row) of each chunk; the rows of a chunk are in order
+    driver_rows = {name: [(k, t) for _, _, k, t in sorted(chunks, key=lambda c: c[:2])]
+                   for name, chunks in rows.items()}
+    return findings, driver_rows, metas
+
+
 def _envelope(spark, fmt: str, paths: list[str], opts: dict):
     """The cached fold envelope of the inputs and the tasks' meta rows (this runs the decode)."""
     from pyspark import StorageLevel
@@ -155,16 +188,18 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
         return run
     opts = {"max_batch_bytes": max_batch_bytes,
             "split_bytes": spark_options.split_bytes if spark_options else None}
-    env, metas = _envelope(spark, "kafka-segments", readable, opts)
-    try:
-        for m in metas:
-            coverage.merge(cov, m["cov"])
-        latest = cov.pop(coverage.LATEST)
-        ctx = Context(reference_time_ms=now_ms if now_ms is not None else latest)
-        run.findings = sort_findings(_run_folds(spark, env, "disk", ctx, _keep(set(select), set(ignore)),
-                                                p.total_bytes))
-    finally:
-        env.unpersist()
+    keep = _keep(set(select), set(ignore))
+    findings, driver_rows, metas = _disk_job(spark, readable, opts, p.total_bytes)
+    for m in metas:
+        coverage.merge(cov, m["cov"])
+    latest = cov.pop(coverage.LATEST)
+    ctx = Context(reference_time_ms=now_ms if now_ms is not None else latest)
+    out = [f for f in findings if keep(f)]
+    for fold in FOLDS["disk"]:
+        if fold.name in driver_rows:   # the cross-partition folds, as the local engine runs them
+            items = fold.prepare(driver_rows[fold.name], ctx)
+            out.extend(f for f in fold.run(sorted_stream(fold, items), ctx) if keep(f))
+    run.findings = sort_findings(out)
     run.coverage = cov
     run.reference_time_ms = ctx.reference_time_ms
     return run
@@ -246,17 +281,14 @@ def decoded_tables(fmt: str, paths: list[str], opts: dict, spark_options: SparkO
     return {k: pa.concat_tables(v) for k, v in by_kind.items()}
 
 
-def fold_selection(fmt: str, paths: list[str], opts: dict, fold_name: str,
-                   spark_options: SparkOptions | None = None) -> list[tuple[str, pa.Table]]:
-    """What one fold selects from the inputs, decoded by the tasks, as (kind, table) in local order."""
-    from pyspark.sql import functions as F
-
-    from kaudit.engine.spark_folds import fold_by_name
+def transactions_selection(paths: list[str], spark_options: SparkOptions | None = None
+                           ) -> list[tuple[str, pa.Table]]:
+    """What the transactions fold selects from log dirs (`kaudit txn`), decoded by the tasks."""
+    from kaudit.sources.logdir import plan
 
     spark = session(spark_options)
-    t = _reader(spark, fmt, paths, "audit", opts).where(F.col(FOLD) == fold_name).toArrow()
-    t = t.sort_by([("__split", "ascending"), ("__row", "ascending")])
-    return list(fold_input(t, fold_by_name(fold_name)))
+    _, driver_rows, _ = _disk_job(spark, paths, {}, plan(paths).total_bytes)
+    return driver_rows.get("transactions", [])
 
 
 def write_parquet(fmt: str, paths: list[str], opts: dict, directory: str, findings: list[dict],

@@ -18,7 +18,7 @@ import pyarrow as pa
 from kaudit.audit import DISK_FOLDS, WIRE_FOLDS
 from kaudit.audit.folds import Context, Fold
 from kaudit.engine import coverage
-from kaudit.engine.spark_rows import KIND, ROW, SPLIT, envelope_schema, kind_runs, meta_batch, unwrap, wrap
+from kaudit.engine.spark_rows import KIND, META_KIND, ROW, SPLIT, envelope_schema, kind_runs, meta_batch, unwrap, wrap
 from kaudit.model import FINDING, table_from_rows
 
 FOLDS = {"disk": DISK_FOLDS, "wire": WIRE_FOLDS}
@@ -125,3 +125,132 @@ def meta_rows(table: pa.Table) -> list[dict]:
         return []
     kinds = table.column(KIND).to_pylist()
     return [json.loads(m) for k, m in zip(kinds, table.column(META).to_pylist()) if k == META_KIND]
+
+
+# -- the disk side in one shuffle ---------------------------------------------------------------
+# The per-partition disk folds share their key (replica, topic, partition) and are fed, as in the
+# local engine, in decode order. So one shuffle serves them all, and what it moves is a decoded
+# *chunk* (the rows of one file: one key), not a row: a Spark row carries the chunk's key, its
+# place in decode order (split, first row) and the rows the folds select as an Arrow IPC payload,
+# with a flag per fold (the folds' `where` filters read columns the folds do not keep, so they run
+# before the shuffle). `repartition(key).sortWithinPartitions(key, split, row).mapInArrow` then
+# feeds each fold its rows chunk by chunk, exactly the local engine's stream. The rows of the folds
+# the driver runs (`prepare`) and the tasks' coverage come back through the same job.
+
+DISK_KEY = ("replica", "topic", "partition")
+TYPE, PAYLOAD = "__type", "__payload"
+RESULT_SCHEMA = pa.schema([pa.field(TYPE, pa.string()), pa.field(PAYLOAD, pa.binary())])
+CHUNK_SCHEMA = pa.schema([pa.field(KIND, pa.string()), pa.field(SPLIT, pa.int32()), pa.field(ROW, pa.int64()),
+                          pa.field("replica", pa.string()), pa.field("topic", pa.string()),
+                          pa.field("partition", pa.int32()), pa.field(PAYLOAD, pa.binary())])
+
+
+def flag(i: int) -> str:
+    return f"__f{i}"
+
+
+def _disk_columns(kind: str) -> list[str]:
+    cols: list[str] = []
+    for f in DISK_FOLDS:
+        cols.extend(n for n in f.inputs.get(kind, ()) if n not in cols)
+    return cols
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(data).read_all()
+
+
+def _chunk_row(kind: str, split: int, row: int, key: tuple, payload: bytes) -> pa.RecordBatch:
+    values = [kind, split, row, key[0], key[1], key[2], payload]
+    return pa.RecordBatch.from_arrays([pa.array([v], f.type) for v, f in zip(values, CHUNK_SCHEMA)],
+                                      schema=CHUNK_SCHEMA)
+
+
+class DiskChunker:
+    """One task's decoded chunks -> one Spark row per (chunk, key): the folds' rows, flagged."""
+
+    schema = CHUNK_SCHEMA
+
+    def __init__(self, split: int = 0):
+        self.cov = coverage.new_disk()
+        self.split = split
+        self.rows = 0
+
+    def select(self, kind: str, table: pa.Table) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        from kaudit.audit.folds import split_by_key
+
+        coverage.add_disk(self.cov, kind, table)
+        n = table.num_rows
+        first = self.rows
+        self.rows += n
+        cols = _disk_columns(kind)
+        if n == 0 or not cols:
+            return
+        t = table.select(cols)
+        anyone = None
+        for i, f in enumerate(DISK_FOLDS):
+            if kind not in f.inputs:
+                m = pa.array(np.zeros(n, dtype=bool))
+            else:
+                w = f.where.get(kind)
+                m = pa.array(np.ones(n, dtype=bool)) if w is None else pc.fill_null(w(table), False)
+            t = t.append_column(flag(i), m)
+            anyone = m if anyone is None else pc.or_(anyone, m)
+        t = t.append_column(ROW, pa.array(np.arange(first, first + n, dtype=np.int64)))
+        kept = pc.sum(anyone).as_py() or 0
+        if kept == 0:
+            return
+        if kept < n:
+            t = t.filter(anyone)
+        for key, part in split_by_key(t, DISK_KEY):
+            yield _chunk_row(kind, self.split, part.column(ROW)[0].as_py(), key, _ipc(part))
+
+    def meta(self, extra: dict | None = None) -> pa.RecordBatch:
+        meta = json.dumps(dict(extra or {}, cov=self.cov)).encode()
+        return _chunk_row(META_KIND, self.split, 0, (None, None, None), meta)
+
+
+def _result(kind: str, payload: bytes) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([kind]), pa.array([payload], pa.binary())],
+                                      schema=RESULT_SCHEMA)
+
+
+def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The per-partition disk folds over one sorted Spark partition of chunks; the driver's folds'
+    rows and the coverage go back as they came, the findings as one IPC payload."""
+    streamed = [(i, f, f.make(ctx)) for i, f in enumerate(DISK_FOLDS) if streamed_by_local(f, "disk")]
+    driver = [(i, f) for i, f in enumerate(DISK_FOLDS) if not streamed_by_local(f, "disk")]
+    findings: list[dict] = []
+    for rb in batches:
+        cols = (rb.column(0).to_pylist(), rb.column(1).to_pylist(), rb.column(2).to_pylist(),
+                rb.column(PAYLOAD_INDEX).to_pylist())
+        for kind, split, row, payload in zip(*cols):
+            if kind == META_KIND:
+                yield _result("meta", payload)
+                continue
+            t = from_ipc(payload)
+            for i, f in driver:
+                mine = t.filter(t.column(flag(i)))
+                if mine.num_rows:
+                    yield _result(f"rows:{f.name}:{kind}:{split}:{row}", _ipc(mine.select(list(f.inputs[kind]))))
+            for i, f, state in streamed:
+                if kind in f.inputs:
+                    mine = t.filter(t.column(flag(i)))
+                    if mine.num_rows:
+                        findings.extend(state.feed(kind, mine.select(list(f.inputs[kind]))))
+    for _, _, state in streamed:
+        findings.extend(state.finish())
+    if findings:
+        yield _result("findings", _ipc(table_from_rows("finding", findings)))
+
+
+PAYLOAD_INDEX = CHUNK_SCHEMA.get_field_index(PAYLOAD)

@@ -24,7 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kaudit.engine import spark_rows
-from kaudit.engine.spark_folds import Selector, fold_schema
+from kaudit.engine.spark_folds import CHUNK_SCHEMA, DiskChunker, Selector, fold_schema
 from kaudit.model import SCHEMAS
 
 MODES_ALL, MODE_AUDIT = "*", "audit"
@@ -44,7 +44,7 @@ def _arrow_schema(options, side: str) -> pa.Schema:
     if kind == MODES_ALL:
         return spark_rows.envelope_schema(kinds)
     if kind == MODE_AUDIT:
-        return fold_schema(side)
+        return CHUNK_SCHEMA if side == "disk" else fold_schema(side)
     if kind not in kinds:
         raise ValueError(f"kind {kind!r}: one of {', '.join(kinds)}, '*' or 'audit'")
     return spark_rows.spark_schema(SCHEMAS[kind])
@@ -63,7 +63,7 @@ class _Emitter:
     def start(self, split: int) -> None:
         self.split, self.rows = split, 0
         if self.kind == MODE_AUDIT:
-            self.selector = Selector(self.side, split)
+            self.selector = DiskChunker(split) if self.side == "disk" else Selector(self.side, split)
 
     def chunk(self, kind: str, table: pa.Table):
         if self.kind == MODE_AUDIT:

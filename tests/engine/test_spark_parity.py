@@ -75,7 +75,7 @@ def test_extra_log_dirs(spark, corpus):
 
 def test_transactions_view(spark, corpus):
     root = str(corpus / "real-kafka-3.0.2" / "logdirs-final")
-    sel = S.fold_selection("kafka-segments", [root], {}, "transactions", SPARK)
+    sel = S.transactions_selection([root], SPARK)
     assert L.list_transactions([root], selected=sel)[1] == L.list_transactions([root])[1]
 
 
