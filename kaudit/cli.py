@@ -16,7 +16,8 @@ import typer
 
 from kaudit import __version__
 from kaudit.cli_engine import (
-    Engine, EngineOpt, MasterOpt, ParquetOpt, SparkConfOpt, SparkUiOpt, ThresholdOpt, choose,
+    Engine, EngineOpt, MasterOpt, ParquetOpt, SparkConfOpt, SparkUiOpt, ThresholdOpt, choose, close_parquet,
+    parquet_writer,
 )
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
@@ -194,7 +195,9 @@ def decode_pcap(
     if sp is None:
         errors, chunks = decode_pcaps([str(f) for f in files], options, summaries)
     else:
-        errors, chunks = _spark_decode_pcaps([str(f) for f in files], options, summaries, sp)
+        from kaudit.engine import spark
+
+        errors, chunks = spark.decode_pcaps([str(f) for f in files], options, summaries, sp)
     if errors and len(errors) == len(files):
         _exit_unreadable(errors)
     writer, handle = make_writer(format.value, str(output) if output else None)
@@ -216,23 +219,6 @@ def decode_pcap(
             handle.close()
     if errors:
         _exit_unreadable(errors)
-
-
-def _spark_decode_pcaps(names, options, summaries, sp):
-    from kaudit.engine import spark
-    from kaudit.engine.spark import _readable
-    from kaudit.sources.pcap import PcapSummary
-
-    errors, readable = _readable(names)
-    if not readable:
-        return errors, []
-    metas, chunks = spark.decoded_chunks("kafka-pcap", readable, spark.pcap_source_options(options), sp)
-    for m in sorted(metas, key=lambda m: m["split"]):
-        if m.get("error"):
-            errors.append(m["error"])
-        else:
-            summaries[m["capture"]] = PcapSummary(**m["summary"])
-    return errors, chunks
 
 
 class ReportFormat(str, Enum):
@@ -306,24 +292,6 @@ def _report(run, command: str, inputs, format: ReportFormat, output: Optional[Pa
         raise typer.Exit(EXIT_FINDINGS)
 
 
-def _parquet_writer(folder: Optional[Path]):
-    """A writer of the decoded chunks as Parquet while the local engine audits (or None)."""
-    if folder is None:
-        return None
-    from kaudit.report.writers import ParquetWriter
-
-    return ParquetWriter(str(folder))
-
-
-def _close_parquet(writer, run, command: str) -> None:
-    if writer is None:
-        return
-    from kaudit.model import table_from_rows
-
-    writer.write("finding", table_from_rows("finding", run.findings))
-    writer.close({"tool": "kaudit", "version": __version__, "command": command, "engine": run.engine})
-
-
 def _check_report_output(output: Optional[Path], inputs) -> None:
     if output is not None and _inside(output, [p for p in inputs if p.exists()]):
         _err("[red]error:[/red] --output is inside an input: kaudit never writes to what it audits")
@@ -358,10 +326,10 @@ def audit_segments(
     if sp is None:
         from kaudit.engine.local import audit_segments as run_audit
 
-        writer = _parquet_writer(parquet)
+        writer = parquet_writer(parquet)
         run = run_audit(names, now_ms=now_ms, select=sel, ignore=ign, max_batch_bytes=max_batch_bytes,
                         jobs=jobs, progress=sys.stderr.isatty(), tap=writer.write if writer else None)
-        _close_parquet(writer, run, "segments")
+        close_parquet(writer, run, "segments")
     else:
         from kaudit.engine import spark
 
@@ -405,10 +373,10 @@ def audit_pcap(
     if sp is None:
         from kaudit.engine.local import audit_pcaps as run_audit
 
-        writer = _parquet_writer(parquet)
+        writer = parquet_writer(parquet)
         run = run_audit(names, options, now_ms=now_ms, select=sel, ignore=ign,
                         tap=writer.write if writer else None)
-        _close_parquet(writer, run, "pcap")
+        close_parquet(writer, run, "pcap")
     else:
         from kaudit.engine import spark
 
@@ -492,20 +460,9 @@ def list_transactions(
         for t in out:
             typer.echo(json.dumps(t))
     else:
-        from rich.console import Console
-        from rich.table import Table
+        from kaudit.report.transactions import write_transactions_table
 
-        tab = Table("producer", "transactional id", "epoch", "start", "outcome", "partitions (first offset -> marker)",
-                    "coordinator states")
-        for t in out:
-            parts = "\n".join(
-                f"{p['partition']} {p['first_offset']} -> "
-                + (f"{p['marker']['result']}@{p['marker']['offset']} (coord epoch {p['marker']['coordinator_epoch']})"
-                   if p["marker"] else "no marker") for p in t["parts"])
-            states = " ".join(s["state"] for s in t["coordinator_states"])
-            tab.add_row(str(t["producer_id"]), t["transactional_id"] or "", str(t["producer_epoch"]),
-                        str(t["start_ms"]), t["outcome"], parts, states)
-        Console().print(tab)
+        write_transactions_table(out)
 
 
 @app.command("rules")

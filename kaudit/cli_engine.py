@@ -58,5 +58,26 @@ def choose(engine: Engine, paths, master, spark_conf, threshold: str, spark_ui: 
     """None for the local engine, else the SparkOptions to run with."""
     from kaudit.engine.spark import choose_engine
 
+    options = spark_options(master, spark_conf, spark_ui)   # checked whichever engine runs
     name = choose_engine(engine.value, [str(p) for p in paths], parse_size(threshold), master)
-    return None if name == "local" else spark_options(master, spark_conf, spark_ui)
+    return None if name == "local" else options
+
+
+def parquet_writer(folder: Optional[Path]):
+    """A writer of the decoded chunks as Parquet while the local engine audits (or None)."""
+    if folder is None:
+        return None
+    from kaudit.report.writers import ParquetWriter
+
+    return ParquetWriter(str(folder))
+
+
+def close_parquet(writer, run, command: str) -> None:
+    if writer is None:
+        return
+    from kaudit.model import table_from_rows
+
+    writer.write("finding", table_from_rows("finding", run.findings))
+    from kaudit import __version__
+
+    writer.close({"tool": "kaudit", "version": __version__, "command": command, "engine": run.engine})

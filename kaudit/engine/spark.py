@@ -17,7 +17,6 @@ import sys
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kaudit.audit import sort_findings
 from kaudit.audit.folds import Context
@@ -272,6 +271,22 @@ def decoded_chunks(fmt: str, paths: list[str], opts: dict, spark_options: SparkO
     return metas, [(kind, unwrap(part, kind)) for kind, part in kind_runs(t) if kind != META_KIND]
 
 
+def decode_pcaps(names: list[str], options, summaries: dict, spark_options: SparkOptions | None = None
+                 ) -> tuple[list[str], list[tuple[str, pa.Table]]]:
+    """(unreadable inputs, chunks) for `kaudit decode pcap`, as engine.local.decode_pcaps."""
+    from kaudit.sources.pcap import PcapSummary
+
+    errors, readable = _readable(names)
+    if not readable:
+        return errors, []
+    metas, chunks = decoded_chunks("kafka-pcap", readable, pcap_source_options(options), spark_options)
+    for m in sorted(metas, key=lambda m: m["split"]):
+        summaries[m["capture"]] = PcapSummary(**m["summary"])
+        if m.get("error"):
+            errors.append(m["error"])
+    return errors, chunks
+
+
 def decoded_tables(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None
                    ) -> dict[str, pa.Table]:
     """Every decoded row of the inputs, one table per kind (parity checks)."""
@@ -293,27 +308,26 @@ def transactions_selection(paths: list[str], spark_options: SparkOptions | None 
 
 def write_parquet(fmt: str, paths: list[str], opts: dict, directory: str, findings: list[dict],
                   spark_options: SparkOptions | None = None) -> None:
-    """The decoded tables (one folder per kind) and the findings as Parquet, written by the tasks."""
+    """The decoded tables and the findings as Parquet, as the local engine names them
+    (`<dir>/<kind>.parquet`); here each table is a folder of part files written by the tasks
+    (Spark, DuckDB and pyarrow read either), its unsigned columns widened to signed ones."""
+    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
     from kaudit.engine.spark_rows import DISK_KINDS, WIRE_KINDS
-    from kaudit.model import SCHEMAS
+    from kaudit.model import SCHEMAS, table_from_rows
 
     spark = session(spark_options)
     env = _reader(spark, fmt, paths, "*", opts).cache()
     try:
-        kinds = DISK_KINDS if fmt == "kafka-segments" else WIRE_KINDS
-        for kind in kinds:
-            part = env.where(F.col(KIND) == kind).select(*SCHEMAS[kind].names)
-            part.write.mode("overwrite").parquet(os.path.join(directory, kind))
+        present = {r[0] for r in env.select(KIND).distinct().collect()}
+        for kind in DISK_KINDS if fmt == "kafka-segments" else WIRE_KINDS:
+            if kind in present:
+                (env.where(F.col(KIND) == kind).select(*SCHEMAS[kind].names)
+                 .write.mode("overwrite").parquet(os.path.join(directory, f"{kind}.parquet")))
     finally:
         env.unpersist()
-    import pyarrow.parquet as pq
-
-    from kaudit.model import table_from_rows
-
-    os.makedirs(os.path.join(directory, "finding"), exist_ok=True)
-    pq.write_table(table_from_rows("finding", findings), os.path.join(directory, "finding", "findings.parquet"))
+    pq.write_table(table_from_rows("finding", findings), os.path.join(directory, "finding.parquet"))
 
 
 def inputs_bytes(paths: list[str]) -> int:
