@@ -21,7 +21,8 @@ EngineOpt = Annotated[Engine, typer.Option(
     "--engine", help="local (in-process), spark (PySpark) or auto: spark when the inputs exceed "
     "--spark-threshold or --master is given.")]
 MasterOpt = Annotated[Optional[str], typer.Option(
-    "--master", help="Spark master (default local[*]); giving it chooses the Spark engine under auto.")]
+    "--master", help="Spark master (default local[*], or spark-submit's); giving it chooses the Spark "
+    "engine under auto.")]
 SparkConfOpt = Annotated[Optional[list[str]], typer.Option(
     "--spark-conf", help="KEY=VALUE passed to Spark (repeatable).")]
 ThresholdOpt = Annotated[str, typer.Option(
@@ -43,7 +44,7 @@ def parse_size(text: str) -> int:
 
 
 def spark_options(master, spark_conf, spark_ui: bool):
-    from kaudit.engine.spark import DEFAULT_MASTER, SparkOptions
+    from kaudit.engine.spark import SparkOptions
 
     conf = {}
     for item in spark_conf or []:
@@ -51,7 +52,7 @@ def spark_options(master, spark_conf, spark_ui: bool):
         if not sep or not key.strip():
             raise typer.BadParameter(f"--spark-conf {item!r}: give KEY=VALUE")
         conf[key.strip()] = value
-    return SparkOptions(master=master or DEFAULT_MASTER, conf=conf, ui=spark_ui)
+    return SparkOptions(master=master, conf=conf, ui=spark_ui)
 
 
 def choose(engine: Engine, paths, master, spark_conf, threshold: str, spark_ui: bool):

@@ -35,7 +35,7 @@ DEFAULT_THRESHOLD = 1 << 30
 
 @dataclass
 class SparkOptions:
-    master: str = DEFAULT_MASTER
+    master: str | None = None   # None: local[*], or spark-submit's master when it launched us
     conf: dict = field(default_factory=dict)
     ui: bool = False
     split_bytes: int | None = None
@@ -56,18 +56,24 @@ def session(options: SparkOptions | None = None):
     options = options or SparkOptions()
     if _SESSION is not None and _SESSION.sparkContext._jsc is not None:
         return _SESSION
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if options.master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no interface lookup
-    log4j = os.path.join(os.path.dirname(__file__), "log4j2.properties")
-    b = (SparkSession.builder.master(options.master).appName("kaudit")
-         .config("spark.ui.enabled", "true" if options.ui else "false")
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ   # spark-submit started this driver
+    master = options.master or (None if submitted else DEFAULT_MASTER)
+    b = SparkSession.builder.appName("kaudit")
+    if master is not None:
+        b = b.master(master)
+    if master is not None and master.startswith("local"):
+        # one machine: the workers run this very interpreter, no interface lookup
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if not submitted:   # a JVM this process starts: its heap and its logging
+        log4j = os.path.join(os.path.dirname(__file__), "log4j2.properties")
+        b = (b.config("spark.driver.memory", "1g")
+             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}"))
+    b = (b.config("spark.ui.enabled", "true" if options.ui else "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-         .config("spark.python.worker.reuse", "true")
-         .config("spark.driver.memory", "1g")
-         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}"))
+         .config("spark.python.worker.reuse", "true"))
     for k, v in options.conf.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
@@ -330,7 +336,8 @@ def write_parquet(fmt: str, paths: list[str], opts: dict, directory: str, findin
     pq.write_table(table_from_rows("finding", findings), os.path.join(directory, "finding.parquet"))
 
 
-def inputs_bytes(paths: list[str]) -> int:
+def inputs_bytes(paths: list[str], enough: int | None = None) -> int:
+    """The inputs' size in bytes (the walk stops once it passes `enough`)."""
     total = 0
     for p in paths:
         if os.path.isfile(p):
@@ -342,6 +349,8 @@ def inputs_bytes(paths: list[str]) -> int:
                         total += os.path.getsize(os.path.join(root, f))
                     except OSError:
                         pass
+                if enough is not None and total > enough:
+                    return total
     return total
 
 
@@ -349,9 +358,9 @@ def choose_engine(engine: str, paths: list[str], threshold: int, master: str | N
     """`auto`: spark when a master is given or the inputs exceed the threshold, else local."""
     if engine != "auto":
         return engine
-    if master is not None:
+    if master is not None or "PYSPARK_GATEWAY_PORT" in os.environ:   # --master, or under spark-submit
         return "spark"
-    return "spark" if inputs_bytes(paths) > threshold else "local"
+    return "spark" if inputs_bytes(paths, threshold) > threshold else "local"
 
 
 __all__ = ["SparkOptions", "session", "audit_segments", "audit_pcaps", "decoded_tables", "write_parquet",
