@@ -403,6 +403,11 @@ def audit_both(
     jobs: JobsOpt = 1,
     max_frame_bytes: MaxFrameOpt = MAX_FRAME_BYTES,
     max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
+    engine: EngineOpt = Engine.auto,
+    master: MasterOpt = None,
+    spark_conf: SparkConfOpt = None,
+    spark_threshold: ThresholdOpt = "1GiB",
+    spark_ui: SparkUiOpt = False,
 ):
     """Audit captures and log dirs together: both audits, then their join on (topic, partition,
     producer id, epoch, sequence): unanswered Produce requests resolved by the log (stored once,
@@ -414,9 +419,10 @@ def audit_both(
     _check_report_output(output, inputs)
     sel, ign, now_ms = _rule_list(select), _rule_list(ignore), _parse_now(now)
     options = _pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False)
+    sp = choose(engine, inputs, master, spark_conf, spark_threshold, spark_ui)
     run = run_audit([str(f) for f in pcap], [str(p) for p in segments], options, now_ms=now_ms,
                     select=sel, ignore=ign, max_batch_bytes=max_batch_bytes, jobs=jobs,
-                    progress=sys.stderr.isatty())
+                    progress=sys.stderr.isatty(), spark_options=sp)
     if run.errors and not run.coverage["disk"].get("files") and len(run.errors) >= len(pcap):
         _exit_unreadable(run.errors)
     _report(run, "audit", inputs, format, output, fail_on)

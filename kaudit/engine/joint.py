@@ -14,7 +14,21 @@ import pyarrow.compute as pc
 
 from kaudit.audit import sort_findings
 from kaudit.audit import join as J
+from kaudit.audit.folds import Fold
 from kaudit.engine.local import AuditRun, _keep, audit_pcaps, audit_segments
+
+
+def _produce_where(t: pa.Table):
+    return pc.and_(pc.fill_null(pc.equal(t.column("source_kind"), "produce"), False),
+                   pc.invert(pc.fill_null(t.column("is_control"), False)))
+
+
+# What the join takes from the wire, as selections (no rule runs them): both engines select with
+# them, the Spark engine in its tasks.
+PRODUCE_TAP = Fold("join-produce", {"batch": J.PRODUCE_COLUMNS}, (), (), None, where={"batch": _produce_where})
+END_TXN_TAP = Fold("join-end-txn", {"txn_event": J.END_TXN_COLUMNS}, (), (), None,
+                   where={"txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "END_TXN"), False)})
+WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP)
 
 
 class _WireTap:
@@ -23,32 +37,40 @@ class _WireTap:
         self.end_txn: list[pa.Table] = []
 
     def __call__(self, kind: str, t: pa.Table) -> None:
-        if not t.num_rows:
-            return
-        if kind == "batch":
-            t = t.filter(pc.fill_null(pc.equal(t.column("source_kind"), "produce"), False))
-            t = t.filter(pc.invert(pc.fill_null(t.column("is_control"), False)))
-            if t.num_rows:
-                self.produce.append(t.select(list(J.PRODUCE_COLUMNS)))
-        elif kind == "txn_event":
-            t = t.filter(pc.fill_null(pc.equal(t.column("event"), "END_TXN"), False))
-            if t.num_rows:
-                self.end_txn.append(t.select(list(J.END_TXN_COLUMNS)))
+        for tap in WIRE_TAPS:
+            sel = tap.select(kind, t)
+            if sel is not None:
+                self.add(tap.name, sel)
+
+    def add(self, tap: str, selected: pa.Table) -> None:
+        (self.produce if tap == PRODUCE_TAP.name else self.end_txn).append(selected)
 
 
 class _DiskTap:
-    def __init__(self, produce: list[dict]):
-        self.pids = pa.array(sorted({r["producer_id"] for r in produce
-                                     if r["producer_id"] is not None and r["producer_id"] >= 0}), pa.int64())
-        self.txn_pids = pa.array(sorted({r["producer_id"] for r in produce if r["is_transactional"]
-                                         and r["producer_id"] is not None and r["producer_id"] >= 0}), pa.int64())
-        anon = [r for r in produce if r["producer_id"] is None or r["producer_id"] < 0]
-        self.crcs = pa.array(sorted({r["crc"] for r in anon if r["crc"] is not None}), pa.int64())
-        self.offsets = pa.array(sorted({r["response_base_offset"] for r in anon
-                                        if r["response_base_offset"] is not None and r["response_base_offset"] >= 0}),
-                                pa.int64())
+    """The log's batches the join can use (of the wire's producer ids, the markers of its
+    transactional ones, non-idempotent batches a capture names by CRC or offset) and each
+    partition's offset range per replica."""
+
+    def __init__(self, produce: list[dict] | None = None, *, sets: dict | None = None):
+        if sets is None:
+            sets = self.sets_of(produce)
+        self.sets = sets
+        self.pids, self.txn_pids, self.crcs, self.offsets = (
+            pa.array(sets[k], pa.int64()) for k in ("pids", "txn_pids", "crcs", "offsets"))
         self.rows: list[pa.Table] = []
         self.ranges: dict = {}
+
+    @staticmethod
+    def sets_of(produce: list[dict]) -> dict:
+        anon = [r for r in produce if r["producer_id"] is None or r["producer_id"] < 0]
+        return {
+            "pids": sorted({r["producer_id"] for r in produce if r["producer_id"] is not None and r["producer_id"] >= 0}),
+            "txn_pids": sorted({r["producer_id"] for r in produce if r["is_transactional"]
+                                and r["producer_id"] is not None and r["producer_id"] >= 0}),
+            "crcs": sorted({r["crc"] for r in anon if r["crc"] is not None}),
+            "offsets": sorted({r["response_base_offset"] for r in anon
+                               if r["response_base_offset"] is not None and r["response_base_offset"] >= 0}),
+        }
 
     def __call__(self, kind: str, t: pa.Table) -> None:
         if kind != "batch" or not t.num_rows:
@@ -59,10 +81,8 @@ class _DiskTap:
             return
         g = t.group_by(["replica", "topic", "partition"]).aggregate(
             [("base_offset", "min"), ("last_offset", "max")])
-        for rep, top, part, lo, hi in zip(*(g.column(c).to_pylist() for c in
-                                            ("replica", "topic", "partition", "base_offset_min", "last_offset_max"))):
-            rng = self.ranges.setdefault((rep, top, part), [lo, hi])
-            rng[0], rng[1] = min(rng[0], lo), max(rng[1], hi)
+        merge_ranges(self.ranges, zip(*(g.column(c).to_pylist() for c in
+                                        ("replica", "topic", "partition", "base_offset_min", "last_offset_max"))))
         pid = t.column("producer_id").cast(pa.int64())
         control = pc.fill_null(t.column("is_control"), False)
         data = pc.and_(pc.invert(control), pc.is_in(pid, value_set=self.pids))
@@ -80,20 +100,38 @@ def _rows(tables: list[pa.Table]) -> list[dict]:
     return pa.concat_tables(tables).to_pylist() if tables else []
 
 
+def merge_ranges(into: dict, ranges) -> dict:
+    for rep, top, part, lo, hi in ranges:
+        rng = into.setdefault((rep, top, part), [lo, hi])
+        rng[0], rng[1] = min(rng[0], lo), max(rng[1], hi)
+    return into
+
+
 def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | None = None,
                select=(), ignore=(), max_batch_bytes: int = 64 << 20, jobs: int = 1,
-               progress: bool = False) -> AuditRun:
-    wire_tap = _WireTap()
-    wire = audit_pcaps(pcaps, options, now_ms=now_ms, select=select, ignore=ignore, tap=wire_tap)
-    produce = _rows(wire_tap.produce)
-    disk_tap = _DiskTap(produce)
-    disk = audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
-                          max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress, tap=disk_tap)
+               progress: bool = False, spark_options=None) -> AuditRun:
+    if spark_options is not None:
+        from kaudit.engine import spark
+
+        wire_tap = _WireTap()
+        wire = spark.audit_pcaps(pcaps, options, now_ms=now_ms, select=select, ignore=ignore,
+                                 spark_options=spark_options, taps=wire_tap)
+        produce = _rows(wire_tap.produce)
+        disk_tap = _DiskTap(produce)
+        disk = spark.audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
+                                    max_batch_bytes=max_batch_bytes, spark_options=spark_options, tap=disk_tap)
+    else:
+        wire_tap = _WireTap()
+        wire = audit_pcaps(pcaps, options, now_ms=now_ms, select=select, ignore=ignore, tap=wire_tap)
+        produce = _rows(wire_tap.produce)
+        disk_tap = _DiskTap(produce)
+        disk = audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
+                              max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress, tap=disk_tap)
     inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.end_txn), disk=_rows(disk_tap.rows),
                       ranges=disk_tap.ranges)
     joined, jcov = J.join(inp)
     keep = _keep(set(select), set(ignore))
-    run = AuditRun(errors=wire.errors + disk.errors)
+    run = AuditRun(errors=wire.errors + disk.errors, engine=disk.engine, application_id=disk.application_id)
     run.findings = sort_findings(wire.findings + disk.findings + [f for f in joined if keep(f)])
     jcov["disk_batches_kept"] = len(inp.disk)
     run.coverage = {"wire": wire.coverage, "disk": disk.coverage, "join": jcov}

@@ -133,7 +133,7 @@ def _run_folds(spark, env, side: str, ctx: Context, keep, input_bytes: int) -> l
     return out
 
 
-def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int):
+def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int, tap=None):
     """One job: decode (tasks over splits), one shuffle of the decoded chunks by (replica, topic,
     partition) sorted by (split, row) - decode order -, the per-partition folds in mapInArrow.
     -> (findings, the driver folds' rows as (kind, table) in decode order, the tasks' meta rows)."""
@@ -150,9 +150,12 @@ def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int):
               .repartition(parts, *DISK_KEY).sortWithinPartitions(*sort)
               .mapInArrow(lambda it: run_disk(context_from(ctx_d), it), from_arrow_schema(RESULT_SCHEMA))
               .toArrow())
-    findings, metas, rows = [], [], {}
+    findings, metas, rows, tapped = [], [], {}, []
     for typ, payload in zip(result.column(TYPE).to_pylist(), result.column(PAYLOAD).to_pylist()):
-        if typ == "findings":
+        if typ.startswith("tap:"):
+            _, split, row = typ.split(":")
+            tapped.append((int(split), int(row), from_ipc(payload)))
+        elif typ == "findings":
             findings.extend(findings_from_table(from_ipc(payload)))
         elif typ == "meta":
             metas.append(json.loads(payload))
@@ -162,6 +165,12 @@ def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int):
     # decode order: (split, first row) of each chunk; the rows of a chunk are in order
     driver_rows = {name: [(k, t) for _, _, k, t in sorted(chunks, key=lambda c: c[:2])]
                    for name, chunks in rows.items()}
+    if tap is not None:
+        from kaudit.engine.joint import merge_ranges
+
+        tap.rows.extend(t for _, _, t in sorted(tapped, key=lambda c: c[:2]))
+        for m in metas:
+            merge_ranges(tap.ranges, m.get("ranges", []))
     return findings, driver_rows, metas
 
 
@@ -176,7 +185,10 @@ def _envelope(spark, fmt: str, paths: list[str], opts: dict):
 
 
 def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ignore=(),
-                   max_batch_bytes: int = 64 << 20, spark_options: SparkOptions | None = None) -> AuditRun:
+                   max_batch_bytes: int = 64 << 20, spark_options: SparkOptions | None = None,
+                   tap=None) -> AuditRun:
+    """As engine.local.audit_segments; `tap` (engine.joint._DiskTap) gets the join's rows and
+    offset ranges, selected by the tasks."""
     from kaudit.sources.logdir import plan
 
     p = plan(paths)
@@ -192,9 +204,10 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
         run.coverage, run.reference_time_ms = cov, now_ms
         return run
     opts = {"max_batch_bytes": max_batch_bytes,
-            "split_bytes": spark_options.split_bytes if spark_options else None}
+            "split_bytes": spark_options.split_bytes if spark_options else None,
+            "join": json.dumps(tap.sets) if tap is not None else None}
     keep = _keep(set(select), set(ignore))
-    findings, driver_rows, metas = _disk_job(spark, readable, opts, p.total_bytes)
+    findings, driver_rows, metas = _disk_job(spark, readable, opts, p.total_bytes, tap)
     for m in metas:
         coverage.merge(cov, m["cov"])
     latest = cov.pop(coverage.LATEST)
@@ -211,7 +224,8 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
 
 
 def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=(), ignore=(),
-                spark_options: SparkOptions | None = None) -> AuditRun:
+                spark_options: SparkOptions | None = None, taps=None) -> AuditRun:
+    """As engine.local.audit_pcaps; `taps` (engine.joint._WireTap) gets the join's wire rows."""
     errors, readable = _readable(paths)
     run = AuditRun(errors=errors, engine="spark")
     spark = session(spark_options)
@@ -235,6 +249,8 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
                 ctx.reference_time_ms = int(max(last) * 1000)
             size = sum(os.path.getsize(x) for x in readable)
             run.findings = sort_findings(_run_folds(spark, env, "wire", ctx, _keep(set(select), set(ignore)), size))
+            if taps is not None:
+                _collect_taps(env, taps)
         finally:
             env.unpersist()
     cov["packets"] = sum(s["packets"] for s in captures.values())
@@ -243,6 +259,18 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
     run.coverage = cov
     run.reference_time_ms = ctx.reference_time_ms
     return run
+
+
+def _collect_taps(env, taps) -> None:
+    from pyspark.sql import functions as F
+
+    from kaudit.engine.joint import WIRE_TAPS
+
+    for tap in WIRE_TAPS:
+        t = env.where(F.col(FOLD) == tap.name).toArrow()
+        t = t.sort_by([("__split", "ascending"), ("__row", "ascending")])
+        for _, part in fold_input(t, tap):
+            taps.add(tap.name, part)
 
 
 def pcap_source_options(options) -> dict:

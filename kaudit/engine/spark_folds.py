@@ -31,10 +31,17 @@ def fold_by_name(name: str) -> Fold:
     raise KeyError(name)
 
 
+def selected_folds(side: str) -> tuple[Fold, ...]:
+    """The folds a task selects rows for: the rules', and on the wire the join's taps."""
+    from kaudit.engine.joint import WIRE_TAPS
+
+    return FOLDS[side] + (WIRE_TAPS if side == "wire" else ())
+
+
 def fold_schema(side: str) -> pa.Schema:
     """The fold envelope of one side (disk or wire): every fold's input columns."""
     cols: dict[str, list] = {}
-    for f in FOLDS[side]:
+    for f in selected_folds(side):
         for kind, names in f.inputs.items():
             have = cols.setdefault(kind, [])
             have.extend(n for n in names if n not in have)
@@ -57,7 +64,7 @@ class Selector:
 
     def __init__(self, side: str, split: int = 0):
         self.side = side
-        self.folds = FOLDS[side]
+        self.folds = selected_folds(side)
         self.schema = fold_schema(side)
         self.cov = coverage.new_disk() if side == "disk" else coverage.new_wire()
         self.split = split
@@ -138,6 +145,7 @@ def meta_rows(table: pa.Table) -> list[dict]:
 # the driver runs (`prepare`) and the tasks' coverage come back through the same job.
 
 DISK_KEY = ("replica", "topic", "partition")
+TAP_KIND = "__tap"
 TYPE, PAYLOAD = "__type", "__payload"
 RESULT_SCHEMA = pa.schema([pa.field(TYPE, pa.string()), pa.field(PAYLOAD, pa.binary())])
 CHUNK_SCHEMA = pa.schema([pa.field(KIND, pa.string()), pa.field(SPLIT, pa.int32()), pa.field(ROW, pa.int64()),
@@ -178,10 +186,13 @@ class DiskChunker:
 
     schema = CHUNK_SCHEMA
 
-    def __init__(self, split: int = 0):
+    def __init__(self, split: int = 0, join: dict | None = None):
+        from kaudit.engine.joint import _DiskTap
+
         self.cov = coverage.new_disk()
         self.split = split
         self.rows = 0
+        self.tap = None if join is None else _DiskTap(sets=join)   # `kaudit audit`: the join's rows
 
     def select(self, kind: str, table: pa.Table) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
@@ -192,6 +203,11 @@ class DiskChunker:
         n = table.num_rows
         first = self.rows
         self.rows += n
+        if self.tap is not None:
+            self.tap(kind, table)
+            for t in self.tap.rows:
+                yield _chunk_row(TAP_KIND, self.split, first, (None, None, None), _ipc(t))
+            self.tap.rows.clear()
         cols = _disk_columns(kind)
         if n == 0 or not cols:
             return
@@ -215,7 +231,10 @@ class DiskChunker:
             yield _chunk_row(kind, self.split, part.column(ROW)[0].as_py(), key, _ipc(part))
 
     def meta(self, extra: dict | None = None) -> pa.RecordBatch:
-        meta = json.dumps(dict(extra or {}, cov=self.cov)).encode()
+        extra = dict(extra or {}, cov=self.cov)
+        if self.tap is not None:
+            extra["ranges"] = [[*k, lo, hi] for k, (lo, hi) in self.tap.ranges.items()]
+        meta = json.dumps(extra).encode()
         return _chunk_row(META_KIND, self.split, 0, (None, None, None), meta)
 
 
@@ -236,6 +255,9 @@ def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
         for kind, split, row, payload in zip(*cols):
             if kind == META_KIND:
                 yield _result("meta", payload)
+                continue
+            if kind == TAP_KIND:
+                yield _result(f"tap:{split}:{row}", payload)
                 continue
             t = from_ipc(payload)
             for i, f in driver:

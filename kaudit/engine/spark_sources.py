@@ -54,6 +54,7 @@ class _Emitter:
     """Shapes one task's decoded chunks for the read's mode."""
 
     def __init__(self, side: str, options, schema: pa.Schema):
+        self.options = options
         self.kind = options.get("kind", "batch")
         self.schema = schema
         self.side = side
@@ -63,7 +64,8 @@ class _Emitter:
     def start(self, split: int) -> None:
         self.split, self.rows = split, 0
         if self.kind == MODE_AUDIT:
-            self.selector = DiskChunker(split) if self.side == "disk" else Selector(self.side, split)
+            join = json.loads(self.options["join"]) if self.options.get("join") else None
+            self.selector = DiskChunker(split, join) if self.side == "disk" else Selector(self.side, split)
 
     def chunk(self, kind: str, table: pa.Table):
         if self.kind == MODE_AUDIT:

@@ -175,3 +175,15 @@ def test_sources_from_spark_sql(spark, corpus):
     pcap = str(corpus / "real-kafka-3.0.2" / "pcap" / "03-txn-java.pcap")
     frames = spark.read.format("kafka-pcap").option("kind", "frame").load(pcap)
     assert frames.where("api_name = 'EndTxn'").count() >= 1
+
+
+# -- wire and disk together ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("capture", ["02-retry-noidem-confluent.pcap", "06-dangling-open-txn-then-restart.pcap",
+                                     "05-fence-java.pcap"])
+def test_audit_join(spark, corpus, capture):
+    from kaudit.engine.joint import audit_both
+
+    pcap = [str(corpus / "real-kafka-3.0.2" / "pcap" / capture)]
+    logs = [str(corpus / "real-kafka-3.0.2" / "logdirs-final")]
+    _same(audit_both(pcap, logs, PORTS, spark_options=SPARK), audit_both(pcap, logs, PORTS))
