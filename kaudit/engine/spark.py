@@ -140,7 +140,9 @@ def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int, tap=None):
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from kaudit.engine.spark_folds import DISK_KEY, PAYLOAD, RESULT_SCHEMA, TYPE, from_ipc, run_disk
+    from kaudit.engine.spark_folds import (
+        DISK_KEY, PAYLOAD, RESULT_SCHEMA, TYPE, from_ipc, restore_constants, run_disk,
+    )
     from kaudit.engine.spark_rows import ROW, SPLIT
 
     ctx_d = context_dict(Context())   # the per-partition folds do not read the reference time
@@ -161,7 +163,8 @@ def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int, tap=None):
             metas.append(json.loads(payload))
         else:
             _, name, kind, split, row = typ.split(":")
-            rows.setdefault(name, []).append((int(split), int(row), kind, from_ipc(payload)))
+            t = restore_constants(from_ipc(payload)).select(list(fold_by_name(name).inputs[kind]))
+            rows.setdefault(name, []).append((int(split), int(row), kind, t))
     # decode order: (split, first row) of each chunk; the rows of a chunk are in order
     driver_rows = {name: [(k, t) for _, _, k, t in sorted(chunks, key=lambda c: c[:2])]
                    for name, chunks in rows.items()}

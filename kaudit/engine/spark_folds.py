@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from kaudit.audit import DISK_FOLDS, WIRE_FOLDS
-from kaudit.audit.folds import Context, Fold
+from kaudit.audit.folds import Context, Fold, constant
 from kaudit.engine import coverage
 from kaudit.engine.spark_rows import KIND, META_KIND, ROW, SPLIT, envelope_schema, kind_runs, meta_batch, unwrap, wrap
 from kaudit.model import FINDING, table_from_rows
@@ -164,6 +164,39 @@ def _disk_columns(kind: str) -> list[str]:
     return cols
 
 
+_CONSTANTS = "__constants"   # schema metadata: the columns left out of a payload, with their value
+
+
+def _drop_constants(t: pa.Table) -> pa.Table:
+    """A chunk is one file of one partition: its place columns hold one value each, which the
+    payload carries once (in its schema's metadata) instead of once per row."""
+    const = {}
+    for name in ("replica", "topic", "partition", "source"):
+        if name in t.column_names:
+            ok, value = constant(t.column(name))
+            if ok:
+                const[name] = value
+    if not const:
+        return t
+    kept = t.drop_columns(list(const))
+    types = {n: str(t.schema.field(n).type) for n in const}
+    meta = {_CONSTANTS: json.dumps({"values": const, "types": types})}
+    return kept.replace_schema_metadata(meta)
+
+
+def restore_constants(t: pa.Table) -> pa.Table:
+    meta = t.schema.metadata or {}
+    raw = meta.get(_CONSTANTS.encode())
+    if raw is None:
+        return t
+    info = json.loads(raw)
+    n = t.num_rows
+    for name, value in info["values"].items():
+        typ = {"string": pa.string(), "int32": pa.int32()}[info["types"][name]]
+        t = t.append_column(pa.field(name, typ), pa.array([value] * n, typ))
+    return t.replace_schema_metadata(None)
+
+
 def _ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
@@ -228,7 +261,7 @@ class DiskChunker:
         if kept < n:
             t = t.filter(anyone)
         for key, part in split_by_key(t, DISK_KEY):
-            yield _chunk_row(kind, self.split, part.column(ROW)[0].as_py(), key, _ipc(part))
+            yield _chunk_row(kind, self.split, part.column(ROW)[0].as_py(), key, _ipc(_drop_constants(part)))
 
     def meta(self, extra: dict | None = None) -> pa.RecordBatch:
         extra = dict(extra or {}, cov=self.cov)
@@ -259,11 +292,12 @@ def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
             if kind == TAP_KIND:
                 yield _result(f"tap:{split}:{row}", payload)
                 continue
-            t = from_ipc(payload)
+            t = restore_constants(from_ipc(payload))
             for i, f in driver:
                 mine = t.filter(t.column(flag(i)))
                 if mine.num_rows:
-                    yield _result(f"rows:{f.name}:{kind}:{split}:{row}", _ipc(mine.select(list(f.inputs[kind]))))
+                    yield _result(f"rows:{f.name}:{kind}:{split}:{row}",
+                                  _ipc(_drop_constants(mine.select(list(f.inputs[kind])))))
             for i, f, state in streamed:
                 if kind in f.inputs:
                     mine = t.filter(t.column(flag(i)))
