@@ -89,6 +89,19 @@ def decode_pcaps(paths: list[str], options, summaries: dict) -> tuple[list[str],
     return errors, chunks()
 
 
+def readable_files(paths: list[str]) -> tuple[list[str], list[str]]:
+    """(errors, readable) for input files named on the command line."""
+    errors, readable = [], []
+    for p in paths:
+        if not os.path.isfile(p):
+            errors.append(f"{p}: no such file")
+        elif not os.access(p, os.R_OK):
+            errors.append(f"{p}: permission denied")
+        else:
+            readable.append(p)
+    return errors, readable
+
+
 # -- decode + audit ----------------------------------------------------------------------------
 
 @dataclass

@@ -21,7 +21,7 @@ import pyarrow as pa
 from kaudit.audit import sort_findings
 from kaudit.audit.folds import Context
 from kaudit.engine import coverage
-from kaudit.engine.local import AuditRun, _keep, sorted_stream
+from kaudit.engine.local import AuditRun, _keep, readable_files, sorted_stream
 from kaudit.engine.spark_folds import (
     FOLDS, context_dict, context_from, findings_from_table, fold_by_name, fold_input, meta_rows, run_fold,
     sort_columns,
@@ -229,7 +229,7 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
 def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=(), ignore=(),
                 spark_options: SparkOptions | None = None, taps=None) -> AuditRun:
     """As engine.local.audit_pcaps; `taps` (engine.joint._WireTap) gets the join's wire rows."""
-    errors, readable = _readable(paths)
+    errors, readable = readable_files(paths)
     run = AuditRun(errors=errors, engine="spark")
     spark = session(spark_options)
     run.application_id = application_id(spark)
@@ -282,18 +282,6 @@ def pcap_source_options(options) -> dict:
             "deep": str(options.deep).lower()}
 
 
-def _readable(paths: list[str]) -> tuple[list[str], list[str]]:
-    errors, readable = [], []
-    for p in paths:
-        if not os.path.isfile(p):
-            errors.append(f"{p}: no such file")
-        elif not os.access(p, os.R_OK):
-            errors.append(f"{p}: permission denied")
-        else:
-            readable.append(p)
-    return errors, readable
-
-
 def decoded_chunks(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None
                    ) -> tuple[list[dict], list[tuple[str, pa.Table]]]:
     """(the tasks' meta rows, every decoded row as (kind, table) runs in the local engine's order).
@@ -313,7 +301,7 @@ def decode_pcaps(names: list[str], options, summaries: dict, spark_options: Spar
     """(unreadable inputs, chunks) for `kaudit decode pcap`, as engine.local.decode_pcaps."""
     from kaudit.sources.pcap import PcapSummary
 
-    errors, readable = _readable(names)
+    errors, readable = readable_files(names)
     if not readable:
         return errors, []
     metas, chunks = decoded_chunks("kafka-pcap", readable, pcap_source_options(options), spark_options)
