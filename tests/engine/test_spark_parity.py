@@ -83,7 +83,10 @@ def test_transactions_view(spark, corpus):
 def test_crafted_log_dirs(spark, case, tmp_path):
     from test_disk_golden import CASES
 
-    _segments([CASES[case](tmp_path)])
+    root = CASES[case](tmp_path)
+    _segments([root])
+    _, chunks = L.decode_segments([str(root)])
+    _same_tables(S.decoded_tables("kafka-segments", [str(root)], {}, SPARK), _local_tables(chunks))
 
 
 def test_crafted_transaction_log_dirs(spark, tmp_path, monkeypatch):
@@ -154,6 +157,9 @@ def test_crafted_captures(spark, case, tmp_path):
     path = tmp_path / f"{case}.pcap"
     CASES[case](path)
     _pcaps([path], PcapOptions())
+    _, chunks = L.decode_pcaps([str(path)], PcapOptions(), {})
+    _same_tables(S.decoded_tables("kafka-pcap", [str(path)], S.pcap_source_options(PcapOptions()), SPARK),
+                 _local_tables(chunks))
 
 
 def test_unreadable_inputs_are_reported_alike(spark, tmp_path):
