@@ -79,6 +79,22 @@ class StreamConflict:
                 f"len={self.length}, frame={self.frame})")
 
 
+class Diverted:
+    """A TCP segment of a connection the consumer asked to have handed over raw
+    (`CaptureStreams(divert=...)`): not reassembled here. `segment` is the link layer's
+    TcpSegment; its payload is a memoryview into the capture buffer (copy what you keep)."""
+
+    __slots__ = ("segment", "frame", "ts")
+
+    def __init__(self, segment, frame, ts):
+        self.segment = segment
+        self.frame = frame
+        self.ts = ts
+
+    def __repr__(self):
+        return f"Diverted({self.segment!r}, frame={self.frame})"
+
+
 class ConnClose:
     """reason: fin (both FINs delivered), rst, reused (a new SYN took the 4-tuple over), end (the
     capture ended with the connection open)."""

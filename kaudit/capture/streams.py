@@ -13,7 +13,7 @@ import mmap
 import struct
 from collections.abc import Iterator
 
-from kaudit.capture.events import StreamData
+from kaudit.capture.events import Diverted, StreamData
 from kaudit.capture.link import ACK, FIN, RST, SYN, VLAN_TYPES, LinkDecoder, TcpSegment
 from kaudit.capture.pcap import open_capture
 from kaudit.capture.tcp import MASK, MAX_BUFFER, Reassembler
@@ -41,10 +41,16 @@ class CaptureStreams:
     connection of the capture in `buf`. Afterwards: `issues` (file problems), `packets`,
     `tcp_packets`, `dropped` (non-TCP packets by reason), `last_ts`.
 
+    `divert`: 4-tuples (src, sport, dst, dport; both orientations) whose segments are not
+    reassembled but yielded as `Diverted` events, in capture order (the sources layer stitches
+    connections that span rotated capture files this way). Those packets never reach the
+    reassembler, so the fused fast path below never sees them: no cost for the others.
+
     Raises only DecodeError (from open_capture, for input that is not a capture)."""
 
-    def __init__(self, buf, max_buffer: int = MAX_BUFFER):
+    def __init__(self, buf, max_buffer: int = MAX_BUFFER, divert=None):
         self.capture = open_capture(buf)
+        self.divert = divert or None
         # the mapping whose read pages are released as the loop goes (None: not an mmap)
         self._mapped = buf if isinstance(buf, mmap.mmap) and _DONTNEED is not None else None
         self.link = LinkDecoder()
@@ -81,6 +87,7 @@ class CaptureStreams:
         ack_flag = ACK
         mask = MASK
         mapped = self._mapped
+        divert = self.divert
         release_at = RELEASE_EVERY if mapped is not None else float("inf")
         try:
             for frame, ts, lt, start, end, origlen, _iface in self.capture.records():
@@ -135,8 +142,11 @@ class CaptureStreams:
                         sport, dport = ports >> 16, ports & 0xFFFF
                         s = v4.get(src) or v4_name(src)
                         d = v4.get(dst) or v4_name(dst)
-                        yield from feed(TcpSegment(s, d, sport, dport, seq, ack, flags,
-                                                   mv[pstart:wire_end], 0), frame, ts)
+                        seg = TcpSegment(s, d, sport, dport, seq, ack, flags, mv[pstart:wire_end], 0)
+                        if divert is not None and (s, sport, d, dport) in divert:
+                            yield Diverted(seg, frame, ts)
+                            continue
+                        yield from feed(seg, frame, ts)
                         ent = table.get((s, sport, d, dport))
                         if ent is not None:
                             if len(fast_tab) > 2 * len(table) + 1024:
@@ -145,6 +155,9 @@ class CaptureStreams:
                         continue
                 seg = decode(lt, mv[start:end], origlen)
                 if seg is not None:
+                    if divert is not None and (seg.src, seg.sport, seg.dst, seg.dport) in divert:
+                        yield Diverted(seg, frame, ts)
+                        continue
                     evs = feed(seg, frame, ts)
                     if evs:
                         yield from evs
