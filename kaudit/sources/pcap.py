@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from kaudit.capture import CaptureStreams, ConnClose, ConnOpen, StreamConflict, StreamData, StreamGap
+from kaudit.capture import (
+    CaptureStreams, ConnClose, ConnOpen, Diverted, StreamConflict, StreamData, StreamGap,
+)
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.wire.headers import DEFAULT_MAX_FRAME
@@ -57,9 +59,13 @@ class PcapSummary:
     dropped: dict = field(default_factory=dict)
 
 
-def decode_capture(path: str, options: PcapOptions | None = None, summary: PcapSummary | None = None
-                   ) -> Iterator[tuple[str, pa.Table]]:
-    """(kind, table) chunks for one capture file. Raises DecodeError if it is no capture."""
+def decode_capture(path: str, options: PcapOptions | None = None, summary: PcapSummary | None = None,
+                   fragments=None) -> Iterator[tuple[str, pa.Table]]:
+    """(kind, table) chunks for one capture file. Raises DecodeError if it is no capture.
+
+    `fragments` (pcap_stitch.Fragments, for rotated captures): the connections the file does not
+    hold whole are not decoded but handed to it as TCP segments, and its chunks come out among
+    the rows'."""
     options = options or PcapOptions()
     summary = summary if summary is not None else PcapSummary()
     with open(path, "rb") as f:  # read-only: kaudit never writes to what it audits
@@ -67,13 +73,15 @@ def decode_capture(path: str, options: PcapOptions | None = None, summary: PcapS
             raise DecodeError(f"{path}: empty file, not a capture")
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
+        if fragments is not None:
+            fragments.prepare(mm)
         jobs = options.jobs if options.jobs is not None else auto_jobs(len(mm))
         if jobs > 1:
             from kaudit.sources.pcap_parallel import decode_parallel
 
-            yield from decode_parallel(mm, path, options, summary, jobs)
+            yield from decode_parallel(mm, path, options, summary, jobs, fragments)
         else:
-            yield from _decode(mm, path, options, summary)
+            yield from _decode(mm, path, options, summary, fragments)
     finally:
         try:
             mm.close()
@@ -156,19 +164,25 @@ def auto_jobs(size: int) -> int:
     return max(1, min(cpus, MAX_JOBS))
 
 
-def _decode(mm, path, options, summary):
-    streams = CaptureStreams(mm)
+def _decode(mm, path, options, summary, fragments=None):
+    streams = CaptureStreams(mm, divert=fragments.divert if fragments is not None else None)
     rows = WireRows(path)
     session = Session(path, options, rows)
     convs = session.convs
     for ev in streams.events():
         if type(ev) is StreamData:
             convs[ev.conn_id].data(ev)
+        elif type(ev) is Diverted:
+            if fragments.add(ev):
+                yield from fragments.tables()
         else:
             session.event(ev)
             summary.connections += type(ev) is ConnOpen
         if rows.count >= FLUSH_ROWS:
             yield from rows.tables()
+    if fragments is not None:
+        fragments.end(streams.packets, streams.last_ts)
+        yield from fragments.tables()
     session.finish()
     capture_issues(rows, path, streams)
     summary.kafka_connections = session.kafka_connections

@@ -25,7 +25,7 @@ from collections import deque
 
 import pyarrow as pa
 
-from kaudit.capture import CaptureStreams, ConnClose, ConnOpen, StreamData
+from kaudit.capture import CaptureStreams, ConnClose, ConnOpen, Diverted, StreamData
 from kaudit.sources.pcap import FLUSH_ROWS, KEY_CLOSED, KEY_ISSUES, Session, capture_issues
 from kaudit.sources.wire_rows import WireRows, table_from_tuples
 
@@ -417,20 +417,22 @@ class _Worker:
 # ---- the main process ------------------------------------------------------------------------
 
 
-def decode_parallel(mm, path: str, options, summary, jobs: int):
-    """`pcap._decode` with `jobs` processes (the rows and chunks are the same)."""
-    streams = CaptureStreams(mm)  # raises for input that is no capture, before any spawn
+def decode_parallel(mm, path: str, options, summary, jobs: int, fragments=None):
+    """`pcap._decode` with `jobs` processes (the rows and chunks are the same). `fragments`: as
+    in `pcap._decode` (the main process writes them; they are not rows, so not merged)."""
+    # raises for input that is no capture, before any spawn
+    streams = CaptureStreams(mm, divert=fragments.divert if fragments is not None else None)
     workers = [_Worker(part, path, options) for part in range(1, jobs)]
     done = False
     try:
-        yield from _run(streams, path, options, summary, jobs, workers)
+        yield from _run(streams, path, options, summary, jobs, workers, fragments)
         done = True
     finally:
         for w in workers:
             w.close(wait=done)
 
 
-def _run(streams, path, options, summary, jobs, workers):
+def _run(streams, path, options, summary, jobs, workers, fragments=None):
     rows = KeyedRows(path)
     session = Session(path, options, rows)
     merger = Merger(jobs)
@@ -450,6 +452,9 @@ def _run(streams, path, options, summary, jobs, workers):
                     mark(number)
             else:
                 workers[part - 1].data(number, ev)
+        elif type(ev) is Diverted:
+            if fragments.add(ev):
+                yield from fragments.tables()
         else:
             if type(ev) is ConnOpen:
                 part = owners[ev.conn_id] = owner(ev.conn_id, jobs)
@@ -472,6 +477,9 @@ def _run(streams, path, options, summary, jobs, workers):
                 merger.add(0, *rows.take(), number)
                 handed = number
             yield from merger.ready()
+    if fragments is not None:
+        fragments.end(streams.packets, streams.last_ts)
+        yield from fragments.tables()
     for w in workers:  # final stats: packets after a close (the last ACK) still count
         w.end(number, {cid: close.stats for cid, close in closes[w.part].items()})
     session.finish(mark=mark)
