@@ -65,7 +65,11 @@ def _with_progress(p: Plan, chunks):
 
 
 def decode_pcaps(paths: list[str], options, summaries: dict) -> tuple[list[str], Iterator[tuple[str, pa.Table]]]:
-    """(unreadable inputs, chunks) for capture files; `summaries[path]` is filled as each is read."""
+    """(unreadable inputs, chunks) for capture files; `summaries[path]` is filled as each is read.
+    Several files are decoded as one capture (rotated files: connections that span them are
+    stitched, sources.pcap_stitch)."""
+    from kaudit.sources.pcap_stitch import decode_captures
+
     errors = []
     readable = []
     for p in paths:
@@ -77,14 +81,7 @@ def decode_pcaps(paths: list[str], options, summaries: dict) -> tuple[list[str],
             readable.append(p)
 
     def chunks():
-        for p in readable:
-            summaries[p] = PcapSummary()
-            try:
-                yield from decode_capture(p, options, summaries[p])
-            except DecodeError as e:
-                errors.append(f"{p}: {e.message}")
-            except OSError as e:
-                errors.append(f"{p}: {e.strerror or e}")
+        yield from decode_captures(readable, options, summaries, errors)
 
     return errors, chunks()
 
