@@ -5,6 +5,7 @@ producer id, folded into the coordinator's transactions, and the state machine t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from kaudit.audit.registry import evidence, finding, rule
 
@@ -76,7 +77,8 @@ class CoordTxn:
 
 @dataclass
 class CoordView:
-    """The coordinator's records of one producer id: its transactions and its latest state."""
+    """The coordinator's records of one producer id: its transactions and its latest state.
+    `registered` and `follows` are indexes for the rules, computed once `build` is done."""
 
     transactional_ids: set[str] = field(default_factory=set)
     txns: list[CoordTxn] = field(default_factory=list)
@@ -90,6 +92,20 @@ class CoordView:
         if self.txns and not self.txns[-1].complete and self.last_state in OPEN_STATES:
             return self.txns[-1]
         return None
+
+    @cached_property
+    def registered(self) -> frozenset[str]:
+        """Every partition some transaction of the producer listed."""
+        return frozenset(tp for t in self.txns for tp in t.partitions)
+
+    @cached_property
+    def _position(self) -> dict[int, int]:
+        return {id(t): i for i, t in enumerate(self.txns)}
+
+    def follows(self, a: CoordTxn, b: CoordTxn) -> bool:
+        """True when `b` comes right after `a` in the coordinator's order."""
+        i, j = self._position.get(id(a)), self._position.get(id(b))
+        return i is not None and j == i + 1
 
 
 def _tps(s: str | None) -> list[str]:
@@ -113,9 +129,11 @@ def pick_replica(rows: list[dict]) -> list[dict]:
 
 def build(rows: list[dict]) -> CoordView:
     """Fold the coordinator records of one producer id into its transactions, checking each
-    transition (illegal-state-transition findings in `view.findings`)."""
+    transition (illegal-state-transition findings in `view.findings`). One pass over the records
+    in pick_replica's order; a transaction runs from a record other than Empty/Dead of its
+    transactional id to its Complete record (the id's next record closes it)."""
     view = CoordView()
-    prev_by_id: dict[str, dict] = {}
+    prev_by_id: dict[str, tuple[str, dict]] = {}   # tid -> (state, its latest record)
     cur: dict[str, CoordTxn | None] = {}
     for r in pick_replica(rows):
         tid = r["transactional_id"]
@@ -125,8 +143,9 @@ def build(rows: list[dict]) -> CoordView:
             continue
         state = r["state"] or f"unknown({r.get('state_id')})"
         view.transactional_ids.add(tid)
-        prev = prev_by_id.get(tid)
-        if illegal_state_transition(prev["state"] if prev else None, state):
+        last = prev_by_id.get(tid)
+        if last is not None and illegal_state_transition(last[0], state):
+            prev = {**last[1], "state": last[0]}
             view.findings.append(finding(
                 "illegal-state-transition",
                 f"transactional id {tid!r} (producer {r['producer_id']}): {prev['state']} -> {state} "
@@ -141,10 +160,10 @@ def build(rows: list[dict]) -> CoordView:
                 producer_id=r["producer_id"], producer_epoch=r["producer_epoch"],
                 transactional_id=tid, first_offset=prev["offset"], last_offset=r["offset"],
                 first_ts_ms=prev["timestamp_ms"], last_ts_ms=r["timestamp_ms"]))
-        prev_by_id[tid] = {**r, "state": state}
+        prev_by_id[tid] = (state, r)
         st = {"state": state, "epoch": r["producer_epoch"], "ts": r["timestamp_ms"],
               "offset": r["offset"], "partitions": r["partitions"], "source": r["source"],
-              "position": r["position"], "last_update_ms": r["last_update_ms"]}
+              "position": r["position"]}
         view.last_state, view.last_ts = state, r["timestamp_ms"]
         view.timeout_ms = r["transaction_timeout_ms"]
         t = cur.get(tid)

@@ -92,7 +92,7 @@ def unregistered_partition(part: Part, pt: ProducerTxns) -> bool:
     Benign causes: coordinator records removed by compaction or retention (kaudit judges only
     producers the coordinator's records know)."""
     return (bool(part.data) and pt.coordinator_known and bool(pt.view.txns)
-            and not any(part.tp in t.partitions for t in pt.view.txns))
+            and part.tp not in pt.view.registered)
 
 
 @rule("coordinator-abort", "info", "disk", "coordinator aborted a txn",
@@ -192,8 +192,7 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
         return None
     # only when the producer's transaction right before this one is the one that ended the
     # partition (the late data's own transaction); otherwise this is the next one's early data
-    txns = pt.view.txns
-    if not any(a is prev.coord and b is t for a, b in zip(txns, txns[1:])):
+    if not pt.view.follows(prev.coord, t):
         return None
     reg = t.registered_at.get(part.tp)
     if reg is not None and reg - ts > LATE_SLACK_MS:
@@ -230,10 +229,13 @@ def _tid(pt: ProducerTxns) -> str | None:
 
 
 def judge(pt: ProducerTxns, reference_ms: int | None) -> list[dict]:
+    """Every finding of one producer's assembled transactions. Linear in its parts and
+    coordinator transactions (the lookups are indexed: CoordView.registered, .follows)."""
     out = list(pt.view.findings)
     tid = _tid(pt)
     for tp, parts in pt.partitions.items():
         prev_ce = None
+        last_ce = None              # the latest marker's coordinator epoch before the part
         unregistered_done = False
         for part in parts:
             where = f"{tp} (replicas {','.join(part.replicas)})"
@@ -299,22 +301,21 @@ def judge(pt: ProducerTxns, reference_ms: int | None) -> list[dict]:
                     f"{where}: producer {part.producer_id} wrote transactional data at offsets "
                     f"{part.start_offset}-{part.data[-1]['last_offset']} but no transaction in the "
                     f"coordinator's records ever listed {tp}",
-                    evidence=_ev(part), details={"coordinator_partitions": sorted(
-                        {p for t in pt.view.txns for p in t.partitions})},
+                    evidence=_ev(part), details={"coordinator_partitions": sorted(pt.view.registered)},
                     **_fields(part, tid=tid, last_offset=part.data[-1]["last_offset"])))
             if dangling_transaction(part):
-                out.append(_dangling(part, pt, reference_ms, parts, tid))
+                out.append(_dangling(part, pt, reference_ms, last_ce, tid))
+            if m is not None and m.coordinator_epoch is not None:
+                last_ce = m.coordinator_epoch
     out.extend(_torn(pt, tid))
     return out
 
 
-def _dangling(part: Part, pt: ProducerTxns, reference_ms, parts: list[Part], tid) -> dict:
+def _dangling(part: Part, pt: ProducerTxns, reference_ms, ce: int | None, tid) -> dict:
+    """`ce`: the coordinator epoch of the latest marker before the part on its partition."""
     reasons = hanging_transaction(part, pt, reference_ms)
     where = f"{part.tp} (replicas {','.join(part.replicas)})"
     epoch = part.data_epoch
-    ces = [p.marker.coordinator_epoch for p in parts if p.marker is not None
-           and p.marker.coordinator_epoch is not None and p.start_offset < part.start_offset]
-    ce = ces[-1] if ces else None
     cmd = ABORT_HINT.format(topic=part.topic, partition=part.partition, offset=part.start_offset)
     known = f"producer id {part.producer_id}, producer epoch {epoch}"
     if ce is not None:
@@ -350,26 +351,26 @@ def _torn(pt: ProducerTxns, tid) -> list[dict]:
         parts = by_coord.get(id(t), [])
         if parts:
             groups.append((t, parts))
+    open_tps = {tp for tp, ps in pt.partitions.items() if any(p.marker is None and p.data for p in ps)}
     loose.sort(key=lambda p: (p.marker.ts or 0, p.tp))
     cluster: list[Part] = []
+    in_cluster: set[str] = set()
     for p in loose:
-        if cluster and (p.tp in {q.tp for q in cluster}
+        if cluster and (p.tp in in_cluster
                         or (p.marker.ts or 0) - (cluster[0].marker.ts or 0) > MARKER_CLUSTER_MS
                         or p.marker.epoch != cluster[0].marker.epoch
                         or p.marker.coordinator_epoch != cluster[0].marker.coordinator_epoch):
             groups.append((None, cluster))
-            cluster = []
+            cluster, in_cluster = [], set()
         cluster.append(p)
+        in_cluster.add(p.tp)
     if cluster:
         groups.append((None, cluster))
     for t, parts in groups:
         results: dict[str, str | None] = {p.tp: p.marker.result for p in parts}
         if t is not None and t.complete:
             for tp in sorted(t.partitions):
-                if tp in results or tp not in pt.partitions:
-                    continue
-                after = [p for p in pt.partitions[tp] if p.marker is None and p.data]
-                if after:
+                if tp not in results and tp in open_tps:
                     results[tp] = None
         if t is not None and t.result is not None and any(r not in (None, t.result) for r in results.values()):
             results.setdefault("(coordinator)", t.result)
