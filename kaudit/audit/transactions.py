@@ -11,18 +11,21 @@ their markers (a marker is written between the PrepareX and CompleteX records of
 transaction). The rules live in txn_rules.py.
 
 The fold is cross-partition: keyed by producer id, it needs every partition's transactional
-batches and the txn_log rows, so an engine buffers its (small) selection and sorts it
-(`CrossPartitionFold.buffered`), where the per-partition folds stream.
+batches and the txn_log rows, so an engine buffers its selection (`CrossPartitionFold.buffered`:
+lean, dictionary-encoded columns), passes it through `prepare` — which leaves out the producers
+txn_clean.py certifies finding-free, vectorised over all of them — and feeds the rest sorted by
+(key, order); each producer's rows become Python objects only in its own group (txn_rows.py).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit import coordinator_state
+from kaudit.audit import coordinator_state, txn_rows
 from kaudit.audit.coordinator_state import CoordTxn, CoordView
 from kaudit.audit.folds import Context, Fold, KeyedState
 
@@ -30,12 +33,11 @@ KEY = ("producer_id",)
 ORDER = ("replica", "topic", "partition", "base_offset")
 BATCH_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_offset", "last_offset",
                  "is_transactional", "is_control", "control_type", "coordinator_epoch", "producer_id",
-                 "producer_epoch", "base_sequence", "last_sequence", "record_count",
-                 "base_timestamp_ms", "max_timestamp_ms")
+                 "producer_epoch", "base_timestamp_ms", "max_timestamp_ms")
 TXN_LOG_COLUMNS = ("replica", "topic", "partition", "source", "position", "offset", "timestamp_ms",
                    "transactional_id", "tombstone", "producer_id", "producer_epoch",
-                   "transaction_timeout_ms", "state", "state_id", "partitions", "last_update_ms",
-                   "start_ms")
+                   "transaction_timeout_ms", "state", "state_id", "partitions", "start_ms")
+MATCH_WINDOW_MS = 60_000   # a marker further than this from every window has no coordinator txn
 
 
 @dataclass
@@ -63,10 +65,10 @@ class Part:
     replicas_without_marker: list[str] = field(default_factory=list)
     coord: CoordTxn | None = None                           # matched coordinator transaction
     previous: "Part | None" = None                          # the part before it on the partition
+    tp: str = field(init=False, default="")                 # "topic-partition"
 
-    @property
-    def tp(self) -> str:
-        return f"{self.topic}-{self.partition}"
+    def __post_init__(self):
+        self.tp = f"{self.topic}-{self.partition}"
 
     @property
     def start_offset(self) -> int:
@@ -149,12 +151,14 @@ def merge_replicas(per_replica: dict[str, list[Part]]) -> list[Part]:
 def match_markers(parts: list[Part], view: CoordView) -> None:
     """Each part with a marker gets the coordinator transaction that wrote it: one listing its
     partition, with the marker's result, whose [PrepareX, CompleteX] window is nearest the
-    marker's time. A part without marker gets the coordinator's open transaction if it lists the
-    partition."""
+    marker's time (the first such in the coordinator's order on a tie; a transaction with
+    another result only when none has the marker's; none further than MATCH_WINDOW_MS). A part
+    without marker gets the coordinator's open transaction if it lists the partition."""
     by_tp: dict[str, list[CoordTxn]] = {}   # the coordinator transactions listing each partition, in order
     for t in view.txns:
         for tp in t.partitions:
             by_tp.setdefault(tp, []).append(t)
+    matchers: dict[tuple, _Nearest] = {}
     for p in parts:
         tp = p.tp
         if p.marker is None:
@@ -162,25 +166,63 @@ def match_markers(parts: list[Part], view: CoordView) -> None:
             if t is not None and tp in t.partitions:
                 p.coord = t
             continue
-        best, dist = None, None
-        for t in by_tp.get(tp, ()):
+        cands = by_tp.get(tp)
+        if not cands:
+            continue
+        key = (tp, p.marker.result)
+        m = matchers.get(key)
+        if m is None:
             # a marker whose result differs from its transaction's is still its (torn)
-            mismatch = t.result is not None and t.result != p.marker.result
-            lo = t.prepare_ts if t.prepare_ts is not None else t.start_ms
-            hi = t.complete_ts
-            ts = p.marker.ts
-            if ts is None or lo is None:
-                d = 0
-            elif ts < lo:
-                d = lo - ts
-            elif hi is not None and ts > hi:
-                d = ts - hi
-            else:
-                d = 0
-            if dist is None or (mismatch, d) < dist:
-                best, dist = t, (mismatch, d)
-        if best is not None and dist is not None and dist[1] <= 60_000:
+            same = [t for t in cands if t.result is None or t.result == p.marker.result]
+            m = matchers[key] = _Nearest(same or cands)
+        best, d = m.nearest(p.marker.ts)
+        if d <= MATCH_WINDOW_MS:
             p.coord = best
+
+
+def _window(t: CoordTxn) -> tuple[int | None, int | None]:
+    return (t.prepare_ts if t.prepare_ts is not None else t.start_ms), t.complete_ts
+
+
+def _distance(t: CoordTxn, ts: int | None) -> int:
+    lo, hi = _window(t)
+    if ts is None or lo is None:
+        return 0
+    if ts < lo:
+        return lo - ts
+    if hi is not None and ts > hi:
+        return ts - hi
+    return 0
+
+
+class _Nearest:
+    """The first transaction (in the coordinator's order) whose window is nearest a time. When
+    the windows follow each other without overlap (each ends before the next starts, only the
+    last may be open) the nearest is one of the two around the time (bisect); else a scan."""
+
+    def __init__(self, txns: list[CoordTxn]):
+        self.txns = txns
+        w = [_window(t) for t in txns]
+        self.los = [lo for lo, _ in w]
+        self.sorted = all(lo is not None for lo in self.los) and all(
+            (hi is not None or i == len(w) - 1) and (hi is None or lo <= hi)
+            and (i == len(w) - 1 or (hi is not None and hi < w[i + 1][0]))
+            for i, (lo, hi) in enumerate(w))
+
+    def nearest(self, ts: int | None) -> tuple[CoordTxn, int]:
+        if ts is None:
+            return self.txns[0], 0
+        if self.sorted:
+            j = bisect_right(self.los, ts) - 1
+            around = [i for i in (j, j + 1) if 0 <= i < len(self.txns)]
+        else:
+            around = range(len(self.txns))
+        best, dist = None, None
+        for i in around:
+            d = _distance(self.txns[i], ts)
+            if dist is None or d < dist:
+                best, dist = self.txns[i], d
+        return best, dist
 
 
 @dataclass
@@ -218,16 +260,15 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
 
 
 class ProducerGroup:
-    """Fold group of one producer id: collects its rows, assembles and judges at the end."""
+    """Fold group of one producer id: keeps its (Arrow) rows, assembles and judges at the end."""
 
     def __init__(self, key: tuple, ctx: Context):
         self.producer_id = key[0]
         self.ctx = ctx
-        self.batches: list[dict] = []
-        self.txn_log: list[dict] = []
+        self.tables: dict[str, list[pa.Table]] = {"batch": [], "txn_log": []}
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        (self.batches if kind == "batch" else self.txn_log).extend(t.to_pylist())
+        self.tables["batch" if kind == "batch" else "txn_log"].append(t)
         return []
 
     def finish(self) -> list[dict]:
@@ -235,22 +276,28 @@ class ProducerGroup:
 
         if self.producer_id is None:
             return []
-        pt = assemble(self.producer_id, self.batches, self.txn_log,
-                      coordinator_known=bool(self.txn_log) or getattr(self.ctx, "_txn_state_seen", False))
-        if not any(b["is_transactional"] for b in self.batches) and not self.txn_log:
+        batches, txn_log = txn_rows.rows(self.tables["batch"]), txn_rows.rows(self.tables["txn_log"])
+        self.tables = {}
+        if not any(b["is_transactional"] for b in batches) and not txn_log:
             return []
+        pt = assemble(self.producer_id, batches, txn_log,
+                      coordinator_known=bool(txn_log) or getattr(self.ctx, "_txn_state_seen", False))
         return txn_rules.judge(pt, self.ctx.reference_time_ms)
 
 
 class CrossPartitionFold(Fold):
     """A fold whose key spans partitions: engines buffer its selection, pass it through
-    `prepare` and feed it sorted by (key, order)."""
+    `prepare` and feed it sorted by (key, order). See txn_rows.py for what `select` and
+    `prepare` keep."""
 
     buffered = True
 
+    def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
+        sel = super().select(kind, table, extra)
+        return None if sel is None else txn_rows.lean(sel)
+
     def prepare(self, items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
-        ctx._txn_state_seen = any(kind == "txn_log" for kind, _ in items)
-        return prefilter(items)
+        return txn_rows.prepare(items, ctx, self.key + self.order)
 
 
 def _batch_where(t: pa.Table):
@@ -264,28 +311,6 @@ def _batch_where(t: pa.Table):
 def _txn_log_where(t: pa.Table):
     return pc.and_(pc.invert(pc.fill_null(t.column("tombstone"), False)),
                    pc.is_valid(t.column("producer_id")))
-
-
-def prefilter(items: list[tuple[str, pa.Table]]) -> list[tuple[str, pa.Table]]:
-    """Keep the non-transactional batches only of producer ids that are transactional somewhere
-    (they are only needed for non-transactional-write-in-transaction)."""
-    pids = set()
-    for kind, t in items:
-        if kind == "batch":
-            pids.update(pc.unique(t.filter(pc.fill_null(t.column("is_transactional"), False))
-                                  .column("producer_id")).to_pylist())
-        elif kind == "txn_log":
-            pids.update(pc.unique(t.column("producer_id")).to_pylist())
-    value_set = pa.array(sorted(p for p in pids if p is not None), pa.int64())
-    out = []
-    for kind, t in items:
-        if kind == "batch":
-            keep = pc.or_(pc.fill_null(t.column("is_transactional"), False),
-                          pc.is_in(t.column("producer_id").cast(pa.int64()), value_set=value_set))
-            t = t.filter(keep)
-        if t.num_rows:
-            out.append((kind, t))
-    return out
 
 
 def _make(ctx: Context):
@@ -310,8 +335,12 @@ def describe(pt: ProducerTxns) -> list[dict]:
                 "marker": None if m is None else {"offset": m.offset, "result": m.result, "epoch": m.epoch,
                                                   "coordinator_epoch": m.coordinator_epoch, "ts_ms": m.ts}}
 
+    by_coord: dict[int, list[Part]] = {}
+    for p in pt.all_parts():
+        if p.coord is not None:
+            by_coord.setdefault(id(p.coord), []).append(p)
     for t in pt.view.txns:
-        parts = [p for p in pt.all_parts() if p.coord is t]
+        parts = by_coord.get(id(t), [])
         claimed.update(id(p) for p in parts)
         results = {p.marker.result for p in parts if p.marker is not None}
         if any(p.marker is None for p in parts):

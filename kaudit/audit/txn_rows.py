@@ -1,0 +1,108 @@
+"""The transactions fold's rows on the Arrow side (transactions.py holds the fold itself): what a
+chunk's selection keeps, what `prepare` hands to the sort, and one producer's rows as dicts.
+
+Invariants:
+- `lean` changes types, never values: string columns become dictionary-encoded (a chunk comes
+  from one file: its `source` path, topic and replica are stored once instead of per row). An
+  engine that needs plain types casts them back (Arrow casts a dictionary to its value type).
+- `prepare` returns the rows the exact path (assemble + judge) must see, in their input order:
+  the selection minus (1) the non-transactional batches of producer ids transactional nowhere
+  (only non-transactional-write-in-transaction reads them, for transactional producers) and
+  (2) every row of the producer ids txn_clean certifies finding-free. The key and order columns
+  of what it returns are plain (Arrow cannot sort dictionary columns); the others may stay
+  dictionary-encoded. Its only global fact, whether any `__transaction_state` row was selected,
+  goes to `ctx._txn_state_seen`: findings do not depend on how the engine chunks the rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit import txn_clean
+from kaudit.audit.folds import Context
+
+
+def lean(table: pa.Table) -> pa.Table:
+    """The selection of one chunk with its string columns dictionary-encoded."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+            table = table.set_column(i, f.name, pc.dictionary_encode(table.column(i)))
+    return table
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    if len(tables) == 1:
+        return tables[0]
+    if any(t.schema != tables[0].schema for t in tables):   # mixed plain / dictionary chunks
+        tables = [_plain(t) for t in tables]
+    return pa.concat_tables(tables)
+
+
+def _plain(table: pa.Table, names=None) -> pa.Table:
+    """`table` with its dictionary columns (of `names`, default all) decoded."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_dictionary(f.type) and (names is None or f.name in names):
+            table = table.set_column(i, f.name, table.column(i).cast(f.type.value_type))
+    return table
+
+
+def _keep(table: pa.Table, mask: np.ndarray) -> pa.Table:
+    return table if mask.all() else table.filter(pa.array(mask))
+
+
+def prepare(items: list[tuple[str, pa.Table]], ctx: Context, sort_columns: tuple[str, ...],
+            certify: bool = True) -> list[tuple[str, pa.Table]]:
+    """The rows the exact path needs (see the module docstring); `certify=False` keeps every
+    transactional producer (the reference the certification is tested against)."""
+    ctx._txn_state_seen = any(kind == "txn_log" for kind, _ in items)
+    by_kind: dict[str, list[pa.Table]] = {}
+    for kind, t in items:
+        if t.num_rows:
+            by_kind.setdefault(kind, []).append(t)
+    tables = {kind: _concat(ts) for kind, ts in by_kind.items()}
+    batches, txn_log = tables.get("batch"), tables.get("txn_log")
+    if batches is not None:
+        pid = batches.column("producer_id")
+        txn = pc.fill_null(batches.column("is_transactional"), False)
+        pids = pc.unique(pid.filter(txn))
+        if txn_log is not None:
+            pids = pc.unique(pa.chunked_array([pids, pc.unique(txn_log.column("producer_id"))]))
+        keep = pc.or_(txn, pc.is_in(pid.cast(pa.int64()), value_set=pids.cast(pa.int64()).drop_null()))
+        tables["batch"] = batches = _keep(batches, keep.to_numpy(zero_copy_only=False))
+    if certify:
+        clean = pa.array(txn_clean.clean_producers(batches, txn_log), pa.int64())
+        if len(clean):
+            for kind in ("batch", "txn_log"):
+                if kind in tables:
+                    t = tables[kind]
+                    drop = pc.is_in(t.column("producer_id").cast(pa.int64()), value_set=clean)
+                    tables[kind] = _keep(t, ~drop.to_numpy(zero_copy_only=False))
+    return [(kind, _plain(t, sort_columns)) for kind, t in tables.items() if t.num_rows]
+
+
+def _pylist(col) -> list:
+    """A column as Python values, faster than to_pylist for plain numbers and dictionaries."""
+    if col.null_count == 0 and (pa.types.is_integer(col.type) or pa.types.is_boolean(col.type)):
+        return col.to_numpy().tolist()
+    if pa.types.is_dictionary(col.type):
+        out: list = []
+        for chunk in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]):
+            values = chunk.dictionary.to_pylist()
+            idx = chunk.indices
+            if idx.null_count:
+                out.extend(None if i is None else values[i] for i in idx.to_pylist())
+            else:
+                out.extend(values[i] for i in idx.to_numpy().tolist())
+        return out
+    return col.to_pylist()
+
+
+def rows(tables: list[pa.Table]) -> list[dict]:
+    """The rows of some tables of one kind (same columns) as dicts, in order."""
+    out: list[dict] = []
+    for t in tables:
+        names = t.column_names
+        out.extend(dict(zip(names, vals)) for vals in zip(*(_pylist(t.column(n)) for n in names)))
+    return out
