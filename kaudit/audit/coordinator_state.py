@@ -86,6 +86,7 @@ class CoordView:
     last_ts: int | None = None
     timeout_ms: int | None = None
     findings: list[dict] = field(default_factory=list)
+    client_transaction_version: int | None = None   # the latest record's (flexible values only, KIP-890)
 
     @property
     def open_txn(self) -> CoordTxn | None:
@@ -166,6 +167,8 @@ def build(rows: list[dict]) -> CoordView:
               "position": r["position"]}
         view.last_state, view.last_ts = state, r["timestamp_ms"]
         view.timeout_ms = r["transaction_timeout_ms"]
+        if r.get("client_transaction_version") is not None:
+            view.client_transaction_version = r["client_transaction_version"]
         t = cur.get(tid)
         if t is not None and t.complete:
             if t.next_epoch is None:

@@ -36,7 +36,8 @@ BATCH_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_of
                  "producer_epoch", "base_timestamp_ms", "max_timestamp_ms")
 TXN_LOG_COLUMNS = ("replica", "topic", "partition", "source", "position", "offset", "timestamp_ms",
                    "transactional_id", "tombstone", "producer_id", "producer_epoch",
-                   "transaction_timeout_ms", "state", "state_id", "partitions", "start_ms")
+                   "transaction_timeout_ms", "state", "state_id", "partitions", "start_ms",
+                   "client_transaction_version")
 MATCH_WINDOW_MS = 60_000   # a marker further than this from every window has no coordinator txn
 
 
@@ -321,10 +322,34 @@ FOLD = CrossPartitionFold("transactions", {"batch": BATCH_COLUMNS, "txn_log": TX
                           KEY, ORDER, _make, where={"batch": _batch_where, "txn_log": _txn_log_where})
 
 
+def transaction_version(pt: ProducerTxns) -> str | None:
+    """The producer's transaction version as the evidence shows it (KIP-890): "2" when its
+    epoch is bumped at the end of every transaction, "0/1" when it is not, "mixed" when both
+    show, None when nothing tells. The coordinator's records say it when they carry
+    ClientTransactionVersion (flexible TransactionLogValue: 2 and above is "2"); else the
+    markers do: a COMMIT marker with its data's epoch is "0/1", with that epoch + 1 is "2" (an
+    ABORT with epoch + 1 tells nothing: the coordinator bumps the epoch when it aborts, whatever
+    the version)."""
+    ctv = pt.view.client_transaction_version
+    if ctv is not None:
+        return "2" if ctv >= 2 else "0/1"
+    seen = set()
+    for p in pt.all_parts():
+        m = p.marker
+        if m is not None and m.result == "COMMIT" and p.data and m.epoch is not None and p.data_epoch is not None:
+            if m.epoch == p.data_epoch:
+                seen.add("0/1")
+            elif m.epoch == p.data_epoch + 1:
+                seen.add("2")
+    return "mixed" if len(seen) > 1 else next(iter(seen), None)
+
+
 def describe(pt: ProducerTxns) -> list[dict]:
     """The transactions of one producer as plain rows (the `kaudit txn` view): one per
-    coordinator transaction, then one per part no coordinator transaction claims."""
+    coordinator transaction, then one per part no coordinator transaction claims. Each row
+    carries the producer's `transaction_version` (see transaction_version)."""
     out = []
+    version = transaction_version(pt)
     claimed: set[int] = set()
 
     def part_row(p: Part) -> dict:
@@ -350,6 +375,7 @@ def describe(pt: ProducerTxns) -> list[dict]:
         else:
             outcome = t.result or (t.last_state if not t.complete else None) or "open"
         out.append({"producer_id": pt.producer_id, "transactional_id": t.transactional_id,
+                    "transaction_version": version,
                     "producer_epoch": t.epoch, "start_ms": t.start_ms, "timeout_ms": t.timeout_ms,
                     "registered_partitions": sorted(t.partitions), "outcome": outcome,
                     "coordinator_states": [{"state": s["state"], "epoch": s["epoch"], "ts_ms": s["ts"],
@@ -360,7 +386,8 @@ def describe(pt: ProducerTxns) -> list[dict]:
         if id(p) in claimed:
             continue
         out.append({"producer_id": pt.producer_id, "transactional_id": None,
-                    "producer_epoch": p.data_epoch, "start_ms": p.first_ts, "timeout_ms": None,
+                    "transaction_version": version, "producer_epoch": p.data_epoch,
+                    "start_ms": p.first_ts, "timeout_ms": None,
                     "registered_partitions": None,
                     "outcome": p.marker.result if p.marker is not None else "open",
                     "coordinator_states": [], "parts": [part_row(p)]})

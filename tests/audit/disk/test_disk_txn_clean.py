@@ -29,7 +29,8 @@ STATES = ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
 def _scenario(seed: int, tmp_path):
     """The same random producers written on 1-3 brokers (identical replicas)."""
     shape = random.Random(seed)
-    brokers, coord, producers = shape.choice([1, 1, 2, 3]), shape.choice(["all", "all", "first", "none"]), shape.randint(1, 4)
+    brokers, producers = shape.choice([1, 1, 2, 3]), shape.randint(1, 4)
+    coord = shape.choice(["all", "all", "first", "none"])         # the coordinator's records: where
     roots = []
     for node in range(1, brokers + 1):
         rng = random.Random(seed * 7919 + 1)
