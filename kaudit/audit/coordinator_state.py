@@ -5,7 +5,7 @@ producer id, folded into the coordinator's transactions, and the state machine t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from kaudit.audit.registry import evidence, finding, rule
 
@@ -65,6 +65,7 @@ class CoordTxn:
     prepare_epoch: int | None = None
     complete_ts: int | None = None
     next_epoch: int | None = None    # epoch of the id's next record after this transaction
+    index: int = -1                  # its position in CoordView.txns
 
     @property
     def complete(self) -> bool:
@@ -99,18 +100,15 @@ class CoordView:
         """Every partition some transaction of the producer listed."""
         return frozenset(tp for t in self.txns for tp in t.partitions)
 
-    @cached_property
-    def _position(self) -> dict[int, int]:
-        return {id(t): i for i, t in enumerate(self.txns)}
-
     def follows(self, a: CoordTxn, b: CoordTxn) -> bool:
-        """True when `b` comes right after `a` in the coordinator's order."""
-        i, j = self._position.get(id(a)), self._position.get(id(b))
-        return i is not None and j == i + 1
+        """True when `b` comes right after `a` in the coordinator's order (both of this view)."""
+        return a.index >= 0 and b.index == a.index + 1
 
 
-def _tps(s: str | None) -> list[str]:
-    return [p for p in (s or "").split(",") if p]
+@lru_cache(maxsize=4096)
+def _tps(s: str | None) -> tuple[str, ...]:
+    """The "topic-partition" names of a record's partition list (the same lists recur)."""
+    return tuple(p for p in (s or "").split(",") if p)
 
 
 def pick_replica(rows: list[dict]) -> list[dict]:
@@ -179,7 +177,7 @@ def build(rows: list[dict]) -> CoordView:
         if t is None:
             t = cur[tid] = CoordTxn(tid, r["producer_id"], r["producer_epoch"],
                                     r["start_ms"] if (r["start_ms"] or -1) >= 0 else r["timestamp_ms"],
-                                    r["transaction_timeout_ms"])
+                                    r["transaction_timeout_ms"], index=len(view.txns))
             view.txns.append(t)
         t.states.append(st)
         for tp in _tps(r["partitions"]):

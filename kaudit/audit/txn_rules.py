@@ -368,7 +368,7 @@ def _torn(pt: ProducerTxns, tid) -> list[dict]:
         groups.append((None, cluster))
     for t, parts in groups:
         results: dict[str, str | None] = {p.tp: p.marker.result for p in parts}
-        if t is not None and t.complete:
+        if t is not None and t.complete and open_tps:
             for tp in sorted(t.partitions):
                 if tp not in results and tp in open_tps:
                     results[tp] = None
