@@ -177,14 +177,44 @@ def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int, tap=None):
     return findings, driver_rows, metas
 
 
-def _envelope(spark, fmt: str, paths: list[str], opts: dict):
-    """The cached fold envelope of the inputs and the tasks' meta rows (this runs the decode)."""
+def _envelope(spark, fmt: str, paths: list[str], opts: dict, mode: str = "audit"):
+    """The cached envelope of the inputs (`mode`: the folds' selection, or `*` every row) and
+    the tasks' meta rows (this runs the decode). Several captures: their connections that span
+    files are stitched after a shuffle on the connection key (`_stitch`)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    env = _reader(spark, fmt, paths, "audit", opts).persist(StorageLevel.MEMORY_AND_DISK)
+    env = _reader(spark, fmt, paths, mode, opts).persist(StorageLevel.MEMORY_AND_DISK)
+    if fmt == "kafka-pcap" and len(paths) > 1:
+        stitched = _stitch(spark, env, mode, opts, len(paths)).persist(StorageLevel.MEMORY_AND_DISK)
+        stitched.count()
+        env.unpersist()
+        env = stitched
     metas = meta_rows(env.where(F.col(KIND) == META_KIND).select(KIND, META).toArrow())
     return env, metas
+
+
+def _stitch(spark, env, mode: str, opts: dict, files: int):
+    """`env` with its tcp_fragment chunks replaced by the rows of the connections they stitch:
+    `repartition(key).sortWithinPartitions(key, file_index, frame).mapInArrow(stitch)`."""
+    from pyspark.sql import functions as F
+
+    from kaudit.engine.spark_folds import stitch_rows
+    from kaudit.engine.spark_rows import FRAG_FILE, FRAG_FRAME, FRAG_KEY, FRAG_KIND
+
+    frags = env.where(F.col(KIND) == FRAG_KIND)
+    parts = max(1, spark.sparkContext.defaultParallelism)
+    schema = env.schema
+    arrow_schema = _arrow_of(schema)
+    stitched = (frags.repartition(parts, FRAG_KEY).sortWithinPartitions(FRAG_KEY, FRAG_FILE, FRAG_FRAME)
+                .mapInArrow(lambda it: stitch_rows(mode, opts, files, arrow_schema, it), schema))
+    return env.where(F.col(KIND) != FRAG_KIND).unionByName(stitched)
+
+
+def _arrow_of(struct_type) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(struct_type)
 
 
 def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ignore=(),
@@ -235,19 +265,14 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
     run.application_id = application_id(spark)
     cov = coverage.new_wire()
     captures: dict = {}
-    last: list[float] = []
     ctx = Context(reference_time_ms=now_ms)
     if readable:
         env, metas = _envelope(spark, "kafka-pcap", readable, pcap_source_options(options))
         try:
-            for m in sorted(metas, key=lambda m: m["split"]):
+            for m in metas:
                 coverage.merge(cov, m["cov"])
-                s = captures[m["capture"]] = m["summary"]
-                if m.get("error"):
-                    run.errors.append(m["error"])
-                    continue
-                if s["last_ts"] is not None:
-                    last.append(s["last_ts"])
+            captures = _summaries(metas, run.errors)
+            last = [s["last_ts"] for s in captures.values() if s["last_ts"] is not None]
             if now_ms is None and last:
                 ctx.reference_time_ms = int(max(last) * 1000)
             size = sum(os.path.getsize(x) for x in readable)
@@ -262,6 +287,23 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
     run.coverage = cov
     run.reference_time_ms = ctx.reference_time_ms
     return run
+
+
+def _summaries(metas: list[dict], errors: list) -> dict:
+    """capture -> its summary (a dict of PcapSummary's fields), the connections stitched across
+    files counted in their first file's; the unreadable captures' errors go to `errors`."""
+    captures = {}
+    for m in sorted(metas, key=lambda m: m["split"]):
+        if "capture" in m:
+            captures[m["capture"]] = dict(m["summary"])
+            if m.get("error"):
+                errors.append(m["error"])
+    for m in metas:
+        for source, (conns, kafka) in m.get("stitched", {}).items():
+            if source in captures:
+                captures[source]["connections"] += conns
+                captures[source]["kafka_connections"] += kafka
+    return captures
 
 
 def _collect_taps(env, taps) -> None:
@@ -290,7 +332,14 @@ def decoded_chunks(fmt: str, paths: list[str], opts: dict, spark_options: SparkO
     from kaudit.engine.spark_rows import kind_runs, unwrap
 
     spark = session(spark_options)
-    t = _reader(spark, fmt, paths, "*", opts).toArrow()
+    if fmt == "kafka-pcap" and len(paths) > 1:   # stitched across the files
+        env, _ = _envelope(spark, fmt, paths, opts, mode="*")
+        try:
+            t = env.toArrow()
+        finally:
+            env.unpersist()
+    else:
+        t = _reader(spark, fmt, paths, "*", opts).toArrow()
     t = t.sort_by([("__split", "ascending"), ("__row", "ascending")])
     metas = meta_rows(t)
     return metas, [(kind, unwrap(part, kind)) for kind, part in kind_runs(t) if kind != META_KIND]
@@ -305,10 +354,8 @@ def decode_pcaps(names: list[str], options, summaries: dict, spark_options: Spar
     if not readable:
         return errors, []
     metas, chunks = decoded_chunks("kafka-pcap", readable, pcap_source_options(options), spark_options)
-    for m in sorted(metas, key=lambda m: m["split"]):
-        summaries[m["capture"]] = PcapSummary(**m["summary"])
-        if m.get("error"):
-            errors.append(m["error"])
+    for path, s in _summaries(metas, errors).items():
+        summaries[path] = PcapSummary(**s)
     return errors, chunks
 
 
@@ -343,7 +390,8 @@ def write_parquet(fmt: str, paths: list[str], opts: dict, directory: str, findin
     from kaudit.model import SCHEMAS, table_from_rows
 
     spark = session(spark_options)
-    env = _reader(spark, fmt, paths, "*", opts).cache()
+    env = (_envelope(spark, fmt, paths, opts, mode="*")[0] if fmt == "kafka-pcap" and len(paths) > 1
+           else _reader(spark, fmt, paths, "*", opts).cache())
     try:
         present = {r[0] for r in env.select(KIND).distinct().collect()}
         for kind in DISK_KINDS if fmt == "kafka-segments" else WIRE_KINDS:

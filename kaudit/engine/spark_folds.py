@@ -45,7 +45,8 @@ def fold_schema(side: str) -> pa.Schema:
         for kind, names in f.inputs.items():
             have = cols.setdefault(kind, [])
             have.extend(n for n in names if n not in have)
-    return envelope_schema(cols, fold=True, columns={k: tuple(v) for k, v in cols.items()})
+    return envelope_schema(cols, fold=True, columns={k: tuple(v) for k, v in cols.items()},
+                           fragments=side == "wire")
 
 
 def streamed_by_local(fold: Fold, side: str) -> bool:
@@ -310,3 +311,43 @@ def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
 
 
 PAYLOAD_INDEX = CHUNK_SCHEMA.get_field_index(PAYLOAD)
+
+
+def stitch_rows(mode: str, opts: dict, files: int, schema: pa.Schema,
+                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Stage 2 of rotated captures on an executor: the fragment chunks of the keys of one sorted
+    Spark partition -> the stitched connections' rows, in the envelope they came in (`mode`:
+    the folds' selection, or every row), then one meta row (their coverage and connection counts)."""
+    from pyspark import TaskContext
+
+    from kaudit.engine.spark_rows import PAYLOAD, wrap
+    from kaudit.engine.spark_sources import pcap_options
+    from kaudit.sources.pcap_stitch import Stitcher
+
+    split = files + TaskContext.get().partitionId()   # after every file's own rows
+    stitcher = Stitcher(pcap_options(opts), contiguous=True)
+    selector = Selector("wire", split) if mode == "audit" else None
+    count = [0]
+
+    def emit(kind, table):
+        if selector is not None:
+            yield from selector.select(kind, table)
+        elif table.num_rows:
+            yield wrap(table, schema, kind, split, count[0])
+            count[0] += table.num_rows
+
+    def tables():
+        for rb in batches:
+            for payload in rb.column(rb.schema.get_field_index(PAYLOAD)).to_pylist():
+                yield from_ipc(payload)
+
+    for t in tables():
+        for kind, table in stitcher.feed(t):
+            yield from emit(kind, table)
+    for kind, table in stitcher.finish(None):
+        yield from emit(kind, table)
+    meta = {"split": split, "stitched": {s: list(c) for s, c in stitcher.counts.items()}}
+    if selector is not None:
+        yield selector.meta(meta)
+    else:
+        yield meta_batch(schema, split, meta)

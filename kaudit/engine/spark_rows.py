@@ -22,6 +22,12 @@ from kaudit.model import SCHEMAS
 
 KIND, FOLD, SPLIT, ROW, META = "__kind", "__fold", "__split", "__row", "__meta"
 META_KIND = "__meta"   # a task's coverage (JSON in __meta), one row per task
+# Captures given together: the tcp_fragment rows of one connection key in one chunk, as an Arrow
+# IPC payload, for the shuffle that stitches connections across rotated files.
+FRAG_KIND = "__frag"
+FRAG_KEY, FRAG_FILE, FRAG_FRAME, PAYLOAD = "__key", "__file_index", "__frame", "__payload"
+FRAG_FIELDS = [pa.field(FRAG_KEY, pa.string()), pa.field(FRAG_FILE, pa.int32()),
+               pa.field(FRAG_FRAME, pa.int64()), pa.field(PAYLOAD, pa.binary())]
 
 DISK_KINDS = ("batch", "record", "txn_log", "offset_commit", "group_metadata", "snapshot_entry",
               "txnindex_entry", "index_entry", "leader_epoch_entry", "checkpoint_entry",
@@ -67,12 +73,13 @@ def union_fields(columns_by_kind: dict[str, tuple[str, ...] | None]) -> list[pa.
     return [pa.field(n, t) for n, t in out.items()]
 
 
-def envelope_schema(kinds, *, fold: bool = False, columns: dict | None = None) -> pa.Schema:
+def envelope_schema(kinds, *, fold: bool = False, columns: dict | None = None,
+                    fragments: bool = False) -> pa.Schema:
     head = [pa.field(FOLD, pa.string())] if fold else []
     head += [pa.field(KIND, pa.string()), pa.field(SPLIT, pa.int32()), pa.field(ROW, pa.int64()),
              pa.field(META, pa.string())]
     body = union_fields(columns if columns is not None else {k: None for k in kinds})
-    return pa.schema(head + body)
+    return pa.schema(head + body + (FRAG_FIELDS if fragments else []))
 
 
 def wrap(table: pa.Table, schema: pa.Schema, kind: str, split: int, rows, fold: str | None = None
@@ -100,12 +107,29 @@ def wrap(table: pa.Table, schema: pa.Schema, kind: str, split: int, rows, fold: 
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+def one_row(schema: pa.Schema, values: dict) -> pa.RecordBatch:
+    """A one-row envelope batch: `values` by column name, null elsewhere."""
+    return pa.RecordBatch.from_arrays([pa.array([values.get(f.name)], f.type) for f in schema], schema=schema)
+
+
 def meta_batch(schema: pa.Schema, split: int, meta: dict, fold: str | None = None) -> pa.RecordBatch:
-    arrays = []
-    for f in schema:
-        value = {FOLD: fold, KIND: META_KIND, SPLIT: split, ROW: 0, META: json.dumps(meta)}.get(f.name)
-        arrays.append(pa.array([value], f.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return one_row(schema, {FOLD: fold, KIND: META_KIND, SPLIT: split, ROW: 0, META: json.dumps(meta)})
+
+
+def fragment_batches(schema: pa.Schema, split: int, table: pa.Table) -> list[pa.RecordBatch]:
+    """tcp_fragment rows -> one envelope row per (chunk, connection key), payload as Arrow IPC."""
+    from kaudit.audit.folds import split_by_key
+
+    out = []
+    for (key,), part in split_by_key(table, ("key",)):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, part.schema) as w:
+            w.write_table(part)
+        out.append(one_row(schema, {KIND: FRAG_KIND, SPLIT: split, ROW: 0, FRAG_KEY: key,
+                                    FRAG_FILE: part.column("file_index")[0].as_py(),
+                                    FRAG_FRAME: part.column("frame")[0].as_py(),
+                                    PAYLOAD: sink.getvalue().to_pybytes()}))
+    return out
 
 
 def unwrap(table: pa.Table, kind: str, columns: tuple[str, ...] | None = None) -> pa.Table:

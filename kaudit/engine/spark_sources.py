@@ -42,7 +42,7 @@ def _arrow_schema(options, side: str) -> pa.Schema:
     kind = options.get("kind", "batch")
     kinds = spark_rows.DISK_KINDS if side == "disk" else spark_rows.WIRE_KINDS
     if kind == MODES_ALL:
-        return spark_rows.envelope_schema(kinds)
+        return spark_rows.envelope_schema(kinds, fragments=side == "wire")
     if kind == MODE_AUDIT:
         return CHUNK_SCHEMA if side == "disk" else fold_schema(side)
     if kind not in kinds:
@@ -68,6 +68,11 @@ class _Emitter:
             self.selector = DiskChunker(split, join) if self.side == "disk" else Selector(self.side, split)
 
     def chunk(self, kind: str, table: pa.Table):
+        if kind == "tcp_fragment":   # captures given together: stitched after a shuffle
+            if self.kind in (MODE_AUDIT, MODES_ALL) and table.num_rows:
+                schema = self.selector.schema if self.kind == MODE_AUDIT else self.schema
+                yield from spark_rows.fragment_batches(schema, self.split, table)
+            return
         if self.kind == MODE_AUDIT:
             yield from self.selector.select(kind, table)
         elif self.kind == MODES_ALL:
@@ -165,29 +170,54 @@ def pcap_options(options: dict):
 
 
 class _PcapReader(DataSourceReader):
+    """One task per capture. Several captures are one capture cut in files (rotated): each task
+    decodes the connections its file holds whole and hands the others on as tcp_fragment rows,
+    which the engine stitches after a shuffle on the connection key (sources.pcap_stitch)."""
+
     def __init__(self, options: dict):
         self.options = options
 
     def partitions(self):
-        return [_Task(i, [(i, path)]) for i, path in enumerate(_paths(self.options))]
+        from kaudit.sources.pcap import DecodeError
+        from kaudit.sources.pcap_stitch import _failed, file_order, first_packet_ts
+
+        paths = list(dict.fromkeys(_paths(self.options)))
+        first_ts, failed = {}, []
+        for p in paths:
+            try:
+                first_ts[p] = first_packet_ts(p)
+            except (DecodeError, OSError) as e:
+                errors: list = []
+                _failed(p, e, errors)
+                failed.append((p, errors[0]))
+        ordered = file_order(list(first_ts), first_ts)
+        stitch = len(ordered) > 1
+        # the files that are no capture first (their errors come first, as in the local engine),
+        # then the captures by their first packet's time (file_index: their rank)
+        tasks = [(p, -1, False, err) for p, err in failed] + [(p, i, stitch, None) for i, p in enumerate(ordered)]
+        return [_Task(n, [(n, *t)]) for n, t in enumerate(tasks)]
 
     def read(self, partition):
         from dataclasses import asdict
 
         from kaudit.sources.pcap import DecodeError, PcapSummary, decode_capture
+        from kaudit.sources.pcap_stitch import split_capture
 
         options = pcap_options(self.options)
         emit = _Emitter("wire", self.options, _arrow_schema(self.options, "wire"))
-        for index, path in partition.items:
+        for index, path, file_index, stitch, error in partition.items:
             emit.start(index)
-            summary, error = PcapSummary(), None
-            try:
-                for kind, table in decode_capture(path, options, summary):
-                    yield from emit.chunk(kind, table)
-            except DecodeError as e:
-                error = f"{path}: {e.message}"
-            except OSError as e:
-                error = f"{path}: {e.strerror or e}"
+            summary = PcapSummary()
+            if error is None:
+                try:
+                    chunks = (split_capture(path, file_index, options, summary) if stitch
+                              else decode_capture(path, options, summary))
+                    for kind, table in chunks:
+                        yield from emit.chunk(kind, table)
+                except DecodeError as e:
+                    error = f"{path}: {e.message}"
+                except OSError as e:
+                    error = f"{path}: {e.strerror or e}"
             yield from emit.end({"split": index, "capture": path, "summary": asdict(summary),
                                  "error": error})
 

@@ -47,7 +47,7 @@ def test_segments_on_spark_reports_the_engine_and_the_local_findings():
 
 
 def test_pcap_on_spark():
-    files = sorted(str(p) for p in PCAP.glob("*.pcap"))[:1]
+    files = sorted(str(p) for p in PCAP.glob("*.pcap"))[:2]
     ports = ["--kafka-port", "9092", "--kafka-port", "9093", "--kafka-port", "9094"]
     a, _ = _json(["pcap", *files, *ports, "--engine", "spark"])
     b, _ = _json(["pcap", *files, *ports, "--engine", "local"])
