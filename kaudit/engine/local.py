@@ -16,8 +16,6 @@ from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, Context, sort_findings
 from kaudit.audit.folds import split_by_key
 from kaudit.engine import coverage
 from kaudit.sources.logdir import Plan, plan
-# DecodeError comes through the source: the engine does not import protocol/ (DESIGN.md §1)
-from kaudit.sources.pcap import DecodeError, PcapSummary, decode_capture
 from kaudit.sources.segments import Options, decode_target
 
 
@@ -70,15 +68,7 @@ def decode_pcaps(paths: list[str], options, summaries: dict) -> tuple[list[str],
     stitched, sources.pcap_stitch)."""
     from kaudit.sources.pcap_stitch import decode_captures
 
-    errors = []
-    readable = []
-    for p in paths:
-        if not os.path.isfile(p):
-            errors.append(f"{p}: no such file")
-        elif not os.access(p, os.R_OK):
-            errors.append(f"{p}: permission denied")
-        else:
-            readable.append(p)
+    errors, readable = readable_files(paths)
 
     def chunks():
         yield from decode_captures(readable, options, summaries, errors)
