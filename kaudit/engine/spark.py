@@ -141,15 +141,16 @@ def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int, tap=None):
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from kaudit.engine.spark_folds import (
-        DISK_KEY, PAYLOAD, RESULT_SCHEMA, TYPE, from_ipc, restore_constants, run_disk,
+        DISK_KEY, PART, PAYLOAD, RESULT_SCHEMA, TYPE, from_ipc, restore_constants, run_disk,
     )
     from kaudit.engine.spark_rows import ROW, SPLIT
 
     ctx_d = context_dict(Context())   # the per-partition folds do not read the reference time
     parts = max(1, min(spark.sparkContext.defaultParallelism * 2, input_bytes // (32 << 20)))
+    opts = dict(opts, placement=json.dumps(placement(spark, paths, parts)))
     sort = [F.asc_nulls_last(c) for c in DISK_KEY + (SPLIT, ROW)]
     result = (_reader(spark, "kafka-segments", paths, "audit", opts)
-              .repartition(parts, *DISK_KEY).sortWithinPartitions(*sort)
+              .repartition(parts, PART).sortWithinPartitions(*sort)
               .mapInArrow(lambda it: run_disk(context_from(ctx_d), it), from_arrow_schema(RESULT_SCHEMA))
               .toArrow())
     findings, metas, rows, tapped = [], [], {}, []
@@ -175,6 +176,33 @@ def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int, tap=None):
         for m in metas:
             merge_ranges(tap.ranges, m.get("ranges", []))
     return findings, driver_rows, metas
+
+
+def placement(spark, paths: list[str], parts: int) -> dict:
+    """Which shuffle partition each (replica, topic, partition) goes to: the keys by size, each to
+    the least loaded partition (hashing a few big keys alone often piles two on one core), as
+    the `__part` value that Spark's hash partitioning sends to that partition."""
+    from pyspark.sql import functions as F
+
+    from kaudit.engine.spark_folds import key_name
+    from kaudit.sources.logdir import plan
+
+    sizes: dict = {}
+    for t in plan(paths).targets:
+        if t.kind == "log":
+            k = key_name((t.log_dir.replica if t.log_dir else None, t.topic, t.partition))
+            sizes[k] = sizes.get(k, 0) + t.size
+    probe = spark.range(0, 64 * parts).select("id", F.expr(f"pmod(hash(id), {parts})").alias("p")).collect()
+    value_of: dict = {}
+    for r in probe:
+        value_of.setdefault(r["p"], r["id"])
+    load = [0] * parts
+    out = {}
+    for k, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
+        j = min(range(parts), key=lambda i: (load[i], i))
+        load[j] += size
+        out[k] = value_of.get(j, j)
+    return out
 
 
 def _envelope(spark, fmt: str, paths: list[str], opts: dict, mode: str = "audit"):

@@ -149,9 +149,15 @@ DISK_KEY = ("replica", "topic", "partition")
 TAP_KIND = "__tap"
 TYPE, PAYLOAD = "__type", "__payload"
 RESULT_SCHEMA = pa.schema([pa.field(TYPE, pa.string()), pa.field(PAYLOAD, pa.binary())])
+PART = "__part"   # the shuffle partition a key goes to (engine.spark.placement), by value
 CHUNK_SCHEMA = pa.schema([pa.field(KIND, pa.string()), pa.field(SPLIT, pa.int32()), pa.field(ROW, pa.int64()),
                           pa.field("replica", pa.string()), pa.field("topic", pa.string()),
-                          pa.field("partition", pa.int32()), pa.field(PAYLOAD, pa.binary())])
+                          pa.field("partition", pa.int32()), pa.field(PART, pa.int64()),
+                          pa.field(PAYLOAD, pa.binary())])
+
+
+def key_name(key) -> str:
+    return json.dumps(list(key))
 
 
 def flag(i: int) -> str:
@@ -209,8 +215,9 @@ def from_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(data).read_all()
 
 
-def _chunk_row(kind: str, split: int, row: int, key: tuple, payload: bytes) -> pa.RecordBatch:
-    values = [kind, split, row, key[0], key[1], key[2], payload]
+def _chunk_row(kind: str, split: int, row: int, key: tuple, payload: bytes, part: int | None = None
+               ) -> pa.RecordBatch:
+    values = [kind, split, row, key[0], key[1], key[2], part, payload]
     return pa.RecordBatch.from_arrays([pa.array([v], f.type) for v, f in zip(values, CHUNK_SCHEMA)],
                                       schema=CHUNK_SCHEMA)
 
@@ -220,9 +227,10 @@ class DiskChunker:
 
     schema = CHUNK_SCHEMA
 
-    def __init__(self, split: int = 0, join: dict | None = None):
+    def __init__(self, split: int = 0, join: dict | None = None, placement: dict | None = None):
         from kaudit.engine.joint import _DiskTap
 
+        self.placement = placement or {}
         self.cov = coverage.new_disk()
         self.split = split
         self.rows = 0
@@ -262,7 +270,8 @@ class DiskChunker:
         if kept < n:
             t = t.filter(anyone)
         for key, part in split_by_key(t, DISK_KEY):
-            yield _chunk_row(kind, self.split, part.column(ROW)[0].as_py(), key, _ipc(_drop_constants(part)))
+            yield _chunk_row(kind, self.split, part.column(ROW)[0].as_py(), key, _ipc(_drop_constants(part)),
+                             self.placement.get(key_name(key)))
 
     def meta(self, extra: dict | None = None) -> pa.RecordBatch:
         extra = dict(extra or {}, cov=self.cov)

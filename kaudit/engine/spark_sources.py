@@ -65,7 +65,9 @@ class _Emitter:
         self.split, self.rows = split, 0
         if self.kind == MODE_AUDIT:
             join = json.loads(self.options["join"]) if self.options.get("join") else None
-            self.selector = DiskChunker(split, join) if self.side == "disk" else Selector(self.side, split)
+            placement = json.loads(self.options["placement"]) if self.options.get("placement") else None
+            self.selector = (DiskChunker(split, join, placement) if self.side == "disk"
+                             else Selector(self.side, split))
 
     def chunk(self, kind: str, table: pa.Table):
         if kind == "tcp_fragment":   # captures given together: stitched after a shuffle
