@@ -63,6 +63,11 @@ _NONE = np.zeros(0, np.int64)
 
 
 BUCKET_ROWS = 1 << 16   # rows per kind certified at once (bounds the numpy temporaries)
+_BATCH_NEEDS = ["producer_id", "topic", "partition", "replica", "base_offset", "last_offset", "is_control",
+                "is_transactional", "control_type", "producer_epoch", "coordinator_epoch",
+                "base_timestamp_ms", "max_timestamp_ms"]
+_TXN_LOG_NEEDS = ["producer_id", "topic", "partition", "replica", "offset", "timestamp_ms", "transactional_id",
+                  "tombstone", "state", "partitions", "start_ms", "producer_epoch"]
 
 
 def clean_producers(batches: pa.Table | None, txn_log: pa.Table | None) -> np.ndarray:
@@ -70,6 +75,8 @@ def clean_producers(batches: pa.Table | None, txn_log: pa.Table | None) -> np.nd
     transactions give no finding; see the module docstring for the conditions. Every condition
     is about one producer id, so large selections are certified in buckets of producer ids
     (pid mod a power of two) of about BUCKET_ROWS rows: same answer, bounded memory."""
+    batches = None if batches is None else batches.select(_BATCH_NEEDS)
+    txn_log = None if txn_log is None else txn_log.select(_TXN_LOG_NEEDS)
     n = max(t.num_rows if t is not None else 0 for t in (batches, txn_log))
     k = 1
     while n > k * BUCKET_ROWS:
