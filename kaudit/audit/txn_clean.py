@@ -33,9 +33,10 @@ The coordinator's records of the producer (txn_log rows):
   every one but the last complete.
 
 Markers against the coordinator:
-- with coordinator transactions: every marker lies inside a window whose transaction lists the
-  partition and has the marker's result; then match_markers picks exactly that transaction (the
-  only one at distance 0) [torn-transaction, unregistered-partition]; and no part whose data was
+- with coordinator transactions: every marker's nearest window (the first on a tie; within
+  MATCH_WINDOW_MS: a broker's clock may put a marker just outside its transaction's window) is
+  a transaction listing the partition with the marker's result; then match_markers picks
+  exactly that transaction [torn-transaction, unregistered-partition]; and no part whose data was
   created after the previous marker there, and whose transaction directly follows that
   marker's, has first data more than LATE_SLACK_MS older than its transaction's registration of
   the partition [late-transactional-write];
@@ -93,6 +94,7 @@ def _bucket(t: pa.Table | None, k: int, i: int) -> pa.Table | None:
 
 
 def _clean(batches: pa.Table | None, txn_log: pa.Table | None) -> np.ndarray:
+    from kaudit.audit.transactions import MATCH_WINDOW_MS
     from kaudit.audit.txn_rules import LATE_SLACK_MS, MARKER_CLUSTER_MS
 
     parts, tps, bad_b = _batch_side(batches)
@@ -101,7 +103,7 @@ def _clean(batches: pa.Table | None, txn_log: pa.Table | None) -> np.ndarray:
     pids = [parts["all_pids"], txns["all_pids"]]
     if len(parts["pid"]):
         with_txns = np.isin(parts["pid"], txns["pid"])
-        bad.append(_against_coordinator(parts, txns, with_txns, LATE_SLACK_MS))
+        bad.append(_against_coordinator(parts, txns, with_txns, LATE_SLACK_MS, MATCH_WINDOW_MS))
         bad.append(_loose(parts, ~with_txns, MARKER_CLUSTER_MS))
     every = np.unique(np.concatenate(pids))
     return np.setdiff1d(every, np.concatenate(bad), assume_unique=False)
@@ -354,28 +356,37 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int) -> tupl
 
 # -- markers against the coordinator ---------------------------------------------------------
 
-def _against_coordinator(parts: dict, txns: dict, sel: np.ndarray, slack: int) -> np.ndarray:
+def _against_coordinator(parts: dict, txns: dict, sel: np.ndarray, slack: int, window: int) -> np.ndarray:
     """Producer ids (of parts `sel`: every part of producers with coordinator transactions) with
-    a marker not inside exactly one window of a transaction listing its partition with its
-    result, an empty part ABORTed with that transaction's epoch + 1, or a late write: a part
-    created after the previous marker, whose transaction directly follows that marker's, with
-    data older than its transaction's registration of the partition by more than `slack` ms."""
+    a marker whose nearest transaction window (of the two around its time; the windows follow
+    each other, so every other one is strictly further) is not within `window` ms, or belongs
+    to a transaction not listing its partition or with another result (match_markers then
+    picks exactly that transaction); an empty part ABORTed with that transaction's epoch + 1;
+    or a late write: a part created after the previous marker, whose transaction directly
+    follows that marker's, with data older than its transaction's registration of the partition
+    by more than `slack` ms."""
     if not sel.any():
         return _NONE
     pid, tp, ts, res = parts["pid"][sel], parts["tp"][sel], parts["ts"][sel], parts["result"][sel]
     late, first_ts = parts["late"][sel], parts["first_ts"][sel]
     empty, epoch, has_prev = parts["empty"][sel], parts["epoch"][sel], parts["has_prev"][sel]
-    tpid, lo = txns["pid"], txns["lo"]
+    tpid, lo, hi, complete = txns["pid"], txns["lo"], txns["hi"], txns["complete"]
     pids = np.unique(tpid)
     values = np.unique(np.concatenate([lo, ts]))
     width = len(values) + 1
     key_t = np.searchsorted(pids, tpid) * width + np.searchsorted(values, lo)
-    o = np.argsort(key_t, kind="stable")
+    o = np.argsort(key_t, kind="stable")                     # by producer, then window start
     key_m = np.searchsorted(pids, pid) * width + np.searchsorted(values, ts)
-    j = np.searchsorted(key_t[o], key_m, side="right") - 1
-    k = o[np.maximum(j, 0)]
-    ok = (j >= 0) & (tpid[k] == pid)
-    ok &= ~txns["complete"][k] | (ts <= txns["hi"][k])
+    j = np.searchsorted(key_t[o], key_m, side="right") - 1   # the last window starting by ts
+    before = o[np.maximum(j, 0)]
+    after = o[np.minimum(j + 1, len(o) - 1)]
+    has_before = (j >= 0) & (tpid[before] == pid)
+    has_after = (j + 1 < len(o)) & (tpid[after] == pid)
+    d_before = np.where(complete[before] & (ts > hi[before]), ts - hi[before], 0)
+    d_after = lo[after] - ts
+    use_before = has_before & (~has_after | (d_before <= d_after))    # the first on a tie
+    k = np.where(use_before, before, after)
+    ok = (has_before | has_after) & (np.where(use_before, d_before, d_after) <= window)
     ok &= txns["result"][k] == res
     rk = k * txns["ntp"] + tp
     keys = txns["reg_keys"]

@@ -200,3 +200,32 @@ def test_textbook_shapes_are_certified(tmp_path):
         roots.append(ld.write())
     _, chunks = decode_segments([str(r) for r in roots])
     assert _clean_of(chunks) == [7]
+
+
+def test_skewed_markers_and_kip890_commits_are_certified(tmp_path):
+    """A partition leader's clock a little off the coordinator's puts markers just outside
+    their transaction's [Prepare, Complete] window: still its nearest, still certified. KIP-890
+    producers (every marker bumps the epoch) that only commit are clean too."""
+    ld = logdir(tmp_path, start_time_ms=T0)
+    ts = ld.partition("__transaction_state", 0)
+    a, b = ld.partition("a", 0), ld.partition("b", 0)
+    p = ld.producer(7, 0, transactional_id="skew", txn_state=ts)
+    for i, skew in enumerate((40, -30, 900)):
+        p.send([b"%d" % i], partition=a); p.send([b"%d" % i], partition=b)
+        p._state("PrepareCommit", p.txn_partitions)
+        for pb in (a, b):
+            pb.append_control(7, 0, "COMMIT", 0, timestamp=ld.clock + skew)
+        p._state("CompleteCommit", {})
+        p.txn_members, p.txn_partitions = [], {}
+        ld.tick(10_000)
+    tv2 = ld.producer(8, 0, transactional_id="tv2", txn_state=ts)
+    for e in range(3):
+        tv2.send([b"x"], partition=a); tv2.commit(marker_epoch=e + 1)
+        tv2.producer_epoch = e + 1
+        tv2.sequences.clear()
+        ld.tick(5_000)
+    ld.write()
+    _, chunks = decode_segments([str(ld.root)])
+    chunks = [(k, t) for k, t in chunks if k in ("batch", "txn_log")]
+    assert _clean_of(chunks) == [7, 8]
+    assert _findings(chunks, T0 + 100_000, certify=False) == []
