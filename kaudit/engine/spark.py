@@ -146,8 +146,11 @@ def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int, tap=None):
     from kaudit.engine.spark_rows import ROW, SPLIT
 
     ctx_d = context_dict(Context())   # the per-partition folds do not read the reference time
-    parts = max(1, min(spark.sparkContext.defaultParallelism * 2, input_bytes // (32 << 20)))
-    opts = dict(opts, placement=json.dumps(placement(spark, paths, parts)))
+    # one shuffle partition a core (the keys are placed by size, so the cores get even shares),
+    # fewer for a small input (each partition is a Python task: ~0.1 s to schedule)
+    parts = max(1, min(spark.sparkContext.defaultParallelism, input_bytes // (32 << 20)))
+    opts = dict(opts, placement=json.dumps(placement(spark, paths, parts)),
+                cores=spark.sparkContext.defaultParallelism)
     sort = [F.asc_nulls_last(c) for c in DISK_KEY + (SPLIT, ROW)]
     result = (_reader(spark, "kafka-segments", paths, "audit", opts)
               .repartition(parts, PART).sortWithinPartitions(*sort)
@@ -182,8 +185,6 @@ def placement(spark, paths: list[str], parts: int) -> dict:
     """Which shuffle partition each (replica, topic, partition) goes to: the keys by size, each to
     the least loaded partition (hashing a few big keys alone often piles two on one core), as
     the `__part` value that Spark's hash partitioning sends to that partition."""
-    from pyspark.sql import functions as F
-
     from kaudit.engine.spark_folds import key_name
     from kaudit.sources.logdir import plan
 
@@ -192,10 +193,7 @@ def placement(spark, paths: list[str], parts: int) -> dict:
         if t.kind == "log":
             k = key_name((t.log_dir.replica if t.log_dir else None, t.topic, t.partition))
             sizes[k] = sizes.get(k, 0) + t.size
-    probe = spark.range(0, 64 * parts).select("id", F.expr(f"pmod(hash(id), {parts})").alias("p")).collect()
-    value_of: dict = {}
-    for r in probe:
-        value_of.setdefault(r["p"], r["id"])
+    value_of = _part_values(spark, parts)
     load = [0] * parts
     out = {}
     for k, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -203,6 +201,22 @@ def placement(spark, paths: list[str], parts: int) -> dict:
         load[j] += size
         out[k] = value_of.get(j, j)
     return out
+
+
+_PART_VALUES: dict = {}
+
+
+def _part_values(spark, parts: int) -> dict:
+    """partition -> a value Spark's hash partitioning sends there (asked once per session)."""
+    from pyspark.sql import functions as F
+
+    if parts not in _PART_VALUES:
+        probe = spark.range(0, 64 * parts).select("id", F.expr(f"pmod(hash(id), {parts})").alias("p")).collect()
+        values: dict = {}
+        for r in probe:
+            values.setdefault(r["p"], r["id"])
+        _PART_VALUES[parts] = values
+    return _PART_VALUES[parts]
 
 
 def _envelope(spark, fmt: str, paths: list[str], opts: dict, mode: str = "audit"):

@@ -192,6 +192,8 @@ def _drop_constants(t: pa.Table) -> pa.Table:
 
 
 def restore_constants(t: pa.Table) -> pa.Table:
+    import pyarrow.compute as pc
+
     meta = t.schema.metadata or {}
     raw = meta.get(_CONSTANTS.encode())
     if raw is None:
@@ -200,7 +202,7 @@ def restore_constants(t: pa.Table) -> pa.Table:
     n = t.num_rows
     for name, value in info["values"].items():
         typ = {"string": pa.string(), "int32": pa.int32()}[info["types"][name]]
-        t = t.append_column(pa.field(name, typ), pa.array([value] * n, typ))
+        t = t.append_column(pa.field(name, typ), pc.fill_null(pa.nulls(n, typ), pa.scalar(value, typ)))
     return t.replace_schema_metadata(None)
 
 
