@@ -84,13 +84,11 @@ def clean_producers(batches: pa.Table | None, txn_log: pa.Table | None) -> np.nd
         k *= 2
     if k == 1:
         return _clean(batches, txn_log)
-    return np.sort(np.concatenate([_clean(_bucket(batches, k, i), _bucket(txn_log, k, i)) for i in range(k)]))
-
-
-def _bucket(t: pa.Table | None, k: int, i: int) -> pa.Table | None:
-    if t is None:
-        return None
-    return t.filter(pc.equal(pc.bit_wise_and(t.column("producer_id").cast(pa.int64()), k - 1), i))
+    ids = [None if t is None else pc.bit_wise_and(t.column("producer_id").cast(pa.int64()), k - 1)
+           for t in (batches, txn_log)]
+    return np.sort(np.concatenate([_clean(*(None if t is None else t.filter(pc.equal(b, i))
+                                            for t, b in zip((batches, txn_log), ids)))
+                                   for i in range(k)]))
 
 
 def _clean(batches: pa.Table | None, txn_log: pa.Table | None) -> np.ndarray:
