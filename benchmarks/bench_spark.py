@@ -1,12 +1,15 @@
 """`make bench`, issue 6: the Spark engine against the local engine on ≥ 2 GiB of segments.
 
-Input (generated once, cached in benchmarks/out/bench-spark/): a log dir of 4 partitions, one
-~600 MiB segment each (16 KiB batches, one idempotent producer per partition: every batch goes
-through the sequence rules), 2.3 GiB in all. Each segment is bigger than a split (128 MiB), so
-Spark's tasks read index-aligned ranges, never whole files.
+Input (generated once, cached in benchmarks/out/bench-spark-<MB>/): a log dir of 4 partitions,
+one segment each of KAUDIT_BENCH_SPARK_SEGMENT_MB (default 600 MiB: 2.3 GiB in all; 2000 gives
+7.8 GiB), 16 KiB batches, one idempotent producer per partition (every batch goes through the
+sequence rules). The segments are bigger than a split, so Spark's tasks read index-aligned
+ranges, never whole files.
 
 In the same run, best of two after a warm-up:
-- local engine: `kaudit segments DIR --engine local --format json` (one process);
+- local engine: `kaudit segments DIR --engine local --format json` (one process), and the same
+  audit in-process (`engine.local.audit_segments`, imports done: the fair match for Spark's
+  "once the JVM is up");
 - Spark `local[1]` and `local[2]`: a child process per master (one session per process) starts
   the session (start-up time, reported apart), warms the Python workers on a tiny log dir, then
   times `engine.spark.audit_segments` (decode + audit + findings on the driver).
@@ -30,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "benchmarks" / "out"
-DATA = OUT / "bench-spark"
+DATA = OUT / f"bench-spark-{os.environ.get('KAUDIT_BENCH_SPARK_SEGMENT_MB', '600')}"
 PARTITIONS = 4
 SEGMENT_BYTES = int(os.environ.get("KAUDIT_BENCH_SPARK_SEGMENT_MB", "600")) << 20
 MASTERS = ("local[1]", "local[2]")
@@ -43,7 +46,7 @@ def generate() -> Path:
     if stamp.exists() and stamp.read_text() == str(SEGMENT_BYTES):
         return DATA
     for p in range(PARTITIONS):
-        d = DATA / f"bench-spark-{p}"
+        d = DATA / f"spark-{p}"
         d.mkdir(parents=True, exist_ok=True)
         write_bench_segment(d / "00000000000000000000.log", target_bytes=SEGMENT_BYTES, producer_id=1000 + p)
     stamp.write_text(str(SEGMENT_BYTES))
@@ -111,6 +114,20 @@ class Sampler(threading.Thread):
             time.sleep(0.2)
 
 
+def child_local(path: str, warm_path: str) -> None:
+    """The local engine in-process, timed like the Spark children (imports done, no report)."""
+    from kaudit.engine import local as L
+
+    L.audit_segments([warm_path])
+    runs = []
+    for _ in range(2):
+        t = time.perf_counter()
+        run = L.audit_segments([path])
+        runs.append(time.perf_counter() - t)
+    print(json.dumps({"audit_s": min(runs), "runs": runs, "findings": len(run.findings),
+                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
 def child(master: str, path: str, warm_path: str) -> None:
     from kaudit.engine import spark as S
 
@@ -156,6 +173,9 @@ def main() -> None:
     warm_dir = ROOT / "fixtures" / "logdirs" / "demo"
     results = {"input_bytes": size, "segments": PARTITIONS, "segment_bytes": SEGMENT_BYTES}
     results["local_engine"] = local_engine(path)
+    out = subprocess.run([sys.executable, __file__, "child-local", str(path), str(warm_dir)], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    results["local_in_process"] = json.loads(out.stdout.strip().splitlines()[-1])
     for master in MASTERS:
         out = subprocess.run([sys.executable, __file__, "child", master, str(path), str(warm_dir)], cwd=ROOT,
                              capture_output=True, text=True)
@@ -166,23 +186,30 @@ def main() -> None:
     one, two, loc = results["local[1]"]["audit_s"], results["local[2]"]["audit_s"], results["local_engine"]["audit_s"]
     results["scaling_2_over_1"] = one / two
     results["spark2_over_local"] = loc / two
+    inproc = results["local_in_process"]["audit_s"]
+    results["spark2_over_local_in_process"] = inproc / two
     results["same_findings"] = len({results["local_engine"]["findings"], results["local[1]"]["findings"],
                                      results["local[2]"]["findings"]}) == 1
-    (OUT / "spark-results.json").write_text(json.dumps(results, indent=1))
+    (OUT / f"spark-results-{SEGMENT_BYTES >> 20}.json").write_text(json.dumps(results, indent=1))
     print(f"{gib:.2f} GiB of segments ({PARTITIONS} x {SEGMENT_BYTES >> 20} MiB), findings equal: "
           f"{results['same_findings']}")
-    print(f"  local engine      {loc:6.2f} s  {gib / loc:5.2f} GiB/s  RSS {results['local_engine']['rss_mb']:.0f} MB")
+    print(f"  local engine      {loc:6.2f} s  {gib / loc:5.2f} GiB/s  RSS {results['local_engine']['rss_mb']:.0f} MB"
+          "  (`kaudit segments` process: start-up and JSON report included)")
+    print(f"  local in-process  {inproc:6.2f} s  {gib / inproc:5.2f} GiB/s  (audit_segments call, imports done)")
     for m in MASTERS:
         r = results[m]
         print(f"  spark {m:10s}  {r['audit_s']:6.2f} s  {gib / r['audit_s']:5.2f} GiB/s  start-up "
               f"{r['startup_s']:.1f} s  driver py {r['driver_python_mb']:.0f} MB  JVM {r['jvm_mb']:.0f} MB  "
               f"largest worker {r['worker_max_mb']:.0f} MB")
     print(f"  local[2] / local[1] = {results['scaling_2_over_1']:.2f} (target >= 1.7); "
-          f"local[2] vs local engine = {results['spark2_over_local']:.2f}x (target >= 1.2)")
+          f"local[2] vs local engine = {results['spark2_over_local']:.2f}x (target >= 1.2), "
+          f"vs local in-process = {results['spark2_over_local_in_process']:.2f}x")
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         child(*sys.argv[2:5])
+    elif len(sys.argv) > 1 and sys.argv[1] == "child-local":
+        child_local(*sys.argv[2:4])
     else:
         main()
