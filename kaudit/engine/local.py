@@ -187,8 +187,12 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
     ctx.reference_time_ms = now_ms if now_ms is not None else latest
     for f, state in states:
         run.findings.extend(x for x in state.finish() if keep(x))
-    for f, items in buffered.values():
-        stream = sorted_stream(f, f.prepare(items, ctx))
+    for name in list(buffered):
+        f, items = buffered.pop(name)
+        prepared = f.prepare(items, ctx)
+        del items   # the raw selection goes before the sort: only the prepared rows stay
+        stream = sorted_stream(f, prepared)
+        del prepared
         run.findings.extend(x for x in f.run(stream, ctx) if keep(x))
     run.findings = sort_findings(run.findings)
     run.coverage = cov
