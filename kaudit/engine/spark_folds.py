@@ -206,9 +206,14 @@ def restore_constants(t: pa.Table) -> pa.Table:
     return t.replace_schema_metadata(None)
 
 
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
 def _ipc(table: pa.Table) -> bytes:
+    """A table as Arrow IPC bytes, LZ4-compressed: the payloads cross the JVM several times
+    (shuffle write, sort, Arrow to the fold's worker), each copy costs by the byte."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as w:
         w.write_table(table)
     return sink.getvalue().to_pybytes()
 
