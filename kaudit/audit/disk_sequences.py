@@ -183,26 +183,14 @@ class PartitionTimeline:
         tracked = (pid >= 0) & (magic >= 2)
         if self.dups is not None:
             self.dups.feed(t, ~tracked & ~control & (magic >= 2))
-        slow = overlap | (control & tracked)
+        self._control = control
+        slow = overlap.copy()
         rows = np.flatnonzero(tracked)
         if rows.size:
             order = rows[np.argsort(pid[rows], kind="stable")]
             p = pid[order]
-            first = np.ones(order.size, dtype=bool)
-            first[1:] = p[1:] != p[:-1]
-            prev = np.roll(order, 1)
-            ok = np.zeros(order.size, dtype=bool)
-            ok[~first] = ((epoch[order][~first] == epoch[prev][~first])
-                          & (bseq[order][~first] == lseq[prev][~first] + 1)
-                          & ~control[prev][~first])
-            ok &= ~control[order]
-            # first batch of each producer in this chunk: against the carried state
-            for j in np.flatnonzero(first).tolist():
-                st = self.producers.get(int(p[j]))
-                i = order[j]
-                ok[j] = (st is not None and not st.dirty() and st.epoch == epoch[i]
-                         and st.last_seq >= 0 and bseq[i] == st.last_seq + 1)
-            ok &= lseq[order] == bseq[order] + count[order] - 1
+            ok = self._fast(order, pid, epoch, bseq, lseq, control)
+            ok &= control[order] | (lseq[order] == bseq[order] + count[order] - 1)
             dirty = [q for q, st in self.producers.items() if st.dirty()]
             if dirty:
                 ok &= ~np.isin(p, dirty)
@@ -243,6 +231,41 @@ class PartitionTimeline:
         out, self.out = self.out, []
         return out
 
+    def _fast(self, order, pid, epoch, bseq, lseq, control) -> np.ndarray:
+        """Which of a chunk's tracked rows (`order`: grouped by producer, ascending) the checked
+        path would only record: every row keeps its producer's epoch (that of the row before it,
+        of the producer's previous data row, and of the carried state where the chunk has no
+        earlier data row), a data row continues the sequence of the producer's previous data
+        row, and a marker consumes no sequence (ProducerAppendInfo: a control batch of the
+        current epoch only ends the transaction). Anything else - a bump, a gap, a producer with a
+        range ahead - is left to the checked path."""
+        n = order.size
+        p, ep, bs, ls, ctl = pid[order], epoch[order], bseq[order], lseq[order], control[order]
+        idx = np.arange(n)
+        first = np.ones(n, dtype=bool)
+        first[1:] = p[1:] != p[:-1]
+        group_start = np.maximum.accumulate(np.where(first, idx, 0))
+        # the producer's previous data row in this chunk (index into order), -1 if none
+        run = np.maximum.accumulate(np.where(ctl, -1, idx))
+        prev_data = np.r_[-1, run[:-1]]
+        prev_data = np.where(prev_data >= group_start, prev_data, -1)
+        has_pd = prev_data >= 0
+        pd = np.maximum(prev_data, 0)
+        prev_any = np.maximum(idx - 1, 0)
+        same_epoch = ~first & (ep == ep[prev_any]) & (~has_pd | (ep == ep[pd]))
+        ok = same_epoch & (ctl | (has_pd & (bs == ls[pd] + 1)))
+        # rows checked against the carried state: each producer's first row, and data rows with
+        # only markers before them in the chunk
+        for j in np.flatnonzero(first | (~ctl & ~has_pd)).tolist():
+            st = self.producers.get(int(p[j]))
+            if st is None or st.dirty() or st.epoch != ep[j] or st.max_epoch != ep[j] or not (first[j] or same_epoch[j]):
+                ok[j] = False
+            elif ctl[j]:
+                ok[j] = True
+            else:
+                ok[j] = st.last_seq >= 0 and bs[j] == st.last_seq + 1
+        return ok
+
     def _catch_up(self, order, pid, upto: int, t, cols) -> None:
         """Apply to each producer's state its last fast-path batch before row `upto`."""
         if order.size == 0:
@@ -267,15 +290,18 @@ class PartitionTimeline:
             i = int(sel[-1])
             if st.applied_upto is not None and i <= st.applied_upto:
                 continue
-            b = self._view(t, cols, i)
-            if b.is_control:
-                continue
-            st.last_seq = b.last_sequence
-            st.last_offset = b.last_offset
-            runs = st.history(b.producer_epoch)
-            if runs:
-                runs[-1].hi = b.last_sequence
-                runs[-1].last_offset = b.last_offset
+            # the last data row sets the sequence state; a marker after it only the offsets
+            data = sel[~self._control[sel]]
+            if st.applied_upto is not None:
+                data = data[data > st.applied_upto]
+            if data.size:
+                b = self._view(t, cols, int(data[-1]))
+                st.last_seq = b.last_sequence
+                runs = st.history(b.producer_epoch)
+                if runs:
+                    runs[-1].hi = b.last_sequence
+                    runs[-1].last_offset = b.last_offset
+            st.last_offset = int(t.column("last_offset")[i].as_py()) if cols is None else cols["last_offset"][i]
             st.offset_gaps = int(self._gaps_before[i])
             st.applied_upto = i
             for j in sel[-4:].tolist():
