@@ -32,6 +32,7 @@ OUT = ROOT / "benchmarks" / "out"
 TARGET_RATIO = 0.70
 RSS_LIMIT_MB = {"segments": 300, "pcap": 400}
 PORTS = ["--kafka-port", "9092", "--kafka-port", "9093", "--kafka-port", "9094"]
+LOCAL = ["--engine", "local"]   # the local engine's figures (auto picks Spark above 1 GiB)
 
 
 def timed(cmd: list[str]) -> tuple[float, float]:
@@ -53,6 +54,7 @@ def best(cmd: list[str]) -> tuple[float, float]:
 
 def measure(name: str, kind: str, path: Path, units: int, unit: str, extra: list[str]) -> dict:
     py = [sys.executable, "-m", "kaudit"]
+    extra = list(extra) + LOCAL
     pq = OUT / f"audit-bench-parquet-{name}"
     shutil.rmtree(pq, ignore_errors=True)
     decode_s, decode_rss = best(py + ["decode", kind, str(path), "--format", "parquet", "--output", str(pq)] + extra)
@@ -103,8 +105,8 @@ def measure_txn() -> dict:
     py = [sys.executable, "-m", "kaudit"]
     pq = OUT / "audit-bench-parquet-segments-txn"
     report = OUT / "audit-segments-txn.json"
-    decode = py + ["decode", "segments", str(d), "--format", "parquet", "--output", str(pq)]
-    audit = py + ["segments", str(d), "--format", "json", "--output", str(report)]
+    decode = py + ["decode", "segments", str(d), "--format", "parquet", "--output", str(pq)] + LOCAL
+    audit = py + ["segments", str(d), "--format", "json", "--output", str(report)] + LOCAL
     shutil.rmtree(pq, ignore_errors=True)
     timed(decode), timed(audit)  # warm-up: imports, page cache
     rounds = [(timed(decode), timed(audit)) for _ in range(max(ROUNDS, 1))]

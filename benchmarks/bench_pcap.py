@@ -547,7 +547,8 @@ SAMPLE = 20_000  # packets of the tshark agreement check
 def run_kaudit(path: Path, packets: int) -> dict:
     out = KAUDIT_OUT
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "kaudit", "decode", "pcap", str(path), "--format", "parquet", "--output", str(out)]
+    cmd = [sys.executable, "-m", "kaudit", "decode", "pcap", str(path), "--format", "parquet", "--output", str(out),
+           "--engine", "local"]   # auto would pick Spark above 1 GiB
     elapsed, code, rss = timed(cmd)
     if code != 0:
         raise SystemExit(f"kaudit failed: exit {code}")

@@ -54,7 +54,7 @@ def run(path: Path, shape: str) -> dict:
     out = OUT / f"parquet-{shape}"
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "kaudit", "decode", "segments", str(path), "--format", "parquet",
-           "--output", str(out)]
+           "--output", str(out), "--engine", "local"]   # auto would pick Spark above 1 GiB
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT)
     _, status, usage = os.wait4(proc.pid, 0)
