@@ -6,8 +6,8 @@ import pytest
 
 from tests.audit.wire.wirecraft import (T0, TOPIC, add_partitions, audit, batch, by_rule, details, end_txn,
                                         init_producer_id, send)
-from tests.protocol.wire.wirebytes import (TAGS0, boolean, carray, cstring, frame, i16, i32, i64,
-                                           request_header, response_header)
+from tests.protocol.wire.wirebytes import (TAGS0, array, boolean, carray, cstring, frame, i8, i16, i32,
+                                           i64, nbytes, request_header, response_header, string)
 from tests.sources.pcap.craft import Conn
 
 PID = 4202
@@ -98,3 +98,51 @@ def test_producer_abort_is_not_coordinator_abort(tmp_path, marker_epoch):
                     now_ms=T0_MS + 120_000))
     assert by_rule(fs, "coordinator-abort") == []
     assert fs == []
+
+
+# ---- lso-stuck (audit/wire_lso.py) ---------------------------------------------------------------
+
+def fetch(corr: int, hw: int, lso: int, *, partition: int = 2, fetch_offset: int = 10,
+          isolation: int = 1, client_id: str = "wire-consumer"):
+    """Fetch v4 of one partition (isolation 1: read_committed), answered with no records."""
+    req = (request_header(1, 4, corr, client_id, False)
+           + i32(-1) + i32(500) + i32(1) + i32(52428800) + i8(isolation)
+           + array(1) + string(TOPIC) + array(1) + i32(partition) + i64(fetch_offset) + i32(1048576))
+    resp = (response_header(corr, False) + i32(0)
+            + array(1) + string(TOPIC)
+            + array(1) + i32(partition) + i16(0) + i64(hw) + i64(lso)
+            + array(0) + nbytes(b""))
+    return [(0, frame(req)), (1, frame(resp))]
+
+
+def _fetches(points, **kw):
+    return Conn([m for i, (hw, lso) in enumerate(points) for m in fetch(i + 1, hw, lso, **kw)],
+                client=("10.0.0.4", 41001))
+
+
+SLOW = {"delay": lambda i, p: 2.0}   # 2 s before every packet: the fetches span well over 10 s
+
+
+def test_lso_stuck_behind_open_transaction(tmp_path):
+    fs = audit(tmp_path, _fetches([(13, 10), (15, 10), (17, 10), (19, 10)]), timed=SLOW)
+    (f,) = by_rule(fs, "lso-stuck")
+    assert (f["topic"], f["partition"], f["first_offset"]) == ("orders", 2, 10)
+    d = details(f)
+    assert d["last_stable_offset"] == 10 and d["responses"] == 4
+    assert d["high_watermarks"] == [13, 19] and d["span_s"] >= 10
+
+
+def test_lso_advancing_is_not_stuck(tmp_path):
+    fs = audit(tmp_path, _fetches([(13, 10), (15, 13), (17, 15), (19, 17)]), timed=SLOW)
+    assert by_rule(fs, "lso-stuck") == []
+
+
+def test_lso_constant_but_briefly_is_not_stuck(tmp_path):
+    """Same LSO in four responses within a fraction of a second: below MIN_SPAN_S."""
+    fs = audit(tmp_path, _fetches([(13, 10), (15, 10), (17, 10), (19, 10)]))
+    assert by_rule(fs, "lso-stuck") == []
+
+
+def test_lso_constant_in_read_uncommitted_is_not_judged(tmp_path):
+    fs = audit(tmp_path, _fetches([(13, 10), (15, 10), (17, 10), (19, 10)], isolation=0), timed=SLOW)
+    assert by_rule(fs, "lso-stuck") == []
