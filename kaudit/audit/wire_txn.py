@@ -68,6 +68,7 @@ class Txn:
     markers: dict = field(default_factory=dict)   # tp -> (result, epoch, ts, response_ts)
     timeline: list = field(default_factory=list)
     fenced_by: str | None = None     # the InitProducerId line that fenced it
+    fenced_epoch: int | None = None  # the epoch a new instance's successful InitProducerId got
     coordinator_aborted: bool = False
     last_offset: dict = field(default_factory=dict)   # tp -> last offset of its accepted data
 
@@ -146,6 +147,8 @@ class ProducerWire:
             if o is not None and (not ok or epoch > o.epoch) and o.fenced_by is None:
                 o.fenced_by = line
                 line += f" (a new instance: fences the open transaction of epoch {o.epoch})"
+            if o is not None and ok and epoch > o.epoch and o.fenced_epoch is None:
+                o.fenced_epoch = epoch
             self._step(o, line)
             if ok:
                 self.max_epoch = max(self.max_epoch, epoch)
@@ -307,11 +310,17 @@ class ProducerWire:
         for t in self.txns:
             self._coordinator_abort(t)
         ref = self.ctx.reference_time_ms
+        fenced: dict[int, tuple] = {}
         for tp, o in sorted(self.open.items()):
             t = o.txn
             if o.cause is None and t is not None and t.end is not None and not self.saw_markers \
                     and t.end.get("response_ts") is not None:
                 continue   # ended by an answered EndTxn; the markers are not in the capture
+            if o.cause is None and t is not None and t.fenced_epoch is not None and tp not in t.markers:
+                # a new instance got a bumped epoch: the coordinator aborted this transaction
+                # first (TransactionCoordinator.handleInitProducerId); its markers are elsewhere
+                fenced.setdefault(id(t), (t, []))[1].append(tp)
+                continue
             reasons = []
             timeout = (t.timeout_ms if t else None) or self.timeout_ms or DEFAULT_MAX_TIMEOUT_MS
             if ref is not None and ref - o.first_ts * 1000 > timeout:
@@ -340,6 +349,25 @@ class ProducerWire:
             else:
                 self.out.append(finding("dangling-transaction", f"{text} (its transaction may still end)",
                                         evidence=ev, details=det, timeline=tl, **self._fields(o, o.batches[0])))
+
+        for t, tps in fenced.values():
+            self._fenced_abort(t, tps)
+
+    def _fenced_abort(self, t: Txn, tps: list[str]) -> None:
+        """`coordinator-abort` from the InitProducerId that fenced an open transaction, when the
+        capture holds none of its ABORT markers (a client-side capture)."""
+        self.out.append(finding(
+            "coordinator-abort",
+            f"transaction of producer {self.pid} epoch {t.epoch} ({t.transactional_id!r}) on "
+            f"{','.join(sorted(tps))} aborted by the coordinator (fencing): a new instance got epoch "
+            f"{t.fenced_epoch} from InitProducerId; the ABORT markers are not in the capture",
+            evidence=[evidence(None, None, "txn", t.fenced_by)],
+            details={"cause": "fencing", "partitions": sorted(tps), "data_epoch": t.epoch,
+                     "marker_epoch": None, "new_epoch": t.fenced_epoch, "markers_seen": False,
+                     "start_ts": t.start_ts, "timeout_ms": t.timeout_ms},
+            timeline=t.timeline[-16:], producer_id=self.pid, producer_epoch=t.epoch,
+            transactional_id=t.transactional_id, first_ts_ms=int(t.start_ts * 1000),
+            last_ts_ms=int((_ts(t.fenced_by) or t.start_ts) * 1000)))
 
     def _coordinator_abort(self, t: Txn) -> None:
         aborts = [(tp, m) for tp, m in t.markers.items() if m[0] == "ABORT" and m[1] == t.epoch + 1]

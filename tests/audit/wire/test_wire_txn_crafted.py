@@ -88,6 +88,31 @@ def test_fenced_transaction_is_coordinator_abort(tmp_path, fenced_error):
     assert by_rule(fs, "hanging-transaction") == [] and by_rule(fs, "dangling-transaction") == []
 
 
+@pytest.mark.parametrize("fenced_error", [90, 47])
+def test_fencing_without_markers_in_the_capture_is_coordinator_abort_not_hanging(tmp_path, fenced_error):
+    """A client-side capture: the second instance's InitProducerId gets epoch 1, so the
+    coordinator aborted the open transaction of epoch 0 first; its markers went broker to broker,
+    outside the capture. That is a coordinator abort by fencing, not a hanging transaction."""
+    old = _open_txn() + init_producer_id(4, PID, 1, client_id="wire-producer-2")
+    zombie = end_txn(5, PID, 0, error=fenced_error)
+    fs = _txn(audit(tmp_path, [Conn(old), Conn(zombie, client=("10.0.0.1", 40002))],
+                    now_ms=T0_MS + 120_000))
+    assert by_rule(fs, "hanging-transaction") == [] and by_rule(fs, "dangling-transaction") == []
+    (f,) = by_rule(fs, "coordinator-abort")
+    d = details(f)
+    assert (f["producer_id"], f["producer_epoch"], f["transactional_id"]) == (PID, 0, "tx-wire")
+    assert (d["cause"], d["partitions"], d["new_epoch"], d["markers_seen"]) == ("fencing", ["orders-2"], 1, False)
+
+
+def test_a_failed_init_producer_id_does_not_end_the_transaction(tmp_path):
+    """InitProducerId answered with an error (CONCURRENT_TRANSACTIONS, 51) bumps nothing: the
+    open transaction past its timeout stays hanging."""
+    old = _open_txn() + init_producer_id(4, PID, 1, client_id="wire-producer-2", error=51)
+    fs = _txn(audit(tmp_path, [Conn(old)], now_ms=T0_MS + 120_000))
+    assert by_rule(fs, "coordinator-abort") == []
+    assert [f["partition"] for f in by_rule(fs, "hanging-transaction")] == [2]
+
+
 @pytest.mark.parametrize("marker_epoch", [0, 1])
 def test_producer_abort_is_not_coordinator_abort(tmp_path, marker_epoch):
     """The producer aborts its own transaction (EndTxn committed=False); the markers (same epoch,
