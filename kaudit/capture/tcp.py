@@ -111,12 +111,12 @@ class _Conn:
 
 
 class Reassembler:
-    def __init__(self, max_buffer: int = MAX_BUFFER):
+    def __init__(self, max_buffer: int = MAX_BUFFER, first_conn_id: int = 0):
         self.max_buffer = max_buffer
         self._table: dict[tuple, tuple[_Conn, int]] = {}  # 4-tuple -> (connection, direction)
         self._open: dict[int, _Conn] = {}
         self._closed: dict[int, _Conn] = {}  # in closing order, for lingering eviction
-        self._next_id = 0
+        self._next_id = first_conn_id  # a successor reassembler goes on numbering (pcap_stitch)
         self.connections = 0
         self.last_frame = 0
         self.last_ts = 0.0
@@ -280,6 +280,10 @@ class Reassembler:
                 ent = self._table.get(key)
                 if ent is not None and ent[0] is conn:
                     del self._table[key]
+
+    @property
+    def next_conn_id(self) -> int:
+        return self._next_id
 
     def flush(self, frame=None, ts=None):
         """Declare every remaining hole and close every open connection ('end'); frame and ts

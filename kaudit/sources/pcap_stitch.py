@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator
 import pyarrow as pa
 
 from kaudit.capture import (
-    ConnClose, ConnOpen, Reassembler, StreamData, TcpSegment, open_capture, open_ended,
+    ACK, FIN, SYN, ConnClose, ConnOpen, Reassembler, StreamData, TcpSegment, open_capture, open_ended,
 )
 from kaudit.protocol.errors import DecodeError
 from kaudit.sources.conversation import endpoint
@@ -176,6 +176,10 @@ class _Replay:
         self.last = -1  # the frame of the last row (in this file), to check the order
         self.end = None  # (frame, ts) where the capture of this key ends (this file's end row)
         self.conns: dict = {}  # the reassembler's conn_id -> (source, base)
+        self.next_seq: dict = {}  # (src, sport) -> the sequence number that continues it
+        self.last_ts = None
+        self.prev_end = None  # where the previous file's part of the key ended
+        self.check = False  # the next segment is the first of a later file: does it continue?
 
     def row(self, r: tuple) -> None:
         """One tcp_fragment row (a tuple in FRAGMENT_SCHEMA order)."""
@@ -185,6 +189,7 @@ class _Replay:
                 if file_index < self.file:
                     self._disorder(file_index, frame)
                 self.base += self.packets if self.packets is not None else self.last
+            self.prev_end, self.check = self.end, self.file is not None
             self.file, self.path, self.packets, self.end = file_index, source, None, None
         elif frame <= self.last:
             self._disorder(file_index, frame)
@@ -193,11 +198,40 @@ class _Replay:
             self.packets = frame - 1
             self.end = (self.base + frame - 1, ts)
             return
+        if self.check:
+            self.check = False
+            if not self._continues(src, sport, dst, dport, seq, ack, flags, ts):
+                # the same endpoints, another connection (captures that are not one rotated
+                # capture, or a port reused): what the earlier files held ends where they end
+                end, old = self.prev_end, self.reassembler
+                self._dispatch(old.flush(*end) if end else old.flush())
+                # a fresh reassembler: the closed one would take the new packets for its own
+                self.reassembler = Reassembler(first_conn_id=old.next_conn_id)
+                self.next_seq.clear()
+        n = len(payload or b"") + (truncated or 0) + bool(flags & SYN) + bool(flags & FIN)
+        self.next_seq[(src, sport)] = (seq + n) & 0xFFFFFFFF
+        self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
         events = self.reassembler.feed(
             TcpSegment(src, dst, sport, dport, seq, ack, flags, payload or b"", truncated or 0),
             self.base + frame, ts)
         if events:
             self._dispatch(events)
+
+    def _continues(self, src, sport, dst, dport, seq, ack, flags, ts) -> bool:
+        """Whether a later file's first segment of the key goes on with the earlier files'
+        connection: not before their last packet, its sequence number (else its
+        acknowledgement) within CONTINUE_WINDOW of where that direction stopped. A lost segment
+        at the cut stays a gap; an unrelated connection's initial sequence numbers are random."""
+        if flags & SYN:
+            return True   # a new connection anyway: the reassembler starts it
+        if self.last_ts is not None and ts < self.last_ts:
+            return False
+        mine, other = self.next_seq.get((src, sport)), self.next_seq.get((dst, dport))
+        if mine is not None:
+            return _near(seq, mine)
+        if other is not None and flags & ACK:
+            return _near(ack, other)
+        return True   # nothing to compare with
 
     def _disorder(self, file_index, frame):
         raise ValueError(f"tcp_fragment rows out of order: file {file_index} frame {frame} after file "
@@ -241,6 +275,14 @@ class _Replay:
             rows.source = self.conns[cid][0]
             conv.finish()
             rows.connection(conv, session.opened[cid][0], None, None)
+
+
+CONTINUE_WINDOW = 16 << 20   # bytes a stream may have lost (or re-sent) at a rotation
+
+
+def _near(a: int, b: int) -> bool:
+    d = (a - b) & 0xFFFFFFFF
+    return d <= CONTINUE_WINDOW or d >= (1 << 32) - CONTINUE_WINDOW
 
 
 class Stitcher:

@@ -345,3 +345,24 @@ def test_cli_decodes_and_audits_rotated_files_as_one_capture(rotated):
     rep = json.loads(r.stdout)
     assert not {f["rule"] for f in rep["findings"]} & {"stream-gap", "undecodable-frame", "unanswered-request"}
     assert rep["coverage"]["batches"] == 6
+
+
+def test_same_endpoints_in_unrelated_captures_are_not_stitched(tmp_path):
+    """Two captures, each in the middle of a connection on the same endpoints, but not one
+    connection (another initial sequence number: a port reused, or captures that are not one
+    rotated capture): each half is decoded on its own, no stream gap joins them."""
+    parts = []
+    for i, (isn, t0) in enumerate((((1000, 500000), "1700000000"), ((3_000_000_000, 4_000_000_000), "1700000100"))):
+        whole = tmp_path / f"whole{i}.pcap"
+        pkts = write_capture(whole, Conn(producer_messages(4), isn=isn), segment=64, t0=t0)
+        d = tmp_path / f"d{i}"
+        d.mkdir()
+        files, _ = split_pcap(whole, [3, len(pkts) - 3], d)   # without the handshake and the FINs
+        parts.append(files[1])
+    got = rows_of(decode_captures([str(p) for p in parts]))
+    alone = [rows_of(decode_capture(str(p))) for p in parts]
+    issues = [r["issue"] for r in got.get("decode_issue", [])]
+    assert "stream-gap" not in issues
+    assert issues.count("stream-gap") == sum(r["issue"] == "stream-gap" for a in alone for r in a.get("decode_issue", []))
+    assert len(got["frame"]) == sum(len(a["frame"]) for a in alone)
+    assert len(got["connection"]) == 2
