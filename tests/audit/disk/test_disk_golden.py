@@ -22,9 +22,9 @@ from diskcraft import DISK_RULES, INT32_MAX, logdir
 from typer.testing import CliRunner
 
 from kaudit.cli import app
+from tests.audit.goldens import check_golden
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "disk"
-REGEN = os.environ.get("KAUDIT_REGEN_GOLDEN") == "1"
 runner = CliRunner()
 
 
@@ -155,13 +155,7 @@ def test_golden_report(name, tmp_path):
     r = _run(root)
     report = json.loads(r.stdout)
     norm = _normalise(report, tmp_path)
-    golden = GOLDEN / f"{name}.json"
-    text = json.dumps(norm, indent=1, sort_keys=True) + "\n"
-    if REGEN:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert golden.exists(), f"no golden for {name}: run with KAUDIT_REGEN_GOLDEN=1"
-    assert norm == json.loads(golden.read_text()), f"{name}: report differs from {golden} (regenerate if intended)"
+    check_golden(GOLDEN / f"{name}.json", norm, name)
     assert r.exit_code == int(any(f["severity"] in ("error", "critical") for f in report["findings"]))
 
     ids = [f["id"] for f in report["findings"]]

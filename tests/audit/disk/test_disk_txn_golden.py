@@ -20,9 +20,9 @@ from diskcraft import logdir
 from typer.testing import CliRunner
 
 from kaudit.cli import app
+from tests.audit.goldens import check_golden
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "disk"
-REGEN = os.environ.get("KAUDIT_REGEN_GOLDEN") == "1"
 TXN_RULES = ("dangling-transaction", "hanging-transaction", "torn-transaction", "coordinator-abort",
              "stray-marker", "coordinator-epoch-regression", "non-transactional-write-in-transaction",
              "late-transactional-write", "unregistered-partition", "illegal-state-transition")
@@ -211,13 +211,7 @@ def test_txn_golden_report(name, tmp_path):
     r = _run(roots)
     report = json.loads(r.stdout)
     norm = _normalise(report, tmp_path)
-    golden = GOLDEN / f"{name}.json"
-    text = json.dumps(norm, indent=1, sort_keys=True) + "\n"
-    if REGEN:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert golden.exists(), f"no golden for {name}: run with KAUDIT_REGEN_GOLDEN=1"
-    assert norm == json.loads(golden.read_text()), f"{name}: report differs from {golden} (regenerate if intended)"
+    check_golden(GOLDEN / f"{name}.json", norm, name)
     ids = [f["id"] for f in report["findings"]]
     assert len(set(ids)) == len(ids)
     assert json.loads(_run(roots).stdout) == report                  # ids included

@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kaudit.cli import app
+from tests.audit.goldens import check_golden
 from tests.audit.wire.wirecraft import (
     TOPIC,
     batch,
@@ -32,7 +33,6 @@ from tests.audit.wire.wirecraft import (
 from tests.sources.pcap.craft import Conn, write_capture
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "wire"
-REGEN = os.environ.get("KAUDIT_REGEN_GOLDEN") == "1"
 runner = CliRunner()
 P = 6001
 
@@ -98,14 +98,7 @@ def _report(name: str, tmp_path: Path, monkeypatch) -> tuple[dict, int]:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden_report(name, tmp_path, monkeypatch):
     report, code = _report(name, tmp_path, monkeypatch)
-    golden = GOLDEN / f"{name}.json"
-    text = json.dumps(report, indent=1, sort_keys=True) + "\n"
-    if REGEN:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert golden.exists(), f"no golden for {name}: run with KAUDIT_REGEN_GOLDEN=1"
-    expected = json.loads(golden.read_text())
-    assert report == expected, f"{name}: report differs from {golden} (regenerate if intended)"
+    check_golden(GOLDEN / f"{name}.json", report, name)
     # exit code follows --fail-on error (the default)
     assert code == int(any(f["severity"] in ("error", "critical") for f in report["findings"]))
     # the same capture audited again: identical findings and ids
