@@ -26,7 +26,7 @@ from kaudit.engine.spark_folds import (
     FOLDS, context_dict, context_from, findings_from_table, fold_by_name, fold_input, meta_rows, run_fold,
     sort_columns,
 )
-from kaudit.engine.spark_rows import FOLD, KIND, META, META_KIND, spark_schema
+from kaudit.engine.spark_rows import FOLD, KIND, META, META_KIND, in_decode_order, spark_schema
 from kaudit.model import FINDING
 
 DEFAULT_MASTER = "local[*]"
@@ -111,7 +111,7 @@ def _run_folds(spark, env, side: str, ctx: Context, keep, input_bytes: int) -> l
         rows = env.where(F.col(FOLD) == fold.name)
         if hasattr(fold, "prepare"):
             table = rows.toArrow()
-            items = [(k, t) for k, t in fold_input(table.sort_by([("__split", "ascending"), ("__row", "ascending")]), fold)]
+            items = list(fold_input(in_decode_order(table), fold))
             items = fold.prepare(items, ctx)
             out.extend(f for f in fold.run(sorted_stream(fold, items), ctx) if keep(f))
             continue
@@ -133,23 +133,21 @@ def _run_folds(spark, env, side: str, ctx: Context, keep, input_bytes: int) -> l
     return out
 
 
-def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int, tap=None):
+def _disk_job(spark, p, paths: list[str], opts: dict, tap=None):
     """One job: decode (tasks over splits), one shuffle of the decoded chunks by (replica, topic,
     partition) sorted by (split, row) - decode order -, the per-partition folds in mapInArrow.
     -> (findings, the driver folds' rows as (kind, table) in decode order, the tasks' meta rows)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from kaudit.engine.spark_folds import (
-        DISK_KEY, PART, PAYLOAD, RESULT_SCHEMA, TYPE, from_ipc, restore_constants, run_disk,
-    )
-    from kaudit.engine.spark_rows import ROW, SPLIT
+    from kaudit.engine.spark_folds import DISK_KEY, PART, RESULT_SCHEMA, TYPE, restore_constants, run_disk
+    from kaudit.engine.spark_rows import PAYLOAD, ROW, SPLIT, from_ipc
 
     ctx_d = context_dict(Context())   # the per-partition folds do not read the reference time
     # one shuffle partition a core (the keys are placed by size, so the cores get even shares),
     # fewer for a small input (each partition is a Python task: ~0.1 s to schedule)
-    parts = max(1, min(spark.sparkContext.defaultParallelism, input_bytes // (32 << 20)))
-    opts = dict(opts, placement=json.dumps(placement(spark, paths, parts)),
+    parts = max(1, min(spark.sparkContext.defaultParallelism, p.total_bytes // (32 << 20)))
+    opts = dict(opts, placement=json.dumps(placement(spark, p, parts)),
                 cores=spark.sparkContext.defaultParallelism)
     sort = [F.asc_nulls_last(c) for c in DISK_KEY + (SPLIT, ROW)]
     result = (_reader(spark, "kafka-segments", paths, "audit", opts)
@@ -181,15 +179,14 @@ def _disk_job(spark, paths: list[str], opts: dict, input_bytes: int, tap=None):
     return findings, driver_rows, metas
 
 
-def placement(spark, paths: list[str], parts: int) -> dict:
+def placement(spark, p, parts: int) -> dict:
     """Which shuffle partition each (replica, topic, partition) goes to: the keys by size, each to
     the least loaded partition (hashing a few big keys alone often piles two on one core), as
     the `__part` value that Spark's hash partitioning sends to that partition."""
     from kaudit.engine.spark_folds import key_name
-    from kaudit.sources.logdir import plan
 
     sizes: dict = {}
-    for t in plan(paths).targets:
+    for t in p.targets:   # the plan of the inputs (sources.logdir.plan)
         if t.kind == "log":
             k = key_name((t.log_dir.replica if t.log_dir else None, t.topic, t.partition))
             sizes[k] = sizes.get(k, 0) + t.size
@@ -282,7 +279,7 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
             "split_bytes": spark_options.split_bytes if spark_options else None,
             "join": json.dumps(tap.sets) if tap is not None else None}
     keep = _keep(set(select), set(ignore))
-    findings, driver_rows, metas = _disk_job(spark, readable, opts, p.total_bytes, tap)
+    findings, driver_rows, metas = _disk_job(spark, p, readable, opts, tap)
     for m in metas:
         coverage.merge(cov, m["cov"])
     latest = cov.pop(coverage.LATEST)
@@ -354,9 +351,7 @@ def _collect_taps(env, taps) -> None:
     from kaudit.engine.joint import WIRE_TAPS
 
     for tap in WIRE_TAPS:
-        t = env.where(F.col(FOLD) == tap.name).toArrow()
-        t = t.sort_by([("__split", "ascending"), ("__row", "ascending")])
-        for _, part in fold_input(t, tap):
+        for _, part in fold_input(in_decode_order(env.where(F.col(FOLD) == tap.name).toArrow()), tap):
             taps.add(tap.name, part)
 
 
@@ -382,7 +377,7 @@ def decoded_chunks(fmt: str, paths: list[str], opts: dict, spark_options: SparkO
             env.unpersist()
     else:
         t = _reader(spark, fmt, paths, "*", opts).toArrow()
-    t = t.sort_by([("__split", "ascending"), ("__row", "ascending")])
+    t = in_decode_order(t)
     metas = meta_rows(t)
     return metas, [(kind, unwrap(part, kind)) for kind, part in kind_runs(t) if kind != META_KIND]
 
@@ -416,7 +411,7 @@ def transactions_selection(paths: list[str], spark_options: SparkOptions | None 
     from kaudit.sources.logdir import plan
 
     spark = session(spark_options)
-    _, driver_rows, _ = _disk_job(spark, paths, {}, plan(paths).total_bytes)
+    _, driver_rows, _ = _disk_job(spark, plan(paths), paths, {})
     return driver_rows.get("transactions", [])
 
 

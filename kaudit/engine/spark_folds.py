@@ -18,7 +18,9 @@ import pyarrow as pa
 from kaudit.audit import DISK_FOLDS, WIRE_FOLDS
 from kaudit.audit.folds import Context, Fold, constant
 from kaudit.engine import coverage
-from kaudit.engine.spark_rows import KIND, META_KIND, ROW, SPLIT, envelope_schema, kind_runs, meta_batch, unwrap, wrap
+from kaudit.engine.spark_rows import (
+    KIND, META_KIND, PAYLOAD, ROW, SPLIT, envelope_schema, from_ipc, kind_runs, meta_batch, to_ipc, unwrap, wrap,
+)
 from kaudit.model import FINDING, table_from_rows
 
 FOLDS = {"disk": DISK_FOLDS, "wire": WIRE_FOLDS}
@@ -88,7 +90,8 @@ class Selector:
 
 
 def fold_input(table: pa.Table, fold: Fold) -> Iterator[tuple[str, pa.Table]]:
-    """(kind, table) chunks of a fold's envelope rows, in the fold's own columns and types."""
+    """(kind, table) chunks of a fold's envelope rows (in decode order, or sorted by the fold's
+    key), in the fold's own columns and types."""
     for kind, part in kind_runs(table):
         yield kind, unwrap(part, kind, fold.inputs[kind])
 
@@ -147,7 +150,7 @@ def meta_rows(table: pa.Table) -> list[dict]:
 
 DISK_KEY = ("replica", "topic", "partition")
 TAP_KIND = "__tap"
-TYPE, PAYLOAD = "__type", "__payload"
+TYPE = "__type"
 RESULT_SCHEMA = pa.schema([pa.field(TYPE, pa.string()), pa.field(PAYLOAD, pa.binary())])
 PART = "__part"   # the shuffle partition a key goes to (engine.spark.placement), by value
 CHUNK_SCHEMA = pa.schema([pa.field(KIND, pa.string()), pa.field(SPLIT, pa.int32()), pa.field(ROW, pa.int64()),
@@ -206,22 +209,6 @@ def restore_constants(t: pa.Table) -> pa.Table:
     return t.replace_schema_metadata(None)
 
 
-_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
-
-
-def _ipc(table: pa.Table) -> bytes:
-    """A table as Arrow IPC bytes, LZ4-compressed: the payloads cross the JVM several times
-    (shuffle write, sort, Arrow to the fold's worker), each copy costs by the byte."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def from_ipc(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(data).read_all()
-
-
 def _chunk_row(kind: str, split: int, row: int, key: tuple, payload: bytes, part: int | None = None
                ) -> pa.RecordBatch:
     values = [kind, split, row, key[0], key[1], key[2], part, payload]
@@ -255,7 +242,7 @@ class DiskChunker:
         if self.tap is not None:
             self.tap(kind, table)
             for t in self.tap.rows:
-                yield _chunk_row(TAP_KIND, self.split, first, (None, None, None), _ipc(t))
+                yield _chunk_row(TAP_KIND, self.split, first, (None, None, None), to_ipc(t))
             self.tap.rows.clear()
         cols = _disk_columns(kind)
         if n == 0 or not cols:
@@ -277,7 +264,7 @@ class DiskChunker:
         if kept < n:
             t = t.filter(anyone)
         for key, part in split_by_key(t, DISK_KEY):
-            yield _chunk_row(kind, self.split, part.column(ROW)[0].as_py(), key, _ipc(_drop_constants(part)),
+            yield _chunk_row(kind, self.split, part.column(ROW)[0].as_py(), key, to_ipc(_drop_constants(part)),
                              self.placement.get(key_name(key)))
 
     def meta(self, extra: dict | None = None) -> pa.RecordBatch:
@@ -314,7 +301,7 @@ def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
                 mine = t.filter(t.column(flag(i)))
                 if mine.num_rows:
                     yield _result(f"rows:{f.name}:{kind}:{split}:{row}",
-                                  _ipc(_drop_constants(mine.select(list(f.inputs[kind])))))
+                                  to_ipc(_drop_constants(mine.select(list(f.inputs[kind])))))
             for i, f, state in streamed:
                 if kind in f.inputs:
                     mine = t.filter(t.column(flag(i)))
@@ -323,7 +310,7 @@ def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
     for _, _, state in streamed:
         findings.extend(state.finish())
     if findings:
-        yield _result("findings", _ipc(table_from_rows("finding", findings)))
+        yield _result("findings", to_ipc(table_from_rows("finding", findings)))
 
 
 PAYLOAD_INDEX = CHUNK_SCHEMA.get_field_index(PAYLOAD)
@@ -336,7 +323,6 @@ def stitch_rows(mode: str, opts: dict, files: int, schema: pa.Schema,
     the folds' selection, or every row), then one meta row (their coverage and connection counts)."""
     from pyspark import TaskContext
 
-    from kaudit.engine.spark_rows import PAYLOAD, wrap
     from kaudit.engine.spark_sources import pcap_options
     from kaudit.sources.pcap_stitch import Stitcher
 

@@ -107,6 +107,27 @@ def wrap(table: pa.Table, schema: pa.Schema, kind: str, split: int, rows, fold: 
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    """A table as Arrow IPC bytes, LZ4-compressed: payloads cross the JVM several times
+    (shuffle write, sort, Arrow to the next worker), each copy costs by the byte."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC_OPTIONS) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(data).read_all()
+
+
+def in_decode_order(table: pa.Table) -> pa.Table:
+    """Envelope rows back in the order the tasks decoded them: (split, row)."""
+    return table.sort_by([(SPLIT, "ascending"), (ROW, "ascending")])
+
+
 def one_row(schema: pa.Schema, values: dict) -> pa.RecordBatch:
     """A one-row envelope batch: `values` by column name, null elsewhere."""
     return pa.RecordBatch.from_arrays([pa.array([values.get(f.name)], f.type) for f in schema], schema=schema)
@@ -122,13 +143,10 @@ def fragment_batches(schema: pa.Schema, split: int, table: pa.Table) -> list[pa.
 
     out = []
     for (key,), part in split_by_key(table, ("key",)):
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, part.schema) as w:
-            w.write_table(part)
         out.append(one_row(schema, {KIND: FRAG_KIND, SPLIT: split, ROW: 0, FRAG_KEY: key,
                                     FRAG_FILE: part.column("file_index")[0].as_py(),
                                     FRAG_FRAME: part.column("frame")[0].as_py(),
-                                    PAYLOAD: sink.getvalue().to_pybytes()}))
+                                    PAYLOAD: to_ipc(part)}))
     return out
 
 
@@ -141,13 +159,8 @@ def unwrap(table: pa.Table, kind: str, columns: tuple[str, ...] | None = None) -
 
 
 def kind_runs(table: pa.Table, column: str = KIND):
-    """(value, slice) for each run of equal `column` values."""
-    n = table.num_rows
-    if n == 0:
-        return
-    values = table.column(column).to_pylist()
-    start = 0
-    for i in range(1, n + 1):
-        if i == n or values[i] != values[start]:
-            yield values[start], table.slice(start, i - start)
-            start = i
+    """(value, slice) for each run of equal `column` values (folds.split_by_key on one column)."""
+    from kaudit.audit.folds import split_by_key
+
+    for (value,), part in split_by_key(table, (column,)):
+        yield value, part
