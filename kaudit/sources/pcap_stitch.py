@@ -39,6 +39,7 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
+from kaudit.capture.tcp import MASK
 from kaudit.capture import (
     ACK, FIN, SYN, ConnClose, ConnOpen, Reassembler, StreamData, TcpSegment, open_capture, open_ended,
 )
@@ -209,7 +210,7 @@ class _Replay:
                 self.reassembler = Reassembler(first_conn_id=old.next_conn_id)
                 self.next_seq.clear()
         n = len(payload or b"") + (truncated or 0) + bool(flags & SYN) + bool(flags & FIN)
-        self.next_seq[(src, sport)] = (seq + n) & 0xFFFFFFFF
+        self.next_seq[(src, sport)] = (seq + n) & MASK
         self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
         events = self.reassembler.feed(
             TcpSegment(src, dst, sport, dport, seq, ack, flags, payload or b"", truncated or 0),
@@ -281,7 +282,7 @@ CONTINUE_WINDOW = 16 << 20   # bytes a stream may have lost (or re-sent) at a ro
 
 
 def _near(a: int, b: int) -> bool:
-    d = (a - b) & 0xFFFFFFFF
+    d = (a - b) & MASK
     return d <= CONTINUE_WINDOW or d >= (1 << 32) - CONTINUE_WINDOW
 
 

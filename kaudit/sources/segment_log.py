@@ -88,7 +88,7 @@ def _decode(mm, place, target, deep, max_batch_bytes, chunk_batches, start=0, un
             if reason == STOP_LIMIT:
                 released = _release(mm, released, pos)
                 continue
-            pos, rows, issue = _careful(mv, mm, pos, size, deep, max_batch_bytes, records, until=until)
+            pos, rows, issue = _careful(mv, mm, pos, size, until, deep, max_batch_bytes, records)
             if rows:
                 yield "batch", table_from_rows("batch", [batch_row(b, place) for b in rows])
                 yield from records.flush()
@@ -121,7 +121,7 @@ def _release(mm, released: int, upto: int) -> int:
     return max(released, end)
 
 
-def _careful(mv, mm, pos, size, deep, max_batch_bytes, records, max_entries: int = 4096, until=None):
+def _careful(mv, mm, pos, size, until, deep, max_batch_bytes, records, max_entries: int = 4096):
     """Decode entries one at a time from `pos`, which the fast scan declined: a run of legacy
     messages (kept together so an old log does not cost one table per message), a batch with a
     CRC mismatch, or a region to report and skip.
@@ -129,7 +129,6 @@ def _careful(mv, mm, pos, size, deep, max_batch_bytes, records, max_entries: int
     -> (next position or None to stop, [Batch], issue dict or None)
     """
     batches = []
-    until = size if until is None else until
     while pos < until and len(batches) < max_entries:
         if batches and peek_magic_or_none(mv, pos) == 2:
             return pos, batches, None  # back to the fast path

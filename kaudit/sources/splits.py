@@ -10,7 +10,6 @@ an engine can put rows back in the local engine's order with (split, row).
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ import pyarrow as pa
 from kaudit.protocol.batch_scan import plausible_v2
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.sources.logdir import Plan, Target
+from kaudit.sources.segment_log import open_readonly
 from kaudit.sources.segments import Options, decode_target
 
 DEFAULT_SPLIT_BYTES = 128 << 20
@@ -33,10 +33,6 @@ class Split:
     start: int = 0
     stop: int | None = None  # None: to the end of the file
 
-    @property
-    def size(self) -> int:
-        end = self.target.size if self.stop is None else self.stop
-        return max(end - self.start, 0)
 
 
 def cut_points(log_path: str, size: int, split_bytes: int, max_batch_bytes: int = DEFAULT_MAX_BYTES
@@ -49,18 +45,19 @@ def cut_points(log_path: str, size: int, split_bytes: int, max_batch_bytes: int 
     if positions.size == 0:
         return []
     cuts = []
-    with open(log_path, "rb") as f:  # read-only; only the headers at the cuts are touched
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
-            want = split_bytes
-            for p in positions.tolist():
-                if p < want or p >= size:
-                    continue
-                if plausible_v2(mm, p, len(mm), max_batch_bytes):
-                    cuts.append(p)
-                    want = p + split_bytes
-        finally:
-            mm.close()
+    mm = open_readonly(log_path)   # only the headers at the cuts are touched
+    if mm is None:
+        return []
+    try:
+        want = split_bytes
+        for p in positions.tolist():
+            if p < want or p >= size:
+                continue
+            if plausible_v2(mm, p, len(mm), max_batch_bytes):
+                cuts.append(p)
+                want = p + split_bytes
+    finally:
+        mm.close()
     return cuts
 
 
@@ -116,8 +113,5 @@ def split_plan(p: Plan, split_bytes: int = DEFAULT_SPLIT_BYTES,
 
 def decode_split(s: Split, options: Options) -> Iterator[tuple[str, pa.Table]]:
     """The (kind, table) chunks of one split: a range of a segment, or a whole file."""
-    if s.start == 0 and s.stop is None:
-        yield from decode_target(s.target, options)
-    else:
-        yield from decode_target(s.target, options, start=s.start, stop=s.stop)
+    yield from decode_target(s.target, options, start=s.start, stop=s.stop)
 
