@@ -23,7 +23,6 @@ VALID_PREVIOUS: dict[str, frozenset[str]] = {
     "PrepareEpochFence": frozenset({"Ongoing"}),
 }
 OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
-COMPLETE_STATES = frozenset({"CompleteCommit", "CompleteAbort", "Empty", "Dead"})
 
 
 @rule("illegal-state-transition", "error", "disk",
@@ -106,7 +105,7 @@ class CoordView:
 
 
 @lru_cache(maxsize=4096)
-def _tps(s: str | None) -> tuple[str, ...]:
+def partition_names(s: str | None) -> tuple[str, ...]:
     """The "topic-partition" names of a record's partition list (the same lists recur)."""
     return tuple(p for p in (s or "").split(",") if p)
 
@@ -180,7 +179,7 @@ def build(rows: list[dict]) -> CoordView:
                                     r["transaction_timeout_ms"], index=len(view.txns))
             view.txns.append(t)
         t.states.append(st)
-        for tp in _tps(r["partitions"]):
+        for tp in partition_names(r["partitions"]):
             t.partitions.add(tp)
             t.registered_at.setdefault(tp, r["timestamp_ms"])
         if state in ("PrepareCommit", "PrepareAbort"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +37,8 @@ class Fold:
     make: Callable[[Context], "FoldState"]
     # Per kind: a vectorised row filter (table -> boolean mask); rows it rejects never reach the fold.
     where: dict[str, Callable[[pa.Table], pa.ChunkedArray]] = field(default_factory=dict)
+    # True: the key spans partitions, so engines buffer the selection and sort it (transactions)
+    buffered: ClassVar[bool] = False
 
     def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
         """The rows and columns of a decoded chunk this fold reads (None: nothing); `extra`

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kaudit.audit.coordinator_state import partition_names
 from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.txn_rules import ABORT_HINT, DEFAULT_MAX_TIMEOUT_MS
@@ -35,12 +36,10 @@ TXN_APIS = (22, 24, 25, 26, 27, 28)
 FENCED = {47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
 
 
-def _errors(s) -> list[int]:
-    return [int(x) for x in str(s or "").replace(";", ",").split(",") if x.strip().lstrip("-").isdigit()]
-
-
 def _nonzero(s) -> list[int]:
-    return [e for e in _errors(s) if e != 0]
+    """The non-zero error codes of an `error_codes` cell ("0,47" or "0;47")."""
+    codes = (x.strip() for x in str(s or "").replace(";", ",").split(","))
+    return [e for e in (int(x) for x in codes if x.lstrip("-").isdigit()) if e != 0]
 
 
 @dataclass
@@ -71,10 +70,6 @@ class Txn:
     fenced_epoch: int | None = None  # the epoch a new instance's successful InitProducerId got
     coordinator_aborted: bool = False
     last_offset: dict = field(default_factory=dict)   # tp -> last offset of its accepted data
-
-
-def _tps(s) -> list[str]:
-    return [p for p in str(s or "").split(",") if p]
 
 
 def _tp(topic, partition) -> str:
@@ -165,7 +160,7 @@ class ProducerWire:
             if t is None or (epoch is not None and epoch > t.epoch):
                 t = self._new_txn(ts, epoch)
             if ev == "ADD_PARTITIONS":
-                t.added.update(_tps(r["partitions"]))
+                t.added.update(partition_names(r["partitions"]))
             elif r["group_id"]:
                 t.groups.add(r["group_id"])
             self._step(t, line)
@@ -186,7 +181,7 @@ class ProducerWire:
             t = self._marker_txn(r)
             self.saw_markers = True
             self._step(t, line)
-            for tp in _tps(r["partitions"]):
+            for tp in partition_names(r["partitions"]):
                 if t is not None:
                     t.markers[tp] = (r["result"], epoch, ts, resp)
                 o = self.open.get(tp)
@@ -200,7 +195,7 @@ class ProducerWire:
             return
 
     def _marker_txn(self, r: dict) -> Txn | None:
-        tps = set(_tps(r["partitions"]))
+        tps = set(partition_names(r["partitions"]))
         for t in reversed(self.txns):
             if t.added & tps or any(_tp(o.topic, o.partition) in tps for o in self.open.values() if o.txn is t):
                 return t

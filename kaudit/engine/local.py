@@ -158,10 +158,10 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
     p, chunks = decode_segments(paths, max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress)
     run = AuditRun(errors=list(p.errors))
     ctx = Context(reference_time_ms=now_ms)
-    states = [(f, f.make(ctx)) for f in DISK_FOLDS if not getattr(f, "buffered", False)]
+    states = [(f, f.make(ctx)) for f in DISK_FOLDS if not f.buffered]
     # cross-partition folds (transactions by producer id): their selection is buffered and
     # folded sorted at the end, like audit_pcaps does
-    buffered = {f.name: (f, []) for f in DISK_FOLDS if getattr(f, "buffered", False)}
+    buffered = {f.name: (f, []) for f in DISK_FOLDS if f.buffered}
     keep = _keep(set(select), set(ignore))
     cov = coverage.new_disk()
     cov["files"] = sum(1 for t in p.targets if t.kind != "skipped")

@@ -53,7 +53,7 @@ def fold_schema(side: str) -> pa.Schema:
 
 def streamed_by_local(fold: Fold, side: str) -> bool:
     """True: the local engine feeds this fold in decode order (a per-partition disk fold)."""
-    return side == "disk" and not getattr(fold, "buffered", False)
+    return side == "disk" and not fold.buffered
 
 
 def sort_columns(fold: Fold, side: str) -> list[str]:
