@@ -9,6 +9,8 @@ are redacted before they are returned.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.wire import apis
@@ -28,20 +30,9 @@ FULLY_DECODED = frozenset({
 KIO, HAND, OPAQUE = "kio", "hand", "opaque"
 
 
+@lru_cache(maxsize=4096)
 def body_decoder(api_key: int, api_version: int, entity: str) -> str:
     """"kio", "hand" or "opaque": who decodes this body (`entity`: "request" | "response")."""
-    how = _HOW.get((api_key, api_version, entity))
-    if how is None:
-        how = _body_decoder(api_key, api_version, entity)
-        if len(_HOW) < 4096:
-            _HOW[(api_key, api_version, entity)] = how
-    return how
-
-
-_HOW: dict = {}
-
-
-def _body_decoder(api_key: int, api_version: int, entity: str) -> str:
     if api_key not in FULLY_DECODED:
         return OPAQUE
     if has_hand(api_key, api_version, entity):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dataclasses import dataclass
 
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
@@ -97,8 +99,8 @@ def decode_request(buf, offset: int = 0, end: int | None = None, *, strict: bool
 def _decode_body(api_key, api_version, entity, how, view, body_off, end, deep, max_batch_bytes):
     """(body, end offset, decoder): the compiled kio walker when there is one (not --deep), else
     decode_body_with."""
-    walk = _kio_walker(api_key, api_version, entity, how)
-    if walk is not None and not deep:
+    walk = None if deep or how != KIO else _kio_walker(api_key, api_version, entity)
+    if walk is not None:
         body, off = walk(view, body_off)
         post_process(api_key, entity, body, deep, max_batch_bytes)
         return body, off, how
@@ -106,19 +108,11 @@ def _decode_body(api_key, api_version, entity, how, view, body_off, end, deep, m
                             max_batch_bytes=max_batch_bytes)
 
 
-def _kio_walker(api_key: int, api_version: int, entity: str, how: str):
-    """The body walker of a kio-decoded message (what decode_body_with would call), else None."""
-    if how != KIO:
-        return None
-    walk = _WALKERS.get((api_key, api_version, entity))
-    if walk is None:
-        walk = compiled_walker(api_key, api_version, entity)
-        if len(_WALKERS) < 4096:
-            _WALKERS[(api_key, api_version, entity)] = walk
-    return walk
-
-
-_WALKERS: dict = {}
+@lru_cache(maxsize=4096)
+def _kio_walker(api_key: int, api_version: int, entity: str):
+    """The body walker of a kio-decoded message (what decode_body_with would call), or None;
+    a None is remembered too."""
+    return compiled_walker(api_key, api_version, entity)
 
 
 def decode_response(buf, api_key: int, api_version: int, offset: int = 0,
