@@ -27,6 +27,15 @@ SUPPORTED_LINKTYPES = frozenset({0, 1, 12, 14, 101, 108, 113, 228, 229, 276})
 
 ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
 VLAN_TYPES = frozenset({0x8100, 0x88A8, 0x9100, 0x9200})
+CONTROL_FLAGS = SYN | FIN | RST
+# The capture loops' fused header read (capture/streams.py, capture/scan.py), for Ethernet and
+# Linux SLL with IPv4 without options: one unpack_from per packet reads ethertype + IPv4 + the
+# TCP header's first 14 bytes as (ethertype|version|ihl|tos, total length,
+# flags|fragment|ttl|protocol, src|dst, sport|dport, seq, ack, data offset, flags).
+FAST_LINKS = {
+    1: (14, struct.Struct("!12xIH2xI2xQIIIBB").unpack_from),
+    113: (16, struct.Struct("!14xIH2xI2xQIIIBB").unpack_from),
+}
 # BSD loopback address families meaning IPv6 (NetBSD/OpenBSD, FreeBSD, Darwin, Linux, Windows)
 _AF_INET6 = frozenset({24, 28, 30, 10, 23})
 # IPv6 extension headers skipped on the way to TCP

@@ -21,15 +21,10 @@ from __future__ import annotations
 
 import struct
 
-from kaudit.capture.link import ACK, FIN, RST, SYN, VLAN_TYPES, LinkDecoder
+from kaudit.capture.link import ACK, CONTROL_FLAGS, FAST_LINKS, FIN, RST, SYN, VLAN_TYPES, LinkDecoder
 from kaudit.capture.pcap import open_capture
 
-# Same fused unpacking as CaptureStreams (Ethernet and Linux SLL, IPv4 without options).
-_FAST_LINKS = {
-    1: (14, struct.Struct("!12xIH2xI2xQIIIBB").unpack_from),
-    113: (16, struct.Struct("!14xIH2xI2xQIIIBB").unpack_from),
-}
-_CONTROL = SYN | FIN | RST
+_FAST_LINKS, _CONTROL = FAST_LINKS, CONTROL_FLAGS   # as CaptureStreams reads them
 # a 4-tuple's state: [status, ISN of its last SYN, FIN directions seen (bits), direction of the
 # last SYN or (closing) of the second FIN]
 _CLOSED, _OPEN, _OPEN_ENDED, _CLOSING = 0, 1, 2, 3

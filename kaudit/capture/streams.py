@@ -14,19 +14,13 @@ import struct
 from collections.abc import Iterator
 
 from kaudit.capture.events import Diverted, StreamData
-from kaudit.capture.link import ACK, FIN, RST, SYN, VLAN_TYPES, LinkDecoder, TcpSegment
+from kaudit.capture.link import (
+    ACK, CONTROL_FLAGS, FAST_LINKS, VLAN_TYPES, LinkDecoder, TcpSegment,
+)
 from kaudit.capture.pcap import open_capture
 from kaudit.capture.tcp import MASK, MAX_BUFFER, Reassembler
 
-# Link types whose ethertype sits just before the IP header: Ethernet and Linux SLL. One struct
-# call reads ethertype + IPv4 (no options) + the TCP header's first 14 bytes as
-# (ethertype|version|ihl|tos, total length, flags|fragment|ttl|protocol, src|dst, sport|dport,
-#  seq, ack, data offset, flags).
-_FAST_LINKS = {
-    1: (14, struct.Struct("!12xIH2xI2xQIIIBB").unpack_from),
-    113: (16, struct.Struct("!14xIH2xI2xQIIIBB").unpack_from),
-}
-_CONTROL = SYN | FIN | RST
+_FAST_LINKS, _CONTROL = FAST_LINKS, CONTROL_FLAGS   # local names for the hot loop
 # A memory-mapped capture's pages stay resident once read, so a big file would count in the
 # process's RSS as a whole. Every RELEASE_EVERY bytes read, the pages before the current record
 # are dropped (MADV_DONTNEED): the mapping is a read-only shared file mapping, so anything still

@@ -25,7 +25,7 @@ from collections import deque
 from kaudit.capture.events import (
     ConnClose, ConnOpen, ConnStats, StreamConflict, StreamData, StreamGap,
 )
-from kaudit.capture.link import ACK, FIN, RST, SYN
+from kaudit.capture.link import ACK, CONTROL_FLAGS, FIN, RST, SYN
 
 MASK = 0xFFFFFFFF
 MAX_BUFFER = 16 * 1024 * 1024
@@ -37,7 +37,7 @@ PACK_POS_MASK, PACK_LEN_MASK = (1 << 40) - 1, (1 << 24) - 1
 # Closed connections stay known (for their trailing ACKs/FINs) this long in capture time.
 CLOSED_LINGER = 240.0
 
-_CONTROL = SYN | FIN | RST
+_CONTROL = CONTROL_FLAGS
 
 
 class _Piece:
