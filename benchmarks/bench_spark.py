@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "benchmarks" / "out"
-DATA = OUT / f"bench-spark-{os.environ.get('KAUDIT_BENCH_SPARK_SEGMENT_MB', '600')}"
+SHAPE = os.environ.get("KAUDIT_BENCH_SPARK_SHAPE", "16k")  # fixtures.builder.bench shapes: 16k | small
+DATA = OUT / f"bench-spark-{os.environ.get('KAUDIT_BENCH_SPARK_SEGMENT_MB', '600')}{'' if SHAPE == '16k' else '-' + SHAPE}"
 PARTITIONS = 4
 SEGMENT_BYTES = int(os.environ.get("KAUDIT_BENCH_SPARK_SEGMENT_MB", "600")) << 20
 MASTERS = ("local[1]", "local[2]")
@@ -48,7 +49,8 @@ def generate() -> Path:
     for p in range(PARTITIONS):
         d = DATA / f"spark-{p}"
         d.mkdir(parents=True, exist_ok=True)
-        write_bench_segment(d / "00000000000000000000.log", target_bytes=SEGMENT_BYTES, producer_id=1000 + p)
+        write_bench_segment(d / "00000000000000000000.log", target_bytes=SEGMENT_BYTES, producer_id=1000 + p,
+                            shape=SHAPE)
     stamp.write_text(str(SEGMENT_BYTES))
     return DATA
 
@@ -171,7 +173,7 @@ def main() -> None:
     size = _size(path)
     _warm(path)
     warm_dir = ROOT / "fixtures" / "logdirs" / "demo"
-    results = {"input_bytes": size, "segments": PARTITIONS, "segment_bytes": SEGMENT_BYTES}
+    results = {"input_bytes": size, "segments": PARTITIONS, "segment_bytes": SEGMENT_BYTES, "shape": SHAPE}
     results["local_engine"] = local_engine(path)
     out = subprocess.run([sys.executable, __file__, "child-local", str(path), str(warm_dir)], cwd=ROOT,
                          capture_output=True, text=True, check=True)
@@ -190,7 +192,7 @@ def main() -> None:
     results["spark2_over_local_in_process"] = inproc / two
     results["same_findings"] = len({results["local_engine"]["findings"], results["local[1]"]["findings"],
                                      results["local[2]"]["findings"]}) == 1
-    (OUT / f"spark-results-{SEGMENT_BYTES >> 20}.json").write_text(json.dumps(results, indent=1))
+    (OUT / f"spark-results-{SEGMENT_BYTES >> 20}{'' if SHAPE == '16k' else '-' + SHAPE}.json").write_text(json.dumps(results, indent=1))
     print(f"{gib:.2f} GiB of segments ({PARTITIONS} x {SEGMENT_BYTES >> 20} MiB), findings equal: "
           f"{results['same_findings']}")
     print(f"  local engine      {loc:6.2f} s  {gib / loc:5.2f} GiB/s  RSS {results['local_engine']['rss_mb']:.0f} MB"

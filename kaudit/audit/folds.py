@@ -23,9 +23,14 @@ import pyarrow.compute as pc
 class Context:
     """What a fold may know besides its rows: the reference time (`--now`, else the latest
     broker-side timestamp or last packet), in ms since the epoch. Engines may only settle it
-    after the last row (streaming), so folds read it in `finish`, not in `feed`."""
+    after the last row (streaming), so folds read it in `finish`, not in `feed`.
+
+    `txn_state_seen`: whether the transactions fold's selection holds any `__transaction_state`
+    row. None: its `prepare` finds out from the rows it is given (the whole selection); an engine
+    that prepares the selection a part at a time (Spark, by producer id) sets it first."""
 
     reference_time_ms: int | None = None
+    txn_state_seen: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -282,7 +282,7 @@ class ProducerGroup:
         if not any(b["is_transactional"] for b in batches) and not txn_log:
             return []
         pt = assemble(self.producer_id, batches, txn_log,
-                      coordinator_known=bool(txn_log) or getattr(self.ctx, "_txn_state_seen", False))
+                      coordinator_known=bool(txn_log) or bool(self.ctx.txn_state_seen))
         return txn_rules.judge(pt, self.ctx.reference_time_ms)
 
 

@@ -11,7 +11,8 @@ Invariants:
   (2) every row of the producer ids txn_clean certifies finding-free. The key and order columns
   of what it returns are plain (Arrow cannot sort dictionary columns); the others may stay
   dictionary-encoded. Its only global fact, whether any `__transaction_state` row was selected,
-  goes to `ctx._txn_state_seen`: findings do not depend on how the engine chunks the rows.
+  goes to `ctx.txn_state_seen` (unless the engine set it): findings do not depend on how the
+  engine chunks the rows, nor on how it shares the producer ids out.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def prepare(items: list[tuple[str, pa.Table]], ctx: Context, sort_columns: tuple
             certify: bool = True) -> list[tuple[str, pa.Table]]:
     """The rows the exact path needs (see the module docstring); `certify=False` keeps every
     transactional producer (the reference the certification is tested against)."""
-    ctx._txn_state_seen = any(kind == "txn_log" for kind, _ in items)
+    if ctx.txn_state_seen is None:
+        ctx.txn_state_seen = any(kind == "txn_log" and t.num_rows for kind, t in items)
     by_kind: dict[str, list[pa.Table]] = {}
     for kind, t in items:
         if t.num_rows:

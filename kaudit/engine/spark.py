@@ -1,12 +1,13 @@
 """The Spark engine (DESIGN.md §5): the sources as Python data sources, the folds unchanged.
 
 A task decodes its splits and selects, per fold, the rows and columns the fold reads (the fold
-envelope, spark_folds); the selection is cached; each per-key fold then runs as
-`repartition(key).sortWithinPartitions(key, order).mapInArrow(fold)`, all of them in one job.
-Folds whose `prepare` needs the whole selection at once (the transactions across partitions, the
-wire transactions) get it on the driver and run there as in the local engine: their selection
-is a few columns of the transactional rows. The coverage counters come from one meta row per
-split. Findings, coverage and reference time are those of the local engine on the same input.
+envelope, spark_folds); each per-key fold then runs as
+`repartition(key).sortWithinPartitions(key, order).mapInArrow(fold)`. Log dirs take one job and
+one shuffle: the per-partition folds keyed by partition, the transactions across partitions keyed
+by producer id (spark_folds). On the wire, folds whose `prepare` needs the whole selection at once
+(the wire transactions) get it on the driver and run there as in the local engine: a capture's
+selection is small. The coverage counters come from one meta row per split. Findings, coverage
+and reference time are those of the local engine on the same input.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from kaudit.model import FINDING
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_THRESHOLD = 1 << 30
+# a shuffle partition per this many input bytes, up to one a core: each is a Python task (~0.1 s)
+PART_BYTES = 32 << 20
 
 
 @dataclass
@@ -103,7 +106,7 @@ def _run_folds(spark, env, side: str, ctx: Context, keep, input_bytes: int) -> l
     from pyspark.sql.pandas.types import from_arrow_schema
 
     findings_type = from_arrow_schema(spark_schema(FINDING))
-    parts = max(1, min(spark.sparkContext.defaultParallelism * 2, input_bytes // (32 << 20)))
+    parts = max(1, min(spark.sparkContext.defaultParallelism * 2, input_bytes // PART_BYTES))
     ctx_d = context_dict(ctx)
     distributed = []
     out: list[dict] = []
@@ -133,26 +136,30 @@ def _run_folds(spark, env, side: str, ctx: Context, keep, input_bytes: int) -> l
     return out
 
 
-def _disk_job(spark, p, paths: list[str], opts: dict, tap=None):
+def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | None = None,
+              collect: bool = False):
     """One job: decode (tasks over splits), one shuffle of the decoded chunks by (replica, topic,
-    partition) sorted by (split, row) - decode order -, the per-partition folds in mapInArrow.
-    -> (findings, the driver folds' rows as (kind, table) in decode order, the tasks' meta rows)."""
+    partition) - the buffered folds' by producer id - sorted by (split, row) - decode order -, the
+    folds in mapInArrow. -> (findings, the tasks' meta rows, and with `collect` the buffered
+    folds' rows as (kind, table) in decode order instead of their findings)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from kaudit.engine.spark_folds import DISK_KEY, PART, RESULT_SCHEMA, TYPE, restore_constants, run_disk
     from kaudit.engine.spark_rows import PAYLOAD, ROW, SPLIT, from_ipc
 
-    ctx_d = context_dict(Context())   # the per-partition folds do not read the reference time
+    ctx_d = context_dict(Context(reference_time_ms=now_ms))   # else the tasks settle it (run_disk)
     # one shuffle partition a core (the keys are placed by size, so the cores get even shares),
     # fewer for a small input (each partition is a Python task: ~0.1 s to schedule)
-    parts = max(1, min(spark.sparkContext.defaultParallelism, p.total_bytes // (32 << 20)))
-    opts = dict(opts, placement=json.dumps(placement(spark, p, parts)),
+    parts = max(1, min(spark.sparkContext.defaultParallelism, p.total_bytes // PART_BYTES))
+    value_of = _part_values(spark, parts)
+    opts = dict(opts, placement=json.dumps(placement(p, parts, value_of)),
+                buckets=json.dumps([value_of.get(j, j) for j in range(parts)]),
                 cores=spark.sparkContext.defaultParallelism)
     sort = [F.asc_nulls_last(c) for c in DISK_KEY + (SPLIT, ROW)]
     result = (_reader(spark, "kafka-segments", paths, "audit", opts)
               .repartition(parts, PART).sortWithinPartitions(*sort)
-              .mapInArrow(lambda it: run_disk(context_from(ctx_d), it), from_arrow_schema(RESULT_SCHEMA))
+              .mapInArrow(lambda it: run_disk(context_from(ctx_d), it, collect), from_arrow_schema(RESULT_SCHEMA))
               .toArrow())
     findings, metas, rows, tapped = [], [], {}, []
     for typ, payload in zip(result.column(TYPE).to_pylist(), result.column(PAYLOAD).to_pylist()):
@@ -176,10 +183,10 @@ def _disk_job(spark, p, paths: list[str], opts: dict, tap=None):
         tap.rows.extend(t for _, _, t in sorted(tapped, key=lambda c: c[:2]))
         for m in metas:
             merge_ranges(tap.ranges, m.get("ranges", []))
-    return findings, driver_rows, metas
+    return findings, metas, driver_rows
 
 
-def placement(spark, p, parts: int) -> dict:
+def placement(p, parts: int, value_of: dict) -> dict:
     """Which shuffle partition each (replica, topic, partition) goes to: the keys by size, each to
     the least loaded partition (hashing a few big keys alone often piles two on one core), as
     the `__part` value that Spark's hash partitioning sends to that partition."""
@@ -190,7 +197,6 @@ def placement(spark, p, parts: int) -> dict:
         if t.kind == "log":
             k = key_name((t.log_dir.replica if t.log_dir else None, t.topic, t.partition))
             sizes[k] = sizes.get(k, 0) + t.size
-    value_of = _part_values(spark, parts)
     load = [0] * parts
     out = {}
     for k, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -279,19 +285,13 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
             "split_bytes": spark_options.split_bytes if spark_options else None,
             "join": json.dumps(tap.sets) if tap is not None else None}
     keep = _keep(set(select), set(ignore))
-    findings, driver_rows, metas = _disk_job(spark, p, readable, opts, tap)
+    findings, metas, _ = _disk_job(spark, p, readable, opts, tap, now_ms)
     for m in metas:
         coverage.merge(cov, m["cov"])
     latest = cov.pop(coverage.LATEST)
-    ctx = Context(reference_time_ms=now_ms if now_ms is not None else latest)
-    out = [f for f in findings if keep(f)]
-    for fold in FOLDS["disk"]:
-        if fold.name in driver_rows:   # the cross-partition folds, as the local engine runs them
-            items = fold.prepare(driver_rows[fold.name], ctx)
-            out.extend(f for f in fold.run(sorted_stream(fold, items), ctx) if keep(f))
-    run.findings = sort_findings(out)
+    run.findings = sort_findings([f for f in findings if keep(f)])
     run.coverage = cov
-    run.reference_time_ms = ctx.reference_time_ms
+    run.reference_time_ms = now_ms if now_ms is not None else latest
     return run
 
 
@@ -411,7 +411,7 @@ def transactions_selection(paths: list[str], spark_options: SparkOptions | None 
     from kaudit.sources.logdir import plan
 
     spark = session(spark_options)
-    _, driver_rows, _ = _disk_job(spark, plan(paths), paths, {})
+    _, _, driver_rows = _disk_job(spark, plan(paths), paths, {}, collect=True)
     return driver_rows.get("transactions", [])
 
 

@@ -145,11 +145,18 @@ def meta_rows(table: pa.Table) -> list[dict]:
 # place in decode order (split, first row) and the rows the folds select as an Arrow IPC payload,
 # with a flag per fold (the folds' `where` filters read columns the folds do not keep, so they run
 # before the shuffle). `repartition(key).sortWithinPartitions(key, split, row).mapInArrow` then
-# feeds each fold its rows chunk by chunk, exactly the local engine's stream. The rows of the folds
-# the driver runs (`prepare`) and the tasks' coverage come back through the same job.
+# feeds each fold its rows chunk by chunk, exactly the local engine's stream.
+# The buffered (cross-partition) folds ride the same shuffle, keyed by producer id instead: a task
+# cuts their selection into buckets (producer id mod partitions), every bucket lands whole on one
+# partition, which buffers it and runs `prepare` + the fold at its end, as the local engine does
+# with the whole selection (their state is per producer id). What they read besides their rows -
+# the reference time (the latest timestamp of all inputs) and whether any coordinator record was
+# selected - comes from the tasks' meta rows, which go to every partition: a reduce task starts
+# only once every map task has finished, so each one sees them all.
 
 DISK_KEY = ("replica", "topic", "partition")
 TAP_KIND = "__tap"
+BUF_KIND = "__buf"   # a buffered fold's chunk: kind "__buf:<fold>:<row kind>"
 TYPE = "__type"
 RESULT_SCHEMA = pa.schema([pa.field(TYPE, pa.string()), pa.field(PAYLOAD, pa.binary())])
 PART = "__part"   # the shuffle partition a key goes to (engine.spark.placement), by value
@@ -221,10 +228,13 @@ class DiskChunker:
 
     schema = CHUNK_SCHEMA
 
-    def __init__(self, split: int = 0, join: dict | None = None, placement: dict | None = None):
+    def __init__(self, split: int = 0, join: dict | None = None, placement: dict | None = None,
+                 buckets: list | None = None):
         from kaudit.engine.joint import _DiskTap
 
         self.placement = placement or {}
+        self.buckets = buckets or [None]   # the `__part` value of each shuffle partition
+        self.selected: dict[str, list[str]] = {}   # buffered fold -> the kinds it selected rows of
         self.cov = coverage.new_disk()
         self.split = split
         self.rows = 0
@@ -244,13 +254,16 @@ class DiskChunker:
             for t in self.tap.rows:
                 yield _chunk_row(TAP_KIND, self.split, first, (None, None, None), to_ipc(t))
             self.tap.rows.clear()
+        for f in DISK_FOLDS:
+            if f.buffered:
+                yield from self._buffered(f, kind, first, table)
         cols = _disk_columns(kind)
         if n == 0 or not cols:
             return
         t = table.select(cols)
         anyone = None
         for i, f in enumerate(DISK_FOLDS):
-            if kind not in f.inputs:
+            if kind not in f.inputs or f.buffered:
                 m = pa.array(np.zeros(n, dtype=bool))
             else:
                 w = f.where.get(kind)
@@ -267,12 +280,35 @@ class DiskChunker:
             yield _chunk_row(kind, self.split, part.column(ROW)[0].as_py(), key, to_ipc(_drop_constants(part)),
                              self.placement.get(key_name(key)))
 
+    def _buffered(self, f: Fold, kind: str, first: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
+        sel = f.select(kind, table)
+        if sel is None:
+            return
+        kinds = self.selected.setdefault(f.name, [])
+        if kind not in kinds:
+            kinds.append(kind)
+        (key,) = f.key   # one integer column: the producer id
+        bucket = pc_fill_zero(sel.column(key)) % len(self.buckets)
+        for b in np.unique(bucket).tolist():
+            part = sel if len(self.buckets) == 1 else sel.filter(pa.array(bucket == b))
+            yield _chunk_row(f"{BUF_KIND}:{f.name}:{kind}", self.split, first, (None, None, None), to_ipc(part),
+                             self.buckets[b])
+
     def meta(self, extra: dict | None = None) -> pa.RecordBatch:
-        extra = dict(extra or {}, cov=self.cov)
+        """The task's meta row, once per shuffle partition (`row` = its number; the driver keeps
+        row 0): the buffered folds read every task's coverage and selection."""
+        extra = dict(extra or {}, cov=self.cov, selected=self.selected)
         if self.tap is not None:
             extra["ranges"] = [[*k, lo, hi] for k, (lo, hi) in self.tap.ranges.items()]
         meta = json.dumps(extra).encode()
-        return _chunk_row(META_KIND, self.split, 0, (None, None, None), meta)
+        return pa.concat_batches([_chunk_row(META_KIND, self.split, j, (None, None, None), meta, part)
+                                  for j, part in enumerate(self.buckets)])
+
+
+def pc_fill_zero(col) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    return pc.fill_null(col, 0).to_numpy().astype(np.int64, copy=False)
 
 
 def _result(kind: str, payload: bytes) -> pa.RecordBatch:
@@ -280,28 +316,35 @@ def _result(kind: str, payload: bytes) -> pa.RecordBatch:
                                       schema=RESULT_SCHEMA)
 
 
-def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The per-partition disk folds over one sorted Spark partition of chunks; the driver's folds'
-    rows and the coverage go back as they came, the findings as one IPC payload."""
-    streamed = [(i, f, f.make(ctx)) for i, f in enumerate(DISK_FOLDS) if streamed_by_local(f, "disk")]
-    driver = [(i, f) for i, f in enumerate(DISK_FOLDS) if not streamed_by_local(f, "disk")]
+def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch], collect: bool = False) -> Iterator[pa.RecordBatch]:
+    """The disk folds over one sorted Spark partition of chunks: the per-partition folds as the
+    chunks come, the buffered folds over their buckets at the end. The findings go back as one
+    IPC payload, the taps and the coverage as they came. `collect`: the buffered folds' rows go
+    back instead of being folded (`kaudit txn` lists them on the driver)."""
+    streamed = [(i, f, f.make(ctx)) for i, f in enumerate(DISK_FOLDS) if not f.buffered]
+    buffered: dict[str, list[tuple[str, pa.Table]]] = {f.name: [] for f in DISK_FOLDS if f.buffered}
+    metas: list[dict] = []
     findings: list[dict] = []
     for rb in batches:
         cols = (rb.column(0).to_pylist(), rb.column(1).to_pylist(), rb.column(2).to_pylist(),
                 rb.column(PAYLOAD_INDEX).to_pylist())
         for kind, split, row, payload in zip(*cols):
             if kind == META_KIND:
-                yield _result("meta", payload)
+                metas.append(json.loads(payload))
+                if row == 0:
+                    yield _result("meta", payload)
                 continue
             if kind == TAP_KIND:
                 yield _result(f"tap:{split}:{row}", payload)
                 continue
+            if kind.startswith(BUF_KIND):
+                _, name, row_kind = kind.split(":")
+                if collect:
+                    yield _result(f"rows:{name}:{row_kind}:{split}:{row}", payload)
+                else:
+                    buffered[name].append((row_kind, from_ipc(payload)))
+                continue
             t = restore_constants(from_ipc(payload))
-            for i, f in driver:
-                mine = t.filter(t.column(flag(i)))
-                if mine.num_rows:
-                    yield _result(f"rows:{f.name}:{kind}:{split}:{row}",
-                                  to_ipc(_drop_constants(mine.select(list(f.inputs[kind])))))
             for i, f, state in streamed:
                 if kind in f.inputs:
                     mine = t.filter(t.column(flag(i)))
@@ -309,11 +352,33 @@ def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
                         findings.extend(state.feed(kind, mine.select(list(f.inputs[kind]))))
     for _, _, state in streamed:
         findings.extend(state.finish())
+    if any(buffered.values()):
+        findings.extend(_run_buffered(ctx, buffered, metas))
     if findings:
         yield _result("findings", to_ipc(table_from_rows("finding", findings)))
 
 
 PAYLOAD_INDEX = CHUNK_SCHEMA.get_field_index(PAYLOAD)
+
+
+def _run_buffered(ctx: Context, buffered: dict, metas: list[dict]) -> list[dict]:
+    """The buffered folds over one partition's producer ids (their chunks in decode order), with
+    the context the driver settles from every task's meta row."""
+    from kaudit.engine.local import sorted_stream
+
+    cov = coverage.new_disk()
+    for m in metas:
+        coverage.merge(cov, m["cov"])
+    if ctx.reference_time_ms is None:
+        ctx.reference_time_ms = cov[coverage.LATEST]
+    ctx.txn_state_seen = any("txn_log" in m.get("selected", {}).get("transactions", ()) for m in metas)
+    out: list[dict] = []
+    for name, items in buffered.items():
+        f = fold_by_name(name)
+        prepared = f.prepare(items, ctx)
+        items.clear()   # as the local engine: only the prepared rows stay for the sort
+        out.extend(f.run(sorted_stream(f, prepared), ctx))
+    return out
 
 
 def stitch_rows(mode: str, opts: dict, files: int, schema: pa.Schema,

@@ -66,7 +66,8 @@ class _Emitter:
         if self.kind == MODE_AUDIT:
             join = json.loads(self.options["join"]) if self.options.get("join") else None
             placement = json.loads(self.options["placement"]) if self.options.get("placement") else None
-            self.selector = (DiskChunker(split, join, placement) if self.side == "disk"
+            buckets = json.loads(self.options["buckets"]) if self.options.get("buckets") else None
+            self.selector = (DiskChunker(split, join, placement, buckets) if self.side == "disk"
                              else Selector(self.side, split))
 
     def chunk(self, kind: str, table: pa.Table):

@@ -73,6 +73,17 @@ def test_extra_log_dirs(spark, corpus):
         _segments([d])
 
 
+def test_transactions_shared_out_by_producer_id(spark, corpus, monkeypatch):
+    """Two shuffle partitions (as on a big input): the transactions fold runs on each one's share
+    of the producer ids, with every task's reference time and coordinator facts."""
+    monkeypatch.setattr(S, "PART_BYTES", 1)
+    roots = [corpus / "real-kafka-3.0.2" / "logdirs-final",
+             *sorted((corpus / "real-kafka-3.0.2-extra").glob("*/logdirs"))]
+    for root in roots:
+        _segments([root])
+        _segments([root], now_ms=10**13)
+
+
 def test_transactions_view(spark, corpus):
     root = str(corpus / "real-kafka-3.0.2" / "logdirs-final")
     sel = S.transactions_selection([root], SPARK)
@@ -89,11 +100,15 @@ def test_crafted_log_dirs(spark, case, tmp_path):
     _same_tables(S.decoded_tables("kafka-segments", [str(root)], {}, SPARK), _local_tables(chunks))
 
 
-def test_crafted_transaction_log_dirs(spark, tmp_path, monkeypatch):
-    """Every crafted transaction test of the disk audit, its audits checked against Spark's."""
+@pytest.mark.parametrize("part_bytes", [S.PART_BYTES, 1])
+def test_crafted_transaction_log_dirs(spark, tmp_path, monkeypatch, part_bytes):
+    """Every crafted transaction test of the disk audit, its audits checked against Spark's; with
+    `part_bytes` 1 the producer ids are shared out over two shuffle partitions."""
     import inspect
 
     import test_disk_transactions as T
+
+    monkeypatch.setattr(S, "PART_BYTES", part_bytes)
 
     def both(root, **kw):
         kw = dict(kw, select=T.TXN_RULES)
