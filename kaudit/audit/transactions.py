@@ -295,7 +295,9 @@ class CrossPartitionFold(Fold):
 
     def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
         sel = super().select(kind, table, extra)
-        return None if sel is None else txn_rows.lean(sel)
+        if sel is None:
+            return None
+        return txn_rows.lean(txn_rows.runs(sel) if kind == "batch" else sel)
 
     def prepare(self, items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
         return txn_rows.prepare(items, ctx, self.key + self.order)

@@ -2,6 +2,13 @@
 chunk's selection keeps, what `prepare` hands to the sort, and one producer's rows as dicts.
 
 Invariants:
+- `runs` folds each run of a producer's non-transactional batches - consecutive rows of a
+  chunk (one file), same producer id and epoch, offsets increasing - into one row spanning
+  them (`batches` counts them; every other row counts 1). The fold reads such batches only to
+  list the ones written inside an open transaction of their producer, and a run lies wholly
+  inside or outside one: the transaction's data and marker are batches of the same producer
+  on that partition, so they would have cut the run. Since Kafka 3.0 every producer is
+  idempotent by default: without runs, the fold would buffer a row per batch of the log.
 - `lean` changes types, never values: string columns become dictionary-encoded (a chunk comes
   from one file: its `source` path, topic and replica are stored once instead of per row). An
   engine that needs plain types casts them back (Arrow casts a dictionary to its value type).
@@ -23,6 +30,46 @@ import pyarrow.compute as pc
 
 from kaudit.audit import txn_clean
 from kaudit.audit.folds import Context
+
+
+BATCHES = "batches"   # the batches a row stands for (runs)
+
+
+def runs(table: pa.Table) -> pa.Table:
+    """The batch selection of one chunk with its runs of non-transactional batches folded (see
+    the module docstring), and a `batches` column."""
+    n = table.num_rows
+    plain = ~(_flag(table, "is_transactional") | _flag(table, "is_control"))
+    if n < 2 or plain.sum() < 2:
+        return table.append_column(BATCHES, pa.array(np.ones(n, np.int32)))
+    pid, epoch = _int(table, "producer_id"), _int(table, "producer_epoch")
+    base, last = _int(table, "base_offset"), _int(table, "last_offset")
+    same = plain[1:] & plain[:-1] & (pid[1:] == pid[:-1]) & (epoch[1:] == epoch[:-1]) & (base[1:] > last[:-1])
+    for name in ("source", "replica", "topic", "partition"):   # one file: true in practice
+        col = table.column(name)
+        same &= pc.fill_null(pc.equal(col[1:], col[:-1]), False).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(np.append(True, ~same))
+    if len(starts) == n:
+        return table.append_column(BATCHES, pa.array(np.ones(n, np.int32)))
+    ends = np.append(starts[1:], n) - 1
+    out = table.take(pa.array(starts))
+    out = out.set_column(out.schema.get_field_index("last_offset"), "last_offset",
+                         table.column("last_offset").take(pa.array(ends)))
+    low = np.iinfo(np.int64).min   # null
+    top = np.maximum.reduceat(pc.fill_null(table.column("max_timestamp_ms"), low).to_numpy(
+        zero_copy_only=False).astype(np.int64), starts)
+    out = out.set_column(out.schema.get_field_index("max_timestamp_ms"), "max_timestamp_ms",
+                         pa.array(top, mask=top == low).cast(table.schema.field("max_timestamp_ms").type))
+    return out.append_column(BATCHES, pa.array((ends - starts + 1).astype(np.int32)))
+
+
+def _flag(table: pa.Table, name: str) -> np.ndarray:
+    return pc.fill_null(table.column(name), False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _int(table: pa.Table, name: str) -> np.ndarray:
+    """An integer column as int64 (null: -1, never equal to a real offset, id or epoch run)."""
+    return pc.fill_null(table.column(name), -1).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def lean(table: pa.Table) -> pa.Table:

@@ -255,7 +255,8 @@ def judge(pt: ProducerTxns, reference_ms: int | None) -> list[dict]:
                 b = part.nontxn[0]
                 out.append(finding(
                     "non-transactional-write-in-transaction",
-                    f"{where}: producer {part.producer_id} wrote {len(part.nontxn)} non-transactional "
+                    f"{where}: producer {part.producer_id} wrote "
+                    f"{sum(x.get('batches', 1) for x in part.nontxn)} non-transactional "
                     f"batch(es) from offset {b['base_offset']} inside its transaction open since "
                     f"offset {part.start_offset}",
                     evidence=[evidence(b["source"], b["position"], "batch")] + _ev(part),

@@ -1,0 +1,134 @@
+"""The transactions fold keeps a producer's consecutive non-transactional batches as one row
+(txn_rows.runs): the findings are those of one row per batch - same rules, messages, counts and
+evidence - with `details.offsets` naming each run's offsets once instead of batch by batch.
+Random log dirs mix transactional producers that also write plainly (the anomaly), idempotent
+producers, non-idempotent writes and markers, decoded in small and large chunks."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from diskcraft import logdir, small_chunks
+
+from kaudit.audit import txn_rows
+from kaudit.engine.local import audit_segments
+
+T0 = 1_700_000_000_000
+TXN_RULES = ("dangling-transaction", "hanging-transaction", "torn-transaction", "coordinator-abort",
+             "stray-marker", "non-transactional-write-in-transaction", "late-transactional-write",
+             "unregistered-partition")
+PARTS = [("a", 0), ("a", 1), ("b", 0)]
+
+
+def _rows(**cols) -> pa.Table:
+    n = len(next(iter(cols.values())))
+    base = {"replica": ["1"] * n, "topic": ["a"] * n, "partition": [0] * n, "source": ["a-0/0.log"] * n,
+            "position": list(range(0, 100 * n, 100)), "is_control": [False] * n,
+            "producer_epoch": [0] * n, "base_timestamp_ms": [T0] * n, "max_timestamp_ms": [T0] * n}
+    base.update(cols)
+    return pa.table(base)
+
+
+def test_runs_fold_consecutive_plain_batches_of_one_producer():
+    t = _rows(producer_id=[1, 1, 1, 1, 1, 1, 2, 1, 1],
+              is_transactional=[False, False, False, True, False, False, False, False, False],
+              base_offset=[0, 1, 3, 5, 6, 8, 9, 10, 12], last_offset=[0, 2, 4, 5, 7, 8, 9, 11, 12],
+              max_timestamp_ms=[T0, T0 + 5, None, T0, None, None, T0, T0 + 1, T0 + 9])
+    r = txn_rows.runs(t)
+    assert r.column("base_offset").to_pylist() == [0, 5, 6, 9, 10]
+    assert r.column("last_offset").to_pylist() == [4, 5, 8, 9, 12]
+    assert r.column(txn_rows.BATCHES).to_pylist() == [3, 1, 2, 1, 2]
+    assert r.column("position").to_pylist() == [0, 300, 400, 600, 700]
+    assert r.column("max_timestamp_ms").to_pylist() == [T0 + 5, T0, None, T0, T0 + 9]
+
+
+@pytest.mark.parametrize("change", [
+    {"producer_epoch": [0, 1]},                        # an epoch bump
+    {"base_offset": [5, 3], "last_offset": [5, 3]},    # offsets going back
+    {"source": ["a-0/0.log", "a-0/9.log"]},             # another file
+    {"is_control": [False, True]},                      # a marker
+])
+def test_runs_break(change):
+    cols = {"producer_id": [1, 1], "is_transactional": [False, False], "base_offset": [0, 1],
+            "last_offset": [0, 1]}
+    cols.update(change)
+    r = txn_rows.runs(_rows(**cols))
+    assert r.num_rows == 2 and r.column(txn_rows.BATCHES).to_pylist() == [1, 1]
+
+
+def _scenario(seed: int, tmp_path):
+    rng = random.Random(seed)
+    ld = logdir(tmp_path, start_time_ms=T0)
+    ts = ld.partition("__transaction_state", 0) if rng.random() < 0.7 else None
+    txn = [ld.producer(100 + i, 0, transactional_id=f"tx{i}", txn_state=ts, timeout_ms=60_000)
+           if ts is not None else ld.producer(100 + i, 0, transactional=True) for i in range(rng.randint(1, 3))]
+    seq: dict = {}
+    for _ in range(rng.randint(5, 40)):
+        pb = ld.partition(*rng.choice(PARTS))
+        roll = rng.random()
+        if roll < 0.35:
+            rng.choice(txn).send([b"t"], partition=pb)
+        elif roll < 0.55:                                  # a plain write by a transactional producer
+            p = rng.choice(txn)
+            for _ in range(rng.randint(1, 4)):
+                pb.append_batch(values=[b"p"], producer_id=p.producer_id, producer_epoch=p.producer_epoch,
+                                base_sequence=0, is_transactional=False)
+        elif roll < 0.8:                                   # idempotent producers
+            pid = rng.choice([200, 201])
+            for _ in range(rng.randint(1, 5)):
+                s = seq.get((pid, pb.topic, pb.partition), 0)
+                pb.append_batch(values=[b"i"], producer_id=pid, producer_epoch=0, base_sequence=s)
+                seq[(pid, pb.topic, pb.partition)] = s + 1
+        elif roll < 0.87:
+            pb.append_batch(values=[b"n"])                 # no producer id
+        else:
+            p = rng.choice(txn)
+            (p.commit if rng.random() < 0.6 else p.abort)()
+        if rng.random() < 0.2:
+            ld.tick(rng.choice([1, 1_000, 61_000]))
+    return ld.write()
+
+
+def _without_runs(table: pa.Table) -> pa.Table:
+    return table.append_column(txn_rows.BATCHES, pa.array(np.ones(table.num_rows, np.int32)))
+
+
+def _expand(f: dict) -> dict:
+    g = {k: v for k, v in f.items() if k not in ("id", "details")}
+    g["details"] = json.loads(f["details"]) if f.get("details") else None
+    return g
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 16384])
+def test_findings_equal_one_row_per_batch(tmp_path, monkeypatch, chunk):
+    plain_inside = 0
+    for seed in range(60):
+        root = _scenario(seed, tmp_path / f"{chunk}-{seed}")
+        with small_chunks(monkeypatch, chunk):
+            got = audit_segments([str(root)], select=TXN_RULES, now_ms=T0 + 10**6).findings
+            with monkeypatch.context() as m:
+                m.setattr(txn_rows, "runs", _without_runs)
+                want = audit_segments([str(root)], select=TXN_RULES, now_ms=T0 + 10**6).findings
+        assert len(got) == len(want), seed
+        for a, b in zip(map(_expand, got), map(_expand, want)):
+            if a["rule"] != "non-transactional-write-in-transaction":
+                assert a == b, seed
+                continue
+            plain_inside += 1
+            ranges, batches = a["details"].pop("offsets"), b["details"].pop("offsets")
+            assert a == b, seed
+            # each run's range is exactly a sequence of the per-batch ranges
+            it = iter(batches)
+            for lo, hi in ranges:
+                first = next(it)
+                assert first[0] == lo
+                end = first[1]
+                while end < hi:
+                    end = next(it)[1]
+                assert end == hi, seed
+            assert next(it, None) is None, seed
+    assert plain_inside >= 10   # the scenarios do reach the rule
