@@ -2,7 +2,8 @@
 
 Input (generated once, cached in benchmarks/out/bench-spark-<MB>/): a log dir of 4 partitions,
 one segment each of KAUDIT_BENCH_SPARK_SEGMENT_MB (default 600 MiB: 2.3 GiB in all; 2000 gives
-7.8 GiB), 16 KiB batches, one idempotent producer per partition (every batch goes through the
+7.8 GiB), 16 KiB batches (KAUDIT_BENCH_SPARK_SHAPE=small: one ~100-byte record per batch, in
+bench-spark-<MB>-small/), one idempotent producer per partition (every batch goes through the
 sequence rules). The segments are bigger than a split, so Spark's tasks read index-aligned
 ranges, never whole files.
 
@@ -16,7 +17,7 @@ In the same run, best of two after a warm-up:
 Memory: the driver's Python process (ru_maxrss), the JVM (VmHWM; in local mode it is driver and
 executor) and the largest Python worker (VmHWM), sampled from /proc.
 Targets: local[2] / local[1] ≥ 1.7; local[2] ≥ 1.2 × the local engine; driver ≤ 1 GiB; no
-worker near a segment's size. Results: benchmarks/out/spark-results.json.
+worker near a segment's size. Results: benchmarks/out/spark-results-<MB>[-small].json.
 """
 
 from __future__ import annotations
