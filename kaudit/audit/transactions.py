@@ -61,7 +61,9 @@ class Part:
     producer_id: int
     replicas: list[str] = field(default_factory=list)
     data: list[dict] = field(default_factory=list)          # transactional data batches
-    nontxn: list[dict] = field(default_factory=list)        # non-transactional writes inside it
+    # non-transactional writes inside it: one row per stretch (none of its transactional batches
+    # between), `batches` counting them
+    nontxn: list[dict] = field(default_factory=list)
     marker: Marker | None = None
     replicas_without_marker: list[str] = field(default_factory=list)
     coord: CoordTxn | None = None                           # matched coordinator transaction
@@ -100,7 +102,9 @@ def assemble_replica(batches: list[dict]) -> list[Part]:
     """The parts of one producer on one replica of one partition, batches in offset order."""
     parts: list[Part] = []
     cur: Part | None = None
+    plain = False   # the previous batch was a non-transactional write inside `cur`
     for b in batches:
+        was_plain, plain = plain, False
         if b["is_control"]:
             if b["control_type"] not in ("COMMIT", "ABORT"):
                 continue
@@ -115,7 +119,13 @@ def assemble_replica(batches: list[dict]) -> list[Part]:
                 cur = Part(b["topic"], b["partition"], b["producer_id"], [b["replica"]])
             cur.data.append(b)
         elif cur is not None and cur.data:
-            cur.nontxn.append(b)
+            if was_plain:   # one stretch: its rows may come as runs cut anywhere (txn_rows.runs)
+                prev = cur.nontxn[-1]
+                cur.nontxn[-1] = dict(prev, last_offset=b["last_offset"],
+                                      batches=prev.get("batches", 1) + b.get("batches", 1))
+            else:
+                cur.nontxn.append(b)
+            plain = True
     if cur is not None:
         parts.append(cur)
     return parts

@@ -2,13 +2,17 @@
 chunk's selection keeps, what `prepare` hands to the sort, and one producer's rows as dicts.
 
 Invariants:
-- `runs` folds each run of a producer's non-transactional batches - consecutive rows of a
-  chunk (one file), same producer id and epoch, offsets increasing - into one row spanning
+- `runs` folds each run of a producer's non-transactional batches - consecutive among that
+  producer's rows of a chunk (one file), same epoch, offsets increasing - into one row spanning
   them (`batches` counts them; every other row counts 1). The fold reads such batches only to
-  list the ones written inside an open transaction of their producer, and a run lies wholly
-  inside or outside one: the transaction's data and marker are batches of the same producer
-  on that partition, so they would have cut the run. Since Kafka 3.0 every producer is
-  idempotent by default: without runs, the fold would buffer a row per batch of the log.
+  list the stretches written inside an open transaction of their producer (assemble_replica
+  joins a stretch's rows, so chunking changes nothing), and a run lies wholly inside or outside
+  one: the transaction's data and marker are batches of the same producer on that partition,
+  so they would have cut the run. (Where two files of one replica overlap
+  in offsets - offset-overlap reports it - the fold's offset order interleaves two versions of
+  the log, and a run may fall on the other side of a boundary than some of its batches would.)
+  Since Kafka 3.0 every producer is idempotent by default: without runs, the fold would buffer a
+  row per batch of the log.
 - `lean` changes types, never values: string columns become dictionary-encoded (a chunk comes
   from one file: its `source` path, topic and replica are stored once instead of per row). An
   engine that needs plain types casts them back (Arrow casts a dictionary to its value type).
@@ -42,7 +46,11 @@ def runs(table: pa.Table) -> pa.Table:
     plain = ~(_flag(table, "is_transactional") | _flag(table, "is_control"))
     if n < 2 or plain.sum() < 2:
         return table.append_column(BATCHES, pa.array(np.ones(n, np.int32)))
-    pid, epoch = _int(table, "producer_id"), _int(table, "producer_epoch")
+    pid = _int(table, "producer_id")
+    if (pid[1:] < pid[:-1]).any():   # producers interleave: each one's rows together, in order
+        order = np.argsort(pid, kind="stable")
+        table, pid, plain = table.take(pa.array(order)), pid[order], plain[order]
+    epoch = _int(table, "producer_epoch")
     base, last = _int(table, "base_offset"), _int(table, "last_offset")
     same = plain[1:] & plain[:-1] & (pid[1:] == pid[:-1]) & (epoch[1:] == epoch[:-1]) & (base[1:] > last[:-1])
     for name in ("source", "replica", "topic", "partition"):   # one file: true in practice

@@ -6,8 +6,9 @@ envelope, spark_folds); each per-key fold then runs as
 one shuffle: the per-partition folds keyed by partition, the transactions across partitions keyed
 by producer id (spark_folds). On the wire, folds whose `prepare` needs the whole selection at once
 (the wire transactions) get it on the driver and run there as in the local engine: a capture's
-selection is small. The coverage counters come from one meta row per split. Findings, coverage
-and reference time are those of the local engine on the same input.
+selection is small. The coverage counters come from one meta row per split (on the disk side,
+a copy of it for every shuffle partition). Findings, coverage and reference time are those of
+the local engine on the same input.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | No
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from kaudit.engine.spark_folds import DISK_KEY, PART, RESULT_SCHEMA, TYPE, restore_constants, run_disk
+    from kaudit.engine.spark_folds import DISK_KEY, PART, RESULT_SCHEMA, TYPE, run_disk
     from kaudit.engine.spark_rows import PAYLOAD, ROW, SPLIT, from_ipc
 
     ctx_d = context_dict(Context(reference_time_ms=now_ms))   # else the tasks settle it (run_disk)
@@ -172,8 +173,7 @@ def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | No
             metas.append(json.loads(payload))
         else:
             _, name, kind, split, row = typ.split(":")
-            t = restore_constants(from_ipc(payload)).select(list(fold_by_name(name).inputs[kind]))
-            rows.setdefault(name, []).append((int(split), int(row), kind, t))
+            rows.setdefault(name, []).append((int(split), int(row), kind, from_ipc(payload)))
     # decode order: (split, first row) of each chunk; the rows of a chunk are in order
     driver_rows = {name: [(k, t) for _, _, k, t in sorted(chunks, key=lambda c: c[:2])]
                    for name, chunks in rows.items()}

@@ -301,8 +301,11 @@ class DiskChunker:
         if self.tap is not None:
             extra["ranges"] = [[*k, lo, hi] for k, (lo, hi) in self.tap.ranges.items()]
         meta = json.dumps(extra).encode()
-        return pa.concat_batches([_chunk_row(META_KIND, self.split, j, (None, None, None), meta, part)
-                                  for j, part in enumerate(self.buckets)])
+        n = len(self.buckets)
+        values = [[META_KIND] * n, [self.split] * n, list(range(n)), [None] * n, [None] * n, [None] * n,
+                  self.buckets, [meta] * n]
+        return pa.RecordBatch.from_arrays([pa.array(v, f.type) for v, f in zip(values, CHUNK_SCHEMA)],
+                                          schema=CHUNK_SCHEMA)
 
 
 def pc_fill_zero(col) -> np.ndarray:
@@ -363,7 +366,7 @@ PAYLOAD_INDEX = CHUNK_SCHEMA.get_field_index(PAYLOAD)
 
 def _run_buffered(ctx: Context, buffered: dict, metas: list[dict]) -> list[dict]:
     """The buffered folds over one partition's producer ids (their chunks in decode order), with
-    the context the driver settles from every task's meta row."""
+    the context settled from every task's meta row as the driver settles it."""
     from kaudit.engine.local import sorted_stream
 
     cov = coverage.new_disk()

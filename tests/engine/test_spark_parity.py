@@ -4,6 +4,7 @@ One Spark session serves the whole test process (kaudit.engine.spark.session).""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -138,6 +139,38 @@ def test_a_segment_bigger_than_a_split(spark, tmp_path):
     _, chunks = L.decode_segments([str(d)])
     _same_tables(S.decoded_tables("kafka-segments", [str(d)], {"split_bytes": 256 << 10}, small),
                  _local_tables(chunks))
+
+
+def test_plain_writes_inside_a_transaction_across_splits(spark, tmp_path, monkeypatch):
+    """A transactional producer writing plainly inside its transaction, interleaved with an
+    idempotent producer, in a segment cut into many splits and two shuffle partitions: the same
+    findings (one stretch of offsets, whatever the cuts); and a producer without coordinator
+    records in one bucket while the other bucket holds the coordinator's (the fact is global)."""
+    from diskcraft import logdir
+
+    monkeypatch.setattr(S, "PART_BYTES", 1)
+    t0 = 1_700_000_000_000
+    ld = logdir(tmp_path, start_time_ms=t0)
+    ts = ld.partition("__transaction_state", 0)
+    a = ld.partition("a", 0)
+    tx = ld.producer(7, 0, transactional_id="tx", txn_state=ts)
+    bare = ld.producer(8, 0, transactional=True)   # no coordinator records
+    tx.send([b"t"], partition=a)
+    bare.send([b"u"], partition=a)
+    for i in range(600):
+        a.append_batch(values=[b"p" * 200], producer_id=7, producer_epoch=0, base_sequence=1 + i,
+                       is_transactional=False)
+        if i % 3 == 0:
+            a.append_batch(values=[b"i" * 200], producer_id=9, producer_epoch=0, base_sequence=i // 3)
+    tx.commit()
+    ld.write()
+    small = S.SparkOptions(master="local[2]", split_bytes=16 << 10)
+    for now in (None, t0 + 10**7):
+        _segments([ld.root], spark_options=small, now_ms=now)
+    fs = L.audit_segments([str(ld.root)]).findings
+    [f] = [f for f in fs if f["rule"] == "non-transactional-write-in-transaction"]
+    assert json.loads(f["details"])["offsets"] == [[2, 801]] and "wrote 600 non-transactional" in f["message"]
+    assert any(f["producer_id"] == 8 for f in fs)
 
 
 # -- captures -----------------------------------------------------------------------------------
