@@ -55,12 +55,16 @@ def duplicate_batch(st: ProducerState, b: BatchView) -> list[tuple[str, dict]]:
     out = []
     runs = st.intervals.get(b.producer_epoch, [])
     parts = sequence_parts(b.base_sequence, b.last_sequence)  # two when b wraps past Int.MaxValue
+    reported = set()   # sequence ranges already reported for b: against their first copy only
     for r in overlaps(runs, b.base_sequence, b.last_sequence):
         orig = r.first
         same = (orig is not None and orig.base_sequence == b.base_sequence
                 and orig.last_sequence == b.last_sequence and orig.crc == b.crc
                 and orig.batch_size == b.batch_size)
         lo, hi = next((max(r.lo, pl), min(r.hi, ph)) for pl, ph in parts if r.lo <= ph and pl <= r.hi)
+        if (lo, hi) in reported:   # stored more than once already: n copies, n findings (not n^2/2)
+            continue
+        reported.add((lo, hi))
         if same and any(d["original"] is orig for _, d in out):
             continue  # a wrapped original is kept as two runs: one finding for it
         if same:

@@ -58,6 +58,18 @@ def test_sequences_reused_with_a_different_payload(tmp_path):
     assert [(e["position"], e["note"]) for e in d["evidence"]][1:] == [(second.position, "original")]
 
 
+def test_many_copies_give_one_finding_each_against_the_original(tmp_path):
+    """A producer re-sending sequence 0 over and over (a client stuck in a retry loop after state
+    loss): each copy is one duplicate of the first, not one per earlier copy (n^2/2 findings)."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("orders", 0)
+    for _ in range(300):
+        pb.append_batch(values=[b"x"], producer_id=5, producer_epoch=0, base_sequence=0)
+    dups = of(audit(_root(ld)), "duplicate-batch")
+    assert len(dups) == 299
+    assert {details(d)["original_first_offset"] for d in dups} == {0}
+
+
 def test_duplicate_interleaved_with_other_producers_is_located_within_the_run(tmp_path):
     """When other producers' batches sit between, the original offsets are given as the run
     that holds them (not exact)."""
