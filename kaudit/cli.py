@@ -16,8 +16,7 @@ import typer
 
 from kaudit import __version__
 from kaudit.cli_engine import (
-    Engine, EngineOpt, MasterOpt, ParquetOpt, SparkConfOpt, SparkUiOpt, ThresholdOpt, choose, close_parquet,
-    parquet_writer,
+    Engine, EngineOpt, MasterOpt, ParquetOpt, SparkConfOpt, SparkUiOpt, ThresholdOpt, choose, run_audit,
 )
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
@@ -323,21 +322,21 @@ def audit_segments(
     sel, ign, now_ms = _rule_list(select), _rule_list(ignore), _parse_now(now)
     names = [str(p) for p in paths]
     sp = choose(engine, paths, master, spark_conf, spark_threshold, spark_ui)
-    if sp is None:
-        from kaudit.engine.local import audit_segments as run_audit
 
-        writer = parquet_writer(parquet)
-        run = run_audit(names, now_ms=now_ms, select=sel, ignore=ign, max_batch_bytes=max_batch_bytes,
-                        jobs=jobs, progress=sys.stderr.isatty(), tap=writer.write if writer else None)
-        close_parquet(writer, run, "segments")
-    else:
+    def local(tap):
+        from kaudit.engine.local import audit_segments
+
+        return audit_segments(names, now_ms=now_ms, select=sel, ignore=ign, max_batch_bytes=max_batch_bytes,
+                              jobs=jobs, progress=sys.stderr.isatty(), tap=tap)
+
+    def on_spark(sp):
         from kaudit.engine import spark
 
-        run = spark.audit_segments(names, now_ms=now_ms, select=sel, ignore=ign,
-                                   max_batch_bytes=max_batch_bytes, spark_options=sp)
-        if parquet is not None:
-            spark.write_parquet("kafka-segments", names, {"max_batch_bytes": max_batch_bytes}, str(parquet),
-                                run.findings, sp)
+        return spark.audit_segments(names, now_ms=now_ms, select=sel, ignore=ign,
+                                    max_batch_bytes=max_batch_bytes, spark_options=sp)
+
+    run = run_audit(sp, parquet, "segments", local, on_spark, "kafka-segments", names,
+                    lambda: {"max_batch_bytes": max_batch_bytes})
     if run.errors and not run.coverage.get("files"):
         _exit_unreadable(run.errors)
     _report(run, "segments", paths, format, output, fail_on)
@@ -370,20 +369,23 @@ def audit_pcap(
     options = _pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False)
     names = [str(f) for f in files]
     sp = choose(engine, files, master, spark_conf, spark_threshold, spark_ui)
-    if sp is None:
-        from kaudit.engine.local import audit_pcaps as run_audit
 
-        writer = parquet_writer(parquet)
-        run = run_audit(names, options, now_ms=now_ms, select=sel, ignore=ign,
-                        tap=writer.write if writer else None)
-        close_parquet(writer, run, "pcap")
-    else:
+    def local(tap):
+        from kaudit.engine.local import audit_pcaps
+
+        return audit_pcaps(names, options, now_ms=now_ms, select=sel, ignore=ign, tap=tap)
+
+    def on_spark(sp):
         from kaudit.engine import spark
 
-        run = spark.audit_pcaps(names, options, now_ms=now_ms, select=sel, ignore=ign, spark_options=sp)
-        if parquet is not None:
-            spark.write_parquet("kafka-pcap", names, spark.pcap_source_options(options), str(parquet),
-                                run.findings, sp)
+        return spark.audit_pcaps(names, options, now_ms=now_ms, select=sel, ignore=ign, spark_options=sp)
+
+    def source_opts():
+        from kaudit.engine.spark import pcap_source_options
+
+        return pcap_source_options(options)
+
+    run = run_audit(sp, parquet, "pcap", local, on_spark, "kafka-pcap", names, source_opts)
     if run.errors and len(run.errors) >= len(files):
         _exit_unreadable(run.errors)
     _report(run, "pcap", files, format, output, fail_on)

@@ -73,6 +73,24 @@ def parquet_writer(folder: Optional[Path]):
     return ParquetWriter(str(folder))
 
 
+def run_audit(sp, parquet: Optional[Path], command: str, local, on_spark, source: str, names: list[str],
+              source_opts):
+    """One audit command on the chosen engine (`sp`: None for local), with `--parquet`: the
+    local engine writes its decoded chunks as it goes (`local(tap)`), Spark decodes them apart
+    (`on_spark(sp)` runs the audit; `source_opts()` the Spark source's options)."""
+    if sp is None:
+        writer = parquet_writer(parquet)
+        run = local(writer.write if writer else None)
+        close_parquet(writer, run, command)
+        return run
+    from kaudit.engine import spark
+
+    run = on_spark(sp)
+    if parquet is not None:
+        spark.write_parquet(source, names, source_opts(), str(parquet), run.findings, sp)
+    return run
+
+
 def close_parquet(writer, run, command: str) -> None:
     if writer is None:
         return
