@@ -35,6 +35,9 @@ DEFAULT_MASTER = "local[*]"
 DEFAULT_THRESHOLD = 1 << 30
 # a shuffle partition per this many input bytes, up to one a core: each is a Python task (~0.1 s)
 PART_BYTES = 32 << 20
+# log dirs: partitions no bigger than a core's share are folded in the task that reads them
+# (whole_key_bytes); False shuffles every partition's rows to its fold (tests run both ways)
+FOLD_IN_TASKS = True
 
 
 @dataclass
@@ -154,9 +157,10 @@ def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | No
     # fewer for a small input (each partition is a Python task: ~0.1 s to schedule)
     parts = max(1, min(spark.sparkContext.defaultParallelism, p.total_bytes // PART_BYTES))
     value_of = _part_values(spark, parts)
+    cores = spark.sparkContext.defaultParallelism
     opts = dict(opts, placement=json.dumps(placement(p, parts, value_of)),
                 buckets=json.dumps([value_of.get(j, j) for j in range(parts)]),
-                cores=spark.sparkContext.defaultParallelism)
+                cores=cores, whole_key_bytes=whole_key_bytes(p.total_bytes, cores) if FOLD_IN_TASKS else 0)
     sort = [F.asc_nulls_last(c) for c in DISK_KEY + (SPLIT, ROW)]
     result = (_reader(spark, "kafka-segments", paths, "audit", opts)
               .repartition(parts, PART).sortWithinPartitions(*sort)
@@ -184,6 +188,14 @@ def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | No
         for m in metas:
             merge_ranges(tap.ranges, m.get("ranges", []))
     return findings, metas, driver_rows
+
+
+def whole_key_bytes(total: int, cores: int) -> int:
+    """Partitions up to this size are read whole by one task, which runs their per-partition
+    folds itself: no shuffle of their rows (per batch, the shuffle costs more than the folds).
+    A bigger partition - more than a core's share of the input - is cut into splits decoded side
+    by side and its rows are shuffled to its fold: its decoding then spreads over the cores."""
+    return max(1, total // max(1, cores))
 
 
 def placement(p, parts: int, value_of: dict) -> dict:

@@ -156,6 +156,7 @@ def meta_rows(table: pa.Table) -> list[dict]:
 
 DISK_KEY = ("replica", "topic", "partition")
 TAP_KIND = "__tap"
+FINDINGS_KIND = "__findings"   # a read task's own findings (TaskFolds)
 BUF_KIND = "__buf"   # a buffered fold's chunk: kind "__buf:<fold>:<row kind>"
 TYPE = "__type"
 RESULT_SCHEMA = pa.schema([pa.field(TYPE, pa.string()), pa.field(PAYLOAD, pa.binary())])
@@ -223,15 +224,40 @@ def _chunk_row(kind: str, split: int, row: int, key: tuple, payload: bytes, part
                                       schema=CHUNK_SCHEMA)
 
 
+class TaskFolds:
+    """The per-partition folds run in a read task that holds each of its partitions whole
+    (sources.splits.keyed_split_plan): fed as the local engine feeds them - the same selection,
+    in decode order - so their findings are the local engine's, with no shuffle of their rows.
+    The findings leave as one chunk row (`__findings`) that the reduce side passes on."""
+
+    def __init__(self):
+        self.states = [(f, f.make(Context())) for f in DISK_FOLDS if not f.buffered]
+        self.found: list[dict] = []
+
+    def feed(self, kind: str, table: pa.Table) -> None:
+        for f, state in self.states:
+            sel = f.select(kind, table)
+            if sel is not None:
+                self.found.extend(state.feed(kind, sel))
+
+    def finish(self, split: int, buckets: list) -> Iterator[pa.RecordBatch]:
+        for _, state in self.states:
+            self.found.extend(state.finish())
+        if self.found:
+            payload = to_ipc(table_from_rows("finding", self.found))
+            yield _chunk_row(FINDINGS_KIND, split, 0, (None, None, None), payload, buckets[split % len(buckets)])
+
+
 class DiskChunker:
     """One task's decoded chunks -> one Spark row per (chunk, key): the folds' rows, flagged."""
 
     schema = CHUNK_SCHEMA
 
     def __init__(self, split: int = 0, join: dict | None = None, placement: dict | None = None,
-                 buckets: list | None = None):
+                 buckets: list | None = None, folds: TaskFolds | None = None):
         from kaudit.engine.joint import _DiskTap
 
+        self.folds = folds   # the task's own per-partition folds (it holds its partitions whole)
         self.placement = placement or {}
         self.buckets = buckets or [None]   # the `__part` value of each shuffle partition
         self.selected: dict[str, list[str]] = {}   # buffered fold -> the kinds it selected rows of
@@ -257,6 +283,9 @@ class DiskChunker:
         for f in DISK_FOLDS:
             if f.buffered:
                 yield from self._buffered(f, kind, first, table)
+        if self.folds is not None:
+            self.folds.feed(kind, table)
+            return
         cols = _disk_columns(kind)
         if n == 0 or not cols:
             return
@@ -339,6 +368,9 @@ def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch], collect: bool = Fa
                 continue
             if kind == TAP_KIND:
                 yield _result(f"tap:{split}:{row}", payload)
+                continue
+            if kind == FINDINGS_KIND:
+                yield _result("findings", payload)
                 continue
             if kind.startswith(BUF_KIND):
                 _, name, row_kind = kind.split(":")

@@ -24,7 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kaudit.engine import spark_rows
-from kaudit.engine.spark_folds import CHUNK_SCHEMA, DiskChunker, Selector, fold_schema
+from kaudit.engine.spark_folds import CHUNK_SCHEMA, DiskChunker, Selector, TaskFolds, fold_schema
 from kaudit.model import SCHEMAS
 
 MODES_ALL, MODE_AUDIT = "*", "audit"
@@ -61,13 +61,15 @@ class _Emitter:
         self.selector = None
         self.rows = 0
 
-    def start(self, split: int) -> None:
+    def start(self, split: int, folds=None) -> None:
+        """A split begins; `folds` (a TaskFolds): the task holds its partitions whole and runs
+        their per-partition folds itself."""
         self.split, self.rows = split, 0
         if self.kind == MODE_AUDIT:
             join = json.loads(self.options["join"]) if self.options.get("join") else None
             placement = json.loads(self.options["placement"]) if self.options.get("placement") else None
             buckets = json.loads(self.options["buckets"]) if self.options.get("buckets") else None
-            self.selector = (DiskChunker(split, join, placement, buckets) if self.side == "disk"
+            self.selector = (DiskChunker(split, join, placement, buckets, folds) if self.side == "disk"
                              else Selector(self.side, split))
 
     def chunk(self, kind: str, table: pa.Table):
@@ -95,9 +97,10 @@ class _Emitter:
 # -- log dirs -----------------------------------------------------------------------------------
 
 class _Task(InputPartition):
-    def __init__(self, number: int, items: list):
+    def __init__(self, number: int, items: list, whole: bool = False):
         super().__init__(number)
         self.items = items
+        self.whole = whole   # log dirs: the task holds each of its partitions whole
 
 
 class KafkaSegments(DataSource):
@@ -135,12 +138,16 @@ class _SegmentsReader(DataSourceReader):
 
     def partitions(self):
         from kaudit.sources.logdir import plan
-        from kaudit.sources.splits import split_plan
+        from kaudit.sources.splits import keyed_split_plan, split_plan
 
         p = plan(_paths(self.options))
-        tasks = split_plan(p, split_bytes(self.options, p.total_bytes),
-                           int(self.options.get("max_batch_bytes", 64 << 20)))
-        return [_Task(i, t) for i, t in enumerate(tasks)]
+        size = split_bytes(self.options, p.total_bytes)
+        max_batch = int(self.options.get("max_batch_bytes", 64 << 20))
+        whole_bytes = int(self.options.get("whole_key_bytes") or 0)
+        if self.options.get("kind") == MODE_AUDIT and whole_bytes > 0:
+            tasks = keyed_split_plan(p, size, max_batch, whole_bytes)
+            return [_Task(i, t, whole) for i, (t, whole) in enumerate(tasks)]
+        return [_Task(i, t) for i, t in enumerate(split_plan(p, size, max_batch))]
 
     def read(self, partition):
         from kaudit.sources.segments import Options
@@ -149,11 +156,14 @@ class _SegmentsReader(DataSourceReader):
         options = Options(deep=self.options.get("deep", "false").lower() == "true",
                           max_batch_bytes=int(self.options.get("max_batch_bytes", 64 << 20)))
         emit = _Emitter("disk", self.options, _arrow_schema(self.options, "disk"))
+        folds = TaskFolds() if getattr(partition, "whole", False) and emit.kind == MODE_AUDIT else None
         for s in partition.items:
-            emit.start(s.index)
+            emit.start(s.index, folds)
             for kind, table in decode_split(s, options):
                 yield from emit.chunk(kind, table)
             yield from emit.end({"split": s.index})
+        if folds is not None and partition.items:
+            yield from folds.finish(partition.items[0].index, emit.selector.buckets)
 
 
 # -- captures -----------------------------------------------------------------------------------

@@ -111,6 +111,65 @@ def split_plan(p: Plan, split_bytes: int = DEFAULT_SPLIT_BYTES,
     return tasks
 
 
+def fold_key(t: Target) -> tuple | None:
+    """The per-partition folds' key of a file's rows (replica, topic, partition); None for a file
+    outside partition folders."""
+    if t.topic is None or t.partition is None:
+        return None
+    return (t.log_dir.replica if t.log_dir else None, t.topic, t.partition)
+
+
+def keyed_split_plan(p: Plan, split_bytes: int = DEFAULT_SPLIT_BYTES,
+                     max_batch_bytes: int = DEFAULT_MAX_BYTES, whole_key_bytes: int = 0
+                     ) -> list[tuple[list[Split], bool]]:
+    """Tasks as (splits, whole): every partition (fold key) of at most `whole_key_bytes` lies
+    whole in one task (`whole` True: its per-partition folds can run where it is decoded, no
+    shuffle), such partitions packed by size into tasks of about `split_bytes` (largest first,
+    each to the least loaded task); the bigger partitions and the files outside partition
+    folders are cut as `split_plan` cuts them (`whole` False). Splits are numbered in plan order
+    and listed in that order within a task, so a task streams each of its partitions in log order."""
+    sizes: dict = {}
+    for t in p.targets:
+        k = fold_key(t)
+        if k is not None:
+            sizes[k] = sizes.get(k, 0) + t.size
+    whole = {k for k, size in sizes.items() if size <= whole_key_bytes}
+    numbered: list[Split] = []
+    rest = Plan(targets=[], errors=[])
+    n = 0
+    for t in p.targets:
+        if fold_key(t) in whole:
+            numbered.append(Split(n, t))
+            n += 1
+        else:
+            rest.targets.append(t)
+    # the other files keep their place in plan order: renumber split_plan's tasks after ours
+    cut = split_plan(rest, split_bytes, max_batch_bytes)
+    order = {id(t): i for i, t in enumerate(p.targets)}
+    splits_rest = [s for task in cut for s in task]
+    # one index space in plan order for both kinds of split
+    everything = sorted([(order[id(s.target)], s.start, 0, s) for s in numbered] +
+                        [(order[id(s.target)], s.start, 1, s) for s in splits_rest], key=lambda x: x[:2])
+    renum = {id(s): i for i, (_, _, _, s) in enumerate(everything)}
+    tasks: list[tuple[list[Split], bool]] = []
+    if numbered:
+        total = sum(sizes[k] for k in whole)
+        bins = max(1, min(len(whole), -(-total // max(split_bytes, 1))))
+        load = [0] * bins
+        where = {}
+        for k in sorted(whole, key=lambda k: (-sizes[k], str(k))):
+            j = min(range(bins), key=lambda i: (load[i], i))
+            load[j] += sizes[k]
+            where[k] = j
+        grouped: list[list[Split]] = [[] for _ in range(bins)]
+        for s in numbered:
+            grouped[where[fold_key(s.target)]].append(Split(renum[id(s)], s.target))
+        tasks.extend((g, True) for g in grouped if g)
+    for task in cut:
+        tasks.append(([Split(renum[id(s)], s.target, s.start, s.stop) for s in task], False))
+    return tasks
+
+
 def decode_split(s: Split, options: Options) -> Iterator[tuple[str, pa.Table]]:
     """The (kind, table) chunks of one split: a range of a segment, or a whole file."""
     yield from decode_target(s.target, options, start=s.start, stop=s.stop)

@@ -76,8 +76,10 @@ def test_extra_log_dirs(spark, corpus):
 
 def test_transactions_shared_out_by_producer_id(spark, corpus, monkeypatch):
     """Two shuffle partitions (as on a big input): the transactions fold runs on each one's share
-    of the producer ids, with every task's reference time and coordinator facts."""
+    of the producer ids, with every task's reference time and coordinator facts; and every
+    partition's rows shuffled to its folds (as a partition bigger than a core's share is)."""
     monkeypatch.setattr(S, "PART_BYTES", 1)
+    monkeypatch.setattr(S, "FOLD_IN_TASKS", False)
     roots = [corpus / "real-kafka-3.0.2" / "logdirs-final",
              *sorted((corpus / "real-kafka-3.0.2-extra").glob("*/logdirs"))]
     for root in roots:
@@ -91,25 +93,30 @@ def test_transactions_view(spark, corpus):
     assert L.list_transactions([root], selected=sel)[1] == L.list_transactions([root])[1]
 
 
+@pytest.mark.parametrize("fold_in_tasks", [True, False])
 @pytest.mark.parametrize("case", ["state-loss", "retries", "integrity", "benign"])
-def test_crafted_log_dirs(spark, case, tmp_path):
+def test_crafted_log_dirs(spark, case, tmp_path, monkeypatch, fold_in_tasks):
+    """`fold_in_tasks`: the partitions folded by the tasks that read them, or shuffled to them."""
     from test_disk_golden import CASES
 
+    monkeypatch.setattr(S, "FOLD_IN_TASKS", fold_in_tasks)
     root = CASES[case](tmp_path)
     _segments([root])
     _, chunks = L.decode_segments([str(root)])
     _same_tables(S.decoded_tables("kafka-segments", [str(root)], {}, SPARK), _local_tables(chunks))
 
 
-@pytest.mark.parametrize("part_bytes", [S.PART_BYTES, 1])
-def test_crafted_transaction_log_dirs(spark, tmp_path, monkeypatch, part_bytes):
+@pytest.mark.parametrize("part_bytes,fold_in_tasks", [(S.PART_BYTES, True), (1, False)])
+def test_crafted_transaction_log_dirs(spark, tmp_path, monkeypatch, part_bytes, fold_in_tasks):
     """Every crafted transaction test of the disk audit, its audits checked against Spark's; with
-    `part_bytes` 1 the producer ids are shared out over two shuffle partitions."""
+    `part_bytes` 1 the producer ids are shared out over two shuffle partitions (and the
+    partitions' rows shuffled to their folds)."""
     import inspect
 
     import test_disk_transactions as T
 
     monkeypatch.setattr(S, "PART_BYTES", part_bytes)
+    monkeypatch.setattr(S, "FOLD_IN_TASKS", fold_in_tasks)
 
     def both(root, **kw):
         kw = dict(kw, select=T.TXN_RULES)
@@ -165,6 +172,14 @@ def test_plain_writes_inside_a_transaction_across_splits(spark, tmp_path, monkey
     tx.commit()
     ld.write()
     small = S.SparkOptions(master="local[2]", split_bytes=16 << 10)
+    # the big partition is cut and shuffled, the coordinator's is folded where it is read
+    from kaudit.sources.logdir import plan
+    from kaudit.sources.splits import keyed_split_plan
+
+    p = plan([str(ld.root)])
+    tasks = keyed_split_plan(p, 16 << 10, whole_key_bytes=S.whole_key_bytes(p.total_bytes, 2))
+    assert {whole for _, whole in tasks} == {True, False}
+    assert {s.target.topic for t, whole in tasks if whole for s in t} == {"__transaction_state"}
     for now in (None, t0 + 10**7):
         _segments([ld.root], spark_options=small, now_ms=now)
     fs = L.audit_segments([str(ld.root)]).findings

@@ -10,7 +10,7 @@ from fixtures.builder import files
 from fixtures.builder.bench import write_bench_segment
 from kaudit.sources.logdir import plan
 from kaudit.sources.segments import Options, decode_target
-from kaudit.sources.splits import cut_points, decode_split, split_plan
+from kaudit.sources.splits import cut_points, decode_split, fold_key, keyed_split_plan, split_plan
 
 
 def _rows(chunks) -> dict[str, pa.Table]:
@@ -98,3 +98,47 @@ def test_corpus_log_dirs_split_at_every_index_entry_decode_identically(corpus):
     whole = _whole(p)
     for kind in whole:
         assert split[kind].equals(whole[kind]), kind
+
+
+@pytest.mark.parametrize("whole_key_bytes", [1, 64 << 10, 1 << 40])
+def test_keyed_plan_holds_small_partitions_whole_in_one_task(corpus, whole_key_bytes):
+    """The Spark engine folds a partition in the task that reads it when the task holds all of
+    it: each such partition in one `whole` task, in log order; the others cut as split_plan cuts."""
+    p = plan([str(corpus / "real-kafka-3.0.2" / "logdirs-final")])
+    tasks = keyed_split_plan(p, 64 << 10, whole_key_bytes=whole_key_bytes)
+    splits = sorted((s for t, _ in tasks for s in t), key=lambda s: s.index)
+    assert [s.index for s in splits] == list(range(len(splits)))
+    # plan order: the targets in order, a file's ranges by position
+    assert [(s.target.path, s.start) for s in splits] == sorted(
+        ((s.target.path, s.start) for s in splits), key=lambda x: ([t.path for t in p.targets].index(x[0]), x[1]))
+    sizes: dict = {}
+    for t in p.targets:
+        if fold_key(t) is not None:
+            sizes[fold_key(t)] = sizes.get(fold_key(t), 0) + t.size
+    home: dict = {}
+    for i, (task, whole) in enumerate(tasks):
+        assert [s.index for s in task] == sorted(s.index for s in task)
+        for s in task:
+            k = fold_key(s.target)
+            if whole:
+                assert k is not None and sizes[k] <= whole_key_bytes and s.stop is None
+                assert home.setdefault(k, i) == i   # the whole partition in this one task
+            else:
+                assert k is None or sizes[k] > whole_key_bytes
+    assert len(home) == sum(1 for size in sizes.values() if size <= whole_key_bytes)
+    decoded = _rows((k, t) for s in splits for k, t in decode_split(s, Options()))
+    whole_rows = _whole(p)
+    for kind in whole_rows:
+        assert decoded[kind].equals(whole_rows[kind]), kind
+
+
+def test_keyed_plan_shares_equal_partitions_out_one_a_task(tmp_path):
+    for i in range(4):
+        d = tmp_path / f"t-{i}"
+        d.mkdir()
+        write_bench_segment(d / "00000000000000000000.log", target_bytes=256 << 10, producer_id=i)
+    p = plan([str(tmp_path)])
+    tasks = keyed_split_plan(p, 300 << 10, whole_key_bytes=1 << 20)
+    assert [(sorted({s.target.topic for s in t}), whole) for t, whole in tasks] == [
+        (["t"], True)] * 4
+    assert sorted({s.target.partition for s in t}.pop() for t, _ in tasks) == [0, 1, 2, 3]
