@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_pcap.py
 	$(PY) benchmarks/bench_audit.py
 	$(PY) benchmarks/bench_spark.py
+	KAUDIT_BENCH_SPARK_SHAPE=small $(PY) benchmarks/bench_spark.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -4,8 +4,10 @@ Input (generated once, cached in benchmarks/out/bench-spark-<MB>/): a log dir of
 one segment each of KAUDIT_BENCH_SPARK_SEGMENT_MB (default 600 MiB: 2.3 GiB in all; 2000 gives
 7.8 GiB), 16 KiB batches (KAUDIT_BENCH_SPARK_SHAPE=small: one ~100-byte record per batch, in
 bench-spark-<MB>-small/), one idempotent producer per partition (every batch goes through the
-sequence rules). The segments are bigger than a split, so Spark's tasks read index-aligned
-ranges, never whole files.
+sequence rules). Each partition is a core's share or less of the input, so Spark reads it whole
+in one task that also runs its per-partition folds (engine.spark.whole_key_bytes); a bigger one
+would be cut at index positions and shuffled. `make bench` runs both shapes: the 16 KiB one is
+bound by memory bandwidth (CRCs over mapped pages), the one-record one by the Python pipeline.
 
 In the same run, best of two after a warm-up:
 - local engine: `kaudit segments DIR --engine local --format json` (one process), and the same

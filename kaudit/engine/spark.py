@@ -3,8 +3,9 @@
 A task decodes its splits and selects, per fold, the rows and columns the fold reads (the fold
 envelope, spark_folds); each per-key fold then runs as
 `repartition(key).sortWithinPartitions(key, order).mapInArrow(fold)`. Log dirs take one job and
-one shuffle: the per-partition folds keyed by partition, the transactions across partitions keyed
-by producer id (spark_folds). On the wire, folds whose `prepare` needs the whole selection at once
+one shuffle: a partition read whole by one task is folded there (whole_key_bytes), a bigger one's
+rows are shuffled keyed by partition, the transactions across partitions keyed by producer id
+(spark_folds). On the wire, folds whose `prepare` needs the whole selection at once
 (the wire transactions) get it on the driver and run there as in the local engine: a capture's
 selection is small. The coverage counters come from one meta row per split (on the disk side,
 a copy of it for every shuffle partition). Findings, coverage and reference time are those of

@@ -139,6 +139,8 @@ def meta_rows(table: pa.Table) -> list[dict]:
 
 
 # -- the disk side in one shuffle ---------------------------------------------------------------
+# A task that reads each of its partitions whole runs their per-partition folds itself
+# (TaskFolds) and sends only their findings. For the others (a partition cut into splits):
 # The per-partition disk folds share their key (replica, topic, partition) and are fed, as in the
 # local engine, in decode order. So one shuffle serves them all, and what it moves is a decoded
 # *chunk* (the rows of one file: one key), not a row: a Spark row carries the chunk's key, its
