@@ -134,25 +134,15 @@ def keyed_split_plan(p: Plan, split_bytes: int = DEFAULT_SPLIT_BYTES,
         if k is not None:
             sizes[k] = sizes.get(k, 0) + t.size
     whole = {k for k, size in sizes.items() if size <= whole_key_bytes}
-    numbered: list[Split] = []
-    rest = Plan(targets=[], errors=[])
-    n = 0
-    for t in p.targets:
-        if fold_key(t) in whole:
-            numbered.append(Split(n, t))
-            n += 1
-        else:
-            rest.targets.append(t)
-    # the other files keep their place in plan order: renumber split_plan's tasks after ours
+    rest = Plan(targets=[t for t in p.targets if fold_key(t) not in whole], errors=[])
     cut = split_plan(rest, split_bytes, max_batch_bytes)
-    order = {id(t): i for i, t in enumerate(p.targets)}
-    splits_rest = [s for task in cut for s in task]
-    # one index space in plan order for both kinds of split
-    everything = sorted([(order[id(s.target)], s.start, 0, s) for s in numbered] +
-                        [(order[id(s.target)], s.start, 1, s) for s in splits_rest], key=lambda x: x[:2])
-    renum = {id(s): i for i, (_, _, _, s) in enumerate(everything)}
+    # one numbering in plan order (target, then position) for the whole files and the cut ones
+    place = {id(t): i for i, t in enumerate(p.targets)}
+    mine = [Split(0, t) for t in p.targets if fold_key(t) in whole]
+    ranked = sorted(mine + [s for task in cut for s in task], key=lambda s: (place[id(s.target)], s.start))
+    renum = {id(s): i for i, s in enumerate(ranked)}
     tasks: list[tuple[list[Split], bool]] = []
-    if numbered:
+    if mine:
         total = sum(sizes[k] for k in whole)
         bins = max(1, min(len(whole), -(-total // max(split_bytes, 1))))
         load = [0] * bins
@@ -162,7 +152,7 @@ def keyed_split_plan(p: Plan, split_bytes: int = DEFAULT_SPLIT_BYTES,
             load[j] += sizes[k]
             where[k] = j
         grouped: list[list[Split]] = [[] for _ in range(bins)]
-        for s in numbered:
+        for s in mine:
             grouped[where[fold_key(s.target)]].append(Split(renum[id(s)], s.target))
         tasks.extend((g, True) for g in grouped if g)
     for task in cut:
