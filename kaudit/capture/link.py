@@ -28,7 +28,7 @@ SUPPORTED_LINKTYPES = frozenset({0, 1, 12, 14, 101, 108, 113, 228, 229, 276})
 ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
 VLAN_TYPES = frozenset({0x8100, 0x88A8, 0x9100, 0x9200})
 CONTROL_FLAGS = SYN | FIN | RST
-# The capture loops' fused header read (capture/streams.py, capture/scan.py), for Ethernet and
+# The capture loops' fused header read (tcp_records, below), for Ethernet and
 # Linux SLL with IPv4 without options: one unpack_from per packet reads ethertype + IPv4 + the
 # TCP header's first 14 bytes as (ethertype|version|ihl|tos, total length,
 # flags|fragment|ttl|protocol, src|dst, sport|dport, seq, ack, data offset, flags).
@@ -36,6 +36,43 @@ FAST_LINKS = {
     1: (14, struct.Struct("!12xIH2xI2xQIIIBB").unpack_from),
     113: (16, struct.Struct("!14xIH2xI2xQIIIBB").unpack_from),
 }
+
+
+def tcp_records(capture):
+    """Every record of `capture` as (frame, ts, lt, start, end, origlen, tcp): `tcp` is
+    (addresses, ports, seq, ack, flags, payload start, payload end) from the fused read above when
+    the packet is that common case - Ethernet (VLAN tags skipped) or SLL, IPv4 without options,
+    TCP, not a fragment, captured whole, which also proves the read stayed inside the record -
+    else None (LinkDecoder.decode then says what it is). The capture loops share this walk."""
+    mv = capture.buf
+    cur_lt = None
+    unpack = None
+    link_len = 0
+    vlan_types = VLAN_TYPES
+    for frame, ts, lt, start, end, origlen, _iface in capture.records():
+        if lt != cur_lt:
+            cur_lt = lt
+            link_len, unpack = FAST_LINKS.get(lt, (0, None))
+        if unpack is not None:
+            ip = start
+            try:
+                w1, total, w2, addrs, ports, seq, ack, doff, flags = unpack(mv, ip)
+                while w1 > 0x80FFFFFF and w1 >> 16 in vlan_types:
+                    # an 802.1Q/802.1ad tag: the real ethertype follows 4 bytes later
+                    ip += 4
+                    w1, total, w2, addrs, ports, seq, ack, doff, flags = unpack(mv, ip)
+            except struct.error:  # the buffer ends within the headers
+                w1 = total = doff = 0
+            ip += link_len
+            wire_end = ip + total
+            pstart = ip + 20 + (doff >> 4) * 4
+            if (w1 & 0xFFFFFF00 == 0x08004500 and w2 & 0x3FFF00FF == 6
+                    and doff >= 0x50 and end >= wire_end >= pstart):
+                yield frame, ts, lt, start, end, origlen, (addrs, ports, seq, ack, flags, pstart, wire_end)
+                continue
+        yield frame, ts, lt, start, end, origlen, None
+
+
 # BSD loopback address families meaning IPv6 (NetBSD/OpenBSD, FreeBSD, Darwin, Linux, Windows)
 _AF_INET6 = frozenset({24, 28, 30, 10, 23})
 # IPv6 extension headers skipped on the way to TCP

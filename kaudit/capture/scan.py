@@ -19,12 +19,10 @@ decoded as if the file were the only one (as without stitching).
 
 from __future__ import annotations
 
-import struct
-
-from kaudit.capture.link import ACK, CONTROL_FLAGS, FAST_LINKS, FIN, RST, SYN, VLAN_TYPES, LinkDecoder
+from kaudit.capture.link import ACK, CONTROL_FLAGS, FIN, RST, SYN, LinkDecoder, tcp_records
 from kaudit.capture.pcap import open_capture
 
-_FAST_LINKS, _CONTROL = FAST_LINKS, CONTROL_FLAGS   # as CaptureStreams reads them
+_CONTROL = CONTROL_FLAGS
 # a 4-tuple's state: [status, ISN of its last SYN, FIN directions seen (bits), direction of the
 # last SYN or (closing) of the second FIN]
 _CLOSED, _OPEN, _OPEN_ENDED, _CLOSING = 0, 1, 2, 3
@@ -41,41 +39,22 @@ def open_ended(buf) -> frozenset:
     v4, v4_name = link._v4, link._v4_name
     by_name: dict = {}  # (src, sport, dst, dport) -> (state, direction)
     by_ints: dict = {}  # the fast path's (addresses, ports) ints -> the same
-    cur_lt = None
-    unpack = None
-    link_len = 0
-    for _frame, _ts, lt, start, end, origlen, _iface in capture.records():
-        if lt != cur_lt:
-            cur_lt = lt
-            link_len, unpack = _FAST_LINKS.get(lt, (0, None))
-        if unpack is not None:
-            ip = start
-            try:
-                w1, total, w2, addrs, ports, seq, _ack, doff, flags = unpack(mv, ip)
-                while w1 > 0x80FFFFFF and w1 >> 16 in VLAN_TYPES:
-                    ip += 4
-                    w1, total, w2, addrs, ports, seq, _ack, doff, flags = unpack(mv, ip)
-            except struct.error:
-                w1 = total = doff = 0
-            ip += link_len
-            wire_end = ip + total
-            pstart = ip + 20 + (doff >> 4) * 4
-            if (w1 & 0xFFFFFF00 == 0x08004500 and w2 & 0x3FFF00FF == 6
-                    and doff >= 0x50 and end >= wire_end >= pstart):
-                ent = by_ints.get((addrs, ports))
+    for _frame, _ts, lt, start, end, origlen, tcp in tcp_records(capture):
+        if tcp is not None:
+            addrs, ports, seq, _ack, flags, _p, _e = tcp
+            ent = by_ints.get((addrs, ports))
+            if ent is None:
+                src, dst = addrs >> 32, addrs & 0xFFFFFFFF
+                name = (v4.get(src) or v4_name(src), ports >> 16, v4.get(dst) or v4_name(dst), ports & 0xFFFF)
+                ent = by_name.get(name)
                 if ent is None:
-                    src, dst = addrs >> 32, addrs & 0xFFFFFFFF
-                    name = (v4.get(src) or v4_name(src), ports >> 16,
-                            v4.get(dst) or v4_name(dst), ports & 0xFFFF)
-                    ent = by_name.get(name)
-                    if ent is None:
-                        ent = _new(by_name, name, flags, seq)
-                    elif flags & _CONTROL or ent[0][0] == _CLOSING:
-                        _control(ent[0], ent[1], flags, seq)
-                    by_ints[(addrs, ports)] = ent
+                    ent = _new(by_name, name, flags, seq)
                 elif flags & _CONTROL or ent[0][0] == _CLOSING:
                     _control(ent[0], ent[1], flags, seq)
-                continue
+                by_ints[(addrs, ports)] = ent
+            elif flags & _CONTROL or ent[0][0] == _CLOSING:
+                _control(ent[0], ent[1], flags, seq)
+            continue
         seg = decode(lt, mv[start:end], origlen)
         if seg is None:
             continue

@@ -10,17 +10,14 @@ give the same events.
 from __future__ import annotations
 
 import mmap
-import struct
 from collections.abc import Iterator
 
 from kaudit.capture.events import Diverted, StreamData
-from kaudit.capture.link import (
-    ACK, CONTROL_FLAGS, FAST_LINKS, VLAN_TYPES, LinkDecoder, TcpSegment,
-)
+from kaudit.capture.link import ACK, CONTROL_FLAGS, LinkDecoder, TcpSegment, tcp_records
 from kaudit.capture.pcap import open_capture
 from kaudit.capture.tcp import MASK, MAX_BUFFER, Reassembler
 
-_FAST_LINKS, _CONTROL = FAST_LINKS, CONTROL_FLAGS   # local names for the hot loop
+_CONTROL = CONTROL_FLAGS   # a local name for the hot loop
 # A memory-mapped capture's pages stay resident once read, so a big file would count in the
 # process's RSS as a whole. Every RELEASE_EVERY bytes read, the pages before the current record
 # are dropped (MADV_DONTNEED): the mapping is a read-only shared file mapping, so anything still
@@ -72,81 +69,60 @@ class CaptureStreams:
         # (src|dst, sport|dport) ints -> the reassembler's table entry; entries of closed
         # connections go stale and are refreshed through the general path
         fast_tab = {}
-        cur_lt = None
-        unpack = None
         frame = 0
         ts = None
         control = _CONTROL
-        vlan_types = VLAN_TYPES
         ack_flag = ACK
         mask = MASK
         mapped = self._mapped
         divert = self.divert
         release_at = RELEASE_EVERY if mapped is not None else float("inf")
         try:
-            for frame, ts, lt, start, end, origlen, _iface in self.capture.records():
+            for frame, ts, lt, start, end, origlen, tcp in tcp_records(self.capture):
                 if start >= release_at:
                     _release(mapped, start)
                     release_at = start + RELEASE_EVERY
-                if lt != cur_lt:
-                    cur_lt = lt
-                    link_len, unpack = _FAST_LINKS.get(lt, (0, None))
-                if unpack is not None:
-                    ip = start
-                    try:
-                        w1, total, w2, addrs, ports, seq, ack, doff, flags = unpack(mv, ip)
-                        while w1 > 0x80FFFFFF and w1 >> 16 in vlan_types:
-                            # an 802.1Q/802.1ad tag: the real ethertype follows 4 bytes later
-                            ip += 4
-                            w1, total, w2, addrs, ports, seq, ack, doff, flags = unpack(mv, ip)
-                    except struct.error:  # the buffer ends within the headers
-                        w1 = total = doff = 0
-                    ip += link_len
-                    wire_end = ip + total
-                    pstart = ip + 20 + (doff >> 4) * 4
-                    # IPv4 without options, TCP, not a fragment, whole packet captured (this also
-                    # proves the struct read stayed inside the record)
-                    if (w1 & 0xFFFFFF00 == 0x08004500 and w2 & 0x3FFF00FF == 6
-                            and doff >= 0x50 and end >= wire_end >= pstart):
-                        key = (addrs, ports)
-                        ent = fast_tab.get(key)
-                        if ent is not None and not flags & control:
-                            conn, dr, half, other = ent
-                            n = wire_end - pstart
-                            if conn.closed is None and (not n or seq == half.exp_seq):
-                                # == Reassembler.feed's fast path ==
-                                half.packets += 1
-                                if n:
-                                    payload = mv[pstart:wire_end]
-                                    off = half.next_off
-                                    half.next_off = off + n
-                                    half.exp_seq = (seq + n) & mask
-                                    # packed like tcp.PACK_*: offset, buffer position, length
-                                    half.history.append((off << 64) | (pstart << 24) | n)
-                                    yield StreamData(conn.conn_id, dr, off, payload, frame, frame, ts)
-                                elif half.base is None:
-                                    half.start(seq)
-                                if other.pending and flags & ack_flag:
-                                    other.last_ack = ack
-                                    out = []
-                                    r._release_acked(conn, 1 - dr, other, frame, ts, out)
-                                    yield from out
-                                continue
-                        src, dst = addrs >> 32, addrs & 0xFFFFFFFF
-                        sport, dport = ports >> 16, ports & 0xFFFF
-                        s = v4.get(src) or v4_name(src)
-                        d = v4.get(dst) or v4_name(dst)
-                        seg = TcpSegment(s, d, sport, dport, seq, ack, flags, mv[pstart:wire_end], 0)
-                        if divert is not None and (s, sport, d, dport) in divert:
-                            yield Diverted(seg, frame, ts)
+                if tcp is not None:
+                    addrs, ports, seq, ack, flags, pstart, wire_end = tcp
+                    key = (addrs, ports)
+                    ent = fast_tab.get(key)
+                    if ent is not None and not flags & control:
+                        conn, dr, half, other = ent
+                        n = wire_end - pstart
+                        if conn.closed is None and (not n or seq == half.exp_seq):
+                            # == Reassembler.feed's fast path ==
+                            half.packets += 1
+                            if n:
+                                payload = mv[pstart:wire_end]
+                                off = half.next_off
+                                half.next_off = off + n
+                                half.exp_seq = (seq + n) & mask
+                                # packed like tcp.PACK_*: offset, buffer position, length
+                                half.history.append((off << 64) | (pstart << 24) | n)
+                                yield StreamData(conn.conn_id, dr, off, payload, frame, frame, ts)
+                            elif half.base is None:
+                                half.start(seq)
+                            if other.pending and flags & ack_flag:
+                                other.last_ack = ack
+                                out = []
+                                r._release_acked(conn, 1 - dr, other, frame, ts, out)
+                                yield from out
                             continue
-                        yield from feed(seg, frame, ts)
-                        ent = table.get((s, sport, d, dport))
-                        if ent is not None:
-                            if len(fast_tab) > 2 * len(table) + 1024:
-                                fast_tab.clear()
-                            fast_tab[key] = ent
+                    src, dst = addrs >> 32, addrs & 0xFFFFFFFF
+                    sport, dport = ports >> 16, ports & 0xFFFF
+                    s = v4.get(src) or v4_name(src)
+                    d = v4.get(dst) or v4_name(dst)
+                    seg = TcpSegment(s, d, sport, dport, seq, ack, flags, mv[pstart:wire_end], 0)
+                    if divert is not None and (s, sport, d, dport) in divert:
+                        yield Diverted(seg, frame, ts)
                         continue
+                    yield from feed(seg, frame, ts)
+                    ent = table.get((s, sport, d, dport))
+                    if ent is not None:
+                        if len(fast_tab) > 2 * len(table) + 1024:
+                            fast_tab.clear()
+                        fast_tab[key] = ent
+                    continue
                 seg = decode(lt, mv[start:end], origlen)
                 if seg is not None:
                     if divert is not None and (seg.src, seg.sport, seg.dst, seg.dport) in divert:
