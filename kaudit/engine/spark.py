@@ -156,9 +156,9 @@ def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | No
     ctx_d = context_dict(Context(reference_time_ms=now_ms))   # else the tasks settle it (run_disk)
     # one shuffle partition a core (the keys are placed by size, so the cores get even shares),
     # fewer for a small input (each partition is a Python task: ~0.1 s to schedule)
-    parts = max(1, min(spark.sparkContext.defaultParallelism, p.total_bytes // PART_BYTES))
-    value_of = _part_values(spark, parts)
     cores = spark.sparkContext.defaultParallelism
+    parts = max(1, min(cores, p.total_bytes // PART_BYTES))
+    value_of = _part_values(spark, parts)
     opts = dict(opts, placement=json.dumps(placement(p, parts, value_of)),
                 buckets=json.dumps([value_of.get(j, j) for j in range(parts)]),
                 cores=cores, whole_key_bytes=whole_key_bytes(p.total_bytes, cores) if FOLD_IN_TASKS else 0)

@@ -19,7 +19,8 @@ from kaudit.audit import DISK_FOLDS, WIRE_FOLDS
 from kaudit.audit.folds import Context, Fold, constant
 from kaudit.engine import coverage
 from kaudit.engine.spark_rows import (
-    KIND, META_KIND, PAYLOAD, ROW, SPLIT, envelope_schema, from_ipc, kind_runs, meta_batch, to_ipc, unwrap, wrap,
+    KIND, META_KIND, PAYLOAD, ROW, SPLIT, envelope_schema, from_ipc, kind_runs, meta_batch, one_row, to_ipc, unwrap,
+    wrap,
 )
 from kaudit.model import FINDING, table_from_rows
 
@@ -221,9 +222,7 @@ def restore_constants(t: pa.Table) -> pa.Table:
 
 def _chunk_row(kind: str, split: int, row: int, key: tuple, payload: bytes, part: int | None = None
                ) -> pa.RecordBatch:
-    values = [kind, split, row, key[0], key[1], key[2], part, payload]
-    return pa.RecordBatch.from_arrays([pa.array([v], f.type) for v, f in zip(values, CHUNK_SCHEMA)],
-                                      schema=CHUNK_SCHEMA)
+    return one_row(CHUNK_SCHEMA, dict(zip(CHUNK_SCHEMA.names, (kind, split, row, *key, part, payload))))
 
 
 class TaskFolds:
@@ -346,8 +345,7 @@ def pc_fill_zero(col) -> np.ndarray:
 
 
 def _result(kind: str, payload: bytes) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([kind]), pa.array([payload], pa.binary())],
-                                      schema=RESULT_SCHEMA)
+    return one_row(RESULT_SCHEMA, {TYPE: kind, PAYLOAD: payload})
 
 
 def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch], collect: bool = False) -> Iterator[pa.RecordBatch]:
