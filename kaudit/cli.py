@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kaudit import __version__
+from kaudit import __version__, cli_engine
 from kaudit.cli_engine import (
     Engine, EngineOpt, MasterOpt, ParquetOpt, SparkConfOpt, SparkUiOpt, ThresholdOpt, choose, run_audit,
 )
@@ -527,6 +527,7 @@ def _check_output(format: RowFormat, output: Optional[Path], kind, inputs) -> No
 
 
 def main() -> None:
+    cli_engine.LEAN_LOCAL = True
     _bounded_memory()
     try:
         app()

@@ -55,12 +55,22 @@ def spark_options(master, spark_conf, spark_ui: bool):
     return SparkOptions(master=master, conf=conf, ui=spark_ui)
 
 
+# Set by cli.main, the command line's own process: once the local engine is chosen, it refuses
+# the modules that engine never uses (kaudit.lean). Off where kaudit's commands run inside
+# another program (tests, a notebook), whose imports are its own business.
+LEAN_LOCAL = False
+
+
 def choose(engine: Engine, paths, master, spark_conf, threshold: str, spark_ui: bool):
     """None for the local engine, else the SparkOptions to run with."""
     from kaudit.engine.spark import choose_engine
 
     options = spark_options(master, spark_conf, spark_ui)   # checked whichever engine runs
     name = choose_engine(engine.value, [str(p) for p in paths], parse_size(threshold), master)
+    if name == "local" and LEAN_LOCAL:
+        from kaudit.lean import refuse
+
+        refuse()
     return None if name == "local" else options
 
 
