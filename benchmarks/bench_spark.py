@@ -18,6 +18,8 @@ In the same run, best of RUNS (5 for 16 KiB batches, 2 for one-record ones) afte
   times `engine.spark.audit_segments` (decode + audit + findings on the driver).
 Memory: the driver's Python process (ru_maxrss), the JVM (VmHWM; in local mode it is driver and
 executor) and the largest Python worker (VmHWM), sampled from /proc.
+The machine's own two-core ceiling, in the same run (machine_ceiling): a pure-Python loop and the
+local engine's audit of one partition, each alone and two at once in two processes.
 Targets: local[2] / local[1] ≥ 1.7; local[2] ≥ 1.2 × the local engine; driver ≤ 1 GiB; no
 worker near a segment's size. Results: benchmarks/out/spark-results-<MB>[-small].json.
 """
@@ -174,12 +176,54 @@ def local_engine(path: Path) -> dict:
     return {"audit_s": min(runs), "runs": runs, "rss_mb": rss, "findings": findings}
 
 
+CALIBRATION_RUNS = 3
+_LOOP = 25_000_000  # iterations of the pure-Python loop: about a second here
+
+
+def child_calibrate(what: str, target: str) -> None:
+    """One timed unit of work for the machine's own two-core ceiling: `loop` (pure Python) or
+    `decode` (the local engine's audit of one partition's log dir, imports done)."""
+    if what == "loop":
+        t = time.perf_counter()
+        s = 0
+        for i in range(_LOOP):
+            s += i & 7
+    else:
+        from kaudit.engine import local as L
+
+        L.audit_segments([str(ROOT / "fixtures" / "logdirs" / "demo")])
+        t = time.perf_counter()
+        L.audit_segments([target])
+    print(json.dumps({"s": time.perf_counter() - t}))
+
+
+def _timed_children(what: str, targets: list[str]) -> list[float]:
+    procs = [subprocess.Popen([sys.executable, __file__, "child-calibrate", what, t], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True) for t in targets]
+    return [json.loads(p.communicate()[0].strip().splitlines()[-1])["s"] for p in procs]
+
+
+def machine_ceiling(path: Path) -> dict:
+    """What two processes get out of this machine's two cores, measured in the same run: the
+    same unit of work alone, then two at once (best of CALIBRATION_RUNS each); ceiling =
+    2 x alone / the slower of the pair. No engine can scale past it: a Spark ratio below 1.7 is
+    the engine's fault only where this ceiling is well above 1.7."""
+    parts = [str(path / f"spark-{p}") for p in range(2)]
+    out = {}
+    for what, pair in (("loop", ["-", "-"]), ("decode", parts)):
+        alone = min(_timed_children(what, pair[:1])[0] for _ in range(CALIBRATION_RUNS))
+        both = min(max(_timed_children(what, pair)) for _ in range(CALIBRATION_RUNS))
+        out[what] = {"alone_s": alone, "two_at_once_s": both, "ceiling": 2 * alone / both}
+    return out
+
+
 def main() -> None:
     path = generate()
     size = _size(path)
     _warm(path)
     warm_dir = ROOT / "fixtures" / "logdirs" / "demo"
     results = {"input_bytes": size, "segments": PARTITIONS, "segment_bytes": SEGMENT_BYTES, "shape": SHAPE}
+    results["machine_two_core_ceiling"] = machine_ceiling(path)
     results["local_engine"] = local_engine(path)
     out = subprocess.run([sys.executable, __file__, "child-local", str(path), str(warm_dir)], cwd=ROOT,
                          capture_output=True, text=True, check=True)
@@ -212,11 +256,16 @@ def main() -> None:
     print(f"  local[2] / local[1] = {results['scaling_2_over_1']:.2f} (target >= 1.7); "
           f"local[2] vs local engine = {results['spark2_over_local']:.2f}x (target >= 1.2), "
           f"vs local in-process = {results['spark2_over_local_in_process']:.2f}x")
+    for what, c in results["machine_two_core_ceiling"].items():
+        print(f"  this machine, two processes at once ({what}): {c['alone_s']:.2f} s alone, "
+              f"{c['two_at_once_s']:.2f} s two at once: two-core ceiling {c['ceiling']:.2f}")
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         child(*sys.argv[2:5])
+    elif len(sys.argv) > 1 and sys.argv[1] == "child-calibrate":
+        child_calibrate(*sys.argv[2:4])
     elif len(sys.argv) > 1 and sys.argv[1] == "child-local":
         child_local(*sys.argv[2:4])
     else:
