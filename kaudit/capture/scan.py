@@ -22,7 +22,6 @@ from __future__ import annotations
 from kaudit.capture.link import ACK, CONTROL_FLAGS, FIN, RST, SYN, LinkDecoder, tcp_records
 from kaudit.capture.pcap import open_capture
 
-_CONTROL = CONTROL_FLAGS
 # a 4-tuple's state: [status, ISN of its last SYN, FIN directions seen (bits), direction of the
 # last SYN or (closing) of the second FIN]
 _CLOSED, _OPEN, _OPEN_ENDED, _CLOSING = 0, 1, 2, 3
@@ -49,10 +48,10 @@ def open_ended(buf) -> frozenset:
                 ent = by_name.get(name)
                 if ent is None:
                     ent = _new(by_name, name, flags, seq)
-                elif flags & _CONTROL or ent[0][0] == _CLOSING:
+                elif flags & CONTROL_FLAGS or ent[0][0] == _CLOSING:
                     _control(ent[0], ent[1], flags, seq)
                 by_ints[(addrs, ports)] = ent
-            elif flags & _CONTROL or ent[0][0] == _CLOSING:
+            elif flags & CONTROL_FLAGS or ent[0][0] == _CLOSING:
                 _control(ent[0], ent[1], flags, seq)
             continue
         seg = decode(lt, mv[start:end], origlen)
@@ -62,7 +61,7 @@ def open_ended(buf) -> frozenset:
         ent = by_name.get(name)
         if ent is None:
             _new(by_name, name, seg.flags, seg.seq)
-        elif seg.flags & _CONTROL or ent[0][0] == _CLOSING:
+        elif seg.flags & CONTROL_FLAGS or ent[0][0] == _CLOSING:
             _control(ent[0], ent[1], seg.flags, seg.seq)
     return frozenset(name for name, (state, _d) in by_name.items() if state[0] != _CLOSED)
 

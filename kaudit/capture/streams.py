@@ -17,7 +17,6 @@ from kaudit.capture.link import ACK, CONTROL_FLAGS, LinkDecoder, TcpSegment, tcp
 from kaudit.capture.pcap import open_capture
 from kaudit.capture.tcp import MASK, MAX_BUFFER, Reassembler
 
-_CONTROL = CONTROL_FLAGS   # a local name for the hot loop
 # A memory-mapped capture's pages stay resident once read, so a big file would count in the
 # process's RSS as a whole. Every RELEASE_EVERY bytes read, the pages before the current record
 # are dropped (MADV_DONTNEED): the mapping is a read-only shared file mapping, so anything still
@@ -71,7 +70,7 @@ class CaptureStreams:
         fast_tab = {}
         frame = 0
         ts = None
-        control = _CONTROL
+        control = CONTROL_FLAGS   # a local name for the hot loop
         ack_flag = ACK
         mask = MASK
         mapped = self._mapped

@@ -37,8 +37,6 @@ PACK_POS_MASK, PACK_LEN_MASK = (1 << 40) - 1, (1 << 24) - 1
 # Closed connections stay known (for their trailing ACKs/FINs) this long in capture time.
 CLOSED_LINGER = 240.0
 
-_CONTROL = CONTROL_FLAGS
-
 
 class _Piece:
     """Buffered out-of-order bytes [off, end); data None = a known hole (snaplen cut)."""
@@ -135,7 +133,7 @@ class Reassembler:
         self.last_ts = ts
         ent = self._table.get((seg.src, seg.sport, seg.dst, seg.dport))
         flags = seg.flags
-        if ent is not None and not flags & _CONTROL and not seg.truncated:
+        if ent is not None and not flags & CONTROL_FLAGS and not seg.truncated:
             conn, d, half, other = ent
             payload = seg.payload
             seq = seg.seq

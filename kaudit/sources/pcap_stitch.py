@@ -39,10 +39,10 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
-from kaudit.capture.tcp import MASK
 from kaudit.capture import (
     ACK, FIN, SYN, ConnClose, ConnOpen, Reassembler, StreamData, TcpSegment, open_capture, open_ended,
 )
+from kaudit.capture.tcp import MASK
 from kaudit.protocol.errors import DecodeError
 from kaudit.sources.conversation import endpoint
 from kaudit.sources.pcap import FLUSH_ROWS, PcapOptions, PcapSummary, Session, decode_capture

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from dataclasses import dataclass
+from functools import lru_cache
 
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
