@@ -109,7 +109,7 @@ def _clean(batches: pa.Table | None, txn_log: pa.Table | None) -> np.ndarray:
 
 # -- columns ---------------------------------------------------------------------------------
 
-def _ints(t: pa.Table, name: str, fill: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def int_column(t: pa.Table, name: str, fill: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(int64 values with nulls as `fill`, validity) of a column."""
     col = t.column(name)
     valid = (~pc.is_null(col).to_numpy(zero_copy_only=False)) if col.null_count else np.ones(len(col), bool)
@@ -118,7 +118,8 @@ def _ints(t: pa.Table, name: str, fill: int = 0) -> tuple[np.ndarray, np.ndarray
     return col.to_numpy().astype(np.int64, copy=False), valid
 
 
-def _bools(t: pa.Table, name: str) -> np.ndarray:
+def bool_column(t: pa.Table, name: str) -> np.ndarray:
+    """A boolean column as a numpy array, nulls False."""
     return pc.fill_null(t.column(name), False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
 
 
@@ -175,16 +176,16 @@ def _batch_side(t: pa.Table | None) -> tuple[dict, dict[str, int], np.ndarray]:
     empty = {"all_pids": _NONE, "pid": _NONE, "ntp": 1}
     if t is None or t.num_rows == 0:
         return empty, {}, _NONE
-    pid, pid_ok = _ints(t, "producer_id")
+    pid, pid_ok = int_column(t, "producer_id")
     rows = np.flatnonzero(pid_ok)
     if len(rows) == 0:
         return empty, {}, _NONE
     tc, topics = _codes(t.column("topic"))
     rc, _ = _codes(t.column("replica"))
     ctype, ctypes = _codes(t.column("control_type"))
-    part, part_ok = _ints(t, "partition")
-    bo, bo_ok = _ints(t, "base_offset")
-    ctrl, txn = _bools(t, "is_control"), _bools(t, "is_transactional")
+    part, part_ok = int_column(t, "partition")
+    bo, bo_ok = int_column(t, "base_offset")
+    ctrl, txn = bool_column(t, "is_control"), bool_column(t, "is_transactional")
     kind = np.full(len(pid), 3, np.int8)                     # 0 data, 1 COMMIT, 2 ABORT, 3 other
     kind[~ctrl & txn] = 0
     for code, name in ((COMMIT, "COMMIT"), (ABORT, "ABORT")):
@@ -201,11 +202,11 @@ def _batch_side(t: pa.Table | None) -> tuple[dict, dict[str, int], np.ndarray]:
     prev_marker = np.append(False, marker[:-1])
     bad |= last & ~marker                                    # every part ends with its marker
     bad |= ~stream & (bo <= np.append(bo[:1], bo[:-1]))     # strictly increasing offsets
-    epoch, epoch_ok = (a[order] for a in _ints(t, "producer_epoch"))
-    ce, ce_ok = (a[order] for a in _ints(t, "coordinator_epoch"))
-    bts, bts_ok = (a[order] for a in _ints(t, "base_timestamp_ms"))
-    mts, mts_ok = (a[order] for a in _ints(t, "max_timestamp_ms"))
-    lo, lo_ok = (a[order] for a in _ints(t, "last_offset"))
+    epoch, epoch_ok = (a[order] for a in int_column(t, "producer_epoch"))
+    ce, ce_ok = (a[order] for a in int_column(t, "coordinator_epoch"))
+    bts, bts_ok = (a[order] for a in int_column(t, "base_timestamp_ms"))
+    mts, mts_ok = (a[order] for a in int_column(t, "max_timestamp_ms"))
+    lo, lo_ok = (a[order] for a in int_column(t, "last_offset"))
     bad |= _same_as_first(group, stream, [bo, lo, lo_ok, kind, epoch, epoch_ok, ce, ce_ok,
                                           bts, bts_ok, mts, mts_ok])
     bad |= ~epoch_ok
@@ -245,7 +246,7 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int) -> tupl
     empty = {"all_pids": _NONE, "pid": _NONE}
     if t is None or t.num_rows == 0:
         return empty, _NONE
-    pid, pid_ok = _ints(t, "producer_id")
+    pid, pid_ok = int_column(t, "producer_id")
     rows = np.flatnonzero(pid_ok)
     if len(rows) == 0:
         return empty, _NONE
@@ -257,12 +258,12 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int) -> tupl
     state_map = np.array([_S.get(s, -1) for s in state_names] + [-1], np.int64)
     state = state_map[np.where(sc < 0, len(state_names), sc)]
     pc_, plists = _codes(t.column("partitions"))
-    part, part_ok = _ints(t, "partition")
-    off, off_ok = _ints(t, "offset")
-    ts, ts_ok = _ints(t, "timestamp_ms")
-    start, start_ok = _ints(t, "start_ms")
-    epoch, epoch_ok = _ints(t, "producer_epoch")
-    tomb = _bools(t, "tombstone")
+    part, part_ok = int_column(t, "partition")
+    off, off_ok = int_column(t, "offset")
+    ts, ts_ok = int_column(t, "timestamp_ms")
+    start, start_ok = int_column(t, "start_ms")
+    epoch, epoch_ok = int_column(t, "producer_epoch")
+    tomb = bool_column(t, "tombstone")
     order = rows[np.lexsort((rc[rows], part[rows], tc[rows], pid[rows]))]   # stable: log order
     pid, tc, rc, tid, state, pc_, part, off, ts, start, epoch = (
         a[order] for a in (pid, tc, rc, tid, state, pc_, part, off, ts, start, epoch))

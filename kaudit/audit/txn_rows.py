@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit import txn_clean
+from kaudit.audit.txn_clean import bool_column, int_column
 from kaudit.audit.folds import Context
 
 
@@ -43,7 +44,7 @@ def runs(table: pa.Table) -> pa.Table:
     """The batch selection of one chunk with its runs of non-transactional batches folded (see
     the module docstring), and a `batches` column."""
     n = table.num_rows
-    plain = ~(_flag(table, "is_transactional") | _flag(table, "is_control"))
+    plain = ~(bool_column(table, "is_transactional") | bool_column(table, "is_control"))
     if n < 2 or plain.sum() < 2:
         return table.append_column(BATCHES, pa.array(np.ones(n, np.int32)))
     pid = _int(table, "producer_id")
@@ -71,13 +72,9 @@ def runs(table: pa.Table) -> pa.Table:
     return out.append_column(BATCHES, pa.array((ends - starts + 1).astype(np.int32)))
 
 
-def _flag(table: pa.Table, name: str) -> np.ndarray:
-    return pc.fill_null(table.column(name), False).to_numpy(zero_copy_only=False).astype(bool)
-
-
 def _int(table: pa.Table, name: str) -> np.ndarray:
     """An integer column as int64 (null: -1, never equal to a real offset, id or epoch run)."""
-    return pc.fill_null(table.column(name), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return int_column(table, name, fill=-1)[0]
 
 
 def lean(table: pa.Table) -> pa.Table:

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from kaudit.audit import DISK_FOLDS, WIRE_FOLDS
 from kaudit.audit.folds import Context, Fold, constant
+from kaudit.audit.txn_clean import int_column
 from kaudit.engine import coverage
 from kaudit.engine.spark_rows import (
     KIND, META_KIND, PAYLOAD, ROW, SPLIT, envelope_schema, from_ipc, kind_runs, meta_batch, one_row, to_ipc, unwrap,
@@ -318,7 +319,7 @@ class DiskChunker:
         if kind not in kinds:
             kinds.append(kind)
         (key,) = f.key   # one integer column: the producer id
-        bucket = pc_fill_zero(sel.column(key)) % len(self.buckets)
+        bucket = int_column(sel, key)[0] % len(self.buckets)   # a null id: bucket 0
         for b in np.unique(bucket).tolist():
             part = sel if len(self.buckets) == 1 else sel.filter(pa.array(bucket == b))
             yield _chunk_row(f"{BUF_KIND}:{f.name}:{kind}", self.split, first, (None, None, None), to_ipc(part),
@@ -336,12 +337,6 @@ class DiskChunker:
                   self.buckets, [meta] * n]
         return pa.RecordBatch.from_arrays([pa.array(v, f.type) for v, f in zip(values, CHUNK_SCHEMA)],
                                           schema=CHUNK_SCHEMA)
-
-
-def pc_fill_zero(col) -> np.ndarray:
-    import pyarrow.compute as pc
-
-    return pc.fill_null(col, 0).to_numpy().astype(np.int64, copy=False)
 
 
 def _result(kind: str, payload: bytes) -> pa.RecordBatch:
