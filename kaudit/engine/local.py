@@ -189,11 +189,7 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
         run.findings.extend(x for x in state.finish() if keep(x))
     for name in list(buffered):
         f, items = buffered.pop(name)
-        prepared = f.prepare(items, ctx)
-        del items   # the raw selection goes before the sort: only the prepared rows stay
-        stream = sorted_stream(f, prepared)
-        del prepared
-        run.findings.extend(x for x in f.run(stream, ctx) if keep(x))
+        run.findings.extend(x for x in fold_selection(f, items, ctx) if keep(x))
     run.findings = sort_findings(run.findings)
     run.coverage = cov
     run.reference_time_ms = ctx.reference_time_ms
@@ -223,11 +219,7 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
     ctx = Context(reference_time_ms=ref)
     keep = _keep(set(select), set(ignore))
     for fold in WIRE_FOLDS:
-        items = picked.pop(fold.name)
-        if hasattr(fold, "prepare"):   # e.g. wire_txn: joins its rows before sorting
-            items = fold.prepare(items, ctx)
-        stream = sorted_stream(fold, items)
-        run.findings.extend(f for f in fold.run(stream, ctx) if keep(f))
+        run.findings.extend(f for f in fold_selection(fold, picked.pop(fold.name), ctx) if keep(f))
     run.findings = sort_findings(run.findings)
     cov["packets"] = sum(s.packets for s in summaries.values())
     cov["captures"] = {p: {"packets": s.packets, "tcp_packets": s.tcp_packets,
@@ -235,6 +227,19 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
     run.coverage = cov
     run.reference_time_ms = ref
     return run
+
+
+def fold_selection(fold, items: list[tuple[str, pa.Table]], ctx: Context):
+    """The findings of a fold over its whole selection (`items`: its (kind, table) chunks), as
+    every engine runs a fold that sees all its rows at once: the fold's `prepare` first where it
+    has one (wire_txn joins its rows, the transactions thin theirs), then the rows sorted by the
+    fold's key. `items` is emptied once prepared: only the prepared rows stay for the sort."""
+    if hasattr(fold, "prepare"):
+        prepared = fold.prepare(items, ctx)
+        if prepared is not items:
+            items.clear()
+        items = prepared
+    return fold.run(sorted_stream(fold, items), ctx)
 
 
 def sorted_stream(fold, items: list[tuple[str, pa.Table]]):

@@ -24,7 +24,7 @@ import pyarrow as pa
 from kaudit.audit import sort_findings
 from kaudit.audit.folds import Context
 from kaudit.engine import coverage
-from kaudit.engine.local import AuditRun, _keep, readable_files, sorted_stream
+from kaudit.engine.local import AuditRun, _keep, fold_selection, readable_files
 from kaudit.engine.spark_folds import (
     FOLDS, context_dict, context_from, findings_from_table, fold_by_name, fold_input, meta_rows, run_fold,
     sort_columns,
@@ -120,11 +120,9 @@ def _run_folds(spark, env, side: str, ctx: Context, keep, input_bytes: int) -> l
     out: list[dict] = []
     for fold in FOLDS[side]:
         rows = env.where(F.col(FOLD) == fold.name)
-        if hasattr(fold, "prepare"):
-            table = rows.toArrow()
-            items = list(fold_input(in_decode_order(table), fold))
-            items = fold.prepare(items, ctx)
-            out.extend(f for f in fold.run(sorted_stream(fold, items), ctx) if keep(f))
+        if hasattr(fold, "prepare"):   # it needs its whole selection at once: on the driver
+            items = list(fold_input(in_decode_order(rows.toArrow()), fold))
+            out.extend(f for f in fold_selection(fold, items, ctx) if keep(f))
             continue
         cols = sorted({c for names in fold.inputs.values() for c in names})
         rows = rows.select(KIND, "__split", "__row", *cols)

@@ -394,7 +394,7 @@ PAYLOAD_INDEX = CHUNK_SCHEMA.get_field_index(PAYLOAD)
 def _run_buffered(ctx: Context, buffered: dict, metas: list[dict]) -> list[dict]:
     """The buffered folds over one partition's producer ids (their chunks in decode order), with
     the context settled from every task's meta row as the driver settles it."""
-    from kaudit.engine.local import sorted_stream
+    from kaudit.engine.local import fold_selection
 
     cov = coverage.new_disk()
     for m in metas:
@@ -404,10 +404,7 @@ def _run_buffered(ctx: Context, buffered: dict, metas: list[dict]) -> list[dict]
     ctx.txn_state_seen = any("txn_log" in m.get("selected", {}).get("transactions", ()) for m in metas)
     out: list[dict] = []
     for name, items in buffered.items():
-        f = fold_by_name(name)
-        prepared = f.prepare(items, ctx)
-        items.clear()   # as the local engine: only the prepared rows stay for the sort
-        out.extend(f.run(sorted_stream(f, prepared), ctx))
+        out.extend(fold_selection(fold_by_name(name), items, ctx))
     return out
 
 
