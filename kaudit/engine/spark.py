@@ -205,12 +205,10 @@ def placement(p, parts: int, value_of: dict) -> dict:
     the least loaded partition (hashing a few big keys alone often piles two on one core), as
     the `__part` value that Spark's hash partitioning sends to that partition."""
     from kaudit.engine.spark_folds import key_name
+    from kaudit.sources.splits import key_sizes
 
-    sizes: dict = {}
-    for t in p.targets:   # the plan of the inputs (sources.logdir.plan)
-        if t.kind == "log":
-            k = key_name((t.log_dir.replica if t.log_dir else None, t.topic, t.partition))
-            sizes[k] = sizes.get(k, 0) + t.size
+    # the plan of the inputs (sources.logdir.plan): the segments' bytes per key
+    sizes = {key_name(k): size for k, size in key_sizes(p, "log").items()}
     load = [0] * parts
     out = {}
     for k, size in sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])):

@@ -34,7 +34,6 @@ class Split:
     stop: int | None = None  # None: to the end of the file
 
 
-
 def cut_points(log_path: str, size: int, split_bytes: int, max_batch_bytes: int = DEFAULT_MAX_BYTES
                ) -> list[int]:
     """Positions in a segment, from its `.index`, where a range may start: about `split_bytes`
@@ -119,6 +118,16 @@ def fold_key(t: Target) -> tuple | None:
     return (t.log_dir.replica if t.log_dir else None, t.topic, t.partition)
 
 
+def key_sizes(p: Plan, kind: str | None = None) -> dict:
+    """Bytes per fold key over the plan's files (only those of `kind`, e.g. "log", if given)."""
+    sizes: dict = {}
+    for t in p.targets:
+        k = fold_key(t)
+        if k is not None and (kind is None or t.kind == kind):
+            sizes[k] = sizes.get(k, 0) + t.size
+    return sizes
+
+
 def keyed_split_plan(p: Plan, split_bytes: int = DEFAULT_SPLIT_BYTES,
                      max_batch_bytes: int = DEFAULT_MAX_BYTES, whole_key_bytes: int = 0
                      ) -> list[tuple[list[Split], bool]]:
@@ -128,11 +137,7 @@ def keyed_split_plan(p: Plan, split_bytes: int = DEFAULT_SPLIT_BYTES,
     each to the least loaded task); the bigger partitions and the files outside partition
     folders are cut as `split_plan` cuts them (`whole` False). Splits are numbered in plan order
     and listed in that order within a task, so a task streams each of its partitions in log order."""
-    sizes: dict = {}
-    for t in p.targets:
-        k = fold_key(t)
-        if k is not None:
-            sizes[k] = sizes.get(k, 0) + t.size
+    sizes = key_sizes(p)
     whole = {k for k, size in sizes.items() if size <= whole_key_bytes}
     rest = Plan(targets=[t for t in p.targets if fold_key(t) not in whole], errors=[])
     cut = split_plan(rest, split_bytes, max_batch_bytes)
