@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.coordinator_state import partition_names
 from kaudit.audit.folds import Context, Fold, KeyedState
-from kaudit.audit.registry import evidence, finding, rule
+from kaudit.audit.registry import evidence, finding
 from kaudit.audit.txn_rules import ABORT_HINT, DEFAULT_MAX_TIMEOUT_MS
 
 KEY = ("producer_id",)
@@ -351,18 +351,26 @@ class ProducerWire:
     def _fenced_abort(self, t: Txn, tps: list[str]) -> None:
         """`coordinator-abort` from the InitProducerId that fenced an open transaction, when the
         capture holds none of its ABORT markers (a client-side capture)."""
+        tps = sorted(tps)
+        self._abort_finding(
+            t, tps, f"fencing): a new instance got epoch {t.fenced_epoch} from InitProducerId; the "
+            "ABORT markers are not in the capture", [evidence(None, None, "txn", t.fenced_by)],
+            {"cause": "fencing", "partitions": tps, "data_epoch": t.epoch, "marker_epoch": None,
+             "new_epoch": t.fenced_epoch, "markers_seen": False, "start_ts": t.start_ts,
+             "timeout_ms": t.timeout_ms},
+            t.timeline[-16:], _ts(t.fenced_by) or t.start_ts)
+
+    def _abort_finding(self, t: Txn, tps: list[str], why: str, ev: list, details: dict, timeline: list,
+                       last_ts: float) -> None:
+        """A `coordinator-abort` finding of transaction `t` on `tps`; `why` goes on from
+        "aborted by the coordinator (" to the end of the message."""
         self.out.append(finding(
             "coordinator-abort",
             f"transaction of producer {self.pid} epoch {t.epoch} ({t.transactional_id!r}) on "
-            f"{','.join(sorted(tps))} aborted by the coordinator (fencing): a new instance got epoch "
-            f"{t.fenced_epoch} from InitProducerId; the ABORT markers are not in the capture",
-            evidence=[evidence(None, None, "txn", t.fenced_by)],
-            details={"cause": "fencing", "partitions": sorted(tps), "data_epoch": t.epoch,
-                     "marker_epoch": None, "new_epoch": t.fenced_epoch, "markers_seen": False,
-                     "start_ts": t.start_ts, "timeout_ms": t.timeout_ms},
-            timeline=t.timeline[-16:], producer_id=self.pid, producer_epoch=t.epoch,
+            f"{','.join(tps)} aborted by the coordinator ({why}",
+            evidence=ev, details=details, timeline=timeline, producer_id=self.pid, producer_epoch=t.epoch,
             transactional_id=t.transactional_id, first_ts_ms=int(t.start_ts * 1000),
-            last_ts_ms=int((_ts(t.fenced_by) or t.start_ts) * 1000)))
+            last_ts_ms=int(last_ts * 1000)))
 
     def _coordinator_abort(self, t: Txn) -> None:
         aborts = [(tp, m) for tp, m in t.markers.items() if m[0] == "ABORT" and m[1] == t.epoch + 1]
@@ -380,16 +388,13 @@ class ProducerWire:
                 and _ts(line) >= mts]
         timeline = sorted(t.timeline + tail[:12], key=lambda line: _ts(line) or 0.0)
         tps = sorted(tp for tp, _ in aborts)
-        self.out.append(finding(
-            "coordinator-abort",
-            f"transaction of producer {self.pid} epoch {t.epoch} ({t.transactional_id!r}) on "
-            f"{','.join(tps)} aborted by the coordinator ({kind}): ABORT markers at epoch {t.epoch + 1}"
+        self._abort_finding(
+            t, tps, f"{kind}): ABORT markers at epoch {t.epoch + 1}"
             + (f" after {(mts - t.start_ts) * 1000:.0f} ms (timeout {t.timeout_ms} ms)" if kind != "fencing" else ""),
-            evidence=[evidence(None, None, "txn", line) for line in timeline[:1]],
-            details={"cause": kind, "partitions": tps, "data_epoch": t.epoch, "marker_epoch": t.epoch + 1,
-                     "start_ts": t.start_ts, "marker_ts": mts, "timeout_ms": t.timeout_ms},
-            timeline=timeline, producer_id=self.pid, producer_epoch=t.epoch,
-            transactional_id=t.transactional_id, first_ts_ms=int(t.start_ts * 1000), last_ts_ms=int(mts * 1000)))
+            [evidence(None, None, "txn", line) for line in timeline[:1]],
+            {"cause": kind, "partitions": tps, "data_epoch": t.epoch, "marker_epoch": t.epoch + 1,
+             "start_ts": t.start_ts, "marker_ts": mts, "timeout_ms": t.timeout_ms},
+            timeline, mts)
 
     def _fields(self, o: Open, r: dict) -> dict:
         return dict(topic=o.topic, partition=o.partition, connection=r["connection"], producer_id=self.pid,
