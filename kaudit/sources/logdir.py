@@ -2,7 +2,9 @@
 or single files — into a plan of files to decode, each tagged with its replica.
 
 A replica is (log dir, topic, partition); its `replica` tag is the node id from the log dir's
-`meta.properties` when there is one, else the log dir's path. Entries Kafka itself would ignore
+`meta.properties` when there is one, else the log dir's path - and the path too when another log
+dir of the same node holds the same partition (two snapshots of one broker, or the duplicate
+directories Kafka's LogManager refuses to start with): replicas are never merged. Entries Kafka itself would ignore
 (`*.deleted`, `*.cleaned`, `*.swap`, `-delete`/`-future`/`-stray` dirs) are reported as skipped.
 """
 
@@ -32,10 +34,12 @@ MAX_DEPTH = 8
 class LogDir:
     path: str
     node_id: int | None
+    # another log dir of the same node holds one of this one's partitions: tagged by path
+    shares_partitions: bool = False
 
     @property
     def replica(self) -> str:
-        return str(self.node_id) if self.node_id is not None else self.path
+        return str(self.node_id) if self.node_id is not None and not self.shares_partitions else self.path
 
 
 @dataclass(slots=True)
@@ -173,8 +177,26 @@ def plan(paths: list[str]) -> Plan:
                 result.targets.append(classify_file(p, _log_dir_of(p, cache)))
             continue
         _walk(p, 0, cache, result)
-    result.targets = _grouped(result.targets)
+    result.targets = _distinct_replicas(_grouped(result.targets))
     return result
+
+
+def _distinct_replicas(targets: list[Target]) -> list[Target]:
+    """Log dirs of one node that hold the same partition get their paths as replica tags (every
+    file of theirs, so checkpoints still meet their partitions): one node id would merge two
+    replicas' rows into one fold."""
+    dirs: dict[tuple, set] = {}
+    for t in targets:
+        if t.log_dir is not None and t.log_dir.node_id is not None and t.topic is not None:
+            dirs.setdefault((t.log_dir.node_id, t.topic, t.partition), set()).add(t.log_dir.path)
+    shared = set().union(*(paths for paths in dirs.values() if len(paths) > 1))
+    if shared:
+        tagged: dict = {}
+        for t in targets:
+            if t.log_dir is not None and t.log_dir.path in shared:
+                d = t.log_dir
+                t.log_dir = tagged.get(d.path) or tagged.setdefault(d.path, LogDir(d.path, d.node_id, True))
+    return targets
 
 
 def _grouped(targets: list[Target]) -> list[Target]:

@@ -135,6 +135,15 @@ def test_demo_log_dir(spark):
     _segments([ROOT / "fixtures" / "logdirs" / "demo"])
 
 
+def test_one_node_in_two_log_dirs(spark, tmp_path):
+    import shutil
+
+    copies = [tmp_path / n / "demo" for n in ("before", "after")]
+    for c in copies:
+        shutil.copytree(ROOT / "fixtures" / "logdirs" / "demo", c)
+    _segments(copies)
+
+
 def test_a_segment_bigger_than_a_split(spark, tmp_path):
     from fixtures.builder.bench import write_bench_segment
 

@@ -53,3 +53,37 @@ def test_high_watermarks_from_a_real_log_dir(corpus):
     rows = _rows([corpus / "real-kafka-3.0.2/logdirs-final/node1/data"], "checkpoint_entry")
     hw = {(r["topic"], r["partition"]): r["offset"] for r in rows if r["checkpoint"] == "replication-offset-checkpoint"}
     assert hw[("j-fence", 0)] == 7
+
+
+def _two_copies(tmp_path, src: Path) -> list[Path]:
+    """The same log dir (one node id) under two paths: two snapshots of one broker."""
+    import shutil
+
+    copies = [tmp_path / name / src.name for name in ("before", "after")]
+    for c in copies:
+        shutil.copytree(src, c)
+    return copies
+
+
+def test_one_node_in_two_log_dirs_is_two_replicas(tmp_path):
+    copies = _two_copies(tmp_path, DEMO)
+    rows = _rows(copies, "batch")
+    # tagged by path (DESIGN: a replica is (log dir, topic, partition), never merged)
+    assert {r["replica"] for r in rows} == {str(c) for c in copies}
+    one = _rows([DEMO], "batch")
+    assert len(rows) == 2 * len(one)
+    # checkpoints carry the same tag as their log dir's partitions, so they still meet them
+    assert {r["replica"] for r in _rows(copies, "checkpoint_entry")} == {str(c) for c in copies}
+
+
+def test_partitions_of_one_node_in_several_log_dirs_keep_the_node_id(tmp_path):
+    """JBOD: one broker, two log dirs, each partition in one of them - no clash, node id kept."""
+    import shutil
+
+    for d, parts in (("d1", ["demo-plain-0"]), ("d2", ["demo-idem-0"])):
+        (tmp_path / d).mkdir()
+        shutil.copy(DEMO / "meta.properties", tmp_path / d / "meta.properties")
+        for p in parts:
+            shutil.copytree(DEMO / p, tmp_path / d / p)
+    rows = _rows([tmp_path / "d1", tmp_path / "d2"], "batch")
+    assert rows and {r["replica"] for r in rows} == {"1"}
