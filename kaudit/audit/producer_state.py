@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from itertools import islice
 
 INT32_MAX = 2**31 - 1
 MAX_INTERVALS = 4096  # sequence ranges remembered per producer epoch (older ones are dropped)
@@ -74,6 +75,27 @@ class Interval:
     first: BatchView | None = None  # the batch that opened the run (exact evidence)
 
 
+class Runs(list):
+    """One producer epoch's runs in the order they were stored, with a bound on the runs before
+    the last: the highest and lowest `hi` among them. Only the last run grows in place (merging
+    the next batch), so the bound changes only when a run is appended; dropping the oldest run
+    leaves it loose, never wrong. It spares the common case - a batch above every stored range,
+    as after compaction or retention gaps - a scan of up to MAX_INTERVALS runs per batch."""
+
+    __slots__ = ("top", "bottom")
+
+    def __init__(self):
+        super().__init__()
+        self.top, self.bottom = -1, INT32_MAX   # over self[:-1]; empty: nothing to bound
+
+    def append(self, run: Interval) -> None:
+        if self:
+            self.top, self.bottom = max(self.top, self[-1].hi), min(self.bottom, self[-1].hi)
+        super().append(run)
+        if len(self) > MAX_INTERVALS:
+            del self[0]
+
+
 @dataclass(slots=True)
 class ProducerState:
     """What the partition knows of one producer id."""
@@ -83,15 +105,18 @@ class ProducerState:
     max_epoch: int             # highest epoch ever used (data or marker)
     last_offset: int | None
     offset_gaps: int           # the partition's offset-gap count at the last batch (compaction)
-    intervals: dict[int, list[Interval]] = field(default_factory=dict)
+    intervals: dict[int, Runs] = field(default_factory=dict)
     recent: list[str] = field(default_factory=list)   # timeline excerpt, last few batches
     views: list[BatchView] = field(default_factory=list)  # those batches, when noted with them
     open_fenced: dict | None = None
     applied_upto: int | None = None   # row of the current chunk last applied (fold bookkeeping)
     noted_upto: int | None = None
 
-    def history(self, epoch: int) -> list[Interval]:
-        return self.intervals.setdefault(epoch, [])
+    def history(self, epoch: int) -> Runs:
+        runs = self.intervals.get(epoch)
+        if runs is None:
+            runs = self.intervals[epoch] = Runs()
+        return runs
 
     def remember(self, b: BatchView) -> None:
         """Record a stored data batch in the sequence history (merging consecutive runs). A
@@ -102,13 +127,11 @@ class ProducerState:
             first_off = b.base_offset if k == 0 else _offset_at(b, lo)
             last_off = b.last_offset if k == len(parts) - 1 else _offset_at(b, hi)
             if runs and runs[-1].hi != INT32_MAX and lo == runs[-1].hi + 1 and \
-                    not overlaps(runs[:-1], lo, hi):
+                    not _overlaps_before_last(runs, lo, hi):
                 runs[-1].hi = hi
                 runs[-1].last_offset = last_off
             else:
                 runs.append(Interval(lo, hi, first_off, last_off, b))
-                if len(runs) > MAX_INTERVALS:
-                    del runs[0]
 
     def dirty(self) -> bool:
         """True when a stored range lies ahead of the current sequence: a later batch may
@@ -120,7 +143,9 @@ class ProducerState:
         if not runs or len(runs) < 2:
             return False
         last = self.last_seq
-        return any(0 < (r.hi - last) % (INT32_MAX + 1) < _AHEAD for r in runs[:-1])
+        if runs.top <= last and last - runs.bottom < _AHEAD:
+            return False   # every earlier run ends at or behind `last`, none so far it wraps ahead
+        return any(0 < (r.hi - last) % (INT32_MAX + 1) < _AHEAD for r in islice(runs, len(runs) - 1))
 
     def note(self, line: str, keep: int = 4, view: BatchView | None = None) -> None:
         self.recent.append(line)
@@ -142,8 +167,17 @@ class ProducerState:
 
 def overlaps(runs: list[Interval], lo: int, hi: int) -> list[Interval]:
     """The runs sharing a sequence with [lo, hi] (which may wrap past Int.MaxValue)."""
+    if runs and lo <= hi and isinstance(runs, Runs) and lo > max(runs.top, runs[-1].hi):
+        return []   # above every stored range
     parts = sequence_parts(lo, hi)
     return [r for r in runs if any(r.lo <= h and l <= r.hi for l, h in parts)]
+
+
+def _overlaps_before_last(runs: Runs, lo: int, hi: int) -> bool:
+    """Whether a run before the last shares a sequence with [lo, hi] (lo <= hi)."""
+    if lo > runs.top:
+        return False
+    return any(r.lo <= hi and lo <= r.hi for r in islice(runs, len(runs) - 1))
 
 
 def _offset_at(b: BatchView, seq: int) -> int | None:
