@@ -305,6 +305,7 @@ class PartitionTimeline:
             if data.size:
                 b = self._view(t, cols, int(data[-1]))
                 st.last_seq = b.last_sequence
+                st.data_offset_gaps = int(self._gaps_before[int(data[-1])])
                 runs = st.history(b.producer_epoch)
                 if runs:
                     runs[-1].hi = b.last_sequence
@@ -360,6 +361,7 @@ class PartitionTimeline:
             st.applied_upto = st.noted_upto = i
             if not b.is_control:
                 st.remember(b)
+                st.data_offset_gaps = gaps
             st.note(b.describe(), view=b)
             return
         self._flush_fenced(st, b)
@@ -369,6 +371,7 @@ class PartitionTimeline:
         elif b.is_control:
             if b.producer_epoch > st.epoch:  # a bumped epoch (coordinator abort): sequences restart
                 st.epoch, st.last_seq = b.producer_epoch, -1
+                st.data_offset_gaps = gaps
         else:
             self._sequence(st, b, gaps, where)
         if not b.is_control:
@@ -378,6 +381,7 @@ class PartitionTimeline:
                 st.epoch = b.producer_epoch
                 st.last_seq = b.last_sequence
             st.remember(b)
+            st.data_offset_gaps = gaps
         st.max_epoch = max(st.max_epoch, b.producer_epoch)
         st.last_offset = b.last_offset
         st.offset_gaps = gaps
@@ -409,7 +413,11 @@ class PartitionTimeline:
         if verdict is None:
             return
         kind, expected = verdict
-        if kind in ("gap", "new-epoch") and gaps != st.offset_gaps:
+        # a gap counts from where the sequence was set - the producer's previous data batch, or
+        # the marker that bumped its epoch - (a batch compaction removed just before a COMMIT
+        # marker leaves its offset gap before the marker), a new epoch from its previous batch
+        since = st.data_offset_gaps if kind == "gap" and st.data_offset_gaps is not None else st.offset_gaps
+        if kind in ("gap", "new-epoch") and gaps != since:
             # the offsets jump too: compaction removed the batches in between (for a new epoch,
             # its first batches), or a batch failing its CRC was left out
             return

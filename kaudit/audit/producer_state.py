@@ -111,6 +111,7 @@ class ProducerState:
     open_fenced: dict | None = None
     applied_upto: int | None = None   # row of the current chunk last applied (fold bookkeeping)
     noted_upto: int | None = None
+    data_offset_gaps: int | None = None   # offset_gaps where last_seq was set (data batch or bump marker)
 
     def history(self, epoch: int) -> Runs:
         runs = self.intervals.get(epoch)

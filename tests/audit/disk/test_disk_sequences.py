@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 
-from diskcraft import INT32_MAX, audit, brief, details, logdir, of
+import pytest
+from diskcraft import INT32_MAX, audit, brief, details, logdir, of, small_chunks
 
 
 def _root(ld):
@@ -315,6 +316,63 @@ def test_compaction_gaps(tmp_path):
     p.send([b"d"], keys=[b"k4"])
     p.send([b"e"], keys=[b"k5"])
     assert audit(_root(ld)) == []
+
+
+def _eos_changelog(ld, rounds=12):
+    """An exactly-once changelog (Kafka Streams): a transaction per round, its COMMIT marker
+    after it; every other round two batches, of which compaction removed the second whole (all
+    its records superseded): its sequences and offsets are gone, the marker stays."""
+    pb = ld.partition("store-changelog", 0)
+    p = ld.producer(11, 0, transactional_id="app-0_0")
+    for r in range(rounds):
+        p.send([b"v%d" % r], keys=[b"k%d" % r], partition=pb)
+        if r % 2:
+            p.sequences[("store-changelog", 0)] += 1
+            pb.next_offset += 1                  # the second batch, compacted away
+        p.commit()
+    return pb, p
+
+
+def test_compaction_before_a_commit_marker(tmp_path):
+    """A batch compaction removed just before its transaction's COMMIT marker leaves the offset
+    gap before the marker: the next data batch's sequence gap is still compaction's."""
+    ld = logdir(tmp_path)
+    _eos_changelog(ld)
+    assert audit(_root(ld)) == []
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+def test_compaction_before_a_commit_marker_at_every_chunk_size(tmp_path, monkeypatch, rows):
+    ld = logdir(tmp_path)
+    _eos_changelog(ld, rounds=30)
+    with small_chunks(monkeypatch, rows):
+        assert audit(_root(ld)) == []
+
+
+def test_a_gap_across_a_commit_marker_without_an_offset_gap(tmp_path):
+    """The same transactions with sequences missing but the offsets consecutive: a real gap."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("store-changelog", 0)
+    p = ld.producer(11, 0, transactional_id="app-0_0")
+    p.send([b"a"], partition=pb)
+    p.commit()
+    p.send([b"b"], partition=pb, base_sequence=5)
+    p.commit()
+    assert brief(audit(_root(ld))) == [("out-of-order-sequence", "error", "store-changelog-0", 2, 2)]
+
+
+def test_a_new_epoch_not_at_zero_is_measured_from_its_bump_marker(tmp_path):
+    """An offset gap before the coordinator's bump marker (the old epoch's batch compacted away)
+    does not explain a new epoch whose first batch is not at 0 with consecutive offsets after it."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("store-changelog", 0)
+    p = ld.producer(11, 0, transactional_id="app-0_0")
+    p.send([b"a"], partition=pb)
+    pb.next_offset += 1                          # a batch of epoch 0 compacted away
+    p.abort(marker_epoch=1)                      # the coordinator's abort, epoch bumped
+    p.bump_epoch(1)
+    p.send([b"b"], partition=pb, base_sequence=3)
+    assert brief(audit(_root(ld))) == [("out-of-order-sequence", "error", "store-changelog-0", 3, 3)]
 
 
 def test_a_gap_is_flagged_when_the_offsets_jumped_elsewhere_before(tmp_path):
