@@ -304,8 +304,7 @@ class PartitionTimeline:
                 data = data[data > st.applied_upto]
             if data.size:
                 b = self._view(t, cols, int(data[-1]))
-                st.last_seq = b.last_sequence
-                st.data_offset_gaps = int(self._gaps_before[int(data[-1])])
+                st.set_sequence(b.last_sequence, int(self._gaps_before[int(data[-1])]))
                 runs = st.history(b.producer_epoch)
                 if runs:
                     runs[-1].hi = b.last_sequence
@@ -357,11 +356,10 @@ class PartitionTimeline:
         if st is None:  # first sight: retention may have removed its earlier batches
             st = self.producers[b.producer_id] = ProducerState(
                 b.producer_epoch, UNKNOWN_SEQUENCE if b.is_control else b.last_sequence,
-                b.producer_epoch, b.last_offset, gaps)
+                b.producer_epoch, b.last_offset, gaps, seq_offset_gaps=gaps)
             st.applied_upto = st.noted_upto = i
             if not b.is_control:
                 st.remember(b)
-                st.data_offset_gaps = gaps
             st.note(b.describe(), view=b)
             return
         self._flush_fenced(st, b)
@@ -370,8 +368,8 @@ class PartitionTimeline:
             self._fenced(st, b, where)
         elif b.is_control:
             if b.producer_epoch > st.epoch:  # a bumped epoch (coordinator abort): sequences restart
-                st.epoch, st.last_seq = b.producer_epoch, -1
-                st.data_offset_gaps = gaps
+                st.epoch = b.producer_epoch
+                st.set_sequence(-1, gaps)
         else:
             self._sequence(st, b, gaps, where)
         if not b.is_control:
@@ -379,9 +377,8 @@ class PartitionTimeline:
                 # a zombie's write does not move the producer back to its old epoch: the live
                 # instance's next batch is checked against its own epoch and sequence
                 st.epoch = b.producer_epoch
-                st.last_seq = b.last_sequence
+                st.set_sequence(b.last_sequence, gaps)
             st.remember(b)
-            st.data_offset_gaps = gaps
         st.max_epoch = max(st.max_epoch, b.producer_epoch)
         st.last_offset = b.last_offset
         st.offset_gaps = gaps
@@ -413,10 +410,10 @@ class PartitionTimeline:
         if verdict is None:
             return
         kind, expected = verdict
-        # a gap counts from where the sequence was set - the producer's previous data batch, or
-        # the marker that bumped its epoch - (a batch compaction removed just before a COMMIT
-        # marker leaves its offset gap before the marker), a new epoch from its previous batch
-        since = st.data_offset_gaps if kind == "gap" and st.data_offset_gaps is not None else st.offset_gaps
+        # a gap counts from where the sequence was set (set_sequence: a batch compaction removed
+        # just before a COMMIT marker or a zombie's write leaves its offset gap before them), a
+        # new epoch from the producer's previous batch
+        since = st.seq_offset_gaps if kind == "gap" else st.offset_gaps
         if kind in ("gap", "new-epoch") and gaps != since:
             # the offsets jump too: compaction removed the batches in between (for a new epoch,
             # its first batches), or a batch failing its CRC was left out

@@ -111,7 +111,13 @@ class ProducerState:
     open_fenced: dict | None = None
     applied_upto: int | None = None   # row of the current chunk last applied (fold bookkeeping)
     noted_upto: int | None = None
-    data_offset_gaps: int | None = None   # offset_gaps where last_seq was set (data batch or bump marker)
+    seq_offset_gaps: int | None = None   # offset_gaps where last_seq was set (set_sequence)
+
+    def set_sequence(self, last_seq: int, offset_gaps: int) -> None:
+        """The sequence the next data batch continues (a data batch's last one, or -1 after an
+        epoch bump) and the partition's offset-gap count there: only an offset gap after this
+        point - compaction removed what came next - excuses a sequence gap."""
+        self.last_seq, self.seq_offset_gaps = last_seq, offset_gaps
 
     def history(self, epoch: int) -> Runs:
         runs = self.intervals.get(epoch)

@@ -375,6 +375,20 @@ def test_a_new_epoch_not_at_zero_is_measured_from_its_bump_marker(tmp_path):
     assert brief(audit(_root(ld))) == [("out-of-order-sequence", "error", "store-changelog-0", 3, 3)]
 
 
+def test_compaction_before_a_zombie_write(tmp_path):
+    """A zombie's write does not move the live producer's sequence, so an offset gap before it
+    (the live producer's next batch compacted away) still explains the live producer's gap."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("orders", 0)
+    live, zombie = pb.producer(7, 1), pb.producer(7, 0)
+    live.send([b"a"])
+    live.sequences[("orders", 0)] += 1
+    pb.next_offset += 1                          # the live producer's next batch, compacted away
+    zombie.send([b"z"], base_sequence=50)
+    live.send([b"b"])                            # sequence 2 after 0: compaction's gap
+    assert brief(audit(_root(ld))) == [("fenced-epoch", "error", "orders-0", 2, 2)]
+
+
 def test_a_gap_is_flagged_when_the_offsets_jumped_elsewhere_before(tmp_path):
     """The compaction excuse only covers an offset jump between the producer's previous batch
     and this one — not one earlier in the log (the fast path keeps that bookkeeping too)."""
