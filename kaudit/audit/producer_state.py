@@ -172,9 +172,10 @@ class ProducerState:
         return None
 
 
-def overlaps(runs: list[Interval], lo: int, hi: int) -> list[Interval]:
-    """The runs sharing a sequence with [lo, hi] (which may wrap past Int.MaxValue)."""
-    if runs and lo <= hi and isinstance(runs, Runs) and lo > max(runs.top, runs[-1].hi):
+def overlaps(runs: Runs, lo: int, hi: int) -> list[Interval]:
+    """The runs sharing a sequence with [lo, hi] (which may wrap past Int.MaxValue); `runs`
+    empty (any sequence) or a producer epoch's history."""
+    if runs and lo <= hi and lo > max(runs.top, runs[-1].hi):
         return []   # above every stored range
     parts = sequence_parts(lo, hi)
     return [r for r in runs if any(r.lo <= h and l <= r.hi for l, h in parts)]

@@ -90,7 +90,7 @@ def test_bounded_lookups_equal_a_full_scan(steps, limit):
         ps.MAX_INTERVALS = old
 
 
-def test_a_compacted_history_is_answered_without_a_scan(monkeypatch):
+def test_a_compacted_history_is_answered_without_a_scan():
     """Every batch after a gap opens a run: 4,096 runs scanned per batch made a compacted
     partition of 40,000 batches take 70 s. Above the bound nothing is scanned."""
     state = ProducerState(0, -1, 0, None, 0)

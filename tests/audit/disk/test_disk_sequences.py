@@ -318,7 +318,7 @@ def test_compaction_gaps(tmp_path):
     assert audit(_root(ld)) == []
 
 
-def _eos_changelog(ld, rounds=12):
+def _eos_changelog(ld, rounds=12) -> None:
     """An exactly-once changelog (Kafka Streams): a transaction per round, its COMMIT marker
     after it; every other round two batches, of which compaction removed the second whole (all
     its records superseded): its sequences and offsets are gone, the marker stays."""
@@ -330,7 +330,6 @@ def _eos_changelog(ld, rounds=12):
             p.sequences[("store-changelog", 0)] += 1
             pb.next_offset += 1                  # the second batch, compacted away
         p.commit()
-    return pb, p
 
 
 def test_compaction_before_a_commit_marker(tmp_path):
