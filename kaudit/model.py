@@ -61,6 +61,10 @@ BATCH = pa.schema(
         ("response_ts", F64),
         ("response_error", I16),
         ("response_base_offset", I64),
+        # KIP-516 topic id (Kafka's base64 form): from Produce v13 / Fetch v13+ on the wire (then
+        # `topic` is null until a Metadata, CreateTopics or DescribeTopicPartitions response or a
+        # partition.metadata names it), from the partition dir's partition.metadata on disk
+        ("topic_id", S),
     ]
 )
 
@@ -310,6 +314,19 @@ FETCH_PARTITION = pa.schema([
     ("record_set_size", I32),
     ("batch_count", I32),
     ("truncated_bytes", I32),
+    ("topic_id", S),
+])
+
+# One topic id -> name fact seen on the wire: a topic of a Metadata, CreateTopics or
+# DescribeTopicPartitions response (KIP-516; the disk's are partition_metadata rows).
+TOPIC_NAME = pa.schema([
+    ("source", S),
+    ("connection", S),
+    ("position", I64),       # response frame
+    ("ts", F64),
+    ("api_key", I16),
+    ("topic_id", S),
+    ("topic", S),
 ])
 
 CONNECTION = pa.schema([
@@ -364,6 +381,7 @@ FINDING = pa.schema([
     ("remediation", S),
     ("details", S),          # JSON object of rule-specific facts (expected sequence, outcome, ...)
     ("timeline", pa.list_(S)),  # the producer's batches around the finding, oldest first
+    ("topic_id", S),         # the topic's id where a row named it (KIP-516)
 ])
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -382,6 +400,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "frame": FRAME,
     "txn_event": TXN_EVENT,
     "fetch_partition": FETCH_PARTITION,
+    "topic_name": TOPIC_NAME,
     "connection": CONNECTION,
     "decode_issue": DECODE_ISSUE,
     "skipped": SKIPPED,

@@ -59,7 +59,7 @@ def evidence(source, position, kind: str, note: str | None = None) -> dict:
 # Finding fields other than the computed ones (id, rule, severity, message, remediation, ...).
 _FIELDS = ("topic", "partition", "replica", "connection", "producer_id", "producer_epoch",
            "transactional_id", "first_offset", "last_offset", "base_sequence", "last_sequence",
-           "first_ts_ms", "last_ts_ms")
+           "first_ts_ms", "last_ts_ms", "topic_id")
 
 
 def finding(rule_id: str, message: str, *, severity: str | None = None, evidence: list[dict] = (),

@@ -31,6 +31,7 @@ from kaudit.protocol.wire.summary_batches import (
     _topic,
     fetch_batches,
     fetch_partitions,
+    topic_names,
     txn_events,
 )
 from kaudit.sources.batch_table import batch_row
@@ -43,6 +44,8 @@ _FRAME_NAMES = frozenset(SCHEMAS["frame"].names)
 _TXN_NAMES = frozenset(SCHEMAS["txn_event"].names)
 _PRODUCE_NAME = apis.api_name(apis.PRODUCE)
 _FETCH_NAME = apis.api_name(apis.FETCH)
+# the responses that map topic ids to names (KIP-516)
+TOPIC_NAME_APIS = frozenset({apis.METADATA, apis.CREATE_TOPICS, apis.DESCRIBE_TOPIC_PARTITIONS})
 
 
 def _string(v):
@@ -184,6 +187,11 @@ class WireRows:
                 self._fetch_partition(p, x, ctx)
             for b in fetch_batches(req, resp, parts):
                 self._fetch_batch(b, x.response_frame, ctx)
+        if resp is not None and resp.body is not None and req.api_key in TOPIC_NAME_APIS:
+            for topic_id, topic in topic_names(resp).items():
+                self._list("topic_name").append((self.source, conv.name, x.response_frame, x.response_ts,
+                                                 req.api_key, topic_id, topic))
+                self.count += 1
         for ev in txn_events(req, resp):
             ev = {k: v for k, v in ev.items() if k in _TXN_NAMES}
             ev.update(source=self.source, connection=conv.name, position=x.request_frame, ts=x.request_ts)
@@ -191,8 +199,7 @@ class WireRows:
 
     def _fetch_batch(self, b: dict, position, ctx: dict) -> None:
         place = {"source": self.source, "replica": None, "log_dir": None,
-                 "topic": b.get("topic") if b.get("topic") is not None else b.get("topic_id"),
-                 "partition": b.get("partition")}
+                 "topic": b.get("topic"), "partition": b.get("partition"), "topic_id": b.get("topic_id")}
         row = batch_row(b["batch"], place, "fetch")
         row["position"] = position
         row.update(ctx, api_version=b.get("api_version"), correlation_id=b.get("correlation_id"),
@@ -208,7 +215,7 @@ class WireRows:
             "request_ts": x.request_ts, "response_ts": x.response_ts,
             "api_version": p.get("api_version"), "correlation_id": p.get("correlation_id"),
             "client_id": p.get("client_id"),
-            "topic": p.get("topic") if p.get("topic") is not None else p.get("topic_id"),
+            "topic": p.get("topic"), "topic_id": p.get("topic_id"),
             "partition": p.get("partition"), "isolation_level": p.get("isolation_level"),
             "replica_id": p.get("replica_id"), "fetch_offset": p.get("fetch_offset"),
             "error_code": p.get("error_code"), "high_watermark": p.get("high_watermark"),
@@ -268,9 +275,7 @@ class WireRows:
         n = 0
         for t in req.get("topic_data") or ():
             tname = _topic(t)
-            topic = t.get("name")
-            if topic is None:
-                topic = t.get("topic_id")
+            topic, topic_id = t.get("name"), t.get("topic_id")
             tkey = _tkey(t)
             for p in t.get("partition_data") or ():
                 index = p.get("index")
@@ -289,7 +294,7 @@ class WireRows:
                     batches.append(("produce", source, position, None, None, topic, index)
                                    + _batch_head(b)
                                    + (name, version, corr, client_id, txn_id, acks, req_ts, resp_ts,
-                                      error, base))
+                                      error, base, topic_id))
                     n += 1
                     if base is not None and base >= 0:
                         base = base + b.last_offset_delta + 1
@@ -318,9 +323,7 @@ class WireRows:
         batches = None
         n = 0
         for t in resp.get("responses") or ():
-            topic = t.get("topic")
-            if topic is None:
-                topic = t.get("topic_id")
+            topic, topic_id = t.get("topic"), t.get("topic_id")
             tkey = _tkey(t)
             for p in t.get("partitions") or ():
                 aborted = p.get("aborted_transactions")
@@ -337,7 +340,7 @@ class WireRows:
                         f"{a.get('producer_id')}@{a.get('first_offset')}" for a in aborted),
                     p.get("preferred_read_replica"),
                     None if rs is None else rs.size, 0 if rs is None else len(rs.batches),
-                    0 if rs is None else rs.truncated))
+                    0 if rs is None else rs.truncated, topic_id))
                 n += 1
                 if rs is None or not rs.batches:
                     continue
@@ -347,7 +350,7 @@ class WireRows:
                     batches.append(("fetch", source, position, None, None, topic, index)
                                    + _batch_head(b)
                                    + (name, version, corr, client_id, None, None, req_ts, resp_ts,
-                                      error, None))
+                                      error, None, topic_id))
                     n += 1
         self.count += n
         self._frame(conv, x, request, codes, resp.get("throttle_time_ms"), request.decoder, None,

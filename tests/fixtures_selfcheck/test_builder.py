@@ -1,7 +1,8 @@
 """Self-check of the test-only log-dir builder (fixtures/builder/).
 
 The builder's index / time-index / transaction-index / producer-snapshot logic is replayed over
-every real Kafka 3.0.2 partition of the corpus and must reproduce the broker's own files byte
+every real Kafka 3.0.2 and 4.1.0 partition of the corpus
+(but those the log cleaner compacted) and must reproduce the broker's own files byte
 for byte; the demo log dir must be deterministic and hold the anomalies its manifest names;
 the benchmark writer must produce valid batches and Kafka's sparse index.
 """
@@ -37,6 +38,20 @@ def _batches(buf: bytes):
         pos += 12 + length
 
 
+def _cleaned(d: Path) -> bool:
+    """Whether the log cleaner rewrote the partition (its log dir's cleaner-offset-checkpoint
+    lists it past offset 0): the builder replays appends, not compaction."""
+    ckpt = d.parent / "cleaner-offset-checkpoint"
+    if not ckpt.is_file():
+        return False
+    topic, _, part = d.name.rpartition("-")
+    for line in ckpt.read_text().splitlines()[2:]:
+        f = line.split()
+        if len(f) == 3 and f[0] == topic and f[1] == part and int(f[2]) > 0:
+            return True
+    return False
+
+
 def _real_partition_dirs():
     return sorted(
         {
@@ -46,6 +61,7 @@ def _real_partition_dirs():
             and "wild-logdirs" not in str(p)  # their active segments' indexes are not in the snapshot
             and p.name[:20].isdigit()
             and not p.parent.name.startswith("__cluster_metadata")
+            and not _cleaned(p.parent)
         }
     )
 

@@ -15,18 +15,19 @@ class and cached):
 - Field names are kio's (the JSON names in snake case), except that durations and timestamps
   are integers in milliseconds with an `_ms` suffix (`timeout` -> `timeout_ms`,
   `throttle_time` -> `throttle_time_ms`; -1 stays -1), error codes stay ints (unknown ones
-  too), UUIDs are strings (None for null or all-zero), `records` fields are memoryviews for the
-  caller to decode, absent tagged fields take kio's defaults and unknown tags are skipped.
+  too), UUIDs are strings in Kafka's own form (base64url, as `partition.metadata` and
+  Kafka's tools print them; None for null or all-zero), `records` fields are memoryviews for
+  the caller to decode, absent tagged fields take kio's defaults and unknown tags are skipped.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
 import enum
 import struct
 import typing
-import uuid
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 
@@ -94,7 +95,7 @@ def _err(v):
 
 
 def _uuid(v):
-    return None if v is None else str(v)
+    return None if v is None else kafka_uuid(v.bytes)
 
 
 def _same(v):
@@ -178,11 +179,19 @@ def _converter(cls):
     return convert
 
 
-def uuid_str(raw: bytes | None) -> str | None:
-    """16 raw bytes -> the canonical UUID string kio's conversion gives (None for null/zero)."""
-    if raw is None or raw == bytes(16):
+def kafka_uuid(raw: bytes) -> str | None:
+    """16 bytes as Kafka writes a Uuid (org.apache.kafka.common.Uuid.toString: URL-safe base64
+    without padding, 22 characters - the form of `partition.metadata`, kafka-topics.sh and
+    Kafka's JSON), None for the all-zero Uuid.ZERO_UUID."""
+    raw = bytes(raw)
+    if raw == bytes(16):
         return None
-    return str(uuid.UUID(bytes=bytes(raw)))
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def uuid_str(raw: bytes | None) -> str | None:
+    """16 raw bytes of a uuid field -> kafka_uuid (None for null/zero)."""
+    return None if raw is None else kafka_uuid(raw)
 
 
 # ---- the schema walk -----------------------------------------------------------------------

@@ -408,7 +408,8 @@ def _add_partitions_events(req, resp):
 
 
 def topic_names(response) -> dict:
-    """{topic_id: name} from a decoded Metadata response (ids of v10+ responses)."""
+    """{topic_id: name} from a decoded Metadata (v10+), CreateTopics (v7+) or
+    DescribeTopicPartitions response: each names its topics with their ids (KIP-516)."""
     body = response.body if response is not None and hasattr(response, "body") else response
     out = {}
     for t in (body or {}).get("topics") or ():
