@@ -25,12 +25,18 @@ class Context:
     broker-side timestamp or last packet), in ms since the epoch. Engines may only settle it
     after the last row (streaming), so folds read it in `finish`, not in `feed`.
 
+    `topic_names`: the id -> name facts of every input (captures' Metadata responses,
+    partition.metadata), settled before any wire fold runs.
+
     `txn_state_seen`: whether the transactions fold's selection holds any `__transaction_state`
     row. None: its `prepare` finds out from the rows it is given (the whole selection); an engine
     that prepares the selection a part at a time (Spark, by producer id) sets it first."""
 
     reference_time_ms: int | None = None
     txn_state_seen: bool | None = None
+    # topic id -> name (KIP-516) from every input: the engines name the rows' topics with it
+    # before the folds group them (sources.topics.TopicNames.label)
+    topic_names: dict | None = None
 
 
 @dataclass(frozen=True)

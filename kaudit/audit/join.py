@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from kaudit.audit.registry import evidence, finding, rule
 
 # columns the engine collects
-PRODUCE_COLUMNS = ("source", "position", "connection", "correlation_id", "request_ts", "topic",
+PRODUCE_COLUMNS = ("source", "position", "connection", "correlation_id", "request_ts", "topic", "topic_id",
                    "partition", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
                    "record_count", "crc", "acks", "is_transactional", "transactional_id",
                    "response_error", "response_base_offset")

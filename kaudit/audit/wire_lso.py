@@ -11,7 +11,7 @@ from kaudit.audit.registry import evidence, finding, rule
 KEY = ("topic", "partition")
 ORDER = ("response_ts", "position")
 COLUMNS = KEY + ORDER + ("source", "connection", "client_id", "high_watermark", "last_stable_offset",
-                         "aborted_transactions", "fetch_offset")
+                         "aborted_transactions", "fetch_offset", "topic_id")
 MIN_RESPONSES = 3      # responses that show the same last stable offset below the high watermark
 MIN_SPAN_S = 10.0      # over at least this long (transactions normally end within moments)
 

@@ -23,7 +23,7 @@ COLUMNS = KEY + ORDER + (
     "connection", "correlation_id", "client_id", "transactional_id", "acks", "api_version",
     "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count", "crc",
     "batch_size", "base_timestamp_ms", "max_timestamp_ms", "is_control", "response_ts",
-    "response_error", "response_base_offset",
+    "response_error", "response_base_offset", "topic_id",
 )
 ERRORS = {45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
           47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}

@@ -28,7 +28,7 @@ KEY = ("producer_id",)
 TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id", "producer_id",
                "producer_epoch", "partitions", "result", "coordinator_epoch", "timeout_ms", "group_id",
                "new_producer_id", "new_producer_epoch", "error_codes")
-BATCH_COLUMNS = ("source", "connection", "position", "request_ts", "response_ts", "topic", "partition",
+BATCH_COLUMNS = ("source", "connection", "position", "request_ts", "response_ts", "topic", "topic_id", "partition",
                  "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count",
                  "transactional_id", "response_error", "response_base_offset", "correlation_id")
 FRAME_COLUMNS = ("source", "connection", "request_frame", "response_ts", "api_key")

@@ -16,6 +16,8 @@ from kaudit.audit import sort_findings
 from kaudit.audit import join as J
 from kaudit.audit.folds import Fold
 from kaudit.engine.local import AuditRun, _keep, audit_pcaps, audit_segments
+from kaudit.sources.logdir import plan
+from kaudit.sources.topics import TopicNames, from_plan
 
 
 def _produce_where(t: pa.Table):
@@ -96,8 +98,14 @@ class _DiskTap:
             self.rows.append(t.select(list(J.DISK_COLUMNS)))
 
 
-def _rows(tables: list[pa.Table]) -> list[dict]:
-    return pa.concat_tables(tables).to_pylist() if tables else []
+def _rows(tables: list[pa.Table], names: TopicNames | None = None) -> list[dict]:
+    """The rows of some selections; `names`: their topics named (or labelled by id) first."""
+    if not tables:
+        return []
+    t = pa.concat_tables(tables)
+    if names is not None:
+        t = names.label(t)
+    return t.to_pylist()
 
 
 def merge_ranges(into: dict, ranges) -> dict:
@@ -110,26 +118,31 @@ def merge_ranges(into: dict, ranges) -> dict:
 def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | None = None,
                select=(), ignore=(), max_batch_bytes: int = 64 << 20, jobs: int = 1,
                progress: bool = False, spark_options=None) -> AuditRun:
+    disk_names = from_plan(plan(segments))   # partition.metadata names the wire's topic ids too
     if spark_options is not None:
         from kaudit.engine import spark
 
         wire_tap = _WireTap()
         wire = spark.audit_pcaps(pcaps, options, now_ms=now_ms, select=select, ignore=ignore,
-                                 spark_options=spark_options, taps=wire_tap)
-        produce = _rows(wire_tap.produce)
+                                 spark_options=spark_options, taps=wire_tap, topic_names=disk_names)
+        names = TopicNames({**disk_names, **wire.topic_names})
+        produce = _rows(wire_tap.produce, names)
         disk_tap = _DiskTap(produce)
         disk = spark.audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
                                     max_batch_bytes=max_batch_bytes, spark_options=spark_options, tap=disk_tap)
     else:
         wire_tap = _WireTap()
-        wire = audit_pcaps(pcaps, options, now_ms=now_ms, select=select, ignore=ignore, tap=wire_tap)
-        produce = _rows(wire_tap.produce)
+        wire = audit_pcaps(pcaps, options, now_ms=now_ms, select=select, ignore=ignore, tap=wire_tap,
+                           topic_names=disk_names)
+        names = TopicNames({**disk_names, **wire.topic_names})
+        produce = _rows(wire_tap.produce, names)
         disk_tap = _DiskTap(produce)
         disk = audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
                               max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress, tap=disk_tap)
     inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.end_txn), disk=_rows(disk_tap.rows),
                       ranges=disk_tap.ranges)
     joined, jcov = J.join(inp)
+    joined = names.name_findings(joined)
     keep = _keep(set(select), set(ignore))
     run = AuditRun(errors=wire.errors + disk.errors, engine=disk.engine, application_id=disk.application_id)
     run.findings = sort_findings(wire.findings + disk.findings + [f for f in joined if keep(f)])

@@ -17,6 +17,7 @@ from kaudit.audit.folds import split_by_key
 from kaudit.engine import coverage
 from kaudit.sources.logdir import Plan, plan
 from kaudit.sources.segments import Options, decode_target
+from kaudit.sources.topics import TopicNames
 
 
 def decode_segments(paths: list[str], *, deep: bool = False, max_batch_bytes: int = 64 << 20,
@@ -101,6 +102,7 @@ class AuditRun:
     errors: list[str] = field(default_factory=list)
     engine: str = "local"
     application_id: str | None = None   # the Spark application, when the Spark engine ran
+    topic_names: dict = field(default_factory=dict)   # topic id -> name, from every input
 
 
 class _Worker:
@@ -197,17 +199,20 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
 
 
 def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=(), ignore=(),
-                tap=None) -> AuditRun:
+                tap=None, topic_names: dict | None = None) -> AuditRun:
     """Decode captures and run the wire folds. A fold's rows are selected (a few columns of the
     Produce batches, frames and connections: far smaller than the capture), sorted by the fold's
-    (key, order) across all the captures given (rotated files make one timeline), then folded."""
+    (key, order) across all the captures given (rotated files make one timeline), then folded.
+    `topic_names`: id -> name facts from elsewhere (the log dirs of `kaudit audit`)."""
     summaries: dict = {}
     errors, chunks = decode_pcaps(paths, options, summaries)
     run = AuditRun(errors=errors)
     picked: dict[str, list[tuple[str, pa.Table]]] = {f.name: [] for f in WIRE_FOLDS}
     cov = coverage.new_wire()
+    names = TopicNames(topic_names)
     for kind, table in chunks:
         coverage.add_wire(cov, kind, table)
+        names.learn(kind, table)
         if tap is not None:   # audit_both: the join's rows, from the same decode pass
             tap(kind, table)
         for fold in WIRE_FOLDS:
@@ -216,11 +221,12 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
                 picked[fold.name].append((kind, sel))
     last = [s.last_ts for s in summaries.values() if s.last_ts is not None]
     ref = now_ms if now_ms is not None else (int(max(last) * 1000) if last else None)
-    ctx = Context(reference_time_ms=ref)
+    ctx = Context(reference_time_ms=ref, topic_names=names.names)
     keep = _keep(set(select), set(ignore))
     for fold in WIRE_FOLDS:
         run.findings.extend(f for f in fold_selection(fold, picked.pop(fold.name), ctx) if keep(f))
-    run.findings = sort_findings(run.findings)
+    run.findings = sort_findings(names.name_findings(run.findings))
+    run.topic_names = names.names
     cov["packets"] = sum(s.packets for s in summaries.values())
     cov["captures"] = {p: {"packets": s.packets, "tcp_packets": s.tcp_packets,
                            "kafka_connections": s.kafka_connections} for p, s in summaries.items()}
@@ -234,6 +240,9 @@ def fold_selection(fold, items: list[tuple[str, pa.Table]], ctx: Context):
     every engine runs a fold that sees all its rows at once: the fold's `prepare` first where it
     has one (wire_txn joins its rows, the transactions thin theirs), then the rows sorted by the
     fold's key. `items` is emptied once prepared: only the prepared rows stay for the sort."""
+    if ctx.topic_names is not None:   # the wire's topics named before any key groups them
+        names = TopicNames(ctx.topic_names)
+        items[:] = [(kind, names.label(t)) for kind, t in items]
     if hasattr(fold, "prepare"):
         prepared = fold.prepare(items, ctx)
         if prepared is not items:

@@ -31,6 +31,7 @@ from kaudit.engine.spark_folds import (
 )
 from kaudit.engine.spark_rows import FOLD, KIND, META, META_KIND, in_decode_order, spark_schema
 from kaudit.model import FINDING
+from kaudit.sources.topics import TopicNames
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_THRESHOLD = 1 << 30
@@ -124,6 +125,8 @@ def _run_folds(spark, env, side: str, ctx: Context, keep, input_bytes: int) -> l
     ctx_d = context_dict(ctx)
     distributed = []
     out: list[dict] = []
+    if ctx.topic_names is not None:   # the wire's topics named before any key groups them
+        env = _label_topics(env, ctx.topic_names)
     for fold in FOLDS[side]:
         rows = env.where(F.col(FOLD) == fold.name)
         if hasattr(fold, "prepare"):   # it needs its whole selection at once: on the driver
@@ -146,6 +149,27 @@ def _run_folds(spark, env, side: str, ctx: Context, keep, input_bytes: int) -> l
             df = df.unionByName(d)
         out.extend(f for f in findings_from_table(df.toArrow()) if keep(f))
     return out
+
+
+def _label_topics(df, names: dict):
+    """`df` with a null `topic` named from its `topic_id` (sources.topics.TopicNames.label, as a
+    column expression: the rows are grouped by key after it)."""
+    from pyspark.sql import functions as F
+
+    if "topic_id" not in df.columns:
+        return df
+    mapping = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv]) if names else None
+    named = [F.col("topic")] + ([mapping[F.col("topic_id")]] if mapping is not None else []) + [F.col("topic_id")]
+    return df.withColumn("topic", F.coalesce(*named))
+
+
+def topic_names_of(metas: list[dict], seed: dict | None = None) -> TopicNames:
+    """The id -> name facts of every task (and `seed`)."""
+    names = TopicNames(seed)
+    for m in metas:
+        names.add(m.get("topic_names") or {})
+        names.seen_ids.update(m.get("topic_ids") or ())
+    return names
 
 
 def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | None = None,
@@ -314,7 +338,7 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
 
 
 def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=(), ignore=(),
-                spark_options: SparkOptions | None = None, taps=None) -> AuditRun:
+                spark_options: SparkOptions | None = None, taps=None, topic_names: dict | None = None) -> AuditRun:
     """As engine.local.audit_pcaps; `taps` (engine.joint._WireTap) gets the join's wire rows."""
     errors, readable = readable_files(paths)
     run = AuditRun(errors=errors, engine="spark")
@@ -332,8 +356,12 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
             last = [s["last_ts"] for s in captures.values() if s["last_ts"] is not None]
             if now_ms is None and last:
                 ctx.reference_time_ms = int(max(last) * 1000)
+            names = topic_names_of(metas, topic_names)
+            ctx.topic_names = names.names
             size = sum(os.path.getsize(x) for x in readable)
-            run.findings = sort_findings(_run_folds(spark, env, "wire", ctx, _keep(set(select), set(ignore)), size))
+            findings = _run_folds(spark, env, "wire", ctx, _keep(set(select), set(ignore)), size)
+            run.findings = sort_findings(names.name_findings(findings))
+            run.topic_names = names.names
             if taps is not None:
                 _collect_taps(env, taps)
         finally:
@@ -397,7 +425,13 @@ def decoded_chunks(fmt: str, paths: list[str], opts: dict, spark_options: SparkO
         t = _reader(spark, fmt, paths, "*", opts).toArrow()
     t = in_decode_order(t)
     metas = meta_rows(t)
-    return metas, [(kind, unwrap(part, kind)) for kind, part in kind_runs(t) if kind != META_KIND]
+    chunks = [(kind, unwrap(part, kind)) for kind, part in kind_runs(t) if kind != META_KIND]
+    if fmt == "kafka-pcap":   # topic ids named from every capture's responses, as the local engine does
+        names = TopicNames()
+        for kind, part in chunks:
+            names.learn(kind, part)
+        chunks = [(kind, names.resolve(kind, part)) for kind, part in chunks]
+    return metas, chunks
 
 
 def decode_pcaps(names: list[str], options, summaries: dict, spark_options: SparkOptions | None = None
@@ -433,6 +467,15 @@ def transactions_selection(paths: list[str], spark_options: SparkOptions | None 
     return driver_rows.get("transactions", [])
 
 
+def _namer(kind: str, names: dict):
+    """A mapInArrow function naming the topic ids of `kind`'s rows (sources.topics)."""
+    def fn(batches):
+        resolver = TopicNames(names)
+        for rb in batches:
+            yield from resolver.resolve(kind, pa.Table.from_batches([rb])).to_batches()
+    return fn
+
+
 def write_parquet(fmt: str, paths: list[str], opts: dict, directory: str, findings: list[dict],
                   spark_options: SparkOptions | None = None) -> None:
     """The decoded tables and the findings as Parquet, as the local engine names them
@@ -449,10 +492,15 @@ def write_parquet(fmt: str, paths: list[str], opts: dict, directory: str, findin
            else _reader(spark, fmt, paths, "*", opts).cache())
     try:
         present = {r[0] for r in env.select(KIND).distinct().collect()}
+        names = TopicNames()
+        if "topic_name" in present:
+            names.add(dict(env.where(F.col(KIND) == "topic_name").select("topic_id", "topic").distinct().collect()))
         for kind in DISK_KINDS if fmt == "kafka-segments" else WIRE_KINDS:
             if kind in present:
-                (env.where(F.col(KIND) == kind).select(*SCHEMAS[kind].names)
-                 .write.mode("overwrite").parquet(os.path.join(directory, f"{kind}.parquet")))
+                df = env.where(F.col(KIND) == kind).select(*SCHEMAS[kind].names)
+                if fmt == "kafka-pcap" and names.names and kind in ("batch", "fetch_partition", "frame"):
+                    df = df.mapInArrow(_namer(kind, names.names), df.schema)
+                df.write.mode("overwrite").parquet(os.path.join(directory, f"{kind}.parquet"))
     finally:
         env.unpersist()
     pq.write_table(table_from_rows("finding", findings), os.path.join(directory, "finding.parquet"))

@@ -24,6 +24,7 @@ from kaudit.engine.spark_rows import (
     wrap,
 )
 from kaudit.model import FINDING, table_from_rows
+from kaudit.sources.topics import TopicNames
 
 FOLDS = {"disk": DISK_FOLDS, "wire": WIRE_FOLDS}
 
@@ -74,9 +75,12 @@ class Selector:
         self.cov = coverage.new_disk() if side == "disk" else coverage.new_wire()
         self.split = split
         self.rows = 0
+        self.names = TopicNames()   # the id -> name facts this task saw (the driver unites them)
 
     def select(self, kind: str, table: pa.Table) -> Iterator[pa.RecordBatch]:
         (coverage.add_disk if self.side == "disk" else coverage.add_wire)(self.cov, kind, table)
+        self.names.learn(kind, table)
+        self.names.unnamed(kind, table)   # notes the ids this task's rows name topics by
         n = table.num_rows
         if n == 0:
             return
@@ -88,7 +92,8 @@ class Selector:
                 yield wrap(sel, self.schema, kind, self.split, sel.column(ROW), fold=f.name)
 
     def meta(self, extra: dict | None = None) -> pa.RecordBatch:
-        return meta_batch(self.schema, self.split, dict(extra or {}, cov=self.cov))
+        return meta_batch(self.schema, self.split, dict(extra or {}, cov=self.cov, topic_names=self.names.names,
+                                                          topic_ids=sorted(self.names.seen_ids)))
 
 
 def fold_input(table: pa.Table, fold: Fold) -> Iterator[tuple[str, pa.Table]]:

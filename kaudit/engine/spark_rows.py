@@ -32,7 +32,7 @@ FRAG_FIELDS = [pa.field(FRAG_KEY, pa.string()), pa.field(FRAG_FILE, pa.int32()),
 DISK_KINDS = ("batch", "record", "txn_log", "offset_commit", "group_metadata", "snapshot_entry",
               "txnindex_entry", "index_entry", "leader_epoch_entry", "checkpoint_entry",
               "partition_metadata", "log_dir", "decode_issue", "skipped")
-WIRE_KINDS = ("frame", "batch", "fetch_partition", "txn_event", "connection", "decode_issue")
+WIRE_KINDS = ("frame", "batch", "fetch_partition", "txn_event", "topic_name", "connection", "decode_issue")
 
 
 def spark_type(t: pa.DataType) -> pa.DataType:

@@ -110,6 +110,7 @@ def v2_table(buf, positions: list[int], crc_ok: list[bool], place: dict, control
         "base_timestamp_ms": pa.array(h["base_timestamp"].astype(np.int64)),
         "max_timestamp_ms": pa.array(h["max_timestamp"].astype(np.int64)),
         "partition_leader_epoch": pa.array(h["partition_leader_epoch"].astype(np.int32)),
+        "topic_id": _const(place.get("topic_id"), n, pa.string()),
     }
     arrays = [cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in BATCH]
     return pa.Table.from_arrays(arrays, schema=BATCH)

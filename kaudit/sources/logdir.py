@@ -14,6 +14,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from kaudit.protocol.errors import DecodeError
+from kaudit.protocol.logfiles import decode_partition_metadata
+
 PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})(?:-\d+)?\.(?P<ext>log|index|timeindex|txnindex|snapshot|checkpoint)$")
 SKIP_FILE_SUFFIXES = (".deleted", ".cleaned", ".swap")
@@ -55,6 +58,7 @@ class Target:
     base_offset: int | None = None
     reason: str | None = None
     size: int = 0
+    topic_id: str | None = None   # the partition dir's partition.metadata (KIP-516), when it has one
 
     def place(self) -> dict:
         return {
@@ -135,15 +139,29 @@ def classify_file(path: str, log_dir: LogDir | None, topic=None, partition=None)
     return Target(path, "skipped", log_dir, topic, partition, reason=reason, size=size)
 
 
+def read_topic_id(partition_dir: str) -> str | None:
+    """The topic id a partition dir's `partition.metadata` records, None without a readable one
+    (its decode issues are reported when the file itself is decoded)."""
+    try:
+        with open(os.path.join(partition_dir, "partition.metadata"), "rb") as f:   # read-only
+            return decode_partition_metadata(f.read(4096))["topic_id"]
+    except (OSError, DecodeError):
+        return None
+
+
 def _partition_targets(pdir: str, log_dir: LogDir, out: list[Target]) -> None:
     m = PARTITION_DIR.match(os.path.basename(pdir))
     topic, partition = m["topic"], int(m["partition"])
-    for name in sorted(os.listdir(pdir)):
+    names = sorted(os.listdir(pdir))
+    topic_id = read_topic_id(pdir) if "partition.metadata" in names else None
+    for name in names:
         path = os.path.join(pdir, name)
         if os.path.isdir(path):
             out.append(Target(path, "skipped", log_dir, topic, partition, reason="unexpected directory"))
         else:
-            out.append(classify_file(path, log_dir, topic, partition))
+            t = classify_file(path, log_dir, topic, partition)
+            t.topic_id = topic_id
+            out.append(t)
 
 
 def _looks_like_partition_dir(path: str, name: str) -> bool:
@@ -172,7 +190,9 @@ def plan(paths: list[str]) -> Plan:
             parent = os.path.dirname(p)
             m = PARTITION_DIR.match(os.path.basename(parent))
             if m:
-                result.targets.append(classify_file(p, _log_dir_of(parent, cache), m["topic"], int(m["partition"])))
+                t = classify_file(p, _log_dir_of(parent, cache), m["topic"], int(m["partition"]))
+                t.topic_id = read_topic_id(parent)
+                result.targets.append(t)
             else:
                 result.targets.append(classify_file(p, _log_dir_of(p, cache)))
             continue

@@ -46,6 +46,7 @@ from kaudit.capture.tcp import MASK
 from kaudit.protocol.errors import DecodeError
 from kaudit.sources.conversation import endpoint
 from kaudit.sources.pcap import FLUSH_ROWS, PcapOptions, PcapSummary, Session, decode_capture
+from kaudit.sources.topics import TopicNames
 from kaudit.sources.wire_rows import WireRows
 
 FRAGMENT = "tcp_fragment"
@@ -358,7 +359,14 @@ def decode_captures(paths: list[str], options: PcapOptions | None = None, summar
     split_capture and stitch_fragments: the fragments go to the stitcher as each file produces
     them, so memory is bounded by the open connections, not by the files). `summaries[path]` is
     filled for each file. `errors`: where "path: reason" goes for a file that is no capture or
-    cannot be read (it is left out); None: the error is raised."""
+    cannot be read (it is left out); None: the error is raised. Topics named by id only get
+    their names from the captures' Metadata responses (sources.topics: a response later in the
+    captures counts)."""
+    return TopicNames().resolve_stream(_decode_captures(paths, options, summaries, errors))
+
+
+def _decode_captures(paths, options, summaries, errors) -> Iterator[tuple[str, pa.Table]]:
+    """decode_captures before the topic ids are named."""
     options = options or PcapOptions()
     summaries = summaries if summaries is not None else {}
     if len(paths) == 1:  # nothing to stitch: the plain decode, fast path and all

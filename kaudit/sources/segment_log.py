@@ -68,6 +68,7 @@ def _decode(mm, place, target, deep, max_batch_bytes, chunk_batches, start=0, un
     until = size if until is None else min(until, size)
     mv = memoryview(mm)
     records = RecordRows(place, target.topic, deep, max_batch_bytes)
+    batch_place = dict(place, topic_id=target.topic_id)   # only batch rows have a topic_id
     pos = start
     released = start
     try:
@@ -76,7 +77,7 @@ def _decode(mm, place, target, deep, max_batch_bytes, chunk_batches, start=0, un
             positions, oks, stop, reason = scan_v2(mv, pos, size, chunk_batches, max_batch_bytes,
                                                     min(CHUNK_BYTES, until - pos))
             if positions:
-                yield "batch", v2_table(mv, positions, oks, place,
+                yield "batch", v2_table(mv, positions, oks, batch_place,
                                         lambda p: _control_info(mv, p, max_batch_bytes))
                 if records.wanted:
                     for p in positions:
@@ -90,7 +91,7 @@ def _decode(mm, place, target, deep, max_batch_bytes, chunk_batches, start=0, un
                 continue
             pos, rows, issue = _careful(mv, mm, pos, size, until, deep, max_batch_bytes, records)
             if rows:
-                yield "batch", table_from_rows("batch", [batch_row(b, place) for b in rows])
+                yield "batch", table_from_rows("batch", [batch_row(b, batch_place) for b in rows])
                 yield from records.flush()
             if issue:
                 issue.update(place)

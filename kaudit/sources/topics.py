@@ -1,0 +1,220 @@
+"""Topic ids to topic names (KIP-516), for every row and finding.
+
+Produce v13 and Fetch v13+ name their topics by a 16-byte id only (rows: `topic_id`, `topic`
+null). The names come from wherever the evidence maps ids to names: the topics of Metadata
+(v10+), CreateTopics (v7+) and DescribeTopicPartitions responses anywhere in the captures
+(`topic_name` rows: a response later in the capture counts too), and each partition dir's
+`partition.metadata` in log dirs (disk batch rows carry both; `partition_metadata` rows).
+
+`TopicNames` learns them from row chunks and resolves chunks (`resolve`), a stream with its
+unnamed chunks held back until a name arrives or the stream ends (`resolve_stream`), the topic
+of a fold's rows (`label`: an id no evidence names stands for its topic, so keys stay apart),
+and findings (`name_findings`: the name where known, else the id and a sentence saying so).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# kinds whose rows carry topic + topic_id columns
+ID_KINDS = ("batch", "fetch_partition")
+PRODUCE, FETCH = 0, 1
+MAX_HELD_BYTES = 64 << 20
+UNNAMED = ("no Metadata, CreateTopics or DescribeTopicPartitions response in the captures and no "
+           "partition.metadata in the log dirs names it")
+
+
+class TopicNames:
+    def __init__(self, names: dict[str, str] | None = None):
+        self.names: dict[str, str] = dict(names or {})
+        self.seen_ids: set[str] = set()      # ids met in rows (named or not)
+
+    # -- learning ------------------------------------------------------------------------------
+    def learn(self, kind: str, table: pa.Table) -> bool:
+        """Take the id -> name facts of a chunk (`topic_name`, `partition_metadata` rows); True
+        when a new name was learned."""
+        if kind in ("topic_name", "partition_metadata"):
+            if table.num_rows == 0 or table.column("topic_id").null_count == table.num_rows:
+                return False
+            n = len(self.names)
+            pairs = table.select(["topic_id", "topic"]).group_by(["topic_id", "topic"]).aggregate([])
+            for tid, name in zip(pairs.column("topic_id").to_pylist(), pairs.column("topic").to_pylist()):
+                if tid and name:
+                    self.names.setdefault(tid, name)
+            return len(self.names) > n
+        return False
+
+    def add(self, names: dict[str, str]) -> None:
+        for tid, name in names.items():
+            if tid and name:
+                self.names.setdefault(tid, name)
+
+    # -- resolving rows --------------------------------------------------------------------------
+    def unnamed(self, kind: str, table: pa.Table) -> bool:
+        """Whether a chunk has rows whose topic only an id no known name matches gives."""
+        if kind in ID_KINDS and "topic_id" in table.column_names:
+            mask = pc.and_(pc.is_null(table.column("topic")), pc.is_valid(table.column("topic_id")))
+            if not pc.any(mask).as_py():
+                return False
+            ids = pc.unique(table.column("topic_id").filter(mask)).to_pylist()
+            self.seen_ids.update(ids)
+            return any(i not in self.names for i in ids)
+        if kind == "frame":
+            return any(i not in self.names for i in _frame_ids(table))
+        return False
+
+    def resolve(self, kind: str, table: pa.Table) -> pa.Table:
+        """The chunk with `topic` filled where its `topic_id` has a known name (and, in frames,
+        the partition lists of Produce/Fetch v13+ named)."""
+        if not self.names or table.num_rows == 0:
+            return table
+        if kind in ID_KINDS and "topic_id" in table.column_names:
+            topic = table.column("topic")
+            if topic.null_count == 0:
+                return table
+            looked = self._lookup(table.column("topic_id"))
+            i = table.schema.get_field_index("topic")
+            return table.set_column(i, table.schema.field(i), pc.coalesce(topic, looked))
+        if kind == "frame":
+            return self._resolve_frames(table)
+        return table
+
+    def _lookup(self, ids) -> pa.ChunkedArray:
+        keys = pa.array(list(self.names), pa.string())
+        values = pa.array(list(self.names.values()), pa.string())
+        return pc.take(values, pc.index_in(ids.cast(pa.string()), value_set=keys))
+
+    def _resolve_frames(self, table: pa.Table) -> pa.Table:
+        rows = _id_frames(table)
+        if not len(rows):
+            return table
+        out = {}
+        for name in ("partitions", "partition_errors"):
+            col = table.column(name).to_pylist()
+            for r in rows:
+                if col[r] is not None:
+                    col[r] = _rename(col[r], self.names, name == "partition_errors")
+            out[name] = pa.array(col, pa.string())
+        for name, arr in out.items():
+            i = table.schema.get_field_index(name)
+            table = table.set_column(i, table.schema.field(i), arr)
+        return table
+
+    def resolve_stream(self, chunks: Iterable[tuple[str, pa.Table]],
+                       max_held_bytes: int = MAX_HELD_BYTES) -> Iterator[tuple[str, pa.Table]]:
+        """The chunks resolved in order; a kind's chunk with an id no name matches yet is held
+        back, with that kind's later chunks (their order kept), until a name for each of its
+        ids arrives or the stream ends. Memory is bounded: past `max_held_bytes` held, the
+        held chunks go out as they are (an id that stays unnamed - an internal topic no client
+        asks about - would otherwise hold every later chunk)."""
+        held: dict[str, list[pa.Table]] = {}
+        size = 0
+        for kind, table in chunks:
+            learned = self.learn(kind, table)
+            if kind in held or self.unnamed(kind, table):
+                held.setdefault(kind, []).append(table)
+                size += table.nbytes
+            else:
+                yield kind, self.resolve(kind, table)
+            if learned or size > max_held_bytes:
+                for k in list(held):
+                    if size > max_held_bytes or not any(self.unnamed(k, t) for t in held[k]):
+                        for t in held.pop(k):
+                            yield k, self.resolve(k, t)
+                size = sum(t.nbytes for ts in held.values() for t in ts)
+        for k, ts in held.items():
+            for t in ts:
+                yield k, self.resolve(k, t)
+
+    # -- folds and findings ----------------------------------------------------------------------
+    def label(self, table: pa.Table) -> pa.Table:
+        """A fold's rows with `topic` resolved and, where no name is known, the topic id in its
+        place: rows of two unnamed topics never share a key. `name_findings` undoes it."""
+        if "topic" not in table.column_names or "topic_id" not in table.column_names:
+            return table
+        topic = table.column("topic")
+        if topic.null_count == 0:
+            return table
+        tid = table.column("topic_id")
+        self.seen_ids.update(x for x in pc.unique(tid.filter(pc.is_null(topic))).to_pylist() if x)
+        filled = pc.coalesce(topic, self._lookup(tid), tid.cast(pa.string())) if self.names \
+            else pc.coalesce(topic, tid.cast(pa.string()))
+        i = table.schema.get_field_index("topic")
+        return table.set_column(i, table.schema.field(i), filled)
+
+    def name_findings(self, findings: list[dict]) -> list[dict]:
+        """Findings with `topic_id` set where the topic's id is known, and those whose topic is
+        an id no evidence names with `topic` null and a sentence saying so."""
+        by_name: dict[str, set] = {}
+        for tid, name in self.names.items():
+            by_name.setdefault(name, set()).add(tid)
+        for f in findings:
+            t = f.get("topic")
+            if t is None:
+                continue
+            if t in self.seen_ids and t not in self.names and t not in by_name:
+                f["topic_id"], f["topic"] = t, None
+                note = f" (topic id {t}: {UNNAMED})"
+                f["message"] = f["message"] + note
+                if f.get("remediation") and f"--topic {t}" in f["remediation"]:
+                    f["remediation"] = f["remediation"].replace(
+                        f"--topic {t}", f"--topic <the name of topic id {t}>")
+            elif f.get("topic_id") is None and len(by_name.get(t, ())) == 1:
+                f["topic_id"] = next(iter(by_name[t]))
+        return findings
+
+
+def _id_frames(table: pa.Table):
+    """Row numbers of the Produce and Fetch frames of v13+ (their partitions are named by id)."""
+    key, ver = table.column("api_key"), table.column("api_version")
+    mask = pc.and_(pc.is_in(key, pa.array([PRODUCE, FETCH], key.type)),
+                   pc.greater_equal(ver, pa.scalar(13, ver.type)))
+    mask = pc.fill_null(mask, False)
+    return np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+
+
+_TP = re.compile(r"^(?P<topic>.+)-(?P<partition>-?\d+)$")
+
+
+def _frame_ids(table: pa.Table) -> set[str]:
+    ids: set[str] = set()
+    rows = _id_frames(table)
+    if len(rows):
+        col = table.column("partitions")
+        for r in rows:
+            s = col[int(r)].as_py()
+            for tp in (s or "").split(","):
+                m = _TP.match(tp)
+                if m:
+                    ids.add(m["topic"])
+    return ids
+
+
+def _rename(s: str, names: dict[str, str], is_json: bool) -> str:
+    if is_json:
+        try:
+            rows = json.loads(s)
+        except ValueError:
+            return s
+        return json.dumps([[r[0], names.get(r[1], r[1]), *r[2:]] if isinstance(r, list) and len(r) > 1
+                           and isinstance(r[1], str) else r for r in rows], default=str)
+    out = []
+    for tp in s.split(","):
+        m = _TP.match(tp)
+        out.append(f"{names.get(m['topic'], m['topic'])}-{m['partition']}" if m else tp)
+    return ",".join(out)
+
+
+def from_plan(plan) -> dict[str, str]:
+    """The id -> name facts of a log-dir plan: each partition dir's partition.metadata."""
+    out: dict[str, str] = {}
+    for t in plan.targets:
+        if getattr(t, "topic_id", None) and t.topic:
+            out.setdefault(t.topic_id, t.topic)
+    return out
