@@ -1,14 +1,14 @@
 """kaudit.audit: pure analysis over rows (DESIGN.md §1, §4). Importing it registers every rule."""
 
 from kaudit.audit import disk_sequences, duplicate_records, index_check, integrity, wire_frames, wire_produce
-from kaudit.audit import join, wire_lso, wire_txn  # noqa: F401  (join: the rules of `kaudit audit`)
+from kaudit.audit import join, txn_wire, wire_lso  # noqa: F401  (join: the rules of `kaudit audit`)
 from kaudit.audit import coordinator_state, transactions, txn_rules  # noqa: F401  (registers the transaction rules)
 from kaudit.audit.folds import Context, Fold
 from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
 
 # transactions.FOLD is cross-partition (`buffered`): engines buffer its selection and sort it.
 DISK_FOLDS: tuple[Fold, ...] = (disk_sequences.FOLD, integrity.FOLD, index_check.FOLD, transactions.FOLD)
-WIRE_FOLDS: tuple[Fold, ...] = (wire_produce.FOLD, wire_frames.FOLD, wire_txn.FOLD, wire_lso.FOLD)
+WIRE_FOLDS: tuple[Fold, ...] = (wire_produce.FOLD, wire_frames.FOLD, txn_wire.FOLD, wire_lso.FOLD)
 
 __all__ = ["Context", "Fold", "RULES", "SEVERITIES", "SEVERITY_RANK", "at_or_above",
            "DISK_FOLDS", "WIRE_FOLDS", "sort_findings"]

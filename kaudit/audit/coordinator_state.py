@@ -64,7 +64,16 @@ class CoordTxn:
     prepare_epoch: int | None = None
     complete_ts: int | None = None
     next_epoch: int | None = None    # epoch of the id's next record after this transaction
+    next_state: str | None = None
+    next_ts: int | None = None
+    prepare_ctv: int | None = None
     index: int = -1                  # its position in CoordView.txns
+    # who ended it: "client" (EndTxn), "coordinator" (its own abort: timeout or fencing), None
+    # when the evidence does not tell; `end_detail` says how ("timeout", "fencing", ...)
+    ended_by: str | None = None
+    end_detail: str | None = None
+    client_version: int | None = None   # ClientTransactionVersion of its records (KIP-890)
+    evidence: list = field(default_factory=list)   # wire: the requests that made its states
 
     @property
     def complete(self) -> bool:
@@ -87,6 +96,7 @@ class CoordView:
     timeout_ms: int | None = None
     findings: list[dict] = field(default_factory=list)
     client_transaction_version: int | None = None   # the latest record's (flexible values only, KIP-890)
+    rotated_in: bool = False   # a transaction of the id's previous producer id completed under this one
 
     @property
     def open_txn(self) -> CoordTxn | None:
@@ -125,11 +135,14 @@ def pick_replica(rows: list[dict]) -> list[dict]:
     return out
 
 
-def build(rows: list[dict]) -> CoordView:
+def build(rows: list[dict], check: bool = True) -> CoordView:
     """Fold the coordinator records of one producer id into its transactions, checking each
-    transition (illegal-state-transition findings in `view.findings`). One pass over the records
+    transition when `check` (illegal-state-transition findings in `view.findings`; the wire's
+    records are inferred from requests, not logged: not checked). One pass over the records
     in pick_replica's order; a transaction runs from a record other than Empty/Dead of its
-    transactional id to its Complete record (the id's next record closes it)."""
+    transactional id to its Complete record (the id's next record closes it). A record may say
+    who ended its transaction (`end_cause`, `end_detail`: the wire knows the requests); else
+    `end_cause` infers it from the states."""
     view = CoordView()
     prev_by_id: dict[str, tuple[str, dict]] = {}   # tid -> (state, its latest record)
     cur: dict[str, CoordTxn | None] = {}
@@ -142,7 +155,7 @@ def build(rows: list[dict]) -> CoordView:
         state = r["state"] or f"unknown({r.get('state_id')})"
         view.transactional_ids.add(tid)
         last = prev_by_id.get(tid)
-        if last is not None and illegal_state_transition(last[0], state):
+        if check and last is not None and illegal_state_transition(last[0], state):
             prev = {**last[1], "state": last[0]}
             view.findings.append(finding(
                 "illegal-state-transition",
@@ -164,30 +177,94 @@ def build(rows: list[dict]) -> CoordView:
               "position": r["position"]}
         view.last_state, view.last_ts = state, r["timestamp_ms"]
         view.timeout_ms = r["transaction_timeout_ms"]
-        if r.get("client_transaction_version") is not None:
-            view.client_transaction_version = r["client_transaction_version"]
+        ctv = r.get("client_transaction_version")
+        if ctv is not None:
+            view.client_transaction_version = ctv
         t = cur.get(tid)
         if t is not None and t.complete:
             if t.next_epoch is None:
                 t.next_epoch = r["producer_epoch"]
+                t.next_state = state
+                t.next_ts = r["timestamp_ms"]
             t = cur[tid] = None
         if state in ("Empty", "Dead"):
+            continue
+        if t is None and state in ("CompleteCommit", "CompleteAbort") and r["producer_epoch"] == 0 \
+                and not r.get("end_cause"):
+            # the end of a transaction of the id's previous producer id: when its epoch ran out
+            # (KIP-890 transaction version 2) the coordinator completes it under the next id
+            view.rotated_in = True
             continue
         if t is None:
             t = cur[tid] = CoordTxn(tid, r["producer_id"], r["producer_epoch"],
                                     r["start_ms"] if (r["start_ms"] or -1) >= 0 else r["timestamp_ms"],
                                     r["transaction_timeout_ms"], index=len(view.txns))
             view.txns.append(t)
-        t.states.append(st)
-        for tp in partition_names(r["partitions"]):
-            t.partitions.add(tp)
-            t.registered_at.setdefault(tp, r["timestamp_ms"])
-        if state in ("PrepareCommit", "PrepareAbort"):
-            t.result = "COMMIT" if state == "PrepareCommit" else "ABORT"
-            t.prepare_ts, t.prepare_epoch = r["timestamp_ms"], r["producer_epoch"]
-        elif state in ("CompleteCommit", "CompleteAbort"):
-            t.result = "COMMIT" if state == "CompleteCommit" else "ABORT"
-            t.complete_ts = r["timestamp_ms"]
-            if t.prepare_ts is None:
-                t.prepare_ts, t.prepare_epoch = r["timestamp_ms"], r["producer_epoch"]
+        _add_record(t, r, st, state)
+    for t in view.txns:
+        if t.ended_by is None:
+            t.ended_by, t.end_detail = end_cause(t)
+        if t.prepare_epoch == MAX_EPOCH and not t.complete:
+            # the coordinator moved the id to a new producer id (TV2 epoch exhaustion): this
+            # producer id's last transaction completes under the next one
+            t.complete_ts = t.prepare_ts
+            t.end_detail = (t.end_detail + "; " if t.end_detail else "") + "epoch exhausted: completed under the next producer id"
     return view
+
+
+MAX_EPOCH = 32767   # Short.MaxValue: a producer id's last marker epoch
+
+
+def _add_record(t: CoordTxn, r: dict, st: dict, state: str) -> None:
+    t.states.append(st)
+    if r.get("evidence"):
+        t.evidence.extend(r["evidence"])
+    ctv = r.get("client_transaction_version")
+    if ctv is not None and state in ("Ongoing",):
+        t.client_version = ctv if t.client_version is None else max(t.client_version, ctv)
+    for tp in partition_names(r["partitions"]):
+        t.partitions.add(tp)
+        t.registered_at.setdefault(tp, r["timestamp_ms"])
+    if r.get("end_cause"):
+        t.ended_by, t.end_detail = r["end_cause"], r.get("end_detail")
+    if state in ("PrepareCommit", "PrepareAbort"):
+        t.result = "COMMIT" if state == "PrepareCommit" else "ABORT"
+        t.prepare_ts, t.prepare_epoch = r["timestamp_ms"], r["producer_epoch"]
+        t.prepare_ctv = ctv
+    elif state in ("CompleteCommit", "CompleteAbort"):
+        t.result = "COMMIT" if state == "CompleteCommit" else "ABORT"
+        t.complete_ts = r["timestamp_ms"]
+        if t.prepare_ts is None:
+            t.prepare_ts, t.prepare_epoch = r["timestamp_ms"], r["producer_epoch"]
+
+
+FENCE_FOLLOW_MS = 5_000   # a fenced instance's successor retries InitProducerId within moments
+
+
+def end_cause(t: CoordTxn) -> tuple[str | None, str | None]:
+    """Who ended a transaction, read from the coordinator's records (TransactionCoordinator,
+    KIP-890): the coordinator itself aborts on a timeout (abortTimedOutTransactions: the
+    transaction's start plus its timeout passed) or when a new instance's InitProducerId fences
+    it (PrepareAbort, CompleteAbort, then the new instance's Empty record at the epoch after);
+    under transaction version 0/1 its PrepareAbort bumps the epoch while the client's EndTxn
+    does not; under version 2 every end bumps it once. A commit is always the client's."""
+    if t.result is None:
+        return None, None
+    if t.result == "COMMIT":
+        return "client", "EndTxn commit"
+    first = t.states[0]["epoch"] if t.states else t.epoch
+    bumped = t.prepare_epoch is not None and first is not None and t.prepare_epoch > first
+    tv2 = (t.client_version or 0) >= 2
+    if not bumped:
+        return "client", "EndTxn abort"
+    timed_out = (t.prepare_ts is not None and t.start_ms is not None and t.timeout_ms is not None
+                 and t.timeout_ms < 2**31 - 1 and t.prepare_ts - t.start_ms >= t.timeout_ms)
+    if timed_out:
+        return "coordinator", "timeout"
+    fenced = (t.next_state == "Empty" and t.next_epoch is not None and t.prepare_epoch is not None
+              and t.next_epoch > t.prepare_epoch and t.next_ts is not None and t.complete_ts is not None
+              and t.next_ts - t.complete_ts <= FENCE_FOLLOW_MS)
+    if tv2 and not fenced:
+        return "client", "EndTxn abort"
+    # transaction version 0/1: an abort that bumps the epoch before the timeout is a fencing
+    return "coordinator", "fencing"

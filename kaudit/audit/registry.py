@@ -26,6 +26,10 @@ class Rule:
     title: str
     remediation: str
     fn: Callable
+    # The fast path's predicate, declared beside the rule: given the vectorised facts of many
+    # producers, the producer ids this rule might flag (the rest it certainly would not). A rule
+    # of a fold with a fast path and no predicate turns that fast path off (txn_clean).
+    clean: Callable | None = None
 
     @property
     def doc(self) -> str:
@@ -35,8 +39,8 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(id: str, severity: str, scope: str, title: str, remediation: str = ""):
-    """Register the decorated function as rule `id`."""
+def rule(id: str, severity: str, scope: str, title: str, remediation: str = "", clean: Callable | None = None):
+    """Register the decorated function as rule `id` (`clean`: its fast-path predicate)."""
     if severity not in SEVERITY_RANK:
         raise ValueError(severity)
 
@@ -45,7 +49,7 @@ def rule(id: str, severity: str, scope: str, title: str, remediation: str = ""):
             raise ValueError(f"rule {id} registered twice")
         if not (fn.__doc__ or "").strip():
             raise ValueError(f"rule {id} needs a docstring (invariant, Kafka class or KIP, benign causes)")
-        RULES[id] = Rule(id, severity, scope, title, remediation, fn)
+        RULES[id] = Rule(id, severity, scope, title, remediation, fn, clean)
         return fn
 
     return register

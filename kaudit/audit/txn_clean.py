@@ -92,8 +92,8 @@ def clean_producers(batches: pa.Table | None, txn_log: pa.Table | None) -> np.nd
 
 
 def _clean(batches: pa.Table | None, txn_log: pa.Table | None) -> np.ndarray:
-    from kaudit.audit.transactions import MATCH_WINDOW_MS
-    from kaudit.audit.txn_rules import LATE_SLACK_MS, MARKER_CLUSTER_MS
+    from kaudit.audit.txn_model import MARKER_CLUSTER_MS, MATCH_WINDOW_MS
+    from kaudit.audit.txn_rules import LATE_SLACK_MS
 
     parts, tps, bad_b = _batch_side(batches)
     txns, bad_c = _coordinator_side(txn_log, tps, parts["ntp"])
@@ -227,6 +227,8 @@ def _batch_side(t: pa.Table | None) -> tuple[dict, dict[str, int], np.ndarray]:
     has_prev = ~stream[starts]
     before = np.maximum(starts - 1, 0)
     late = ~empty & has_prev & bts_ok[starts] & bts_ok[before] & (bts[starts] > bts[before])
+    # data of an epoch below the marker before it: an ended transaction's (late-transactional-write)
+    bad[starts[~empty & has_prev & (epoch[starts] < epoch[before])]] = True
     # partition ids: one per (topic, partition) pair
     pairs, tp_of_row = np.unique(tc * (1 << 32) + np.maximum(part, 0), return_inverse=True)
     names = {f"{topics[int(k) >> 32]}-{int(k) & 0xFFFFFFFF}": i for i, k in enumerate(pairs) if k >= 0}
@@ -417,3 +419,15 @@ def _loose(parts: dict, sel: np.ndarray, window: int) -> np.ndarray:
         p = np.maximum(prev, 0)
         bad |= (res != r) & (prev >= 0) & (pid[p] == pid) & (ts - ts[p] <= window)
     return np.union1d(stray, pid[bad])
+
+
+# -- the rules' predicates (declared beside each rule in txn_rules.py) -------------------------
+# (placeholders while the fast path is being split by rule: each returns the producer ids its
+# rule might flag; see clean_producers)
+
+def every_part_ends(facts) -> np.ndarray:
+    return facts.bad
+
+
+one_result_per_transaction = every_partition_registered = no_coordinator_abort = no_stray_marker = every_part_ends
+coordinator_epochs_rise = no_plain_writes = no_late_write = valid_transitions = every_part_ends

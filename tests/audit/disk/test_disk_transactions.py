@@ -163,7 +163,7 @@ def test_coordinator_epoch_regression(tmp_path):
     ld.write()
     [f] = audit(ld.root)
     assert (f["rule"], f["severity"], f["first_offset"]) == ("coordinator-epoch-regression", "error", 2)
-    assert details(f) == {"previous_coordinator_epoch": 5, "coordinator_epoch": 3}
+    assert details(f).items() >= {"previous_coordinator_epoch": 5, "coordinator_epoch": 3}.items()
 
 
 def test_non_transactional_write_in_transaction(tmp_path):
