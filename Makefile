@@ -6,10 +6,15 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test bench setup compile clean
 
-$(STAMP): pyproject.toml
+# `pip install -e` also builds the compiled core (setup.py: Cython extensions, the machine's gcc);
+# a changed .pyx or C header rebuilds it. tshark (Debian's package) is for the test that checks
+# kaudit against Wireshark's Kafka dissector (tests/corpus/test_wireshark_agree.py); without root
+# or apt the set-up goes on and that test says why it skips.
+$(STAMP): pyproject.toml setup.py $(wildcard kaudit/*/*.pyx kaudit/*/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@command -v tshark >/dev/null || ./.ci/install-tshark || echo "tshark not installed: the Wireshark cross-check will skip"
 	touch $(STAMP)
 
 setup: $(STAMP)

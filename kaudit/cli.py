@@ -46,15 +46,19 @@ KafkaPortOpt = Annotated[Optional[list[int]], typer.Option(
 MaxFrameOpt = Annotated[int, typer.Option("--max-frame-bytes", min=1024, help="Largest Kafka frame accepted.")]
 MaxBatchOpt = Annotated[int, typer.Option("--max-batch-bytes", min=1024,
                                           help="Largest batch (and decompressed payload) accepted.")]
-JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes (files decode in parallel).")]
+JobsOpt = Annotated[Optional[int], typer.Option(
+    "--jobs", "-j", min=1, help="Processes of the local engine. Default: captures of 64 MiB or more "
+    "one per core (at most 4), segments 1 (their rows cost more to move between processes than "
+    "to decode). Same rows and findings whatever the number.")]
 MAX_FRAME_BYTES, MAX_BATCH_BYTES = 100 * 1024 * 1024, 64 * 1024 * 1024
 
 
-def _pcap_options(kafka_port, max_batch_bytes: int, max_frame_bytes: int, deep: bool = False):
+def _pcap_options(kafka_port, max_batch_bytes: int, max_frame_bytes: int, deep: bool = False,
+                  jobs: int | None = None):
     from kaudit.sources.pcap import PcapOptions
 
     return PcapOptions(kafka_ports=frozenset(kafka_port or [9092]), deep=deep,
-                       max_batch_bytes=max_batch_bytes, max_frame_bytes=max_frame_bytes)
+                       max_batch_bytes=max_batch_bytes, max_frame_bytes=max_frame_bytes, jobs=jobs)
 
 
 def _exit_unreadable(errors) -> None:
@@ -101,11 +105,11 @@ def decode_segments(
     deep: Annotated[bool, typer.Option("--deep", help="Also decode every record (kind `record`).")] = False,
     max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Only rows of these kinds (repeatable).")] = None,
-    jobs: JobsOpt = 1,
+    jobs: JobsOpt = None,
     engine: EngineOpt = Engine.auto,
     master: MasterOpt = None,
     spark_conf: SparkConfOpt = None,
-    spark_threshold: ThresholdOpt = "1GiB",
+    spark_threshold: ThresholdOpt = None,
     spark_ui: SparkUiOpt = False,
 ):
     """Decode every file a Kafka broker leaves in its log dirs: .log segments, indexes, transaction
@@ -171,6 +175,7 @@ def decode_pcap(
     format: Annotated[RowFormat, typer.Option("--format", "-f", help="Output format.")] = RowFormat.ndjson,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file (a folder for parquet).")] = None,
     kafka_port: KafkaPortOpt = None,
+    jobs: JobsOpt = None,
     deep: Annotated[bool, typer.Option("--deep", help="Also decode the records inside batches.")] = False,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Only rows of these kinds (repeatable).")] = None,
     max_frame_bytes: MaxFrameOpt = MAX_FRAME_BYTES,
@@ -178,7 +183,7 @@ def decode_pcap(
     engine: EngineOpt = Engine.auto,
     master: MasterOpt = None,
     spark_conf: SparkConfOpt = None,
-    spark_threshold: ThresholdOpt = "1GiB",
+    spark_threshold: ThresholdOpt = None,
     spark_ui: SparkUiOpt = False,
 ):
     """Decode every Kafka conversation of packet captures: frames paired with their responses,
@@ -188,7 +193,7 @@ def decode_pcap(
     from kaudit.report.writers import Counts, make_writer, write_all
 
     _check_output(format, output, kind, files)
-    options = _pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=deep)
+    options = _pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=deep, jobs=jobs)
     summaries: dict = {}
     sp = choose(engine, files, master, spark_conf, spark_threshold, spark_ui)
     if sp is None:
@@ -306,12 +311,12 @@ def audit_segments(
     now: NowOpt = None,
     select: RulesOpt = None,
     ignore: IgnoreOpt = None,
-    jobs: JobsOpt = 1,
+    jobs: JobsOpt = None,
     max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
     engine: EngineOpt = Engine.auto,
     master: MasterOpt = None,
     spark_conf: SparkConfOpt = None,
-    spark_threshold: ThresholdOpt = "1GiB",
+    spark_threshold: ThresholdOpt = None,
     spark_ui: SparkUiOpt = False,
     parquet: ParquetOpt = None,
 ):
@@ -352,12 +357,13 @@ def audit_pcap(
     select: RulesOpt = None,
     ignore: IgnoreOpt = None,
     kafka_port: KafkaPortOpt = None,
+    jobs: JobsOpt = None,
     max_frame_bytes: MaxFrameOpt = MAX_FRAME_BYTES,
     max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
     engine: EngineOpt = Engine.auto,
     master: MasterOpt = None,
     spark_conf: SparkConfOpt = None,
-    spark_threshold: ThresholdOpt = "1GiB",
+    spark_threshold: ThresholdOpt = None,
     spark_ui: SparkUiOpt = False,
     parquet: ParquetOpt = None,
 ):
@@ -366,7 +372,7 @@ def audit_pcap(
     _check_report_output(output, files)
     _check_report_output(parquet, files)
     sel, ign, now_ms = _rule_list(select), _rule_list(ignore), _parse_now(now)
-    options = _pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False)
+    options = _pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False, jobs=jobs)
     names = [str(f) for f in files]
     sp = choose(engine, files, master, spark_conf, spark_threshold, spark_ui)
 
@@ -402,13 +408,13 @@ def audit_both(
     select: RulesOpt = None,
     ignore: IgnoreOpt = None,
     kafka_port: KafkaPortOpt = None,
-    jobs: JobsOpt = 1,
+    jobs: JobsOpt = None,
     max_frame_bytes: MaxFrameOpt = MAX_FRAME_BYTES,
     max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
     engine: EngineOpt = Engine.auto,
     master: MasterOpt = None,
     spark_conf: SparkConfOpt = None,
-    spark_threshold: ThresholdOpt = "1GiB",
+    spark_threshold: ThresholdOpt = None,
     spark_ui: SparkUiOpt = False,
 ):
     """Audit captures and log dirs together: both audits, then their join on (topic, partition,
@@ -439,7 +445,7 @@ def list_transactions(
     engine: EngineOpt = Engine.auto,
     master: MasterOpt = None,
     spark_conf: SparkConfOpt = None,
-    spark_threshold: ThresholdOpt = "1GiB",
+    spark_threshold: ThresholdOpt = None,
     spark_ui: SparkUiOpt = False,
 ):
     """List the transactions stored in log dirs: partitions, first offsets, markers (offset,

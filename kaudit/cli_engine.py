@@ -18,15 +18,17 @@ class Engine(str, Enum):
 
 
 EngineOpt = Annotated[Engine, typer.Option(
-    "--engine", help="local (in-process), spark (PySpark) or auto: spark when the inputs exceed "
-    "--spark-threshold or --master is given.")]
+    "--engine", help="local (this machine's cores), spark (PySpark) or auto: spark when --master "
+    "is given, spark-submit started kaudit, or the inputs exceed a --spark-threshold you set; "
+    "otherwise local.")]
 MasterOpt = Annotated[Optional[str], typer.Option(
     "--master", help="Spark master (default local[*], or spark-submit's); giving it chooses the Spark "
     "engine under auto.")]
 SparkConfOpt = Annotated[Optional[list[str]], typer.Option(
     "--spark-conf", help="KEY=VALUE passed to Spark (repeatable).")]
-ThresholdOpt = Annotated[str, typer.Option(
-    "--spark-threshold", help="Input size above which auto picks Spark (bytes, or 512MiB, 1GiB...).")]
+ThresholdOpt = Annotated[Optional[str], typer.Option(
+    "--spark-threshold", help="Input size above which auto picks Spark (bytes, or 512MiB, 1TiB...); "
+    "none by default: on one machine the local engine is faster at every size.")]
 SparkUiOpt = Annotated[bool, typer.Option("--spark-ui", help="Keep the Spark UI on (off by default).")]
 ParquetOpt = Annotated[Optional[Path], typer.Option(
     "--parquet", help="Also write the decoded tables and the findings as Parquet into this folder.")]
@@ -61,12 +63,13 @@ def spark_options(master, spark_conf, spark_ui: bool):
 LEAN_LOCAL = False
 
 
-def choose(engine: Engine, paths, master, spark_conf, threshold: str, spark_ui: bool):
+def choose(engine: Engine, paths, master, spark_conf, threshold: str | None, spark_ui: bool):
     """None for the local engine, else the SparkOptions to run with."""
     from kaudit.engine.spark import choose_engine
 
     options = spark_options(master, spark_conf, spark_ui)   # checked whichever engine runs
-    name = choose_engine(engine.value, [str(p) for p in paths], parse_size(threshold), master)
+    limit = None if threshold is None else parse_size(threshold)
+    name = choose_engine(engine.value, [str(p) for p in paths], limit, master)
     if name == "local" and LEAN_LOCAL:
         from kaudit.lean import refuse
 

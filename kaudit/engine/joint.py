@@ -116,7 +116,7 @@ def merge_ranges(into: dict, ranges) -> dict:
 
 
 def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | None = None,
-               select=(), ignore=(), max_batch_bytes: int = 64 << 20, jobs: int = 1,
+               select=(), ignore=(), max_batch_bytes: int = 64 << 20, jobs: int | None = None,
                progress: bool = False, spark_options=None) -> AuditRun:
     disk_names = from_plan(plan(segments))   # partition.metadata names the wire's topic ids too
     if spark_options is not None:

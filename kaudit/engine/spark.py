@@ -524,13 +524,18 @@ def inputs_bytes(paths: list[str], enough: int | None = None) -> int:
     return total
 
 
-def choose_engine(engine: str, paths: list[str], threshold: int, master: str | None) -> str:
-    """`auto`: spark when a master is given or the inputs exceed the threshold, else local."""
+def choose_engine(engine: str, paths: list[str], threshold: int | None, master: str | None) -> str:
+    """`auto`: spark when a master is given, under spark-submit, or when the inputs exceed a
+    threshold the user set; else local. No size alone moves one machine to Spark: its session
+    start (6-10 s of JVM) and per-job costs make it slower than the local engine on the same
+    cores at every size (issue 19: 17.2 s against 0.83 s on 1.1 GiB of segments)."""
     if engine != "auto":
         return engine
     if master is not None or "PYSPARK_GATEWAY_PORT" in os.environ:   # --master, or under spark-submit
         return "spark"
-    return "spark" if inputs_bytes(paths, threshold) > threshold else "local"
+    if threshold is not None and inputs_bytes(paths, threshold) > threshold:
+        return "spark"
+    return "local"
 
 
 __all__ = ["SparkOptions", "session", "audit_segments", "audit_pcaps", "decoded_tables", "write_parquet",

@@ -12,7 +12,10 @@ import struct
 
 from crc32c import crc32c
 
+from kaudit import native
 from kaudit.protocol.record_batch import CRC_START, LOG_OVERHEAD, V2_MIN_LENGTH
+
+_C = "kaudit.protocol._cbatch"  # the compiled twins of plausible_v2 and scan_v2
 
 _PREFIX = struct.Struct(">qiibI")  # base_offset, batch_length, leader epoch, magic, crc
 
@@ -23,6 +26,9 @@ STOP_OTHER = "other"          # next entry needs the careful decoder (magic, len
 
 def plausible_v2(buf, pos: int, end: int, max_batch_bytes: int) -> bool:
     """A v2 batch starts at `pos`: magic 2, sane length within `end`, and a matching CRC."""
+    c = native.module(_C)
+    if c is not None:
+        return c.plausible_v2(buf, pos, end, max_batch_bytes)
     if pos + 61 > end:
         return False
     _, length, _, magic, crc = _PREFIX.unpack_from(buf, pos)
@@ -44,6 +50,9 @@ def scan_v2(buf, start: int, end: int, max_batches: int, max_batch_bytes: int,
     payload byte is data: `crc_ok` False); when it is not, the scan stops there so the caller
     can treat the region as corrupt and resync.
     """
+    c = native.module(_C)
+    if c is not None:
+        return c.scan_v2(buf, start, end, max_batches, max_batch_bytes, max_span)
     mv = memoryview(buf)
     unpack = _PREFIX.unpack_from
     positions = []

@@ -22,6 +22,7 @@ from kaudit.capture import (
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.wire.headers import DEFAULT_MAX_FRAME
+from kaudit.sources import cores
 from kaudit.sources.conversation import Conversation
 from kaudit.sources.wire_rows import WireRows
 
@@ -31,8 +32,7 @@ FLUSH_ROWS = 8192
 # (by the number of the close event, then of the open event for connections left open), then the
 # capture file's issues.
 KEY_CLOSED, KEY_OPEN, KEY_ISSUES = 1 << 40, 2 << 40, 3 << 40
-MIN_PARALLEL_BYTES = 64 << 20  # smaller captures are decoded in one process (jobs=None)
-MAX_JOBS = 4
+MIN_PARALLEL_BYTES = cores.MIN_PARALLEL_BYTES  # smaller captures: one process (jobs=None)
 DEFAULT_KAFKA_PORTS = frozenset({9092})
 
 
@@ -149,19 +149,12 @@ class Session:
 
 
 def auto_jobs(size: int) -> int:
-    """Processes for a capture of `size` bytes when the options do not say: the environment's
-    KAUDIT_PCAP_JOBS if set, else one below MIN_PARALLEL_BYTES, else one per CPU (at most
-    MAX_JOBS)."""
+    """Processes for a capture of `size` bytes when the options do not say: KAUDIT_PCAP_JOBS
+    (or KAUDIT_JOBS) if set, else `cores.auto_jobs` (one per CPU from MIN_PARALLEL_BYTES on)."""
     env = os.environ.get("KAUDIT_PCAP_JOBS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    if size < MIN_PARALLEL_BYTES or os.name != "posix":  # workers talk over inherited pipe fds
-        return 1
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_JOBS))
+    return cores.auto_jobs(size)
 
 
 def _decode(mm, path, options, summary, fragments=None):

@@ -12,10 +12,12 @@ from kaudit.model import SCHEMAS, table_from_rows
 from kaudit.protocol import coordinator
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.record_batch import decode_entry
+from kaudit.sources import record_columns
 
 TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
 FLUSH_ROWS = 8192
+FLUSH_RECORD_BYTES = 4 << 20  # record rows are handed on before their keys and values pass this
 
 
 class RecordRows:
@@ -27,10 +29,25 @@ class RecordRows:
         self.internal = topic if topic in (TXN_TOPIC, OFFSETS_TOPIC) else None
         self.wanted = deep or self.internal is not None
         self.max_batch_bytes = max_batch_bytes
-        self.rows: dict[str, list[dict]] = {}
+        # kind -> dict rows; "record" -> a record_columns builder (the kinds keep the order in
+        # which their first row came, as tables are handed on in that order)
+        self.rows: dict[str, object] = {}
+        self.ready: list[tuple[str, pa.Table]] = []  # record tables cut before a flush
 
     def add_v2(self, buf, position: int) -> None:
+        if self.deep and not self.internal:
+            cols = self._records()
+            if cols.add_batch(buf, position, self.max_batch_bytes):
+                if cols.nbytes >= FLUSH_RECORD_BYTES:
+                    self.ready.append(("record", record_columns.table(self.place, cols.take())))
+                return
         self.add_entry(buf, position, 2)
+
+    def _records(self):
+        cols = self.rows.get("record")
+        if cols is None:
+            cols = self.rows["record"] = record_columns.builder()
+        return cols
 
     def add_entry(self, buf, position: int, magic: int) -> None:
         if not self.wanted:
@@ -44,22 +61,11 @@ class RecordRows:
                 f"{position} do not decode: {e.message}", "resync_position": None})
             return
         if self.deep:
+            cols = self._records()
             for r in batch.records:
-                self._row("record", {
-                    "position": position,
-                    "batch_base_offset": batch.base_offset,
-                    "offset": r.offset,
-                    "timestamp_ms": r.timestamp_ms,
-                    "sequence": r.sequence,
-                    "key_size": r.key_size,
-                    "value_size": r.value_size,
-                    "key": r.key,
-                    "value": r.value,
-                    "header_keys": ",".join(k for k, _ in r.headers),
-                    "headers": r.headers_json(),
-                    "control_type": batch.control_type,
-                    "coordinator_epoch": batch.coordinator_epoch,
-                })
+                cols.append(position, batch.base_offset, r.offset, r.timestamp_ms, r.sequence,
+                            r.key, r.value, ",".join(k for k, _ in r.headers), r.headers_json(),
+                            batch.control_type, batch.coordinator_epoch)
         if self.internal and not batch.is_control:
             for r in batch.records:
                 self._internal(batch, r, position)
@@ -94,5 +100,11 @@ class RecordRows:
 
     def flush(self) -> Iterator[tuple[str, pa.Table]]:
         rows, self.rows = self.rows, {}
+        ready, self.ready = self.ready, []
+        yield from ready
         for kind, items in rows.items():
-            yield kind, table_from_rows(kind, items)
+            if kind == "record":
+                if len(items):
+                    yield kind, record_columns.table(self.place, items.take())
+            else:
+                yield kind, table_from_rows(kind, items)

@@ -31,6 +31,8 @@ from kaudit.sources.records import RecordRows
 
 CHUNK_BATCHES = 16384
 CHUNK_BYTES = 32 << 20  # pages behind this window are released
+# with record rows (--deep, internal topics) a window's rows hold its keys and values too
+RECORD_CHUNK_BYTES = 8 << 20
 _PAGE = mmap.PAGESIZE
 
 
@@ -71,11 +73,12 @@ def _decode(mm, place, target, deep, max_batch_bytes, chunk_batches, start=0, un
     batch_place = dict(place, topic_id=target.topic_id)   # only batch rows have a topic_id
     pos = start
     released = start
+    window = RECORD_CHUNK_BYTES if records.wanted else CHUNK_BYTES
     try:
         while pos < until:
             # the span bound also stops the scan at the first entry at or after `until`
             positions, oks, stop, reason = scan_v2(mv, pos, size, chunk_batches, max_batch_bytes,
-                                                    min(CHUNK_BYTES, until - pos))
+                                                    min(window, until - pos))
             if positions:
                 yield "batch", v2_table(mv, positions, oks, batch_place,
                                         lambda p: _control_info(mv, p, max_batch_bytes))

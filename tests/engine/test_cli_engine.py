@@ -54,7 +54,7 @@ def test_pcap_on_spark():
     assert _strip(a) == _strip(b)
 
 
-def test_auto_picks_spark_above_the_threshold_or_with_a_master():
+def test_auto_picks_spark_above_a_threshold_given_or_with_a_master():
     assert _json(["segments", str(DEMO)])[0]["engine"] == "local"
     assert _json(["segments", str(DEMO), "--spark-threshold", "1KiB"])[0]["engine"] == "spark"
     assert _json(["segments", str(DEMO), "--master", "local[2]"])[0]["engine"] == "spark"

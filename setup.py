@@ -1,0 +1,44 @@
+"""The compiled core: Cython extension modules built by `pip install` with the machine's C
+compiler (kaudit/native.py chooses them at import). When they cannot be built - no compiler,
+no Python headers, no Cython - the install goes on and kaudit runs its pure-Python decoders,
+saying so once on stderr. Everything else is in pyproject.toml."""
+
+from __future__ import annotations
+
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+MODULES = {"kaudit.protocol._cbatch": "kaudit/protocol/_cbatch.pyx"}
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that warns instead of failing: the pure path is always there."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as e:  # noqa: BLE001 - any build failure leaves the pure path
+            print(f"kaudit: the compiled core was not built ({e}); kaudit will run pure Python",
+                  file=sys.stderr)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as e:  # noqa: BLE001
+            print(f"kaudit: {ext.name} was not built ({e}); kaudit will run pure Python", file=sys.stderr)
+
+
+def extensions():
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        print("kaudit: Cython is missing; kaudit will run pure Python", file=sys.stderr)
+        return []
+    exts = [Extension(name, [src], include_dirs=["kaudit/protocol"], extra_compile_args=["-O3"])
+            for name, src in MODULES.items()]
+    return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
