@@ -15,3 +15,14 @@ def corpus() -> Path:
     if not CORPUS.is_dir():
         pytest.skip(f"corpus not found at {CORPUS} (CI provides ../shared/corpus beside the repo)")
     return CORPUS
+
+
+@pytest.fixture(params=["fast", "reference"])
+def txn_path(request, monkeypatch):
+    """Runs a transaction test on the fast path (txn_clean certifies producers through the
+    rules' own predicates) and on the reference path (every producer judged exactly): the same
+    findings either way."""
+    from kaudit.audit import txn_rows
+
+    monkeypatch.setattr(txn_rows, "FAST_PATH", request.param == "fast")
+    return request.param

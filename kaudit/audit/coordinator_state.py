@@ -7,43 +7,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
+from kaudit.audit import txn_clean
 from kaudit.audit.registry import evidence, finding, rule
-
-STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
-          "Dead", "PrepareEpochFence")
-# TransactionState.validPreviousStates (Kafka 3.x), DESIGN.md §2.
-VALID_PREVIOUS: dict[str, frozenset[str]] = {
-    "Empty": frozenset({"Empty", "CompleteCommit", "CompleteAbort"}),
-    "Ongoing": frozenset({"Ongoing", "Empty", "CompleteCommit", "CompleteAbort"}),
-    "PrepareCommit": frozenset({"Ongoing"}),
-    "PrepareAbort": frozenset({"Ongoing", "PrepareEpochFence"}),
-    "CompleteCommit": frozenset({"PrepareCommit"}),
-    "CompleteAbort": frozenset({"PrepareAbort"}),
-    "Dead": frozenset({"Empty", "CompleteAbort", "CompleteCommit"}),
-    "PrepareEpochFence": frozenset({"Ongoing"}),
-}
-OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
-
+from kaudit.audit.txn_states import (  # noqa: F401
+    EMPTY_ABORT_PREVIOUS, MAX_EPOCH, OPEN_STATES, STATES, VALID_PREVIOUS,
+)
 
 @rule("illegal-state-transition", "error", "disk",
       "coordinator state machine broken",
       "The coordinator's log is inconsistent (lost or reordered __transaction_state records, a "
       "bad coordinator failover or a broker bug). Compare the replicas of the __transaction_state "
       "partition; if the transactional id is stuck, abort its open transactions with "
-      "kafka-transactions.sh and restart the producer.")
-def illegal_state_transition(previous: str | None, new: str) -> bool:
+      "kafka-transactions.sh and restart the producer.", clean=txn_clean.valid_transitions)
+def illegal_state_transition(previous: str | None, new: str, client_version: int | None = None) -> bool:
     """Invariant: two consecutive `__transaction_state` records of one transactional id go from a
     state to one of its valid successors: TransactionMetadata.prepareTransitionTo checks
     `TransactionState.validPreviousStates` (Empty <- Empty|CompleteCommit|CompleteAbort; Ongoing <-
     Ongoing|Empty|CompleteCommit|CompleteAbort; PrepareCommit <- Ongoing; PrepareAbort <-
     Ongoing|PrepareEpochFence; CompleteCommit <- PrepareCommit; CompleteAbort <- PrepareAbort;
-    Dead <- Empty|CompleteCommit|CompleteAbort; PrepareEpochFence <- Ongoing). KIP-98.
+    Dead <- Empty|CompleteCommit|CompleteAbort; PrepareEpochFence <- Ongoing). KIP-98. Kafka 4.x
+    adds PrepareAbort <- Empty|CompleteCommit|CompleteAbort: a transaction version 2 producer
+    aborting with nothing sent (KIP-890; such a record carries ClientTransactionVersion 2).
     Benign causes: the first record kaudit sees (compaction or retention removed the earlier
     ones: no previous state to check against), a tombstone (the id expired: history restarts).
     An unknown state id is reported too."""
     if previous is None:
         return False
     allowed = VALID_PREVIOUS.get(new)
+    if new == "PrepareAbort" and (client_version or 0) >= 2:
+        allowed = allowed | EMPTY_ABORT_PREVIOUS
     return allowed is None or previous not in allowed
 
 
@@ -155,7 +147,7 @@ def build(rows: list[dict], check: bool = True) -> CoordView:
         state = r["state"] or f"unknown({r.get('state_id')})"
         view.transactional_ids.add(tid)
         last = prev_by_id.get(tid)
-        if check and last is not None and illegal_state_transition(last[0], state):
+        if check and last is not None and illegal_state_transition(last[0], state, r.get("client_transaction_version")):
             prev = {**last[1], "state": last[0]}
             view.findings.append(finding(
                 "illegal-state-transition",
@@ -210,9 +202,6 @@ def build(rows: list[dict], check: bool = True) -> CoordView:
             t.complete_ts = t.prepare_ts
             t.end_detail = (t.end_detail + "; " if t.end_detail else "") + "epoch exhausted: completed under the next producer id"
     return view
-
-
-MAX_EPOCH = 32767   # Short.MaxValue: a producer id's last marker epoch
 
 
 def _add_record(t: CoordTxn, r: dict, st: dict, state: str) -> None:

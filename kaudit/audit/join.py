@@ -58,8 +58,9 @@ def outcome_mismatch(told: str, stored: str) -> bool:
     markers on all its partitions, an aborted one ABORT markers (TransactionCoordinator.endTransaction,
     KIP-98). A batch acknowledged but missing from every replica of a log that covers its offset,
     or a marker whose result differs from what the client was told, breaks the contract.
-    Benign causes: retention or compaction removed the batch (the log start is checked, the
-    compaction of a later key is not); the log dirs given are not the leader's or not all the
+    Benign causes: retention or compaction removed the batch (the log start is checked, and a
+    batch below the offset the log cleaner has compacted up to - its cleaner-offset-checkpoint -
+    is not judged); the log dirs given are not the leader's or not all the
     brokers'; acks=1 writes lost in a leader change (reported as a warning); a capture and log
     dirs that are not of the same cluster or time."""
     return told != stored
@@ -72,6 +73,9 @@ class JoinInput:
     disk: list[dict] = field(default_factory=list)       # disk batches (idempotent, markers, matched pid -1)
     # (replica, topic, partition) -> [log start offset, log end offset] over every batch read
     ranges: dict = field(default_factory=dict)
+    # (replica, topic, partition) -> the offset the log cleaner has compacted up to
+    # (cleaner-offset-checkpoint): below it, a batch the log lacks may have been compacted away
+    cleaned: dict = field(default_factory=dict)
 
 
 def wire_key(r: dict):
@@ -126,7 +130,7 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
             where_of.setdefault((wire_key(d), d["replica"], d["base_offset"]), d)
     out: list[dict] = []
     cov = {"produce_batches": len(inp.produce), "resolved": 0, "acknowledged_checked": 0,
-           "acknowledged_not_covered": 0, "end_txn_checked": 0}
+           "acknowledged_not_covered": 0, "acknowledged_compacted": 0, "end_txn_checked": 0}
     groups: dict = defaultdict(list)
     for r in inp.produce:
         key = wire_key(r)
@@ -142,6 +146,10 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
             if r["response_error"] == 0 and r["response_base_offset"] is not None and r["response_base_offset"] >= 0:
                 off = r["response_base_offset"]
                 covering = {rep: rng for rep, rng in holders.items() if rng[0] <= off}
+                compacted = {rep for rep in covering if off < inp.cleaned.get((rep, r0["topic"], r0["partition"]), -1)}
+                if compacted:
+                    cov["acknowledged_compacted"] += 1   # the cleaner may have removed it: not judged
+                    covering = {}
                 if not covering:
                     cov["acknowledged_not_covered"] += 1
                     continue

@@ -81,7 +81,14 @@ class CrossPartitionFold(Fold):
         return txn_rows.lean(txn_rows.runs(sel) if kind == "batch" else sel)
 
     def prepare(self, items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
-        return txn_rows.prepare(items, ctx, self.key + self.order)
+        return txn_rows.prepare(items, ctx, self.key + self.order, rules=RULE_IDS)
+
+
+# The rules this fold runs (txn_findings.judge, coordinator_state.build): the fast path certifies a
+# producer only through their own predicates, and not at all when one has none.
+RULE_IDS = ("dangling-transaction", "hanging-transaction", "torn-transaction", "unregistered-partition",
+            "coordinator-abort", "stray-marker", "coordinator-epoch-regression",
+            "non-transactional-write-in-transaction", "late-transactional-write", "illegal-state-transition")
 
 
 def _batch_where(t: pa.Table):

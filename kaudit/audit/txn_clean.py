@@ -1,48 +1,35 @@
-"""The producer ids whose transactions certainly give no finding, decided for all of them at once
-with numpy over the transactions fold's buffered rows, so that `CrossPartitionFold.prepare`
-(transactions.py) leaves their rows out and the exact path (assemble + txn_rules.judge, per
-producer id, in Python) only sees the others.
+"""The transactions fold's fast path: the producer ids whose transactions certainly give no
+finding, decided for all of them at once with numpy over the fold's buffered rows, so that
+`CrossPartitionFold.prepare` (transactions.py) leaves their rows out and the exact path (the
+facts of txn_model, judged by txn_findings, per producer id, in Python) only sees the others.
 
-Invariant (soundness): `clean_producers` returns only producer ids for which the exact path gives
-no finding at all, on the same rows. It is conservative: any producer outside the textbook shape
-below stays with the exact path, which alone decides what is reported; so certifying fewer
-producers costs time, never findings. tests/audit/disk/test_disk_txn_clean.py checks the
-invariant on mutated transaction logs. A producer is certified when all of these hold (what each
-rules out in brackets):
+The certification is made of the rules' own predicates: each transaction rule declares, beside
+its code (`@rule(..., clean=...)` in txn_rules.py and coordinator_state.py), the function below
+that returns the producer ids it might flag; a producer is certified when no predicate names it
+and the vectorised facts describe it (`Facts.shape`). A rule of the fold without a predicate
+turns the fast path off (`clean_producers` certifies nobody). tests/audit/disk/test_disk_txn_clean.py
+checks soundness - the certified producers' exact findings are none - on mutated transaction
+logs, and the transaction tests run the reference path (no certification) too.
 
-Batches (per replica, topic, partition, in offset order; the fold's batch rows):
-- its batches are transactional data (D) or COMMIT/ABORT markers (M), none plain or other
-  control types [non-transactional-write-in-transaction, skipped controls];
-- on every replica each partition reads (D* M)+ with strictly increasing offsets: every part
-  ends with a marker [dangling/hanging-transaction, torn-transaction's open parts]; a part with
-  no data (a registered partition the producer never wrote to) only where the coordinator's
-  transaction claims it [stray-marker];
-- the replicas of a partition hold identical batches of it (offsets, kinds, epochs, coordinator
-  epochs, timestamps): merging them changes nothing [lagging replicas stay exact];
-- markers carry a coordinator epoch and a timestamp, and coordinator epochs never decrease
-  [coordinator-epoch-regression];
-- no ABORT marker has the epoch of the data before it + 1 (of its coordinator transaction's
-  first record, in a part with no data) [coordinator-abort].
+The facts (`Facts`), and the shape they can describe (what each rules out in brackets):
 
-The coordinator's records of the producer (txn_log rows):
-- known states, timestamps, offsets increasing per replica, no tombstones, replicas of a
-  `__transaction_state` partition identical (pick_replica's choice changes nothing), one topic;
-- every transition of a transactional id is valid [illegal-state-transition];
-- its transactions (built as coordinator_state.build does) have windows
-  [prepare (else start), complete] that follow each other without overlap in creation order,
-  every one but the last complete.
+Batches (per replica, topic, partition, in offset order; the fold's batch rows): transactional
+data (D) and COMMIT/ABORT markers (M), no other control types, strictly increasing offsets,
+identical replicas (offsets, kinds, epochs, coordinator epochs, timestamps: merging changes
+nothing), epochs present, markers with a coordinator epoch and a timestamp. Parts are a marker
+and the data before it. Plain writes [non-transactional-write-in-transaction] and a stream not
+ending with a marker [dangling/hanging] are outside the shape too (the parts need (D* M)+).
 
-Markers against the coordinator:
-- with coordinator transactions: every marker's nearest window (the first on a tie; within
-  MATCH_WINDOW_MS: a broker's clock may put a marker just outside its transaction's window) is
-  a transaction listing the partition with the marker's result; then match_markers picks
-  exactly that transaction [torn-transaction, unregistered-partition]; and no part whose data was
-  created after the previous marker there, and whose transaction directly follows that
-  marker's, has first data more than LATE_SLACK_MS older than its transaction's registration of
-  the partition [late-transactional-write];
-- without: every part has data, and no COMMIT and ABORT of the producer lie within
-  MARKER_CLUSTER_MS of each other (the loose clusters of txn_rules._torn then hold one result)
-  [stray-marker, torn-transaction].
+The coordinator's records (txn_log rows): known states, timestamps, offsets increasing per
+replica, no tombstones, identical replicas, one topic per producer; transactions (as
+coordinator_state.build makes them) with at most one Prepare and one Complete of one result,
+windows [prepare (else start), complete] following each other without overlap, every one but the
+last complete, none starting with its Complete record (a producer id rotation) nor prepared at
+the last epoch (completed under the next producer id).
+
+Markers against the coordinator: each marker's nearest window (the first on a tie, within
+MATCH_WINDOW_MS) - the transaction match_markers picks when it lists the partition with the
+marker's result.
 """
 
 from __future__ import annotations
@@ -51,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.coordinator_state import STATES, VALID_PREVIOUS
+from kaudit.audit.txn_states import MAX_EPOCH, STATES, VALID_PREVIOUS
 
 _S = {s: i for i, s in enumerate(STATES)}
 _VALID = np.array([[p in VALID_PREVIOUS[n] for n in STATES] for p in STATES])   # [prev, new]
@@ -71,11 +58,15 @@ _TXN_LOG_NEEDS = ["producer_id", "topic", "partition", "replica", "offset", "tim
                   "tombstone", "state", "partitions", "start_ms", "producer_epoch"]
 
 
-def clean_producers(batches: pa.Table | None, txn_log: pa.Table | None) -> np.ndarray:
-    """Sorted producer ids of the rows (the fold's selection, every chunk, after prefilter) whose
-    transactions give no finding; see the module docstring for the conditions. Every condition
-    is about one producer id, so large selections are certified in buckets of producer ids
-    (pid mod a power of two) of about BUCKET_ROWS rows: same answer, bounded memory."""
+def clean_producers(batches: pa.Table | None, txn_log: pa.Table | None, rules=None) -> np.ndarray:
+    """Sorted producer ids of the rows (the fold's selection, every chunk, after prefilter) that
+    none of `rules` (registry.Rule, default: every rule with a predicate here) might flag and the
+    facts describe; nobody when a rule has no predicate. Every condition is about one producer
+    id, so large selections are certified in buckets of producer ids (pid mod a power of two) of
+    about BUCKET_ROWS rows: same answer, bounded memory."""
+    predicates = [r.clean for r in rules] if rules is not None else list(PREDICATES)
+    if any(p is None for p in predicates):
+        return _NONE
     batches = None if batches is None else batches.select(_BATCH_NEEDS)
     txn_log = None if txn_log is None else txn_log.select(_TXN_LOG_NEEDS)
     n = max(t.num_rows if t is not None else 0 for t in (batches, txn_log))
@@ -83,28 +74,47 @@ def clean_producers(batches: pa.Table | None, txn_log: pa.Table | None) -> np.nd
     while n > k * BUCKET_ROWS:
         k *= 2
     if k == 1:
-        return _clean(batches, txn_log)
+        return _clean(Facts(batches, txn_log), predicates)
     ids = [None if t is None else pc.bit_wise_and(t.column("producer_id").cast(pa.int64()), k - 1)
            for t in (batches, txn_log)]
-    return np.sort(np.concatenate([_clean(*(None if t is None else t.filter(pc.equal(b, i))
-                                            for t, b in zip((batches, txn_log), ids)))
+    return np.sort(np.concatenate([_clean(Facts(*(None if t is None else t.filter(pc.equal(b, i))
+                                                  for t, b in zip((batches, txn_log), ids))), predicates)
                                    for i in range(k)]))
 
 
-def _clean(batches: pa.Table | None, txn_log: pa.Table | None) -> np.ndarray:
-    from kaudit.audit.txn_model import MARKER_CLUSTER_MS, MATCH_WINDOW_MS
-    from kaudit.audit.txn_rules import LATE_SLACK_MS
+def _clean(facts: "Facts", predicates) -> np.ndarray:
+    flagged = [facts.shape] + [p(facts) for p in predicates]
+    return np.setdiff1d(facts.all_pids, np.concatenate(flagged), assume_unique=False)
 
-    parts, tps, bad_b = _batch_side(batches)
-    txns, bad_c = _coordinator_side(txn_log, tps, parts["ntp"])
-    bad = [bad_b, bad_c]
-    pids = [parts["all_pids"], txns["all_pids"]]
-    if len(parts["pid"]):
-        with_txns = np.isin(parts["pid"], txns["pid"])
-        bad.append(_against_coordinator(parts, txns, with_txns, LATE_SLACK_MS, MATCH_WINDOW_MS))
-        bad.append(_loose(parts, ~with_txns, MARKER_CLUSTER_MS))
-    every = np.unique(np.concatenate(pids))
-    return np.setdiff1d(every, np.concatenate(bad), assume_unique=False)
+
+class Facts:
+    """The vectorised facts of many producers' transactions: their parts, the coordinator's
+    transactions and each marker's nearest one; `shape`, the producer ids they cannot describe;
+    `flags`, per condition the producer ids it holds for (read by the rules' predicates)."""
+
+    def __init__(self, batches: pa.Table | None, txn_log: pa.Table | None):
+        from kaudit.audit.txn_model import MARKER_CLUSTER_MS, MATCH_WINDOW_MS
+        from kaudit.audit.txn_rules import LATE_SLACK_MS
+
+        flags: dict[str, list[np.ndarray]] = {}
+        parts, tps, shape_b = _batch_side(batches, flags)
+        txns, shape_c = _coordinator_side(txn_log, tps, parts["ntp"], flags)
+        self.all_pids = np.unique(np.concatenate([parts["all_pids"], txns["all_pids"]]))
+        if len(parts["pid"]):
+            with_txns = np.isin(parts["pid"], txns["pid"])
+            _against_coordinator(parts, txns, with_txns, LATE_SLACK_MS, MATCH_WINDOW_MS, flags)
+            _loose(parts, ~with_txns, MARKER_CLUSTER_MS, flags)
+        self.shape = np.union1d(shape_b, shape_c)
+        self.flags = {k: np.unique(np.concatenate(v)) for k, v in flags.items()}
+
+    def of(self, *names: str) -> np.ndarray:
+        """The producer ids any of the named conditions holds for."""
+        got = [self.flags[n] for n in names if n in self.flags]
+        return np.unique(np.concatenate(got)) if got else _NONE
+
+
+def _flag(flags: dict, name: str, pids: np.ndarray) -> None:
+    flags.setdefault(name, []).append(np.asarray(pids, np.int64))
 
 
 # -- columns ---------------------------------------------------------------------------------
@@ -169,10 +179,11 @@ def _same_as_first(group_start: np.ndarray, stream_start: np.ndarray, cols: list
 
 # -- batches ---------------------------------------------------------------------------------
 
-def _batch_side(t: pa.Table | None) -> tuple[dict, dict[str, int], np.ndarray]:
+def _batch_side(t: pa.Table | None, flags: dict) -> tuple[dict, dict[str, int], np.ndarray]:
     """Per part (a marker and the data before it, on every replica): producer id, partition id,
     marker time and result, whether it may be a late write and its first data time; the
-    partition ids by "topic-partition"; the producer ids failing a batch condition."""
+    partition ids by "topic-partition"; the producer ids outside the shape. Conditions on the
+    way go to `flags`."""
     empty = {"all_pids": _NONE, "pid": _NONE, "ntp": 1}
     if t is None or t.num_rows == 0:
         return empty, {}, _NONE
@@ -186,49 +197,52 @@ def _batch_side(t: pa.Table | None) -> tuple[dict, dict[str, int], np.ndarray]:
     part, part_ok = int_column(t, "partition")
     bo, bo_ok = int_column(t, "base_offset")
     ctrl, txn = bool_column(t, "is_control"), bool_column(t, "is_transactional")
-    kind = np.full(len(pid), 3, np.int8)                     # 0 data, 1 COMMIT, 2 ABORT, 3 other
+    kind = np.full(len(pid), 3, np.int8)                     # 0 data, 1 COMMIT, 2 ABORT, 3 other, 4 plain
     kind[~ctrl & txn] = 0
+    kind[~ctrl & ~txn] = 4
     for code, name in ((COMMIT, "COMMIT"), (ABORT, "ABORT")):
         if name in ctypes:
             kind[ctrl & (ctype == ctypes.index(name))] = code
     order = rows[np.lexsort((bo[rows], rc[rows], part[rows], tc[rows], pid[rows]))]
     pid, tc, rc, part, bo, kind = pid[order], tc[order], rc[order], part[order], bo[order], kind[order]
-    bad = ~part_ok[order] | ~bo_ok[order] | (tc < 0) | (rc < 0) | (part < 0) | (kind == 3)
+    _flag(flags, "plain", pid[kind == 4])                    # non-transactional-write-in-transaction
+    shape = ~part_ok[order] | ~bo_ok[order] | (tc < 0) | (rc < 0) | (part < 0) | (kind >= 3)
     del ctrl, txn, ctype
     stream = _changes(pid, tc, part, rc)
     group = _changes(pid, tc, part)
     last = np.append(stream[1:], True)
-    marker = kind > 0
+    marker = (kind == COMMIT) | (kind == ABORT)
     prev_marker = np.append(False, marker[:-1])
-    bad |= last & ~marker                                    # every part ends with its marker
-    bad |= ~stream & (bo <= np.append(bo[:1], bo[:-1]))     # strictly increasing offsets
+    _flag(flags, "unended", pid[last & ~marker])             # dangling / hanging
+    shape |= last & ~marker                                  # the parts need (D* M)+
+    shape |= ~stream & (bo <= np.append(bo[:1], bo[:-1]))   # strictly increasing offsets
     epoch, epoch_ok = (a[order] for a in int_column(t, "producer_epoch"))
     ce, ce_ok = (a[order] for a in int_column(t, "coordinator_epoch"))
     bts, bts_ok = (a[order] for a in int_column(t, "base_timestamp_ms"))
     mts, mts_ok = (a[order] for a in int_column(t, "max_timestamp_ms"))
     lo, lo_ok = (a[order] for a in int_column(t, "last_offset"))
-    bad |= _same_as_first(group, stream, [bo, lo, lo_ok, kind, epoch, epoch_ok, ce, ce_ok,
-                                          bts, bts_ok, mts, mts_ok])
-    bad |= ~epoch_ok
-    bad |= marker & (~ce_ok | ~bts_ok)
+    shape |= _same_as_first(group, stream, [bo, lo, lo_ok, kind, epoch, epoch_ok, ce, ce_ok,
+                                            bts, bts_ok, mts, mts_ok])
+    shape |= ~epoch_ok
+    shape |= marker & (~ce_ok | ~bts_ok)
     m = np.flatnonzero(marker)
     if len(m) > 1:                                           # coordinator epochs never decrease
         sid = np.cumsum(stream)
         same = sid[m[1:]] == sid[m[:-1]]
-        bad[m[1:][same & (ce[m[1:]] < ce[m[:-1]])]] = True
-    # parts: a row starts one when it starts its stream or follows a marker; under the
-    # conditions above a part's last row is its marker, and a part starting with one is empty
+        _flag(flags, "ce_regress", pid[m[1:][same & (ce[m[1:]] < ce[m[:-1]])]])
+    # parts: a row starts one when it starts its stream or follows a marker; in the shape a
+    # part's last row is its marker, and a part starting with one is empty
     starts = np.flatnonzero(stream | prev_marker)
     ends = np.append(starts[1:], len(pid)) - 1
     empty = marker[starts]
     last_data = np.maximum(ends - 1, 0)
     abort = ~empty & (kind[ends] == ABORT) & (epoch[ends] == epoch[last_data] + 1)
-    bad[ends[abort]] = True                                  # a coordinator abort
+    _flag(flags, "abort_bumped", pid[ends[abort]])           # a coordinator abort, or a version-2 end
     has_prev = ~stream[starts]
     before = np.maximum(starts - 1, 0)
     late = ~empty & has_prev & bts_ok[starts] & bts_ok[before] & (bts[starts] > bts[before])
     # data of an epoch below the marker before it: an ended transaction's (late-transactional-write)
-    bad[starts[~empty & has_prev & (epoch[starts] < epoch[before])]] = True
+    _flag(flags, "late", pid[starts[~empty & has_prev & (epoch[starts] < epoch[before])]])
     # partition ids: one per (topic, partition) pair
     pairs, tp_of_row = np.unique(tc * (1 << 32) + np.maximum(part, 0), return_inverse=True)
     names = {f"{topics[int(k) >> 32]}-{int(k) & 0xFFFFFFFF}": i for i, k in enumerate(pairs) if k >= 0}
@@ -236,15 +250,15 @@ def _batch_side(t: pa.Table | None) -> tuple[dict, dict[str, int], np.ndarray]:
              "ts": bts[ends], "result": kind[ends].astype(np.int64), "late": late,
              "first_ts": bts[starts], "ntp": max(len(pairs), 1), "empty": empty,
              "epoch": epoch[ends], "has_prev": has_prev}
-    return parts, names, np.unique(pid[bad])
+    return parts, names, np.unique(pid[shape])
 
 
 # -- the coordinator's records ---------------------------------------------------------------
 
-def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int) -> tuple[dict, np.ndarray]:
+def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int, flags: dict) -> tuple[dict, np.ndarray]:
     """The coordinator transactions of every producer id (pid, window, result, creation order)
     and the registration time of each (transaction, partition id: `tps`, below `ntp`); the
-    producer ids failing a coordinator condition."""
+    producer ids outside the shape. Conditions on the way go to `flags`."""
     empty = {"all_pids": _NONE, "pid": _NONE}
     if t is None or t.num_rows == 0:
         return empty, _NONE
@@ -297,7 +311,7 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int) -> tupl
     first = _changes(pid, tid)
     st = np.maximum(state, 0)
     prev_st = np.append(0, st[:-1])
-    bad_pids = np.union1d(bad_pids, pid[~first & ~_VALID[prev_st, st]])
+    _flag(flags, "transitions", pid[~first & ~_VALID[prev_st, st]])   # illegal-state-transition
     # transactions: runs of non-Empty/Dead records of an id, a new one after a Complete record
     x = np.flatnonzero(~_EMPTY_DEAD[st])
     pid, tid, st, pc_, ts, start, start_ok, rank, epoch = (
@@ -318,6 +332,8 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int) -> tupl
     res_comp = np.zeros(n, np.int64)
     res_prep[of[is_prep]] = _RESULT[st[is_prep]]
     res_comp[of[is_comp]] = _RESULT[st[is_comp]]
+    prep_epoch = np.full(n, -1, np.int64)
+    prep_epoch[of[is_prep]] = epoch[is_prep]
     tpid = pid[first_row]
     bad_t = (n_prep > 1) | (n_comp > 1) | ((n_prep > 0) & (n_comp > 0) & (res_prep != res_comp))
     s0 = start[first_row]
@@ -326,6 +342,10 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int) -> tupl
     complete = n_comp > 0
     result = np.where(complete, res_comp, res_prep)
     bad_t |= complete & (lo > comp_ts)
+    bad_t |= _COMPLETE[st[first_row]]                        # completes the previous producer id's
+    bad_t |= ~complete & (prep_epoch == MAX_EPOCH)           # completed under the next producer id
+    # an abort whose PrepareAbort bumped the epoch: the coordinator's own, or a version-2 end
+    _flag(flags, "abort_bumped", tpid[(result == ABORT) & (n_prep > 0) & (prep_epoch > epoch[first_row])])
     view = np.lexsort((rank[first_row], tpid))               # view.txns order per producer
     position = np.empty(n, np.int64)
     position[view] = np.arange(n)
@@ -357,17 +377,18 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int) -> tupl
 
 # -- markers against the coordinator ---------------------------------------------------------
 
-def _against_coordinator(parts: dict, txns: dict, sel: np.ndarray, slack: int, window: int) -> np.ndarray:
-    """Producer ids (of parts `sel`: every part of producers with coordinator transactions) with
-    a marker whose nearest transaction window (of the two around its time; the windows follow
-    each other, so every other one is strictly further) is not within `window` ms, or belongs
-    to a transaction not listing its partition or with another result (match_markers then
-    picks exactly that transaction); an empty part ABORTed with that transaction's epoch + 1;
-    or a late write: a part created after the previous marker, whose transaction directly
+def _against_coordinator(parts: dict, txns: dict, sel: np.ndarray, slack: int, window: int, flags: dict) -> None:
+    """The conditions of the parts `sel` (every part of producers with coordinator transactions)
+    against the nearest transaction window of each marker (of the two around its time; the
+    windows follow each other, so every other one is strictly further), the transaction
+    match_markers picks when it lists the partition with the marker's result:
+    "unmatched" - none within `window` ms, or one with another result; "unlisted" - it does not
+    list the partition; "empty_abort_bumped" - an empty part ABORTed with that transaction's
+    epoch + 1; "late" - a part created after the previous marker, whose transaction directly
     follows that marker's, with data older than its transaction's registration of the partition
     by more than `slack` ms."""
     if not sel.any():
-        return _NONE
+        return
     pid, tp, ts, res = parts["pid"][sel], parts["tp"][sel], parts["ts"][sel], parts["result"][sel]
     late, first_ts = parts["late"][sel], parts["first_ts"][sel]
     empty, epoch, has_prev = parts["empty"][sel], parts["epoch"][sel], parts["has_prev"][sel]
@@ -387,27 +408,29 @@ def _against_coordinator(parts: dict, txns: dict, sel: np.ndarray, slack: int, w
     d_after = lo[after] - ts
     use_before = has_before & (~has_after | (d_before <= d_after))    # the first on a tie
     k = np.where(use_before, before, after)
-    ok = (has_before | has_after) & (np.where(use_before, d_before, d_after) <= window)
-    ok &= txns["result"][k] == res
+    matched = (has_before | has_after) & (np.where(use_before, d_before, d_after) <= window)
+    matched &= txns["result"][k] == res
+    _flag(flags, "unmatched", pid[~matched])
     rk = k * txns["ntp"] + tp
     keys = txns["reg_keys"]
     if len(keys) == 0:
-        return np.unique(pid)
+        _flag(flags, "unlisted", pid)
+        return
     at = np.minimum(np.searchsorted(keys, rk), len(keys) - 1)
-    ok &= keys[at] == rk                                     # the transaction lists the partition
-    ok &= ~(empty & (res == ABORT) & (epoch == txns["epoch"][k] + 1))
+    _flag(flags, "unlisted", pid[keys[at] != rk])           # the transaction lists the partition
+    _flag(flags, "empty_abort_bumped", pid[empty & (res == ABORT) & (epoch == txns["epoch"][k] + 1)])
     pos = txns["position"][k]
     follows = has_prev & (pos == np.append(-2, pos[:-1]) + 1)   # the previous part's txn, then this one
-    ok &= ~(late & follows & (txns["reg"][at] - first_ts > slack))
-    return np.unique(pid[~ok])
+    _flag(flags, "late", pid[late & follows & (txns["reg"][at] - first_ts > slack)])
 
 
-def _loose(parts: dict, sel: np.ndarray, window: int) -> np.ndarray:
-    """Producer ids (of parts `sel`, whose producer has no coordinator transaction) with a part
-    without data, or a COMMIT and an ABORT marker within `window` ms of each other."""
+def _loose(parts: dict, sel: np.ndarray, window: int, flags: dict) -> None:
+    """The conditions of the parts `sel` (whose producer has no coordinator transaction):
+    "loose_empty" - a part without data; "loose_mixed" - a COMMIT and an ABORT marker within
+    `window` ms of each other (the marker clusters txn_model.group makes would mix results)."""
     if not sel.any():
-        return _NONE
-    stray = np.unique(parts["pid"][sel & parts["empty"]])
+        return
+    _flag(flags, "loose_empty", parts["pid"][sel & parts["empty"]])
     pid, ts, res = parts["pid"][sel], parts["ts"][sel], parts["result"][sel]
     o = np.lexsort((ts, pid))
     pid, ts, res = pid[o], ts[o], res[o]
@@ -418,16 +441,60 @@ def _loose(parts: dict, sel: np.ndarray, window: int) -> np.ndarray:
         prev = np.append(-1, last[:-1])
         p = np.maximum(prev, 0)
         bad |= (res != r) & (prev >= 0) & (pid[p] == pid) & (ts - ts[p] <= window)
-    return np.union1d(stray, pid[bad])
+    _flag(flags, "loose_mixed", pid[bad])
 
 
-# -- the rules' predicates (declared beside each rule in txn_rules.py) -------------------------
-# (placeholders while the fast path is being split by rule: each returns the producer ids its
-# rule might flag; see clean_producers)
+# -- the rules' predicates (each declared beside its rule: `@rule(..., clean=...)`) -------------
+# Each returns the producer ids its rule might flag; more is safe (they go to the exact path).
 
-def every_part_ends(facts) -> np.ndarray:
-    return facts.bad
+def every_part_ends(facts: Facts) -> np.ndarray:
+    """dangling-transaction, hanging-transaction: a part with no marker."""
+    return facts.of("unended")
 
 
-one_result_per_transaction = every_partition_registered = no_coordinator_abort = no_stray_marker = every_part_ends
-coordinator_epochs_rise = no_plain_writes = no_late_write = valid_transitions = every_part_ends
+def one_result_per_transaction(facts: Facts) -> np.ndarray:
+    """torn-transaction: a marker its transaction would not claim with the same result, or loose
+    markers of both results close together."""
+    return facts.of("unmatched", "unlisted", "loose_mixed")
+
+
+def every_partition_registered(facts: Facts) -> np.ndarray:
+    """unregistered-partition: a part whose transaction does not list its partition."""
+    return facts.of("unlisted", "unmatched")
+
+
+def no_coordinator_abort(facts: Facts) -> np.ndarray:
+    """coordinator-abort: an ABORT that bumped the epoch (markers at the data's epoch + 1, an
+    empty part's at its transaction's + 1, or a PrepareAbort above the transaction's first
+    epoch) - the coordinator's own, or a version-2 end the exact path tells apart."""
+    return facts.of("abort_bumped", "empty_abort_bumped", "unmatched")
+
+
+def no_stray_marker(facts: Facts) -> np.ndarray:
+    """stray-marker: a marker with no data no transaction claims."""
+    return facts.of("loose_empty", "unmatched", "unlisted")
+
+
+def coordinator_epochs_rise(facts: Facts) -> np.ndarray:
+    """coordinator-epoch-regression: a marker's coordinator epoch below an earlier one's."""
+    return facts.of("ce_regress")
+
+
+def no_plain_writes(facts: Facts) -> np.ndarray:
+    """non-transactional-write-in-transaction: a plain batch of a transactional producer."""
+    return facts.of("plain")
+
+
+def no_late_write(facts: Facts) -> np.ndarray:
+    """late-transactional-write: data after a marker of a higher epoch, or created after the
+    previous marker and before its transaction registered the partition."""
+    return facts.of("late")
+
+
+def valid_transitions(facts: Facts) -> np.ndarray:
+    """illegal-state-transition: two consecutive records of an id the state machine forbids."""
+    return facts.of("transitions")
+
+
+PREDICATES = (every_part_ends, one_result_per_transaction, every_partition_registered, no_coordinator_abort,
+              no_stray_marker, coordinator_epochs_rise, no_plain_writes, no_late_write, valid_transitions)

@@ -28,6 +28,8 @@ Invariants:
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -105,10 +107,20 @@ def _keep(table: pa.Table, mask: np.ndarray) -> pa.Table:
     return table if mask.all() else table.filter(pa.array(mask))
 
 
+# The fast path on or off (off: the reference path, every transactional producer judged exactly;
+# the transaction tests run both; KAUDIT_TXN_REFERENCE=1 turns it off for a run).
+FAST_PATH = os.environ.get("KAUDIT_TXN_REFERENCE") != "1"
+
+
 def prepare(items: list[tuple[str, pa.Table]], ctx: Context, sort_columns: tuple[str, ...],
-            certify: bool = True) -> list[tuple[str, pa.Table]]:
+            certify: bool | None = None, rules: tuple[str, ...] | None = None) -> list[tuple[str, pa.Table]]:
     """The rows the exact path needs (see the module docstring); `certify=False` keeps every
-    transactional producer (the reference the certification is tested against)."""
+    transactional producer (the reference the certification is tested against), None: as
+    FAST_PATH says. `rules`: the rule ids the fold runs, whose own predicates certify."""
+    from kaudit.audit.registry import RULES
+
+    if certify is None:
+        certify = FAST_PATH
     if ctx.txn_state_seen is None:
         ctx.txn_state_seen = any(kind == "txn_log" and t.num_rows for kind, t in items)
     by_kind: dict[str, list[pa.Table]] = {}
@@ -126,7 +138,8 @@ def prepare(items: list[tuple[str, pa.Table]], ctx: Context, sort_columns: tuple
         keep = pc.or_(txn, pc.is_in(pid.cast(pa.int64()), value_set=pids.cast(pa.int64()).drop_null()))
         tables["batch"] = batches = _keep(batches, keep.to_numpy(zero_copy_only=False))
     if certify:
-        clean = pa.array(txn_clean.clean_producers(batches, txn_log), pa.int64())
+        clean = pa.array(txn_clean.clean_producers(batches, txn_log, None if rules is None else
+                                                   [RULES[r] for r in rules]), pa.int64())
         if len(clean):
             for kind in ("batch", "txn_log"):
                 if kind in tables:

@@ -61,6 +61,7 @@ class _DiskTap:
             pa.array(sets[k], pa.int64()) for k in ("pids", "txn_pids", "crcs", "offsets"))
         self.rows: list[pa.Table] = []
         self.ranges: dict = {}
+        self.cleaned: dict = {}   # (replica, topic, partition) -> cleaner-offset-checkpoint offset
 
     @staticmethod
     def sets_of(produce: list[dict]) -> dict:
@@ -75,6 +76,12 @@ class _DiskTap:
         }
 
     def __call__(self, kind: str, t: pa.Table) -> None:
+        if kind == "checkpoint_entry" and t.num_rows:
+            for rep, top, part, name, off in zip(*(t.column(c).to_pylist() for c in
+                                                   ("replica", "topic", "partition", "checkpoint", "offset"))):
+                if name == "cleaner-offset-checkpoint" and off is not None:
+                    self.cleaned[(rep, top, part)] = max(off, self.cleaned.get((rep, top, part), -1))
+            return
         if kind != "batch" or not t.num_rows:
             return
         t = t.filter(pc.and_(pc.fill_null(pc.equal(t.column("source_kind"), "log"), False),
@@ -140,7 +147,7 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
         disk = audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
                               max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress, tap=disk_tap)
     inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.end_txn), disk=_rows(disk_tap.rows),
-                      ranges=disk_tap.ranges)
+                      ranges=disk_tap.ranges, cleaned=disk_tap.cleaned)
     joined, jcov = J.join(inp)
     joined = names.name_findings(joined)
     keep = _keep(set(select), set(ignore))

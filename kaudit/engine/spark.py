@@ -219,6 +219,8 @@ def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | No
         tap.rows.extend(t for _, _, t in sorted(tapped, key=lambda c: c[:2]))
         for m in metas:
             merge_ranges(tap.ranges, m.get("ranges", []))
+            for rep, top, part, off in m.get("cleaned", []):
+                tap.cleaned[(rep, top, part)] = max(off, tap.cleaned.get((rep, top, part), -1))
     return findings, metas, driver_rows
 
 

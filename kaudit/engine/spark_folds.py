@@ -336,6 +336,7 @@ class DiskChunker:
         extra = dict(extra or {}, cov=self.cov, selected=self.selected)
         if self.tap is not None:
             extra["ranges"] = [[*k, lo, hi] for k, (lo, hi) in self.tap.ranges.items()]
+            extra["cleaned"] = [[*k, off] for k, off in self.tap.cleaned.items()]
         meta = json.dumps(extra).encode()
         n = len(self.buckets)
         values = [[META_KIND] * n, [self.split] * n, list(range(n)), [None] * n, [None] * n, [None] * n,

@@ -12,6 +12,9 @@ from kaudit.audit import coordinator_state
 from kaudit.audit.coordinator_state import STATES, VALID_PREVIOUS, illegal_state_transition
 from kaudit.engine.local import audit_segments
 
+# every test on the fast path and on the reference path (tests/conftest.py: txn_path)
+pytestmark = pytest.mark.usefixtures("txn_path")
+
 TXN_RULES = ("dangling-transaction", "hanging-transaction", "torn-transaction", "coordinator-abort",
              "stray-marker", "coordinator-epoch-regression", "non-transactional-write-in-transaction",
              "late-transactional-write", "unregistered-partition", "illegal-state-transition")

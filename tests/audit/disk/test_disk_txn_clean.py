@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from diskcraft import logdir
@@ -229,3 +230,30 @@ def test_skewed_markers_and_kip890_commits_are_certified(tmp_path):
     chunks = [(k, t) for k, t in chunks if k in ("batch", "txn_log")]
     assert _clean_of(chunks) == [7, 8]
     assert _findings(chunks, T0 + 100_000, certify=False) == []
+
+
+def test_the_fast_path_certifies_through_the_rules_own_predicates(tmp_path, monkeypatch):
+    """Every rule the transactions fold runs declares its predicate beside it; a rule without one
+    turns the fast path off (nobody certified), and a predicate that names a producer keeps it on
+    the exact path."""
+    import dataclasses
+
+    from fixtures.builder.txn_bench import write_txn_bench_logdir
+    from kaudit.audit.registry import RULES
+
+    assert all(RULES[r].clean is not None for r in transactions.RULE_IDS)
+    write_txn_bench_logdir(tmp_path / "bench", transactions=300, producers=20, partitions=6)
+    _, chunks = decode_segments([str(tmp_path / "bench")])
+    tables = {}
+    for k, t in chunks:
+        sel = transactions.FOLD.select(k, t)
+        if sel is not None:
+            tables.setdefault(k, []).append(sel)
+    b, log = (pa.concat_tables(tables[k]) for k in ("batch", "txn_log"))
+    rules = [RULES[r] for r in transactions.RULE_IDS]
+    assert txn_clean.clean_producers(b, log, rules).tolist() == list(range(100_000, 100_020))
+    no_pred = [dataclasses.replace(r, clean=None) if r.id == "stray-marker" else r for r in rules]
+    assert txn_clean.clean_producers(b, log, no_pred).tolist() == []
+    picky = [dataclasses.replace(r, clean=lambda facts: np.array([100_002])) if r.id == "torn-transaction" else r
+             for r in rules]
+    assert txn_clean.clean_producers(b, log, picky).tolist() == [p for p in range(100_000, 100_020) if p != 100_002]

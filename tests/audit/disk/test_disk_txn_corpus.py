@@ -5,6 +5,8 @@ find-hanging saw them; nothing else at warning or above."""
 
 from __future__ import annotations
 
+import pytest
+
 import csv
 import json
 import re
@@ -13,6 +15,9 @@ from diskcraft import details
 
 from kaudit.audit import at_or_above, transactions
 from kaudit.engine.local import audit_segments, decode_segments
+
+# every test on the fast path and on the reference path (tests/conftest.py: txn_path)
+pytestmark = pytest.mark.usefixtures("txn_path")
 
 TXN_RULES = ("dangling-transaction", "hanging-transaction", "torn-transaction", "coordinator-abort",
              "stray-marker", "coordinator-epoch-regression", "non-transactional-write-in-transaction",
