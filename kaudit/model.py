@@ -289,6 +289,11 @@ TXN_EVENT = pa.schema([
     ("new_producer_id", I64),
     ("new_producer_epoch", I16),
     ("error_codes", S),
+    # KIP-1228 (WriteTxnMarkers v2): the transaction version the coordinator put on the marker
+    ("transaction_version", I8),
+    # KIP-939 (InitProducerId v6): two-phase commit with an external transaction manager
+    ("enable_2pc", B),
+    ("keep_prepared_txn", B),
 ])
 
 FETCH_PARTITION = pa.schema([

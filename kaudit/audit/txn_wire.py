@@ -36,10 +36,13 @@ from kaudit.audit.registry import evidence
 from kaudit.audit.txn_model import ADMIN, COORDINATOR, Coverage, ProducerTxns, assemble
 from kaudit.timefmt import iso_s
 
+NO_TIMEOUT_MS = 2**31 - 1
+
 KEY = ("producer_id",)
 TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id", "producer_id",
                "producer_epoch", "partitions", "result", "coordinator_epoch", "timeout_ms", "group_id",
-               "new_producer_id", "new_producer_epoch", "error_codes")
+               "new_producer_id", "new_producer_epoch", "error_codes", "transaction_version", "enable_2pc",
+               "keep_prepared_txn")
 BATCH_COLUMNS = ("source", "connection", "position", "request_ts", "response_ts", "topic", "topic_id", "partition",
                  "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count",
                  "transactional_id", "response_error", "response_base_offset", "correlation_id", "client_id")
@@ -163,10 +166,15 @@ class WireFeed:
         ok = not errs and epoch is not None and epoch >= 0 and r["error_codes"] is not None
         if r["timeout_ms"]:
             self.timeout_ms = r["timeout_ms"]
+        if r.get("enable_2pc"):
+            self.timeout_ms = NO_TIMEOUT_MS   # KIP-939: the coordinator never times it out
+        keep = bool(r.get("keep_prepared_txn"))
         text = (f"InitProducerId transactional id {r['transactional_id']!r}"
+                + (" (two-phase commit, KIP-939)" if r.get("enable_2pc") else "")
+                + (" keeping its prepared transaction" if keep else "")
                 + (f" -> producer id {self.pid} epoch {epoch}" if ok else
                    f" -> error {','.join(map(str, errs))}" if errs else " -> no response"))
-        t = self.open_txn()
+        t = None if keep else self.open_txn()   # KIP-939 keeps a prepared transaction: no fencing
         if t is not None and (not ok or epoch > t.epoch):
             if t.fence_request is None:
                 t.fence_request, t.fence_row = ts, r
@@ -268,6 +276,8 @@ class WireFeed:
 
     def _markers(self, ts: float, r: dict, errs: list[int]) -> None:
         writer = marker_writer(r.get("client_id"), r.get("admin_clients") or frozenset())
+        if writer != ADMIN and (r.get("transaction_version") or 0) >= 2:
+            self.version = 2   # KIP-1228: the coordinator says the transaction's version
         answers = self._marker_answers(r)
         resp = r.get("response_ts")
         err = f" -> error {','.join(map(str, errs))}" if errs else ""

@@ -304,7 +304,8 @@ def fetch_batches(request, response, partitions: list[dict] | None = None) -> li
 
 TXN_EVENT_FIELDS = ("event", "transactional_id", "producer_id", "producer_epoch", "partitions",
                     "result", "coordinator_epoch", "timeout_ms", "group_id", "new_producer_id",
-                    "new_producer_epoch", "error_codes")
+                    "new_producer_epoch", "error_codes", "transaction_version", "enable_2pc",
+                    "keep_prepared_txn")
 
 
 def _event(**kw) -> dict:
@@ -337,7 +338,8 @@ def txn_events(request, response=None) -> list[dict]:
             req.get("producer_id"), req.get("producer_epoch"))
         return [_event(event="INIT_PRODUCER_ID", transactional_id=req.get("transactional_id"),
                        producer_id=pid, producer_epoch=epoch,
-                       timeout_ms=req.get("transaction_timeout_ms"), error_codes=_errs(resp))]
+                       timeout_ms=req.get("transaction_timeout_ms"), error_codes=_errs(resp),
+                       enable_2pc=req.get("enable2_pc"), keep_prepared_txn=req.get("keep_prepared_txn"))]
     if key == apis.ADD_PARTITIONS_TO_TXN:
         return _add_partitions_events(req, resp)
     if key == apis.ADD_OFFSETS_TO_TXN:
@@ -370,7 +372,8 @@ def txn_events(request, response=None) -> list[dict]:
                 coordinator_epoch=m.get("coordinator_epoch"),
                 partitions=_tps((t.get("name"), p) for t in m.get("topics") or ()
                                 for p in t.get("partition_indexes") or ()),
-                error_codes=None if resp is None else _errs(answer or {})))
+                error_codes=None if resp is None else _errs(answer or {}),
+                transaction_version=m.get("transaction_version")))
         return out
     return []
 
