@@ -236,19 +236,30 @@ class _Say:
     def torn(self, t: Transaction, results: dict) -> dict:
         parts = [p for p in t.parts if p.marker is not None]
         first = min(parts, key=lambda p: (p.tp, p.key)) if parts else t.parts[0]
-        desc = ", ".join(f"{tp}: {r or 'no marker'}" for tp, r in sorted(results.items()))
-        who, how = t.ended_by()
-        by = f" (ended by {who}{': ' + how if how else ''})" if who else ""
         start = f" started at {iso_ms(t.start_ms)}" if t.start_ms is not None else ""
+        ending = {}   # per partition, the part whose marker gave its result (the data's, as results)
+        for p in sorted(parts, key=lambda p: bool(p.data)):
+            ending[p.tp] = p
         details = self.details(None, t, {"results": results, "coordinator_result": t.coord.result if t.coord else None,
-                                         "markers": {p.tp: p.marker.offset for p in parts},
-                                         "writers": {p.tp: p.marker.writer for p in parts if p.marker.writer}})
+                                         "markers": {tp: p.marker.offset for tp, p in ending.items()},
+                                         "writers": {tp: p.marker.writer for tp, p in ending.items() if p.marker.writer}})
         fields = self.fields(first, producer_epoch=t.epoch, first_ts_ms=t.start_ms, last_ts_ms=t.end_ms,
                              transactional_id=t.transactional_id or self.tid)
+
+        def said(tp, r):
+            m = ending[tp].marker if tp in ending else None
+            by = (f" (an admin: WriteTxnMarkers from {m.client_id!r})" if m is not None and m.writer == "admin"
+                  else "")
+            return f"{tp}: {r or 'no marker'}{by}"
+        desc = ", ".join(said(tp, r) for tp, r in sorted(results.items()) if tp != "(coordinator)")
+        c = t.coord
+        if c is not None and c.result is not None:
+            desc += f"; the coordinator's result: {c.result}" + (
+                f" ({c.ended_by}: {c.end_detail})" if c.ended_by and c.end_detail else "")
         if first.marker is not None:
             fields.update(first_offset=first.marker.offset, last_offset=first.marker.offset)
         return finding("torn-transaction",
                        f"producer {t.producer_id}'s transaction{start} ended differently across its "
-                       f"partitions: {desc}{by}",
+                       f"partitions: {desc}",
                        evidence=[e for p in parts for e in self.evidence(p)], details=details,
                        timeline=self.timeline(), **fields)
