@@ -24,6 +24,11 @@ TRUTH_TREES = [
     ("public/wild-logdirs/specmatic-demo__shipping-service",
      "public/wild-logdirs/specmatic-demo__shipping-service.truth"),
     ("public/wild-logdirs/tuyen-nnt__kafka_2.13-3.0.0", "public/wild-logdirs/tuyen-nnt__kafka_2.13-3.0.0.truth"),
+] + [
+    # Kafka 4.1.0 (DumpLogSegments 4.1.0 of node 1; batches.tsv names node1/data/<partition>)
+    (f"real-kafka-4.1.0/{scn}/logdirs", f"real-kafka-4.1.0/{scn}/logdirs.truth")
+    for scn in ("v1-idempotent-clean", "v2-txn-java-tv2", "v3-txn-confluent", "v4-idem-retry-java",
+                "v5-fencing-tv2", "v6-codecs", "v7-compacted-eos-changelog")
 ]
 
 
