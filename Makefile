@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench setup compile clean
+.PHONY: demo test bench setup compile browser clean
 
 # `pip install -e` also builds the compiled core (setup.py: Cython extensions, the machine's gcc);
 # a changed .pyx or C header rebuilds it. tshark (Debian's package) is for the test that checks
@@ -32,7 +32,20 @@ demo: compile
 	@echo "== kaudit pcap pcaps/*.pcap  (real Apache Kafka 3.0.2 captures: retries, a zombie, crafted sequences)"
 	$(PY) -m kaudit pcap pcaps/*.pcap --kafka-port 9092 --kafka-port 9093 --kafka-port 9094 || [ $$? -eq 1 ]
 
-test: compile
+# The HTML report's browser test (tests/report/test_html_browser.py) opens the report in Debian's
+# chromium, headless. Installed here when missing: as root, or through sudo without a password;
+# anything else stops `make test` with what to run (CI must not skip the browser test silently).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	  else echo "make: the browser test needs Debian's chromium: run 'apt-get install chromium' as root" >&2; exit 1; fi; \
+	  echo "installing chromium (apt) for the browser test"; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    chromium fonts-liberation >/dev/null; }
+
+test: compile browser
 	$(PY) -m pytest
 
 bench: compile

@@ -387,6 +387,8 @@ FINDING = pa.schema([
     ("details", S),          # JSON object of rule-specific facts (expected sequence, outcome, ...)
     ("timeline", pa.list_(S)),  # the producer's batches around the finding, oldest first
     ("topic_id", S),         # the topic's id where a row named it (KIP-516)
+    ("client_id", S),        # the client that sent the request (wire findings)
+    ("incident", S),         # stable id of the incident the finding belongs to (audit/incidents.py)
 ])
 
 SCHEMAS: dict[str, pa.Schema] = {

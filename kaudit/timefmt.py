@@ -51,3 +51,30 @@ def duration(ms: int | float | None) -> str:
     first = next(i for i, (v, _) in enumerate(values) if v)
     shown = [f"{v} {name}" for v, name in values[first:first + 2] if v]
     return sign + " ".join(shown)
+
+
+def relative(ms: int | float | None, reference_ms: int | float | None,
+             reference: str = "the end of the evidence") -> str:
+    """Where `ms` lies from the reference time, in words ("3 min 2 s before the end of the
+    evidence"); "" when either is unknown."""
+    if ms is None or reference_ms is None:
+        return ""
+    delta = reference_ms - ms
+    if abs(delta) < 1000:
+        return f"at {reference}"
+    return f"{duration(abs(delta))} {'before' if delta > 0 else 'after'} {reference}"
+
+
+def when(first_ms: int | float | None, last_ms: int | float | None = None,
+         reference_ms: int | float | None = None) -> str:
+    """An instant or a span for people: "2026-11-24T22:26:35.123Z (3 min before the end of the
+    evidence)", or "from A to B (12 s; 3 min before the end of the evidence)"."""
+    if first_ms is None and last_ms is None:
+        return "unknown time"
+    if first_ms is None or last_ms is None or abs(last_ms - first_ms) < 1:
+        t = first_ms if first_ms is not None else last_ms
+        rel = relative(t, reference_ms)
+        return iso_ms(t) + (f" ({rel})" if rel else "")
+    lo, hi = min(first_ms, last_ms), max(first_ms, last_ms)
+    rel = relative(lo, reference_ms)
+    return f"from {iso_ms(lo)} to {iso_ms(hi)} ({duration(hi - lo)}" + (f"; began {rel})" if rel else ")")

@@ -3,6 +3,7 @@
 from kaudit.audit import disk_sequences, duplicate_records, index_check, integrity, wire_frames, wire_produce
 from kaudit.audit import join, txn_wire, wire_lso  # noqa: F401  (join: the rules of `kaudit audit`)
 from kaudit.audit import coordinator_state, transactions, txn_rules  # noqa: F401  (registers the transaction rules)
+from kaudit.audit import incidents
 from kaudit.audit.folds import Context, Fold
 from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
 
@@ -15,9 +16,10 @@ __all__ = ["Context", "Fold", "RULES", "SEVERITIES", "SEVERITY_RANK", "at_or_abo
 
 
 def sort_findings(findings: list[dict]) -> list[dict]:
-    """Most severe first, then by rule and place: the same order whichever engine ran."""
+    """Most severe first, then by rule and place: the same order whichever engine ran. Every
+    engine's last step: the findings get their incident ids here (incidents.assign)."""
     def key(f):
         return (-SEVERITY_RANK[f["severity"]], f["rule"], f["topic"] or "", f["partition"] or -1,
                 f["replica"] or "", f["connection"] or "", f["first_offset"] if f["first_offset"] is not None else -1,
                 f["first_ts_ms"] or 0, f["id"])
-    return sorted(findings, key=key)
+    return incidents.assign(sorted(findings, key=key))

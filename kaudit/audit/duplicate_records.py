@@ -28,7 +28,7 @@ _MASK = np.uint64((1 << 23) - 1)  # fingerprint bitmap: 8 MB, a few % false posi
 _K1, _K2, _K3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
 
 
-@rule("duplicate-records", "warning", "both", "the same records stored twice (non-idempotent retry)",
+@rule("duplicate-records", "error", "both", "the same records stored twice (non-idempotent retry)",
       "Consumers processed these records twice. Enable idempotence on the producer "
       "(enable.idempotence=true, the default since Kafka 3.0) and deduplicate downstream by key.")
 def duplicate_records(original: dict, dup: dict) -> bool:

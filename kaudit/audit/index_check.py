@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import Fold, KeyedState, constant, np_col
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.timefmt import iso_ms
 
 KEY = ("replica", "topic", "partition")
 ORDER = ("source", "position")
@@ -42,7 +43,8 @@ def index_mismatch(entry: dict, seg: dict | None) -> str | None:
         if not seg["first"] <= entry["offset"] <= seg["last"]:
             return f"offset {entry['offset']} is outside the segment's offsets {seg['first']}-{seg['last']}"
         if seg["max_ts"] is not None and entry["timestamp_ms"] > seg["max_ts"]:
-            return f"timestamp {entry['timestamp_ms']} is later than the segment's largest {seg['max_ts']}"
+            return (f"timestamp {iso_ms(entry['timestamp_ms'])} is later than the segment's largest "
+                    f"{iso_ms(seg['max_ts'])}")
         return None
     if entry["offset"] > seg["last"]:
         return f"offset {entry['offset']} is beyond the segment's last offset {seg['last']}"
@@ -185,7 +187,7 @@ class IndexGroup:
             return
         what = (f"offset index entry (offset {e['offset']}, position {e['file_position']})"
                 if e["index_type"] == "offset" else
-                f"time index entry (timestamp {e['timestamp_ms']}, offset {e['offset']})")
+                f"time index entry (timestamp {iso_ms(e['timestamp_ms'])}, offset {e['offset']})")
         self.out.append(finding(
             "index-mismatch", f"{self.topic}-{self.partition} (replica {self.replica}): "
             f"{os.path.basename(e['source'])}: {what}: {why}",

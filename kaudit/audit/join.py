@@ -20,7 +20,7 @@ from kaudit.audit.registry import evidence, finding, rule
 PRODUCE_COLUMNS = ("source", "position", "connection", "correlation_id", "request_ts", "topic", "topic_id",
                    "partition", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
                    "record_count", "crc", "acks", "is_transactional", "transactional_id",
-                   "response_error", "response_base_offset")
+                   "response_error", "response_base_offset", "client_id")
 DISK_COLUMNS = ("source", "position", "replica", "topic", "partition", "base_offset",
                 "last_offset", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
                 "record_count", "crc", "is_control", "control_type")
@@ -106,7 +106,7 @@ def _wire_ev(r: dict, note: str | None = None):
 def _fields(r: dict) -> dict:
     pid = r["producer_id"]
     return dict(topic=r["topic"], partition=r["partition"], connection=r.get("connection"),
-                producer_id=pid, producer_epoch=r["producer_epoch"] if pid is not None and pid >= 0 else None,
+                client_id=r.get("client_id"), producer_id=pid, producer_epoch=r["producer_epoch"] if pid is not None and pid >= 0 else None,
                 transactional_id=r.get("transactional_id"),
                 base_sequence=r["base_sequence"] if pid is not None and pid >= 0 else None,
                 last_sequence=r["last_sequence"] if pid is not None and pid >= 0 else None,

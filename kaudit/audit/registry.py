@@ -63,7 +63,7 @@ def evidence(source, position, kind: str, note: str | None = None) -> dict:
 # Finding fields other than the computed ones (id, rule, severity, message, remediation, ...).
 _FIELDS = ("topic", "partition", "replica", "connection", "producer_id", "producer_epoch",
            "transactional_id", "first_offset", "last_offset", "base_sequence", "last_sequence",
-           "first_ts_ms", "last_ts_ms", "topic_id")
+           "first_ts_ms", "last_ts_ms", "topic_id", "client_id")
 
 
 def finding(rule_id: str, message: str, *, severity: str | None = None, evidence: list[dict] = (),
@@ -94,6 +94,7 @@ def finding(rule_id: str, message: str, *, severity: str | None = None, evidence
         remediation=r.remediation if remediation is None else remediation,
         details=json.dumps(details, sort_keys=True, default=str) if details else None,
         timeline=list(timeline) if timeline else None,
+        incident=None,   # set once every finding of the run is known (incidents.assign)
     )
     return row
 

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.disk_sequences import fenced_epoch  # noqa: F401  (the rule this module also reports)
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.timefmt import duration, iso_s
 
 KEY = ("source", "connection")
 FRAME_COLUMNS = KEY + (
@@ -78,17 +79,17 @@ def _unanswered(frame, conn, answered_after, end_ts):
         else:
             how = f"the connection closed ({conn['close_reason'].upper()})"
         if waited is not None:
-            how += f" {waited:.0f} ms later"
+            how += f" {duration(waited)} later"
         if frame["api_key"] == 0:
             return how + ", before a response: the producer cannot know whether it was stored", "warning"
         if waited is not None and waited >= wait_ms:
-            return how + f", after the {wait_ms} ms timeout", "warning"
+            return how + f", after the {duration(wait_ms)} timeout", "warning"
         if waited is None:
             return how + " (a client closing or reconnecting abandons its requests)", "info"
         return how + ", before any timeout (a client closing or reconnecting abandons its requests)", "info"
     if end_ts is not None and ts is not None and (end_ts - ts) * 1000 > wait_ms:
-        return (f"no response within {wait_ms} ms while the connection was still in use "
-                f"({(end_ts - ts) * 1000:.0f} ms later)"), "warning"
+        return (f"no response within {duration(wait_ms)} while the connection was still in use "
+                f"({duration((end_ts - ts) * 1000)} later)"), "warning"
     return None
 
 
@@ -154,7 +155,7 @@ class ConnectionGroup:
         return out
 
     def _common(self, r: dict) -> dict:
-        return dict(connection=self.connection, transactional_id=r.get("transactional_id"),
+        return dict(connection=self.connection, client_id=r.get("client_id"), transactional_id=r.get("transactional_id"),
                     producer_id=r.get("producer_id"), producer_epoch=r.get("producer_epoch"))
 
     def _frame(self, r: dict) -> None:
@@ -274,7 +275,7 @@ class ConnectionGroup:
             why, sev = verdict
             out.append(finding(
                 "unanswered-request", f"{r['api_name']} v{r['api_version']} corr {r['correlation_id']} "
-                f"(client {r['client_id']}) on {self.connection} at {r['request_ts']:.6f}: no response — "
+                f"(client {r['client_id']}) on {self.connection} at {iso_s(r['request_ts'])}: no response — "
                 f"{why}", severity=sev, evidence=[evidence(self.source, r["request_frame"], "request")],
                 details={"api": r["api_name"], "reason": why}, first_ts_ms=_ms(r["request_ts"]),
                 **self._common(r)))

@@ -7,6 +7,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import Fold, KeyedState
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.timefmt import duration, iso_s
 
 KEY = ("topic", "partition")
 ORDER = ("response_ts", "position")
@@ -14,6 +15,9 @@ COLUMNS = KEY + ORDER + ("source", "connection", "client_id", "high_watermark", 
                          "aborted_transactions", "fetch_offset", "topic_id")
 MIN_RESPONSES = 3      # responses that show the same last stable offset below the high watermark
 MIN_SPAN_S = 10.0      # over at least this long (transactions normally end within moments)
+# Stuck longer than transaction.max.timeout.ms (15 min by default): no transaction may stay open
+# that long, so nothing will end it - read_committed consumers are stalled (error).
+STUCK_MS = 900_000
 
 
 @rule("lso-stuck", "warning", "wire", "last stable offset stuck behind an open transaction",
@@ -29,7 +33,9 @@ def lso_stuck(run: list[dict]) -> bool:
     watermark (which may move on meanwhile).
     Benign causes: a long transaction still within its transaction.timeout.ms (the coordinator
     aborts it then and the LSO moves); a consumer that polls a partition nobody writes to no longer
-    changes anything (the responses then show a constant high watermark)."""
+    changes anything (the responses then show a constant high watermark).
+    Severity: warning; error when stuck longer than transaction.max.timeout.ms (15 min by
+    default), which no open transaction outlives: read_committed consumers are stalled."""
     if len(run) < MIN_RESPONSES:
         return False
     return (run[-1]["response_ts"] or 0) - (run[0]["response_ts"] or 0) >= MIN_SPAN_S
@@ -66,7 +72,8 @@ class LsoPartition:
         self.out.append(finding(
             "lso-stuck",
             f"{self.topic}-{self.partition}: last stable offset stays at {lso} in {len(run)} read_committed "
-            f"Fetch responses over {span:.1f} s while the high watermark is {min(hws)}"
+            f"Fetch responses over {duration(span * 1000)} (since {iso_s(first['response_ts'])}) while the "
+            f"high watermark is {min(hws)}"
             + (f"-{max(hws)}" if max(hws) != min(hws) else "")
             + ": an open transaction starts there (read_committed consumers stop at it)",
             evidence=[evidence(r["source"], r["position"], "fetch", f"{r['connection']} client {r['client_id']}: "
@@ -76,6 +83,7 @@ class LsoPartition:
             remediation=("kafka-transactions.sh --bootstrap-server <broker> find-hanging --broker-id <leader>; "
                          f"then abort --topic {self.topic} --partition {self.partition} --start-offset {lso} "
                          "if nothing will end it"),
+            severity="error" if span * 1000 > STUCK_MS else None, client_id=first["client_id"],
             topic=self.topic, partition=self.partition, first_offset=lso,
             first_ts_ms=int(first["response_ts"] * 1000), last_ts_ms=int(last["response_ts"] * 1000)))
 

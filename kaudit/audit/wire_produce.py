@@ -16,6 +16,7 @@ from kaudit.audit.duplicate_records import duplicate_records  # noqa: F401  (reg
 from kaudit.audit.folds import Fold, KeyedState
 from kaudit.audit.producer_state import BatchView, ProducerState
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.timefmt import iso_s
 
 KEY = ("topic", "partition")
 ORDER = ("request_ts", "source", "position")
@@ -148,7 +149,7 @@ class WirePartition:
     def _line(self, r: dict) -> str:
         seq = "" if r["producer_id"] is None or r["producer_id"] < 0 else \
             f"epoch {r['producer_epoch']} seq {r['base_sequence']}-{r['last_sequence']} "
-        return (f"frame {r['position']} t={r['request_ts']:.6f} corr {r['correlation_id']} "
+        return (f"frame {r['position']} {iso_s(r['request_ts'])} corr {r['correlation_id']} "
                 f"{r['connection']}: {seq}({r['record_count']} records) -> {self._answer(r)}")
 
     def _fields(self, r: dict, **kw) -> dict:
@@ -157,7 +158,7 @@ class WirePartition:
         pid = r["producer_id"]
         idem = pid is not None and pid >= 0
         return dict(topic=self.topic, partition=self.partition, connection=r["connection"],
-                    producer_id=pid, producer_epoch=r["producer_epoch"] if idem else None,
+                    client_id=r["client_id"], producer_id=pid, producer_epoch=r["producer_epoch"] if idem else None,
                     transactional_id=r["transactional_id"],
                     first_offset=r["response_base_offset"] if ok else None,
                     last_offset=r["response_base_offset"] + r["record_count"] - 1 if ok else None,

@@ -12,6 +12,74 @@ import pyarrow.compute as pc
 
 LATEST = "_latest_ts_ms"
 _MAX_KEYS = (LATEST, "_last_ts")
+# What the inputs hold, for telling a selection (--topic, --producer-id, ...) that matches nothing
+# in them from one that matches data without findings: topics, partitions, producer ids,
+# transactional ids and the time span (ms). Reports leave it out (a key starting with "_").
+SEEN = "_seen"
+MAX_SEEN = 10_000   # values kept per list; past it the list is marked incomplete (None)
+
+
+def new_seen() -> dict:
+    return {"topics": [], "partitions": [], "producer_ids": [], "transactional_ids": [],
+            "min_ts_ms": None, "max_ts_ms": None}
+
+
+def _add_values(seen: dict, key: str, values) -> None:
+    have = seen.get(key)
+    if have is None:
+        return
+    new = [v for v in values if v is not None and v not in have]
+    if len(have) + len(new) > MAX_SEEN:
+        seen[key] = None
+    elif new:
+        have.extend(new)
+
+
+def _unique(table: pa.Table, name: str) -> list:
+    if name not in table.column_names:
+        return []
+    from kaudit.audit.folds import constant
+
+    one, v = constant(table.column(name))
+    return [v] if one else pc.unique(table.column(name)).to_pylist()
+
+
+def note_seen(seen: dict, kind: str, table: pa.Table) -> None:
+    """Adds what a decoded chunk holds to the inventory (cheap: one value per column when the
+    chunk is one file's, as segments' chunks are)."""
+    if not table.num_rows:
+        return
+    topics = _unique(table, "topic")
+    _add_values(seen, "topics", topics)
+    if "partition" in table.column_names and topics:
+        parts = _unique(table, "partition")
+        pairs = [f"{t}-{p}" for t in topics for p in parts] if len(topics) == 1 else \
+            [f"{t}-{p}" for t, p in set(zip(table.column("topic").to_pylist(), table.column("partition").to_pylist()))]
+        _add_values(seen, "partitions", pairs)
+    _add_values(seen, "producer_ids", _unique(table, "producer_id"))
+    _add_values(seen, "transactional_ids", _unique(table, "transactional_id"))
+    span = {"batch": ("base_timestamp_ms", "max_timestamp_ms", 1), "frame": ("request_ts", "request_ts", 1000),
+            "txn_log": ("timestamp_ms", "timestamp_ms", 1)}.get(kind)
+    if span is not None and span[0] in table.column_names:
+        lo, hi = pc.min(table.column(span[0])).as_py(), pc.max(table.column(span[1])).as_py()
+        if lo is not None and lo >= 0:
+            lo = int(lo * span[2])
+            seen["min_ts_ms"] = lo if seen["min_ts_ms"] is None else min(seen["min_ts_ms"], lo)
+        if hi is not None and hi >= 0:
+            hi = int(hi * span[2])
+            seen["max_ts_ms"] = hi if seen["max_ts_ms"] is None else max(seen["max_ts_ms"], hi)
+
+
+def merge_seen(into: dict, other: dict) -> dict:
+    for k in ("topics", "partitions", "producer_ids", "transactional_ids"):
+        if other.get(k) is None:
+            into[k] = None
+        else:
+            _add_values(into, k, other[k])
+    for k, f in (("min_ts_ms", min), ("max_ts_ms", max)):
+        if other.get(k) is not None:
+            into[k] = other[k] if into.get(k) is None else f(into[k], other[k])
+    return into
 
 
 def _sum(table: pa.Table, name: str) -> int:
@@ -20,10 +88,12 @@ def _sum(table: pa.Table, name: str) -> int:
 
 def new_disk() -> dict:
     return {"files": 0, "bytes": 0, "batches": 0, "batch_bytes": 0, "records": 0, "crc_failures": 0,
-            "decode_issues": 0, "undecodable_bytes": 0, "skipped": 0, LATEST: None}
+            "decode_issues": 0, "undecodable_bytes": 0, "skipped": 0, LATEST: None, SEEN: new_seen()}
 
 
 def add_disk(cov: dict, kind: str, table: pa.Table) -> None:
+    if kind in ("batch", "txn_log"):
+        note_seen(cov[SEEN], kind, table)
     if kind == "batch" and table.num_rows:
         cov["batches"] += table.num_rows
         cov["batch_bytes"] += _sum(table, "batch_size")
@@ -41,10 +111,12 @@ def add_disk(cov: dict, kind: str, table: pa.Table) -> None:
 
 def new_wire() -> dict:
     return {"frames": 0, "batches": 0, "connections": 0, "gaps": 0, "gap_bytes": 0,
-            "undecodable": 0, "unanswered": 0}
+            "undecodable": 0, "unanswered": 0, SEEN: new_seen()}
 
 
 def add_wire(cov: dict, kind: str, table: pa.Table) -> None:
+    if kind in ("batch", "frame", "txn_event", "fetch_partition"):
+        note_seen(cov[SEEN], kind, table)
     if kind == "frame":
         cov["frames"] += table.num_rows
     elif kind == "batch":
@@ -61,7 +133,9 @@ def add_wire(cov: dict, kind: str, table: pa.Table) -> None:
 def merge(into: dict, other: dict) -> dict:
     """Adds `other`'s counters to `into` (maxima for the reference times)."""
     for k, v in other.items():
-        if k in _MAX_KEYS:
+        if k == SEEN:
+            merge_seen(into.setdefault(SEEN, new_seen()), v)
+        elif k in _MAX_KEYS:
             if v is not None and (into.get(k) is None or v > into[k]):
                 into[k] = v
         elif isinstance(v, (int, float)):
@@ -69,3 +143,15 @@ def merge(into: dict, other: dict) -> dict:
         elif isinstance(v, dict):
             into.setdefault(k, {}).update(v)
     return into
+
+
+def inventory(cov: dict) -> dict | None:
+    """The inventory of a run's coverage (both sides of `kaudit audit` together)."""
+    sides = [cov] + [v for v in cov.values() if isinstance(v, dict)]
+    found = [s[SEEN] for s in sides if isinstance(s.get(SEEN), dict)]
+    if not found:
+        return None
+    out = new_seen()
+    for s in found:
+        merge_seen(out, s)
+    return out

@@ -1,18 +1,20 @@
-"""The audit report: one JSON object, NDJSON (one finding per line), SARIF 2.1.0, or a console view
-for people (rich). All of them read the same report dict built by `build_report`."""
+"""The audit report: one JSON object, NDJSON (one finding per line), SARIF 2.1.0, a console view
+for people (rich, report/console.py) or one HTML file (report/html.py). All of them read the same
+report dict built by `build_report`: the selected findings, each with its incident id, and the
+incidents they tell (report/story.py), ranked."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 
 from kaudit import __version__
 from kaudit.audit import RULES, SEVERITIES
+from kaudit.report import story
+from kaudit.timefmt import iso_ms
 
 SARIF_LEVEL = {"critical": "error", "error": "error", "warning": "warning", "info": "note"}
-SEVERITY_STYLE = {"critical": "bold white on red", "error": "bold red", "warning": "yellow", "info": "cyan"}
-FINDINGS_PER_RULE = 50  # console: the rest of a rule's findings are counted, not printed
 
 
 def _finding_out(f: dict) -> dict:
@@ -21,10 +23,15 @@ def _finding_out(f: dict) -> dict:
     return out
 
 
-def build_report(run, command: str, inputs: list[str]) -> dict:
-    by_sev = Counter(f["severity"] for f in run.findings)
-    by_rule = Counter(f["rule"] for f in run.findings)
-    return {
+def build_report(run, command: str, inputs: list[str], selection=None) -> dict:
+    """`selection` (report.selection.Selection): only the findings it selects, and the
+    incidents they belong to (incident ids stay those of the whole run)."""
+    findings = run.findings if not selection and not getattr(selection, "min_severity", None) \
+        else [f for f in run.findings if selection.finding(f)]
+    by_sev = Counter(f["severity"] for f in findings)
+    by_rule = Counter(f["rule"] for f in findings)
+    incidents = story.incidents(findings, run.reference_time_ms)
+    report = {
         "tool": "kaudit",
         "version": __version__,
         "command": command,
@@ -32,13 +39,19 @@ def build_report(run, command: str, inputs: list[str]) -> dict:
         **({"application_id": run.application_id} if getattr(run, "application_id", None) else {}),
         "inputs": [os.path.abspath(p) for p in inputs],
         "reference_time_ms": run.reference_time_ms,
-        "coverage": run.coverage,
-        "summary": {"findings": len(run.findings),
+        "reference_time": iso_ms(run.reference_time_ms) if run.reference_time_ms is not None else None,
+        "coverage": {k: v for k, v in run.coverage.items() if not k.startswith("_")},
+        "summary": {"findings": len(findings),
+                    "incidents": sum(1 for i in incidents if i["kind"] != "coverage"),
                     "by_severity": {s: by_sev.get(s, 0) for s in reversed(SEVERITIES)},
                     "by_rule": dict(sorted(by_rule.items())),
                     "unreadable_inputs": run.errors},
-        "findings": [_finding_out(f) for f in run.findings],
+        "incidents": incidents,
+        "findings": [_finding_out(f) for f in findings],
     }
+    if selection is not None and (selection or selection.min_severity):
+        report["selection"] = {"text": selection.text(), "findings_total": len(run.findings)}
+    return report
 
 
 def write_json(report: dict, out) -> None:
@@ -71,9 +84,13 @@ def sarif(report: dict) -> dict:
     for f in report["findings"]:
         locations = []
         for e in f["evidence"] or []:
+            if not e["source"]:
+                # no file to point at (a step of a timeline): a logical location only
+                locations.append({"logicalLocations": [{"name": e.get("note") or e["kind"], "kind": e["kind"]}]})
+                continue
             loc = {"physicalLocation": {"artifactLocation": {"uri": _uri(e["source"])}}}
             if e["position"] is not None:
-                if e["kind"] in ("request", "response", "produce", "packet"):
+                if e["kind"] in ("request", "response", "produce", "packet", "fetch", "end_txn"):
                     loc["logicalLocations"] = [{"name": f"frame {e['position']}", "kind": "frame"}]
                 else:
                     loc["physicalLocation"]["region"] = {"byteOffset": e["position"]}
@@ -87,8 +104,8 @@ def sarif(report: dict) -> dict:
             "message": {"text": f["message"]},
             "locations": locations[:1],
             "relatedLocations": [dict(loc, id=i) for i, loc in enumerate(locations[1:], 1)],
-            "partialFingerprints": {"kauditFindingId": f["id"]},
-            "properties": {k: f[k] for k in ("severity", "topic", "partition", "replica", "connection",
+            "partialFingerprints": {"kauditFindingId": f["id"], "kauditIncidentId": f.get("incident") or f["id"]},
+            "properties": {k: f[k] for k in ("severity", "incident", "client_id", "topic", "partition", "replica", "connection",
                                              "producer_id", "producer_epoch", "transactional_id",
                                              "first_offset", "last_offset", "base_sequence",
                                              "last_sequence", "remediation") if f.get(k) is not None},
@@ -116,56 +133,17 @@ def write_sarif(report: dict, out) -> None:
     out.write("\n")
 
 
-def write_console(report: dict, out) -> None:
-    """Header (inputs, coverage), findings grouped by severity and rule with their evidence,
-    producer timeline and remediation, and a summary line."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.panel import Panel
+def write_console(report: dict, out, min_severity: str | None = None) -> None:
+    from kaudit.report.console import write_console as write
 
-    c = Console(file=out, width=None if out.isatty() else 140, highlight=False)
-    cov = report["coverage"]
-    head = [f"[bold]kaudit {report['version']}[/bold] — {report['command']} ({report['engine']} engine"
-            + (f", application {report['application_id']}" if report.get("application_id") else "") + ")"]
-    for p in report["inputs"]:
-        head.append(f"input: {escape(p)}")
-    shown = {k: v for k, v in cov.items() if not isinstance(v, dict)}
-    head.append("coverage: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in shown.items()))
-    if report["reference_time_ms"] is not None:
-        head.append(f"reference time: {report['reference_time_ms']} ms")
-    for e in report["summary"]["unreadable_inputs"]:
-        head.append(f"[red]unreadable:[/red] {escape(e)}")
-    c.print(Panel("\n".join(head), expand=False))
-
-    groups: dict[tuple, list] = defaultdict(list)
-    for f in report["findings"]:
-        groups[(SEVERITIES.index(f["severity"]), f["rule"], f["severity"])].append(f)
-    for (_, rid, sev), fs in sorted(groups.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
-        r = RULES[rid]
-        c.print(f"\n[{SEVERITY_STYLE[sev]}]{sev.upper()}[/] [bold]{rid}[/bold] — {escape(r.title)} "
-                f"({len(fs)})")
-        for f in fs[:FINDINGS_PER_RULE]:
-            c.print(f"  • {escape(f['message'])}")
-            for e in (f["evidence"] or [])[:4]:
-                where = f"frame {e['position']}" if e["kind"] in ("request", "response", "produce", "packet") \
-                    else f"byte {e['position']}"
-                note = f" ({escape(e['note'])})" if e.get("note") else ""
-                c.print(f"    [dim]evidence: {escape(os.path.basename(e['source'] or ''))} {where} "
-                        f"{escape('[' + e['kind'] + ']')}{note}[/dim]")
-            if f.get("timeline"):
-                c.print("    [dim]timeline:[/dim]")
-                for line in f["timeline"][-5:]:
-                    c.print(f"      [dim]{escape(line)}[/dim]")
-        if len(fs) > FINDINGS_PER_RULE:
-            c.print(f"  … and {len(fs) - FINDINGS_PER_RULE} more (use --format json for all)")
-        rem = fs[0].get("remediation") or r.remediation
-        if rem:
-            c.print(f"  [green]remediation:[/green] {escape(rem)}")
-    s = report["summary"]["by_severity"]
-    total = report["summary"]["findings"]
-    c.print("\n" + (f"[bold]{total} finding(s):[/bold] " + ", ".join(
-        f"[{SEVERITY_STYLE[k]}]{v} {k}[/]" for k, v in s.items() if v) if total else
-        "[bold green]no findings[/bold green]"))
+    write(report, out, min_severity)
 
 
-WRITERS = {"json": write_json, "ndjson": write_ndjson, "sarif": write_sarif, "table": write_console}
+def write_html(report: dict, out, min_severity: str | None = None) -> None:
+    from kaudit.report.html import write_html as write
+
+    write(report, out)
+
+
+WRITERS = {"json": write_json, "ndjson": write_ndjson, "sarif": write_sarif, "table": write_console,
+           "html": write_html}

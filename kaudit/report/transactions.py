@@ -1,20 +1,60 @@
-"""The `kaudit txn` table: one row per transaction (human output, rich)."""
+"""The `kaudit txn` view: the selection of transactions and their table (human output, rich)."""
 
 from __future__ import annotations
+
+from kaudit.timefmt import duration, iso_ms
+
+
+def select_transactions(transactions: list[dict], sel) -> list[dict]:
+    """The transactions a Selection names: by transactional id (a part no coordinator record
+    claims goes with its producer's transactional id), producer id, topic and partition of a
+    part, start time."""
+    if not sel:
+        return transactions
+    tid_of: dict = {}
+    for t in transactions:
+        if t["transactional_id"]:
+            tid_of.setdefault(t["producer_id"], t["transactional_id"])
+    out = []
+    for t in transactions:
+        tid = t["transactional_id"] or tid_of.get(t["producer_id"])
+        if sel.transactional_id and tid not in sel.transactional_id:
+            continue
+        if sel.producer_id and t["producer_id"] not in sel.producer_id:
+            continue
+        parts = [p["partition"].rsplit("-", 1) for p in t["parts"]]
+        if sel.topic and not any(tp[0] in sel.topic for tp in parts):
+            continue
+        if sel.partition and not any(int(tp[1]) in sel.partition for tp in parts):
+            continue
+        start = t["start_ms"]
+        if sel.since_ms is not None and (start is None or start < sel.since_ms):
+            continue
+        if sel.until_ms is not None and (start is None or start > sel.until_ms):
+            continue
+        out.append(t)
+    return out
 
 
 def write_transactions_table(transactions: list[dict], out=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    tab = Table("producer", "transactional id", "epoch", "start", "outcome", "partitions (first offset -> marker)",
-                "coordinator states")
+    tab = Table("producer", "transactional id", "epoch", "start", "timeout", "outcome",
+                "partitions (first offset -> marker)", "coordinator states")
+    for c in tab.columns[:2]:
+        c.no_wrap = True   # ids are what users type: never cut
     for t in transactions:
         parts = "\n".join(
             f"{p['partition']} {p['first_offset']} -> "
             + (f"{p['marker']['result']}@{p['marker']['offset']} (coord epoch {p['marker']['coordinator_epoch']})"
                if p["marker"] else "no marker") for p in t["parts"])
-        states = " ".join(s["state"] for s in t["coordinator_states"])
+        states = "\n".join(f"{s['state']} {iso_ms(s['ts_ms'])}" for s in t["coordinator_states"])
         tab.add_row(str(t["producer_id"]), t["transactional_id"] or "", str(t["producer_epoch"]),
-                    str(t["start_ms"]), t["outcome"], parts, states)
-    Console(file=out).print(tab)
+                    iso_ms(t["start_ms"]) if t["start_ms"] is not None else "",
+                    duration(t["timeout_ms"]) if t["timeout_ms"] is not None else "", t["outcome"] or "",
+                    parts, states)
+    con = Console(file=out)
+    if not con.is_terminal:
+        con = Console(file=out, width=240)
+    con.print(tab)

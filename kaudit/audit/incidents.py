@@ -1,0 +1,265 @@
+"""Incidents: the findings that tell one story (DESIGN.md §4, "Incidents").
+
+One anomaly is often reported many times: a duplicate on three replicas and on the wire, by
+`duplicate-batch` and `out-of-order-sequence`, with the retry and the join's verdict beside it; a
+zombie by `fenced-epoch` on its data and its EndTxn, `producer-error` and `coordinator-abort`.
+`assign` links such findings into one incident and gives every finding its incident's id.
+
+Findings are linked by what they share (`_atoms`):
+- a piece of evidence (the same batch bytes, the same request frame);
+- one producer epoch's overlapping sequence range on one partition (wire and every replica);
+- for producer id -1, overlapping stored copies (`duplicate-records`);
+- one zombie: a producer id and the epoch that was fenced (`fenced-epoch`, fenced
+  `producer-error`s, a `coordinator-abort` by fencing);
+- one transaction (the transaction rules' `details["transaction"]`, else producer id,
+  transactional id and epoch) and one partition's stuck last stable offset;
+- one segment of one replica for the integrity rules.
+Findings that only accompany a story (an error answer, a retry, an unanswered request) and share
+nothing with another finding join the incident of their transactional id or producer id when
+there is one. Capture and log-dir quality (`is_coverage`) forms one incident per input.
+
+An incident's id hashes the smallest of its linked findings' keys, which name no absolute path:
+the same input gives the same ids whichever engine ran, as finding ids do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+
+from kaudit.audit.registry import SEVERITY_RANK
+
+INT32_MAX = 2**31 - 1
+FRAME_KINDS = frozenset({"request", "response", "produce", "packet", "fetch", "end_txn"})
+# Capture and log-dir quality: reported together as coverage, not as incidents of their own.
+COVERAGE_RULES = frozenset({"stream-gap", "undecodable-frame"})
+SEQUENCE_RULES = frozenset({"duplicate-batch", "out-of-order-sequence", "fenced-epoch", "retried-batch",
+                            "produce-outcome", "outcome-mismatch"})
+TXN_RULES = frozenset({"dangling-transaction", "hanging-transaction", "torn-transaction",
+                       "unregistered-partition", "coordinator-abort", "stray-marker",
+                       "coordinator-epoch-regression", "non-transactional-write-in-transaction",
+                       "late-transactional-write", "illegal-state-transition"})
+INTEGRITY_RULES = frozenset({"crc-mismatch", "corrupt-batch", "truncated-tail", "offset-overlap",
+                             "index-mismatch"})
+# Findings that accompany a story rather than tell one: attached by producer when alone.
+SECONDARY_RULES = frozenset({"producer-error", "retried-batch", "produce-outcome", "unanswered-request"})
+# What a consumer sees when one of these is at error or above: stored duplicates, lost or torn
+# data, a stalled read_committed consumer, bytes that fail their CRC.
+CONSUMER_RULES = frozenset({"duplicate-batch", "duplicate-records", "hanging-transaction",
+                            "torn-transaction", "late-transactional-write",
+                            "non-transactional-write-in-transaction", "lso-stuck", "outcome-mismatch",
+                            "fenced-epoch", "out-of-order-sequence", "crc-mismatch", "corrupt-batch"})
+FENCED_CODES = frozenset({"47", "90"})
+
+
+def is_coverage(f: dict) -> bool:
+    """Capture and log-dir quality rather than an anomaly of Kafka: bytes the capture lost or
+    kaudit could not decode, the active segment's tail being written, requests whose answer may
+    be in a capture gap. A truncated closed segment or an unanswered Produce stay findings."""
+    if f["rule"] in COVERAGE_RULES:
+        return True
+    return f["rule"] in ("truncated-tail", "unanswered-request") and f["severity"] == "info"
+
+
+def _tail(path) -> str:
+    parts = str(path or "").replace("\\", "/").rstrip("/").split("/")
+    return "/".join(parts[-2:])
+
+
+def _details(f: dict) -> dict:
+    d = f.get("details")
+    if isinstance(d, dict):
+        return d
+    try:
+        return json.loads(d) if d else {}
+    except ValueError:
+        return {}
+
+
+def _is_wire_source(e: dict) -> bool:
+    return e.get("kind") in FRAME_KINDS
+
+
+def _atoms(f: dict, tids: dict) -> list[tuple]:
+    """The keys a finding shares with the other findings of its story (intervals apart)."""
+    out = []
+    rule, d = f["rule"], _details(f)
+    for e in f.get("evidence") or []:
+        if e.get("position") is None:
+            continue
+        if _is_wire_source(e):
+            out.append(("ev", "frame", _tail(e["source"]), e["position"]))
+        else:
+            out.append(("ev", "byte", str(f.get("replica") or ""), _tail(e["source"]), e["position"]))
+    pid, epoch = f.get("producer_id"), f.get("producer_epoch")
+    if rule == "fenced-epoch" and pid is not None and pid >= 0:
+        out.append(("zombie", pid, epoch))
+    if rule == "producer-error" and pid is not None and pid >= 0 and \
+            FENCED_CODES & set(str(d.get("error_codes") or "").split(",")):
+        out.append(("zombie", pid, epoch))
+    if rule == "coordinator-abort" and "fencing" in str(d.get("cause") or "") and pid is not None:
+        out.append(("zombie", pid, epoch))
+    if rule == "out-of-order-sequence" and f["severity"] == "warning" and pid is not None and pid >= 0:
+        # refused by the broker: one story per producer epoch and partition (it keeps sending
+        # sequences the broker does not expect), however many requests it took
+        out.append(("refused", f.get("topic"), f.get("partition"), pid, epoch))
+    if rule in TXN_RULES or (rule == "outcome-mismatch" and f.get("topic") is None):
+        out.append(transaction_key(f, tids))
+    if rule in ("hanging-transaction", "dangling-transaction", "lso-stuck") and f.get("first_offset") is not None:
+        out.append(("lso", f.get("topic"), f.get("partition"), f["first_offset"]))
+    if rule in INTEGRITY_RULES:
+        src = next((e["source"] for e in f.get("evidence") or [] if e.get("source")), "")
+        segment = _tail(src).rsplit(".", 1)[0]
+        out.append(("segment", str(f.get("replica") or ""), f.get("topic"), f.get("partition"), segment))
+    return out
+
+
+def transaction_key(f: dict, tids: dict | None = None) -> tuple:
+    """One transaction: the transaction rules' `details["transaction"]` when they name it, else
+    (producer id, transactional id, epoch); a finding without a transactional id takes its
+    producer id's only one."""
+    d = _details(f)
+    if d.get("transaction") is not None:
+        return ("txn", str(d["transaction"]))
+    tid = f.get("transactional_id")
+    if tid is None and tids is not None:
+        known = tids.get(f.get("producer_id"), set())
+        tid = next(iter(known)) if len(known) == 1 else None
+    return ("txn", f.get("producer_id"), tid, f.get("producer_epoch"))
+
+
+def _interval(f: dict):
+    """(key, lo, hi) of a finding's sequence range (or, without idempotence, its stored copy)."""
+    pid = f.get("producer_id")
+    if f.get("topic") is None or f.get("partition") is None:
+        return None
+    if f["rule"] in SEQUENCE_RULES and pid is not None and pid >= 0:
+        lo, hi = f.get("base_sequence"), f.get("last_sequence")
+        if lo is None or hi is None:
+            return None
+        return ("seq", f["topic"], f["partition"], pid, f.get("producer_epoch")), lo, hi if hi >= lo else INT32_MAX
+    if f["rule"] == "duplicate-records" and f.get("first_offset") is not None:
+        return ("records", f["topic"], f["partition"]), f["first_offset"], f.get("last_offset") or f["first_offset"]
+    return None
+
+
+class _Union:
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, a: int, b: int) -> None:
+        a, b = self.find(a), self.find(b)
+        if a != b:
+            self.parent[max(a, b)] = min(a, b)
+
+
+def _key_text(atom) -> str:
+    return json.dumps(atom, default=str)
+
+
+def assign(findings: list[dict]) -> list[dict]:
+    """Sets every finding's `incident` (in place) and returns the findings."""
+    n = len(findings)
+    if not n:
+        return findings
+    tids: dict = defaultdict(set)
+    for f in findings:
+        if f.get("transactional_id") and f.get("producer_id") is not None:
+            tids[f["producer_id"]].add(f["transactional_id"])
+    uf = _Union(n)
+    first: dict = {}
+    keys: list[list[str]] = [[] for _ in range(n)]
+    intervals = defaultdict(list)
+    story = [i for i, f in enumerate(findings) if not is_coverage(f)]
+    for i in story:
+        f = findings[i]
+        for atom in _atoms(f, tids):
+            keys[i].append(_key_text(atom))
+            j = first.setdefault(atom, i)
+            if j != i:
+                uf.union(i, j)
+        iv = _interval(f)
+        if iv is not None:
+            key, lo, hi = iv
+            intervals[key].append((lo, hi, i))
+            keys[i].append(_key_text(key + (lo, hi)))
+    for key, spans in intervals.items():
+        spans.sort()
+        end, head = None, None
+        for lo, hi, i in spans:
+            if end is not None and lo <= end:
+                uf.union(i, head)
+                end = max(end, hi)
+            else:
+                end, head = hi, i
+    groups = defaultdict(list)
+    for i in story:
+        groups[uf.find(i)].append(i)
+    _attach(findings, groups, uf, tids)
+    groups = defaultdict(list)
+    for i in story:
+        groups[uf.find(i)].append(i)
+    for members in groups.values():
+        core = [k for i in members if findings[i]["rule"] not in SECONDARY_RULES or len(members) == 1
+                for k in keys[i]] or [k for i in members for k in keys[i]]
+        seed = min(core) if core else min(findings[i]["id"] for i in members)
+        iid = hashlib.sha1(("incident " + seed).encode()).hexdigest()[:16]
+        for i in members:
+            findings[i]["incident"] = iid
+    for f in findings:
+        if is_coverage(f):
+            place = next((_tail(e["source"]) for e in f.get("evidence") or [] if e.get("source")), "")
+            seed = _key_text(("coverage", place if f.get("connection") else str(f.get("replica") or "") + place))
+            f["incident"] = hashlib.sha1(("incident " + seed).encode()).hexdigest()[:16]
+    return findings
+
+
+def _attach(findings, groups, uf, tids) -> None:
+    """A lone secondary finding joins the most severe incident of its transactional id, else of
+    its producer id; lone ones of one producer and rule then form one incident together."""
+    by_tid, by_pid = defaultdict(list), defaultdict(list)
+    for root, members in groups.items():
+        if len(members) == 1 and findings[members[0]]["rule"] in SECONDARY_RULES:
+            continue
+        for i in members:
+            f = findings[i]
+            if f.get("transactional_id"):
+                by_tid[f["transactional_id"]].append(root)
+            if f.get("producer_id") is not None and f["producer_id"] >= 0:
+                by_pid[f["producer_id"]].append(root)
+
+    def best(roots):
+        def rank(r):
+            fs = [findings[i] for i in groups[r]]
+            return (-max(SEVERITY_RANK[f["severity"]] for f in fs), r)
+        return min(set(roots), key=rank) if roots else None
+
+    lone = defaultdict(list)
+    for root, members in list(groups.items()):
+        if len(members) != 1 or findings[members[0]]["rule"] not in SECONDARY_RULES:
+            continue
+        f = findings[members[0]]
+        target = best(by_tid.get(f.get("transactional_id"), [])) if f.get("transactional_id") else None
+        if target is None and f.get("producer_id") is not None and f["producer_id"] >= 0:
+            target = best(by_pid.get(f["producer_id"], []))
+        if target is not None:
+            uf.union(target, members[0])
+        else:
+            who = f.get("transactional_id") or f.get("producer_id")
+            if who is None or who == -1:
+                who = f.get("client_id") or f.get("connection")
+            lone[(f["rule"], str(who))].append(members[0])
+    for members in lone.values():
+        for i in members[1:]:
+            uf.union(members[0], i)
+
+
+def severity_of(findings: list[dict]) -> str:
+    return max((f["severity"] for f in findings), key=lambda s: SEVERITY_RANK[s])

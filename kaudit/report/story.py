@@ -1,0 +1,276 @@
+"""Incidents for people: the findings of one incident (audit/incidents.py) summed up as one
+story - who, what, when, the impact on consumers and what to run - ranked by severity and
+impact. Every report format reads these dicts (`incidents(findings, reference_ms)`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+
+from kaudit.audit import RULES, SEVERITY_RANK
+from kaudit.audit.incidents import CONSUMER_RULES, FRAME_KINDS, INTEGRITY_RULES, is_coverage
+from kaudit.timefmt import duration, iso_ms, when
+
+KIND_TITLES = {"zombie": "Zombie producer", "hanging": "Stalled read_committed consumers",
+               "torn": "Torn transaction", "transaction": "Transaction anomaly",
+               "duplicate": "Records stored twice", "sequence": "Out-of-order sequences",
+               "integrity": "Damaged log data", "outcome": "Write outcome", "retry": "Retried batch",
+               "errors": "Error responses", "request": "Unanswered request", "coverage": "Coverage",
+               "other": "Finding"}
+
+
+def details(f: dict) -> dict:
+    d = f.get("details")
+    if isinstance(d, dict):
+        return d
+    try:
+        return json.loads(d) if d else {}
+    except ValueError:
+        return {}
+
+
+def _kind(rules: set[str], all_coverage: bool) -> str:
+    if all_coverage:
+        return "coverage"
+    for kind, names in (("zombie", {"fenced-epoch"}), ("torn", {"torn-transaction"}),
+                        ("hanging", {"hanging-transaction", "lso-stuck"}),
+                        ("duplicate", {"duplicate-batch", "duplicate-records"}),
+                        ("transaction", {"dangling-transaction", "unregistered-partition",
+                                         "late-transactional-write", "non-transactional-write-in-transaction",
+                                         "coordinator-epoch-regression", "stray-marker",
+                                         "illegal-state-transition", "coordinator-abort"}),
+                        ("sequence", {"out-of-order-sequence"}), ("integrity", set(INTEGRITY_RULES)),
+                        ("outcome", {"outcome-mismatch", "produce-outcome"}), ("retry", {"retried-batch"}),
+                        ("errors", {"producer-error"}), ("request", {"unanswered-request"})):
+        if rules & names:
+            return kind
+    return "other"
+
+
+def _sev_rank(f: dict) -> int:
+    return SEVERITY_RANK[f["severity"]]
+
+
+def _places(fs: list[dict]) -> list[dict]:
+    """One piece of evidence per place the anomaly was seen: each replica, each capture."""
+    places: dict[str, dict] = {}
+    for f in fs:
+        ev = [e for e in f.get("evidence") or [] if e.get("source")]
+        wire = [e for e in ev if e.get("kind") in FRAME_KINDS]
+        disk = [e for e in ev if e.get("kind") not in FRAME_KINDS]
+        if not ev and (f.get("connection") or not f.get("replica")):
+            continue   # a wire finding whose evidence is its timeline: seen where its peers are
+        names = []
+        for e in wire:
+            names.append((f"capture {os.path.basename(e.get('source') or '') or '?'}", e))
+        if disk or not wire:
+            reps = [r for r in str(f.get("replica") or "").split(",") if r] or [None]
+            for r in reps:
+                for e in disk or [None]:
+                    names.append((f"replica {r}" if r else "log", e))
+        for name, e in names:
+            p = places.setdefault(name, {"place": name, "rules": [], "evidence": []})
+            if f["rule"] not in p["rules"]:
+                p["rules"].append(f["rule"])
+            if e is not None and e not in p["evidence"] and len(p["evidence"]) < 6:
+                p["evidence"].append(e)
+    return sorted(places.values(), key=lambda p: (not p["place"].startswith("replica"), p["place"]))
+
+
+def _distinct(fs, key) -> list:
+    """The distinct values of a field; -1 (none) for producer ids and epochs only when nothing
+    else names one (a new instance's InitProducerId beside the zombie it fenced)."""
+    out = [v for v in dict.fromkeys(f.get(key) for f in fs) if v is not None]
+    if key in ("producer_id", "producer_epoch") and any(v >= 0 for v in out):
+        out = [v for v in out if v >= 0]
+    return out
+
+
+def _tps(fs) -> list[str]:
+    return sorted({f"{f['topic']}-{f['partition']}" for f in fs if f.get("topic") is not None
+                   and f.get("partition") is not None})
+
+
+def summarise(iid: str, fs: list[dict], reference_ms: int | None) -> dict:
+    fs = sorted(fs, key=lambda f: (-_sev_rank(f), f["rule"], f.get("first_ts_ms") or 0))
+    rules = Counter(f["rule"] for f in fs)
+    cov = all(is_coverage(f) for f in fs)
+    lead = fs[0]
+    ts = [t for f in fs for t in (f.get("first_ts_ms"), f.get("last_ts_ms")) if t is not None]
+    consumer = [f for f in fs if f["rule"] in CONSUMER_RULES and _sev_rank(f) >= SEVERITY_RANK["error"]]
+    records = max(((f["last_offset"] - f["first_offset"] + 1) for f in consumer
+                   if f.get("first_offset") is not None and f.get("last_offset") is not None), default=0)
+    inc = {
+        "id": iid, "severity": lead["severity"], "kind": _kind(set(rules), cov),
+        "rules": dict(sorted(rules.items())), "findings": [f["id"] for f in fs],
+        "consumer_visible": bool(consumer), "records_affected": records,
+        "topic_partitions": _tps(fs), "replicas": sorted({r for f in fs for r in str(f.get("replica") or "").split(",") if r}),
+        "producer_ids": _distinct(fs, "producer_id"), "producer_epochs": _distinct(fs, "producer_epoch"),
+        "transactional_ids": _distinct(fs, "transactional_id"), "client_ids": _distinct(fs, "client_id"),
+        "connections": _distinct(fs, "connection"),
+        "first_ts_ms": min(ts) if ts else None, "last_ts_ms": max(ts) if ts else None,
+        "places": _places(fs),
+        "remediation": next((f["remediation"] for f in fs if f.get("remediation")), None),
+    }
+    inc["title"] = _title(inc, fs)
+    inc["narrative"] = narrative(inc, fs, reference_ms)
+    return inc
+
+
+def incidents(findings: list[dict], reference_ms: int | None) -> list[dict]:
+    """Every incident of the findings, most severe and most harmful first."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for f in findings:
+        groups[f.get("incident") or f["id"]].append(f)
+    out = [summarise(iid, fs, reference_ms) for iid, fs in groups.items()]
+    out.sort(key=lambda i: (i["kind"] == "coverage", -SEVERITY_RANK[i["severity"]], not i["consumer_visible"],
+                            -i["records_affected"], -len(i["places"]), i["first_ts_ms"] or 0, i["id"]))
+    return out
+
+
+def _who_short(inc: dict) -> str:
+    pids = [p for p in inc["producer_ids"] if p >= 0]
+    parts = []
+    if pids:
+        ep = inc["producer_epochs"]
+        parts.append(f"producer {', '.join(map(str, pids[:3]))}" + (f" epoch {', '.join(map(str, ep[:3]))}" if ep else ""))
+    elif -1 in inc["producer_ids"]:
+        parts.append("a non-idempotent producer")
+    if inc["transactional_ids"]:
+        parts.append(f"({', '.join(map(repr, inc['transactional_ids'][:2]))})")
+    elif inc["client_ids"]:
+        parts.append(f"(client {', '.join(inc['client_ids'][:2])})")
+    return " ".join(parts)
+
+
+def _where(inc: dict) -> str:
+    tps = inc["topic_partitions"]
+    if not tps:
+        return ""
+    return " on " + ", ".join(tps[:3]) + (f" and {len(tps) - 3} more" if len(tps) > 3 else "")
+
+
+def _title(inc: dict, fs: list[dict]) -> str:
+    kind, who, where = inc["kind"], _who_short(inc), _where(inc)
+    if kind == "hanging":
+        lso = next((f for f in fs if f["rule"] in ("hanging-transaction", "lso-stuck")), fs[0])
+        return (f"{KIND_TITLES[kind]}: an open transaction of {who or 'a producer'} holds "
+                f"{lso.get('topic')}-{lso.get('partition')} at offset {lso.get('first_offset')}")
+    if kind == "duplicate":
+        d = next(f for f in fs if f["rule"] in ("duplicate-batch", "duplicate-records"))
+        seq = (f" sequences {d['base_sequence']}-{d['last_sequence']}" if d.get("base_sequence") is not None else "")
+        return f"{KIND_TITLES[kind]}{where}: {who}{seq}".rstrip(": ")
+    if kind == "zombie":
+        cur = [details(f).get("current_epoch") for f in fs if details(f).get("current_epoch") is not None]
+        return f"{KIND_TITLES[kind]}: {who}" + (f", fenced by epoch {max(cur)}" if cur else "") + where
+    if kind == "integrity":
+        reps = ", ".join(inc["replicas"][:3])
+        return f"{KIND_TITLES[kind]}{where}" + (f" (replica {reps})" if reps else "") + ": " + \
+            ", ".join(RULES[r].title for r in inc["rules"])
+    if kind in ("coverage", "other"):
+        return f"{RULES[fs[0]['rule']].title}{where}"
+    if kind == "errors":
+        names = sorted({str(details(f).get("errors") or "") for f in fs} - {""})
+        return f"{KIND_TITLES[kind]} to {who or 'a client'}: {', '.join(names[:3])}"
+    return f"{KIND_TITLES[kind]}{where}: {who or RULES[fs[0]['rule']].title}"
+
+
+def narrative(inc: dict, fs: list[dict], reference_ms: int | None) -> dict:
+    """who, what, when, impact and remediation, in words."""
+    return {"who": _who(inc), "what": _what(inc, fs), "when": when(inc["first_ts_ms"], inc["last_ts_ms"], reference_ms),
+            "impact": _impact(inc, fs, reference_ms), "remediation": _remedy(fs)}
+
+
+def _who(inc: dict) -> str:
+    parts = []
+    pids = [p for p in inc["producer_ids"] if p >= 0]
+    if pids:
+        parts.append(f"producer id {', '.join(map(str, pids[:4]))}"
+                     + (f", epoch {', '.join(map(str, inc['producer_epochs'][:4]))}" if inc["producer_epochs"] else ""))
+    elif -1 in inc["producer_ids"]:
+        parts.append("a producer without idempotence (producer id -1)")
+    if inc["transactional_ids"]:
+        parts.append("transactional id " + ", ".join(inc["transactional_ids"][:3]))
+    if inc["client_ids"]:
+        parts.append("client " + ", ".join(inc["client_ids"][:4]))
+    if inc["connections"]:
+        parts.append("connection " + ", ".join(inc["connections"][:2])
+                     + (f" (+{len(inc['connections']) - 2})" if len(inc["connections"]) > 2 else ""))
+    if inc["replicas"]:
+        parts.append("replica " + ", ".join(inc["replicas"][:6]))
+    return "; ".join(parts) or "not named by the evidence"
+
+
+def _what(inc: dict, fs: list[dict]) -> str:
+    seen = " and ".join(p["place"] for p in inc["places"][:6])
+    others = Counter(f["rule"] for f in fs[1:])
+    also = (f" Also: {', '.join(f'{r} ×{n}' if n > 1 else r for r, n in sorted(others.items()))}." if others else "")
+    return f"{fs[0]['message']}.{also} Seen in {len(inc['places'])} place(s): {seen}."
+
+
+def _remedy(fs: list[dict]) -> str:
+    for f in fs:
+        if f.get("remediation"):
+            return f["remediation"]
+    return RULES[fs[0]["rule"]].remediation
+
+
+def _offsets(a, b) -> str:
+    return f"{a}" if b is None or a == b else f"{a}-{b}"
+
+
+def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
+    """What consumers saw, in words (the evidence's own numbers: offsets, times)."""
+    by = defaultdict(list)
+    for f in fs:
+        by[f["rule"]].append(f)
+    lines = []
+    stalled = by.get("hanging-transaction", []) + by.get("lso-stuck", [])
+    for f in stalled[:3]:
+        since = f.get("first_ts_ms")
+        held = f" for {duration(reference_ms - since)}" if since is not None and reference_ms is not None else ""
+        lines.append(f"read_committed consumers of {f['topic']}-{f['partition']} stopped at offset "
+                     f"{f['first_offset']} since {iso_ms(since)}{held} (read_uncommitted consumers read on)")
+    for f in by.get("torn-transaction", [])[:2]:
+        res = details(f).get("results") or {}
+        lines.append("consumers saw part of one transaction: " + ", ".join(f"{k} {v or 'no marker'}" for k, v in sorted(res.items())))
+    for f in (by.get("duplicate-batch", []) + by.get("duplicate-records", []))[:1]:
+        d = details(f)
+        a, b = d.get("original_first_offset"), d.get("original_last_offset")
+        if f.get("first_offset") is not None:
+            n = (f["last_offset"] - f["first_offset"] + 1) if f.get("last_offset") is not None else None
+            if b is None and a is not None and n:
+                b = a + n - 1
+            lines.append(f"records visible twice: offsets {_offsets(f['first_offset'], f.get('last_offset'))} repeat "
+                         f"offsets {_offsets(a, b)}" + (f" ({n} record(s) delivered twice)" if n else ""))
+    for f in by.get("late-transactional-write", [])[:1]:
+        lines.append(f"{f['topic']}-{f['partition']}: {details(f).get('outcome') or 'data landed after its transaction ended'}")
+    for f in by.get("non-transactional-write-in-transaction", [])[:1]:
+        lines.append(f"{f['topic']}-{f['partition']}: writes outside the transaction are read whatever its outcome")
+    zombie = by.get("fenced-epoch", [])
+    if zombie:
+        stored = [f for f in zombie if f["severity"] in ("error", "critical")]
+        lines.append(("the zombie's writes at offsets " + ", ".join(
+            f"{f['topic']}-{f['partition']}@{_offsets(f['first_offset'], f.get('last_offset'))}" for f in stored[:3])
+            + " were stored: consumers read data of a fenced instance") if stored else
+            "the brokers refused the zombie's requests: nothing it sent after it was fenced was stored")
+        for f in by.get("coordinator-abort", [])[:1]:
+            lines.append(f"the coordinator aborted its open transaction ({details(f).get('cause') or 'fencing'}): "
+                         "read_committed consumers skip that data")
+    gaps = [f for f in by.get("out-of-order-sequence", []) if details(f).get("kind") == "gap"
+            and f["severity"] in ("error", "critical")]
+    for f in gaps[:1]:
+        d = details(f)
+        lines.append(f"sequences {d.get('expected_sequence')}-{(f.get('base_sequence') or 0) - 1} of producer "
+                     f"{f['producer_id']} are not in the log: lost if they were acknowledged")
+    for f in by.get("outcome-mismatch", [])[:1]:
+        lines.append(f"what the client was told differs from the log: {f['message']}")
+    for f in (by.get("crc-mismatch", []) + by.get("corrupt-batch", []))[:1]:
+        lines.append(f"consumers fetching offsets around {f.get('first_offset')} of {f.get('topic')}-{f.get('partition')} "
+                     "(replica " + str(f.get("replica")) + ") fail on corrupt bytes (CorruptRecordException)")
+    if not lines:
+        refused = [f for f in fs if f["rule"] == "out-of-order-sequence"]
+        lines.append("the broker refused these batches: nothing was stored" if refused else
+                     "none seen by consumers" if not inc["consumer_visible"] else "see the findings")
+    return "; ".join(lines)
