@@ -79,7 +79,17 @@ def test_parquet_one_file_per_kind(corpus, tmp_path):
 def test_table_view(corpus):
     r = run("decode", "segments", corpus / FENCE, "--format", "table")
     assert r.exit_code == 0
-    assert "j-fence" in r.stdout and "partitions" in r.stdout
+    assert "Dumping" in r.stdout and "j-fence-0" in r.stdout
+    # batch by batch, as DumpLogSegments lists them, times in ISO-8601 with the zone
+    assert "baseOffset: 3 lastOffset: 3 count: 1" in r.stdout and "endTxnMarker: ABORT coordinatorEpoch: 0" in r.stdout
+    assert "CreateTime: 2026-11-21T04:21:57.601Z" in r.stdout
+
+
+def test_table_view_deep_records_as_text(corpus):
+    r = run("decode", "segments", corpus / FENCE, "--format", "table", "--deep")
+    assert r.exit_code == 0
+    assert "| offset: 0 CreateTime: 2026-11-21T04:21:57.601Z keySize: 2 valueSize: 10 sequence: 0 headers: [] " \
+           "key: A0 payload: zombie-A-0" in r.stdout
 
 
 def test_jobs_gives_the_same_rows(corpus):

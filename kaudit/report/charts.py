@@ -33,20 +33,33 @@ def sequence_timeline(inc: dict, findings: list[dict], data: dict):
     series = [s for s in data.get("series", []) if s["pid"] in pids and s["tp"] in tps]
     if not series:
         return None
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("sequence", "offset"))
+    idem = any(p >= 0 for p in pids)   # producer id -1 has no sequences: its offsets only
+    fig = make_subplots(rows=2 if idem else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("sequence", "offset") if idem else ("offset",))
+    off_row = 2 if idem else 1
     for s in series[:24]:
         pts = [p for p in s["points"] if p["control"] is None]
         name = f"{s['tp']} {s['where']}" + (f" (pid {s['pid']})" if len(pids) > 1 else "")
         text = [f"epoch {p['epoch']} seq {p['bseq']}-{p['lseq']} offset {p['offset']} ({p['answer']})" for p in pts]
         symbol = ["x" if p["answer"] == "refused" else "circle" for p in pts]
-        fig.add_trace(go.Scatter(x=[_t(p["ts"]) for p in pts], y=[p["bseq"] for p in pts], mode="lines+markers",
-                                 name=name, legendgroup=name, text=text, marker={"symbol": symbol},
-                                 hovertemplate="%{x}<br>%{text}<extra>" + name + "</extra>"), row=1, col=1)
+        if idem:
+            fig.add_trace(go.Scatter(x=[_t(p["ts"]) for p in pts], y=[p["bseq"] for p in pts], mode="lines+markers",
+                                     name=name, legendgroup=name, text=text, marker={"symbol": symbol},
+                                     hovertemplate="%{x}<br>%{text}<extra>" + name + "</extra>"), row=1, col=1)
         off = [p for p in pts if p["offset"] is not None and p["offset"] >= 0]
         fig.add_trace(go.Scatter(x=[_t(p["ts"]) for p in off], y=[p["offset"] for p in off], mode="markers",
-                                 name=name, legendgroup=name, showlegend=False,
-                                 hovertemplate="%{x}<br>offset %{y}<extra>" + name + "</extra>"), row=2, col=1)
+                                 name=name, legendgroup=name, showlegend=not idem,
+                                 hovertemplate="%{x}<br>offset %{y}<extra>" + name + "</extra>"), row=off_row, col=1)
+    if not idem:
+        marks = [f for f in findings if f.get("first_offset") is not None and f.get("first_ts_ms") is not None]
+        if marks:
+            fig.add_trace(go.Scatter(
+                x=[_t(f["first_ts_ms"]) for f in marks], y=[f["first_offset"] for f in marks], mode="markers",
+                name="findings", marker={"symbol": "star", "size": 14, "color": [SEV_COLOR[f["severity"]] for f in marks]},
+                text=[f"{f['rule']}: {f['message'][:160]}" for f in marks],
+                hovertemplate="%{x}<br>%{text}<extra>finding</extra>"), row=1, col=1)
+        _layout(fig, "Stored offsets of a producer without idempotence (producer id -1)", 380)
+        return fig
     marks = [f for f in findings if f.get("base_sequence") is not None and f.get("first_ts_ms") is not None]
     if marks:
         fig.add_trace(go.Scatter(

@@ -119,9 +119,9 @@ def test_table(captures):
     assert "kaudit" in out and "anomalies.pcap" in out and "coverage" in out
     for rule in ("out-of-order-sequence", "retried-batch", "producer-error"):
         assert rule in out
-    assert "ERROR" in out and "WARNING" in out and "INFO" in out
+    assert "ERROR" in out and "WARNING" in out and "info" in out
     assert "remediation" in out and "evidence" in out and "timeline" in out
-    assert "4 finding(s)" in out
+    assert "4 finding(s)" in out and "2 incident(s)" in out.splitlines()[0]
     clean = run("pcap", captures / "clean.pcap", "--format", "table")
     assert clean.exit_code == 0 and "no findings" in clean.stdout
 
@@ -235,7 +235,7 @@ def test_rules_listing():
                                    "duplicate-records", "stream-gap", "undecodable-frame")} == {
         "retried-batch": "info", "unanswered-request": "warning", "producer-error": "info",
         "out-of-order-sequence": "error", "fenced-epoch": "error", "duplicate-batch": "error",
-        "duplicate-records": "warning", "stream-gap": "info", "undecodable-frame": "info"}
+        "duplicate-records": "error", "stream-gap": "info", "undecodable-frame": "info"}
     assert all(x["title"] for x in rows)
 
 

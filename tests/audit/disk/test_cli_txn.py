@@ -37,7 +37,8 @@ def test_txn_view_crafted(tmp_path):
     assert txns[1]["parts"][0]["marker"] is None and txns[1]["parts"][0]["first_offset"] == 2
     assert {t["transaction_version"] for t in txns} == {"0/1"}      # COMMIT with the data's epoch
     nd = run("txn", ld.root, "--producer-id", "8", "-f", "ndjson")
-    assert nd.exit_code == 0 and nd.stdout == ""
+    assert nd.exit_code == 3 and nd.stdout == ""        # an empty selection says so
+    assert "no transaction matches the selection (producer id 8)" in nd.output and "tx" in nd.output
     assert run("txn", ld.root, "--transactional-id", "tx", "-f", "table").exit_code == 0
     assert run("txn", ld.root, "-f", "xml").exit_code == 2
 

@@ -94,7 +94,7 @@ def test_logdirs_final_non_idempotent_retries(corpus):
         ("duplicate-records", topic, 0, node, 10, 14)
         for topic in ("ck-retry-noidem", "kp-retry-noidem") for node in ("1", "2", "3"))
     for f in fs:
-        assert f["severity"] == "warning" and f["producer_id"] == -1
+        assert f["severity"] == "error" and f["producer_id"] == -1   # consumers read them twice
         assert details(f) == {"original_first_offset": 5, "original_last_offset": 9, "batches": 1}
 
 

@@ -18,7 +18,7 @@ def test_retry_stored_twice(tmp_path):
     pb.append_batch(values=[b"after"])
     root = ld.write()
     fs = audit(root)
-    assert brief(fs) == [("duplicate-records", "warning", "events-0", 10, 14)]
+    assert brief(fs) == [("duplicate-records", "error", "events-0", 10, 14)]
     [f] = fs
     assert f["producer_id"] == -1 and (f["first_ts_ms"], f["last_ts_ms"]) == (2_000, 2_000)
     assert details(f) == {"original_first_offset": 5, "original_last_offset": 9, "batches": 1}
@@ -37,7 +37,7 @@ def test_consecutive_retried_batches_make_one_finding(tmp_path):
     for values, ts in batches:
         pb.append_batch(values=values, timestamp=ts)     # offsets 6-11: the three again
     fs = audit(ld.write())
-    assert brief(fs) == [("duplicate-records", "warning", "events-0", 6, 11)]
+    assert brief(fs) == [("duplicate-records", "error", "events-0", 6, 11)]
     assert details(fs[0]) == {"original_first_offset": 0, "original_last_offset": 5, "batches": 3}
     assert len(fs[0]["evidence"]) == 4 and "3 batches" in fs[0]["message"]
 
@@ -81,7 +81,7 @@ def test_duplicate_across_chunks_and_segments(tmp_path, monkeypatch):
     pb.append_batch(values=[b"e3"], timestamp=10_003)     # the retry, 22 batches later
     with small_chunks(monkeypatch, 4):
         fs = audit(ld.write())
-    assert brief(fs) == [("duplicate-records", "warning", "events-0", 25, 25)]
+    assert brief(fs) == [("duplicate-records", "error", "events-0", 25, 25)]
     assert details(fs[0])["original_first_offset"] == orig.base_offset == 3
     assert fs[0]["evidence"][1]["source"].endswith("00000000000000000000.log")
 

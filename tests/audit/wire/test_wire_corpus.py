@@ -58,7 +58,7 @@ def test_non_idempotent_retry_stored_twice(corpus):
     assert a["offsets"] == [[5, 9], [10, 14]]
     (dup,) = serious(fs)
     assert (dup["rule"], dup["severity"], f"{dup['topic']}-{dup['partition']}") == (
-        "duplicate-records", "warning", a["partition"])
+        "duplicate-records", "error", a["partition"])
     assert (dup["producer_id"], dup["first_offset"], dup["last_offset"]) == (-1, 10, 14)
     assert details(dup)["original_first_offset"] == 5
     (r,) = [f for f in fs if f["rule"] == "retried-batch"]

@@ -75,7 +75,7 @@ def test_metadata_abandoned_by_a_close_before_any_timeout_is_info(tmp_path):
 def test_closed_after_the_timeout_is_a_warning(tmp_path):
     fs = audit(tmp_path, Conn(metadata(1) + metadata(2, answered=False)), timed=_fin_delay(40))
     assert rules_of(fs) == [("unanswered-request", "warning")]
-    assert "after the 30000 ms timeout" in fs[0]["message"]
+    assert "after the 30 s timeout" in fs[0]["message"]
 
 
 def test_connection_still_in_use_past_the_timeout(tmp_path):

@@ -150,7 +150,7 @@ def test_retry_accepted_out_of_order_after_a_rejection_is_an_error(tmp_path):
 def test_non_idempotent_retry_acknowledged_twice(tmp_path):
     m = send(1, batch(-1, -1, -1, 5), offset=5) + send(2, batch(-1, -1, -1, 5), offset=10)
     fs = audit(tmp_path, Conn(m))
-    assert rules_of(fs) == [("duplicate-records", "warning"), ("retried-batch", "info")]
+    assert rules_of(fs) == [("duplicate-records", "error"), ("retried-batch", "info")]
     d = one(fs, "duplicate-records")
     assert (d["producer_id"], d["first_offset"], d["last_offset"]) == (-1, 10, 14)
     assert details(d) == {"original_first_offset": 5}
