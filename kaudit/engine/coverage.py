@@ -28,7 +28,8 @@ def _add_values(seen: dict, key: str, values) -> None:
     have = seen.get(key)
     if have is None:
         return
-    new = [v for v in values if v is not None and v not in have]
+    known = set(have)
+    new = list(dict.fromkeys(v for v in values if v is not None and v not in known))
     if len(have) + len(new) > MAX_SEEN:
         seen[key] = None
     elif new:
@@ -68,6 +69,16 @@ def note_seen(seen: dict, kind: str, table: pa.Table) -> None:
         if hi is not None and hi >= 0:
             hi = int(hi * span[2])
             seen["max_ts_ms"] = hi if seen["max_ts_ms"] is None else max(seen["max_ts_ms"], hi)
+
+
+def settle(cov: dict) -> dict:
+    """The inventory in a stable order (engines merge it in the order their tasks end)."""
+    seen = cov.get(SEEN)
+    if isinstance(seen, dict):
+        for k, v in seen.items():
+            if isinstance(v, list):
+                v.sort(key=lambda x: (str(type(x)), x))
+    return cov
 
 
 def merge_seen(into: dict, other: dict) -> dict:

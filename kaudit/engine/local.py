@@ -227,7 +227,7 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
         f, items = buffered.pop(name)
         run.findings.extend(x for x in fold_selection(f, items, ctx) if keep(x))
     run.findings = sort_findings(run.findings)
-    run.coverage = cov
+    run.coverage = coverage.settle(cov)
     run.reference_time_ms = ctx.reference_time_ms
     return run
 
@@ -261,6 +261,7 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
         run.findings.extend(f for f in fold_selection(fold, picked.pop(fold.name), ctx) if keep(f))
     run.findings = sort_findings(names.name_findings(run.findings))
     run.topic_names = names.names
+    coverage.settle(cov)
     cov["packets"] = sum(s.packets for s in summaries.values())
     cov["captures"] = {p: {"packets": s.packets, "tcp_packets": s.tcp_packets,
                            "kafka_connections": s.kafka_connections} for p, s in summaries.items()}

@@ -334,7 +334,7 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
         coverage.merge(cov, m["cov"])
     latest = cov.pop(coverage.LATEST)
     run.findings = sort_findings([f for f in findings if keep(f)])
-    run.coverage = cov
+    run.coverage = coverage.settle(cov)
     run.reference_time_ms = now_ms if now_ms is not None else latest
     return run
 
@@ -368,6 +368,7 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
                 _collect_taps(env, taps)
         finally:
             env.unpersist()
+    coverage.settle(cov)
     cov["packets"] = sum(s["packets"] for s in captures.values())
     cov["captures"] = {p: {"packets": s["packets"], "tcp_packets": s["tcp_packets"],
                            "kafka_connections": s["kafka_connections"]} for p, s in captures.items()}

@@ -55,6 +55,10 @@ def _sev_rank(f: dict) -> int:
 def _places(fs: list[dict]) -> list[dict]:
     """One piece of evidence per place the anomaly was seen: each replica, each capture."""
     places: dict[str, dict] = {}
+    # a finding of both sides (the join's) names no replica: its log evidence is placed by the
+    # replica the other findings give the same file
+    replica_of = {e.get("source"): f["replica"] for f in fs if f.get("replica") and "," not in str(f["replica"])
+                  for e in f.get("evidence") or []}
     for f in fs:
         ev = [e for e in f.get("evidence") or [] if e.get("source")]
         wire = [e for e in ev if e.get("kind") in FRAME_KINDS]
@@ -65,9 +69,9 @@ def _places(fs: list[dict]) -> list[dict]:
         for e in wire:
             names.append((f"capture {os.path.basename(e.get('source') or '') or '?'}", e))
         if disk or not wire:
-            reps = [r for r in str(f.get("replica") or "").split(",") if r] or [None]
-            for r in reps:
-                for e in disk or [None]:
+            reps = [r for r in str(f.get("replica") or "").split(",") if r]
+            for e in disk or [None]:
+                for r in reps or [replica_of.get(e and e.get("source"))]:
                     names.append((f"replica {r}" if r else "log", e))
         for name, e in names:
             p = places.setdefault(name, {"place": name, "rules": [], "evidence": []})
