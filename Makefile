@@ -23,14 +23,20 @@ setup: $(STAMP)
 # PYTHONDONTWRITEBYTECODE set every process - each pcap worker, each Spark worker - would
 # compile them again at start-up: ~0.2 s). Only changed files are compiled again.
 compile: $(STAMP)
-	$(PY) -m compileall -q kaudit
+	@$(PY) -m compileall -q kaudit
 
 # Audits the bundled samples; kaudit exits 1 when it has findings, which is the point of a demo.
+# Each part's first lines name its incidents; the same reports, with charts, go to build/*.html.
 demo: compile
-	@echo "== kaudit segments fixtures/logdirs/demo  (a crafted broker log dir with planted anomalies)"
-	$(PY) -m kaudit segments fixtures/logdirs/demo || [ $$? -eq 1 ]
-	@echo "== kaudit pcap pcaps/*.pcap  (real Apache Kafka 3.0.2 captures: retries, a zombie, crafted sequences)"
-	$(PY) -m kaudit pcap pcaps/*.pcap --kafka-port 9092 --kafka-port 9093 --kafka-port 9094 || [ $$? -eq 1 ]
+	@$(PY) -m kaudit segments fixtures/logdirs/demo || [ $$? -eq 1 ]
+	@echo
+	@$(PY) -m kaudit pcap pcaps --kafka-port 9092 --kafka-port 9093 --kafka-port 9094 || [ $$? -eq 1 ]
+	@mkdir -p build
+	@$(PY) -m kaudit segments fixtures/logdirs/demo --format html -o build/demo-segments.html || [ $$? -eq 1 ]
+	@$(PY) -m kaudit pcap pcaps --kafka-port 9092 --kafka-port 9093 --kafka-port 9094 --format html \
+	  -o build/demo-pcap.html || [ $$? -eq 1 ]
+	@echo
+	@echo "In a browser (offline, self-contained): build/demo-segments.html build/demo-pcap.html"
 
 # The HTML report's browser test (tests/report/test_html_browser.py) opens the report in Debian's
 # chromium, headless. Installed here when missing: as root, or through sudo without a password;
