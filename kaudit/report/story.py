@@ -214,6 +214,12 @@ def _what(inc: dict, fs: list[dict]) -> str:
 
 
 def _remedy(fs: list[dict]) -> str:
+    """The most severe findings' remediation; every distinct one of them when they name
+    commands of their own (one `kafka-transactions.sh abort` per hanging partition)."""
+    top = [f for f in fs if f["severity"] == fs[0]["severity"] and f.get("remediation")]
+    own = list(dict.fromkeys(f["remediation"] for f in top if f["remediation"] != RULES[f["rule"]].remediation))
+    if len(own) > 1:
+        return "; then ".join(own[:6]) + (f" (and {len(own) - 6} more)" if len(own) > 6 else "")
     for f in fs:
         if f.get("remediation"):
             return f["remediation"]
@@ -230,8 +236,9 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
     for f in fs:
         by[f["rule"]].append(f)
     lines = []
-    stalled = by.get("hanging-transaction", []) + by.get("lso-stuck", [])
-    for f in stalled[:3]:
+    stalled = list({(f["topic"], f["partition"], f["first_offset"]): f for f in
+                    reversed(by.get("hanging-transaction", []) + by.get("lso-stuck", []))}.values())[::-1]
+    for f in stalled[:4]:
         since = f.get("first_ts_ms")
         held = f" for {duration(reference_ms - since)}" if since is not None and reference_ms is not None else ""
         lines.append(f"read_committed consumers of {f['topic']}-{f['partition']} stopped at offset "
@@ -248,8 +255,11 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
                 b = a + n - 1
             lines.append(f"records visible twice: offsets {_offsets(f['first_offset'], f.get('last_offset'))} repeat "
                          f"offsets {_offsets(a, b)}" + (f" ({n} record(s) delivered twice)" if n else ""))
-    for f in by.get("late-transactional-write", [])[:1]:
-        lines.append(f"{f['topic']}-{f['partition']}: {details(f).get('outcome') or 'data landed after its transaction ended'}")
+    for f in by.get("late-transactional-write", []):
+        out = str(details(f).get("outcome") or "")
+        if "committed by the next" in out:   # aborted data exposed
+            lines.append(f"{f['topic']}-{f['partition']}: data written after its transaction ended (offsets "
+                         f"{_offsets(f['first_offset'], f.get('last_offset'))}): {out}; read_committed consumers read it")
     for f in by.get("non-transactional-write-in-transaction", [])[:1]:
         lines.append(f"{f['topic']}-{f['partition']}: writes outside the transaction are read whatever its outcome")
     zombie = by.get("fenced-epoch", [])
@@ -277,4 +287,4 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
         refused = [f for f in fs if f["rule"] == "out-of-order-sequence"]
         lines.append("the broker refused these batches: nothing was stored" if refused else
                      "none seen by consumers" if not inc["consumer_visible"] else "see the findings")
-    return "; ".join(lines)
+    return "; ".join(dict.fromkeys(lines))
