@@ -13,7 +13,8 @@ Findings are linked by what they share (`_atoms`):
   `producer-error`s, a `coordinator-abort` by fencing);
 - one transaction (the transaction rules' `details["transaction"]`, else producer id,
   transactional id and epoch) and one partition's stuck last stable offset;
-- one segment of one replica for the integrity rules.
+- one segment of one replica for the integrity rules;
+- the out-of-order sequences the broker refused from one producer epoch on one partition.
 Findings that only accompany a story (an error answer, a retry, an unanswered request) and share
 nothing with another finding join the incident of their transactional id or producer id when
 there is one. Capture and log-dir quality (`is_coverage`) forms one incident per input.
@@ -235,20 +236,24 @@ def _attach(findings, groups, uf, tids) -> None:
             if f.get("producer_id") is not None and f["producer_id"] >= 0:
                 by_pid[f["producer_id"]].append(root)
 
-    def best(roots):
-        def rank(r):
-            fs = [findings[i] for i in groups[r]]
-            return (-max(SEVERITY_RANK[f["severity"]] for f in fs), r)
-        return min(set(roots), key=rank) if roots else None
+    ranks: dict = {}
+
+    def rank(r):
+        if r not in ranks:
+            ranks[r] = (-max(SEVERITY_RANK[findings[i]["severity"]] for i in groups[r]), r)
+        return ranks[r]
+
+    best_tid = {k: min(set(v), key=rank) for k, v in by_tid.items()}
+    best_pid = {k: min(set(v), key=rank) for k, v in by_pid.items()}
 
     lone = defaultdict(list)
     for root, members in list(groups.items()):
         if len(members) != 1 or findings[members[0]]["rule"] not in SECONDARY_RULES:
             continue
         f = findings[members[0]]
-        target = best(by_tid.get(f.get("transactional_id"), [])) if f.get("transactional_id") else None
+        target = best_tid.get(f.get("transactional_id")) if f.get("transactional_id") else None
         if target is None and f.get("producer_id") is not None and f["producer_id"] >= 0:
-            target = best(by_pid.get(f["producer_id"], []))
+            target = best_pid.get(f["producer_id"])
         if target is not None:
             uf.union(target, members[0])
         else:

@@ -50,6 +50,10 @@ def note_seen(seen: dict, kind: str, table: pa.Table) -> None:
     chunk is one file's, as segments' chunks are)."""
     if not table.num_rows:
         return
+    if "topic" in table.column_names and table.column("topic").null_count:
+        # rows named by a topic id only (Produce v13, Fetch v13+): the name comes later
+        # (note_names); which of its partitions they hold cannot be told here
+        seen["partitions"] = None
     topics = _unique(table, "topic")
     _add_values(seen, "topics", topics)
     if "partition" in table.column_names and topics:
@@ -69,6 +73,12 @@ def note_seen(seen: dict, kind: str, table: pa.Table) -> None:
         if hi is not None and hi >= 0:
             hi = int(hi * span[2])
             seen["max_ts_ms"] = hi if seen["max_ts_ms"] is None else max(seen["max_ts_ms"], hi)
+
+
+def note_names(cov: dict, names: dict) -> None:
+    """The topics the rows named by id only hold (engine TopicNames: id -> name)."""
+    if isinstance(cov.get(SEEN), dict):
+        _add_values(cov[SEEN], "topics", names.values())
 
 
 def settle(cov: dict) -> dict:

@@ -261,6 +261,7 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
         run.findings.extend(f for f in fold_selection(fold, picked.pop(fold.name), ctx) if keep(f))
     run.findings = sort_findings(names.name_findings(run.findings))
     run.topic_names = names.names
+    coverage.note_names(cov, names.names)
     coverage.settle(cov)
     cov["packets"] = sum(s.packets for s in summaries.values())
     cov["captures"] = {p: {"packets": s.packets, "tcp_packets": s.tcp_packets,

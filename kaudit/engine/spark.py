@@ -364,6 +364,7 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
             findings = _run_folds(spark, env, "wire", ctx, _keep(set(select), set(ignore)), size)
             run.findings = sort_findings(names.name_findings(findings))
             run.topic_names = names.names
+            coverage.note_names(cov, names.names)
             if taps is not None:
                 _collect_taps(env, taps)
         finally:

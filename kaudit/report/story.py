@@ -30,22 +30,22 @@ def details(f: dict) -> dict:
         return {}
 
 
+_KINDS = (("zombie", {"fenced-epoch"}), ("torn", {"torn-transaction"}),
+          ("hanging", {"hanging-transaction", "lso-stuck"}),
+          ("duplicate", {"duplicate-batch", "duplicate-records"}),
+          ("transaction", {"dangling-transaction", "unregistered-partition", "late-transactional-write",
+                           "non-transactional-write-in-transaction", "coordinator-epoch-regression",
+                           "stray-marker", "illegal-state-transition", "coordinator-abort"}),
+          ("sequence", {"out-of-order-sequence"}), ("integrity", set(INTEGRITY_RULES)),
+          ("outcome", {"outcome-mismatch", "produce-outcome"}), ("retry", {"retried-batch"}),
+          ("errors", {"producer-error"}), ("request", {"unanswered-request"}))
+
+
 def _kind(rules: set[str], all_coverage: bool) -> str:
+    """What the incident is, from its rules, the most telling first."""
     if all_coverage:
         return "coverage"
-    for kind, names in (("zombie", {"fenced-epoch"}), ("torn", {"torn-transaction"}),
-                        ("hanging", {"hanging-transaction", "lso-stuck"}),
-                        ("duplicate", {"duplicate-batch", "duplicate-records"}),
-                        ("transaction", {"dangling-transaction", "unregistered-partition",
-                                         "late-transactional-write", "non-transactional-write-in-transaction",
-                                         "coordinator-epoch-regression", "stray-marker",
-                                         "illegal-state-transition", "coordinator-abort"}),
-                        ("sequence", {"out-of-order-sequence"}), ("integrity", set(INTEGRITY_RULES)),
-                        ("outcome", {"outcome-mismatch", "produce-outcome"}), ("retry", {"retried-batch"}),
-                        ("errors", {"producer-error"}), ("request", {"unanswered-request"})):
-        if rules & names:
-            return kind
-    return "other"
+    return next((kind for kind, names in _KINDS if rules & names), "other")
 
 
 def _sev_rank(f: dict) -> int:
@@ -167,7 +167,10 @@ def _title(inc: dict, fs: list[dict]) -> str:
         return f"{KIND_TITLES[kind]}{where}: {who}{seq}".rstrip(": ")
     if kind == "zombie":
         cur = [details(f).get("current_epoch") for f in fs if details(f).get("current_epoch") is not None]
-        return f"{KIND_TITLES[kind]}: {who}" + (f", fenced by epoch {max(cur)}" if cur else "") + where
+        stale = min((f["producer_epoch"] for f in fs if f["rule"] == "fenced-epoch"
+                     and f.get("producer_epoch") is not None), default=None)
+        newer = f", fenced by epoch {max(cur)}" if cur and (stale is None or max(cur) > stale) else ""
+        return f"{KIND_TITLES[kind]}: {who}{newer}{where}"
     if kind == "integrity":
         reps = ", ".join(inc["replicas"][:3])
         return f"{KIND_TITLES[kind]}{where}" + (f" (replica {reps})" if reps else "") + ": " + \
