@@ -30,6 +30,7 @@ import json
 from collections import defaultdict
 
 from kaudit.audit.registry import SEVERITY_RANK
+from kaudit.audit.registry import _tail as registry_tail
 
 INT32_MAX = 2**31 - 1
 FRAME_KINDS = frozenset({"request", "response", "produce", "packet", "fetch", "end_txn"})
@@ -64,11 +65,11 @@ def is_coverage(f: dict) -> bool:
 
 
 def _tail(path) -> str:
-    parts = str(path or "").replace("\\", "/").rstrip("/").split("/")
-    return "/".join(parts[-2:])
+    return registry_tail(path) or ""
 
 
-def _details(f: dict) -> dict:
+def details_of(f: dict) -> dict:
+    """A finding's `details` as a dict (a JSON string in rows, a dict in reports)."""
     d = f.get("details")
     if isinstance(d, dict):
         return d
@@ -85,7 +86,7 @@ def _is_wire_source(e: dict) -> bool:
 def _atoms(f: dict, tids: dict) -> list[tuple]:
     """The keys a finding shares with the other findings of its story (intervals apart)."""
     out = []
-    rule, d = f["rule"], _details(f)
+    rule, d = f["rule"], details_of(f)
     for e in f.get("evidence") or []:
         if e.get("position") is None:
             continue
@@ -120,7 +121,7 @@ def transaction_key(f: dict, tids: dict | None = None) -> tuple:
     """One transaction: the transaction rules' `details["transaction"]` when they name it, else
     (producer id, transactional id, epoch); a finding without a transactional id takes its
     producer id's only one."""
-    d = _details(f)
+    d = details_of(f)
     if d.get("transaction") is not None:
         return ("txn", str(d["transaction"]))
     tid = f.get("transactional_id")

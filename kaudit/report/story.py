@@ -4,12 +4,12 @@ impact. Every report format reads these dicts (`incidents(findings, reference_ms
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter, defaultdict
 
 from kaudit.audit import RULES, SEVERITY_RANK
 from kaudit.audit.incidents import CONSUMER_RULES, FRAME_KINDS, INTEGRITY_RULES, is_coverage
+from kaudit.audit.incidents import details_of as details
 from kaudit.timefmt import duration, iso_ms, when
 
 KIND_TITLES = {"zombie": "Zombie producer", "hanging": "Stalled read_committed consumers",
@@ -18,16 +18,6 @@ KIND_TITLES = {"zombie": "Zombie producer", "hanging": "Stalled read_committed c
                "integrity": "Damaged log data", "outcome": "Write outcome", "retry": "Retried batch",
                "errors": "Error responses", "request": "Unanswered request", "coverage": "Coverage",
                "other": "Finding"}
-
-
-def details(f: dict) -> dict:
-    d = f.get("details")
-    if isinstance(d, dict):
-        return d
-    try:
-        return json.loads(d) if d else {}
-    except ValueError:
-        return {}
 
 
 _KINDS = (("zombie", {"fenced-epoch"}), ("torn", {"torn-transaction"}),
