@@ -45,15 +45,19 @@ def _unique(table: pa.Table, name: str) -> list:
     return [v] if one else pc.unique(table.column(name)).to_pylist()
 
 
-def note_seen(seen: dict, kind: str, table: pa.Table) -> None:
+def note_seen(seen: dict, kind: str, table: pa.Table, wire: bool = False) -> None:
     """Adds what a decoded chunk holds to the inventory (cheap: one value per column when the
     chunk is one file's, as segments' chunks are)."""
     if not table.num_rows:
         return
-    if "topic" in table.column_names and table.column("topic").null_count:
-        # rows named by a topic id only (Produce v13, Fetch v13+): the name comes later
-        # (note_names); which of its partitions they hold cannot be told here
+    if wire and "topic_id" in table.column_names and table.column("topic_id").null_count < table.num_rows:
+        # wire rows named by a topic id (Produce v13, Fetch v13+): whether a chunk's name is
+        # known yet depends on the engine's order, so their topics come from the names learned
+        # (note_names) and their partitions are not judged
         seen["partitions"] = None
+        table = table.filter(pc.is_null(table.column("topic_id")))
+        if not table.num_rows:
+            return
     topics = _unique(table, "topic")
     _add_values(seen, "topics", topics)
     if "partition" in table.column_names and topics:
@@ -137,7 +141,7 @@ def new_wire() -> dict:
 
 def add_wire(cov: dict, kind: str, table: pa.Table) -> None:
     if kind in ("batch", "frame", "txn_event", "fetch_partition"):
-        note_seen(cov[SEEN], kind, table)
+        note_seen(cov[SEEN], kind, table, wire=True)
     if kind == "frame":
         cov["frames"] += table.num_rows
     elif kind == "batch":

@@ -175,7 +175,12 @@ def _title(inc: dict, fs: list[dict]) -> str:
 
 def narrative(inc: dict, fs: list[dict], reference_ms: int | None) -> dict:
     """who, what, when, impact and remediation, in words."""
-    return {"who": _who(inc), "what": _what(inc, fs), "when": when(inc["first_ts_ms"], inc["last_ts_ms"], reference_ms),
+    who = _who(inc)
+    # the client that wrote markers itself (kafka-transactions.sh abort), when a rule names it
+    admins = list(dict.fromkeys(str(details(f).get("admin_client")) for f in fs if details(f).get("admin_client")))
+    if admins:
+        who += "; markers written by admin client " + ", ".join(admins[:3])
+    return {"who": who, "what": _what(inc, fs), "when": when(inc["first_ts_ms"], inc["last_ts_ms"], reference_ms),
             "impact": _impact(inc, fs, reference_ms), "remediation": _remedy(fs)}
 
 
