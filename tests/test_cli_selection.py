@@ -141,3 +141,12 @@ def test_decode_pcap_table_times_have_date_and_zone():
     assert re.search(r"2026-11-21T04:26:5\d\.\d{6}Z", r.stdout)
     # ids are never cut when piped: the longest topic names are whole
     assert "crafted-seq2-0" in r.stdout and "…" not in r.stdout
+
+
+def test_txn_table_times_are_human_and_ids_whole():
+    r = run("txn", DEMO)
+    assert r.exit_code == 0
+    assert "demo-txn-21" in r.stdout and "2026-01-01T00:00:00.070Z" in r.stdout and "1 min" in r.stdout
+    assert "CompleteCommit 2026-01-01T00:00:00.170Z" in r.stdout and "…" not in r.stdout
+    r = run("txn", DEMO, "--transactional-id", "nosuch")
+    assert r.exit_code == 3 and "of transactional ids demo-txn-21" in r.output
