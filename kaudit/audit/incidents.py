@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import defaultdict
 
 from kaudit.audit.registry import SEVERITY_RANK
@@ -79,8 +80,17 @@ def details_of(f: dict) -> dict:
         return {}
 
 
-def _is_wire_source(e: dict) -> bool:
-    return e.get("kind") in FRAME_KINDS
+LOG_FILE = re.compile(r"(\.(log|index|timeindex|txnindex|snapshot|checkpoint|deleted|cleaned|swap)|"
+                      r"leader-epoch-checkpoint|partition\.metadata|meta\.properties|-offset-checkpoint)$")
+
+
+def is_wire_evidence(e: dict) -> bool:
+    """Evidence in a capture (a frame number) rather than in a log dir (a byte position): by its
+    kind, else by its file (a marker may be a WriteTxnMarkers frame or a control batch)."""
+    if e.get("kind") in FRAME_KINDS:
+        return True
+    src = e.get("source")
+    return bool(src) and e.get("kind") in ("marker", "txn") and not LOG_FILE.search(str(src))
 
 
 def _atoms(f: dict, tids: dict) -> list[tuple]:
@@ -90,8 +100,10 @@ def _atoms(f: dict, tids: dict) -> list[tuple]:
     for e in f.get("evidence") or []:
         if e.get("position") is None:
             continue
-        if _is_wire_source(e):
-            out.append(("ev", "frame", _tail(e["source"]), e["position"]))
+        if is_wire_evidence(e):
+            # one request carries batches of several partitions: a frame links one partition's
+            # findings only
+            out.append(("ev", "frame", _tail(e["source"]), e["position"], f.get("topic"), f.get("partition")))
         else:
             out.append(("ev", "byte", str(f.get("replica") or ""), _tail(e["source"]), e["position"]))
     pid, epoch = f.get("producer_id"), f.get("producer_epoch")
@@ -166,21 +178,12 @@ def _key_text(atom) -> str:
     return json.dumps(atom, default=str)
 
 
-def assign(findings: list[dict]) -> list[dict]:
-    """Sets every finding's `incident` (in place) and returns the findings."""
-    n = len(findings)
-    if not n:
-        return findings
-    tids: dict = defaultdict(set)
-    for f in findings:
-        if f.get("transactional_id") and f.get("producer_id") is not None:
-            tids[f["producer_id"]].add(f["transactional_id"])
-    uf = _Union(n)
-    first: dict = {}
-    keys: list[list[str]] = [[] for _ in range(n)]
-    intervals = defaultdict(list)
-    story = [i for i, f in enumerate(findings) if not is_coverage(f)]
-    for i in story:
+def _link(findings, members, uf, keys, tids, first=None, spans=None):
+    """Unions `members` that share an atom or an overlapping interval; -> (atom -> first
+    member, interval key -> sorted spans) for later lookups."""
+    first = {} if first is None else first
+    spans = defaultdict(list) if spans is None else spans
+    for i in members:
         f = findings[i]
         for atom in _atoms(f, tids):
             keys[i].append(_key_text(atom))
@@ -190,17 +193,61 @@ def assign(findings: list[dict]) -> list[dict]:
         iv = _interval(f)
         if iv is not None:
             key, lo, hi = iv
-            intervals[key].append((lo, hi, i))
+            spans[key].append((lo, hi, i))
             keys[i].append(_key_text(key + (lo, hi)))
-    for key, spans in intervals.items():
-        spans.sort()
+    for key in spans:
+        spans[key].sort()
         end, head = None, None
-        for lo, hi, i in spans:
+        for lo, hi, i in spans[key]:
             if end is not None and lo <= end:
                 uf.union(i, head)
                 end = max(end, hi)
             else:
                 end, head = hi, i
+    return first, spans
+
+
+def _touches(f, tids, first, spans, uf) -> set:
+    """The groups (roots) of the story findings a secondary finding shares a key with."""
+    roots = {uf.find(first[a]) for a in _atoms(f, tids) if a in first}
+    iv = _interval(f)
+    if iv is not None:
+        key, lo, hi = iv
+        roots.update(uf.find(i) for a, b, i in spans.get(key, ()) if a <= hi and lo <= b)
+    return roots
+
+
+def assign(findings: list[dict]) -> list[dict]:
+    """Sets every finding's `incident` (in place) and returns the findings. The findings that
+    tell a story are linked first; a finding that only accompanies one (an error answer, a
+    retry) joins the most severe story it shares a key with, and never links two stories."""
+    n = len(findings)
+    if not n:
+        return findings
+    tids: dict = defaultdict(set)
+    for f in findings:
+        if f.get("transactional_id") and f.get("producer_id") is not None:
+            tids[f["producer_id"]].add(f["transactional_id"])
+    uf = _Union(n)
+    keys: list[list[str]] = [[] for _ in range(n)]
+    story = [i for i, f in enumerate(findings) if not is_coverage(f)]
+    primary = [i for i in story if findings[i]["rule"] not in SECONDARY_RULES]
+    first, spans = _link(findings, primary, uf, keys, tids)
+    sev = {}
+    for i in primary:
+        r = uf.find(i)
+        sev[r] = max(sev.get(r, -1), SEVERITY_RANK[findings[i]["severity"]])
+    loose = []
+    for i in story:
+        if findings[i]["rule"] not in SECONDARY_RULES:
+            continue
+        roots = _touches(findings[i], tids, first, spans, uf)
+        if roots:
+            uf.union(min(roots, key=lambda r: (-sev[r], r)), i)
+            keys[i] = []   # an accompanying finding does not name the incident
+        else:
+            loose.append(i)
+    _link(findings, loose, uf, keys, tids)
     groups = defaultdict(list)
     for i in story:
         groups[uf.find(i)].append(i)
@@ -209,8 +256,7 @@ def assign(findings: list[dict]) -> list[dict]:
     for i in story:
         groups[uf.find(i)].append(i)
     for members in groups.values():
-        core = [k for i in members if findings[i]["rule"] not in SECONDARY_RULES or len(members) == 1
-                for k in keys[i]] or [k for i in members for k in keys[i]]
+        core = [k for i in members for k in keys[i]]
         seed = min(core) if core else min(findings[i]["id"] for i in members)
         iid = hashlib.sha1(("incident " + seed).encode()).hexdigest()[:16]
         for i in members:
@@ -224,11 +270,15 @@ def assign(findings: list[dict]) -> list[dict]:
 
 
 def _attach(findings, groups, uf, tids) -> None:
-    """A lone secondary finding joins the most severe incident of its transactional id, else of
-    its producer id; lone ones of one producer and rule then form one incident together."""
+    """A finding that only accompanies a story and shares no key with any finding joins the
+    most severe incident of its transactional id, else of its producer id; what is left of one
+    producer and rule forms one incident."""
+    def accompanying(members):   # a lone one; several together tell a story of their own
+        return len(members) == 1 and findings[members[0]]["rule"] in SECONDARY_RULES
+
     by_tid, by_pid = defaultdict(list), defaultdict(list)
     for root, members in groups.items():
-        if len(members) == 1 and findings[members[0]]["rule"] in SECONDARY_RULES:
+        if accompanying(members):
             continue
         for i in members:
             f = findings[i]
@@ -236,7 +286,6 @@ def _attach(findings, groups, uf, tids) -> None:
                 by_tid[f["transactional_id"]].append(root)
             if f.get("producer_id") is not None and f["producer_id"] >= 0:
                 by_pid[f["producer_id"]].append(root)
-
     ranks: dict = {}
 
     def rank(r):
@@ -246,25 +295,26 @@ def _attach(findings, groups, uf, tids) -> None:
 
     best_tid = {k: min(set(v), key=rank) for k, v in by_tid.items()}
     best_pid = {k: min(set(v), key=rank) for k, v in by_pid.items()}
-
     lone = defaultdict(list)
     for root, members in list(groups.items()):
-        if len(members) != 1 or findings[members[0]]["rule"] not in SECONDARY_RULES:
+        if not accompanying(members):
             continue
         f = findings[members[0]]
-        target = best_tid.get(f.get("transactional_id")) if f.get("transactional_id") else None
-        if target is None and f.get("producer_id") is not None and f["producer_id"] >= 0:
-            target = best_pid.get(f["producer_id"])
+        tid = next((findings[i]["transactional_id"] for i in members if findings[i].get("transactional_id")), None)
+        pid = next((findings[i]["producer_id"] for i in members if (findings[i].get("producer_id") or -1) >= 0), None)
+        target = best_tid.get(tid) if tid else None
+        if target is None and pid is not None:
+            target = best_pid.get(pid)
         if target is not None:
-            uf.union(target, members[0])
+            uf.union(target, root)
         else:
-            who = f.get("transactional_id") or f.get("producer_id")
-            if who is None or who == -1:
+            who = tid or pid
+            if who is None:
                 who = f.get("client_id") or f.get("connection")
-            lone[(f["rule"], str(who))].append(members[0])
-    for members in lone.values():
-        for i in members[1:]:
-            uf.union(members[0], i)
+            lone[(f["rule"], str(who))].append(root)
+    for roots in lone.values():
+        for r in roots[1:]:
+            uf.union(roots[0], r)
 
 
 def severity_of(findings: list[dict]) -> str:

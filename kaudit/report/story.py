@@ -8,7 +8,7 @@ import os
 from collections import Counter, defaultdict
 
 from kaudit.audit import RULES, SEVERITY_RANK
-from kaudit.audit.incidents import CONSUMER_RULES, FRAME_KINDS, INTEGRITY_RULES, is_coverage
+from kaudit.audit.incidents import CONSUMER_RULES, INTEGRITY_RULES, is_coverage, is_wire_evidence
 from kaudit.audit.incidents import details_of as details
 from kaudit.timefmt import duration, iso_ms, when
 
@@ -51,8 +51,8 @@ def _places(fs: list[dict]) -> list[dict]:
                   for e in f.get("evidence") or []}
     for f in fs:
         ev = [e for e in f.get("evidence") or [] if e.get("source")]
-        wire = [e for e in ev if e.get("kind") in FRAME_KINDS]
-        disk = [e for e in ev if e.get("kind") not in FRAME_KINDS]
+        wire = [e for e in ev if is_wire_evidence(e)]
+        disk = [e for e in ev if not is_wire_evidence(e)]
         if not ev and (f.get("connection") or not f.get("replica")):
             continue   # a wire finding whose evidence is its timeline: seen where its peers are
         names = []
