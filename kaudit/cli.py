@@ -303,30 +303,52 @@ def list_transactions(
     spark_conf: SparkConfOpt = None,
     spark_threshold: ThresholdOpt = None,
     spark_ui: SparkUiOpt = False,
+    kafka_port: KafkaPortOpt = None,
 ):
-    """List the transactions stored in log dirs: partitions, first offsets, markers (offset,
-    result, coordinator epoch), the coordinator's states with times, and the outcome. A selection
-    that matches no transaction says so and exits 3."""
+    """List the transactions of log dirs, captures or both: partitions, first offsets, markers
+    (offset, result, coordinator epoch, who wrote them), the coordinator's states with times (from
+    __transaction_state, or the requests on the wire), the outcome and who ended it. Given both,
+    one transaction seen on the wire and in the log is one row (`wire` holds the capture's view);
+    --transactional-id follows the id across its producer ids. A selection that matches no
+    transaction says so and exits 3."""
     import json
 
+    from kaudit.audit.txn_view import merge_rows
     from kaudit.engine.local import list_transactions as list_transactions_of
+    from kaudit.engine.local import wire_transactions
     from kaudit.report.transactions import select_transactions
+    from kaudit.sources.inputs import split_inputs
+    from kaudit.sources.logdir import plan as plan_of
+    from kaudit.sources.topics import from_plan
 
     if format not in ("json", "ndjson", "table"):
         err(f"[red]error:[/red] unknown format {format!r} (json, ndjson, table)")
         raise typer.Exit(EXIT_USAGE)
     sel = selection(topic, partition, producer_id, transactional_id, since, until)
-    names = [str(p) for p in paths]
-    sp = choose(engine, paths, master, spark_conf, spark_threshold, spark_ui)
-    selected = None
-    if sp is not None and any(p.exists() for p in paths):
-        from kaudit.engine import spark
+    captures, names = split_inputs([str(p) for p in paths])
+    wire: list = []
+    errors: list = []
+    if captures:
+        errors, wire = wire_transactions(captures, pcap_options(kafka_port, MAX_BATCH_BYTES, MAX_FRAME_BYTES),
+                                         topic_names=from_plan(plan_of(names)) if names else None)
+    every, plan = wire, None
+    if names or not captures:
+        log_paths = [Path(n) for n in names]
+        sp = choose(engine, log_paths, master, spark_conf, spark_threshold, spark_ui)
+        selected = None
+        if sp is not None and any(p.exists() for p in log_paths):
+            from kaudit.engine import spark
 
-        selected = spark.transactions_selection([n for n, p in zip(names, paths) if p.exists()], sp)
-    plan, every = list_transactions_of(names, selected=selected)
-    if plan.errors and not plan.targets:
-        exit_unreadable(plan.errors)
-    check_log_plan(plan, paths)
+            selected = spark.transactions_selection([str(p) for p in log_paths if p.exists()], sp)
+        plan, disk = list_transactions_of(names, selected=selected)
+        every = merge_rows(disk, wire) if captures else disk
+        errors = errors + list(plan.errors)
+        if not captures:
+            if plan.errors and not plan.targets:
+                exit_unreadable(plan.errors)
+            check_log_plan(plan, log_paths)
+    if errors and not every and (plan is None or not plan.targets) and len(errors) >= len(paths):
+        exit_unreadable(errors)
     out = select_transactions(every, sel)
     if sel and not out:
         known = sorted({t["transactional_id"] for t in every if t["transactional_id"]})

@@ -345,3 +345,37 @@ def list_transactions(paths: list[str], *, transactional_id: str | None = None,
         out.extend(t for t in transactions.describe(pt)
                    if transactional_id is None or t["transactional_id"] in (transactional_id, None))
     return p, out
+
+
+def wire_transactions(pcaps: list[str], options, *, transactional_id: str | None = None,
+                      producer_id: int | None = None, topic_names: dict | None = None) -> tuple[list[str], list[dict]]:
+    """(unreadable inputs, transactions) of captures for `kaudit txn`: each producer's
+    transactions as its requests show them (txn_wire's facts, txn_view's rows)."""
+    from collections import defaultdict
+
+    from kaudit.audit import txn_view, txn_wire
+
+    summaries: dict = {}
+    errors, chunks = decode_pcaps(pcaps, options, summaries)
+    names = TopicNames(topic_names)
+    items = []
+    for kind, table in chunks:
+        names.learn(kind, table)
+        sel = txn_wire.FOLD.select(kind, table)
+        if sel is not None:
+            items.append((kind, sel))
+    last = [s.last_ts for s in summaries.values() if s.last_ts is not None]
+    ctx = Context(reference_time_ms=int(max(last) * 1000) if last else None, topic_names=names.names)
+    items = [(kind, names.label(t)) for kind, t in items]
+    rows: dict = defaultdict(list)
+    for kind, t in txn_wire.FOLD.prepare(items, ctx):
+        for r in t.to_pylist():
+            if r["producer_id"] is not None and r["producer_id"] >= 0:
+                ts = r["ts"] if kind == "txn_event" else r["request_ts"]
+                rows[r["producer_id"]].append((ts or 0.0, r["position"] or 0, kind, r))
+    out = []
+    for pid in sorted(rows):
+        if producer_id is not None and pid != producer_id:
+            continue
+        out.extend(txn_view.describe(txn_wire.producer_facts(pid, rows[pid], ctx)))
+    return errors, txn_view.follow(out, transactional_id)

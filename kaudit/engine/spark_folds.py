@@ -106,9 +106,12 @@ def fold_input(table: pa.Table, fold: Fold) -> Iterator[tuple[str, pa.Table]]:
 def run_fold(fold: Fold, ctx: Context, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A fold over one sorted Spark partition (several keys, each contiguous): findings batches."""
     state = fold.make(ctx)
+    names = TopicNames(ctx.topic_names) if ctx.topic_names else None
     for rb in batches:
         out = []
         for kind, t in fold_input(pa.Table.from_batches([rb]), fold):
+            if names is not None:   # frames named here (their keys hold no topic); the rest before the shuffle
+                t = names.label(t)
             out.extend(state.feed(kind, t))
         if out:
             yield from findings_batches(out)

@@ -36,25 +36,32 @@ def select_transactions(transactions: list[dict], sel) -> list[dict]:
     return out
 
 
+def _marker(m: dict | None) -> str:
+    if m is None:
+        return "no marker"
+    where = f"@{m['offset']}" if m["offset"] is not None else f" (frame {m['evidence']['position']})"
+    by = f", by {m['client_id']}" if m.get("writer") == "admin" else ""
+    return f"{m['result']}{where} epoch {m['epoch']} (coord epoch {m['coordinator_epoch']}{by})"
+
+
 def write_transactions_table(transactions: list[dict], out=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    tab = Table("producer", "transactional id", "epoch", "start", "timeout", "outcome",
-                "partitions (first offset -> marker)", "coordinator states")
+    tab = Table("producer", "transactional id", "epoch", "start", "timeout", "outcome", "ended by",
+                "partitions (first offset -> marker)", "coordinator states", "seen in")
     for c in tab.columns[:2]:
         c.no_wrap = True   # ids are what users type: never cut
     for t in transactions:
-        parts = "\n".join(
-            f"{p['partition']} {p['first_offset']} -> "
-            + (f"{p['marker']['result']}@{p['marker']['offset']} (coord epoch {p['marker']['coordinator_epoch']})"
-               if p["marker"] else "no marker") for p in t["parts"])
+        parts = "\n".join(f"{p['partition']} {p['first_offset'] if p['first_offset'] is not None else '?'} -> "
+                          f"{_marker(p['marker'])}" for p in t["parts"])
         states = "\n".join(f"{s['state']} {iso_ms(s['ts_ms'])}" for s in t["coordinator_states"])
+        seen = t.get("source", "disk") + (" + wire" if t.get("wire") else "")
         tab.add_row(str(t["producer_id"]), t["transactional_id"] or "", str(t["producer_epoch"]),
                     iso_ms(t["start_ms"]) if t["start_ms"] is not None else "",
                     duration(t["timeout_ms"]) if t["timeout_ms"] is not None else "", t["outcome"] or "",
-                    parts, states)
+                    t.get("ended_by") or "", parts, states, seen)
     con = Console(file=out)
-    if not con.is_terminal:
+    if not con.is_terminal:   # piped: wide enough that ids and offsets are never cut
         con = Console(file=out, width=240)
     con.print(tab)

@@ -1,5 +1,6 @@
 """What the user named, before decoding: capture files (a folder stands for the captures in
-it, found by their magic numbers, rotated files included) and what a file looks like."""
+it, found by their magic numbers, rotated files included), and what a file is by its first
+bytes - a capture (pcap, pcapng) or log-dir material. Opened read-only, 4 bytes read."""
 
 from __future__ import annotations
 
@@ -13,10 +14,21 @@ MAX_DEPTH = 8
 def sniff(path: str) -> str | None:
     """"pcap" or "pcapng" when the file starts with a capture's magic number, else None."""
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb") as f:   # read-only
             return PCAP_MAGICS.get(f.read(4))
     except OSError:
         return None
+
+
+def is_capture(path: str) -> bool:
+    """A regular file starting with a pcap or pcapng magic number."""
+    return os.path.isfile(path) and sniff(path) is not None
+
+
+def split_inputs(paths: list[str]) -> tuple[list[str], list[str]]:
+    """(captures, the rest) of the paths given, in their order."""
+    caps = [p for p in paths if is_capture(p)]
+    return caps, [p for p in paths if p not in caps]
 
 
 def capture_files(paths: list[str]) -> tuple[list[str], list[str]]:

@@ -96,6 +96,8 @@ class TopicNames:
             return table
         out = {}
         for name in ("partitions", "partition_errors"):
+            if name not in table.column_names:
+                continue
             col = table.column(name).to_pylist()
             for r in rows:
                 if col[r] is not None:
@@ -135,7 +137,10 @@ class TopicNames:
     # -- folds and findings ----------------------------------------------------------------------
     def label(self, table: pa.Table) -> pa.Table:
         """A fold's rows with `topic` resolved and, where no name is known, the topic id in its
-        place: rows of two unnamed topics never share a key. `name_findings` undoes it."""
+        place: rows of two unnamed topics never share a key. `name_findings` undoes it. Frames
+        (with their api key and version) get their partition lists named."""
+        if {"partitions", "api_key", "api_version"} <= set(table.column_names):
+            return self._resolve_frames(table) if self.names and table.num_rows else table
         if "topic" not in table.column_names or "topic_id" not in table.column_names:
             return table
         topic = table.column("topic")

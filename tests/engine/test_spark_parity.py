@@ -319,3 +319,26 @@ def test_the_jvm_we_start_compiles_with_c1_only(spark):
                 .getInputArguments())
     assert S.JIT_OPTIONS in args
     assert any(a.startswith("-Dlog4j2.configurationFile=") for a in args)
+
+
+# -- Kafka 4.1.0 --------------------------------------------------------------------------------
+
+KAFKA_41 = ("v1-idempotent-clean", "v2-txn-java-tv2", "v3-txn-confluent", "v4-idem-retry-java",
+            "v5-fencing-tv2", "v6-codecs", "v7-compacted-eos-changelog")
+
+
+def test_kafka_41_log_dirs_captures_and_their_join(spark, corpus):
+    """Topic ids named alike (the tasks' names united on the driver), transaction version 2 judged
+    alike; decoded capture tables equal, topic names included."""
+    from kaudit.engine.joint import audit_both
+
+    for scn in KAFKA_41:
+        d = corpus / "real-kafka-4.1.0" / scn
+        caps = [p for p in sorted(d.iterdir()) if p.suffix in (".pcap", ".pcapng")]
+        _segments([d / "logdirs"])
+        _pcaps(caps)
+        _, chunks = L.decode_pcaps([str(p) for p in caps], PORTS, {})
+        _same_tables(S.decoded_tables("kafka-pcap", [str(p) for p in caps], S.pcap_source_options(PORTS), SPARK),
+                     _local_tables(chunks))
+        names, logs = [str(p) for p in caps], [str(d / "logdirs")]
+        _same(audit_both(names, logs, PORTS, spark_options=SPARK), audit_both(names, logs, PORTS))

@@ -25,7 +25,13 @@ FULLY_DECODED = frozenset({
     apis.ADD_OFFSETS_TO_TXN, apis.END_TXN, apis.WRITE_TXN_MARKERS, apis.TXN_OFFSET_COMMIT,
     apis.DESCRIBE_PRODUCERS, apis.DESCRIBE_TRANSACTIONS, apis.LIST_TRANSACTIONS,
     apis.API_VERSIONS, apis.SASL_HANDSHAKE, apis.SASL_AUTHENTICATE,
+    # a topic-id response the rows are named from, and KIP-848's group heartbeat
+    apis.DESCRIBE_TOPIC_PARTITIONS, apis.CONSUMER_GROUP_HEARTBEAT,
 })
+
+# Decoded where kio knows the version, opaque (not an error) where it does not: CreateTopics names
+# topic ids from v7 on; its versions 0-1, removed in Kafka 4.0, carry none.
+DECODED_WHEN_KNOWN = frozenset({apis.CREATE_TOPICS})
 
 KIO, HAND, OPAQUE = "kio", "hand", "opaque"
 
@@ -33,7 +39,7 @@ KIO, HAND, OPAQUE = "kio", "hand", "opaque"
 @lru_cache(maxsize=4096)
 def body_decoder(api_key: int, api_version: int, entity: str) -> str:
     """"kio", "hand" or "opaque": who decodes this body (`entity`: "request" | "response")."""
-    if api_key not in FULLY_DECODED:
+    if api_key not in FULLY_DECODED and api_key not in DECODED_WHEN_KNOWN:
         return OPAQUE
     if has_hand(api_key, api_version, entity):
         return HAND
@@ -74,9 +80,10 @@ def decode_body_with(api_key: int, api_version: int, entity: str, buf, offset: i
     how = body_decoder(api_key, api_version, entity)
     if how == OPAQUE:
         if api_key in FULLY_DECODED:
-            raise UnsupportedVersion(
-                f"{apis.api_name(api_key)} v{api_version} {entity}: no decoder for this version",
-                offset)
+            top = apis.max_version(api_key)
+            newer = (f"newer than kaudit knows (it decodes up to v{top}, Kafka 4.2's message specs); "
+                     "its header was read, its body was not" if api_version > top else "no decoder for this version")
+            raise UnsupportedVersion(f"{apis.api_name(api_key)} v{api_version} {entity}: {newer}", offset)
         return None, end, OPAQUE
     if how == HAND:
         body, off = decode_hand(api_key, api_version, entity, buf, offset, end)

@@ -126,6 +126,10 @@ def _inner_types(t) -> list:
     return out
 
 
+def _is_optional(t) -> bool:
+    return type(None) in typing.get_args(t)
+
+
 def _is_tuple(t) -> bool:
     if typing.get_origin(t) is tuple:
         return True
@@ -278,7 +282,15 @@ def _walk_plan(cls):
             run.append((name, _FIXED_FORMATS[kt]))
             continue
         close_run()
-        if inner:
+        if inner and not seq and tag is None and _is_optional(t):
+            # a nullable struct: an int8 marker first (-1 null, 1 present; Kafka's generated
+            # readers, e.g. ConsumerGroupHeartbeatResponse.Assignment)
+            def item(buf, off, sub_cls=inner[0]):
+                present, off = read_int8(buf, off)
+                if present < 0:
+                    return None, off
+                return walk_schema(sub_cls, buf, off)
+        elif inner:
             def item(buf, off, sub_cls=inner[0]):
                 return walk_schema(sub_cls, buf, off)
         else:

@@ -19,7 +19,8 @@ from kaudit.protocol.wire import (
 
 CAPTURE_GLOBS = ("real-kafka-3.0.2/pcap/*.pcap*", "real-kafka-3.0.2-extra/*/*.pcap",
                  "librdkafka-mock/pcap/*.pcap", "public/deepflow/*.pcap",
-                 "public/go-sniffer/*.pcap", "public/nDPI/*.pcapng")
+                 "public/go-sniffer/*.pcap", "public/nDPI/*.pcapng",
+                 "real-kafka-4.1.0/*/*.pcap", "real-kafka-4.1.0/*/*.pcapng")
 
 
 @dataclass

@@ -38,6 +38,11 @@ KNOWN_TRAILING = {
     ("librdkafka-mock/pcap/mock-idem-txn-readcommitted.pcap", "response", "ApiVersions", 3, 5),
     ("librdkafka-mock/pcap/mock-idem-txn-readcommitted.pcap", "response", "ApiVersions", 4, 5),
     ("librdkafka-mock/pcap/mock-idem-txn-readcommitted.pcap", "response", "Metadata", 13, 1),
+} | {   # librdkafka 2.16's Metadata v13 request: 3 bytes past the v13 body, which Kafka 4.1.0 ignores too
+    (f"real-kafka-4.1.0/{scn}/{scn}.{ext}", "request", "Metadata", 13, 3)
+    for scn, ext in (("v1-idempotent-clean", "pcap"), ("v2-txn-java-tv2", "pcap"), ("v3-txn-confluent", "pcap"),
+                     ("v4-idem-retry-java", "pcap"), ("v5-fencing-tv2", "pcap"), ("v6-codecs", "pcapng"),
+                     ("v7-compacted-eos-changelog", "pcap"))
 }
 # deepflow's fixtures hold one segment of a longer frame
 KNOWN_INCOMPLETE = {"public/deepflow/11-join-group-v7.pcap", "public/deepflow/14-sync-group-v5.pcap"}
@@ -85,6 +90,8 @@ def test_produce_batches_agree_with_kafka_python(wire_captures, corpus):
     skipped = 0
     for name, conns in wire_captures.items():
         tsv = corpus / (name + ".produce-requests.tsv")
+        if not tsv.exists():   # 4.1.0: Kafka's own decode (tests/corpus/test_pcap_agree_41.py)
+            continue
         for row in _tsv(tsv):
             if row["client_id"].startswith("DECODE-ERROR"):
                 continue  # kafka-python's tool decoded a response as a request
@@ -300,7 +307,11 @@ def test_the_schema_walk_equals_kios_own_reader_on_every_corpus_body(wire_captur
     reader can abort the process, which is why kaudit walks kio's schema itself)."""
     from kaudit.protocol.wire.kio_bodies import decode_kio, decode_kio_native
 
-    same = refused = 0
+    import json
+
+    from kio.serial.errors import OutOfBoundValue
+
+    same = refused = negative = 0
     for name, conns in wire_captures.items():
         for c in conns:
             for ex in c.exchanges:
@@ -318,7 +329,12 @@ def test_the_schema_walk_equals_kios_own_reader_on_every_corpus_body(wire_captur
                         assert "5120" in str(e) and ours[0]["error_code"] == 5120, name
                         refused += 1
                         continue
+                    except OutOfBoundValue:  # a -1 timestamp kio's datetime cannot hold (kept as -1)
+                        assert "-1" in json.dumps(ours[0], default=str), name
+                        negative += 1
+                        continue
                     assert ours == theirs, (name, entity, key, version)
                     same += 1
-    print(f"\nschema walk == kio native reader on {same} bodies ({refused} refused by kio)")
+    print(f"\nschema walk == kio native reader on {same} bodies ({refused} refused by kio, "
+          f"{negative} with a -1 timestamp it cannot hold)")
     assert same > 11000 and refused == 1
