@@ -122,6 +122,7 @@ class _Say:
                    first_ts_ms=part.first_ts, last_ts_ms=part.last_ts)
         if self.wire:
             out["connection"] = (first or {}).get("connection") or (part.marker.connection if part.marker else None)
+            out["client_id"] = (first or {}).get("client_id") or (part.marker.client_id if part.marker else None)
             if first is not None:
                 out["base_sequence"], out["last_sequence"] = first.get("base_sequence"), part.data[-1].get("last_sequence")
         out.update(kw)
@@ -144,6 +145,10 @@ class _Say:
             if who is not None:
                 d["ended_by"] = who if how is None else f"{who} ({how})"
         d["transaction_version"] = self.pt.version
+        admin = [p.marker.client_id for p in (txn.parts if txn is not None else [part] if part is not None else [])
+                 if p.marker is not None and p.marker.writer == "admin"]
+        if admin:
+            d["admin_client"] = admin[0]   # kafka-transactions.sh abort's admin client
         return d
 
     def timeline(self) -> list[str] | None:
@@ -158,7 +163,11 @@ class _Say:
         last = batches[-1]["last_offset"]
         text = (f"producer {part.producer_id}'s data at offsets {_off(part.start_offset)}-{_off(last)} reached the "
                 f"partition after its previous {prev.result} marker at {_at(prev)}: {why}")
+        # its own transaction aborted, the next one's COMMIT took it in: read_committed consumers
+        # read aborted data - an atomicity break, as a torn transaction is
+        exposed = prev.result == "ABORT" and part.marker is not None and part.marker.result == "COMMIT"
         return finding("late-transactional-write", f"{self.where(part)}: {text}",
+                       severity="critical" if exposed else None,
                        evidence=self.evidence(part) + [evidence(prev.source, prev.position, "marker", "previous marker")],
                        details=self.details(part, None, {
                            "previous_marker_offset": prev.offset, "outcome": why,

@@ -385,7 +385,7 @@ class WireFeed:
             "is_control": False, "control_type": None, "coordinator_epoch": None,
             "base_timestamp_ms": int(ts * 1000), "max_timestamp_ms": int(ts * 1000),
             "source": r["source"], "position": r["position"], "connection": r["connection"],
-            "correlation_id": r["correlation_id"], "base_sequence": r["base_sequence"],
+            "client_id": r["client_id"], "correlation_id": r["correlation_id"], "base_sequence": r["base_sequence"],
             "last_sequence": r["last_sequence"], "response_error": err, "rank": (ts, r["position"])})
 
     def _implicit_add(self, ts: float, r: dict, tp: str) -> None:
