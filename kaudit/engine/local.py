@@ -274,7 +274,7 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
 def fold_selection(fold, items: list[tuple[str, pa.Table]], ctx: Context):
     """The findings of a fold over its whole selection (`items`: its (kind, table) chunks), as
     every engine runs a fold that sees all its rows at once: the fold's `prepare` first where it
-    has one (wire_txn joins its rows, the transactions thin theirs), then the rows sorted by the
+    has one (txn_wire joins its rows, the transactions thin theirs), then the rows sorted by the
     fold's key. `items` is emptied once prepared: only the prepared rows stay for the sort."""
     if ctx.topic_names is not None:   # the wire's topics named before any key groups them
         names = TopicNames(ctx.topic_names)
