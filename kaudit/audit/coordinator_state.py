@@ -87,7 +87,9 @@ class CoordView:
     last_ts: int | None = None
     timeout_ms: int | None = None
     findings: list[dict] = field(default_factory=list)
-    client_transaction_version: int | None = None   # the latest record's (flexible values only, KIP-890)
+    # the client's transaction version: its latest Ongoing record's (flexible values only, KIP-890);
+    # the coordinator's own aborts of a version 0/1 client on a version-2 cluster carry 2
+    client_transaction_version: int | None = None
     rotated_in: bool = False   # a transaction of the id's previous producer id completed under this one
 
     @property
@@ -170,7 +172,7 @@ def build(rows: list[dict], check: bool = True) -> CoordView:
         view.last_state, view.last_ts = state, r["timestamp_ms"]
         view.timeout_ms = r["transaction_timeout_ms"]
         ctv = r.get("client_transaction_version")
-        if ctv is not None:
+        if ctv is not None and state == "Ongoing":
             view.client_transaction_version = ctv
         t = cur.get(tid)
         if t is not None and t.complete:
