@@ -73,6 +73,11 @@ def nonzero(s) -> list[int]:
     return [e for e in (int(x) for x in codes if x.lstrip("-").isdigit()) if e != 0]
 
 
+def _newer(a: int | None, b: int | None) -> bool:
+    """Whether epoch `a` is known and above `b` (an unknown `b` is below any known epoch)."""
+    return a is not None and (b is None or a > b)
+
+
 def _host(conn: str | None, side: int) -> str | None:
     """The address (no port) of a connection's client (0) or server (1)."""
     if not conn or " -> " not in conn:
@@ -175,7 +180,7 @@ class WireFeed:
                 + (f" -> producer id {self.pid} epoch {epoch}" if ok else
                    f" -> error {','.join(map(str, errs))}" if errs else " -> no response"))
         t = None if keep else self.open_txn()   # KIP-939 keeps a prepared transaction: no fencing
-        if t is not None and (not ok or epoch > t.epoch):
+        if t is not None and (not ok or _newer(epoch, t.epoch)):
             if t.fence_request is None:
                 t.fence_request, t.fence_row = ts, r
             text += f" (a new instance: fences the open transaction of epoch {t.epoch})"
@@ -184,11 +189,12 @@ class WireFeed:
             return
         self.client_coordinator = self.seen_init = True
         self._boundary(ts)
-        if t is not None and epoch > t.epoch:
+        if t is not None and _newer(epoch, t.epoch):
             # TransactionCoordinator.handleInitProducerId aborted it before answering
-            self.record("PrepareAbort", t.fence_request or ts, t.fence_row or r, t, epoch=t.epoch + 1,
+            bumped = None if t.epoch is None else t.epoch + 1
+            self.record("PrepareAbort", t.fence_request or ts, t.fence_row or r, t, epoch=bumped,
                         cause=COORDINATOR, detail="fencing")
-            t.prepared, t.prepare_epoch = "ABORT", t.epoch + 1
+            t.prepared, t.prepare_epoch = "ABORT", bumped
             self._maybe_complete(t, ts, r, force=True)
         self.cur = None
         self.record("Empty", ts, r, _Txn(self.tid, epoch, ts, self.timeout_ms))
@@ -212,7 +218,7 @@ class WireFeed:
             return
         t = self.open_txn()
         epoch = r["producer_epoch"]
-        if t is None or (epoch is not None and epoch > t.epoch):
+        if t is None or _newer(epoch, t.epoch):
             t = self._new(ts, epoch)
         new = [tp for tp in tps if tp not in t.partitions]
         if new:
@@ -269,7 +275,7 @@ class WireFeed:
         new_epoch = r["new_producer_epoch"]
         epoch = new_epoch if v5 and new_epoch is not None and new_epoch >= 0 else r["producer_epoch"]
         if r["new_producer_id"] not in (None, -1, self.pid):
-            epoch = t.epoch + 1   # the markers carry the old id's last epoch
+            epoch = None if t.epoch is None else t.epoch + 1   # the markers carry the old id's last epoch
         t.prepared, t.prepare_epoch = result, epoch
         self.record("Prepare" + result.capitalize(), ts, r, t, epoch=epoch, cause="client", detail=f"EndTxn {result.lower()}")
         self._maybe_complete(t, ts, r)
@@ -395,7 +401,7 @@ class WireFeed:
         transaction all the same: its EndTxn ends it."""
         t = self.open_txn()
         epoch = r["producer_epoch"]
-        if t is None or (epoch is not None and epoch > t.epoch):
+        if t is None or _newer(epoch, t.epoch):
             t = self._new(ts, epoch)
         if tp not in t.partitions:
             t.partitions.append(tp)
