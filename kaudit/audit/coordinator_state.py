@@ -58,7 +58,6 @@ class CoordTxn:
     next_epoch: int | None = None    # epoch of the id's next record after this transaction
     next_state: str | None = None
     next_ts: int | None = None
-    prepare_ctv: int | None = None
     index: int = -1                  # its position in CoordView.txns
     # who ended it: "client" (EndTxn), "coordinator" (its own abort: timeout or fencing), None
     # when the evidence does not tell; `end_detail` says how ("timeout", "fencing", ...)
@@ -90,7 +89,6 @@ class CoordView:
     # the client's transaction version: its latest Ongoing record's (flexible values only, KIP-890);
     # the coordinator's own aborts of a version 0/1 client on a version-2 cluster carry 2
     client_transaction_version: int | None = None
-    rotated_in: bool = False   # a transaction of the id's previous producer id completed under this one
 
     @property
     def open_txn(self) -> CoordTxn | None:
@@ -187,7 +185,6 @@ def build(rows: list[dict], check: bool = True) -> CoordView:
                 and not r.get("end_cause"):
             # the end of a transaction of the id's previous producer id: when its epoch ran out
             # (KIP-890 transaction version 2) the coordinator completes it under the next id
-            view.rotated_in = True
             continue
         if t is None:
             t = cur[tid] = CoordTxn(tid, r["producer_id"], r["producer_epoch"],
@@ -221,7 +218,6 @@ def _add_record(t: CoordTxn, r: dict, st: dict, state: str) -> None:
     if state in ("PrepareCommit", "PrepareAbort"):
         t.result = "COMMIT" if state == "PrepareCommit" else "ABORT"
         t.prepare_ts, t.prepare_epoch = r["timestamp_ms"], r["producer_epoch"]
-        t.prepare_ctv = ctv
     elif state in ("CompleteCommit", "CompleteAbort"):
         t.result = "COMMIT" if state == "CompleteCommit" else "ABORT"
         t.complete_ts = r["timestamp_ms"]

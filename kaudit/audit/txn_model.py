@@ -349,11 +349,6 @@ def transaction_version(pt: ProducerTxns) -> str | None:
     return "mixed" if len(seen) > 1 else next(iter(seen), None)
 
 
-def bumps_at_end(pt: ProducerTxns) -> bool:
-    """Whether every end of a transaction bumps the producer's epoch (transaction version 2)."""
-    return pt.version == "2"
-
-
 # -- transactions: the parts of one transaction together ---------------------------------------
 
 @dataclass

@@ -6,10 +6,9 @@ Each rule's `clean` predicate, beside it (txn_clean.py), is what the fast path m
 from __future__ import annotations
 
 from kaudit.audit import txn_clean
-from kaudit.audit.coordinator_state import CoordTxn
-from kaudit.audit.registry import evidence, finding, rule
-from kaudit.audit.txn_model import MARKER_CLUSTER_MS, Part, ProducerTxns, Transaction, group
-from kaudit.timefmt import duration, iso_ms
+from kaudit.audit.registry import rule
+from kaudit.audit.txn_model import Part, ProducerTxns, Transaction
+from kaudit.timefmt import duration
 
 # transaction.max.timeout.ms default: the longest a transaction may stay open when its own
 # timeout is not in the evidence.
