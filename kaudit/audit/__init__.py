@@ -4,15 +4,26 @@ from kaudit.audit import disk_sequences, duplicate_records, index_check, integri
 from kaudit.audit import join, txn_wire, wire_lso  # noqa: F401  (join: the rules of `kaudit audit`)
 from kaudit.audit import coordinator_state, transactions, txn_rules  # noqa: F401  (registers the transaction rules)
 from kaudit.audit import incidents
+from kaudit.audit import leader_epochs, replicas, state_files, wire_readers  # noqa: F401
 from kaudit.audit.folds import Context, Fold
 from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
 
-# transactions.FOLD is cross-partition (`buffered`): engines buffer its selection and sort it.
-DISK_FOLDS: tuple[Fold, ...] = (disk_sequences.FOLD, integrity.FOLD, index_check.FOLD, transactions.FOLD)
-WIRE_FOLDS: tuple[Fold, ...] = (wire_produce.FOLD, wire_frames.FOLD, txn_wire.FOLD, wire_lso.FOLD)
+# transactions.FOLD is cross-partition and replicas.FOLD cross-replica (`buffered`): engines
+# buffer their selections and sort them.
+DISK_FOLDS: tuple[Fold, ...] = (disk_sequences.FOLD, integrity.FOLD, index_check.FOLD, leader_epochs.FOLD,
+                                state_files.FOLD, transactions.FOLD, replicas.FOLD)
+WIRE_FOLDS: tuple[Fold, ...] = (wire_produce.FOLD, wire_frames.FOLD, txn_wire.FOLD, wire_lso.FOLD, wire_readers.FOLD)
 
 __all__ = ["Context", "Fold", "RULES", "SEVERITIES", "SEVERITY_RANK", "at_or_above",
-           "DISK_FOLDS", "WIRE_FOLDS", "sort_findings"]
+           "DISK_FOLDS", "WIRE_FOLDS", "disk_folds", "sort_findings"]
+
+
+def disk_folds(replicated=None) -> tuple[Fold, ...]:
+    """DISK_FOLDS with the replicas fold bound to the (topic, partition) pairs the inputs hold in
+    several log dirs (sources.logdir.replicated_partitions): only those keep a row per batch."""
+    if replicated is None:
+        return DISK_FOLDS
+    return tuple(f.bind(replicated) if f is replicas.FOLD else f for f in DISK_FOLDS)
 
 
 def sort_findings(findings: list[dict]) -> list[dict]:

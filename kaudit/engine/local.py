@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, Context, sort_findings
+from kaudit.audit import WIRE_FOLDS, Context, disk_folds, sort_findings
 from kaudit.audit.folds import split_by_key
 from kaudit.engine import coverage
-from kaudit.sources.logdir import Plan, plan
+from kaudit.sources.logdir import Plan, plan, replicated_partitions
 from kaudit.sources.segments import Options, decode_target
 from kaudit.sources.splits import decode_split, split_plan
 from kaudit.sources.topics import TopicNames
@@ -194,10 +194,11 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
     p, chunks = decode_segments(paths, max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress)
     run = AuditRun(errors=list(p.errors))
     ctx = Context(reference_time_ms=now_ms)
-    states = [(f, f.make(ctx)) for f in DISK_FOLDS if not f.buffered]
+    folds = disk_folds(replicated_partitions(p))
+    states = [(f, f.make(ctx)) for f in folds if not f.buffered]
     # cross-partition folds (transactions by producer id): their selection is buffered and
     # folded sorted at the end, like audit_pcaps does
-    buffered = {f.name: (f, []) for f in DISK_FOLDS if f.buffered}
+    buffered = {f.name: (f, []) for f in folds if f.buffered}
     keep = _keep(set(select), set(ignore))
     cov = coverage.new_disk()
     cov["files"] = sum(1 for t in p.targets if t.kind != "skipped")

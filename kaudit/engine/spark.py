@@ -175,7 +175,7 @@ def topic_names_of(metas: list[dict], seed: dict | None = None) -> TopicNames:
 def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | None = None,
               collect: bool = False):
     """One job: decode (tasks over splits), one shuffle of the decoded chunks by (replica, topic,
-    partition) - the buffered folds' by producer id - sorted by (split, row) - decode order -, the
+    partition) - the buffered folds' by their own key - sorted by (split, row) - decode order -, the
     folds in mapInArrow. -> (findings, the tasks' meta rows, and with `collect` the buffered
     folds' rows as (kind, table) in decode order instead of their findings)."""
     from pyspark.sql import functions as F
@@ -190,8 +190,11 @@ def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | No
     cores = spark.sparkContext.defaultParallelism
     parts = max(1, min(cores, p.total_bytes // PART_BYTES))
     value_of = _part_values(spark, parts)
+    from kaudit.sources.logdir import replicated_partitions
+
     opts = dict(opts, placement=json.dumps(placement(p, parts, value_of)),
                 buckets=json.dumps([value_of.get(j, j) for j in range(parts)]),
+                replicated=json.dumps(sorted(replicated_partitions(p))),
                 cores=cores, whole_key_bytes=whole_key_bytes(p.total_bytes, cores) if FOLD_IN_TASKS else 0)
     sort = [F.asc_nulls_last(c) for c in DISK_KEY + (SPLIT, ROW)]
     result = (_reader(spark, "kafka-segments", paths, "audit", opts)

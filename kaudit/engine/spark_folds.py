@@ -264,9 +264,12 @@ class DiskChunker:
     schema = CHUNK_SCHEMA
 
     def __init__(self, split: int = 0, join: dict | None = None, placement: dict | None = None,
-                 buckets: list | None = None, folds: TaskFolds | None = None):
+                 buckets: list | None = None, folds: TaskFolds | None = None, replicated: list | None = None):
+        from kaudit.audit import disk_folds
         from kaudit.engine.joint import _DiskTap
 
+        # the buffered folds, the replicas fold bound to the partitions held in several log dirs
+        self.buffered = [f for f in disk_folds(replicated) if f.buffered]
         self.folds = folds   # the task's own per-partition folds (it holds its partitions whole)
         self.placement = placement or {}
         self.buckets = buckets or [None]   # the `__part` value of each shuffle partition
@@ -290,9 +293,8 @@ class DiskChunker:
             for t in self.tap.rows:
                 yield _chunk_row(TAP_KIND, self.split, first, (None, None, None), to_ipc(t))
             self.tap.rows.clear()
-        for f in DISK_FOLDS:
-            if f.buffered:
-                yield from self._buffered(f, kind, first, table)
+        for f in self.buffered:
+            yield from self._buffered(f, kind, first, table)
         if self.folds is not None:
             self.folds.feed(kind, table)
             return
@@ -326,8 +328,7 @@ class DiskChunker:
         kinds = self.selected.setdefault(f.name, [])
         if kind not in kinds:
             kinds.append(kind)
-        (key,) = f.key   # one integer column: the producer id
-        bucket = int_column(sel, key)[0] % len(self.buckets)   # a null id: bucket 0
+        bucket = bucket_of(sel, f.key, len(self.buckets))
         for b in np.unique(bucket).tolist():
             part = sel if len(self.buckets) == 1 else sel.filter(pa.array(bucket == b))
             yield _chunk_row(f"{BUF_KIND}:{f.name}:{kind}", self.split, first, (None, None, None), to_ipc(part),
@@ -346,6 +347,25 @@ class DiskChunker:
                   self.buckets, [meta] * n]
         return pa.RecordBatch.from_arrays([pa.array(v, f.type) for v, f in zip(values, CHUNK_SCHEMA)],
                                           schema=CHUNK_SCHEMA)
+
+
+def bucket_of(sel: pa.Table, key: tuple[str, ...], n: int) -> np.ndarray:
+    """The bucket (shuffle partition number) of each row of a buffered fold's selection: its
+    key's value mod n for one integer column (the producer id; a null one: bucket 0), else a
+    stable hash of the key's values (a chunk holds one or a few keys)."""
+    if len(key) == 1 and pa.types.is_integer(sel.schema.field(key[0]).type):
+        return int_column(sel, key[0])[0] % n
+    import zlib
+
+    cols = [sel.column(k).to_pylist() for k in key]
+    codes: dict = {}
+    out = np.empty(sel.num_rows, np.int64)
+    for i, values in enumerate(zip(*cols)):
+        b = codes.get(values)
+        if b is None:
+            b = codes[values] = zlib.crc32(json.dumps(values, default=str).encode()) % n
+        out[i] = b
+    return out
 
 
 def _result(kind: str, payload: bytes) -> pa.RecordBatch:

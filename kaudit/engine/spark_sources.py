@@ -69,7 +69,8 @@ class _Emitter:
             join = json.loads(self.options["join"]) if self.options.get("join") else None
             placement = json.loads(self.options["placement"]) if self.options.get("placement") else None
             buckets = json.loads(self.options["buckets"]) if self.options.get("buckets") else None
-            self.selector = (DiskChunker(split, join, placement, buckets, folds) if self.side == "disk"
+            replicated = json.loads(self.options["replicated"]) if self.options.get("replicated") else None
+            self.selector = (DiskChunker(split, join, placement, buckets, folds, replicated) if self.side == "disk"
                              else Selector(self.side, split))
 
     def chunk(self, kind: str, table: pa.Table):

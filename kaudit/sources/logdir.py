@@ -201,6 +201,16 @@ def plan(paths: list[str]) -> Plan:
     return result
 
 
+def replicated_partitions(p: Plan) -> set[tuple[str, int]]:
+    """The (topic, partition) pairs whose segments the plan holds in more than one replica: the
+    ones the replica comparison needs batch by batch."""
+    seen: dict[tuple, set] = {}
+    for t in p.targets:
+        if t.kind == "log" and t.topic is not None and t.partition is not None and t.log_dir is not None:
+            seen.setdefault((t.topic, t.partition), set()).add(t.log_dir.replica)
+    return {k for k, reps in seen.items() if len(reps) > 1}
+
+
 def _distinct_replicas(targets: list[Target]) -> list[Target]:
     """Log dirs of one node that hold the same partition get their paths as replica tags (every
     file of theirs, so checkpoints still meet their partitions): one node id would merge two
