@@ -18,12 +18,13 @@ __all__ = ["Context", "Fold", "RULES", "SEVERITIES", "SEVERITY_RANK", "at_or_abo
            "DISK_FOLDS", "WIRE_FOLDS", "disk_folds", "sort_findings"]
 
 
-def disk_folds(replicated=None) -> tuple[Fold, ...]:
+def disk_folds(replicated=None, clusters: dict | None = None) -> tuple[Fold, ...]:
     """DISK_FOLDS with the replicas fold bound to the (topic, partition) pairs the inputs hold in
-    several log dirs (sources.logdir.replicated_partitions): only those keep a row per batch."""
+    several log dirs (sources.logdir.replicated_partitions: only those keep a row per batch) and
+    to each log dir's cluster id (replicas are compared within one cluster)."""
     if replicated is None:
         return DISK_FOLDS
-    return tuple(f.bind(replicated) if f is replicas.FOLD else f for f in DISK_FOLDS)
+    return tuple(f.bind(replicated, clusters) if f is replicas.FOLD else f for f in DISK_FOLDS)
 
 
 def sort_findings(findings: list[dict]) -> list[dict]:

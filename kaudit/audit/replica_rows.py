@@ -22,11 +22,17 @@ from kaudit.audit.folds import constant, np_col
 DETAIL_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_offset", "last_offset", "crc",
                   "crc_ok", "magic", "producer_id", "producer_epoch", "base_sequence", "is_transactional",
                   "is_control", "partition_leader_epoch", "has_delete_horizon")
-BATCHES, DH_LAST, DETAIL = "batches", "dh_last", "detail"
+BATCHES, DH_LAST, DETAIL, CLUSTER = "batches", "dh_last", "detail", "cluster"
 
 
-def lean(t: pa.Table, detail: bool) -> pa.Table:
-    """One chunk's selection (one file of one replica of a partition): per batch, or one row."""
+def lean(t: pa.Table, detail: bool, clusters: dict | None = None) -> pa.Table:
+    """One chunk's selection (one file of one replica of a partition): per batch, or one row;
+    tagged with its log dir's cluster id."""
+    cluster = (clusters or {}).get(t.column("log_dir")[0].as_py()) if "log_dir" in t.column_names else None
+    return _lean(t, detail).append_column(CLUSTER, pa.array([cluster] * (t.num_rows if detail else 1), pa.string()))
+
+
+def _lean(t: pa.Table, detail: bool) -> pa.Table:
     n = t.num_rows
     dh = np_col(t, "has_delete_horizon", False, bool)
     last = np_col(t, "last_offset", -1, np.int64)
@@ -78,6 +84,7 @@ class Replica:
     checkpoint_ev: dict = field(default_factory=dict)   # checkpoint -> (source, position)
     rows: pa.Table | None = None     # its batch rows, by base offset
     present: bool = False
+    cluster: str | None = None
 
     @property
     def has_batches(self) -> bool:
@@ -89,6 +96,8 @@ class Replica:
         self.last = np_col(t, "last_offset", -1, np.int64)
         self.ok = np_col(t, "crc_ok", True, bool)
         self.detail = bool(np_col(t, DETAIL, False, bool).all())
+        known = [c for c in t.column(CLUSTER).unique().to_pylist() if c is not None]
+        self.cluster = known[0] if known else None
         seg = [segment_base(s) for s in pc.unique(t.column("source").cast(pa.string())).to_pylist()]
         self.segments = sorted(s for s in seg if s is not None)
         dh = np_col(t, DH_LAST, -1, np.int64)

@@ -93,19 +93,24 @@ def checkpoint_mismatch(name: str, offset: int, log_end: int) -> bool:
 @dataclass(frozen=True)
 class ReplicaFold(Fold):
     """Buffered (cross-replica) fold; `replicated`: the (topic, partition) pairs the inputs hold
-    in several log dirs (None: treat every partition as replicated)."""
+    in several log dirs (None: treat every partition as replicated); `clusters`: (log dir,
+    cluster id) pairs - each batch row is tagged with its cluster, and replicas of different
+    clusters are never compared."""
 
     buffered = True
     replicated: frozenset | None = None
+    clusters: tuple = ()
 
-    def bind(self, replicated) -> "ReplicaFold":
-        return replace(self, replicated=frozenset(map(tuple, replicated)))
+    def bind(self, replicated, clusters: dict | None = None) -> "ReplicaFold":
+        return replace(self, replicated=frozenset(map(tuple, replicated)),
+                       clusters=tuple(sorted((clusters or {}).items(), key=lambda kv: kv[0])))
 
     def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
         sel = super().select(kind, table, extra)
         if sel is None or kind != "batch":
             return sel
-        parts = [R.lean(part, self.replicated is None or key in self.replicated)
+        clusters = dict(self.clusters)
+        parts = [R.lean(part, self.replicated is None or key in self.replicated, clusters)
                  for key, part in R.split_keys(sel)]
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
@@ -124,10 +129,9 @@ class ReplicaGroup:
         out = []
         for r in reps:
             out.extend(self._checkpoints(r))
-        detailed = [r for r in reps if r.has_batches and r.detail]
-        if len(detailed) >= 2:
-            out.extend(self._missing(C.missing(detailed)))
-            out.extend(self._diverged(C.divergences(detailed), {r.name: r for r in detailed}))
+        for group in _same_cluster([r for r in reps if r.has_batches and r.detail]):
+            out.extend(self._missing(C.missing(group)))
+            out.extend(self._diverged(C.divergences(group), {r.name: r for r in group}))
         return out
 
     def _replicas(self) -> list[R.Replica]:
@@ -226,6 +230,14 @@ class ReplicaGroup:
         return out
 
 
+def _same_cluster(reps: list[R.Replica]) -> list[list[R.Replica]]:
+    """The sets of replicas to compare: those of one cluster id, with those whose cluster is
+    unknown (log dirs of different clusters hold different partitions that share a name)."""
+    known = sorted({r.cluster for r in reps if r.cluster is not None})
+    groups = [reps] if len(known) <= 1 else [[r for r in reps if r.cluster in (c, None)] for c in known]
+    return [g for g in groups if len(g) >= 2]
+
+
 def _missing_words(m: C.Missing) -> tuple[str, str]:
     return {
         "hole": ("error", "it holds later offsets, so it will never fetch these again; if it leads, "
@@ -283,6 +295,6 @@ def _batch_where(t: pa.Table):
                    pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
 
 
-FOLD = ReplicaFold("replicas", {"batch": R.DETAIL_COLUMNS, "checkpoint_entry": CHECKPOINT_COLUMNS,
+FOLD = ReplicaFold("replicas", {"batch": R.DETAIL_COLUMNS + ("log_dir",), "checkpoint_entry": CHECKPOINT_COLUMNS,
                                 "partition_metadata": PRESENCE_COLUMNS},
                    KEY, ORDER, lambda ctx: KeyedState(KEY, ReplicaGroup), where={"batch": _batch_where})

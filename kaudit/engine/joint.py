@@ -14,6 +14,8 @@ import pyarrow.compute as pc
 
 from kaudit.audit import sort_findings
 from kaudit.audit import join as J
+from kaudit.audit import reader_join as RJ
+from kaudit.audit import wire_readers as WR
 from kaudit.audit.folds import Fold
 from kaudit.engine.local import AuditRun, _keep, audit_pcaps, audit_segments
 from kaudit.sources.logdir import plan
@@ -30,13 +32,27 @@ def _produce_where(t: pa.Table):
 PRODUCE_TAP = Fold("join-produce", {"batch": J.PRODUCE_COLUMNS}, (), (), None, where={"batch": _produce_where})
 END_TXN_TAP = Fold("join-end-txn", {"txn_event": J.END_TXN_COLUMNS}, (), (), None,
                    where={"txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "END_TXN"), False)})
-WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP)
+# the readers' join: read_committed consumer responses and their transactional/control batches
+READER_FETCH_TAP = Fold("join-reader-fetch", {"fetch_partition": WR.FETCH_COLUMNS}, (), (), None,
+                        where={"fetch_partition": WR.FOLD.where["fetch_partition"]})
+READER_BATCH_TAP = Fold("join-reader-batch", {"batch": WR.BATCH_COLUMNS}, (), (), None,
+                        where={"batch": lambda t: pc.and_(
+                            pc.fill_null(pc.equal(t.column("source_kind"), "fetch"), False),
+                            pc.fill_null(pc.or_(t.column("is_transactional"), t.column("is_control")), False))})
+WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP)
 
 
 class _WireTap:
     def __init__(self):
-        self.produce: list[pa.Table] = []
-        self.end_txn: list[pa.Table] = []
+        self.tables: dict[str, list[pa.Table]] = {tap.name: [] for tap in WIRE_TAPS}
+
+    @property
+    def produce(self) -> list[pa.Table]:
+        return self.tables[PRODUCE_TAP.name]
+
+    @property
+    def end_txn(self) -> list[pa.Table]:
+        return self.tables[END_TXN_TAP.name]
 
     def __call__(self, kind: str, t: pa.Table) -> None:
         for tap in WIRE_TAPS:
@@ -45,7 +61,7 @@ class _WireTap:
                 self.add(tap.name, sel)
 
     def add(self, tap: str, selected: pa.Table) -> None:
-        (self.produce if tap == PRODUCE_TAP.name else self.end_txn).append(selected)
+        self.tables[tap].append(selected)
 
 
 class _DiskTap:
@@ -53,20 +69,27 @@ class _DiskTap:
     transactional ones, non-idempotent batches a capture names by CRC or offset) and each
     partition's offset range per replica."""
 
-    def __init__(self, produce: list[dict] | None = None, *, sets: dict | None = None):
+    def __init__(self, produce: list[dict] | None = None, *, sets: dict | None = None,
+                 readers: list[dict] | None = None):
         if sets is None:
-            sets = self.sets_of(produce)
+            sets = self.sets_of(produce, readers or [])
         self.sets = sets
-        self.pids, self.txn_pids, self.crcs, self.offsets = (
-            pa.array(sets[k], pa.int64()) for k in ("pids", "txn_pids", "crcs", "offsets"))
+        self.pids, self.txn_pids, self.crcs, self.offsets, self.reader_pids = (
+            pa.array(sets.get(k, []), pa.int64()) for k in ("pids", "txn_pids", "crcs", "offsets", "reader_pids"))
+        self.reader_tps = {tuple(x) for x in sets.get("reader_tps", [])}
         self.rows: list[pa.Table] = []
+        self.reader_rows: list[pa.Table] = []   # the readers' join: batches of their producers
+        self.txnindex: list[pa.Table] = []      # and the .txnindex entries of their partitions
         self.ranges: dict = {}
         self.cleaned: dict = {}   # (replica, topic, partition) -> cleaner-offset-checkpoint offset
 
     @staticmethod
-    def sets_of(produce: list[dict]) -> dict:
+    def sets_of(produce: list[dict], readers: list[dict] = ()) -> dict:
         anon = [r for r in produce if r["producer_id"] is None or r["producer_id"] < 0]
         return {
+            "reader_pids": sorted({r["producer_id"] for r in readers if r["producer_id"] is not None
+                                   and r["producer_id"] >= 0}),
+            "reader_tps": sorted({(r["topic"], r["partition"]) for r in readers if r["topic"] is not None}),
             "pids": sorted({r["producer_id"] for r in produce if r["producer_id"] is not None and r["producer_id"] >= 0}),
             "txn_pids": sorted({r["producer_id"] for r in produce if r["is_transactional"]
                                 and r["producer_id"] is not None and r["producer_id"] >= 0}),
@@ -76,13 +99,20 @@ class _DiskTap:
         }
 
     def __call__(self, kind: str, t: pa.Table) -> None:
-        if kind == "checkpoint_entry" and t.num_rows:
+        if not t.num_rows:
+            return
+        if kind == "checkpoint_entry":
             for rep, top, part, name, off in zip(*(t.column(c).to_pylist() for c in
                                                    ("replica", "topic", "partition", "checkpoint", "offset"))):
                 if name == "cleaner-offset-checkpoint" and off is not None:
                     self.cleaned[(rep, top, part)] = max(off, self.cleaned.get((rep, top, part), -1))
             return
-        if kind != "batch" or not t.num_rows:
+        if kind == "txnindex_entry" and self.reader_tps:
+            t = _of_partitions(t, self.reader_tps)
+            if t is not None:
+                self.txnindex.append(t.select(list(RJ.TXNINDEX_COLUMNS)))
+            return
+        if kind != "batch":
             return
         t = t.filter(pc.and_(pc.fill_null(pc.equal(t.column("source_kind"), "log"), False),
                              pc.invert(pc.ends_with(t.column("source"), ".checkpoint"))))
@@ -99,10 +129,34 @@ class _DiskTap:
         anon = pc.and_(pc.invert(control), pc.fill_null(pc.less(pid, 0), True))
         anon = pc.and_(anon, pc.or_(pc.is_in(t.column("crc").cast(pa.int64()), value_set=self.crcs),
                                     pc.is_in(t.column("base_offset"), value_set=self.offsets)))
+        if self.reader_tps:
+            self._readers(t, pid, control)
         keep = pc.fill_null(pc.or_(pc.or_(data, marker), anon), False)
         t = t.filter(keep)
         if t.num_rows:
             self.rows.append(t.select(list(J.DISK_COLUMNS)))
+
+    def _readers(self, t: pa.Table, pid, control) -> None:
+        mine = pc.and_(pc.is_in(pid, value_set=self.reader_pids),
+                       pc.fill_null(pc.or_(t.column("is_transactional"), control), False))
+        t = t.filter(mine)
+        if t.num_rows:
+            t = _of_partitions(t, self.reader_tps)
+            if t is not None:
+                self.reader_rows.append(t.select(list(RJ.DISK_COLUMNS)))
+
+
+def _of_partitions(t: pa.Table, tps: set) -> pa.Table | None:
+    """The rows of `t` in the (topic, partition) pairs `tps` (a chunk is one file: one pair)."""
+    from kaudit.audit.folds import constant
+
+    ok_t, topic = constant(t.column("topic"))
+    ok_p, part = constant(t.column("partition"))
+    if ok_t and ok_p:
+        return t if (topic, part) in tps else None
+    keep = [(a, b) in tps for a, b in zip(t.column("topic").to_pylist(), t.column("partition").to_pylist())]
+    t = t.filter(pa.array(keep))
+    return t if t.num_rows else None
 
 
 def _rows(tables: list[pa.Table], names: TopicNames | None = None) -> list[dict]:
@@ -122,6 +176,26 @@ def merge_ranges(into: dict, ranges) -> dict:
     return into
 
 
+def _readers(wire_tap: _WireTap, disk_tap: _DiskTap, names: TopicNames, wire_findings: list[dict],
+             jcov: dict) -> list[dict]:
+    """The readers' join (audit/reader_join.py); an aborted read the wire audit already reported
+    from the capture's own evidence is not reported again."""
+    inp = RJ.ReaderInput(fetch=_rows(wire_tap.tables[READER_FETCH_TAP.name], names),
+                         batches=_rows(wire_tap.tables[READER_BATCH_TAP.name], names),
+                         disk=_rows(disk_tap.reader_rows), txnindex=_rows(disk_tap.txnindex),
+                         ranges=disk_tap.ranges)
+    jcov.update(reader_responses=len(inp.fetch), reader_batches=len(inp.batches),
+                reader_disk_batches=len(inp.disk), reader_txnindex_entries=len(inp.txnindex))
+    if not inp.fetch:
+        return []
+    done = {_read_key(f) for f in wire_findings if f["rule"] == "aborted-read"}
+    return [f for f in RJ.join_readers(inp) if f["rule"] != "aborted-read" or _read_key(f) not in done]
+
+
+def _read_key(f: dict) -> tuple:
+    return (f["connection"], f["first_ts_ms"], f["producer_id"], f["first_offset"], f["last_offset"])
+
+
 def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | None = None,
                select=(), ignore=(), max_batch_bytes: int = 64 << 20, jobs: int | None = None,
                progress: bool = False, spark_options=None) -> AuditRun:
@@ -134,7 +208,7 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
                                  spark_options=spark_options, taps=wire_tap, topic_names=disk_names)
         names = TopicNames({**disk_names, **wire.topic_names})
         produce = _rows(wire_tap.produce, names)
-        disk_tap = _DiskTap(produce)
+        disk_tap = _DiskTap(produce, readers=_rows(wire_tap.tables[READER_BATCH_TAP.name], names))
         disk = spark.audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
                                     max_batch_bytes=max_batch_bytes, spark_options=spark_options, tap=disk_tap)
     else:
@@ -143,12 +217,13 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
                            topic_names=disk_names)
         names = TopicNames({**disk_names, **wire.topic_names})
         produce = _rows(wire_tap.produce, names)
-        disk_tap = _DiskTap(produce)
+        disk_tap = _DiskTap(produce, readers=_rows(wire_tap.tables[READER_BATCH_TAP.name], names))
         disk = audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
                               max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress, tap=disk_tap)
     inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.end_txn), disk=_rows(disk_tap.rows),
                       ranges=disk_tap.ranges, cleaned=disk_tap.cleaned)
     joined, jcov = J.join(inp)
+    joined += _readers(wire_tap, disk_tap, names, wire.findings, jcov)
     joined = names.name_findings(joined)
     keep = _keep(set(select), set(ignore))
     run = AuditRun(errors=wire.errors + disk.errors, engine=disk.engine, application_id=disk.application_id)

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from kaudit.audit import WIRE_FOLDS, Context, disk_folds, sort_findings
 from kaudit.audit.folds import split_by_key
 from kaudit.engine import coverage
-from kaudit.sources.logdir import Plan, plan, replicated_partitions
+from kaudit.sources.logdir import Plan, log_dir_clusters, plan, replicated_partitions
 from kaudit.sources.segments import Options, decode_target
 from kaudit.sources.splits import decode_split, split_plan
 from kaudit.sources.topics import TopicNames
@@ -194,7 +194,8 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
     p, chunks = decode_segments(paths, max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress)
     run = AuditRun(errors=list(p.errors))
     ctx = Context(reference_time_ms=now_ms)
-    folds = disk_folds(replicated_partitions(p))
+    clusters = log_dir_clusters(p)
+    folds = disk_folds(replicated_partitions(p, clusters), clusters)
     states = [(f, f.make(ctx)) for f in folds if not f.buffered]
     # cross-partition folds (transactions by producer id): their selection is buffered and
     # folded sorted at the end, like audit_pcaps does

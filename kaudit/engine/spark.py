@@ -190,22 +190,26 @@ def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | No
     cores = spark.sparkContext.defaultParallelism
     parts = max(1, min(cores, p.total_bytes // PART_BYTES))
     value_of = _part_values(spark, parts)
-    from kaudit.sources.logdir import replicated_partitions
+    from kaudit.sources.logdir import log_dir_clusters, replicated_partitions
 
+    clusters = log_dir_clusters(p)
     opts = dict(opts, placement=json.dumps(placement(p, parts, value_of)),
                 buckets=json.dumps([value_of.get(j, j) for j in range(parts)]),
-                replicated=json.dumps(sorted(replicated_partitions(p))),
+                replicated=json.dumps(sorted(replicated_partitions(p, clusters))), clusters=json.dumps(clusters),
                 cores=cores, whole_key_bytes=whole_key_bytes(p.total_bytes, cores) if FOLD_IN_TASKS else 0)
     sort = [F.asc_nulls_last(c) for c in DISK_KEY + (SPLIT, ROW)]
     result = (_reader(spark, "kafka-segments", paths, "audit", opts)
               .repartition(parts, PART).sortWithinPartitions(*sort)
               .mapInArrow(lambda it: run_disk(context_from(ctx_d), it, collect), from_arrow_schema(RESULT_SCHEMA))
               .toArrow())
-    findings, metas, rows, tapped = [], [], {}, []
+    findings, metas, rows, tapped, tapped_more = [], [], {}, [], {}
     for typ, payload in zip(result.column(TYPE).to_pylist(), result.column(PAYLOAD).to_pylist()):
         if typ.startswith("tap:"):
             _, split, row = typ.split(":")
             tapped.append((int(split), int(row), from_ipc(payload)))
+        elif typ.startswith("tap-"):
+            name, split, row = typ[4:].split(":")
+            tapped_more.setdefault(name, []).append((int(split), int(row), from_ipc(payload)))
         elif typ == "findings":
             findings.extend(findings_from_table(from_ipc(payload)))
         elif typ == "meta":
@@ -220,6 +224,8 @@ def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | No
         from kaudit.engine.joint import merge_ranges
 
         tap.rows.extend(t for _, _, t in sorted(tapped, key=lambda c: c[:2]))
+        for name, into in (("reader", tap.reader_rows), ("txnindex", tap.txnindex)):
+            into.extend(t for _, _, t in sorted(tapped_more.get(name, []), key=lambda c: c[:2]))
         for m in metas:
             merge_ranges(tap.ranges, m.get("ranges", []))
             for rep, top, part, off in m.get("cleaned", []):

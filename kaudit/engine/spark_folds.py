@@ -264,12 +264,13 @@ class DiskChunker:
     schema = CHUNK_SCHEMA
 
     def __init__(self, split: int = 0, join: dict | None = None, placement: dict | None = None,
-                 buckets: list | None = None, folds: TaskFolds | None = None, replicated: list | None = None):
+                 buckets: list | None = None, folds: TaskFolds | None = None, replicated: list | None = None,
+                 clusters: dict | None = None):
         from kaudit.audit import disk_folds
         from kaudit.engine.joint import _DiskTap
 
         # the buffered folds, the replicas fold bound to the partitions held in several log dirs
-        self.buffered = [f for f in disk_folds(replicated) if f.buffered]
+        self.buffered = [f for f in disk_folds(replicated, clusters) if f.buffered]
         self.folds = folds   # the task's own per-partition folds (it holds its partitions whole)
         self.placement = placement or {}
         self.buckets = buckets or [None]   # the `__part` value of each shuffle partition
@@ -290,9 +291,11 @@ class DiskChunker:
         self.rows += n
         if self.tap is not None:
             self.tap(kind, table)
-            for t in self.tap.rows:
-                yield _chunk_row(TAP_KIND, self.split, first, (None, None, None), to_ipc(t))
-            self.tap.rows.clear()
+            for name, rows in (("", self.tap.rows), ("reader", self.tap.reader_rows), ("txnindex", self.tap.txnindex)):
+                for t in rows:
+                    yield _chunk_row(f"{TAP_KIND}:{name}" if name else TAP_KIND, self.split, first,
+                                     (None, None, None), to_ipc(t))
+                rows.clear()
         for f in self.buffered:
             yield from self._buffered(f, kind, first, table)
         if self.folds is not None:
@@ -392,6 +395,9 @@ def run_disk(ctx: Context, batches: Iterator[pa.RecordBatch], collect: bool = Fa
                 continue
             if kind == TAP_KIND:
                 yield _result(f"tap:{split}:{row}", payload)
+                continue
+            if kind.startswith(TAP_KIND + ":"):   # the readers' join: "tap-<list>:split:row"
+                yield _result(f"tap-{kind.split(':', 1)[1]}:{split}:{row}", payload)
                 continue
             if kind == FINDINGS_KIND:
                 yield _result("findings", payload)

@@ -70,7 +70,9 @@ class _Emitter:
             placement = json.loads(self.options["placement"]) if self.options.get("placement") else None
             buckets = json.loads(self.options["buckets"]) if self.options.get("buckets") else None
             replicated = json.loads(self.options["replicated"]) if self.options.get("replicated") else None
-            self.selector = (DiskChunker(split, join, placement, buckets, folds, replicated) if self.side == "disk"
+            clusters = json.loads(self.options["clusters"]) if self.options.get("clusters") else None
+            self.selector = (DiskChunker(split, join, placement, buckets, folds, replicated, clusters)
+                             if self.side == "disk"
                              else Selector(self.side, split))
 
     def chunk(self, kind: str, table: pa.Table):

@@ -80,20 +80,29 @@ class Plan:
         return sum(t.size for t in self.targets if t.kind != "skipped")
 
 
-def read_node_id(meta_properties: str) -> int | None:
+def _meta_lines(meta_properties: str) -> list[str]:
     try:
         with open(meta_properties, "rb") as f:
-            text = f.read(65536).decode("utf-8", "replace")
+            return [line.strip() for line in f.read(65536).decode("utf-8", "replace").splitlines()]
     except OSError:
-        return None
-    for line in text.splitlines():
-        line = line.strip()
+        return []
+
+
+def read_node_id(meta_properties: str) -> int | None:
+    for line in _meta_lines(meta_properties):
         for key in ("node.id", "broker.id"):
             if line.startswith(key + "="):
                 try:
                     return int(line.split("=", 1)[1].strip())
                 except ValueError:
                     return None
+    return None
+
+
+def read_cluster_id(meta_properties: str) -> str | None:
+    for line in _meta_lines(meta_properties):
+        if line.startswith("cluster.id="):
+            return line.split("=", 1)[1].strip() or None
     return None
 
 
@@ -201,14 +210,32 @@ def plan(paths: list[str]) -> Plan:
     return result
 
 
-def replicated_partitions(p: Plan) -> set[tuple[str, int]]:
-    """The (topic, partition) pairs whose segments the plan holds in more than one replica: the
-    ones the replica comparison needs batch by batch."""
-    seen: dict[tuple, set] = {}
+def log_dir_clusters(p: Plan) -> dict[str, str | None]:
+    """Each log dir's cluster id (its meta.properties), None where it has none."""
+    out: dict[str, str | None] = {}
+    for t in p.targets:
+        d = t.log_dir
+        if d is not None and d.path not in out:
+            meta = os.path.join(d.path, "meta.properties")
+            out[d.path] = read_cluster_id(meta) if os.path.isfile(meta) else None
+    return out
+
+
+def replicated_partitions(p: Plan, clusters: dict | None = None) -> set[tuple[str, int]]:
+    """The (topic, partition) pairs whose segments the plan holds in more than one replica of
+    one cluster (log dirs of different cluster ids hold different partitions of the same name;
+    an unknown cluster id matches any): the ones the replica comparison needs batch by batch."""
+    clusters = log_dir_clusters(p) if clusters is None else clusters
+    seen: dict[tuple, dict] = {}
     for t in p.targets:
         if t.kind == "log" and t.topic is not None and t.partition is not None and t.log_dir is not None:
-            seen.setdefault((t.topic, t.partition), set()).add(t.log_dir.replica)
-    return {k for k, reps in seen.items() if len(reps) > 1}
+            seen.setdefault((t.topic, t.partition), {})[t.log_dir.replica] = clusters.get(t.log_dir.path)
+    out = set()
+    for key, reps in seen.items():
+        known = [c for c in reps.values() if c is not None]
+        if len(reps) > 1 and (len(known) - len(set(known)) > 0 or len(known) < len(reps)):
+            out.add(key)
+    return out
 
 
 def _distinct_replicas(targets: list[Target]) -> list[Target]:

@@ -131,6 +131,46 @@ def test_crafted_transaction_log_dirs(spark, tmp_path, monkeypatch, part_bytes, 
         test(tmp_path / str(i))
 
 
+@pytest.mark.parametrize("part_bytes,fold_in_tasks", [(S.PART_BYTES, True), (1, False)])
+def test_crafted_consistency_log_dirs(spark, tmp_path, monkeypatch, part_bytes, fold_in_tasks):
+    """Every crafted test of the replica, checkpoint, leader-epoch and state-file rules, its
+    audits checked against Spark's; with `part_bytes` 1 the partitions are shared out over two
+    shuffle partitions (the cross-replica fold bucketed by (topic, partition))."""
+    import test_disk_checkpoints
+    import test_disk_leader_epochs
+    import test_disk_replica_divergence
+    import test_disk_state_files
+
+    monkeypatch.setattr(S, "PART_BYTES", part_bytes)
+    monkeypatch.setattr(S, "FOLD_IN_TASKS", fold_in_tasks)
+    for module in (test_disk_replica_divergence, test_disk_checkpoints, test_disk_leader_epochs,
+                   test_disk_state_files):
+        real = module.audit
+
+        def both(root, real=real, **kw):
+            roots = [str(r) for r in root] if isinstance(root, (list, tuple)) else [str(root)]
+            kw["select"] = kw.pop("rules")
+            _segments(roots, **kw)
+            return real(root, rules=kw["select"])
+
+        monkeypatch.setattr(module, "audit", both)
+        for i, test in enumerate(_plain_tests(module, 3)):
+            test(tmp_path / f"{module.__name__}-{i}")
+
+
+def test_consistency_corpus(spark, corpus, tmp_path, monkeypatch):
+    """All nodes of every 4.1.0 scenario; the v7 changelog with a damaged replica."""
+    import test_disk_consistency_corpus as C
+
+    for scenario in C.SCENARIOS[3:]:
+        _segments([corpus / scenario])
+    monkeypatch.setattr(S, "PART_BYTES", 1)
+    monkeypatch.setattr(S, "FOLD_IN_TASKS", False)
+    monkeypatch.setattr(C, "_findings", lambda paths: _segments(paths, select=C.RULES) or
+                        L.audit_segments([str(p) for p in paths], select=C.RULES).findings)
+    C.test_v7_with_a_damaged_replica(corpus, tmp_path)
+
+
 def test_demo_log_dir(spark):
     _segments([ROOT / "fixtures" / "logdirs" / "demo"])
 
@@ -236,6 +276,24 @@ def test_crafted_captures(spark, case, tmp_path):
                  _local_tables(chunks))
 
 
+def test_crafted_readers(spark, tmp_path, monkeypatch):
+    """Every crafted test of aborted-read and read-past-lso, its audits checked against Spark's."""
+    from tests.audit.wire import test_wire_readers as T
+    from tests.sources.pcap.craft import write_capture
+
+    def both(tmp, conns, *, name="wire.pcap", select=(), **kw):
+        path = tmp / name
+        write_capture(path, conns)
+        _same(S.audit_pcaps([str(path)], PcapOptions(), select=select, spark_options=SPARK),
+              L.audit_pcaps([str(path)], PcapOptions(), select=select))
+        return L.audit_pcaps([str(path)], PcapOptions(), select=select).findings
+
+    monkeypatch.setattr(T, "audit", both)
+    for i, test in enumerate(_plain_tests(T, 6)):
+        (tmp_path / str(i)).mkdir()
+        test(tmp_path / str(i))
+
+
 def test_unreadable_inputs_are_reported_alike(spark, tmp_path):
     bad = tmp_path / "not-a-capture.pcap"
     bad.write_bytes(b"hello, not a capture" * 10)
@@ -267,6 +325,47 @@ def test_audit_join(spark, corpus, capture):
     pcap = [str(corpus / "real-kafka-3.0.2" / "pcap" / capture)]
     logs = [str(corpus / "real-kafka-3.0.2" / "logdirs-final")]
     _same(audit_both(pcap, logs, PORTS, spark_options=SPARK), audit_both(pcap, logs, PORTS))
+
+
+@pytest.mark.parametrize("scenario", ["v2-txn-java-tv2", "v7-compacted-eos-changelog"])
+def test_audit_join_readers(spark, corpus, scenario):
+    """The readers' join (read_committed Fetch responses against the stored markers and .txnindex)
+    and the consistency rules."""
+    from kaudit.engine.joint import audit_both
+
+    d = corpus / "real-kafka-4.1.0" / scenario
+    args = ([str(d / f"{scenario}.pcap")], [str(d / "logdirs")], PORTS)
+    kw = {"select": ("aborted-read", "read-past-lso", "txnindex-mismatch", "replica-divergence",
+                     "checkpoint-mismatch", "leader-epoch-mismatch", "snapshot-mismatch")}
+    _same(audit_both(*args, spark_options=SPARK, **kw), audit_both(*args, **kw))
+
+
+def test_crafted_readers_joined(spark, tmp_path, monkeypatch):
+    """Every crafted test of the readers' join, its audits checked against Spark's."""
+    from tests.audit import test_reader_join as T
+
+    real = T.audit_both
+
+    def both(pcaps, logs, options, **kw):
+        spark_run = real(pcaps, logs, options, spark_options=SPARK, **kw)
+        local = real(pcaps, logs, options, **kw)
+        _same(spark_run, local)
+        return local
+
+    monkeypatch.setattr(T, "audit_both", both)
+    for i, test in enumerate(_plain_tests(T, 4)):
+        (tmp_path / str(i)).mkdir()
+        test(tmp_path / str(i))
+
+
+def _plain_tests(module, at_least: int) -> list:
+    """The test functions of a module that take only `tmp_path`."""
+    import inspect
+
+    tests = [f for n, f in sorted(vars(module).items()) if n.startswith("test_") and callable(f)
+             and list(inspect.signature(f).parameters) == ["tmp_path"]]
+    assert len(tests) >= at_least
+    return tests
 
 
 # -- rotated captures: connections that span files -------------------------------------------

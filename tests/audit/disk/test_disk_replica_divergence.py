@@ -1,0 +1,287 @@
+"""replica-divergence (audit/replicas.py, replica_compare.py): crafted brokers' log dirs holding
+the same partition, built with the fixture builder; each case against its negative twin."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from diskcraft import audit, brief
+
+from fixtures.builder import corrupt_file, truncate_file
+from fixtures.builder.replicas import write_replicas
+from kaudit.audit import replicas
+from kaudit.sources.logdir import plan, replicated_partitions
+
+RULES = ("replica-divergence", "checkpoint-mismatch")
+T0 = 1_795_000_000_000   # explicit timestamps where nodes append different batches
+TOPIC = "orders"
+
+
+def _log(root, node: int, base: int = 0):
+    return root / f"node{node}" / f"{TOPIC}-0" / f"{base:020d}.log"
+
+
+def _cluster(tmp_path, n: int = 30, per_node=None, nodes=(1, 2, 3)):
+    """`n` one-record batches of orders-0 on every node; `per_node(pb, node)` changes one."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0, role="leader" if node == 1 else "follower")
+        for i in range(n):
+            pb.append_batch(values=[b"v%d" % i])
+        if per_node is not None:
+            per_node(pb, node)
+
+    write_replicas(root, build, nodes=nodes)
+    return root
+
+
+def _positions(path) -> dict[int, tuple[int, int]]:
+    """base offset -> (byte position, size) of each batch of a segment."""
+    from kaudit.engine.local import decode_segments
+
+    _, chunks = decode_segments([str(path)])
+    out = {}
+    for kind, t in chunks:
+        if kind == "batch":
+            for b, p, s in zip(*(t.column(c).to_pylist() for c in ("base_offset", "position", "batch_size"))):
+                out[b] = (p, s)
+    return out
+
+
+def _details(f) -> dict:
+    return json.loads(f["details"]) if f.get("details") else {}
+
+
+def test_identical_replicas_agree(tmp_path):
+    assert audit(_cluster(tmp_path), rules=RULES) == []
+
+
+def test_lost_offsets_that_others_hold(tmp_path):
+    """The issue's case: replica 1's bytes at offsets 10-14 overwritten (CRC fails) and its log cut
+    after offset 19; replicas 2 and 3 hold everything below the high watermark 30."""
+    root = _cluster(tmp_path)
+    log = _log(root, 1)
+    pos = _positions(log)
+    for o in range(10, 15):
+        corrupt_file(log, pos[o][0] + pos[o][1] - 2)
+    truncate_file(log, os.path.getsize(log) - pos[20][0])
+    fs = audit(root, rules=RULES)
+    assert brief(fs) == [
+        ("checkpoint-mismatch", "error", "orders-0", 20, 29),
+        ("checkpoint-mismatch", "warning", "orders-0", 20, 29),
+        ("replica-divergence", "error", "orders-0", 10, 14),
+        ("replica-divergence", "error", "orders-0", 20, 29),
+    ]
+    hole, tail = sorted((f for f in fs if f["rule"] == "replica-divergence"), key=lambda f: f["first_offset"])
+    assert {hole["replica"], tail["replica"]} == {"1"}
+    assert "replica(s) 2, 3 hold" in hole["message"] and "fails its CRC" in hole["message"]
+    assert (_details(hole)["kind"], _details(tail)["kind"]) == ("hole", "tail-flushed")
+    assert _details(hole)["holders"] == ["2", "3"]
+    assert [e["note"] for e in hole["evidence"]] == ["replica 1", "replica 2 holds it", "replica 3 holds it"]
+
+
+def test_a_follower_behind_is_a_warning(tmp_path):
+    """Replica 3 stopped fetching at offset 20 (its own high watermark and recovery point say so):
+    it lacks committed offsets, but it is behind, not damaged."""
+    def behind(pb, node):
+        if node == 3:
+            pb.high_watermark = pb.recovery_point = 20
+
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0, role="follower")
+        for i in range(20 if node == 3 else 30):
+            pb.append_batch(values=[b"v%d" % i])
+        behind(pb, node)
+
+    write_replicas(root, build)
+    (f,) = audit(root, rules=RULES)
+    assert (f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"]) == \
+        ("replica-divergence", "warning", "3", 20, 29)
+    assert _details(f)["kind"] == "tail-lag"
+
+
+def test_uncommitted_tail_is_not_compared(tmp_path):
+    """Replica 1 holds offsets 30-34 that no high watermark covers (a leader's uncommitted
+    appends, or a deposed leader's tail): nothing to say."""
+    def extra(pb, node):
+        if node == 1:
+            for i in range(5):
+                pb.append_batch(values=[b"x%d" % i])
+            pb.high_watermark = 30
+
+    assert audit(_cluster(tmp_path, per_node=extra), rules=RULES) == []
+
+
+def _epochs(first: int, second: int, at: int = 20, n: int = 30, tag: bytes = b"v"):
+    """A log of `n` batches whose leader epoch goes from `first` to `second` at offset `at`
+    (records from `at` on tagged with `tag`)."""
+    def write(pb):
+        pb.set_leader_epoch(first)
+        for i in range(n):
+            if i == at:
+                pb.set_leader_epoch(second)
+            pb.append_batch(values=[(tag if i >= at else b"v") + b"%d" % i])
+    return write
+
+
+def test_unclean_election_below_the_high_watermark(tmp_path):
+    """Replica 1 (leader of epoch 0) had 20-29 acknowledged (its high watermark 30); after an
+    unclean election replicas 2 and 3 wrote other records at 20-29 in epoch 1."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        (_epochs(0, 0) if node == 1 else _epochs(0, 1, tag=b"w"))(pb)
+
+    write_replicas(root, build)
+    (f,) = audit(root, rules=RULES)
+    assert (f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"]) == \
+        ("replica-divergence", "error", "1", 20, 29)
+    versions = _details(f)["versions"]
+    assert sorted(versions) == ["1", "2", "3"] and [versions[n][1] for n in "123"] == [0, 1, 1]
+    assert "holds different batches than replica(s) 2, 3" in f["message"]
+
+
+def test_deposed_leader_tail_above_the_high_watermark(tmp_path):
+    """The negative twin: replica 1's epoch-0 records at 20-24 were never committed (its high
+    watermark is 20); it truncates them when it rejoins. It is behind on 25-29 (a warning), and
+    its different batches above its high watermark are not divergence."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        if node == 1:
+            _epochs(0, 0, n=25)(pb)
+            pb.high_watermark = pb.recovery_point = 20
+        else:
+            _epochs(0, 1, tag=b"w")(pb)
+
+    write_replicas(root, build)
+    assert [(f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"])
+            for f in audit(root, rules=RULES)] == [("replica-divergence", "warning", "1", 25, 29)]
+
+
+def test_two_versions_in_one_epoch_are_divergence_anywhere(tmp_path):
+    """Above every high watermark, but the same leader epoch: a leader writes one sequence of
+    batches per epoch, so two versions of offset 20 in epoch 0 are never uncommitted data."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        for i in range(25):
+            pb.append_batch(values=[(b"other" if node == 2 and i >= 20 else b"v") + b"%d" % i])
+        pb.high_watermark = 20
+
+    write_replicas(root, build, nodes=(1, 2))
+    (f,) = audit(root, rules=RULES)
+    assert (f["rule"], f["severity"], f["first_offset"], f["last_offset"]) == ("replica-divergence", "error", 20, 24)
+
+
+def _compacted(pb, node, *, checkpoint: bool, horizon: bool = False):
+    """Node 2's cleaner removed offsets 5-9 and 15 (and, `horizon`, rewrote the rest with a
+    delete horizon: new CRCs); the others were not cleaned."""
+    for i in range(30):
+        if node == 2 and (5 <= i <= 9 or i == 15):
+            pb.next_offset += 1   # the cleaner left a gap
+            continue
+        pb.append_batch(values=[b"v%d" % i], base_offset=i, timestamp=T0 + i,
+                        has_delete_horizon=horizon and node == 2 and i < 20)
+    if node == 2 and checkpoint:
+        pb.cleaner_offset = 20
+
+
+def _compaction_cluster(tmp_path, **kw):
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        _compacted(ld.partition(TOPIC, 0), node, **kw)
+
+    write_replicas(root, build)
+    return root
+
+
+def test_each_cleaner_compacts_on_its_own(tmp_path):
+    """Replica 2's cleaner removed batches (below its cleaner-offset-checkpoint 20) and rewrote
+    others with a delete horizon (new CRCs): compaction, not divergence."""
+    assert audit(_compaction_cluster(tmp_path, checkpoint=True, horizon=True), rules=RULES) == []
+
+
+def test_gaps_without_a_cleaner_are_holes(tmp_path):
+    """The same gaps where nothing says replica 2 was compacted: holes."""
+    fs = audit(_compaction_cluster(tmp_path, checkpoint=False), rules=RULES)
+    assert [(f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"]) for f in fs] == [
+        ("replica-divergence", "error", "2", 5, 9), ("replica-divergence", "error", "2", 15, 15)]
+
+
+def test_delete_horizon_alone_excuses_its_batches(tmp_path):
+    """No cleaner-offset-checkpoint (a partial copy), but the batches carry the delete-horizon
+    flag that only the cleaner sets: their CRCs may differ, and the gaps before them are the
+    cleaner's."""
+    assert audit(_compaction_cluster(tmp_path, checkpoint=False, horizon=True), rules=RULES) == []
+
+
+def test_different_crc_where_no_cleaner_ran(tmp_path):
+    """Same offsets and producer fields, another CRC (records rewritten in place with a valid
+    CRC), in a partition no cleaner touched: divergence."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        for i in range(10):
+            pb.append_batch(values=[b"v%d" % i if not (node == 3 and i == 4) else b"forged"])
+
+    write_replicas(root, build)
+    (f,) = audit(root, rules=RULES)
+    assert (f["rule"], f["replica"], f["first_offset"], f["last_offset"]) == ("replica-divergence", "3", 4, 4)
+
+
+def test_log_start_and_a_single_replica(tmp_path):
+    """Retention deleted replica 3's first segment (its log starts at 10): not missing. A
+    partition held in one log dir only is never compared."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0, start_offset=10 if node == 3 else 0)
+        for i in range(10 if node == 3 else 0, 30):
+            pb.append_batch(values=[b"v%d" % i], base_offset=i, timestamp=T0 + i)
+        if node == 1:
+            solo = ld.partition("solo", 0)
+            for i in range(5):
+                solo.append_batch(values=[b"s%d" % i])
+
+    write_replicas(root, build)
+    assert audit(root, rules=RULES) == []
+    assert replicated_partitions(plan([str(root)])) == {(TOPIC, 0)}
+
+
+def test_a_single_replicas_rows_are_one_per_chunk(tmp_path):
+    """The fold's selection: a row per batch only for replicated partitions."""
+    from kaudit.engine.local import decode_segments
+
+    root = _cluster(tmp_path, n=50, nodes=(1,))
+    bound = replicas.FOLD.bind(set())
+    _, chunks = decode_segments([str(root)])
+    rows = [bound.select(k, t) for k, t in chunks if k == "batch"]
+    assert [r.num_rows for r in rows] == [1] and rows[0].column("batches").to_pylist() == [50]
+    _, chunks = decode_segments([str(root)])
+    detail = [replicas.FOLD.bind({(TOPIC, 0)}).select(k, t) for k, t in chunks if k == "batch"]
+    assert [r.num_rows for r in detail] == [50]
+
+
+def test_other_clusters_are_not_replicas(tmp_path):
+    """Two clusters' log dirs (meta.properties' cluster.id) both hold an orders-0: different
+    partitions that share a name. The same two log dirs in one cluster diverge."""
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        for i in range(5):
+            pb.append_batch(values=[b"%d-%d" % (node, i)])
+
+    for n, cluster in ((1, "Y2x1c3Rlci1vbmU"), (2, "Y2x1c3Rlci10d28")):
+        write_replicas(tmp_path / "two", build, nodes=(n,), cluster_id=cluster)
+    assert audit(tmp_path / "two", rules=RULES) == []
+    write_replicas(tmp_path / "one", build, nodes=(1, 2))
+    assert [f["first_offset"] for f in audit(tmp_path / "one", rules=RULES)] == [0]
