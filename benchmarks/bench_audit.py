@@ -84,7 +84,7 @@ def generate_txn() -> tuple[Path, dict]:
     stamp = OUT / "bench-txn.json"
     if stamp.exists() and d.is_dir():
         stats = json.loads(stamp.read_text())
-        if stats.get("transactions") == TXNS:
+        if stats.get("transactions") == TXNS and stats.get("format") == 2:   # 2: with .txnindex files
             return d, stats
     shutil.rmtree(d, ignore_errors=True)
     stats = write_txn_bench_logdir(d, transactions=TXNS)

@@ -10,8 +10,8 @@ from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
 
 # transactions.FOLD is cross-partition and replicas.FOLD cross-replica (`buffered`): engines
 # buffer their selections and sort them.
-DISK_FOLDS: tuple[Fold, ...] = (disk_sequences.FOLD, integrity.FOLD, index_check.FOLD, leader_epochs.FOLD,
-                                state_files.FOLD, transactions.FOLD, replicas.FOLD)
+DISK_FOLDS: tuple[Fold, ...] = (disk_sequences.FOLD, integrity.FOLD, index_check.FOLD, state_files.FOLD,
+                                transactions.FOLD, replicas.FOLD)
 WIRE_FOLDS: tuple[Fold, ...] = (wire_produce.FOLD, wire_frames.FOLD, txn_wire.FOLD, wire_lso.FOLD, wire_readers.FOLD)
 
 __all__ = ["Context", "Fold", "RULES", "SEVERITIES", "SEVERITY_RANK", "at_or_above",

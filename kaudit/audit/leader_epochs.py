@@ -1,5 +1,6 @@
 """`leader-epoch-mismatch`: a replica's `leader-epoch-checkpoint` against the leader epochs its
-batches carry, one fold per replica of a partition, streaming in log order.
+batches carry, per replica of a partition, in log order (state_files.py's fold feeds it: both
+read every batch of the log, once).
 
 The batches are reduced as they come to runs of one leader epoch (a few per partition, however
 long the log); the checkpoint file sorts after every segment of its partition dir, so its
@@ -10,15 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from kaudit.audit.folds import Fold, KeyedState, np_col
 from kaudit.audit.registry import evidence, finding, rule
 
-KEY = ("replica", "topic", "partition")
-ORDER = ("source", "position")
-BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "magic", "crc_ok", "partition_leader_epoch")
-ENTRY_COLUMNS = KEY + ORDER + ("leader_epoch", "start_offset")
+ENTRY_COLUMNS = ("replica", "topic", "partition", "source", "position", "leader_epoch", "start_offset")
 MAX_FINDINGS = 20   # per replica of a partition; the rest are counted in the last one
 
 
@@ -69,29 +65,23 @@ class EpochRuns:
         self.runs: list[list] = []
         self.entries: list[dict] = []
 
-    def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        if kind == "leader_epoch_entry":
-            self.entries.extend(t.to_pylist())
-            return []
-        epoch = np_col(t, "partition_leader_epoch", -1, np.int64)
-        ok = (epoch >= 0) & (np_col(t, "magic", 0, np.int64) >= 2) & np_col(t, "crc_ok", True, bool)
-        idx = np.flatnonzero(ok)
+    def feed(self, t: pa.Table, epoch: np.ndarray, base: np.ndarray, last: np.ndarray, ok: np.ndarray) -> None:
+        """One chunk's batches (log order) as arrays; `ok`: valid v2 batches."""
+        idx = np.flatnonzero(ok & (epoch >= 0))
         if idx.size == 0:
-            return []
+            return
         e = epoch[idx]
         starts = np.flatnonzero(np.concatenate(([True], e[1:] != e[:-1])))
         ends = np.append(starts[1:], idx.size) - 1
-        base = np_col(t, "base_offset", -1, np.int64)[idx]
-        last = np_col(t, "last_offset", -1, np.int64)[idx]
+        b, z = base[idx], last[idx]
         src, pos = t.column("source"), t.column("position")
-        for s, z in zip(starts.tolist(), ends.tolist()):
-            ep = int(e[s])
+        for s, end in zip(starts.tolist(), ends.tolist()):
+            ep, top = int(e[s]), int(z[s:end + 1].max())
             if self.runs and self.runs[-1][0] == ep:
-                self.runs[-1][2] = max(self.runs[-1][2], int(last[s:z + 1].max()))
+                self.runs[-1][2] = max(self.runs[-1][2], top)
                 continue
             i = int(idx[s])
-            self.runs.append([ep, int(base[s]), int(last[s:z + 1].max()), src[i].as_py(), pos[i].as_py()])
-        return []
+            self.runs.append([ep, int(b[s]), top, src[i].as_py(), pos[i].as_py()])
 
     def finish(self) -> list[dict]:
         if not self.entries:   # no file, or an empty one: nothing to compare
@@ -139,12 +129,3 @@ class EpochRuns:
                        f"{self.topic}-{self.partition} (replica {self.replica}): leader-epoch-checkpoint: {why}",
                        evidence=ev, details=details, topic=self.topic, partition=self.partition,
                        replica=self.replica, first_offset=first, last_offset=last)
-
-
-def _log_batches(t: pa.Table):
-    return pc.and_(pc.equal(t.column("source_kind"), "log"),
-                   pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
-
-
-FOLD = Fold("disk-leader-epochs", {"batch": BATCH_COLUMNS, "leader_epoch_entry": ENTRY_COLUMNS}, KEY, ORDER,
-            lambda ctx: KeyedState(KEY, EpochRuns), where={"batch": _log_batches})

@@ -47,33 +47,96 @@ class Producer:
                 "current_txn_first_offset": self.txn_first}
 
 
+FIELDS = ("epoch", "timestamp", "last_base", "data_epoch", "last_sequence", "last_offset", "offset_delta",
+          "last_data_base", "cleared", "coordinator_epoch", "last_marker_base", "txn_first")
+DEFAULTS = {"epoch": -1, "timestamp": -1, "last_base": -1, "data_epoch": -1, "last_sequence": -1,
+            "last_offset": -1, "offset_delta": 0, "last_data_base": -1, "cleared": 0, "coordinator_epoch": -1,
+            "last_marker_base": -1, "txn_first": -1}
+
+
+class States:
+    """Every producer's state as arrays (a slot per producer id): updated a chunk at a time with
+    numpy, copied whole when a segment begins (a snapshot may be named after it)."""
+
+    def __init__(self):
+        self.slot: dict[int, int] = {}
+        self.cols = {f: np.full(16, DEFAULTS[f], np.int64) for f in FIELDS}
+        self.pids = np.zeros(16, np.int64)
+        self.n = 0
+
+    def slots(self, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, known) for a chunk's producer ids, new ones given fresh slots."""
+        out = np.empty(pids.size, np.int64)
+        known = np.ones(pids.size, bool)
+        for i, p in enumerate(pids.tolist()):
+            j = self.slot.get(p)
+            if j is None:
+                j = self.slot[p] = self.n
+                self.n += 1
+                known[i] = False
+            out[i] = j
+        if self.n > self.pids.size:
+            size = max(self.n, 2 * self.pids.size)
+            for f in FIELDS:
+                self.cols[f] = np.concatenate([self.cols[f], np.full(size - self.cols[f].size, DEFAULTS[f], np.int64)])
+            self.pids = np.concatenate([self.pids, np.zeros(size - self.pids.size, np.int64)])
+        self.pids[out] = pids
+        return out, known
+
+    def copy(self) -> "States":
+        c = States.__new__(States)
+        c.slot, c.n, c.pids = dict(self.slot), self.n, self.pids[: self.n].copy()
+        c.cols = {f: v[: self.n].copy() for f, v in self.cols.items()}
+        return c
+
+    def get(self, pid: int) -> Producer | None:
+        j = self.slot.get(pid)
+        if j is None:
+            return None
+        values = {f: int(self.cols[f][j]) for f in FIELDS}
+        values["cleared"] = bool(values["cleared"])
+        return Producer(**values)
+
+    def open_items(self):
+        """(pid, state) of the producers with an open transaction, by producer id."""
+        tf = self.cols["txn_first"][: self.n]
+        for j in np.flatnonzero(tf >= 0).tolist():
+            pid = int(self.pids[j])
+            yield pid, self.get(pid)
+
+    def open_firsts(self) -> np.ndarray:
+        tf = self.cols["txn_first"][: self.n]
+        return tf[tf >= 0]
+
+
 class Replay:
     def __init__(self):
-        self.state: dict[int, Producer] = {}
+        self.state = States()
         self.prev_last = -1                  # the largest offset of a valid batch so far
         self.gap_ends: list[np.ndarray] = []
         self.gap_starts: list[np.ndarray] = []
         self._gaps: tuple[np.ndarray, np.ndarray] | None = None
         # every COMMIT/ABORT marker: producer id, offset, is ABORT, first offset of its data (-1)
         self.markers: list[tuple[np.ndarray, ...]] = []
-        # ABORT markers with data: (pid, first offset, marker offset, source, position)
+        # ABORT markers with data: (pid, first offset, marker offset, position) arrays and the source
         self.aborts: list[tuple] = []
 
     # -- feeding ---------------------------------------------------------------------------------
-    def feed(self, t: pa.Table) -> None:
-        """One source's batches (log order)."""
-        ok = np_col(t, "crc_ok", True, bool)
-        base = np_col(t, "base_offset", -1, np.int64)
-        last = np_col(t, "last_offset", -1, np.int64)
+    def feed(self, t: pa.Table, base: np.ndarray, last: np.ndarray, ok: np.ndarray) -> None:
+        """One source's batches (log order); `ok`: the valid ones (CRC), as arrays."""
         self._gaps_of(base[ok], last[ok])
         pid = np_col(t, "producer_id", -1, np.int64)
+        use = ok & (pid >= 0)
+        if not use.any():
+            return
+        use &= np_col(t, "magic", 0, np.int64) >= 2
         ctrl = np_col(t, "is_control", False, bool)
-        ctype = t.column("control_type")
-        abort = _eq(ctype, "ABORT")
-        commit = _eq(ctype, "COMMIT")
+        abort = commit = np.zeros(t.num_rows, bool)
+        if (ctrl & use).any():
+            ctype = t.column("control_type")
+            abort, commit = _eq(ctype, "ABORT"), _eq(ctype, "COMMIT")
         marker = ctrl & (abort | commit)
-        use = ok & (pid >= 0) & (np_col(t, "magic", 0, np.int64) >= 2) & (~ctrl | marker)
-        idx = np.flatnonzero(use)
+        idx = np.flatnonzero(use & (~ctrl | marker))
         if idx.size:
             self._producers(t, idx, pid[idx], base[idx], last[idx], marker[idx], abort[idx])
 
@@ -95,7 +158,8 @@ class Replay:
         txn = np_col(t, "is_transactional", False, bool)[idx]
         order = np.lexsort((np.arange(n), pid))
         ps, bs, ls, ms = pid[order], base[order], last[order], marker[order]
-        es = col["producer_epoch"][order]
+        sel = {k: v[order] for k, v in col.items()}
+        es = sel["producer_epoch"]
         starts = np.flatnonzero(np.concatenate(([True], ps[1:] != ps[:-1])))
         ends = np.append(starts[1:], n)
         g = np.repeat(np.arange(starts.size), ends - starts)
@@ -103,32 +167,39 @@ class Replay:
         data = ~ms
         last_data = np.maximum.reduceat(np.where(data, pos, -1), starts)
         last_mk = np.maximum.reduceat(np.where(ms, pos, -1), starts)
-        carried = [self.state.get(int(p)) for p in ps[starts].tolist()]
-        carry_tf = np.array([c.txn_first if c is not None else -1 for c in carried], np.int64)
-        carry_de = np.array([c.data_epoch if c is not None and c.last_data_base >= 0 else -2 for c in carried],
-                            np.int64)
+        st = self.state
+        slot, known = st.slots(ps[starts])
+        c = st.cols
+        carry_tf = np.where(known, c["txn_first"][slot], -1)
+        carry_de = np.where(known & (c["last_data_base"][slot] >= 0), c["data_epoch"][slot], -2)
         # transactions: a segment of a producer's rows ends at each of its markers
         seg_start = np.zeros(n, bool)
         seg_start[starts] = True
         seg_start[1:] |= ms[:-1]
         seg = np.cumsum(seg_start) - 1
-        first_txn = np.full(int(seg[-1]) + 1, NONE, np.int64)
+        tf_of_seg = np.full(int(seg[-1]) + 1, NONE, np.int64)
         td = data & txn[order]
-        np.minimum.at(first_txn, seg[td], bs[td])
-        first_seg = seg[starts]
-        tf_of_seg = first_txn.copy()
+        np.minimum.at(tf_of_seg, seg[td], bs[td])
         has_carry = carry_tf >= 0
-        tf_of_seg[first_seg[has_carry]] = carry_tf[has_carry]   # carried-in is always earlier
+        tf_of_seg[seg[starts][has_carry]] = carry_tf[has_carry]   # carried-in is always earlier
         # the batch metadata is cleared by a later batch of another epoch
         ref = np.where(last_data >= 0, es[np.maximum(last_data, 0)], carry_de)
         after = pos > last_data[g]
-        cleared_now = np.maximum.reduceat((after & (es != ref[g])).astype(np.int8), starts).astype(bool)
+        cleared_now = np.maximum.reduceat((after & (es != ref[g])).astype(np.int64), starts)
         self._markers(ps, bs, ms, seg, tf_of_seg, order, idx, t, abort)
         tail = np.where(ms[ends - 1], NONE, tf_of_seg[seg[ends - 1]])
-        sel = {k: v[order] for k, v in col.items()}
-        for j, c in enumerate(carried):
-            self.state[int(ps[starts[j]])] = _merge(c, j, ends[j] - 1, last_data[j], last_mk[j], bs, ls, sel,
-                                                    bool(cleared_now[j]), int(tail[j]))
+        la = ends - 1
+        c["epoch"][slot], c["timestamp"][slot], c["last_base"][slot] = es[la], sel["max_timestamp_ms"][la], bs[la]
+        d = last_data >= 0
+        sd, rd = slot[d], last_data[d]
+        c["data_epoch"][sd], c["last_sequence"][sd], c["last_offset"][sd] = es[rd], sel["last_sequence"][rd], ls[rd]
+        c["offset_delta"][sd], c["last_data_base"][sd] = ls[rd] - bs[rd], bs[rd]
+        c["cleared"][sd] = cleared_now[d]
+        c["cleared"][slot[~d]] |= cleared_now[~d]
+        m = last_mk >= 0
+        c["coordinator_epoch"][slot[m]] = sel["coordinator_epoch"][last_mk[m]]
+        c["last_marker_base"][slot[m]] = bs[last_mk[m]]
+        c["txn_first"][slot] = np.where(tail == NONE, -1, tail)
 
     def _markers(self, ps, bs, ms, seg, tf_of_seg, order, idx, t, abort) -> None:
         m = np.flatnonzero(ms)
@@ -138,11 +209,17 @@ class Replay:
         tf = np.where(tf == NONE, -1, tf)
         ab = abort[order][m]
         self.markers.append((ps[m], bs[m], ab, tf))
-        rows = idx[order][m]
-        for k in np.flatnonzero(ab & (tf >= 0)).tolist():
-            r = int(rows[k])
-            self.aborts.append((int(ps[m][k]), int(tf[k]), int(bs[m][k]), t.column("source")[r].as_py(),
-                                t.column("position")[r].as_py()))
+        k = np.flatnonzero(ab & (tf >= 0))
+        if k.size:
+            rows = idx[order][m][k]
+            position = np_col(t, "position", -1, np.int64)[rows]
+            self.aborts.append((ps[m][k], tf[k], bs[m][k], position, t.column("source")[int(rows[0])].as_py()))
+
+    def abort_rows(self):
+        """(pid, first offset, marker offset, source, position) of every ABORT with data."""
+        for p, f, m, pos, src in self.aborts:
+            for row in zip(p.tolist(), f.tolist(), m.tolist(), [src] * p.size, pos.tolist()):
+                yield row
 
     # -- queries ---------------------------------------------------------------------------------
     @property
@@ -185,22 +262,3 @@ def _eq(col, value: str) -> np.ndarray:
     import pyarrow.compute as pc
 
     return pc.fill_null(pc.equal(col, value), False).to_numpy(zero_copy_only=False)
-
-
-def _merge(c: Producer | None, j: int, last_any: int, last_data: int, last_mk: int, bs, ls, sel,
-           cleared_now: bool, tail_first: int) -> Producer:
-    """A producer's state after one chunk of its rows (sorted positions `last_*`, -1: none)."""
-    ep, ts = int(sel["producer_epoch"][last_any]), int(sel["max_timestamp_ms"][last_any])
-    fields = {} if c is None else {k: getattr(c, k) for k in Producer.__slots__}
-    fields.update(epoch=ep, timestamp=ts, last_base=int(bs[last_any]))
-    if last_data >= 0:
-        fields.update(data_epoch=int(sel["producer_epoch"][last_data]),
-                      last_sequence=int(sel["last_sequence"][last_data]), last_offset=int(ls[last_data]),
-                      offset_delta=int(ls[last_data] - bs[last_data]), last_data_base=int(bs[last_data]),
-                      cleared=cleared_now)
-    elif cleared_now:
-        fields["cleared"] = True
-    if last_mk >= 0:
-        fields.update(coordinator_epoch=int(sel["coordinator_epoch"][last_mk]), last_marker_base=int(bs[last_mk]))
-    fields["txn_first"] = -1 if tail_first == NONE else tail_first
-    return Producer(**fields)

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import constant, np_col
+from kaudit.audit.folds import np_col
 
 DETAIL_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_offset", "last_offset", "crc",
                   "crc_ok", "magic", "producer_id", "producer_epoch", "base_sequence", "is_transactional",
@@ -26,40 +26,36 @@ BATCHES, DH_LAST, DETAIL, CLUSTER = "batches", "dh_last", "detail", "cluster"
 
 
 def lean(t: pa.Table, detail: bool, clusters: dict | None = None) -> pa.Table:
-    """One chunk's selection (one file of one replica of a partition): per batch, or one row;
-    tagged with its log dir's cluster id."""
+    """One chunk's selection (one file of one replica of a partition): per batch, or the two
+    batches that bound its offsets; tagged with its log dir's cluster id."""
     cluster = (clusters or {}).get(t.column("log_dir")[0].as_py()) if "log_dir" in t.column_names else None
-    return _lean(t, detail).append_column(CLUSTER, pa.array([cluster] * (t.num_rows if detail else 1), pa.string()))
-
-
-def _lean(t: pa.Table, detail: bool) -> pa.Table:
-    n = t.num_rows
-    dh = np_col(t, "has_delete_horizon", False, bool)
+    base = np_col(t, "base_offset", -1, np.int64)
     last = np_col(t, "last_offset", -1, np.int64)
-    dh_last = np.where(dh, last, -1)
     if detail:
-        out = t.select(list(DETAIL_COLUMNS))
-        out = out.set_column(3, "source", pc.dictionary_encode(out.column("source")))
-        return (out.append_column(BATCHES, pa.array(np.ones(n, np.int32)))
-                .append_column(DH_LAST, pa.array(dh_last)).append_column(DETAIL, pa.array(np.ones(n, bool))))
-    one = t.slice(0, 1).select(list(DETAIL_COLUMNS))
-    cols = {name: one.column(name) for name in DETAIL_COLUMNS}
-    cols["source"] = pc.dictionary_encode(one.column("source"))
-    cols["base_offset"] = pa.array([int(np_col(t, "base_offset", -1, np.int64).min())])
-    cols["last_offset"] = pa.array([int(last.max())])
-    cols["crc_ok"] = pa.array([bool(np_col(t, "crc_ok", True, bool).all())])
-    cols["has_delete_horizon"] = pa.array([bool(dh.any())])
-    out = pa.table(cols)
-    return (out.append_column(BATCHES, pa.array([n], pa.int32())).append_column(DH_LAST, pa.array([int(dh_last.max())]))
-            .append_column(DETAIL, pa.array([False])))
+        rows, n = t, t.num_rows
+        dh = np_col(t, "has_delete_horizon", False, bool)
+        dh_last = pa.array(np.where(dh, last, -1))
+        batches = pa.array(np.ones(n, np.int32))
+    else:
+        # the checkpoint checks need a replica's offset range and segments: the batches with the
+        # lowest base and the highest last offset (one take, no per-batch rows kept)
+        rows, n = t.take(pa.array([int(base.argmin()), int(last.argmax())])), 2
+        dh = pc.fill_null(t.column("has_delete_horizon"), False)
+        top = pc.max(pc.filter(t.column("last_offset"), dh)).as_py() if pc.any(dh).as_py() else -1
+        dh_last = pa.array([top, top], pa.int64())
+        batches = pa.array([t.num_rows, 0], pa.int32())
+    arrays = [rows.column(c) for c in DETAIL_COLUMNS]
+    arrays[3] = pc.dictionary_encode(arrays[3])
+    arrays += [batches, dh_last, pa.array(np.full(n, detail)), pa.array([cluster] * n, pa.string())]
+    return pa.Table.from_arrays(arrays, names=list(DETAIL_COLUMNS) + [BATCHES, DH_LAST, DETAIL, CLUSTER])
 
 
 def split_keys(t: pa.Table):
     """(detail key, slice) runs of a chunk by (topic, partition): one in practice."""
-    ok_t, topic = constant(t.column("topic"))
-    ok_p, part = constant(t.column("partition"))
-    if ok_t and ok_p:
-        yield (topic, part), t
+    from kaudit.audit.log_chunks import same_ends
+
+    if same_ends(t.column("topic")) and same_ends(t.column("partition")):
+        yield (t.column("topic")[0].as_py(), t.column("partition")[0].as_py()), t
         return
     from kaudit.audit.folds import split_by_key
 

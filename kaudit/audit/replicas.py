@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from kaudit.audit import replica_compare as C
 from kaudit.audit import replica_rows as R
 from kaudit.audit.folds import Fold, KeyedState
+from kaudit.audit.log_chunks import log_batches
 from kaudit.audit.registry import evidence, finding, rule
 
 KEY = ("topic", "partition")
@@ -290,11 +291,6 @@ def _crc_failed(r: R.Replica, first: int, last: int):
     return r.rows.column("source")[i].as_py(), r.rows.column("position")[i].as_py()
 
 
-def _batch_where(t: pa.Table):
-    return pc.and_(pc.equal(t.column("source_kind"), "log"),
-                   pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
-
-
 FOLD = ReplicaFold("replicas", {"batch": R.DETAIL_COLUMNS + ("log_dir",), "checkpoint_entry": CHECKPOINT_COLUMNS,
                                 "partition_metadata": PRESENCE_COLUMNS},
-                   KEY, ORDER, lambda ctx: KeyedState(KEY, ReplicaGroup), where={"batch": _batch_where})
+                   KEY, ORDER, lambda ctx: KeyedState(KEY, ReplicaGroup), where={"batch": log_batches})

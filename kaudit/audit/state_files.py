@@ -1,5 +1,6 @@
 """`txnindex-mismatch` and `snapshot-mismatch`: a replica's transaction indexes and producer-state
-snapshots against its own log, one fold per replica of a partition, streaming in log order.
+snapshots against its own log, one fold per replica of a partition, streaming in log order (it
+also feeds leader_epochs.py's `leader-epoch-mismatch`: one pass over the batches for the three).
 
 Files arrive in name order: a segment's `.log`, then its `.snapshot` (taken at that segment's
 base offset, when it was rolled) and `.txnindex`. The producer state is replayed as the batches
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from kaudit.audit.folds import Fold, KeyedState
+from kaudit.audit.folds import Fold, np_col
+from kaudit.audit.leader_epochs import ENTRY_COLUMNS, EpochRuns
+from kaudit.audit.log_chunks import OneKeyState, log_batches, same_ends
 from kaudit.audit.producer_replay import Replay
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.txnindex_check import check_txnindex
@@ -29,7 +32,7 @@ KEY = ("replica", "topic", "partition")
 ORDER = ("source", "position")
 BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "magic", "crc_ok", "producer_id", "producer_epoch",
                                "last_sequence", "is_transactional", "is_control", "control_type",
-                               "coordinator_epoch", "max_timestamp_ms")
+                               "coordinator_epoch", "max_timestamp_ms", "partition_leader_epoch")
 SNAPSHOT_COLUMNS = KEY + ORDER + ("snapshot_offset", "crc_ok", "producer_id", "producer_epoch", "last_sequence",
                                   "last_offset", "offset_delta", "timestamp_ms", "coordinator_epoch",
                                   "current_txn_first_offset")
@@ -99,6 +102,7 @@ class StateFiles:
     def __init__(self, key: tuple):
         self.replica, self.topic, self.partition = key
         self.replay = Replay()
+        self.epochs = EpochRuns(key)   # leader-epoch-mismatch reads the same batches
         self.segment: str | None = None
         self.saved: tuple | None = None      # (segment base offset, producer states, largest offset)
         self.txnindex: list[dict] = []
@@ -112,15 +116,26 @@ class StateFiles:
                     self.segment = src
                     base = _base_offset(src)
                     if base is not None:
-                        self.saved = (base, dict(self.replay.state), self.replay.prev_last)
-                self.replay.feed(part)
+                        self.saved = (base, self.replay.state.copy(), self.replay.prev_last)
+                self._batches(part)
         elif kind == "snapshot_entry":
             for _, part in _by_source(t):
                 self._snapshot(part.to_pylist())
+        elif kind == "leader_epoch_entry":
+            self.epochs.entries.extend(t.to_pylist())
         else:
             self.txnindex.extend(t.to_pylist())
         out, self.out = self.out, []
         return out
+
+    def _batches(self, t: pa.Table) -> None:
+        base = np_col(t, "base_offset", -1, np.int64)
+        last = np_col(t, "last_offset", -1, np.int64)
+        ok = np_col(t, "crc_ok", True, bool)
+        self.replay.feed(t, base, last, ok)
+        epoch = np_col(t, "partition_leader_epoch", -1, np.int64)
+        if (epoch >= 0).any():
+            self.epochs.feed(t, epoch, base, last, ok & (np_col(t, "magic", 0, np.int64) >= 2))
 
     def _where(self) -> str:
         return f"{self.topic}-{self.partition} (replica {self.replica})"
@@ -155,8 +170,8 @@ class StateFiles:
             if diffs:
                 sev = "error" if any(d.startswith("current_txn_first_offset") for d in diffs) else "warning"
                 self._snap_finding(r, at, sev, f"producer {pid}: " + "; ".join(diffs), diffs)
-        for pid, st in sorted(state.items()):
-            if pid not in listed and st.txn_first >= 0 and certain(st.last_marker_base):
+        for pid, st in state.open_items():
+            if pid not in listed and certain(st.last_marker_base):
                 r = {"producer_id": pid, "producer_epoch": st.epoch, "source": rows[0]["source"], "position": None}
                 self._snap_finding(r, at, "error", (
                     f"omits producer {pid}, whose transaction is open from offset {st.txn_first}: a broker "
@@ -188,7 +203,7 @@ class StateFiles:
 
     # -- transaction index -------------------------------------------------------------------------
     def finish(self) -> list[dict]:
-        out = self.out
+        out = self.out + self.epochs.finish()
         self.out = []
         found = check_txnindex(self.replay, self.txnindex)
         for sev, msg, fields, ev, details in found[:MAX_FINDINGS]:
@@ -208,7 +223,7 @@ def _base_offset(path: str) -> int | None:
 def _by_source(t: pa.Table):
     """(source, slice) runs of a table (a chunk holds one file; a Spark batch may hold more)."""
     src = t.column("source")
-    if pc.count_distinct(src).as_py() <= 1:
+    if same_ends(src):
         yield src[0].as_py(), t
         return
     vals = src.to_pylist()
@@ -219,12 +234,6 @@ def _by_source(t: pa.Table):
             start = i
 
 
-def _log_batches(t: pa.Table):
-    return pc.and_(pc.equal(t.column("source_kind"), "log"),
-                   pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
-
-
 FOLD = Fold("disk-state-files", {"batch": BATCH_COLUMNS, "snapshot_entry": SNAPSHOT_COLUMNS,
-                                 "txnindex_entry": TXNINDEX_COLUMNS}, KEY, ORDER,
-            lambda ctx: KeyedState(KEY, StateFiles), where={"batch": _log_batches})
-
+                                 "txnindex_entry": TXNINDEX_COLUMNS, "leader_epoch_entry": ENTRY_COLUMNS},
+            KEY, ORDER, lambda ctx: OneKeyState(KEY, StateFiles), where={"batch": log_batches})

@@ -18,37 +18,50 @@ def check_txnindex(replay: Replay, entries: list[dict]) -> list[tuple]:
     by_key: dict[tuple, list[dict]] = {}
     for e in sorted(entries, key=lambda e: (e["source"], e["position"])):
         by_key.setdefault((e["producer_id"], e["last_offset"]), []).append(e)
-    spans = _Intervals(replay, firsts, offs)
     out: list[tuple] = []
-    for pid, first, marker, src, pos in replay.aborts:
+    matched: list[tuple] = []
+    for pid, first, marker, src, pos in replay.abort_rows():
         found = by_key.get((pid, marker))
-        ev = [evidence(src, pos, "marker")]
         fields = {"producer_id": pid, "first_offset": first, "last_offset": marker}
         if not found:
             out.append(("error", f"the .txnindex lacks producer {pid}'s aborted transaction at offsets "
-                        f"{first}-{marker} (ABORT marker at {marker}): {DELIVERS}", fields, ev,
-                        {"expected": [pid, first, marker]}))
+                        f"{first}-{marker} (ABORT marker at {marker}): {DELIVERS}", fields,
+                        [evidence(src, pos, "marker")], {"expected": [pid, first, marker]}))
             continue
         e = found.pop(0)
-        ev.append(evidence(e["source"], e["position"], "txnindex"))
-        prev = _previous_marker(pids, offs, pid, marker)
+        matched.append((e, fields, src, pos))
+        if e["first_offset"] == first:
+            continue
+        ev = [evidence(src, pos, "marker"), evidence(e["source"], e["position"], "txnindex")]
         if e["first_offset"] > first:
             out.append(("error", f"the .txnindex entry of producer {pid}'s aborted transaction (ABORT at {marker}) "
                         f"starts at {e['first_offset']}, after its first batch at {first}: read_committed consumers "
                         f"deliver its records at {first}-{e['first_offset'] - 1}", fields, ev, _entry(e)))
-        elif e["first_offset"] < first and not replay.gap_between(prev, first):
+        elif not replay.gap_between(_previous_marker(pids, offs, pid, marker), first):
             out.append(("warning", f"the .txnindex entry of producer {pid}'s aborted transaction (ABORT at {marker}) "
                         f"starts at {e['first_offset']}, before its first batch at {first} (no batch of it is missing "
                         "there)", fields, ev, _entry(e)))
-        high = spans.too_high(e["last_stable_offset"], marker)
-        if high is not None:
-            out.append(("warning", f"the .txnindex entry of producer {pid}'s aborted transaction (ABORT at {marker}) "
-                        f"records last stable offset {e['last_stable_offset']}, above {high}: the broker stops "
-                        "looking for aborted transactions in later segments too early (read_committed consumers "
-                        "can then deliver aborted records)", fields, ev, _entry(e)))
-    for key, rest in by_key.items():
+    out += _too_high(replay, firsts, offs, matched)
+    for rest in by_key.values():
         for e in rest:
             out.extend(_extra(replay, pids, offs, aborts, e))
+    return out
+
+
+def _too_high(replay: Replay, firsts, offs, matched: list[tuple]) -> list[tuple]:
+    if not matched:
+        return []
+    lso = np.array([e["last_stable_offset"] for e, *_ in matched], np.int64)
+    marker = np.array([f["last_offset"] for _, f, *_ in matched], np.int64)
+    bound = _Intervals(replay, firsts, offs).bounds(lso, marker)
+    out = []
+    for i in np.flatnonzero(lso > bound).tolist():
+        e, fields, src, pos = matched[i]
+        out.append(("warning", f"the .txnindex entry of producer {fields['producer_id']}'s aborted transaction "
+                    f"(ABORT at {fields['last_offset']}) records last stable offset {e['last_stable_offset']}, above "
+                    f"{int(bound[i])}: the broker stops looking for aborted transactions in later segments too early "
+                    "(read_committed consumers can then deliver aborted records)", fields,
+                    [evidence(src, pos, "marker"), evidence(e["source"], e["position"], "txnindex")], _entry(e)))
     return out
 
 
@@ -102,24 +115,22 @@ class _Intervals:
 
     def __init__(self, replay: Replay, firsts, offs):
         has = firsts >= 0
-        f, end = firsts[has], offs[has]
-        opens = [st.txn_first for st in replay.state.values() if st.txn_first >= 0]
-        if opens:
-            f = np.concatenate([f, np.array(opens, np.int64)])
-            end = np.concatenate([end, np.full(len(opens), np.iinfo(np.int64).max, np.int64)])
+        opens = replay.state.open_firsts()
+        f = np.concatenate([firsts[has], opens])
+        end = np.concatenate([offs[has], np.full(opens.size, np.iinfo(np.int64).max, np.int64)])
         order = np.argsort(f, kind="stable")
         self.first = f[order]
         self.max_end = np.maximum.accumulate(end[order]) if end.size else end
 
-    def too_high(self, lso: int, marker: int) -> int | None:
-        """The bound `lso` exceeds (None: within it)."""
-        if lso > marker + 1:
-            bound = marker + 1
-        else:
-            bound = None
-        k = int(np.searchsorted(self.first, min(lso, marker + 1), "left"))
-        if k > 0 and self.max_end[k - 1] > marker:
-            # an open transaction starting before lso: the smallest such first offset
-            j = int(np.flatnonzero(self.max_end[:k] > marker)[0])
-            bound = int(self.first[j]) if bound is None else min(bound, int(self.first[j]))
+    def bounds(self, lso: np.ndarray, marker: np.ndarray) -> np.ndarray:
+        """The highest correct last stable offset of each entry: its marker + 1, or the first
+        offset of the oldest other transaction open at its marker (one starting below `lso`)."""
+        bound = marker + 1
+        if not self.first.size:
+            return bound
+        k = np.searchsorted(self.first, np.minimum(lso, marker + 1), side="left")
+        hit = (k > 0) & (self.max_end[np.maximum(k - 1, 0)] > marker)
+        for i in np.flatnonzero(hit).tolist():
+            j = int(np.flatnonzero(self.max_end[: k[i]] > marker[i])[0])
+            bound[i] = min(bound[i], int(self.first[j]))
         return bound

@@ -258,15 +258,17 @@ def test_log_start_and_a_single_replica(tmp_path):
     assert replicated_partitions(plan([str(root)])) == {(TOPIC, 0)}
 
 
-def test_a_single_replicas_rows_are_one_per_chunk(tmp_path):
-    """The fold's selection: a row per batch only for replicated partitions."""
+def test_a_single_replicas_rows_are_two_per_chunk(tmp_path):
+    """The fold's selection: a row per batch only for replicated partitions; otherwise the two
+    batches that bound a chunk's offsets."""
     from kaudit.engine.local import decode_segments
 
     root = _cluster(tmp_path, n=50, nodes=(1,))
     bound = replicas.FOLD.bind(set())
     _, chunks = decode_segments([str(root)])
     rows = [bound.select(k, t) for k, t in chunks if k == "batch"]
-    assert [r.num_rows for r in rows] == [1] and rows[0].column("batches").to_pylist() == [50]
+    assert [r.num_rows for r in rows] == [2] and rows[0].column("batches").to_pylist() == [50, 0]
+    assert rows[0].column("base_offset").to_pylist() == [0, 49]
     _, chunks = decode_segments([str(root)])
     detail = [replicas.FOLD.bind({(TOPIC, 0)}).select(k, t) for k, t in chunks if k == "batch"]
     assert [r.num_rows for r in detail] == [50]

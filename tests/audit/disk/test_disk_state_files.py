@@ -207,3 +207,14 @@ def test_snapshot_after_compaction_compares_what_remains(tmp_path):
     root = ld.write()
     _snapshot(root, 111, [ke.ProducerSnapshotEntry(5, 0, 7, 108, 0, 1), ke.ProducerSnapshotEntry(6, 0, 0, 50, 0, 1)])
     assert audit(root, rules=SNAP) == []
+
+
+def test_the_bench_shapes_index_agrees(tmp_path):
+    """The transaction benchmark's log dir (fixtures/builder/txn_bench.py) writes .txnindex files
+    the rule accepts: its numbers are measured on a clean shape."""
+    from fixtures.builder.txn_bench import write_txn_bench_logdir
+
+    stats = write_txn_bench_logdir(tmp_path / "bench", transactions=400, producers=30, partitions=5)
+    assert stats["aborted"] == 40
+    assert audit(tmp_path / "bench", rules=BOTH) == []
+    assert len(list((tmp_path / "bench").glob("*/*.txnindex"))) == 5

@@ -1,0 +1,50 @@
+"""Cheap per-chunk helpers for the disk folds that read every batch of a log (state_files.py,
+replicas.py). A decoded chunk is one file of one replica of a partition, and wherever an engine
+feeds a fold several files at once (Spark), each file's rows are contiguous: so a column whose
+first and last values are equal holds one value, and the per-row string comparisons a generic
+filter makes are needed only when they differ."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.folds import KeyedState
+
+
+def same_ends(col) -> bool:
+    """First and last value equal (and not null): the column holds one value, files being
+    contiguous runs."""
+    n = len(col)
+    if n == 0:
+        return False
+    a, b = col[0].as_py(), col[n - 1].as_py()
+    return a is not None and a == b
+
+
+def log_batches(t: pa.Table):
+    """Batches of `.log` segments - not the wire's, not a KRaft snapshot's `.checkpoint` (its
+    batches number their offsets from 0)."""
+    kind, src = t.column("source_kind"), t.column("source")
+    if same_ends(kind) and same_ends(src):
+        keep = kind[0].as_py() == "log" and not src[0].as_py().endswith(".checkpoint")
+        return pa.array(np.full(t.num_rows, keep))
+    return pc.and_(pc.equal(kind, "log"), pc.invert(pc.ends_with(src, ".checkpoint")))
+
+
+class OneKeyState(KeyedState):
+    """KeyedState whose tables hold one key as a rule: checked on their ends, split otherwise."""
+
+    def feed(self, kind: str, table: pa.Table) -> list[dict]:
+        if table.num_rows and all(same_ends(table.column(k)) for k in self.key_cols):
+            k = tuple(table.column(c)[0].as_py() for c in self.key_cols)
+            out = []
+            if self.group is None or k != self.current_key:
+                if self.group is not None:
+                    out.extend(self.group.finish())
+                self.current_key = k
+                self.group = self.factory(k)
+            out.extend(self.group.feed(kind, table))
+            return out
+        return super().feed(kind, table)
