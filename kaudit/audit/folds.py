@@ -97,12 +97,18 @@ class KeyedState(FoldState):
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
         out = []
         for k, part in split_by_key(table, self.key_cols):
-            if self.group is None or k != self.current_key:
-                if self.group is not None:
-                    out.extend(self.group.finish())
-                self.current_key = k
-                self.group = self.factory(k)
-            out.extend(self.group.feed(kind, part))
+            out.extend(self.feed_key(kind, k, part))
+        return out
+
+    def feed_key(self, kind: str, k: tuple, part: pa.Table) -> list[dict]:
+        """Rows of one key: the previous key's group closes when the key changes."""
+        out = []
+        if self.group is None or k != self.current_key:
+            if self.group is not None:
+                out.extend(self.group.finish())
+            self.current_key = k
+            self.group = self.factory(k)
+        out.extend(self.group.feed(kind, part))
         return out
 
     def finish(self) -> list[dict]:

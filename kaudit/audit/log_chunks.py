@@ -38,13 +38,21 @@ class OneKeyState(KeyedState):
 
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
         if table.num_rows and all(same_ends(table.column(k)) for k in self.key_cols):
-            k = tuple(table.column(c)[0].as_py() for c in self.key_cols)
-            out = []
-            if self.group is None or k != self.current_key:
-                if self.group is not None:
-                    out.extend(self.group.finish())
-                self.current_key = k
-                self.group = self.factory(k)
-            out.extend(self.group.feed(kind, table))
-            return out
+            return self.feed_key(kind, tuple(table.column(c)[0].as_py() for c in self.key_cols), table)
         return super().feed(kind, table)
+
+
+class TablesByKind:
+    """A fold group that needs all of its key's rows at once (cross-replica, cross-response):
+    it keeps their tables by kind and judges them in `finish`."""
+
+    def __init__(self):
+        self.tables: dict[str, list[pa.Table]] = {}
+
+    def feed(self, kind: str, t: pa.Table) -> list[dict]:
+        self.tables.setdefault(kind, []).append(t)
+        return []
+
+    def concat(self, kind: str) -> pa.Table | None:
+        ts = self.tables.get(kind)
+        return pa.concat_tables(ts) if ts else None

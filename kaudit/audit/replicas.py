@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from kaudit.audit import replica_compare as C
 from kaudit.audit import replica_rows as R
 from kaudit.audit.folds import Fold, KeyedState
-from kaudit.audit.log_chunks import log_batches
+from kaudit.audit.log_chunks import TablesByKind, log_batches
 from kaudit.audit.registry import evidence, finding, rule
 
 KEY = ("topic", "partition")
@@ -116,14 +116,10 @@ class ReplicaFold(Fold):
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
-class ReplicaGroup:
+class ReplicaGroup(TablesByKind):
     def __init__(self, key: tuple):
+        super().__init__()
         self.topic, self.partition = key
-        self.tables: dict[str, list[pa.Table]] = {}
-
-    def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        self.tables.setdefault(kind, []).append(t)
-        return []
 
     def finish(self) -> list[dict]:
         reps = self._replicas()
@@ -147,9 +143,8 @@ class ReplicaGroup:
                     r = reps.setdefault(c["replica"], R.Replica(c["replica"]))
                     setattr(r, attr, c["offset"])
                     r.checkpoint_ev[c["checkpoint"]] = (c["source"], c["position"])
-        batches = self.tables.get("batch")
-        if batches:
-            t = pa.concat_tables(batches)
+        t = self.concat("batch")
+        if t is not None:
             for name in pc.unique(t.column("replica")).to_pylist():
                 rows = t.filter(pc.equal(t.column("replica"), name)).sort_by("base_offset")
                 r = reps.setdefault(name, R.Replica(name))

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, Fold, KeyedState
+from kaudit.audit.log_chunks import TablesByKind
 from kaudit.audit.reader_replay import Outcomes, delivered_aborted, parse_aborted
 from kaudit.audit.registry import evidence, finding, rule
 
@@ -104,31 +105,23 @@ def _explode(t: pa.Table) -> pa.Table:
     return pa.table({k: pa.array(v, type=pa.int32() if k == "partition" else None) for k, v in cols.items()})
 
 
-class ReaderPartition:
+class ReaderPartition(TablesByKind):
     def __init__(self, key: tuple):
+        super().__init__()
         self.topic, self.partition = key
-        self.tables: dict[str, list[pa.Table]] = {}
-
-    def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        self.tables.setdefault(kind, []).append(t)
-        return []
 
     def finish(self) -> list[dict]:
-        fetch = self._concat("fetch_partition")
+        fetch = self.concat("fetch_partition")
         if fetch is None:
             return []
-        batches = self._concat("batch")
+        batches = self.concat("batch")
         fetched = None if batches is None else batches.filter(pc.equal(batches.column("source_kind"), "fetch"))
         produced = None if batches is None else batches.filter(pc.equal(batches.column("source_kind"), "produce"))
         out = self._past_lso(fetch, fetched)
         if fetched is not None and fetched.num_rows:
-            outcomes = Outcomes(fetched, produced, self._concat(MARKER_REQUEST))
+            outcomes = Outcomes(fetched, produced, self.concat(MARKER_REQUEST))
             out += self._aborted(fetch, fetched, outcomes)
         return out
-
-    def _concat(self, kind: str) -> pa.Table | None:
-        ts = self.tables.get(kind)
-        return pa.concat_tables(ts) if ts else None
 
     def _where(self) -> str:
         return f"{self.topic}-{self.partition}"
