@@ -67,21 +67,26 @@ class EpochRuns:
 
     def feed(self, t: pa.Table, epoch: np.ndarray, base: np.ndarray, last: np.ndarray, ok: np.ndarray) -> None:
         """One chunk's batches (log order) as arrays; `ok`: valid v2 batches."""
-        idx = np.flatnonzero(ok & (epoch >= 0))
+        keep = ok & (epoch >= 0)
+        if keep.all() and epoch[0] == epoch[-1] and (epoch == epoch[0]).all():
+            self._run(int(epoch[0]), int(base[0]), int(last.max()), t, 0)   # one epoch: the common case
+            return
+        idx = np.flatnonzero(keep)
         if idx.size == 0:
             return
         e = epoch[idx]
         starts = np.flatnonzero(np.concatenate(([True], e[1:] != e[:-1])))
         ends = np.append(starts[1:], idx.size) - 1
         b, z = base[idx], last[idx]
-        src, pos = t.column("source"), t.column("position")
         for s, end in zip(starts.tolist(), ends.tolist()):
-            ep, top = int(e[s]), int(z[s:end + 1].max())
-            if self.runs and self.runs[-1][0] == ep:
-                self.runs[-1][2] = max(self.runs[-1][2], top)
-                continue
-            i = int(idx[s])
-            self.runs.append([ep, int(b[s]), top, src[i].as_py(), pos[i].as_py()])
+            self._run(int(e[s]), int(b[s]), int(z[s:end + 1].max()), t, int(idx[s]))
+
+    def _run(self, epoch: int, first: int, top: int, t: pa.Table, row: int) -> None:
+        """Batches of one epoch from `first` to `top`, the first of them at `row` of `t`."""
+        if self.runs and self.runs[-1][0] == epoch:
+            self.runs[-1][2] = max(self.runs[-1][2], top)
+            return
+        self.runs.append([epoch, first, top, t.column("source")[row].as_py(), t.column("position")[row].as_py()])
 
     def finish(self) -> list[dict]:
         if not self.entries:   # no file, or an empty one: nothing to compare

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import KeyedState
+from kaudit.audit.folds import Fold, KeyedState
 
 
 def same_ends(col) -> bool:
@@ -31,6 +31,26 @@ def log_batches(t: pa.Table):
         keep = kind[0].as_py() == "log" and not src[0].as_py().endswith(".checkpoint")
         return pa.array(np.full(t.num_rows, keep))
     return pc.and_(pc.equal(kind, "log"), pc.invert(pc.ends_with(src, ".checkpoint")))
+
+
+def whole_chunk(t: pa.Table) -> bool | None:
+    """For a batch chunk of one file: True when all of it is `log_batches`, False when none is;
+    None when the chunk holds several files (the per-row filter decides)."""
+    kind, src = t.column("source_kind"), t.column("source")
+    if same_ends(kind) and same_ends(src):
+        return kind[0].as_py() == "log" and not src[0].as_py().endswith(".checkpoint")
+    return None
+
+
+class LogFold(Fold):
+    """A fold whose batch selection is `log_batches`, decided once per chunk of one file."""
+
+    def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
+        if kind == "batch" and table.num_rows:
+            whole = whole_chunk(table)
+            if whole is not None:
+                return table.select(list(self.inputs[kind]) + list(extra)) if whole else None
+        return super().select(kind, table, extra)
 
 
 class OneKeyState(KeyedState):

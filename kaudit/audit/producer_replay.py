@@ -124,7 +124,8 @@ class Replay:
     # -- feeding ---------------------------------------------------------------------------------
     def feed(self, t: pa.Table, base: np.ndarray, last: np.ndarray, ok: np.ndarray) -> None:
         """One source's batches (log order); `ok`: the valid ones (CRC), as arrays."""
-        self._gaps_of(base[ok], last[ok])
+        every = ok.all()
+        self._gaps_of(base if every else base[ok], last if every else last[ok])
         pid = np_col(t, "producer_id", -1, np.int64)
         use = ok & (pid >= 0)
         if not use.any():
@@ -142,6 +143,9 @@ class Replay:
 
     def _gaps_of(self, base: np.ndarray, last: np.ndarray) -> None:
         if base.size == 0:
+            return
+        if base[0] == self.prev_last + 1 and (base[1:] == last[:-1] + 1).all():
+            self.prev_last = max(self.prev_last, int(last[-1]))   # contiguous: the common case
             return
         prev = np.maximum.accumulate(np.concatenate(([self.prev_last], last[:-1])))
         irregular = base != prev + 1    # missing offsets before the batch, or an overlap

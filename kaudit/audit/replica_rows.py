@@ -39,9 +39,10 @@ def lean(t: pa.Table, detail: bool, clusters: dict | None = None) -> pa.Table:
     else:
         # the checkpoint checks need a replica's offset range and segments: the batches with the
         # lowest base and the highest last offset (one take, no per-batch rows kept)
-        rows, n = t.take(pa.array([int(base.argmin()), int(last.argmax())])), 2
-        dh = pc.fill_null(t.column("has_delete_horizon"), False)
-        top = pc.max(pc.filter(t.column("last_offset"), dh)).as_py() if pc.any(dh).as_py() else -1
+        sub = t.select(list(DETAIL_COLUMNS))
+        rows, n = pa.concat_tables([sub.slice(int(base.argmin()), 1), sub.slice(int(last.argmax()), 1)]), 2
+        dh = np_col(t, "has_delete_horizon", False, bool)
+        top = int(last[dh].max()) if dh.any() else -1
         dh_last = pa.array([top, top], pa.int64())
         batches = pa.array([t.num_rows, 0], pa.int32())
     arrays = [rows.column(c) for c in DETAIL_COLUMNS]

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from kaudit.audit import replica_compare as C
 from kaudit.audit import replica_rows as R
 from kaudit.audit.folds import Fold, KeyedState
-from kaudit.audit.log_chunks import TablesByKind, log_batches
+from kaudit.audit.log_chunks import LogFold, TablesByKind, log_batches
 from kaudit.audit.registry import evidence, finding, rule
 
 KEY = ("topic", "partition")
@@ -92,7 +92,7 @@ def checkpoint_mismatch(name: str, offset: int, log_end: int) -> bool:
 
 
 @dataclass(frozen=True)
-class ReplicaFold(Fold):
+class ReplicaFold(LogFold):
     """Buffered (cross-replica) fold; `replicated`: the (topic, partition) pairs the inputs hold
     in several log dirs (None: treat every partition as replicated); `clusters`: (log dir,
     cluster id) pairs - each batch row is tagged with its cluster, and replicas of different

@@ -21,9 +21,9 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from kaudit.audit.folds import Fold, np_col
+from kaudit.audit.folds import np_col
 from kaudit.audit.leader_epochs import ENTRY_COLUMNS, EpochRuns
-from kaudit.audit.log_chunks import OneKeyState, log_batches, same_ends
+from kaudit.audit.log_chunks import LogFold, OneKeyState, log_batches, same_ends
 from kaudit.audit.producer_replay import Replay
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.txnindex_check import check_txnindex
@@ -234,6 +234,6 @@ def _by_source(t: pa.Table):
             start = i
 
 
-FOLD = Fold("disk-state-files", {"batch": BATCH_COLUMNS, "snapshot_entry": SNAPSHOT_COLUMNS,
+FOLD = LogFold("disk-state-files", {"batch": BATCH_COLUMNS, "snapshot_entry": SNAPSHOT_COLUMNS,
                                  "txnindex_entry": TXNINDEX_COLUMNS, "leader_epoch_entry": ENTRY_COLUMNS},
             KEY, ORDER, lambda ctx: OneKeyState(KEY, StateFiles), where={"batch": log_batches})
