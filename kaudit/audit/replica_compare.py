@@ -109,10 +109,11 @@ def _cols(r: Replica) -> dict:
 
 
 def _committed(r: Replica, s: Replica, offsets: np.ndarray) -> np.ndarray:
-    hws = [h for h in (r.hw, s.hw) if h is not None]
-    if not hws:
+    """Offsets both replicas record as committed (a replica without a high watermark - its
+    replication-offset-checkpoint missing - may hold a deposed leader's uncommitted tail)."""
+    if r.hw is None or s.hw is None:
         return np.zeros(offsets.size, bool)
-    return offsets < min(hws)
+    return offsets < min(r.hw, s.hw)
 
 
 def pair_divergence(r: Replica, s: Replica) -> np.ndarray:

@@ -131,18 +131,18 @@ def test_crafted_transaction_log_dirs(spark, tmp_path, monkeypatch, part_bytes, 
         test(tmp_path / str(i))
 
 
-@pytest.mark.parametrize("part_bytes,fold_in_tasks", [(S.PART_BYTES, True), (1, False)])
-def test_crafted_consistency_log_dirs(spark, tmp_path, monkeypatch, part_bytes, fold_in_tasks):
+def test_crafted_consistency_log_dirs(spark, tmp_path, monkeypatch):
     """Every crafted test of the replica, checkpoint, leader-epoch and state-file rules, its
-    audits checked against Spark's; with `part_bytes` 1 the partitions are shared out over two
-    shuffle partitions (the cross-replica fold bucketed by (topic, partition))."""
+    audits checked against Spark's, the partitions shared out over two shuffle partitions (the
+    cross-replica fold bucketed by (topic, partition)) and shuffled to the per-replica folds (the
+    folds run in the read tasks in the corpus parity tests)."""
     import test_disk_checkpoints
     import test_disk_leader_epochs
     import test_disk_replica_divergence
     import test_disk_state_files
 
-    monkeypatch.setattr(S, "PART_BYTES", part_bytes)
-    monkeypatch.setattr(S, "FOLD_IN_TASKS", fold_in_tasks)
+    monkeypatch.setattr(S, "PART_BYTES", 1)
+    monkeypatch.setattr(S, "FOLD_IN_TASKS", False)
     for module in (test_disk_replica_divergence, test_disk_checkpoints, test_disk_leader_epochs,
                    test_disk_state_files):
         real = module.audit

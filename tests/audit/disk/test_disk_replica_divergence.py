@@ -146,6 +146,21 @@ def test_unclean_election_below_the_high_watermark(tmp_path):
     assert "holds different batches than replica(s) 2, 3" in f["message"]
 
 
+def test_different_epochs_need_both_high_watermarks(tmp_path):
+    """Replica 1's replication-offset-checkpoint is missing: its epoch-0 batches at 20-29 may be
+    a deposed leader's uncommitted tail, so they are not called divergent (the same records
+    with both checkpoints are: test_unclean_election_below_the_high_watermark)."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        (_epochs(0, 0) if node == 1 else _epochs(0, 1, tag=b"w"))(pb)
+
+    write_replicas(root, build)
+    (root / "node1" / "replication-offset-checkpoint").unlink()
+    assert audit(root, rules=RULES) == []
+
+
 def test_deposed_leader_tail_above_the_high_watermark(tmp_path):
     """The negative twin: replica 1's epoch-0 records at 20-24 were never committed (its high
     watermark is 20); it truncates them when it rejoins. It is behind on 25-29 (a warning), and
