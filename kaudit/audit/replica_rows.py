@@ -39,8 +39,8 @@ def lean(t: pa.Table, detail: bool, clusters: dict | None = None) -> pa.Table:
     else:
         # the checkpoint checks need a replica's offset range and segments: the batches with the
         # lowest base and the highest last offset (one take, no per-batch rows kept)
-        sub = t.select(list(DETAIL_COLUMNS))
-        rows, n = pa.concat_tables([sub.slice(int(base.argmin()), 1), sub.slice(int(last.argmax()), 1)]), 2
+        # `take` copies: a slice would keep the whole chunk's buffers alive in the buffered rows
+        rows, n = t.select(list(DETAIL_COLUMNS)).take(pa.array([int(base.argmin()), int(last.argmax())])), 2
         dh = np_col(t, "has_delete_horizon", False, bool)
         top = int(last[dh].max()) if dh.any() else -1
         dh_last = pa.array([top, top], pa.int64())

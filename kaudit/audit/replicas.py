@@ -5,21 +5,12 @@ The fold is cross-replica: keyed by (topic, partition), it needs every log dir's
 partition and the log dirs' checkpoint files (whose entries name their partitions), so engines
 buffer its selection and feed it sorted by key (`ReplicaFold.buffered`). Its selection is lean
 (replica_rows.py): a row per batch only for the partitions the inputs hold in several log dirs
-(`ReplicaFold.bind`: the engines give it the plan's replicated partitions), a row per chunk
-otherwise.
+(`ReplicaFold.bind`: the engines give it the plan's replicated partitions and each log dir's
+cluster id), the two batches bounding each chunk otherwise.
 
-How compaction is told apart from divergence: each broker runs its own log cleaner, so two
-replicas of a compacted partition legitimately hold different records - batches one cleaner
-removed and the other not yet, records dropped from a batch (new CRC, fewer records), a delete
-horizon set at different times (base timestamp and CRC differ). The cleaner keeps a v2 batch's
-base offset, last offset, producer id/epoch, base sequence, flags and leader epoch
-(MemoryRecords.filterTo keeps the original last offset so the producer state survives). So the
-rule compares those fields everywhere, compares CRCs only where neither copy can have been
-rewritten (outside its replica's cleaned part: below the `cleaner-offset-checkpoint`, or a batch
-carrying the delete-horizon flag that only the cleaner sets), and excuses a replica's missing
-offsets only inside its own cleaned part. Data above the high watermark (uncommitted, a
-follower not caught up yet) and below a replica's log start (retention runs per broker) is not
-compared.
+How compaction is told apart from divergence: see `replica_divergence`'s docstring (`kaudit
+explain replica-divergence`). Data above the high watermark (uncommitted, a follower not caught
+up yet) and below a replica's log start (retention runs per broker) is not compared.
 """
 
 from __future__ import annotations
@@ -64,9 +55,17 @@ def replica_divergence(m_or_d) -> str:
     replicas holding different batches at an offset below both their high watermarks, or of the
     same leader epoch anywhere (two versions of one epoch: an unclean leader election, a disk
     or software fault).
-    Benign causes: compaction (each broker cleans on its own: see the module docstring for how
-    it is told apart), retention (log starts differ), uncommitted data above the high watermark
-    (a deposed leader's tail, truncated when it rejoins)."""
+    Compaction is told apart from divergence: each broker runs its own log cleaner, so replicas
+    of a compacted partition legitimately differ (batches one cleaner removed and another not
+    yet, records dropped from a batch, a delete horizon set at different times: other CRCs). The
+    cleaner keeps a v2 batch's base and last offset, producer id/epoch, base sequence, flags and
+    leader epoch (MemoryRecords.filterTo), so those are compared everywhere; CRCs only where
+    neither copy can have been rewritten, and a replica's missing offsets are excused only
+    inside the part its own cleaner processed - below its `cleaner-offset-checkpoint` entry, or
+    up to its last batch carrying the delete-horizon flag that only the cleaner sets.
+    Benign causes: compaction (as above), retention (log starts differ: offsets below a
+    replica's log start are not compared), uncommitted data above the high watermark (a deposed
+    leader's tail, truncated when it rejoins)."""
     return getattr(m_or_d, "kind", "diverged")
 
 

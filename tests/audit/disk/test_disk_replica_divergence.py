@@ -284,6 +284,9 @@ def test_a_single_replicas_rows_are_two_per_chunk(tmp_path):
     rows = [bound.select(k, t) for k, t in chunks if k == "batch"]
     assert [r.num_rows for r in rows] == [2] and rows[0].column("batches").to_pylist() == [50, 0]
     assert rows[0].column("base_offset").to_pylist() == [0, 49]
+    # copies, not views: the buffered rows must not keep the chunk's buffers alive
+    held = sum(b.size for col in rows[0].columns for c in col.chunks for b in c.buffers() if b is not None)
+    assert held < 2048
     _, chunks = decode_segments([str(root)])
     detail = [replicas.FOLD.bind({(TOPIC, 0)}).select(k, t) for k, t in chunks if k == "batch"]
     assert [r.num_rows for r in detail] == [50]
