@@ -52,7 +52,10 @@ SECONDARY_RULES = frozenset({"producer-error", "retried-batch", "produce-outcome
 CONSUMER_RULES = frozenset({"duplicate-batch", "duplicate-records", "hanging-transaction",
                             "torn-transaction", "late-transactional-write",
                             "non-transactional-write-in-transaction", "lso-stuck", "outcome-mismatch",
-                            "fenced-epoch", "out-of-order-sequence", "crc-mismatch", "corrupt-batch"})
+                            "fenced-epoch", "out-of-order-sequence", "crc-mismatch", "corrupt-batch",
+                            # what readers are given, and the replicas they read from (issue 20)
+                            "aborted-read", "read-past-lso", "replica-divergence", "txnindex-mismatch",
+                            "snapshot-mismatch"})
 FENCED_CODES = frozenset({"47", "90"})
 
 
