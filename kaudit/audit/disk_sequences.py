@@ -315,7 +315,7 @@ class PartitionTimeline:
             for j in sel[-4:].tolist():
                 if j > (st.noted_upto if st.noted_upto is not None else -1):
                     v = self._view(t, cols, j)
-                    st.note(v.describe(), view=v)
+                    st.note(v)
             st.noted_upto = i
 
     @staticmethod
@@ -360,7 +360,7 @@ class PartitionTimeline:
             st.applied_upto = st.noted_upto = i
             if not b.is_control:
                 st.remember(b)
-            st.note(b.describe(), view=b)
+            st.note(b)
             return
         self._flush_fenced(st, b)
         fenced = fenced_epoch(st, b)
@@ -383,7 +383,7 @@ class PartitionTimeline:
         st.last_offset = b.last_offset
         st.offset_gaps = gaps
         st.applied_upto = st.noted_upto = i
-        st.note(b.describe(), view=b)
+        st.note(b)
 
     def _sequence(self, st: ProducerState, b: BatchView, gaps: int, where: str) -> None:
         if self.topic in COORDINATOR_TOPICS:

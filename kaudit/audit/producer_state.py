@@ -106,8 +106,7 @@ class ProducerState:
     last_offset: int | None
     offset_gaps: int           # the partition's offset-gap count at the last batch (compaction)
     intervals: dict[int, Runs] = field(default_factory=dict)
-    recent: list[str] = field(default_factory=list)   # timeline excerpt, last few batches
-    views: list[BatchView] = field(default_factory=list)  # those batches, when noted with them
+    views: list[BatchView] = field(default_factory=list)  # the last few batches (timeline excerpt)
     open_fenced: dict | None = None
     applied_upto: int | None = None   # row of the current chunk last applied (fold bookkeeping)
     noted_upto: int | None = None
@@ -154,14 +153,16 @@ class ProducerState:
             return False   # every earlier run ends at or behind `last`, none so far it wraps ahead
         return any(0 < (r.hi - last) % (INT32_MAX + 1) < _AHEAD for r in islice(runs, len(runs) - 1))
 
-    def note(self, line: str, keep: int = 4, view: BatchView | None = None) -> None:
-        self.recent.append(line)
-        if len(self.recent) > keep:
-            del self.recent[0]
-        if view is not None:
-            self.views.append(view)
-            if len(self.views) > keep:
-                del self.views[0]
+    def note(self, view: BatchView, keep: int = 4) -> None:
+        self.views.append(view)
+        if len(self.views) > keep:
+            del self.views[0]
+
+    @property
+    def recent(self) -> list[str]:
+        """The timeline excerpt: the last few batches, described only when a finding asks
+        (most producers never need it)."""
+        return [v.describe() for v in self.views]
 
     def stored(self, epoch: int, lo: int, hi: int) -> BatchView | None:
         """A recent data batch of `epoch` holding sequences lo..hi (exact evidence), if noted."""
