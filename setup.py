@@ -10,7 +10,15 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-MODULES = {"kaudit.protocol._cbatch": "kaudit/protocol/_cbatch.pyx"}
+MODULES = {
+    "kaudit.protocol._cbatch": "kaudit/protocol/_cbatch.pyx",
+    "kaudit.capture._cstreams": "kaudit/capture/_cstreams.pyx",
+    "kaudit.protocol._cframing": "kaudit/protocol/_cframing.pyx",
+    "kaudit.protocol._cwire": "kaudit/protocol/_cwire.pyx",
+    "kaudit.sources._ccolumns": "kaudit/sources/_ccolumns.pyx",
+    "kaudit.sources._crows": "kaudit/sources/_crows.pyx",
+    "kaudit.sources._cpcap": "kaudit/sources/_cpcap.pyx",
+}
 
 
 class OptionalBuildExt(build_ext):
@@ -36,7 +44,9 @@ def extensions():
     except ImportError:
         print("kaudit: Cython is missing; kaudit will run pure Python", file=sys.stderr)
         return []
-    exts = [Extension(name, [src], include_dirs=["kaudit/protocol"], extra_compile_args=["-O3"])
+    # -ffp-contract=off: times are computed as the pure path computes them (no fused multiply-add)
+    exts = [Extension(name, [src], include_dirs=["kaudit/protocol"],
+                      extra_compile_args=["-O3", "-ffp-contract=off"])
             for name, src in MODULES.items()]
     return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
 

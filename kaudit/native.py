@@ -67,4 +67,6 @@ def pure(on: bool = True):
 
 
 # every extension module of the compiled core (setup.py builds these)
-EXTENSIONS = ("kaudit.protocol._cbatch",)
+EXTENSIONS = ("kaudit.protocol._cbatch", "kaudit.capture._cstreams", "kaudit.protocol._cframing",
+              "kaudit.protocol._cwire", "kaudit.sources._ccolumns", "kaudit.sources._crows",
+              "kaudit.sources._cpcap")

@@ -182,30 +182,50 @@ class PcapCapture(Capture):
             start = off + 16
             end = start + caplen
             if caplen > MAX_CAPLEN or end > n:
-                self.frames = frame
-                cut = caplen <= MAX_CAPLEN and caplen <= origlen and frac < self.units
-                # a plausible header running past the end is a cut file, unless records follow
-                q = self._resync(off, prev_sec, weak=not cut)
-                if q is not None:
-                    self._issue(off, f"corrupt record header (caplen {caplen}); resynchronised at {q}",
-                                "corrupt", q - off)
-                    off, sec = q, prev_sec
+                what, value = self.irregular(off, frame, prev_sec)
+                if what == "resync":
+                    off, sec = value, prev_sec
                     continue
-                if cut:
-                    # The file ends inside this packet: yield what is there, like a snaplen cut.
-                    self._issue(off, f"capture cut inside a packet: caplen {caplen}, "
-                                     f"{n - start} bytes left", "truncated", 0)
+                if what == "cut":
                     frame += 1
-                    self.frames = frame
-                    yield frame, sec + frac / units, lt, start, n, origlen, 0
-                else:
-                    self._issue(off, f"corrupt record header (caplen {caplen}); no record after it",
-                                "corrupt", n - off)
+                    yield value
                 return
             frame += 1
             yield frame, sec + frac / units, lt, start, end, origlen, 0
             off = end
+        self.tail(off, frame)
+
+    # The two steps off the plain path, shared with the compiled walk (kaudit/capture/_cstreams):
+    # it reads plain records itself and calls these where the loop above does.
+    def irregular(self, off, frame, prev_sec):
+        """A record header at `off` whose caplen is absurd or runs past the end: ("resync",
+        offset of the next plausible record), ("cut", the record of a file cut inside the packet:
+        the last) or ("stop", None). Records the issue."""
+        mv = self.buf
+        n = len(mv)
+        sec, frac, caplen, origlen = self._rec.unpack_from(mv, off)
         self.frames = frame
+        cut = caplen <= MAX_CAPLEN and caplen <= origlen and frac < self.units
+        # a plausible header running past the end is a cut file, unless records follow
+        q = self._resync(off, prev_sec, weak=not cut)
+        if q is not None:
+            self._issue(off, f"corrupt record header (caplen {caplen}); resynchronised at {q}",
+                        "corrupt", q - off)
+            return "resync", q
+        if cut:
+            # The file ends inside this packet: yield what is there, like a snaplen cut.
+            self._issue(off, f"capture cut inside a packet: caplen {caplen}, "
+                             f"{n - off - 16} bytes left", "truncated", 0)
+            self.frames = frame + 1
+            return "cut", (frame + 1, sec + frac / float(self.units), self.linktype, off + 16, n, origlen, 0)
+        self._issue(off, f"corrupt record header (caplen {caplen}); no record after it",
+                    "corrupt", n - off)
+        return "stop", None
+
+    def tail(self, off, frame):
+        """The walk ended at `off` after `frame` records: a cut record header is an issue."""
+        self.frames = frame
+        n = len(self.buf)
         if off < n:
             self._issue(off, f"capture cut inside a record header ({n - off} of 16 bytes)",
                         "truncated", n - off)
@@ -250,6 +270,31 @@ class PcapCapture(Capture):
             yield lo + m.start()
 
 
+class _NgWalk:
+    """Where a pcapng walk is: offset, packets so far, the section's byte order, interfaces
+    (and their fast-path facts: linktype, 2**32 / units, units, tsoffset, global id), the
+    global index of the section's first interface, the last packet time, and whether the walk
+    is over."""
+
+    __slots__ = ("off", "frame", "order", "ifaces", "base", "last_ts", "fast_ifaces", "done",
+                 "hdr", "epb", "u32", "full")
+
+    def __init__(self):
+        self.off = self.frame = self.base = 0
+        self.last_ts = 0.0
+        self.ifaces: list[Interface] = []
+        self.fast_ifaces: list[tuple] = []
+        self.done = False
+        self.set_order("<")
+
+    def set_order(self, order: str) -> None:
+        self.order = order
+        self.hdr = struct.Struct(order + "II").unpack_from
+        self.epb = struct.Struct(order + "IIIII").unpack_from
+        self.u32 = struct.Struct(order + "I").unpack_from
+        self.full = struct.Struct(order + "7I").unpack_from  # an EPB's fixed part
+
+
 class PcapngCapture(Capture):
     format = "pcapng"
 
@@ -265,23 +310,16 @@ class PcapngCapture(Capture):
     def records(self):
         mv = self.buf
         n = len(mv)
-        off = 0
-        frame = 0
-        order = "<"
-        ifaces: list[Interface] = []  # this section's interfaces
-        base = 0  # global index of this section's first interface
-        hdr = struct.Struct("<II").unpack_from
-        epb = struct.Struct("<IIIII").unpack_from
-        u32 = struct.Struct("<I").unpack_from
+        st = _NgWalk()
+        off = frame = 0
         last_ts = 0.0
-        full = struct.Struct("<7I").unpack_from  # an EPB's fixed part, for the fast path
-        fast_ifaces = []  # per interface: (linktype, 2**32 / units, units, tsoffset, global id)
+        full, u32, fast_ifaces = st.full, st.u32, st.fast_ifaces
         while off + 12 <= n:
             if off + 32 <= n:
                 # fast path: a well-formed enhanced packet block of a known interface
                 btype, blen, iface, tsh, tsl, caplen, origlen = full(mv, off)
                 if (btype == _EPB and caplen + 32 <= blen and off + blen <= n and not blen & 3
-                        and iface < len(ifaces) and u32(mv, off + blen - 4)[0] == blen):
+                        and iface < len(fast_ifaces) and u32(mv, off + blen - 4)[0] == blen):
                     lt, hi, units, tsoffset, gid = fast_ifaces[iface]
                     # tsh * 2**32 / units as a float product: exact enough (1 ulp) and no bigint
                     last_ts = tsh * hi + tsl / units + tsoffset
@@ -289,96 +327,126 @@ class PcapngCapture(Capture):
                     yield frame, last_ts, lt, off + 28, off + 28 + caplen, origlen, gid
                     off += blen
                     continue
-            btype, blen = hdr(mv, off)
-            if btype == PCAPNG_SHB:
-                bom = bytes(mv[off + 8:off + 12])
-                if bom == b"\x4d\x3c\x2b\x1a":
-                    order = "<"
-                elif bom == b"\x1a\x2b\x3c\x4d":
-                    order = ">"
-                else:
-                    self.frames = frame
-                    q = self._find_block(off + 4, order)
-                    self._issue(off, "section header with a bad byte-order magic" + (
-                        f"; resynchronised at {q}" if q is not None else ""), "corrupt",
-                        (q if q is not None else n) - off)
-                    if q is None:
-                        return
-                    off = q
-                    continue
-                hdr = struct.Struct(order + "II").unpack_from
-                epb = struct.Struct(order + "IIIII").unpack_from
-                u32 = struct.Struct(order + "I").unpack_from
-                full = struct.Struct(order + "7I").unpack_from
-                btype, blen = hdr(mv, off)
-            if blen < 12 or blen & 3 or off + blen > n or u32(mv, off + blen - 4)[0] != blen:
-                self.frames = frame
-                q = self._find_block(off + 4, order)
-                if q is not None:
-                    self._issue(off, f"corrupt block (type {btype:#x}, length {blen}); "
-                                     f"resynchronised at {q}", "corrupt", q - off)
-                    off = q
-                    continue
-                if off + blen > n and not blen & 3 and blen <= MAX_CAPLEN + 4096:
-                    self._issue(off, f"capture cut inside a block (type {btype:#x}, length {blen}, "
-                                     f"{n - off} bytes left)", "truncated", n - off)
-                    if btype == _EPB and off + 28 <= n and ifaces:
-                        # yield the cut packet's bytes, like a snaplen cut
-                        iface, tsh, tsl, caplen, origlen = epb(mv, off + 8)
-                        if iface < len(ifaces):
-                            ifc = ifaces[iface]
-                            frame += 1
-                            self.frames = frame
-                            yield (frame, ((tsh << 32) | tsl) / ifc.units + ifc.tsoffset,
-                                   ifc.linktype, off + 28, min(n, off + 28 + caplen), origlen,
-                                   base + iface)
-                    return
-                self._issue(off, f"corrupt block (type {btype:#x}, length {blen}); "
-                                 "no block found after it", "corrupt", n - off)
+            st.off, st.frame, st.last_ts = off, frame, last_ts
+            rec = self.block(st)
+            if rec is not None:
+                yield rec
+            if st.done:
                 return
-            if btype == _EPB or btype == _OPB:
-                if blen < 32:
-                    off = self._skip_bad(off, blen, frame, "packet block too short")
-                    continue
-                iface, tsh, tsl, caplen, origlen = epb(mv, off + 8)
-                if btype == _OPB:  # the obsolete block's interface id is 16 bits (then drops)
-                    iface = struct.unpack_from(order + "H", mv, off + 8)[0]
-                if caplen > blen - 32 or iface >= len(ifaces):
-                    off = self._skip_bad(off, blen, frame, "packet block: caplen past the block"
-                                         if caplen > blen - 32 else f"unknown interface {iface}")
-                    continue
-                ifc = ifaces[iface]
-                last_ts = ((tsh << 32) | tsl) / ifc.units + ifc.tsoffset
-                frame += 1
-                yield frame, last_ts, ifc.linktype, off + 28, off + 28 + caplen, origlen, base + iface
-            elif btype == _IDB:
-                self._interface(mv, off, blen, order, ifaces)
-                fast_ifaces = [(i.linktype, 4294967296 / i.units, i.units, i.tsoffset, base + k)
-                               for k, i in enumerate(ifaces)]
-            elif btype == PCAPNG_SHB:
-                self.sections += 1
-                base += len(ifaces)
-                ifaces = []
-                fast_ifaces = []
-            elif btype == _SPB:
-                # No interface id (always 0) and no timestamp: the previous packet's time is kept
-                # so that times stay ordered.
-                if not ifaces or blen < 16:
-                    off = self._skip_bad(off, blen, frame, "simple packet block without interface 0")
-                    continue
-                origlen = u32(mv, off + 8)[0]
-                caplen = min(origlen, blen - 16)
-                if ifaces[0].snaplen:
-                    caplen = min(caplen, ifaces[0].snaplen)
-                frame += 1
-                yield frame, last_ts, ifaces[0].linktype, off + 12, off + 12 + caplen, origlen, base
-            # any other block type (statistics, name resolution, decryption secrets, custom) is
-            # not needed here and skipped whole
-            off += blen
+            off, frame, last_ts = st.off, st.frame, st.last_ts
+            full, u32, fast_ifaces = st.full, st.u32, st.fast_ifaces
+        self.tail(off, frame)
+
+    def tail(self, off, frame):
+        """The walk ended at `off` after `frame` records: a cut block header is an issue."""
         self.frames = frame
+        n = len(self.buf)
         if 0 < n - off < 12:
             self._issue(off, f"capture cut inside a block header ({n - off} of 12 bytes)",
                         "truncated", n - off)
+
+    # Everything off the fast path, one block at a time; shared with the compiled walk
+    # (kaudit/capture/_cstreams), which reads plain packet blocks itself.
+    def block(self, st: "_NgWalk"):
+        """The block at `st.off` (any but a well-formed EPB of a known interface): its packet
+        record or None; `st` moves on (`st.done`: the walk is over)."""
+        mv = self.buf
+        n = len(mv)
+        off = st.off
+        btype, blen = st.hdr(mv, off)
+        if btype == PCAPNG_SHB:
+            bom = bytes(mv[off + 8:off + 12])
+            if bom == b"\x4d\x3c\x2b\x1a":
+                st.set_order("<")
+            elif bom == b"\x1a\x2b\x3c\x4d":
+                st.set_order(">")
+            else:
+                self.frames = st.frame
+                q = self._find_block(off + 4, st.order)
+                self._issue(off, "section header with a bad byte-order magic" + (
+                    f"; resynchronised at {q}" if q is not None else ""), "corrupt",
+                    (q if q is not None else n) - off)
+                if q is None:
+                    st.done = True
+                else:
+                    st.off = q
+                return None
+            btype, blen = st.hdr(mv, off)
+        if blen < 12 or blen & 3 or off + blen > n or st.u32(mv, off + blen - 4)[0] != blen:
+            return self._bad_block(st, btype, blen)
+        ifaces = st.ifaces
+        rec = None
+        if btype == _EPB or btype == _OPB:
+            if blen < 32:
+                st.off = self._skip_bad(off, blen, st.frame, "packet block too short")
+                return None
+            iface, tsh, tsl, caplen, origlen = st.epb(mv, off + 8)
+            if btype == _OPB:  # the obsolete block's interface id is 16 bits (then drops)
+                iface = struct.unpack_from(st.order + "H", mv, off + 8)[0]
+            if caplen > blen - 32 or iface >= len(ifaces):
+                st.off = self._skip_bad(off, blen, st.frame, "packet block: caplen past the block"
+                                        if caplen > blen - 32 else f"unknown interface {iface}")
+                return None
+            ifc = ifaces[iface]
+            st.last_ts = ((tsh << 32) | tsl) / ifc.units + ifc.tsoffset
+            st.frame += 1
+            rec = (st.frame, st.last_ts, ifc.linktype, off + 28, off + 28 + caplen, origlen, st.base + iface)
+        elif btype == _IDB:
+            self._interface(mv, off, blen, st.order, ifaces)
+            st.fast_ifaces = [(i.linktype, 4294967296 / i.units, i.units, i.tsoffset, st.base + k)
+                              for k, i in enumerate(ifaces)]
+        elif btype == PCAPNG_SHB:
+            self.sections += 1
+            st.base += len(ifaces)
+            st.ifaces = []
+            st.fast_ifaces = []
+        elif btype == _SPB:
+            # No interface id (always 0) and no timestamp: the previous packet's time is kept
+            # so that times stay ordered.
+            if not ifaces or blen < 16:
+                st.off = self._skip_bad(off, blen, st.frame, "simple packet block without interface 0")
+                return None
+            origlen = st.u32(mv, off + 8)[0]
+            caplen = min(origlen, blen - 16)
+            if ifaces[0].snaplen:
+                caplen = min(caplen, ifaces[0].snaplen)
+            st.frame += 1
+            rec = (st.frame, st.last_ts, ifaces[0].linktype, off + 12, off + 12 + caplen, origlen, st.base)
+        # any other block type (statistics, name resolution, decryption secrets, custom) is
+        # not needed here and skipped whole
+        st.off = off + blen
+        return rec
+
+    def _bad_block(self, st, btype, blen):
+        """A block whose length is impossible: resynchronise, or end the walk (a cut file)."""
+        mv = self.buf
+        n = len(mv)
+        off = st.off
+        self.frames = st.frame
+        q = self._find_block(off + 4, st.order)
+        if q is not None:
+            self._issue(off, f"corrupt block (type {btype:#x}, length {blen}); "
+                             f"resynchronised at {q}", "corrupt", q - off)
+            st.off = q
+            return None
+        st.done = True
+        if off + blen > n and not blen & 3 and blen <= MAX_CAPLEN + 4096:
+            self._issue(off, f"capture cut inside a block (type {btype:#x}, length {blen}, "
+                             f"{n - off} bytes left)", "truncated", n - off)
+            if btype == _EPB and off + 28 <= n and st.ifaces:
+                # yield the cut packet's bytes, like a snaplen cut
+                iface, tsh, tsl, caplen, origlen = st.epb(mv, off + 8)
+                if iface < len(st.ifaces):
+                    ifc = st.ifaces[iface]
+                    st.frame += 1
+                    self.frames = st.frame
+                    return (st.frame, ((tsh << 32) | tsl) / ifc.units + ifc.tsoffset,
+                            ifc.linktype, off + 28, min(n, off + 28 + caplen), origlen,
+                            st.base + iface)
+            return None
+        self._issue(off, f"corrupt block (type {btype:#x}, length {blen}); "
+                         "no block found after it", "corrupt", n - off)
+        return None
 
     def _skip_bad(self, off, blen, frame, message):
         self.frames = frame

@@ -12,6 +12,7 @@ from __future__ import annotations
 import mmap
 from collections.abc import Iterator
 
+from kaudit import native
 from kaudit.capture.events import Diverted, StreamData
 from kaudit.capture.link import ACK, CONTROL_FLAGS, LinkDecoder, TcpSegment, tcp_records
 from kaudit.capture.pcap import open_capture
@@ -24,6 +25,7 @@ from kaudit.capture.tcp import MASK, MAX_BUFFER, Reassembler
 # cache when touched again.
 RELEASE_EVERY = 32 << 20
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+_C = "kaudit.capture._cstreams"
 
 
 class CaptureStreams:
@@ -56,7 +58,19 @@ class CaptureStreams:
     def dropped(self):
         return self.link.dropped
 
+    @property
+    def compiled(self) -> bool:
+        """Does this capture go through the compiled loop (kaudit/capture/_cstreams)?"""
+        c = native.module(_C)
+        return c is not None and self.reassembler._conn_cls is c.Conn
+
     def events(self) -> Iterator:
+        if self.compiled:
+            return native.module(_C).events(self)
+        return self._events()
+
+    def _events(self) -> Iterator:
+        """The pure loop (the compiled twin: kaudit/capture/_cstreams.pyx)."""
         mv = self.capture.buf
         decode = self.link.decode
         v4 = self.link._v4

@@ -22,6 +22,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 
+from kaudit import native
 from kaudit.capture.events import (
     ConnClose, ConnOpen, ConnStats, StreamConflict, StreamData, StreamGap,
 )
@@ -108,9 +109,17 @@ class _Conn:
         self.keys = ((a[0], a[1], b[0], b[1]), (b[0], b[1], a[0], a[1]))
 
 
+# the compiled twins of _Half and _Conn (same attributes and methods), chosen per reassembler
+_C = "kaudit.capture._cstreams"
+
+
 class Reassembler:
     def __init__(self, max_buffer: int = MAX_BUFFER, first_conn_id: int = 0):
         self.max_buffer = max_buffer
+        c = native.module(_C)
+        # compiled connection state (whose hot fields the compiled capture loop reads in C), or
+        # the pure classes; every method below works on either
+        self._conn_cls = c.Conn if c is not None else _Conn
         self._table: dict[tuple, tuple[_Conn, int]] = {}  # 4-tuple -> (connection, direction)
         self._open: dict[int, _Conn] = {}
         self._closed: dict[int, _Conn] = {}  # in closing order, for lingering eviction
@@ -188,7 +197,7 @@ class Reassembler:
         flags = seg.flags
         synack = flags & SYN and flags & ACK
         a, b = (dst, src) if synack else (src, dst)
-        conn = _Conn(self._next_id, a, b, bool(flags & SYN))
+        conn = self._conn_cls(self._next_id, a, b, bool(flags & SYN))
         self._next_id += 1
         self.connections += 1
         self._open[conn.conn_id] = conn

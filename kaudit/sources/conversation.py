@@ -13,11 +13,11 @@ import struct
 from collections import deque
 from dataclasses import dataclass
 
+from kaudit import native
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.wire import (
     BadSize,
     Frame,
-    FrameSplitter,
     Incomplete,
     Skipped,
     decode_request,
@@ -25,6 +25,7 @@ from kaudit.protocol.wire import (
     peek_correlation_id,
     plausible_request,
 )
+from kaudit.protocol.wire.framing import new_splitter
 
 API_PRODUCE, API_SASL_HANDSHAKE = 0, 17
 DECIDE_BYTES = 64 * 1024  # data held back while deciding who the client is
@@ -80,6 +81,12 @@ class _Direction:
         return None, None
 
 
+def new_direction():
+    """A _Direction, or its compiled twin (kaudit/sources/_cpcap.pyx) with the compiled core."""
+    c = native.module("kaudit.sources._cpcap")
+    return _Direction() if c is None else c.Direction()
+
+
 class Conversation:
     def __init__(self, conn_id: int, a, b, syn_seen: bool, kafka_ports, options, sink):
         self.conn_id = conn_id
@@ -88,7 +95,7 @@ class Conversation:
         self.kafka_ports = kafka_ports
         self.options = options
         self.sink = sink
-        self.dirs = (_Direction(), _Direction())
+        self.dirs = (new_direction(), new_direction())
         self.client_dir = None     # 0: a is the client; 1: b is
         self._name = None          # "client -> server", once asked for
         self.protocol = None       # kafka | tls | other (None: undecided)
@@ -135,9 +142,9 @@ class Conversation:
             return
         synced = self.syn_seen
         max_size = self.options.max_frame_bytes
-        self.dirs[client_dir].splitter = FrameSplitter("request", max_size=max_size, synced=synced,
-                                                       check=self._request_check)
-        self.dirs[1 - client_dir].splitter = FrameSplitter(
+        self.dirs[client_dir].splitter = new_splitter("request", max_size=max_size, synced=synced,
+                                                      check=self._request_check)
+        self.dirs[1 - client_dir].splitter = new_splitter(
             "response", max_size=max_size, synced=synced, correlation_ids=self.pending)
 
     # ---- events from the capture layer -----------------------------------------------------
@@ -153,7 +160,7 @@ class Conversation:
         d.bytes += n
         protocol = self.protocol
         if protocol == "kafka":
-            d.chunks.append((off, off + n, first_frame, last_frame, ts))  # = d.add
+            d.add(off, off + n, first_frame, last_frame, ts)
             events = d.splitter.feed(data)
             if events:
                 self._frames(direction, events)

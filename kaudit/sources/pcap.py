@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from kaudit import native
 from kaudit.capture import (
     CaptureStreams, ConnClose, ConnOpen, Diverted, StreamConflict, StreamData, StreamGap,
 )
@@ -161,6 +162,24 @@ def _decode(mm, path, options, summary, fragments=None):
     streams = CaptureStreams(mm, divert=fragments.divert if fragments is not None else None)
     rows = WireRows(path)
     session = Session(path, options, rows)
+    c = native.module("kaudit.sources._cpcap")
+    if c is not None and streams.compiled:  # the compiled twin of the loop below
+        yield from c.events_loop(streams, session, rows, fragments, summary, FLUSH_ROWS)
+    else:
+        yield from _events_loop(streams, session, rows, fragments, summary)
+    if fragments is not None:
+        fragments.end(streams.packets, streams.last_ts)
+        yield from fragments.tables()
+    session.finish()
+    capture_issues(rows, path, streams)
+    summary.kafka_connections = session.kafka_connections
+    summary.packets, summary.tcp_packets = streams.packets, streams.tcp_packets
+    summary.last_ts, summary.dropped = streams.last_ts, dict(streams.dropped)
+    yield from rows.tables()
+
+
+def _events_loop(streams, session, rows, fragments, summary):
+    """The capture events into the session's conversations (chunks of rows come out)."""
     convs = session.convs
     for ev in streams.events():
         if type(ev) is StreamData:
@@ -173,15 +192,6 @@ def _decode(mm, path, options, summary, fragments=None):
             summary.connections += type(ev) is ConnOpen
         if rows.count >= FLUSH_ROWS:
             yield from rows.tables()
-    if fragments is not None:
-        fragments.end(streams.packets, streams.last_ts)
-        yield from fragments.tables()
-    session.finish()
-    capture_issues(rows, path, streams)
-    summary.kafka_connections = session.kafka_connections
-    summary.packets, summary.tcp_packets = streams.packets, streams.tcp_packets
-    summary.last_ts, summary.dropped = streams.last_ts, dict(streams.dropped)
-    yield from rows.tables()
 
 
 def capture_issues(rows, path: str, streams) -> None:

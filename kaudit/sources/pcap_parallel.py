@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from kaudit.capture import CaptureStreams, ConnClose, ConnOpen, Diverted, StreamData
 from kaudit.sources.pcap import FLUSH_ROWS, KEY_CLOSED, KEY_ISSUES, Session, capture_issues
-from kaudit.sources.wire_rows import WireRows, table_from_tuples
+from kaudit.sources.wire_rows import WireRows, rows_table
 
 BATCH_BYTES = 1 << 20  # payload bytes shipped to a worker per message
 BATCH_EVENTS = 4096
@@ -114,9 +114,7 @@ class KeyedRows(WireRows):
         self._lens: dict = {}
 
     def _list(self, kind: str) -> list:
-        rows = self.rows.get(kind)
-        if rows is None:
-            rows = self.rows[kind] = []
+        rows = super()._list(kind)
         if kind not in self._touched:
             self._touched.append(kind)
         return rows
@@ -138,7 +136,7 @@ class KeyedRows(WireRows):
         """(log, {kind: table}) of the rows since the last take."""
         log, rows = self.log, self.rows
         self.log, self.rows, self.count, self._lens = [], {}, 0, {}
-        return log, {kind: table_from_tuples(kind, items) for kind, items in rows.items()}
+        return log, {kind: rows_table(kind, items) for kind, items in rows.items()}
 
 
 class Merger:

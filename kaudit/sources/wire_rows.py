@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from kaudit import native
 from kaudit.model import SCHEMAS
 from kaudit.protocol.record_batch import (
     ATTR_CONTROL,
@@ -59,6 +60,16 @@ def table_from_tuples(kind: str, rows: list[tuple]) -> pa.Table:
     schema = SCHEMAS[kind]
     columns = zip(*rows) if rows else [()] * len(schema)
     return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
+
+
+# The kinds nearly every row of a busy capture is of: with the compiled core they are built
+# column by column in C (kaudit/sources/_ccolumns.pyx: `append` takes the same tuples as a list)
+COLUMNAR = frozenset({"frame", "batch", "fetch_partition"})
+
+
+def rows_table(kind: str, rows) -> pa.Table:
+    """The table of a kind's rows: a list of tuples, or a compiled column builder."""
+    return table_from_tuples(kind, rows) if type(rows) is list else rows.table()
 
 
 _ERROR_NAMES: dict = {}
@@ -124,11 +135,15 @@ class WireRows:
         self.source = source
         self.rows: dict[str, list[tuple]] = {}
         self.count = 0
+        c = native.module("kaudit.sources._ccolumns")
+        self.columns = None if c is None else c.Columns  # builders of the COLUMNAR kinds
 
     def _list(self, kind: str) -> list:
+        """The rows of `kind` so far (a list, or a column builder with the same append)."""
         rows = self.rows.get(kind)
         if rows is None:
-            rows = self.rows[kind] = []
+            rows = self.rows[kind] = ([] if self.columns is None or kind not in COLUMNAR
+                                      else self.columns(kind, SCHEMAS[kind]))
         return rows
 
     def add(self, kind: str, row: dict) -> None:
@@ -146,7 +161,7 @@ class WireRows:
     def tables(self) -> Iterator[tuple[str, pa.Table]]:
         rows, self.rows, self.count = self.rows, {}, 0
         for kind, items in rows.items():
-            yield kind, table_from_tuples(kind, items)
+            yield kind, rows_table(kind, items)
 
     # ---- the sink protocol of Conversation ---------------------------------------------------
 

@@ -29,6 +29,7 @@ import re
 import struct
 from dataclasses import dataclass
 
+from kaudit import native
 from kaudit.protocol.wire.headers import DEFAULT_MAX_FRAME, plausible_request, plausible_response
 
 _I32 = struct.Struct(">i")
@@ -371,3 +372,10 @@ class FrameSplitter:
             self._base += drop
             self._pos = max(self._pos - drop, 0)
             self._scan = max(self._scan - drop, 0)
+
+
+def new_splitter(direction: str = "request", **kw) -> FrameSplitter:
+    """A FrameSplitter, or its compiled twin (kaudit/protocol/_cframing.pyx: the same attributes,
+    events and behaviour) when the compiled core is in use."""
+    c = native.module("kaudit.protocol._cframing")
+    return (FrameSplitter if c is None else c.Splitter)(direction, **kw)

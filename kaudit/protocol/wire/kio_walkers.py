@@ -45,6 +45,12 @@ def _tags(out, tagged, buf, off):
     return off
 
 
+@lru_cache(maxsize=4096)
+def _fixed_array(fmt: str, n: int):
+    """unpack_from of n big-endian values of format `fmt` (the struct, built once per n)."""
+    return struct.Struct(f">{n}{fmt}").unpack_from
+
+
 def _length_code(var: str, flexible: bool, lines: list, ind: str, width: int = 4) -> None:
     """Code reading a length prefix into `var` (-1 for null): uvarint - 1 when flexible, else
     a big-endian int of `width` bytes (4: arrays, bytes; 2: strings); below -1 gives up."""
@@ -93,7 +99,7 @@ def _compile(cls):
     env = {"uvarint": read_uvarint, "GIVE_UP": _GIVE_UP, "uuid_str": kb.uuid_str,
            "tags": _tags, "TAGGED": tagged, "I16": struct.Struct(">h").unpack_from,
            "I32": struct.Struct(">i").unpack_from, "memoryview": memoryview,
-           "unpack_from": struct.unpack_from}
+           "fixed_array": _fixed_array}
     lines = ["def walk(buf, off):", "    L = len(buf)"]
     names = []  # (output name, local variable or expression)
     for i, step in enumerate(steps):
@@ -148,7 +154,7 @@ def _compile(cls):
             lines.append(f"        e = off + n * {size}")
             lines.append("        if e > L:")
             lines.append("            raise GIVE_UP")
-            lines.append(f"        {var} = list(unpack_from('>%d{kb._FIXED_FORMATS[kt]}' % n, buf, off))")
+            lines.append(f"        {var} = list(fixed_array({kb._FIXED_FORMATS[kt]!r}, n)(buf, off))")
             lines.append("        off = e")
         elif not inner and not seq and kt == "string":
             _sized_code(var, flexible, 2, "str(buf[off:e], 'utf-8')", lines)

@@ -8,7 +8,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wirebytes import TAGS0, cstring, frame, i16, i32, request_header, response_header, string
 
+import pytest
+
+from kaudit import native
+from kaudit.protocol.wire import framing
 from kaudit.protocol.wire.framing import BadSize, Frame, FrameSplitter, Gap, Incomplete, Skipped
+
+
+@pytest.fixture(autouse=True, scope="module", params=["pure", "compiled"])
+def implementation(request):
+    """Every test runs on the pure FrameSplitter and on its compiled twin."""
+    global FrameSplitter
+    if request.param == "compiled":
+        c = native.module("kaudit.protocol._cframing")
+        if c is None:
+            pytest.skip("the compiled core is not built")
+        FrameSplitter = c.Splitter
+    yield request.param
+    FrameSplitter = framing.FrameSplitter
 
 
 def api_versions_request(corr: int, client: str = "kaudit-test") -> bytes:

@@ -103,7 +103,8 @@ def test_mutated_golden_messages(golden, flips):
         data[at % len(data)] = value
     _ok_or_decode_error(_decode, kind, key, version, bytes(data))
     m = _ok_or_decode_error(_decode, kind, key, version, bytes(data), strict=False)
-    if m is not None and m[0].body is not None and kind == "request" and key == 0:
+    # a flipped header byte may name another api: the body is the decoded message's
+    if m is not None and m[0].body is not None and kind == "request" and m[0].api_key == 0:
         for t in m[0].body["topic_data"] or ():
             for p in t["partition_data"] or ():
                 rs = p["records"]

@@ -1,0 +1,779 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Produce requests and responses (v3-v13) and Fetch requests and responses (v4-v18) walked in
+C, with their record sets (v2 batch headers, CRC-32C, control records): the facts their rows
+need, as `sources.wire_rows` reads them from the decoded bodies.
+
+Only well-formed messages are taken: the walk gives up (None) on anything else - a cut or
+malformed field, a null where Kafka's schema has none, a tagged field, a string that is not
+UTF-8, a record set holding a legacy (magic 0/1) entry or a compressed control batch - and the
+pure decoders (kio's schema walk, `record_batch`) decide and report. Every read is checked
+against the end of the payload first; no length read from the input sizes an allocation.
+"""
+
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp, memset
+
+from kaudit.protocol.wire import apis
+from kaudit.protocol.wire.bodies import FULLY_DECODED
+from kaudit.protocol.wire.legacy import has_hand
+
+cdef extern from "_kafka_c.h":
+    int64_t kd_i64(const uint8_t *p) nogil
+    int32_t kd_i32(const uint8_t *p) nogil
+    uint32_t kd_u32(const uint8_t *p) nogil
+    int16_t kd_i16(const uint8_t *p) nogil
+    uint32_t kd_crc32c(const uint8_t *p, size_t n) nogil
+
+DEF PRODUCE = 0
+DEF FETCH = 1
+DEF MAXV = 24
+DEF V2_HEADER = 61
+DEF LOG_OVERHEAD = 12
+DEF V2_MIN_LENGTH = 49
+DEF ATTR_CONTROL = 0x20
+
+# per (api key, version), learnt on first use (kio's schemas load lazily): walkable (1, 0 no,
+# -1 not known yet), request and response header versions, flexible
+cdef int OK[2][MAXV]
+cdef int REQ_HV[2][MAXV]
+cdef int RESP_HV[2][MAXV]
+cdef bint FLEX[2][MAXV]
+for _k in range(2):
+    for _v in range(MAXV):
+        OK[_k][_v] = -1
+
+
+cdef bint _known(int key, int v) except -1:
+    """Does the C walk take this (key, version)? Produce v3-v13 and Fetch v4-v18, the layouts
+    written out below, when kio decodes both directions."""
+    if OK[key][v] < 0:
+        lo, hi = (3, 13) if key == PRODUCE else (4, 18)
+        # bodies.body_decoder(key, v, entity) == "kio" for both, without importing kio's classes
+        ok = (lo <= v <= hi and key in FULLY_DECODED
+              and not has_hand(key, v, "request") and not has_hand(key, v, "response")
+              and apis.has_kio_class(key, v, "request") and apis.has_kio_class(key, v, "response"))
+        if ok:
+            REQ_HV[key][v] = apis.request_header_version(key, v)
+            RESP_HV[key][v] = apis.response_header_version(key, v)
+            FLEX[key][v] = apis.is_flexible(key, v)
+        OK[key][v] = 1 if ok else 0
+    return OK[key][v] == 1
+
+
+# ---- a bounded reader ---------------------------------------------------------------------
+
+cdef struct Rd:
+    const uint8_t *p
+    Py_ssize_t off, end
+    bint bad
+
+
+cdef inline bint _need(Rd *r, Py_ssize_t k) noexcept nogil:
+    if r.bad or k > r.end - r.off:
+        r.bad = True
+        return False
+    return True
+
+
+cdef inline int8_t _i8(Rd *r) noexcept nogil:
+    if not _need(r, 1):
+        return 0
+    r.off += 1
+    return <int8_t>r.p[r.off - 1]
+
+
+cdef inline int16_t _i16(Rd *r) noexcept nogil:
+    if not _need(r, 2):
+        return 0
+    r.off += 2
+    return kd_i16(r.p + r.off - 2)
+
+
+cdef inline int32_t _i32(Rd *r) noexcept nogil:
+    if not _need(r, 4):
+        return 0
+    r.off += 4
+    return kd_i32(r.p + r.off - 4)
+
+
+cdef inline int64_t _i64(Rd *r) noexcept nogil:
+    if not _need(r, 8):
+        return 0
+    r.off += 8
+    return kd_i64(r.p + r.off - 8)
+
+
+cdef inline int64_t _uvarint(Rd *r) noexcept nogil:
+    """primitives.read_uvarint: at most 5 bytes."""
+    cdef uint64_t v = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    while True:
+        if not _need(r, 1):
+            return 0
+        b = r.p[r.off]
+        r.off += 1
+        v |= (<uint64_t>(b & 0x7F)) << shift
+        if not b & 0x80:
+            return <int64_t>v
+        shift += 7
+        if shift > 28:
+            r.bad = True
+            return 0
+
+
+cdef inline int64_t _length(Rd *r, bint flex, int width) noexcept nogil:
+    """A length prefix as the kio walkers read it: -1 null, below -1 given up."""
+    cdef int64_t n
+    if flex:
+        n = _uvarint(r) - 1
+    elif width == 2:
+        n = _i16(r)
+    else:
+        n = _i32(r)
+    if n < -1:
+        r.bad = True
+    return n
+
+
+cdef inline void _tags(Rd *r, bint flex) noexcept nogil:
+    """An empty tagged-field section (any tag: given up, the schema walk reads tags)."""
+    if flex and _i8(r) != 0:
+        r.bad = True
+
+
+cdef inline Py_ssize_t _string(Rd *r, bint flex, bint nullable, Py_ssize_t *length) noexcept nogil:
+    """A string's offset (its length in *length, -1 for null): UTF-8 checked."""
+    cdef int64_t n = _length(r, flex, 2)
+    cdef Py_ssize_t at = r.off
+    length[0] = -1
+    if r.bad:
+        return 0
+    if n < 0:
+        if not nullable:
+            r.bad = True
+        return 0
+    if not _need(r, n) or not utf8_ok(r.p + r.off, n):
+        r.bad = True
+        return 0
+    r.off += n
+    length[0] = n
+    return at
+
+
+cdef inline void _uuid(Rd *r, Topic *t) noexcept nogil:
+    cdef int i
+    if not _need(r, 16):
+        return
+    t.id_zero = True
+    for i in range(16):
+        t.id[i] = r.p[r.off + i]
+        if t.id[i]:
+            t.id_zero = False
+    r.off += 16
+
+
+cdef bint utf8_ok(const uint8_t *s, Py_ssize_t n) noexcept nogil:
+    """What str(bytes, 'utf-8') accepts (no surrogates, no overlong forms, up to U+10FFFF)."""
+    cdef Py_ssize_t i = 0
+    cdef uint8_t c, lo, hi
+    cdef int k, more
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+            continue
+        lo, hi = 0x80, 0xBF
+        if 0xC2 <= c <= 0xDF:
+            more = 1
+        elif 0xE0 <= c <= 0xEF:
+            more = 2
+            if c == 0xE0:
+                lo = 0xA0
+            elif c == 0xED:
+                hi = 0x9F
+        elif 0xF0 <= c <= 0xF4:
+            more = 3
+            if c == 0xF0:
+                lo = 0x90
+            elif c == 0xF4:
+                hi = 0x8F
+        else:
+            return False
+        if i + more >= n:
+            return False
+        if not lo <= s[i + 1] <= hi:
+            return False
+        for k in range(2, more + 1):
+            if not 0x80 <= s[i + k] <= 0xBF:
+                return False
+        i += more + 1
+    return True
+
+
+cdef str uuid_text(const uint8_t *raw):
+    """kio_bodies.kafka_uuid: URL-safe base64 without padding (None is the caller's: zero)."""
+    cdef const char *alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    cdef char out[24]
+    cdef int i = 0, j = 0
+    cdef uint32_t v
+    while i + 3 <= 15:
+        v = (<uint32_t>raw[i] << 16) | (<uint32_t>raw[i + 1] << 8) | raw[i + 2]
+        out[j] = alphabet[(v >> 18) & 63]
+        out[j + 1] = alphabet[(v >> 12) & 63]
+        out[j + 2] = alphabet[(v >> 6) & 63]
+        out[j + 3] = alphabet[v & 63]
+        i += 3
+        j += 4
+    v = <uint32_t>raw[15] << 16
+    out[j] = alphabet[(v >> 18) & 63]
+    out[j + 1] = alphabet[(v >> 12) & 63]
+    return out[:22].decode("ascii")
+
+
+# ---- the message ----------------------------------------------------------------------------
+
+cdef class Msg:
+
+    def __dealloc__(self):
+        free(self.topics)
+        free(self.parts)
+        free(self.batches)
+        free(self.aborted)
+
+    cdef int add_topic(self) except -1:
+        cdef Py_ssize_t cap
+        if self.ntopics == self.cap_topics:
+            cap = self.cap_topics * 2 + 4
+            p = <Topic *>realloc(self.topics, cap * sizeof(Topic))
+            if p == NULL:
+                raise MemoryError()
+            self.topics, self.cap_topics = p, cap
+        memset(&self.topics[self.ntopics], 0, sizeof(Topic))
+        self.topics[self.ntopics].name_len = -1
+        self.topics[self.ntopics].id_zero = True
+        self.ntopics += 1
+        return 0
+
+    cdef int add_part(self) except -1:
+        cdef Py_ssize_t cap
+        if self.nparts == self.cap_parts:
+            cap = self.cap_parts * 2 + 8
+            p = <Part *>realloc(self.parts, cap * sizeof(Part))
+            if p == NULL:
+                raise MemoryError()
+            self.parts, self.cap_parts = p, cap
+        self.parts[self.nparts] = Part(topic=self.ntopics - 1, index=0, error=0, offset=0, hw=0,
+                                       lso=0, log_start=0, preferred=0, rec_size=-2, truncated=0,
+                                       first=self.nbatches, nbatches=0, first_aborted=-1,
+                                       naborted=0, has_log_start=False, has_preferred=False)
+        self.nparts += 1
+        return 0
+
+    cdef int add_batch(self) except -1:
+        cdef Py_ssize_t cap
+        if self.nbatches == self.cap_batches:
+            cap = self.cap_batches * 2 + 8
+            p = <Batch *>realloc(self.batches, cap * sizeof(Batch))
+            if p == NULL:
+                raise MemoryError()
+            self.batches, self.cap_batches = p, cap
+        self.nbatches += 1
+        return 0
+
+    cdef int add_aborted(self, int64_t pid, int64_t first) except -1:
+        cdef Py_ssize_t cap
+        if self.naborted == self.cap_aborted:
+            cap = self.cap_aborted * 2 + 8
+            p = <int64_t *>realloc(self.aborted, cap * 2 * sizeof(int64_t))
+            if p == NULL:
+                raise MemoryError()
+            self.aborted, self.cap_aborted = p, cap
+        self.aborted[2 * self.naborted] = pid
+        self.aborted[2 * self.naborted + 1] = first
+        self.naborted += 1
+        return 0
+
+    def real(self):
+        """The protocol.wire.messages.Request of the payload (decoded once, on demand)."""
+        if self._real is None:
+            from kaudit.protocol.wire.messages import decode_request
+
+            self._real = decode_request(self.payload, strict=False, deep=False,
+                                        max_batch_bytes=self.max_batch_bytes)[0]
+        return self._real
+
+    def __getattr__(self, name):
+        return getattr(self.real(), name)
+
+
+# ---- requests -----------------------------------------------------------------------------
+
+cdef Msg parse_request(object payload, const uint8_t *p, Py_ssize_t n, int64_t max_batch_bytes):
+    """A Produce or Fetch request payload (after the size field), or None."""
+    cdef Rd r = Rd(p=p, off=0, end=n, bad=False)
+    cdef int key, version
+    cdef Msg m
+    if n < 8:
+        return None
+    key = kd_i16(p)
+    version = kd_i16(p + 2)
+    if key != PRODUCE and key != FETCH or not 0 <= version < MAXV or not _known(key, version):
+        return None
+    m = Msg.__new__(Msg)
+    m.api_key, m.api_version = key, version
+    m.correlation_id = kd_i32(p + 4)
+    m.payload = payload
+    m.max_batch_bytes = max_batch_bytes
+    m.size = <int32_t>n
+    r.off = 8
+    # request header v1/v2: a nullable int16 string, then (v2) tagged fields
+    m.client_id = _string(&r, False, True, &m.client_id_len)
+    if REQ_HV[key][version] >= 2:
+        _tags(&r, True)
+    if r.bad:
+        return None
+    m.base = p
+    if key == PRODUCE:
+        ok = _produce_request(m, &r, version, FLEX[key][version], max_batch_bytes)
+    else:
+        ok = _fetch_request(m, &r, version, FLEX[key][version])
+    m.base = NULL
+    if not ok or r.bad:
+        return None
+    return m
+
+
+cdef bint _produce_request(Msg m, Rd *r, int v, bint flex, int64_t max_batch_bytes) except -1:
+    cdef int64_t nt, np, k, j, size
+    m.txn_id = _string(r, flex, True, &m.txn_id_len)
+    m.acks = _i16(r)
+    m.timeout = _i32(r)
+    nt = _length(r, flex, 4)
+    if r.bad or nt < 0:
+        return False
+    for k in range(nt):
+        m.add_topic()
+        if v >= 13:
+            _uuid(r, &m.topics[m.ntopics - 1])
+        else:
+            m.topics[m.ntopics - 1].name = _string(r, flex, False, &m.topics[m.ntopics - 1].name_len)
+        np = _length(r, flex, 4)
+        if r.bad or np < 0:
+            return False
+        for j in range(np):
+            m.add_part()
+            m.parts[m.nparts - 1].index = _i32(r)
+            size = _length(r, flex, 4)
+            if r.bad:
+                return False
+            if size >= 0:
+                if not _need(r, size):
+                    return False
+                if not _record_set(m, &m.parts[m.nparts - 1], r.p + r.off, size, False, max_batch_bytes):
+                    return False
+                r.off += size
+            else:
+                m.parts[m.nparts - 1].rec_size = -1
+            _tags(r, flex)
+            if r.bad:
+                return False
+        _tags(r, flex)
+    _tags(r, flex)
+    return not r.bad
+
+
+cdef bint _fetch_request(Msg m, Rd *r, int v, bint flex) except -1:
+    cdef int64_t nt, np, k, j
+    cdef Py_ssize_t length
+    if v < 15:
+        m.replica_id = _i32(r)
+        m.has_replica_id = True
+    m.timeout = _i32(r)  # max_wait_ms
+    _i32(r)  # min_bytes
+    _i32(r)  # max_bytes
+    m.isolation = _i8(r)
+    if v >= 7:
+        _i32(r)  # session_id
+        _i32(r)  # session_epoch
+    nt = _length(r, flex, 4)
+    if r.bad or nt < 0:
+        return False
+    for k in range(nt):
+        m.add_topic()
+        if v >= 13:
+            _uuid(r, &m.topics[m.ntopics - 1])
+        else:
+            m.topics[m.ntopics - 1].name = _string(r, flex, False, &m.topics[m.ntopics - 1].name_len)
+        np = _length(r, flex, 4)
+        if r.bad or np < 0:
+            return False
+        for j in range(np):
+            m.add_part()
+            m.parts[m.nparts - 1].index = _i32(r)
+            if v >= 9:
+                _i32(r)  # current_leader_epoch
+            m.parts[m.nparts - 1].offset = _i64(r)  # fetch_offset
+            if v >= 12:
+                _i32(r)  # last_fetched_epoch
+            if v >= 5:
+                _i64(r)  # log_start_offset
+            _i32(r)  # partition_max_bytes
+            _tags(r, flex)
+            if r.bad:
+                return False
+        _tags(r, flex)
+    if v >= 7:  # forgotten_topics_data
+        nt = _length(r, flex, 4)
+        if r.bad or nt < 0:
+            return False
+        for k in range(nt):
+            if v >= 13:
+                if not _need(r, 16):
+                    return False
+                r.off += 16
+            else:
+                _string(r, flex, False, &length)
+            np = _length(r, flex, 4)
+            if r.bad or np < 0 or not _need(r, np * 4):
+                return False
+            r.off += np * 4
+            _tags(r, flex)
+    if v >= 11:
+        _string(r, flex, False, &length)  # rack_id
+    _tags(r, flex)
+    return not r.bad
+
+
+# ---- record sets -----------------------------------------------------------------------------
+
+cdef bint _record_set(Msg m, Part *part, const uint8_t *b, Py_ssize_t end, bint tail_may_be_cut,
+                      int64_t max_bb) except -1:
+    """wire.records.decode_record_set (not --deep) into m.batches; False: given up."""
+    cdef Py_ssize_t off = 0, nxt
+    cdef int64_t length
+    cdef int8_t magic
+    cdef int16_t attr
+    cdef int k
+    part.rec_size = end
+    part.first = m.nbatches
+    part.truncated = 0
+    while off < end:
+        if end - off >= V2_HEADER:
+            length = kd_i32(b + off + 8)
+            magic = <int8_t>b[off + 16]
+            attr = kd_i16(b + off + 21)
+            nxt = off + LOG_OVERHEAD + length
+            if (magic == 2 and V2_MIN_LENGTH <= length <= max_bb and nxt <= end
+                    and not attr & ATTR_CONTROL):
+                if not _take(m, b + off, nxt - off):
+                    return False
+                off = nxt
+                continue
+        if end - off < LOG_OVERHEAD:
+            part.truncated = end - off
+            break
+        length = kd_i32(b + off + 8)
+        if 0 <= length <= max_bb and off + LOG_OVERHEAD + length > end:
+            part.truncated = end - off  # a cut last entry (normal in a Fetch response)
+            break
+        # record_batch.decode_entry: an error ends the record set (the batches before it stay)
+        if off + 16 >= end:
+            break
+        magic = <int8_t>b[off + 16]
+        if magic == 0 or magic == 1:
+            return False  # legacy message sets: the record layer's own decoder
+        if magic != 2 or off + V2_HEADER > end or length < V2_MIN_LENGTH or length > max_bb:
+            break
+        nxt = off + LOG_OVERHEAD + length
+        if nxt > end:
+            break
+        k = _take(m, b + off, nxt - off)
+        if k < 0:
+            m.nbatches -= 1
+            break
+        if k == 0:
+            return False
+        off = nxt
+    part.nbatches = m.nbatches - part.first
+    return True
+
+
+cdef int _take(Msg m, const uint8_t *b, Py_ssize_t size) except -2:
+    """The batch of `size` bytes at b (a whole v2 batch) appended: 1, or for a control batch 0
+    (given up: compressed) or -1 (its control record does not decode: the walk stops)."""
+    m.add_batch()
+    cdef Batch *x = &m.batches[m.nbatches - 1]
+    x.base_offset = kd_i64(b)
+    x.batch_length = kd_i32(b + 8)
+    x.ple = kd_i32(b + 12)
+    x.magic = <int8_t>b[16]
+    x.crc = kd_u32(b + 17)
+    x.crc_ok = kd_crc32c(b + 21, size - 21) == x.crc
+    x.attributes = kd_i16(b + 21)
+    x.lod = kd_i32(b + 23)
+    x.base_ts = kd_i64(b + 27)
+    x.max_ts = kd_i64(b + 35)
+    x.pid = kd_i64(b + 43)
+    x.epoch = kd_i16(b + 51)
+    x.base_seq = kd_i32(b + 53)
+    x.count = kd_i32(b + 57)
+    x.control = -1
+    x.has_coord = False
+    if not _fits(x):
+        return 0
+    if x.attributes & ATTR_CONTROL:
+        if x.attributes & 7:
+            return 0
+        return _control(x, b + V2_HEADER, size - V2_HEADER)
+    return 1
+
+
+cdef bint _fits(Batch *x) noexcept nogil:
+    """The row's derived values fit their columns (last offset, batch size, last sequence);
+    where they would not, the pure path decides what happens."""
+    cdef int64_t last
+    if x.lod > 0 and x.base_offset > INT64_MAX - <int64_t>x.lod:
+        return False
+    if x.lod < 0 and x.base_offset < INT64_MIN - <int64_t>x.lod:
+        return False
+    if x.batch_length > INT32_MAX - LOG_OVERHEAD:
+        return False
+    if x.base_seq != -1:
+        if <int64_t>x.base_seq > <int64_t>INT32_MAX - x.lod:
+            last = <int64_t>x.lod - (<int64_t>INT32_MAX - x.base_seq) - 1
+        else:
+            last = <int64_t>x.base_seq + x.lod
+        if last < INT32_MIN or last > INT32_MAX:
+            return False
+    return True
+
+
+cdef int _control(Batch *x, const uint8_t *data, Py_ssize_t n) noexcept nogil:
+    """record_batch.decode_records_v2 + decode_control_record on an uncompressed control
+    batch's records: 1 (x.control, x.coord set when its first record names them), -1 when any
+    record or the control key/value does not decode."""
+    cdef Rd r = Rd(p=data, off=0, end=n, bad=False)
+    cdef Py_ssize_t endr, key, value, hk, kn = -1, vn = -1, hkn, hvn, key0 = 0, value0 = 0
+    cdef int64_t length, headers, i, j
+    if x.count < 0 or <int64_t>x.count * 7 > n:
+        return -1
+    for i in range(x.count):
+        r.end = n
+        length = _varint(&r)
+        if r.bad or length < 6 or length > n - r.off:
+            return -1
+        endr = r.off + length
+        r.end = endr  # a record never reads past its own length
+        r.off += 1  # attributes
+        _varlong(&r)  # timestamp delta
+        _varint(&r)  # offset delta
+        key = _vbytes(&r, &hkn)
+        value = _vbytes(&r, &hvn)
+        if i == 0:
+            kn, vn = hkn, hvn
+            key0, value0 = key, value
+        headers = _varint(&r)
+        if r.bad or headers < 0 or headers * 2 > endr - r.off:
+            return -1
+        for j in range(headers):
+            hk = _vbytes(&r, &hkn)
+            if r.bad or hkn < 0:
+                return -1
+            _vbytes(&r, &hvn)
+            if r.bad or not utf8_ok(data + hk, hkn):
+                return -1
+        if r.bad or r.off != endr:
+            return -1
+    if x.count == 0:
+        return 1
+    if kn < 4:
+        return -1
+    x.control = kd_i16(data + key0 + 2)
+    if x.control == 0 or x.control == 1:
+        if vn < 6:
+            return -1
+        x.has_coord = True
+        x.coord = kd_i32(data + value0 + 2)
+    return 1
+
+
+cdef inline int64_t _varint(Rd *r) noexcept nogil:
+    cdef int64_t v = _uvarint(r)
+    return (v >> 1) ^ -(v & 1)
+
+
+cdef inline void _varlong(Rd *r) noexcept nogil:
+    """primitives.read_uvarlong's bounds (at most 10 bytes); the value is not needed."""
+    cdef int shift = 0
+    cdef uint8_t b
+    while True:
+        if not _need(r, 1):
+            return
+        b = r.p[r.off]
+        r.off += 1
+        if not b & 0x80:
+            return
+        shift += 7
+        if shift > 63:
+            r.bad = True
+            return
+
+
+cdef inline Py_ssize_t _vbytes(Rd *r, Py_ssize_t *length) noexcept nogil:
+    """record_batch._varint_bytes: offset, length (-1: null)."""
+    cdef int64_t k = _varint(r)
+    cdef Py_ssize_t at
+    length[0] = -1
+    if r.bad:
+        return 0
+    if k == -1:
+        return 0
+    if k < -1 or not _need(r, k):
+        r.bad = True
+        return 0
+    at = r.off
+    r.off += k
+    length[0] = k
+    return at
+
+
+# ---- responses --------------------------------------------------------------------------------
+
+cdef Msg parse_response(Msg req, const uint8_t *p, Py_ssize_t n, int64_t max_batch_bytes):
+    """The response payload to `req` (a Msg of parse_request), or None."""
+    cdef Rd r = Rd(p=p, off=0, end=n, bad=False)
+    cdef int key = req.api_key, version = req.api_version
+    cdef Msg m = Msg.__new__(Msg)
+    cdef bint flex = FLEX[key][version]
+    m.api_key, m.api_version = key, version
+    m.correlation_id = _i32(&r)
+    m.size = <int32_t>n
+    if RESP_HV[key][version] >= 1:
+        _tags(&r, True)
+    if r.bad:
+        return None
+    if key == PRODUCE:
+        ok = _produce_response(m, &r, version, flex)
+    else:
+        ok = _fetch_response(m, &r, version, flex, max_batch_bytes)
+    if not ok or r.bad:
+        return None
+    return m
+
+
+cdef bint _topic(Msg m, Rd *r, int v, bint flex) noexcept:
+    cdef Topic *t = &m.topics[m.ntopics - 1]
+    if v >= 13:
+        _uuid(r, t)
+    else:
+        t.name = _string(r, flex, False, &t.name_len)
+    return not r.bad
+
+
+cdef bint _produce_response(Msg m, Rd *r, int v, bint flex) except -1:
+    cdef int64_t nt, np, ne, k, j, e
+    cdef Py_ssize_t length
+    cdef Part *x
+    nt = _length(r, flex, 4)
+    if r.bad or nt < 0:
+        return False
+    for k in range(nt):
+        m.add_topic()
+        if not _topic(m, r, v, flex):
+            return False
+        np = _length(r, flex, 4)
+        if r.bad or np < 0:
+            return False
+        for j in range(np):
+            m.add_part()
+            x = &m.parts[m.nparts - 1]
+            x.index = _i32(r)
+            x.error = _i16(r)
+            x.offset = _i64(r)  # base_offset
+            _i64(r)  # log_append_time
+            if v >= 5:
+                _i64(r)  # log_start_offset
+            if v >= 8:
+                ne = _length(r, flex, 4)  # record_errors
+                if r.bad or ne < 0:
+                    return False
+                for e in range(ne):
+                    _i32(r)
+                    _string(r, flex, True, &length)
+                    _tags(r, flex)
+                    if r.bad:
+                        return False
+                _string(r, flex, True, &length)  # error_message
+            _tags(r, flex)
+            if r.bad:
+                return False
+        _tags(r, flex)
+    m.throttle = _i32(r)
+    _tags(r, flex)
+    return not r.bad
+
+
+cdef bint _fetch_response(Msg m, Rd *r, int v, bint flex, int64_t max_bb) except -1:
+    cdef int64_t nt, np, na, k, j, e, size, pid
+    cdef Part *x
+    m.throttle = _i32(r)
+    if v >= 7:
+        m.top_error = _i16(r)
+        m.has_top_error = True
+        _i32(r)  # session_id
+    nt = _length(r, flex, 4)
+    if r.bad or nt < 0:
+        return False
+    for k in range(nt):
+        m.add_topic()
+        if not _topic(m, r, v, flex):
+            return False
+        np = _length(r, flex, 4)
+        if r.bad or np < 0:
+            return False
+        for j in range(np):
+            m.add_part()
+            x = &m.parts[m.nparts - 1]
+            x.index = _i32(r)
+            x.error = _i16(r)
+            x.hw = _i64(r)
+            x.lso = _i64(r)
+            if v >= 5:
+                x.log_start = _i64(r)
+                x.has_log_start = True
+            na = _length(r, flex, 4)  # aborted_transactions (nullable)
+            if r.bad:
+                return False
+            if na >= 0:
+                x.first_aborted = m.naborted
+                for e in range(na):
+                    pid = _i64(r)
+                    m.add_aborted(pid, _i64(r))
+                    _tags(r, flex)
+                    if r.bad:
+                        return False
+                x.naborted = na
+            if v >= 11:
+                x.preferred = _i32(r)
+                x.has_preferred = True
+            size = _length(r, flex, 4)  # records (nullable)
+            if r.bad:
+                return False
+            if size >= 0:
+                if not _need(r, size):
+                    return False
+                x = &m.parts[m.nparts - 1]
+                if not _record_set(m, x, r.p + r.off, size, True, max_bb):
+                    return False
+                r.off += size
+            else:
+                x.rec_size = -1
+            _tags(r, flex)
+            if r.bad:
+                return False
+        _tags(r, flex)
+    _tags(r, flex)
+    return not r.bad

@@ -1,0 +1,303 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The compiled capture decode: the twin of the loop of `pcap._decode` and of the hot half of
+`Conversation` (feed, _frames, _request, _response) and of `WireRows._produce`/`_fetch`.
+
+Capture events come from the compiled capture walk (kaudit/capture/_cstreams: an in-order
+segment needs no event object); a Kafka connection's bytes go to the compiled frame splitter;
+a complete Produce or Fetch frame is walked in C (kaudit/protocol/_cwire) and its rows are
+written straight into the column builders (kaudit/sources/_ccolumns). Anything else - another
+API, a request the C walk gives up on, SASL, a frame cut by a gap, a connection not yet known
+to be Kafka - goes to the pure methods of the same objects, which define the rows. `Direction`
+is conversation._Direction with its chunks in C."""
+
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, INT64_MAX
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp, memcpy
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
+
+from kaudit.capture._cstreams cimport Conn, Walker
+from kaudit.protocol._cframing cimport Splitter
+from kaudit.protocol._cwire cimport Msg, parse_request, parse_response
+from kaudit.sources._crows cimport Sink, bases_fit, fetch_rows, produce_rows
+
+from kaudit.capture.events import ConnOpen, Diverted, StreamData
+from kaudit.protocol.wire.framing import Frame
+from kaudit.sources.conversation import Exchange
+
+cdef extern from "_kafka_c.h":
+    int32_t kd_i32(const uint8_t *p) nogil
+
+DEF EV_END = 0
+DEF EV_DATA = 1
+DEF EV_OBJ = 2
+DEF PRODUCE = 0
+
+
+# ---- conversation._Direction -------------------------------------------------------------
+
+cdef class Direction:
+    """conversation._Direction: where the bytes of one direction came from."""
+    cdef public object splitter
+    cdef public list held
+    cdef public int64_t bytes
+    cdef int64_t *c_start
+    cdef int64_t *c_end
+    cdef int64_t *c_last
+    cdef double *c_ts
+    cdef object tsnone   # chunks whose time is None (stitched captures): their start offsets
+    cdef Py_ssize_t head, count, cap
+
+    def __init__(self):
+        self.splitter = None
+        self.held = []
+        self.bytes = 0
+
+    def __dealloc__(self):
+        free(self.c_start)
+        free(self.c_end)
+        free(self.c_last)
+        free(self.c_ts)
+
+    cdef int _grow(self) except -1:
+        cdef Py_ssize_t cap = self.cap * 2 + 16, i, j
+        cdef int64_t *s = <int64_t *>realloc(NULL, cap * sizeof(int64_t))
+        cdef int64_t *e = <int64_t *>realloc(NULL, cap * sizeof(int64_t))
+        cdef int64_t *l = <int64_t *>realloc(NULL, cap * sizeof(int64_t))
+        cdef double *t = <double *>realloc(NULL, cap * sizeof(double))
+        if s == NULL or e == NULL or l == NULL or t == NULL:
+            free(s)
+            free(e)
+            free(l)
+            free(t)
+            raise MemoryError()
+        for i in range(self.count):
+            j = (self.head + i) % self.cap
+            s[i], e[i], l[i], t[i] = self.c_start[j], self.c_end[j], self.c_last[j], self.c_ts[j]
+        free(self.c_start)
+        free(self.c_end)
+        free(self.c_last)
+        free(self.c_ts)
+        self.c_start, self.c_end, self.c_last, self.c_ts = s, e, l, t
+        self.head, self.cap = 0, cap
+        return 0
+
+    cpdef add(self, int64_t start, int64_t end, first, int64_t last, ts):
+        cdef Py_ssize_t j
+        if self.count == self.cap:
+            self._grow()
+        j = (self.head + self.count) % self.cap
+        self.c_start[j], self.c_end[j], self.c_last[j] = start, end, last
+        if ts is None:
+            if self.tsnone is None:
+                self.tsnone = set()
+            self.tsnone.add((start, end))
+            self.c_ts[j] = 0.0
+        else:
+            self.c_ts[j] = ts
+        self.count += 1
+
+    cdef inline int add_c(self, int64_t start, int64_t end, int64_t last, double ts) except -1:
+        cdef Py_ssize_t j
+        if self.count == self.cap:
+            self._grow()
+        j = (self.head + self.count) % self.cap
+        self.c_start[j], self.c_end[j], self.c_last[j], self.c_ts[j] = start, end, last, ts
+        self.count += 1
+        return 0
+
+    cdef tuple _at(self, Py_ssize_t j):
+        ts = self.c_ts[j]
+        if self.tsnone is not None and (self.c_start[j], self.c_end[j]) in self.tsnone:
+            ts = None
+        return self.c_last[j], ts
+
+    cpdef tuple locate(self, int64_t start, int64_t end):
+        """(frame number, time) of the packet carrying the last byte of [start, end)."""
+        cdef Py_ssize_t i, j
+        while self.count > 1 and self.c_end[self.head] <= start:
+            self.head = (self.head + 1) % self.cap
+            self.count -= 1
+        for i in range(self.count):
+            j = (self.head + i) % self.cap
+            if self.c_end[j] >= end:
+                return self._at(j)
+        if self.count:
+            return self._at((self.head + self.count - 1) % self.cap)
+        return None, None
+
+
+# ---- one connection's conversation, as the loop sees it ------------------------------------
+
+DEF UNDECIDED = 0
+DEF KAFKA = 1
+DEF OTHER = 2
+
+cdef class _Conv:
+    cdef object conv, options, pending
+    cdef Sink sink
+    cdef int mode, client_dir
+    cdef bint fast        # Produce/Fetch exchanges go the C way (not --deep, a WireRows sink)
+    cdef int64_t max_bb
+    cdef Direction d0, d1
+    cdef Splitter s0, s1
+    cdef str name
+
+    def __init__(self, conv, Sink sink):
+        self.conv = conv
+        self.sink = sink
+        self.mode = UNDECIDED
+        self.check()
+
+    cdef int check(self) except -1:
+        """The conversation's protocol, once decided: Kafka with the compiled parts, or not."""
+        conv = self.conv
+        protocol = conv.protocol
+        if protocol is None:
+            return 0
+        self.mode = OTHER
+        d0, d1 = conv.dirs
+        if protocol != "kafka" or type(d0) is not Direction or type(d1) is not Direction:
+            return 0
+        if type(d0.splitter) is not Splitter or type(d1.splitter) is not Splitter:
+            return 0
+        self.mode = KAFKA
+        self.d0, self.d1 = d0, d1
+        self.s0, self.s1 = d0.splitter, d1.splitter
+        self.client_dir = conv.client_dir
+        self.options = conv.options
+        self.pending = conv.pending
+        self.max_bb = self.options.max_batch_bytes
+        # the C rows go to the decode's own WireRows, built column by column
+        self.fast = (not self.options.deep and conv.sink is self.sink.rows
+                     and self.sink.rows.columns is not None)
+        self.name = conv.name
+        return 0
+
+
+# ---- the loop -------------------------------------------------------------------------------
+
+def events_loop(streams, session, rows, fragments, summary, int flush_rows):
+    """pcap._decode's loop over the capture events (yields (kind, table) chunks, as it does)."""
+    cdef Walker w = Walker(streams)
+    cdef int k
+    cdef Conn conn
+    cdef _Conv cs
+    cdef Direction d
+    cdef Splitter sp
+    cdef object owner = w.mv
+    cdef bint zero_copy = w.mv.readonly
+    cdef Sink sink = Sink(rows)
+    convs = session.convs
+    try:
+        while True:
+            k = w.next_event()
+            if k == EV_DATA:
+                conn = w.d_conn
+                cs = conn.user
+                if cs is None:
+                    cs = conn.user = _Conv(convs[conn.conn_id], sink)
+                if cs.mode == KAFKA and zero_copy:
+                    d = cs.d0 if w.d_dir == 0 else cs.d1
+                    sp = cs.s0 if w.d_dir == 0 else cs.s1
+                    d.bytes += w.d_len
+                    d.add_c(w.d_off, w.d_off + w.d_len, w.frame, w.ts)
+                    evs = sp.cfeed(owner, w.d_start, w.buf + w.d_start, w.d_len)
+                    if evs:
+                        _frames(cs, w.d_dir, evs)
+                else:
+                    cs.conv.feed(w.d_dir, w.d_off, owner[w.d_start:w.d_start + w.d_len], w.frame,
+                                 w.frame, w.ts)
+                    if cs.mode == UNDECIDED:
+                        cs.check()
+            elif k == EV_OBJ:
+                ev = w.obj
+                t = type(ev)
+                if t is StreamData:
+                    convs[ev.conn_id].data(ev)
+                elif t is Diverted:
+                    if fragments.add(ev):
+                        yield from fragments.tables()
+                else:
+                    session.event(ev)
+                    if t is ConnOpen:
+                        summary.connections += 1
+            else:
+                return
+            if rows.count >= flush_rows:
+                yield from rows.tables()
+    finally:
+        w.stop()
+        w.release()
+
+
+cdef int _frames(_Conv cs, int direction, list events) except -1:
+    """Conversation._frames, with Produce and Fetch frames the C way."""
+    cdef bint is_request = direction == cs.client_dir
+    cdef Direction d = cs.d0 if direction == 0 else cs.d1
+    for ev in events:
+        if type(ev) is Frame:
+            end = ev.offset + 4 + (ev.size if ev.complete else len(ev.payload))
+            frame_no, ts = d.locate(ev.offset, end)
+            if is_request:
+                _request(cs, ev, frame_no, ts)
+            else:
+                _response(cs, ev, frame_no, ts)
+        else:
+            cs.conv._frames(direction, [ev])
+    return 0
+
+
+cdef int _request(_Conv cs, ev, frame_no, ts) except -1:
+    """Conversation._request for a Produce or Fetch request the C walk takes."""
+    conv = cs.conv
+    cdef const uint8_t[::1] view
+    cdef Msg m = None
+    if cs.fast and ev.complete and not conv.sasl_tokens:
+        view = ev.payload
+        if view.shape[0]:
+            m = parse_request(ev.payload, &view[0], view.shape[0], cs.max_bb)
+    if m is None:
+        conv._request(ev, frame_no, ts)
+        return 0
+    conv.requests += 1
+    if m.correlation_id > conv.last_corr:
+        conv.last_corr = m.correlation_id
+    if m.api_key == PRODUCE and m.acks == 0:  # acks=0: the broker sends no response, by design
+        produce_rows(cs.sink, cs.name, m, None, NULL, frame_no, None, ts, None, ev.size, None)
+        return 0
+    old = cs.pending.pop(m.correlation_id, None)
+    if old is not None:  # a reused correlation id: the earlier request got no answer
+        conv.unanswered += 1
+        conv.sink.exchange(conv, Exchange(old[0], None, old[1], None, old[2], None, old[3], None, old[4], None))
+    cs.pending[m.correlation_id] = (m, frame_no, ts, ev.size, ev.complete)
+    return 0
+
+
+cdef int _response(_Conv cs, ev, frame_no, ts) except -1:
+    """Conversation._response for the answer to a request the C walk took."""
+    conv = cs.conv
+    cdef const uint8_t[::1] view
+    cdef Msg req, resp = None
+    cdef const uint8_t *p = NULL
+    if cs.fast and ev.complete and not conv.sasl_replies:
+        view = ev.payload
+        if view.shape[0] >= 4:
+            p = &view[0]
+            ent = cs.pending.get(kd_i32(p))
+            if ent is not None and type(ent[0]) is Msg:
+                req = ent[0]
+                resp = parse_response(req, p, view.shape[0], cs.max_bb)
+                if resp is not None and req.api_key == PRODUCE and not bases_fit(req, resp, p):
+                    resp = None
+    if resp is None:
+        conv._response(ev, frame_no, ts)
+        return 0
+    conv.responses += 1
+    del cs.pending[resp.correlation_id]
+    if req.api_key == PRODUCE:
+        produce_rows(cs.sink, cs.name, req, resp, p, ent[1], frame_no, ent[2], ts, ent[3], ev.size)
+    else:
+        fetch_rows(cs.sink, cs.name, req, resp, p, ent[1], frame_no, ent[2], ts, ent[3], ev.size)
+    return 0
+
+
