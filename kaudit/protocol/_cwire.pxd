@@ -48,8 +48,14 @@ cdef class Msg:
     cdef int16_t acks, top_error
     cdef int32_t timeout, throttle, replica_id
     cdef int8_t isolation
-    cdef bint has_replica_id, has_top_error
+    cdef bint has_replica_id, has_top_error, has_throttle
     # arrays
+    # EndTxn and AddPartitionsToTxn (v0-v3): the producer; EndTxn v5: the bumped producer
+    cdef int64_t pid, new_pid
+    cdef int16_t epoch, new_epoch
+    cdef bint committed, has_new
+    cdef int16_t *errors      # a response's non-zero error codes, in the order they appear
+    cdef Py_ssize_t nerrors, cap_errors
     cdef Topic *topics
     cdef Part *parts
     cdef Batch *batches
@@ -62,9 +68,9 @@ cdef class Msg:
     cdef int add_part(self) except -1
     cdef int add_batch(self) except -1
     cdef int add_aborted(self, int64_t pid, int64_t first) except -1
+    cdef int add_error(self, int16_t code) except -1
 
 
 cdef Msg parse_request(object payload, const uint8_t *p, Py_ssize_t n, int64_t max_batch_bytes)
 cdef Msg parse_response(Msg req, const uint8_t *p, Py_ssize_t n, int64_t max_batch_bytes)
-cdef bint utf8_ok(const uint8_t *s, Py_ssize_t n) noexcept nogil
 cdef str uuid_text(const uint8_t *raw)

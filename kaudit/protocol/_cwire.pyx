@@ -19,16 +19,18 @@ from kaudit.protocol.wire import apis
 from kaudit.protocol.wire.bodies import FULLY_DECODED
 from kaudit.protocol.wire.legacy import has_hand
 
-cdef extern from "_kafka_c.h":
-    int64_t kd_i64(const uint8_t *p) nogil
-    int32_t kd_i32(const uint8_t *p) nogil
-    uint32_t kd_u32(const uint8_t *p) nogil
-    int16_t kd_i16(const uint8_t *p) nogil
-    uint32_t kd_crc32c(const uint8_t *p, size_t n) nogil
+from kaudit.protocol._creader cimport (
+    Rd, _i8, _i16, _i32, _i64, _length, _need, _string, _tags, _uuid, _uvarint, kd_crc32c,
+    kd_i16, kd_i32, kd_i64, kd_u32, utf8_ok,
+)
 
 DEF PRODUCE = 0
 DEF FETCH = 1
+DEF METADATA = 3
+DEF ADD_PARTITIONS = 24
+DEF END_TXN = 26
 DEF MAXV = 24
+DEF NKEYS = 5
 DEF V2_HEADER = 61
 DEF LOG_OVERHEAD = 12
 DEF V2_MIN_LENGTH = 49
@@ -36,181 +38,51 @@ DEF ATTR_CONTROL = 0x20
 
 # per (api key, version), learnt on first use (kio's schemas load lazily): walkable (1, 0 no,
 # -1 not known yet), request and response header versions, flexible
-cdef int OK[2][MAXV]
-cdef int REQ_HV[2][MAXV]
-cdef int RESP_HV[2][MAXV]
-cdef bint FLEX[2][MAXV]
-for _k in range(2):
+cdef int OK[NKEYS][MAXV]
+cdef int REQ_HV[NKEYS][MAXV]
+cdef int RESP_HV[NKEYS][MAXV]
+cdef bint FLEX[NKEYS][MAXV]
+for _k in range(NKEYS):
     for _v in range(MAXV):
         OK[_k][_v] = -1
+# the api keys walked here, their slot in the tables, and the versions whose layouts are
+# written out below
+_VERSIONS = {PRODUCE: (3, 13), FETCH: (4, 18), METADATA: (0, 13), ADD_PARTITIONS: (0, 3),
+             END_TXN: (0, 5)}
+
+
+cdef inline int _slot(int key) noexcept:
+    if key == PRODUCE:
+        return 0
+    if key == FETCH:
+        return 1
+    if key == METADATA:
+        return 2
+    if key == ADD_PARTITIONS:
+        return 3
+    if key == END_TXN:
+        return 4
+    return -1
 
 
 cdef bint _known(int key, int v) except -1:
-    """Does the C walk take this (key, version)? Produce v3-v13 and Fetch v4-v18, the layouts
-    written out below, when kio decodes both directions."""
-    if OK[key][v] < 0:
-        lo, hi = (3, 13) if key == PRODUCE else (4, 18)
+    """Does the C walk take this (key, version)? The layouts written out below, when kio
+    decodes both directions (what the pure path decodes them with)."""
+    cdef int k = _slot(key)
+    if k < 0 or not 0 <= v < MAXV:
+        return False
+    if OK[k][v] < 0:
+        lo, hi = _VERSIONS[key]
         # bodies.body_decoder(key, v, entity) == "kio" for both, without importing kio's classes
         ok = (lo <= v <= hi and key in FULLY_DECODED
               and not has_hand(key, v, "request") and not has_hand(key, v, "response")
               and apis.has_kio_class(key, v, "request") and apis.has_kio_class(key, v, "response"))
         if ok:
-            REQ_HV[key][v] = apis.request_header_version(key, v)
-            RESP_HV[key][v] = apis.response_header_version(key, v)
-            FLEX[key][v] = apis.is_flexible(key, v)
-        OK[key][v] = 1 if ok else 0
-    return OK[key][v] == 1
-
-
-# ---- a bounded reader ---------------------------------------------------------------------
-
-cdef struct Rd:
-    const uint8_t *p
-    Py_ssize_t off, end
-    bint bad
-
-
-cdef inline bint _need(Rd *r, Py_ssize_t k) noexcept nogil:
-    if r.bad or k > r.end - r.off:
-        r.bad = True
-        return False
-    return True
-
-
-cdef inline int8_t _i8(Rd *r) noexcept nogil:
-    if not _need(r, 1):
-        return 0
-    r.off += 1
-    return <int8_t>r.p[r.off - 1]
-
-
-cdef inline int16_t _i16(Rd *r) noexcept nogil:
-    if not _need(r, 2):
-        return 0
-    r.off += 2
-    return kd_i16(r.p + r.off - 2)
-
-
-cdef inline int32_t _i32(Rd *r) noexcept nogil:
-    if not _need(r, 4):
-        return 0
-    r.off += 4
-    return kd_i32(r.p + r.off - 4)
-
-
-cdef inline int64_t _i64(Rd *r) noexcept nogil:
-    if not _need(r, 8):
-        return 0
-    r.off += 8
-    return kd_i64(r.p + r.off - 8)
-
-
-cdef inline int64_t _uvarint(Rd *r) noexcept nogil:
-    """primitives.read_uvarint: at most 5 bytes."""
-    cdef uint64_t v = 0
-    cdef int shift = 0
-    cdef uint8_t b
-    while True:
-        if not _need(r, 1):
-            return 0
-        b = r.p[r.off]
-        r.off += 1
-        v |= (<uint64_t>(b & 0x7F)) << shift
-        if not b & 0x80:
-            return <int64_t>v
-        shift += 7
-        if shift > 28:
-            r.bad = True
-            return 0
-
-
-cdef inline int64_t _length(Rd *r, bint flex, int width) noexcept nogil:
-    """A length prefix as the kio walkers read it: -1 null, below -1 given up."""
-    cdef int64_t n
-    if flex:
-        n = _uvarint(r) - 1
-    elif width == 2:
-        n = _i16(r)
-    else:
-        n = _i32(r)
-    if n < -1:
-        r.bad = True
-    return n
-
-
-cdef inline void _tags(Rd *r, bint flex) noexcept nogil:
-    """An empty tagged-field section (any tag: given up, the schema walk reads tags)."""
-    if flex and _i8(r) != 0:
-        r.bad = True
-
-
-cdef inline Py_ssize_t _string(Rd *r, bint flex, bint nullable, Py_ssize_t *length) noexcept nogil:
-    """A string's offset (its length in *length, -1 for null): UTF-8 checked."""
-    cdef int64_t n = _length(r, flex, 2)
-    cdef Py_ssize_t at = r.off
-    length[0] = -1
-    if r.bad:
-        return 0
-    if n < 0:
-        if not nullable:
-            r.bad = True
-        return 0
-    if not _need(r, n) or not utf8_ok(r.p + r.off, n):
-        r.bad = True
-        return 0
-    r.off += n
-    length[0] = n
-    return at
-
-
-cdef inline void _uuid(Rd *r, Topic *t) noexcept nogil:
-    cdef int i
-    if not _need(r, 16):
-        return
-    t.id_zero = True
-    for i in range(16):
-        t.id[i] = r.p[r.off + i]
-        if t.id[i]:
-            t.id_zero = False
-    r.off += 16
-
-
-cdef bint utf8_ok(const uint8_t *s, Py_ssize_t n) noexcept nogil:
-    """What str(bytes, 'utf-8') accepts (no surrogates, no overlong forms, up to U+10FFFF)."""
-    cdef Py_ssize_t i = 0
-    cdef uint8_t c, lo, hi
-    cdef int k, more
-    while i < n:
-        c = s[i]
-        if c < 0x80:
-            i += 1
-            continue
-        lo, hi = 0x80, 0xBF
-        if 0xC2 <= c <= 0xDF:
-            more = 1
-        elif 0xE0 <= c <= 0xEF:
-            more = 2
-            if c == 0xE0:
-                lo = 0xA0
-            elif c == 0xED:
-                hi = 0x9F
-        elif 0xF0 <= c <= 0xF4:
-            more = 3
-            if c == 0xF0:
-                lo = 0x90
-            elif c == 0xF4:
-                hi = 0x8F
-        else:
-            return False
-        if i + more >= n:
-            return False
-        if not lo <= s[i + 1] <= hi:
-            return False
-        for k in range(2, more + 1):
-            if not 0x80 <= s[i + k] <= 0xBF:
-                return False
-        i += more + 1
-    return True
+            REQ_HV[k][v] = apis.request_header_version(key, v)
+            RESP_HV[k][v] = apis.response_header_version(key, v)
+            FLEX[k][v] = apis.is_flexible(key, v)
+        OK[k][v] = 1 if ok else 0
+    return OK[k][v] == 1
 
 
 cdef str uuid_text(const uint8_t *raw):
@@ -242,6 +114,21 @@ cdef class Msg:
         free(self.parts)
         free(self.batches)
         free(self.aborted)
+        free(self.errors)
+
+    cdef int add_error(self, int16_t code) except -1:
+        cdef Py_ssize_t cap
+        if not code:
+            return 0
+        if self.nerrors == self.cap_errors:
+            cap = self.cap_errors * 2 + 8
+            p = <int16_t *>realloc(self.errors, cap * sizeof(int16_t))
+            if p == NULL:
+                raise MemoryError()
+            self.errors, self.cap_errors = p, cap
+        self.errors[self.nerrors] = code
+        self.nerrors += 1
+        return 0
 
     cdef int add_topic(self) except -1:
         cdef Py_ssize_t cap
@@ -312,7 +199,8 @@ cdef class Msg:
 # ---- requests -----------------------------------------------------------------------------
 
 cdef Msg parse_request(object payload, const uint8_t *p, Py_ssize_t n, int64_t max_batch_bytes):
-    """A Produce or Fetch request payload (after the size field), or None."""
+    """A Produce, Fetch, Metadata, AddPartitionsToTxn (v0-v3) or EndTxn request payload (after
+    the size field), or None."""
     cdef Rd r = Rd(p=p, off=0, end=n, bad=False)
     cdef int key, version
     cdef Msg m
@@ -320,7 +208,7 @@ cdef Msg parse_request(object payload, const uint8_t *p, Py_ssize_t n, int64_t m
         return None
     key = kd_i16(p)
     version = kd_i16(p + 2)
-    if key != PRODUCE and key != FETCH or not 0 <= version < MAXV or not _known(key, version):
+    if not _known(key, version):
         return None
     m = Msg.__new__(Msg)
     m.api_key, m.api_version = key, version
@@ -331,15 +219,17 @@ cdef Msg parse_request(object payload, const uint8_t *p, Py_ssize_t n, int64_t m
     r.off = 8
     # request header v1/v2: a nullable int16 string, then (v2) tagged fields
     m.client_id = _string(&r, False, True, &m.client_id_len)
-    if REQ_HV[key][version] >= 2:
+    if REQ_HV[_slot(key)][version] >= 2:
         _tags(&r, True)
     if r.bad:
         return None
     m.base = p
     if key == PRODUCE:
-        ok = _produce_request(m, &r, version, FLEX[key][version], max_batch_bytes)
+        ok = _produce_request(m, &r, version, FLEX[_slot(key)][version], max_batch_bytes)
+    elif key == FETCH:
+        ok = _fetch_request(m, &r, version, FLEX[_slot(key)][version])
     else:
-        ok = _fetch_request(m, &r, version, FLEX[key][version])
+        ok = _other_request(m, &r, key, version, FLEX[_slot(key)][version])
     m.base = NULL
     if not ok or r.bad:
         return None
@@ -357,7 +247,7 @@ cdef bint _produce_request(Msg m, Rd *r, int v, bint flex, int64_t max_batch_byt
     for k in range(nt):
         m.add_topic()
         if v >= 13:
-            _uuid(r, &m.topics[m.ntopics - 1])
+            _uuid(r, m.topics[m.ntopics - 1].id, &m.topics[m.ntopics - 1].id_zero)
         else:
             m.topics[m.ntopics - 1].name = _string(r, flex, False, &m.topics[m.ntopics - 1].name_len)
         np = _length(r, flex, 4)
@@ -404,7 +294,7 @@ cdef bint _fetch_request(Msg m, Rd *r, int v, bint flex) except -1:
     for k in range(nt):
         m.add_topic()
         if v >= 13:
-            _uuid(r, &m.topics[m.ntopics - 1])
+            _uuid(r, m.topics[m.ntopics - 1].id, &m.topics[m.ntopics - 1].id_zero)
         else:
             m.topics[m.ntopics - 1].name = _string(r, flex, False, &m.topics[m.ntopics - 1].name_len)
         np = _length(r, flex, 4)
@@ -647,18 +537,20 @@ cdef Msg parse_response(Msg req, const uint8_t *p, Py_ssize_t n, int64_t max_bat
     cdef Rd r = Rd(p=p, off=0, end=n, bad=False)
     cdef int key = req.api_key, version = req.api_version
     cdef Msg m = Msg.__new__(Msg)
-    cdef bint flex = FLEX[key][version]
+    cdef bint flex = FLEX[_slot(key)][version]
     m.api_key, m.api_version = key, version
     m.correlation_id = _i32(&r)
     m.size = <int32_t>n
-    if RESP_HV[key][version] >= 1:
+    if RESP_HV[_slot(key)][version] >= 1:
         _tags(&r, True)
     if r.bad:
         return None
     if key == PRODUCE:
         ok = _produce_response(m, &r, version, flex)
-    else:
+    elif key == FETCH:
         ok = _fetch_response(m, &r, version, flex, max_batch_bytes)
+    else:
+        ok = _other_response(m, &r, key, version, flex)
     if not ok or r.bad:
         return None
     return m
@@ -667,7 +559,7 @@ cdef Msg parse_response(Msg req, const uint8_t *p, Py_ssize_t n, int64_t max_bat
 cdef bint _topic(Msg m, Rd *r, int v, bint flex) noexcept:
     cdef Topic *t = &m.topics[m.ntopics - 1]
     if v >= 13:
-        _uuid(r, t)
+        _uuid(r, t.id, &t.id_zero)
     else:
         t.name = _string(r, flex, False, &t.name_len)
     return not r.bad
@@ -777,3 +669,6 @@ cdef bint _fetch_response(Msg m, Rd *r, int v, bint flex, int64_t max_bb) except
         _tags(r, flex)
     _tags(r, flex)
     return not r.bad
+
+
+include "_cwire_txn.pxi"

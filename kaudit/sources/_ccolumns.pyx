@@ -4,7 +4,7 @@ Python object per value: the compiled twin of a list of row tuples + `table_from
 
 `Columns(kind, schema)` takes whole rows as tuples in schema order (`append`, what the pure
 code does with its lists) and, from the compiled wire path, values one by one (`begin`,
-`put_*`, `finish`). `table()` returns the rows so far as an Arrow table and starts again.
+`put_*` once per column, `finish`). `table()` returns the rows so far as an Arrow table and starts again.
 Python values convert as `pyarrow.array` converts them for the types the rows hold (None, int,
 float, bool, str); a value out of its column's range raises as pyarrow does."""
 
@@ -90,19 +90,19 @@ cdef class Columns:
         cdef int i
         if self.n == self.cap:
             self._grow(self.cap * 2)
-        for i in range(self.ncols):  # a row left half-built (an error) leaves no bytes behind
+        for i in range(self.ncols):
+            # a column this row does not set is null (never garbage); a row left half-built (an
+            # error) leaves no bytes behind
+            self.cols[i].valid[self.n] = 0
             if self.cols[i].type == T_STR:
                 self.cols[i].size = self.cols[i].offs[self.n]
+                self.cols[i].offs[self.n + 1] = self.cols[i].offs[self.n]
+            else:
+                memset(self.cols[i].data + self.n * self.cols[i].width, 0, self.cols[i].width)
         return 0
 
     cdef void put_null(self, int c) noexcept:
-        cdef Col *col = &self.cols[c]
-        col.valid[self.n] = 0
-        col.nulls += 1
-        if col.type == T_STR:
-            col.offs[self.n + 1] = <int32_t>col.size
-        else:
-            memset(col.data + self.n * col.width, 0, col.width)
+        pass  # begin() made every column of the row null
 
     cdef void put_i64(self, int c, int64_t v) noexcept:
         cdef Col *col = &self.cols[c]
@@ -205,8 +205,11 @@ cdef class Columns:
 
     cdef object _array(self, int i):
         cdef Col *col = &self.cols[i]
-        cdef Py_ssize_t n = self.n
+        cdef Py_ssize_t n = self.n, k
         f = self.schema[i]
+        col.nulls = 0
+        for k in range(n):
+            col.nulls += not col.valid[k]
         validity = None if col.nulls == 0 else pa.py_buffer(_bits(col.valid, n))
         if col.type == T_STR:
             offs = PyBytes_FromStringAndSize(<char *>col.offs, (n + 1) * sizeof(int32_t))

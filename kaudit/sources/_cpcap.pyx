@@ -18,7 +18,7 @@ from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from kaudit.capture._cstreams cimport Conn, Walker
 from kaudit.protocol._cframing cimport Splitter
 from kaudit.protocol._cwire cimport Msg, parse_request, parse_response
-from kaudit.sources._crows cimport Sink, bases_fit, fetch_rows, produce_rows
+from kaudit.sources._crows cimport Sink, bases_fit, fetch_rows, other_rows, produce_rows
 
 from kaudit.capture.events import ConnOpen, Diverted, StreamData
 from kaudit.protocol.wire.framing import Frame
@@ -31,6 +31,7 @@ DEF EV_END = 0
 DEF EV_DATA = 1
 DEF EV_OBJ = 2
 DEF PRODUCE = 0
+DEF FETCH = 1
 
 
 # ---- conversation._Direction -------------------------------------------------------------
@@ -169,7 +170,7 @@ cdef class _Conv:
         self.max_bb = self.options.max_batch_bytes
         # the C rows go to the decode's own WireRows, built column by column
         self.fast = (not self.options.deep and conv.sink is self.sink.rows
-                     and self.sink.rows.columns is not None)
+                     and getattr(self.sink.rows, "columns", None) is not None)
         self.name = conv.name
         return 0
 
@@ -182,8 +183,6 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
     cdef int k
     cdef Conn conn
     cdef _Conv cs
-    cdef Direction d
-    cdef Splitter sp
     cdef object owner = w.mv
     cdef bint zero_copy = w.mv.readonly
     cdef Sink sink = Sink(rows)
@@ -195,25 +194,17 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
                 conn = w.d_conn
                 cs = conn.user
                 if cs is None:
-                    cs = conn.user = _Conv(convs[conn.conn_id], sink)
-                if cs.mode == KAFKA and zero_copy:
-                    d = cs.d0 if w.d_dir == 0 else cs.d1
-                    sp = cs.s0 if w.d_dir == 0 else cs.s1
-                    d.bytes += w.d_len
-                    d.add_c(w.d_off, w.d_off + w.d_len, w.frame, w.ts)
-                    evs = sp.cfeed(owner, w.d_start, w.buf + w.d_start, w.d_len)
-                    if evs:
-                        _frames(cs, w.d_dir, evs)
+                    cs = conn.user = _state(convs[conn.conn_id], sink)
+                if zero_copy:
+                    _feed(cs, w.d_dir, w.d_off, owner, w.d_start, w.buf + w.d_start, w.d_len, w.frame,
+                          w.frame, w.ts)
                 else:
-                    cs.conv.feed(w.d_dir, w.d_off, owner[w.d_start:w.d_start + w.d_len], w.frame,
-                                 w.frame, w.ts)
-                    if cs.mode == UNDECIDED:
-                        cs.check()
+                    _feed(cs, w.d_dir, w.d_off, owner, w.d_start, NULL, w.d_len, w.frame, w.frame, w.ts)
             elif k == EV_OBJ:
                 ev = w.obj
                 t = type(ev)
                 if t is StreamData:
-                    convs[ev.conn_id].data(ev)
+                    _data(_state(convs[ev.conn_id], sink), ev)
                 elif t is Diverted:
                     if fragments.add(ev):
                         yield from fragments.tables()
@@ -228,6 +219,72 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
     finally:
         w.stop()
         w.release()
+
+
+cdef _Conv _state(conv, Sink sink):
+    """The compiled state of a conversation (made once)."""
+    cs = conv.cstate
+    if cs is None:
+        cs = conv.cstate = _Conv(conv, sink)
+    return cs
+
+
+cdef int _data(_Conv cs, ev) except -1:
+    """Conversation.data of a StreamData event."""
+    cdef const uint8_t[::1] view
+    data = ev.data
+    if type(data) is memoryview and data.readonly and data.c_contiguous and len(data):
+        view = data
+        return _feed(cs, ev.direction, ev.stream_offset, data, 0, &view[0], view.shape[0],
+                     ev.first_frame, ev.last_frame, ev.ts)
+    cs.conv.data(ev)
+    if cs.mode == UNDECIDED:
+        cs.check()
+    return 0
+
+
+cdef int _feed(_Conv cs, int direction, int64_t off, object owner, Py_ssize_t at,
+               const uint8_t *p, Py_ssize_t n, first, int64_t last, ts) except -1:
+    """Conversation.feed of owner[at:at + n] (at p in memory; NULL: not read-only, the pure
+    method copies it)."""
+    cdef Direction d
+    cdef Splitter sp
+    if cs.mode == KAFKA and p != NULL:
+        d = cs.d0 if direction == 0 else cs.d1
+        sp = cs.s0 if direction == 0 else cs.s1
+        d.bytes += n
+        d.add(off, off + n, first, last, ts)
+        evs = sp.cfeed(owner, at, p, n)
+        if evs:
+            _frames(cs, direction, evs)
+        return 0
+    cs.conv.feed(direction, off, owner[at:at + n], first, last, ts)
+    if cs.mode == UNDECIDED:
+        cs.check()
+    return 0
+
+
+cdef class Feeder:
+    """Conversation.feed / .data the compiled way, for loops that hold the events themselves
+    (the processes of a parallel decode): its rows go to `rows` (the session's WireRows)."""
+    cdef Sink sink
+
+    def __init__(self, rows):
+        self.sink = Sink(rows)
+
+    def data(self, conv, ev):
+        _data(_state(conv, self.sink), ev)
+
+    def feed(self, conv, int direction, int64_t off, data, first, int64_t last, ts):
+        cdef const uint8_t[::1] view
+        cs = _state(conv, self.sink)
+        if type(data) is memoryview and data.readonly and data.c_contiguous and len(data):
+            view = data
+            _feed(cs, direction, off, data, 0, &view[0], view.shape[0], first, last, ts)
+        else:
+            conv.feed(direction, off, data, first, last, ts)
+            if cs.mode == UNDECIDED:
+                cs.check()
 
 
 cdef int _frames(_Conv cs, int direction, list events) except -1:
@@ -296,8 +353,10 @@ cdef int _response(_Conv cs, ev, frame_no, ts) except -1:
     del cs.pending[resp.correlation_id]
     if req.api_key == PRODUCE:
         produce_rows(cs.sink, cs.name, req, resp, p, ent[1], frame_no, ent[2], ts, ent[3], ev.size)
-    else:
+    elif req.api_key == FETCH:
         fetch_rows(cs.sink, cs.name, req, resp, p, ent[1], frame_no, ent[2], ts, ent[3], ev.size)
+    else:
+        other_rows(cs.sink, cs.name, req, resp, p, ent[1], frame_no, ent[2], ts, ent[3], ev.size)
     return 0
 
 

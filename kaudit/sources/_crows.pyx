@@ -45,6 +45,10 @@ cdef class Sink:
                 return c
         return self.rows._list(kind)
 
+    cdef list cols_list(self, str kind):
+        """The rows of a kind kept as tuples (the kinds not built column by column)."""
+        return self.rows._list(kind)
+
 
 # ---- strings built in C -----------------------------------------------------------------------
 
@@ -558,3 +562,6 @@ cdef int fetch_rows(Sink s, str name, Msg req, Msg resp, const uint8_t *pr, req_
                None, isolation, req_frame, resp_frame, req_ts, resp_ts, req_size, resp_size)
     s.rows.count += n + 1
     return 0
+
+
+include "_crows_txn.pxi"

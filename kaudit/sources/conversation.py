@@ -96,6 +96,7 @@ class Conversation:
         self.options = options
         self.sink = sink
         self.dirs = (new_direction(), new_direction())
+        self.cstate = None         # the compiled decode's state of this conversation (_cpcap)
         self.client_dir = None     # 0: a is the client; 1: b is
         self._name = None          # "client -> server", once asked for
         self.protocol = None       # kafka | tls | other (None: undecided)

@@ -25,6 +25,7 @@ from collections import deque
 
 import pyarrow as pa
 
+from kaudit import native
 from kaudit.capture import CaptureStreams, ConnClose, ConnOpen, Diverted, StreamData
 from kaudit.sources.pcap import FLUSH_ROWS, KEY_CLOSED, KEY_ISSUES, Session, capture_issues
 from kaudit.sources.wire_rows import WireRows, rows_table
@@ -235,10 +236,21 @@ def worker_main() -> None:
         os.close(outbox)
 
 
+def feeder(rows):
+    """(feed, data): Conversation.feed and .data of the session's conversations, compiled
+    (sources/_cpcap.Feeder) when the compiled core is in use."""
+    c = native.module("kaudit.sources._cpcap")
+    if c is None:
+        return (lambda conv, *a: conv.feed(*a)), (lambda conv, ev: conv.data(ev))
+    f = c.Feeder(rows)
+    return f.feed, f.data
+
+
 def _serve(path: str, options, inbox, outbox: int) -> None:
     rows = KeyedRows(path)
     session = Session(path, options, rows)
     convs = session.convs
+    feed, _ = feeder(rows)
     mark = rows.mark
     touched = rows._touched
     quiet = 0  # batches since the last message to the main process
@@ -255,7 +267,7 @@ def _serve(path: str, options, inbox, outbox: int) -> None:
         for ev in events:
             if len(ev) == 9:  # data: (number, conn_id, direction, offset, start, end, first, last, ts)
                 number, conn_id, direction, offset, start, end, first, last, ts = ev
-                convs[conn_id].feed(direction, offset, blob[start:end], first, last, ts)
+                feed(convs[conn_id], direction, offset, blob[start:end], first, last, ts)
             else:
                 number, other = ev
                 session.event(other, number)
@@ -428,6 +440,7 @@ def _run(streams, path, options, summary, jobs, workers, fragments=None):
     session = Session(path, options, rows)
     merger = Merger(jobs)
     convs = session.convs
+    _, data = feeder(rows)
     owners: dict[int, int] = {}
     closes: dict[int, dict] = {w.part: {} for w in workers}
     mark = rows.mark
@@ -438,7 +451,7 @@ def _run(streams, path, options, summary, jobs, workers, fragments=None):
         if type(ev) is StreamData:
             part = owners[ev.conn_id]
             if part == 0:
-                convs[ev.conn_id].data(ev)
+                data(convs[ev.conn_id], ev)
                 if touched:
                     mark(number)
             else:
