@@ -94,11 +94,24 @@ class _Attempts:
                 del self.by_key[old]
 
 
+class _Timeline:
+    """A finding's timeline (WirePartition._line of the producer's last batches, then of this
+    one), written out when a finding takes it: most batches have none."""
+
+    __slots__ = ("part", "rows", "row")
+
+    def __init__(self, part, rows: list, row: dict):
+        self.part, self.rows, self.row = part, rows, row
+
+    def lines(self) -> list[str]:
+        return [self.part._line(x) for x in self.rows] + [self.part._line(self.row)]
+
+
 @dataclass
 class _Pid:
     state: ProducerState | None = None   # the broker's view: last accepted (or unanswered) batch
     attempts: _Attempts = field(default_factory=lambda: _Attempts(MAX_ATTEMPT_KEYS))
-    recent: list = field(default_factory=list)
+    recent: list = field(default_factory=list)   # the last 4 batch rows
     # sequence ranges the broker refused (epoch, lo, hi), newest last: an in-flight batch that
     # follows one of them is answered OUT_OF_ORDER_SEQUENCE_NUMBER and retried (benign)
     refused: list = field(default_factory=list)
@@ -215,7 +228,8 @@ class WirePartition:
         key = (r["producer_epoch"], r["base_sequence"], r["last_sequence"])
         prior = p.attempts.get(key)
         st = p.state
-        timeline = p.recent[-4:] + [self._line(r)]
+        # the producer's last batches and this one, written out only for a finding
+        timeline = _Timeline(self, p.recent[-4:], r)
         where = self._where()
 
         if (st is not None and fenced_epoch(st, b)) or err in FENCED:
@@ -227,7 +241,7 @@ class WirePartition:
             self.out.append(finding(
                 "fenced-epoch", f"{where}: producer {r['producer_id']} sent data with epoch "
                 f"{r['producer_epoch']} {why}: {self._answer(r)}",
-                severity=sev, evidence=[self._ev(r)], timeline=timeline,
+                severity=sev, evidence=[self._ev(r)], timeline=timeline.lines(),
                 details={"stale_epoch": r["producer_epoch"], "current_epoch": st.max_epoch if st else None,
                          "broker": self._answer(r)}, **self._fields(r)))
         elif prior:
@@ -236,7 +250,7 @@ class WirePartition:
                 "retried-batch", f"{where}: producer {r['producer_id']} epoch {r['producer_epoch']} "
                 f"sequences {r['base_sequence']}-{r['last_sequence']} sent {len(prior) + 1} times: "
                 f"{outcome} ({self._answer(r)})", evidence=[self._ev(a) for a in prior] + [self._ev(r)],
-                details={"outcome": outcome, "attempts": len(prior) + 1}, timeline=timeline,
+                details={"outcome": outcome, "attempts": len(prior) + 1}, timeline=timeline.lines(),
                 **self._fields(r)))
             if outcome in ("stored twice", "stored once") or err == 45:
                 # stored anew (or refused as out of order): the sequence checks apply to it
@@ -260,10 +274,10 @@ class WirePartition:
             p.refused.append((b.producer_epoch, b.base_sequence, b.last_sequence))
             del p.refused[:-MAX_REFUSED]
         p.attempts.add(key, r)
-        p.recent.append(self._line(r))
+        p.recent.append(r)
         del p.recent[:-4]
 
-    def _sequence_findings(self, p: _Pid, r: dict, b: BatchView, timeline) -> None:
+    def _sequence_findings(self, p: _Pid, r: dict, b: BatchView, timeline: _Timeline) -> None:
         err, st, where = r["response_error"], p.state, self._where()
         accepted = err == 0
         if st is not None and accepted:
@@ -277,7 +291,7 @@ class WirePartition:
                     f"again at offset {b.base_offset} "
                     f"({'same batch' if kind == 'identical' else 'with a different payload'})",
                     evidence=[self._ev(r)], details={"payload": kind, **{k: v for k, v in d.items() if k != 'original'}},
-                    timeline=timeline, **self._fields(r)))
+                    timeline=timeline.lines(), **self._fields(r)))
         verdict = out_of_order_sequence(st, b) if st is not None else None
         if verdict is None and err != 45:
             return
@@ -301,7 +315,7 @@ class WirePartition:
         self.out.append(finding(
             "out-of-order-sequence", f"{where}: producer {r['producer_id']} epoch {r['producer_epoch']} "
             f"sequences {b.base_sequence}-{b.last_sequence} {text}: {self._answer(r)}",
-            severity=sev, evidence=[self._ev(r)], timeline=timeline,
+            severity=sev, evidence=[self._ev(r)], timeline=timeline.lines(),
             details={"kind": kind, "expected_sequence": expected, "broker": self._answer(r),
                      "previous_last_sequence": st.last_seq if st else None}, **self._fields(r)))
 

@@ -1,0 +1,163 @@
+"""The compiled capture decode (kaudit/capture/_cstreams, protocol/_cframing, protocol/_cwire,
+sources/_cpcap, _crows, _ccolumns) against the pure one on damaged input: every truncation of a
+capture, random damage anywhere in the file, and random damage inside the Kafka bytes only
+(the TCP packets intact, so that the C walks of Produce, Fetch, Metadata, AddPartitionsToTxn
+and EndTxn meet corrupt messages). Both paths must give the same rows, chunk by chunk, and
+neither may raise anything but kaudit's DecodeError for input that is no capture."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kaudit import native
+from kaudit.capture import open_capture
+from kaudit.capture.link import tcp_records
+from kaudit.protocol.errors import DecodeError
+from kaudit.sources import pcap
+from kaudit.sources.pcap import PcapOptions, PcapSummary
+from tests.sources.pcap import kmsgs
+from tests.sources.pcap.craft import Conn, write_capture
+
+needs_core = pytest.mark.skipif(native.module("kaudit.sources._cpcap") is None,
+                                reason="the compiled core is not built")
+pytestmark = needs_core
+
+PORTS = frozenset({9092, 9093, 9094, 19092, 29092, 39092})
+OPTIONS = PcapOptions(kafka_ports=PORTS, jobs=1)
+SAMPLES = [
+    "real-kafka-3.0.2/pcap/03-txn-java.pcap",            # transactions, markers in Fetch
+    "real-kafka-3.0.2/pcap/07-acks0-confluent.pcap",     # acks=0
+    "real-kafka-3.0.2/pcap/08-compression-kafkapython.pcap",
+    "real-kafka-4.1.0/v2-txn-java-tv2/v2-txn-java-tv2.pcap",  # Produce v12+, Fetch v17, topic ids
+    "real-kafka-4.1.0/v6-codecs/v6-codecs.pcapng",
+    "librdkafka-mock/pcap/mock-idem-txn-readcommitted.pcap",
+]
+
+
+def decode(buf: bytes, compiled: bool) -> list:
+    """[(kind, rows)] chunk by chunk, or the DecodeError for input that is no capture."""
+    with native.pure(not compiled):
+        try:
+            return [(kind, t.to_pylist()) for kind, t in
+                    pcap._decode(buf, "capture", OPTIONS, PcapSummary())]
+        except DecodeError as e:
+            return [("error", e.message)]
+
+
+def same(buf: bytes) -> None:
+    assert decode(buf, True) == decode(buf, False)
+
+
+@pytest.fixture(scope="module")
+def crafted(tmp_path_factory) -> bytes:
+    """A conversation of every API the C walks take, cut into small segments."""
+    messages, names = kmsgs.conversation()
+    keep = {i for n, i in names.items() if n.split()[1] not in ("api_versions", "init_producer_id")}
+    messages = [m for i, m in enumerate(messages) if i in keep]
+    path = tmp_path_factory.mktemp("c") / "conv.pcap"
+    write_capture(path, Conn(messages), segment=200)
+    return path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def samples(corpus) -> list[bytes]:
+    out = [(corpus / s).read_bytes() for s in SAMPLES if (corpus / s).exists()]
+    if not out:
+        pytest.skip("no sample captures")
+    return out
+
+
+def payload_ranges(buf: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every TCP payload of the capture (the pure link decoder)."""
+    out = []
+    for *_, tcp in tcp_records(open_capture(buf)):
+        if tcp is not None and tcp[6] > tcp[5]:
+            out.append((tcp[5], tcp[6]))
+    return out
+
+
+def test_the_crafted_conversation_goes_the_compiled_way(crafted):
+    rows = dict(decode(crafted, True))
+    assert {r["api_name"] for r in rows["frame"]} >= {"Produce", "Fetch", "Metadata",
+                                                      "AddPartitionsToTxn", "EndTxn"}
+    assert decode(crafted, True) == decode(crafted, False)
+
+
+def test_every_truncation_gives_the_same_rows(crafted):
+    for cut in range(len(crafted) + 1):
+        same(crafted[:cut])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.randoms(use_true_random=False))
+def test_damage_inside_the_kafka_bytes(crafted, samples, rnd):
+    buf = bytearray(rnd.choice([crafted] + samples))
+    ranges = payload_ranges(bytes(buf))
+    for _ in range(rnd.randint(1, 8)):
+        start, end = rnd.choice(ranges)
+        at = rnd.randrange(start, end)
+        op = rnd.random()
+        if op < 0.6:
+            buf[at] ^= 1 << rnd.randrange(8)
+        elif op < 0.8:  # a length or count read as huge, negative or zero
+            buf[at:at + 4] = rnd.choice([b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\0\0\0\0",
+                                         b"\x80\0\0\0"])[:max(0, end - at)]
+        else:
+            buf[at] = rnd.randrange(256)
+    same(bytes(buf))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.randoms(use_true_random=False))
+def test_damage_anywhere_in_the_file(samples, rnd):
+    buf = bytearray(rnd.choice(samples))
+    for _ in range(rnd.randint(1, 4)):
+        if not buf:
+            break
+        at = rnd.randrange(len(buf))
+        op = rnd.random()
+        if op < 0.5:
+            buf[at] ^= 1 << rnd.randrange(8)
+        elif op < 0.7:
+            del buf[at:at + rnd.randint(1, 300)]
+        elif op < 0.85:
+            n = rnd.randint(1, 400)
+            buf[at:at] = buf[at:at + n]
+        else:
+            del buf[at:]
+    same(bytes(buf))
+
+
+def test_corpus_samples_with_every_message_byte_flipped_once(samples):
+    """One flip in each of the first Kafka payloads, spread over their bytes."""
+    rnd = random.Random(7)
+    for data in samples:
+        ranges = payload_ranges(data)[:12]
+        for start, end in ranges:
+            buf = bytearray(data)
+            buf[rnd.randrange(start, end)] ^= 0xFF
+            same(bytes(buf))
+
+
+def test_lying_sizes_allocate_nothing_like_them(tmp_path):
+    """Frames and batches whose size fields claim up to the limits but whose bytes never come:
+    the compiled splitter gathers what arrives (no allocation sized from the field)."""
+    big = (100 * 1024 * 1024 - 16).to_bytes(4, "big")
+    messages = [(0, big + b"\x00\x00\x00\x09" + b"x" * 3000), (1, big + b"y" * 3000)] * 20
+    path = tmp_path / "lies.pcap"
+    write_capture(path, [Conn(messages, client=("10.0.0.1", 40000 + i)) for i in range(10)],
+                  segment=1448)
+    buf = path.read_bytes()
+    tracemalloc.start()
+    try:
+        rows = decode(buf, True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 40 * 1024 * 1024
+    assert rows == decode(buf, False)
