@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 # a changed .pyx or C header rebuilds it. tshark (Debian's package) is for the test that checks
 # kaudit against Wireshark's Kafka dissector (tests/corpus/test_wireshark_agree.py); without root
 # or apt the set-up goes on and that test says why it skips.
-$(STAMP): pyproject.toml setup.py $(wildcard kaudit/*/*.pyx kaudit/*/*.pxd kaudit/*/*.h)
+$(STAMP): pyproject.toml setup.py $(wildcard kaudit/*/*.pyx kaudit/*/*.pxd kaudit/*/*.pxi kaudit/*/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -126,7 +126,7 @@ cdef class Splitter:
                 size = _i32(p + pos)
                 if size < 0 or size > self.max_size or n - pos - 4 < size:
                     break
-                events.append(Frame(base + pos, size, owner[at + pos + 4:at + pos + 4 + size]))
+                events.append(_new_frame(base + pos, size, owner[at + pos + 4:at + pos + 4 + size]))
                 pos += 4 + size
             self._base, self._pos = base + pos, 0
             if pos == n:
@@ -176,7 +176,7 @@ cdef class Splitter:
         acc = self._acc
         self._acc = None
         self._b = bytearray()
-        frame = Frame(self._base, self._acc_size, memoryview(acc)[4:])
+        frame = _new_frame(self._base, self._acc_size, memoryview(acc)[4:])
         self._base += 4 + self._acc_size
         self._pos = 0
         self._need = 0
@@ -206,16 +206,30 @@ cdef class Splitter:
                 break
             if pos == 0 and avail == 4 + size:
                 # the buffer is this frame: handed over whole, a new buffer takes its place
-                events.append(Frame(self._base, size, memoryview(buf).toreadonly()[4:]))
+                events.append(_new_frame(self._base, size, memoryview(buf).toreadonly()[4:]))
                 self._base += avail
                 buf = self._b = bytearray()
                 self._pos = 0
                 continue
-            events.append(Frame(self._base + pos, size, bytes(buf[pos + 4:pos + 4 + size])))
+            events.append(_new_frame(self._base + pos, size, bytes(buf[pos + 4:pos + 4 + size])))
             self._pos = pos + 4 + size
         if self._state != SYNC:
             return FS._run(self, events)
         self._compact()
+
+
+cdef object _new_frame(int64_t offset, int64_t size, object payload):
+    """Frame(offset, size, payload): the dataclass's fields set without its Python __init__."""
+    f = _FRAME_NEW(Frame)
+    f.offset = offset
+    f.size = size
+    f.payload = payload
+    f.complete = True
+    f.lost = 0
+    return f
+
+
+cdef object _FRAME_NEW = Frame.__new__
 
 
 cdef int _append(bytearray buf, const uint8_t *p, Py_ssize_t n) except -1:

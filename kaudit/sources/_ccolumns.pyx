@@ -8,10 +8,11 @@ code does with its lists) and, from the compiled wire path, values one by one (`
 Python values convert as `pyarrow.array` converts them for the types the rows hold (None, int,
 float, bool, str); a value out of its column's range raises as pyarrow does."""
 
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, INT64_MAX, INT64_MIN
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 
 import pyarrow as pa
@@ -22,9 +23,14 @@ cdef enum:
 _TYPES = {pa.int8(): (T_I8, 1), pa.int16(): (T_I16, 2), pa.int32(): (T_I32, 4),
           pa.int64(): (T_I64, 8), pa.uint32(): (T_U32, 4), pa.float64(): (T_F64, 8),
           pa.bool_(): (T_BOOL, 1), pa.string(): (T_STR, 0)}
-_LIMITS = {T_I8: (-(1 << 7), (1 << 7) - 1), T_I16: (-(1 << 15), (1 << 15) - 1),
-           T_I32: (-(1 << 31), (1 << 31) - 1), T_I64: (-(1 << 63), (1 << 63) - 1),
-           T_U32: (0, (1 << 32) - 1)}
+# the range of each integer type
+cdef long long LO[8]
+cdef long long HI[8]
+LO[T_I8], HI[T_I8] = -(1 << 7), (1 << 7) - 1
+LO[T_I16], HI[T_I16] = -(1 << 15), (1 << 15) - 1
+LO[T_I32], HI[T_I32] = -(1 << 31), (1 << 31) - 1
+LO[T_I64], HI[T_I64] = INT64_MIN, INT64_MAX
+LO[T_U32], HI[T_U32] = 0, (1 << 32) - 1
 
 
 cdef class Columns:
@@ -97,8 +103,6 @@ cdef class Columns:
             if self.cols[i].type == T_STR:
                 self.cols[i].size = self.cols[i].offs[self.n]
                 self.cols[i].offs[self.n + 1] = self.cols[i].offs[self.n]
-            else:
-                memset(self.cols[i].data + self.n * self.cols[i].width, 0, self.cols[i].width)
         return 0
 
     cdef void put_null(self, int c) noexcept:
@@ -158,6 +162,8 @@ cdef class Columns:
     cdef int put_obj(self, int c, object v) except -1:
         """Any row value, converted as pyarrow.array converts it."""
         cdef int t = self.cols[c].type
+        cdef int overflow = 0
+        cdef long long x
         if v is None:
             self.put_null(c)
         elif t == T_STR:
@@ -176,10 +182,10 @@ cdef class Columns:
         else:
             if type(v) is bool or not isinstance(v, int):
                 raise TypeError(f"{self.kind}.{self.schema[c].name}: expected int, got {type(v).__name__}")
-            lo, hi = _LIMITS[t]
-            if not lo <= v <= hi:
+            x = PyLong_AsLongLongAndOverflow(v, &overflow)
+            if overflow or x < LO[t] or x > HI[t]:
                 raise OverflowError(f"{self.kind}.{self.schema[c].name}: {v} does not fit {self.schema[c].type}")
-            self.put_i64(c, v)
+            self.put_i64(c, x)
         return 0
 
     cdef void finish(self) noexcept:

@@ -183,6 +183,8 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
     cdef int k
     cdef Conn conn
     cdef _Conv cs
+    cdef Direction d
+    cdef Splitter sp
     cdef object owner = w.mv
     cdef bint zero_copy = w.mv.readonly
     cdef Sink sink = Sink(rows)
@@ -195,7 +197,15 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
                 cs = conn.user
                 if cs is None:
                     cs = conn.user = _state(convs[conn.conn_id], sink)
-                if zero_copy:
+                if zero_copy and cs.mode == KAFKA:  # _feed with C values
+                    d = cs.d0 if w.d_dir == 0 else cs.d1
+                    sp = cs.s0 if w.d_dir == 0 else cs.s1
+                    d.bytes += w.d_len
+                    d.add_c(w.d_off, w.d_off + w.d_len, w.frame, w.ts)
+                    evs = sp.cfeed(owner, w.d_start, w.buf + w.d_start, w.d_len)
+                    if evs:
+                        _frames(cs, w.d_dir, evs)
+                elif zero_copy:
                     _feed(cs, w.d_dir, w.d_off, owner, w.d_start, w.buf + w.d_start, w.d_len, w.frame,
                           w.frame, w.ts)
                 else:

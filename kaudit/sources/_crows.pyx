@@ -5,8 +5,7 @@ the column builders: the twins of `WireRows._produce`, `_fetch`, `_frame` and `_
 partitions, its partition_errors JSON, the error codes) are built here byte for byte; where
 JSON would need escaping, Python's json builds it."""
 
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, INT64_MAX
-from libc.stdio cimport snprintf
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t, INT64_MAX
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -72,9 +71,20 @@ cdef int _add(Buf *b, const char *s, Py_ssize_t n) except -1:
 
 
 cdef int _int(Buf *b, int64_t v) except -1:
+    """str(v), in decimal."""
     cdef char tmp[24]
-    cdef int n = snprintf(tmp, 24, "%lld", <long long>v)
-    return _add(b, tmp, n)
+    cdef int i = 24
+    cdef uint64_t u = <uint64_t>v if v >= 0 else <uint64_t>0 - <uint64_t>v
+    while True:
+        i -= 1
+        tmp[i] = 48 + <char>(u % 10)
+        u //= 10
+        if not u:
+            break
+    if v < 0:
+        i -= 1
+        tmp[i] = 45
+    return _add(b, tmp + i, 24 - i)
 
 
 cdef bint _plain_json(const uint8_t *s, Py_ssize_t n) noexcept:
@@ -161,7 +171,7 @@ cdef int _num(Columns c, int col, object v) except -1:
     elif type(v) is float:
         c.put_f64(col, v)
     else:
-        c.put_obj(col, v)
+        c.put_obj(col, v)  # an int: range-checked for its column
     return 0
 
 
