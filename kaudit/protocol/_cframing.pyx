@@ -87,11 +87,13 @@ cdef class Splitter:
         cdef Py_ssize_t n = view.shape[0]
         if not n:
             return []
-        return self.cfeed(data, 0, &view[0], n)
+        return self.cfeed(data, 0, &view[0], n, False)
 
-    cdef list cfeed(self, object owner, Py_ssize_t at, const uint8_t *p, Py_ssize_t n):
+    cdef list cfeed(self, object owner, Py_ssize_t at, const uint8_t *p, Py_ssize_t n, bint light):
         """`feed` of the n bytes at p, which are owner[at:at + n] (owner: immutable bytes or a
-        read-only byte memoryview; frames found whole in them are slices of it)."""
+        read-only byte memoryview; frames found whole in them are slices of it). `light`: the
+        frames found on the in-step path come as (offset, size, payload) tuples, not Frame
+        objects (the compiled consumer's form; every other event is as `feed` gives it)."""
         cdef list events
         cdef Py_ssize_t pos, base, k
         cdef int32_t size
@@ -108,9 +110,9 @@ cdef class Splitter:
             k = self._need  # the frame gathered in _acc is complete
             self._end += k
             self._acc_add(p, k)
-            events = [self._acc_frame()]
+            events = [self._acc_frame(light)]
             if n > k:
-                events.extend(self.cfeed(owner, at + k, p + k, n - k))
+                events.extend(self.cfeed(owner, at + k, p + k, n - k, light))
             return events
         self._end += n
         if n < self._need:  # the frame in progress is still incomplete: nothing to report
@@ -126,7 +128,8 @@ cdef class Splitter:
                 size = _i32(p + pos)
                 if size < 0 or size > self.max_size or n - pos - 4 < size:
                     break
-                events.append(_new_frame(base + pos, size, owner[at + pos + 4:at + pos + 4 + size]))
+                payload = owner[at + pos + 4:at + pos + 4 + size]
+                events.append((base + pos, size, payload) if light else _new_frame(base + pos, size, payload))
                 pos += 4 + size
             self._base, self._pos = base + pos, 0
             if pos == n:
@@ -171,12 +174,13 @@ cdef class Splitter:
         self._acc_len = want
         return 0
 
-    cdef object _acc_frame(self):
-        """The gathered frame, complete: its Frame; the buffer is empty again."""
+    cdef object _acc_frame(self, bint light):
+        """The gathered frame, complete: its Frame (light: tuple); the buffer is empty again."""
         acc = self._acc
         self._acc = None
         self._b = bytearray()
-        frame = _new_frame(self._base, self._acc_size, memoryview(acc)[4:])
+        frame = ((self._base, self._acc_size, memoryview(acc)[4:]) if light
+                 else _new_frame(self._base, self._acc_size, memoryview(acc)[4:]))
         self._base += 4 + self._acc_size
         self._pos = 0
         self._need = 0

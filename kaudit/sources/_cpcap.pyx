@@ -202,7 +202,7 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
                     sp = cs.s0 if w.d_dir == 0 else cs.s1
                     d.bytes += w.d_len
                     d.add_c(w.d_off, w.d_off + w.d_len, w.frame, w.ts)
-                    evs = sp.cfeed(owner, w.d_start, w.buf + w.d_start, w.d_len)
+                    evs = sp.cfeed(owner, w.d_start, w.buf + w.d_start, w.d_len, True)
                     if evs:
                         _frames(cs, w.d_dir, evs)
                 elif zero_copy:
@@ -264,7 +264,7 @@ cdef int _feed(_Conv cs, int direction, int64_t off, object owner, Py_ssize_t at
         sp = cs.s0 if direction == 0 else cs.s1
         d.bytes += n
         d.add(off, off + n, first, last, ts)
-        evs = sp.cfeed(owner, at, p, n)
+        evs = sp.cfeed(owner, at, p, n, True)
         if evs:
             _frames(cs, direction, evs)
         return 0
@@ -298,56 +298,75 @@ cdef class Feeder:
 
 
 cdef int _frames(_Conv cs, int direction, list events) except -1:
-    """Conversation._frames, with Produce and Fetch frames the C way."""
+    """Conversation._frames, with Produce, Fetch, Metadata, AddPartitionsToTxn and EndTxn
+    frames the C way. Frames of the splitter's in-step path come as (offset, size, payload)
+    tuples (cfeed's light form: every one complete); a Frame is built only for the pure path."""
     cdef bint is_request = direction == cs.client_dir
     cdef Direction d = cs.d0 if direction == 0 else cs.d1
+    cdef int64_t offset, size
     for ev in events:
-        if type(ev) is Frame:
+        t = type(ev)
+        if t is tuple:
+            offset, size, payload = ev
+            frame_no, ts = d.locate(offset, offset + 4 + size)
+            if is_request:
+                _request(cs, offset, size, payload, None, frame_no, ts)
+            else:
+                _response(cs, offset, size, payload, None, frame_no, ts)
+        elif t is Frame:
             end = ev.offset + 4 + (ev.size if ev.complete else len(ev.payload))
             frame_no, ts = d.locate(ev.offset, end)
-            if is_request:
-                _request(cs, ev, frame_no, ts)
+            if not ev.complete:  # cut by a gap: the pure path says what it is
+                cs.conv._frames(direction, [ev])
+            elif is_request:
+                _request(cs, ev.offset, ev.size, ev.payload, ev, frame_no, ts)
             else:
-                _response(cs, ev, frame_no, ts)
+                _response(cs, ev.offset, ev.size, ev.payload, ev, frame_no, ts)
         else:
             cs.conv._frames(direction, [ev])
     return 0
 
 
-cdef int _request(_Conv cs, ev, frame_no, ts) except -1:
-    """Conversation._request for a Produce or Fetch request the C walk takes."""
+cdef object _frame_of(int64_t offset, int64_t size, payload, frame):
+    """The Frame event the pure methods take (built when the light form came)."""
+    return frame if frame is not None else Frame(offset, size, payload)
+
+
+cdef int _request(_Conv cs, int64_t offset, int64_t size, payload, frame, frame_no, ts) except -1:
+    """Conversation._request of a complete frame, the C way when the C walk takes it."""
     conv = cs.conv
     cdef const uint8_t[::1] view
     cdef Msg m = None
-    if cs.fast and ev.complete and not conv.sasl_tokens:
-        view = ev.payload
+    if cs.fast and not conv.sasl_tokens:
+        view = payload
         if view.shape[0]:
-            m = parse_request(ev.payload, &view[0], view.shape[0], cs.max_bb)
+            m = parse_request(payload, &view[0], view.shape[0], cs.max_bb)
     if m is None:
-        conv._request(ev, frame_no, ts)
+        conv._request(_frame_of(offset, size, payload, frame), frame_no, ts)
         return 0
     conv.requests += 1
     if m.correlation_id > conv.last_corr:
         conv.last_corr = m.correlation_id
     if m.api_key == PRODUCE and m.acks == 0:  # acks=0: the broker sends no response, by design
-        produce_rows(cs.sink, cs.name, m, None, NULL, frame_no, None, ts, None, ev.size, None)
+        produce_rows(cs.sink, cs.name, m, None, NULL, frame_no, None, ts, None, size, None)
         return 0
     old = cs.pending.pop(m.correlation_id, None)
     if old is not None:  # a reused correlation id: the earlier request got no answer
         conv.unanswered += 1
         conv.sink.exchange(conv, Exchange(old[0], None, old[1], None, old[2], None, old[3], None, old[4], None))
-    cs.pending[m.correlation_id] = (m, frame_no, ts, ev.size, ev.complete)
+    cs.pending[m.correlation_id] = (m, frame_no, ts, size, True)
     return 0
 
 
-cdef int _response(_Conv cs, ev, frame_no, ts) except -1:
-    """Conversation._response for the answer to a request the C walk took."""
+cdef int _response(_Conv cs, int64_t offset, int64_t size, payload, frame, frame_no, ts) except -1:
+    """Conversation._response of a complete frame: the C way for the answer to a request the
+    C walk took."""
     conv = cs.conv
     cdef const uint8_t[::1] view
     cdef Msg req, resp = None
     cdef const uint8_t *p = NULL
-    if cs.fast and ev.complete and not conv.sasl_replies:
-        view = ev.payload
+    if cs.fast and not conv.sasl_replies:
+        view = payload
         if view.shape[0] >= 4:
             p = &view[0]
             ent = cs.pending.get(kd_i32(p))
@@ -357,16 +376,16 @@ cdef int _response(_Conv cs, ev, frame_no, ts) except -1:
                 if resp is not None and req.api_key == PRODUCE and not bases_fit(req, resp, p):
                     resp = None
     if resp is None:
-        conv._response(ev, frame_no, ts)
+        conv._response(_frame_of(offset, size, payload, frame), frame_no, ts)
         return 0
     conv.responses += 1
     del cs.pending[resp.correlation_id]
     if req.api_key == PRODUCE:
-        produce_rows(cs.sink, cs.name, req, resp, p, ent[1], frame_no, ent[2], ts, ent[3], ev.size)
+        produce_rows(cs.sink, cs.name, req, resp, p, ent[1], frame_no, ent[2], ts, ent[3], size)
     elif req.api_key == FETCH:
-        fetch_rows(cs.sink, cs.name, req, resp, p, ent[1], frame_no, ent[2], ts, ent[3], ev.size)
+        fetch_rows(cs.sink, cs.name, req, resp, p, ent[1], frame_no, ent[2], ts, ent[3], size)
     else:
-        other_rows(cs.sink, cs.name, req, resp, p, ent[1], frame_no, ent[2], ts, ent[3], ev.size)
+        other_rows(cs.sink, cs.name, req, resp, p, ent[1], frame_no, ent[2], ts, ent[3], size)
     return 0
 
 
