@@ -6,8 +6,7 @@ cdef struct Col:
     int width               # bytes per value (fixed-width types)
     char *data              # values, or a string column's bytes
     Py_ssize_t size, cap    # a string column's bytes used / allocated
-    int32_t *offs           # a string column's offsets (rows + 1)
-    uint8_t *valid          # one byte per row
+    int32_t *offs           # a string column's offsets (rows + 1; a null row's: fixed up at the end)
     Py_ssize_t nulls
 
 
@@ -16,6 +15,7 @@ cdef class Columns:
     cdef object schema
     cdef int ncols
     cdef Col *cols
+    cdef uint8_t *valid     # row by row: one byte per column, 1 when the row set it
     cdef Py_ssize_t n, cap
 
     cdef int begin(self) except -1

@@ -59,10 +59,10 @@ cdef class Columns:
         for i in range(self.ncols):
             free(self.cols[i].data)
             free(self.cols[i].offs)
-            free(self.cols[i].valid)
             self.cols[i].data = NULL
             self.cols[i].offs = NULL
-            self.cols[i].valid = NULL
+        free(self.valid)
+        self.valid = NULL
 
     cdef int _reset(self) except -1:
         self._free()
@@ -75,9 +75,9 @@ cdef class Columns:
     cdef int _grow(self, Py_ssize_t cap) except -1:
         cdef Col *c
         cdef int i
+        self.valid = <uint8_t *>_realloc(self.valid, cap * self.ncols)
         for i in range(self.ncols):
             c = &self.cols[i]
-            c.valid = <uint8_t *>_realloc(c.valid, cap)
             if c.type == T_STR:
                 c.offs = <int32_t *>_realloc(c.offs, (cap + 1) * sizeof(int32_t))
                 if self.cap == 0:
@@ -93,16 +93,10 @@ cdef class Columns:
     # ---- one row, value by value ----------------------------------------------------------
 
     cdef int begin(self) except -1:
-        cdef int i
         if self.n == self.cap:
             self._grow(self.cap * 2)
-        for i in range(self.ncols):
-            # a column this row does not set is null (never garbage); a row left half-built (an
-            # error) leaves no bytes behind
-            self.cols[i].valid[self.n] = 0
-            if self.cols[i].type == T_STR:
-                self.cols[i].size = self.cols[i].offs[self.n]
-                self.cols[i].offs[self.n + 1] = self.cols[i].offs[self.n]
+        # a column this row does not set is null (never garbage)
+        memset(self.valid + self.n * self.ncols, 0, self.ncols)
         return 0
 
     cdef void put_null(self, int c) noexcept:
@@ -111,7 +105,7 @@ cdef class Columns:
     cdef void put_i64(self, int c, int64_t v) noexcept:
         cdef Col *col = &self.cols[c]
         cdef char *at = col.data + self.n * col.width
-        col.valid[self.n] = 1
+        self.valid[self.n * self.ncols + c] = 1
         if col.type == T_I64:
             (<int64_t *>at)[0] = v
         elif col.type == T_I32:
@@ -125,12 +119,12 @@ cdef class Columns:
 
     cdef void put_f64(self, int c, double v) noexcept:
         cdef Col *col = &self.cols[c]
-        col.valid[self.n] = 1
+        self.valid[self.n * self.ncols + c] = 1
         (<double *>(col.data + self.n * 8))[0] = v
 
     cdef void put_bool(self, int c, bint v) noexcept:
         cdef Col *col = &self.cols[c]
-        col.valid[self.n] = 1
+        self.valid[self.n * self.ncols + c] = 1
         col.data[self.n] = 1 if v else 0
 
     cdef int put_str(self, int c, const char *s, Py_ssize_t length) except -1:
@@ -146,7 +140,7 @@ cdef class Columns:
             memcpy(col.data + col.size, s, length)
         col.size += length
         col.offs[self.n + 1] = <int32_t>col.size
-        col.valid[self.n] = 1
+        self.valid[self.n * self.ncols + c] = 1
         return 0
 
     cdef int put_text(self, int c, object v) except -1:
@@ -192,13 +186,20 @@ cdef class Columns:
         self.n += 1
 
     cpdef append(self, tuple row):
-        """One row, a tuple in schema order (the pure path's list.append)."""
+        """One row, a tuple in schema order (the pure path's list.append). A value refused
+        leaves nothing of the row behind."""
         cdef int i
         if len(row) != self.ncols:
             raise ValueError(f"{self.kind} row of {len(row)} values, the schema has {self.ncols}")
+        sizes = [self.cols[i].size for i in range(self.ncols)]
         self.begin()
-        for i in range(self.ncols):
-            self.put_obj(i, row[i])
+        try:
+            for i in range(self.ncols):
+                self.put_obj(i, row[i])
+        except BaseException:
+            for i in range(self.ncols):
+                self.cols[i].size = sizes[i]
+            raise
         self.finish()
 
     # ---- out ------------------------------------------------------------------------------
@@ -211,32 +212,35 @@ cdef class Columns:
 
     cdef object _array(self, int i):
         cdef Col *col = &self.cols[i]
-        cdef Py_ssize_t n = self.n, k
+        cdef Py_ssize_t n = self.n, k, w = self.ncols
         f = self.schema[i]
         col.nulls = 0
         for k in range(n):
-            col.nulls += not col.valid[k]
-        validity = None if col.nulls == 0 else pa.py_buffer(_bits(col.valid, n))
+            if not self.valid[k * w + i]:
+                col.nulls += 1
+                if col.type == T_STR:  # an unset string: empty at the offset it was at
+                    col.offs[k + 1] = col.offs[k]
+        validity = None if col.nulls == 0 else pa.py_buffer(_bits(self.valid + i, n, w))
         if col.type == T_STR:
             offs = PyBytes_FromStringAndSize(<char *>col.offs, (n + 1) * sizeof(int32_t))
             data = PyBytes_FromStringAndSize(col.data, col.size) if col.size else b""
             return pa.Array.from_buffers(f.type, n, [validity, pa.py_buffer(offs), pa.py_buffer(data)],
                                          null_count=col.nulls)
         if col.type == T_BOOL:
-            data = _bits(<uint8_t *>col.data, n)
+            data = _bits(<uint8_t *>col.data, n, 1)
         else:
             data = PyBytes_FromStringAndSize(col.data, n * col.width)
         return pa.Array.from_buffers(f.type, n, [validity, pa.py_buffer(data)], null_count=col.nulls)
 
 
-cdef bytes _bits(const uint8_t *flags, Py_ssize_t n):
-    """One byte per row (0/1) packed into Arrow's bitmap (least significant bit first)."""
+cdef bytes _bits(const uint8_t *flags, Py_ssize_t n, Py_ssize_t stride):
+    """n bytes (0/1, `stride` apart) packed into Arrow's bitmap (least significant bit first)."""
     cdef bytes out = PyBytes_FromStringAndSize(NULL, (n + 7) // 8)
     cdef uint8_t *b = <uint8_t *>PyBytes_AS_STRING(out)
     cdef Py_ssize_t i
     memset(b, 0, (n + 7) // 8)
     for i in range(n):
-        if flags[i]:
+        if flags[i * stride]:
             b[i >> 3] |= 1 << (i & 7)
     return out
 

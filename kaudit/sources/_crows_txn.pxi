@@ -122,10 +122,7 @@ cdef int other_rows(Sink s, str name, Msg req, Msg resp, const uint8_t *pr, req_
     _num(c, 3, resp_frame)
     _num(c, 4, req_ts)
     _num(c, 5, resp_ts)
-    if req_ts is None or resp_ts is None:
-        c.put_null(6)
-    else:
-        _num(c, 6, round((resp_ts - req_ts) * 1000.0, 3))
+    _latency(c, 6, req_ts, resp_ts)
     _num(c, 7, req_size)
     _num(c, 8, resp_size)
     c.put_i64(9, key)

@@ -79,3 +79,15 @@ def test_direction_chunks_locate_as_the_pure_class(ops):
             twin.add(start, at, frame, frame, ts)
         else:
             assert twin.locate(a, a + b) == pure.locate(a, a + b)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                 st.floats(-1e7, 1e7), st.integers(-10**9, 10**9).map(lambda i: i / 2000),
+                 st.tuples(st.floats(1.6e9, 1.8e9), st.floats(0, 60)).map(lambda t: (t[0] + t[1] - t[0]) * 1000.0)))
+def test_latency_rounding_is_pythons(x):
+    """The frame row's latency_ms: round(x, 3) computed in C (ties left to Python)."""
+    import math
+
+    r = native.module("kaudit.sources._crows").round3(x)
+    assert r == round(x, 3) and math.copysign(1, r) == math.copysign(1, round(x, 3))
