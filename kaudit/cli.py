@@ -425,3 +425,28 @@ def main() -> None:
     except BrokenPipeError:  # `kaudit ... | head`: not an error
         sys.stderr.close()
         sys.exit(EXIT_OK)
+    except SystemExit as e:
+        _quick_exit(e.code)
+        raise
+
+
+def _quick_exit(code) -> None:
+    """End the process without the interpreter's teardown (freeing every object and module of
+    pyarrow, numpy and the rows: ~0.08 s of each run, measured), once the command is done: its
+    outputs are closed, its threads joined; the atexit handlers still run. Not after Spark ran,
+    nor for a message exit code, which SystemExit prints."""
+    import atexit
+
+    if "pyspark" in sys.modules or not (code is None or isinstance(code, int)):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed or broken stream: let Python end it as usual
+        return
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code or 0)
