@@ -148,7 +148,10 @@ class WirePartition:
 
     # -- helpers ------------------------------------------------------------------------------
     def _where(self) -> str:
-        return f"{self.topic}-{self.partition}"
+        where = self.__dict__.get("_where_text")
+        if where is None:  # the same for every batch of the partition
+            where = self._where_text = f"{self.topic}-{self.partition}"
+        return where
 
     @staticmethod
     def _answer(r: dict) -> str:
