@@ -179,12 +179,15 @@ cdef int other_rows(Sink s, str name, Msg req, Msg resp, const uint8_t *pr, req_
                 out.append((s.source, name, resp_frame, resp_ts, key, topic_id, topic))
             count += len(names)
     else:
-        # the txn_event row (TXN_EVENT order)
-        s.cols_list("txn_event").append((
-            s.source, name, req_frame, req_ts, "END_TXN" if key == END_TXN else "ADD_PARTITIONS",
-            txn_id, req.pid, req.epoch, None, tps,
-            ("COMMIT" if req.committed else "ABORT") if key == END_TXN else None, None, None, None,
-            resp.new_pid if resp.has_new else None, resp.new_epoch if resp.has_new else None, codes))
-        count += 1
+        # the txn_event row, through WireRows.add as the pure path adds it (fields it does not
+        # name are null: the row follows the schema as it grows)
+        s.rows.add("txn_event", {
+            "source": s.source, "connection": name, "position": req_frame, "ts": req_ts,
+            "event": "END_TXN" if key == END_TXN else "ADD_PARTITIONS",
+            "transactional_id": txn_id, "producer_id": req.pid, "producer_epoch": req.epoch,
+            "partitions": tps,
+            "result": ("COMMIT" if req.committed else "ABORT") if key == END_TXN else None,
+            "new_producer_id": resp.new_pid if resp.has_new else None,
+            "new_producer_epoch": resp.new_epoch if resp.has_new else None, "error_codes": codes})
     s.rows.count += count
     return 0
