@@ -148,10 +148,7 @@ class WirePartition:
 
     # -- helpers ------------------------------------------------------------------------------
     def _where(self) -> str:
-        where = self.__dict__.get("_where_text")
-        if where is None:  # the same for every batch of the partition
-            where = self._where_text = f"{self.topic}-{self.partition}"
-        return where
+        return f"{self.topic}-{self.partition}"
 
     @staticmethod
     def _answer(r: dict) -> str:
