@@ -188,6 +188,7 @@ class PartitionTimeline:
         if self.dups is not None:
             self.dups.feed(t, ~tracked & ~control & (magic >= 2))
         self._control = control
+        self._last_off = last_off
         slow = overlap.copy()
         rows = np.flatnonzero(tracked)
         if rows.size:
@@ -212,7 +213,9 @@ class PartitionTimeline:
 
         slow_rows = np.flatnonzero(slow)
         if slow_rows.size:
-            cols = t.to_pydict() if slow_rows.size > n // 8 else None
+            # a view reads ~15 cells: past a few dozen slow rows one conversion of the columns
+            # views read beats reading cell by cell (a partition's first chunk: every producer)
+            cols = t.select(list(COLUMNS)).to_pydict() if slow_rows.size > 32 else None
             heap = slow_rows.tolist()  # ascending: already a heap
             while heap:
                 i = heapq.heappop(heap)
@@ -274,10 +277,6 @@ class PartitionTimeline:
         """Apply to each producer's state its last fast-path batch before row `upto`."""
         if order.size == 0:
             return
-        if cols is None and upto >= t.num_rows and len(self._slices) > 64:
-            # the chunk's end: every producer's last rows are viewed (timeline notes); with many
-            # producers one conversion of the chunk beats a cell-by-cell read per view
-            cols = t.select(list(COLUMNS)).to_pydict()
         if upto < t.num_rows:
             q = int(pid[upto])
             if q < 0:
@@ -291,6 +290,7 @@ class PartitionTimeline:
             starts = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
             ends = np.r_[starts[1:], order.size]
             targets = [(int(p[s]), order[s:e]) for s, e in zip(starts.tolist(), ends.tolist())]
+        steps = []   # (state, last row, last data row or -1, rows to note)
         for q, sel in targets:
             st = self.producers.get(q)
             if st is None or sel.size == 0:
@@ -302,20 +302,23 @@ class PartitionTimeline:
             data = sel[~self._control[sel]]
             if st.applied_upto is not None:
                 data = data[data > st.applied_upto]
-            if data.size:
-                b = self._view(t, cols, int(data[-1]))
-                st.set_sequence(b.last_sequence, int(self._gaps_before[int(data[-1])]))
+            noted = -1 if st.noted_upto is None else st.noted_upto
+            steps.append((st, i, int(data[-1]) if data.size else -1, [j for j in sel[-4:].tolist() if j > noted]))
+        views = _Views(t, cols)
+        views.prefetch([r for _, _, d, notes in steps for r in ([d] if d >= 0 else []) + notes])
+        for st, i, d, notes in steps:
+            if d >= 0:
+                b = views.get(d)
+                st.set_sequence(b.last_sequence, int(self._gaps_before[d]))
                 runs = st.history(b.producer_epoch)
                 if runs:
                     runs[-1].hi = b.last_sequence
                     runs[-1].last_offset = b.last_offset
-            st.last_offset = int(t.column("last_offset")[i].as_py()) if cols is None else cols["last_offset"][i]
+            st.last_offset = int(self._last_off[i])
             st.offset_gaps = int(self._gaps_before[i])
             st.applied_upto = i
-            for j in sel[-4:].tolist():
-                if j > (st.noted_upto if st.noted_upto is not None else -1):
-                    v = self._view(t, cols, j)
-                    st.note(v)
+            for j in notes:
+                st.note(views.get(j))
             st.noted_upto = i
 
     @staticmethod
@@ -324,14 +327,7 @@ class PartitionTimeline:
             r = {k: t.column(k)[i].as_py() for k in COLUMNS}
         else:
             r = {k: cols[k][i] for k in COLUMNS}
-        return BatchView(
-            r["source"], r["position"], r["base_offset"], r["last_offset"],
-            -1 if r["producer_id"] is None else r["producer_id"],
-            -1 if r["producer_epoch"] is None else r["producer_epoch"],
-            -1 if r["base_sequence"] is None else r["base_sequence"],
-            -1 if r["last_sequence"] is None else r["last_sequence"],
-            r["record_count"] or 0, r["crc"], r["batch_size"], bool(r["is_control"]),
-            r["control_type"], r["base_timestamp_ms"], r["max_timestamp_ms"])
+        return batch_view(r)
 
     # -- checked path --------------------------------------------------------------------------
     def _fields(self, b: BatchView, **kw) -> dict:
@@ -480,3 +476,35 @@ def _is_log(t: pa.Table):
 
 FOLD = Fold("disk-sequences", {"batch": COLUMNS}, KEY, ORDER,
             lambda ctx: KeyedState(KEY, PartitionTimeline), where={"batch": _is_log})
+
+
+class _Views:
+    """BatchViews of one chunk's rows: many at once read with one take (the timeline notes of
+    every producer at a chunk's end), a few cell by cell."""
+
+    def __init__(self, t, cols):
+        self.t, self.cols, self.cache = t, cols, {}
+
+    def prefetch(self, rows: list[int]) -> None:
+        need = sorted({i for i in rows if i not in self.cache})
+        if self.cols is None and len(need) > 8:
+            taken = self.t.take(pa.array(need, pa.int64())).select(list(COLUMNS)).to_pylist()
+            self.cache.update((i, batch_view(r)) for i, r in zip(need, taken))
+
+    def get(self, i: int) -> BatchView:
+        v = self.cache.get(i)
+        if v is None:
+            v = self.cache[i] = PartitionTimeline._view(self.t, self.cols, i)
+        return v
+
+
+def batch_view(r: dict) -> BatchView:
+    """A BatchView of one batch row (COLUMNS)."""
+    return BatchView(
+        r["source"], r["position"], r["base_offset"], r["last_offset"],
+        -1 if r["producer_id"] is None else r["producer_id"],
+        -1 if r["producer_epoch"] is None else r["producer_epoch"],
+        -1 if r["base_sequence"] is None else r["base_sequence"],
+        -1 if r["last_sequence"] is None else r["last_sequence"],
+        r["record_count"] or 0, r["crc"], r["batch_size"], bool(r["is_control"]),
+        r["control_type"], r["base_timestamp_ms"], r["max_timestamp_ms"])
