@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 
 from kaudit.audit.coordinator_state import partition_names
 from kaudit.audit.folds import Context
@@ -284,7 +285,7 @@ class WireFeed:
         """The transaction a coordinator's markers end: the latest one ending with this result
         at this epoch whose markers are still out, else the open one."""
         tps = set(partition_names(r["partitions"]))
-        for t in reversed(self.txns):
+        for t in reversed(self.txns[-16:]):   # markers follow their end within moments
             if (t.prepared == r["result"] and t.prepare_epoch == r["producer_epoch"] and not t.complete
                     and (tps & set(t.partitions) or any(tp.startswith("__consumer_offsets-") for tp in tps))):
                 return t
@@ -376,18 +377,24 @@ class WireFeed:
     def _order_races(self) -> None:
         """Data sent while a marker was on its way (sent, not answered yet) landed before it when
         its offset follows the data before the marker directly (a marker takes an offset)."""
-        by_tp: dict[str, list[dict]] = {}
+        markers: dict[tuple, list[dict]] = {}
         for m in self.markers:
-            by_tp.setdefault(f"{m['topic']}-{m['partition']}", []).append(m)
+            markers.setdefault((m["topic"], m["partition"]), []).append(m)
+        data: dict[tuple, list[dict]] = {}
         for d in self.data:
-            for m in by_tp.get(f"{d['topic']}-{d['partition']}", ()):
-                sent, answered = m["sent"], m["rank"][0]
-                if not (sent <= d["rank"][0] < answered) or d["base_offset"] is None:
-                    continue
-                before = [x["last_offset"] for x in self.data if x is not d and x["last_offset"] is not None
-                          and x["topic"] == d["topic"] and x["partition"] == d["partition"] and x["rank"] < d["rank"]]
-                if before and d["base_offset"] > max(before) + 1:
-                    d["rank"] = (answered, m["position"], d["position"])
+            data.setdefault((d["topic"], d["partition"]), []).append(d)
+        for tp, ms in markers.items():
+            ms = sorted(ms, key=lambda m: m["sent"])
+            sent = [m["sent"] for m in ms]
+            top = -1   # the highest last offset of the partition's data sent before
+            for d in sorted(data.get(tp, ()), key=lambda d: d["rank"]):
+                k = bisect_right(sent, d["rank"][0]) - 1   # the last marker sent by then
+                m = ms[k] if k >= 0 else None
+                if (m is not None and d["rank"][0] < m["rank"][0] and d["base_offset"] is not None
+                        and top >= 0 and d["base_offset"] > top + 1):
+                    d["rank"] = (m["rank"][0], m["position"], d["position"])
+                if d["last_offset"] is not None:
+                    top = max(top, d["last_offset"])
 
     def facts(self) -> ProducerTxns:
         self._order_races()
