@@ -109,3 +109,16 @@ def test_fencing_is_the_coordinators(runs):
         d = json.loads(f["details"])
         assert (d["cause"], d["partitions"], d["data_epoch"], d["marker_epoch"]) == ("fencing", ["j-fence-0"], 0, 1)
         assert d["transaction"] == "0/0/j-fence-0@0"      # the same transaction from wire and disk
+
+
+def test_txn_view_of_a_capture_alone(corpus):
+    """`kaudit txn` of the fencing capture alone: the requests show the fenced transaction ended by
+    the coordinator, then the new instance's commit by the client."""
+    caps, _ = _inputs(corpus, "v5-fencing-tv2")
+    r = CliRunner().invoke(app, ["txn", *caps, "--transactional-id", "java41-fence", "-f", "json",
+                                 "--kafka-port", "9092", "--kafka-port", "9093", "--kafka-port", "9094"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert [(t["source"], t["outcome"], t["ended_by"]) for t in rows] == [
+        ("wire", "ABORT", "coordinator (fencing)"), ("wire", "COMMIT", "client (EndTxn commit)")]
+    assert rows[0]["parts"][0]["marker"]["writer"] == "coordinator"
