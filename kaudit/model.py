@@ -2,10 +2,15 @@
 
 Every row is a flat mapping of primitive fields. Sources produce rows of one `kind` at a time,
 either as a list of dicts (small kinds) or directly as Arrow tables (batches, the hot path);
-`table_from_rows` builds the Arrow table for a kind from dicts.
+`table_from_rows` builds the Arrow table for a kind from dicts. Each kind is registered
+(`row_kind`) with its tags; `view` makes typed row views of its columns.
 """
 
 from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -391,30 +396,72 @@ FINDING = pa.schema([
     ("incident", S),         # stable id of the incident the finding belongs to (audit/incidents.py)
 ])
 
-SCHEMAS: dict[str, pa.Schema] = {
-    "batch": BATCH,
-    "record": RECORD,
-    "txn_log": TXN_LOG,
-    "offset_commit": OFFSET_COMMIT,
-    "group_metadata": GROUP_METADATA,
-    "snapshot_entry": SNAPSHOT_ENTRY,
-    "txnindex_entry": TXNINDEX_ENTRY,
-    "index_entry": INDEX_ENTRY,
-    "leader_epoch_entry": LEADER_EPOCH_ENTRY,
-    "checkpoint_entry": CHECKPOINT_ENTRY,
-    "partition_metadata": PARTITION_METADATA,
-    "log_dir": LOG_DIR,
-    "frame": FRAME,
-    "txn_event": TXN_EVENT,
-    "fetch_partition": FETCH_PARTITION,
-    "topic_name": TOPIC_NAME,
-    "connection": CONNECTION,
-    "decode_issue": DECODE_ISSUE,
-    "skipped": SKIPPED,
-    "finding": FINDING,
-}
+@dataclass(frozen=True)
+class RowKind:
+    """A row kind: its schema and its tags - which sources emit it (`disk`: log dirs, `wire`:
+    captures). A decoder that emits a new kind and its `row_kind` here are all the engines
+    need: both take the kinds (and their folds, from the folds' inputs) from here."""
 
-KINDS = tuple(SCHEMAS)
+    name: str
+    schema: pa.Schema
+    disk: bool = False
+    wire: bool = False
+
+
+ROW_KINDS: dict[str, RowKind] = {}
+SCHEMAS: dict[str, pa.Schema] = {}
+KINDS: list[str] = []
+ROWS: dict[str, type] = {}   # every kind's typed row view (all its columns)
+
+
+def row_kind(name: str, schema: pa.Schema, *, disk: bool = False, wire: bool = False) -> RowKind:
+    """Register a row kind (again with the same schema: a no-op) and make its row view."""
+    have = ROW_KINDS.get(name)
+    if have is not None:
+        if have.schema != schema:
+            raise ValueError(f"row kind {name} registered twice with different schemas")
+        return have
+    ROW_KINDS[name] = kind = RowKind(name, schema, disk, wire)
+    SCHEMAS[name] = schema
+    KINDS.append(name)
+    ROWS[name] = view(name)
+    return kind
+
+
+def view(kind: str, columns: Iterable[str] | None = None) -> type:
+    """A typed row view: a named-tuple class of `columns` (default all) of `kind`, checked
+    against its schema when made - a fold makes its own at import, so a misspelt column fails
+    then, and its fields are attributes (`r.producer_id`), not dict keys. `View.of(table)`
+    reads a table's columns (named as the view's fields) into rows, column by column."""
+    schema = SCHEMAS[kind]
+    columns = tuple(schema.names if columns is None else columns)
+    unknown = [c for c in columns if schema.get_field_index(c) < 0]
+    if unknown:
+        raise KeyError(f"row kind {kind} has no column {', '.join(unknown)}")
+    base = namedtuple("".join(w.title() for w in kind.split("_")) + "Row", columns)
+    return type(base.__name__, (base,), {"__slots__": (), "kind": kind, "of": classmethod(_rows_of)})
+
+
+def _rows_of(cls, table: pa.Table) -> list:
+    return list(map(cls._make, zip(*(table.column(c).to_pylist() for c in cls._fields))))
+
+
+for _name, _schema, _tags in (
+        ("batch", BATCH, "dw"), ("record", RECORD, "d"), ("txn_log", TXN_LOG, "d"),
+        ("offset_commit", OFFSET_COMMIT, "d"), ("group_metadata", GROUP_METADATA, "d"),
+        ("snapshot_entry", SNAPSHOT_ENTRY, "d"), ("txnindex_entry", TXNINDEX_ENTRY, "d"),
+        ("index_entry", INDEX_ENTRY, "d"), ("leader_epoch_entry", LEADER_EPOCH_ENTRY, "d"),
+        ("checkpoint_entry", CHECKPOINT_ENTRY, "d"), ("partition_metadata", PARTITION_METADATA, "d"),
+        ("log_dir", LOG_DIR, "d"), ("frame", FRAME, "w"), ("txn_event", TXN_EVENT, "w"),
+        ("fetch_partition", FETCH_PARTITION, "w"), ("topic_name", TOPIC_NAME, "w"),
+        ("connection", CONNECTION, "w"), ("decode_issue", DECODE_ISSUE, "dw"), ("skipped", SKIPPED, "d"),
+        ("finding", FINDING, "")):
+    row_kind(_name, _schema, disk="d" in _tags, wire="w" in _tags)
+
+
+def kinds_of(side: str) -> list[str]:
+    """The row kinds a side's sources emit ("disk" or "wire")."""
+    return [k for k, rk in ROW_KINDS.items() if getattr(rk, side)]
 
 
 def table_from_rows(kind: str, rows: list[dict]) -> pa.Table:

@@ -8,23 +8,15 @@ from kaudit.audit import leader_epochs, replicas, state_files, wire_readers  # n
 from kaudit.audit.folds import Context, Fold
 from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
 
-# transactions.FOLD is cross-partition and replicas.FOLD cross-replica (`buffered`): engines
-# buffer their selections and sort them.
+# An audit plan (engine/plan.py) streams the folds keyed by a log's partition and buffers the
+# others (transactions.FOLD is cross-partition, replicas.FOLD cross-replica and bound to the
+# inputs' replicated partitions: Fold.bind).
 DISK_FOLDS: tuple[Fold, ...] = (disk_sequences.FOLD, integrity.FOLD, index_check.FOLD, state_files.FOLD,
                                 transactions.FOLD, replicas.FOLD)
 WIRE_FOLDS: tuple[Fold, ...] = (wire_produce.FOLD, wire_frames.FOLD, txn_wire.FOLD, wire_lso.FOLD, wire_readers.FOLD)
 
 __all__ = ["Context", "Fold", "RULES", "SEVERITIES", "SEVERITY_RANK", "at_or_above",
-           "DISK_FOLDS", "WIRE_FOLDS", "disk_folds", "sort_findings"]
-
-
-def disk_folds(replicated=None, clusters: dict | None = None) -> tuple[Fold, ...]:
-    """DISK_FOLDS with the replicas fold bound to the (topic, partition) pairs the inputs hold in
-    several log dirs (sources.logdir.replicated_partitions: only those keep a row per batch) and
-    to each log dir's cluster id (replicas are compared within one cluster)."""
-    if replicated is None:
-        return DISK_FOLDS
-    return tuple(f.bind(replicated, clusters) if f is replicas.FOLD else f for f in DISK_FOLDS)
+           "DISK_FOLDS", "WIRE_FOLDS", "sort_findings"]
 
 
 def sort_findings(findings: list[dict]) -> list[dict]:

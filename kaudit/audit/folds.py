@@ -1,18 +1,19 @@
 """The fold contract shared by every engine (DESIGN.md §5).
 
 A fold reads rows of one or more kinds, sorted by `key` and, within a key, by `order`; it sees them
-as Arrow chunks `(kind, table)` and returns findings (dict rows of model.FINDING). The local engine
-pushes the decoders' chunks through `run`; the Spark engine calls the same `run` from
-`mapInArrow` after `repartition(key).sortWithinPartitions(key + order)`. A fold keeps state for
-the current key only and closes it when the key changes, so memory is bounded by one key's state.
-Nothing here knows which engine runs it.
+as Arrow chunks `(kind, table)` and returns findings (dict rows of model.FINDING). An audit plan
+(engine/plan.py) says how each fold is fed - streamed as the sources deliver its keys, or its
+selection buffered and sorted - and both engines execute that plan. A fold keeps state for the
+current key only and closes it when the key changes, so memory is bounded by one key's state; a
+key that comes back once closed breaks the plan's contract (KeyedState). Nothing here knows which
+engine runs it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -28,15 +29,17 @@ class Context:
     `topic_names`: the id -> name facts of every input (captures' Metadata responses,
     partition.metadata), settled before any wire fold runs.
 
-    `txn_state_seen`: whether the transactions fold's selection holds any `__transaction_state`
-    row. None: its `prepare` finds out from the rows it is given (the whole selection); an engine
-    that prepares the selection a part at a time (Spark, by producer id) sets it first."""
+    `selected_kinds`: the row kinds a buffered fold's selection holds in the whole input, settled
+    by the engine (which may prepare the selection a share of the keys at a time); None: the
+    fold's `prepare` sees the whole selection. `txn_state_seen` (transactions): whether that
+    selection holds any `__transaction_state` row, set by its prepare."""
 
     reference_time_ms: int | None = None
     txn_state_seen: bool | None = None
     # topic id -> name (KIP-516) from every input: the engines name the rows' topics with it
     # before the folds group them (sources.topics.TopicNames.label)
     topic_names: dict | None = None
+    selected_kinds: frozenset | None = None
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,17 @@ class Fold:
     make: Callable[[Context], "FoldState"]
     # Per kind: a vectorised row filter (table -> boolean mask); rows it rejects never reach the fold.
     where: dict[str, Callable[[pa.Table], pa.ChunkedArray]] = field(default_factory=dict)
-    # True: the key spans partitions, so engines buffer the selection and sort it (transactions)
-    buffered: ClassVar[bool] = False
+    # Optional: (selection chunks, ctx) -> the chunks to sort and feed, for a fold whose rows need
+    # the whole selection first (txn_wire joins frames to events, the transactions certify the
+    # producers that need no judging). `prepare_by_key`: it may run on any share of the keys
+    # (given the settled context), so an engine may share the keys out; else it sees them all.
+    prepare: Callable[[list, Context], list] | None = None
+    prepare_by_key: bool = False
+
+    def bind(self, replicated, clusters: dict | None = None) -> "Fold":
+        """The fold for inputs that hold the (topic, partition) pairs `replicated` in several log
+        dirs, of clusters `clusters` (log dir -> cluster id): itself, unless it compares replicas."""
+        return self
 
     def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
         """The rows and columns of a decoded chunk this fold reads (None: nothing); `extra`
@@ -77,6 +89,8 @@ class Fold:
 
 
 class FoldState:
+    order_errors: tuple = ()   # broken ordering contracts, for the engine to report
+
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
         raise NotImplementedError
 
@@ -84,15 +98,28 @@ class FoldState:
         raise NotImplementedError
 
 
+class KeyOrderError(RuntimeError):
+    """A key came back after its group was closed: the rows were not grouped by the fold's key."""
+
+
+# Tests (tests/conftest.py) raise on a broken ordering contract; a production run reports it as
+# an internal error and goes on with a fresh group for the key.
+STRICT_ORDER = os.environ.get("KAUDIT_STRICT_ORDER") == "1"
+
+
 class KeyedState(FoldState):
     """A fold state that is one `Group` per key: splits chunks at key changes, closes the
-    previous group when a new key starts."""
+    previous group when a new key starts. Every key's rows must come together: one that comes
+    back after its group closed raises KeyOrderError under STRICT_ORDER, else is noted in
+    `order_errors` (never silently started over)."""
 
     def __init__(self, key: tuple[str, ...], group_factory):
         self.key_cols = key
         self.factory = group_factory
         self.current_key = None
         self.group = None
+        self.closed: set = set()
+        self.order_errors: list[str] = []
 
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
         out = []
@@ -106,6 +133,12 @@ class KeyedState(FoldState):
         if self.group is None or k != self.current_key:
             if self.group is not None:
                 out.extend(self.group.finish())
+                self.closed.add(self.current_key)
+            if k in self.closed:
+                message = f"key {k} came back after its group was closed (rows not grouped by {self.key_cols})"
+                if STRICT_ORDER:
+                    raise KeyOrderError(message)
+                self.order_errors.append(message)
             self.current_key = k
             self.group = self.factory(k)
         out.extend(self.group.feed(kind, part))

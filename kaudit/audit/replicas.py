@@ -3,7 +3,7 @@ and each replica's offset checkpoints against its own segments.
 
 The fold is cross-replica: keyed by (topic, partition), it needs every log dir's rows of the
 partition and the log dirs' checkpoint files (whose entries name their partitions), so engines
-buffer its selection and feed it sorted by key (`ReplicaFold.buffered`). Its selection is lean
+buffer its selection and feed it sorted by key (its key is not a replica's). Its selection is lean
 (replica_rows.py): a row per batch only for the partitions the inputs hold in several log dirs
 (`ReplicaFold.bind`: the engines give it the plan's replicated partitions and each log dir's
 cluster id), the two batches bounding each chunk otherwise.
@@ -92,12 +92,11 @@ def checkpoint_mismatch(name: str, offset: int, log_end: int) -> bool:
 
 @dataclass(frozen=True)
 class ReplicaFold(LogFold):
-    """Buffered (cross-replica) fold; `replicated`: the (topic, partition) pairs the inputs hold
+    """Cross-replica fold (engines buffer it); `replicated`: the (topic, partition) pairs the inputs hold
     in several log dirs (None: treat every partition as replicated); `clusters`: (log dir,
     cluster id) pairs - each batch row is tagged with its cluster, and replicas of different
     clusters are never compared."""
 
-    buffered = True
     replicated: frozenset | None = None
     clusters: tuple = ()
 

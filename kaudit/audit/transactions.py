@@ -11,7 +11,7 @@ their markers (a marker is written between the PrepareX and CompleteX records of
 transaction). The rules live in txn_rules.py.
 
 The fold is cross-partition: keyed by producer id, it needs every partition's transactional
-batches and the txn_log rows, so an engine buffers its selection (`CrossPartitionFold.buffered`:
+batches and the txn_log rows, so an engine buffers its selection (its key is not a partition's:
 lean, dictionary-encoded columns), passes it through `prepare` — which leaves out the producers
 txn_clean.py certifies finding-free, vectorised over all of them — and feeds the rest sorted by
 (key, order); each producer's rows become Python objects only in its own group (txn_rows.py).
@@ -69,10 +69,8 @@ class ProducerGroup:
 
 class CrossPartitionFold(Fold):
     """A fold whose key spans partitions: engines buffer its selection, pass it through
-    `prepare` and feed it sorted by (key, order). See txn_rows.py for what `select` and
-    `prepare` keep."""
-
-    buffered = True
+    `prepare` (by producer id: any share of them at a time) and feed it sorted by (key, order).
+    See txn_rows.py for what `select` and `prepare` keep."""
 
     def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
         sel = super().select(kind, table, extra)
@@ -80,8 +78,9 @@ class CrossPartitionFold(Fold):
             return None
         return txn_rows.lean(txn_rows.runs(sel) if kind == "batch" else sel)
 
-    def prepare(self, items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
-        return txn_rows.prepare(items, ctx, self.key + self.order, rules=RULE_IDS)
+
+def _prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
+    return txn_rows.prepare(items, ctx, KEY + ORDER, rules=RULE_IDS)
 
 
 # The rules this fold runs (txn_findings.judge, coordinator_state.build): the fast path certifies a
@@ -109,6 +108,7 @@ def _make(ctx: Context):
 
 
 FOLD = CrossPartitionFold("transactions", {"batch": BATCH_COLUMNS, "txn_log": TXN_LOG_COLUMNS},
-                          KEY, ORDER, _make, where={"batch": _batch_where, "txn_log": _txn_log_where})
+                          KEY, ORDER, _make, where={"batch": _batch_where, "txn_log": _txn_log_where},
+                          prepare=_prepare, prepare_by_key=True)
 
 

@@ -22,8 +22,9 @@ Invariants:
   (2) every row of the producer ids txn_clean certifies finding-free. The key and order columns
   of what it returns are plain (Arrow cannot sort dictionary columns); the others may stay
   dictionary-encoded. Its only global fact, whether any `__transaction_state` row was selected,
-  goes to `ctx.txn_state_seen` (unless the engine set it): findings do not depend on how the
-  engine chunks the rows, nor on how it shares the producer ids out.
+  goes to `ctx.txn_state_seen` (from `ctx.selected_kinds` where the engine settled it):
+  findings do not depend on how the engine chunks the rows, nor on how it shares the producer
+  ids out.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def prepare(items: list[tuple[str, pa.Table]], ctx: Context, sort_columns: tuple
     if certify is None:
         certify = FAST_PATH
     if ctx.txn_state_seen is None:
-        ctx.txn_state_seen = any(kind == "txn_log" and t.num_rows for kind, t in items)
+        ctx.txn_state_seen = ("txn_log" in ctx.selected_kinds if ctx.selected_kinds is not None
+                              else any(kind == "txn_log" and t.num_rows for kind, t in items))
     by_kind: dict[str, list[pa.Table]] = {}
     for kind, t in items:
         if t.num_rows:

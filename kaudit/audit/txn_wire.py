@@ -75,41 +75,39 @@ def producer_facts(pid: int, rows: list[tuple], ctx: Context) -> ProducerTxns:
     return feed.facts()
 
 
-class TxnFold(Fold):
-    """Needs the txn_event rows' response times, senders and per-partition answers (from their
-    frames) and the producer id of failed InitProducerId requests (from their transactional id):
-    `prepare` adds them before sorting."""
-
-    def prepare(self, items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
-        frames = {}
-        admins = set()
-        for kind, t in items:
-            if kind == "frame":
-                cols = [t.column(n).to_pylist() for n in FRAME_COLUMNS]
-                for vals in zip(*cols):
-                    f = dict(zip(FRAME_COLUMNS, vals))
-                    frames[(f["source"], f["connection"], f["request_frame"])] = f
-                    if f["api_key"] in ADMIN_APIS and f["client_id"]:
-                        admins.add(f["client_id"])
-        out = []
-        events = [t for k, t in items if k == "txn_event"]
-        if events:
-            rows = pa.concat_tables(events).to_pylist()
-            pid_of = {}
-            for r in rows:
-                if r["transactional_id"] and r["producer_id"] is not None and r["producer_id"] >= 0:
-                    pid_of.setdefault(r["transactional_id"], r["producer_id"])
-            for r in rows:
-                if (r["producer_id"] is None or r["producer_id"] < 0) and r["transactional_id"] in pid_of:
-                    r["producer_id"] = pid_of[r["transactional_id"]]
-                f = frames.get((r["source"], r["connection"], r["position"]), {})
-                r.update(response_ts=f.get("response_ts"), client_id=f.get("client_id"),
-                         api_version=f.get("api_version"), partition_errors=f.get("partition_errors"),
-                         markers=f.get("markers"),
-                         admin_clients=sorted(admins) if r["event"] == "WRITE_MARKERS" else None)
-            out.append(("txn_event", pa.Table.from_pylist(rows)))
-        out.extend((k, t) for k, t in items if k == "batch")
-        return out
+def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
+    """The fold needs the txn_event rows' response times, senders and per-partition answers
+    (from their frames) and the producer id of failed InitProducerId requests (from their
+    transactional id): added before sorting, from the whole selection."""
+    frames = {}
+    admins = set()
+    for kind, t in items:
+        if kind == "frame":
+            cols = [t.column(n).to_pylist() for n in FRAME_COLUMNS]
+            for vals in zip(*cols):
+                f = dict(zip(FRAME_COLUMNS, vals))
+                frames[(f["source"], f["connection"], f["request_frame"])] = f
+                if f["api_key"] in ADMIN_APIS and f["client_id"]:
+                    admins.add(f["client_id"])
+    out = []
+    events = [t for k, t in items if k == "txn_event"]
+    if events:
+        rows = pa.concat_tables(events).to_pylist()
+        pid_of = {}
+        for r in rows:
+            if r["transactional_id"] and r["producer_id"] is not None and r["producer_id"] >= 0:
+                pid_of.setdefault(r["transactional_id"], r["producer_id"])
+        for r in rows:
+            if (r["producer_id"] is None or r["producer_id"] < 0) and r["transactional_id"] in pid_of:
+                r["producer_id"] = pid_of[r["transactional_id"]]
+            f = frames.get((r["source"], r["connection"], r["position"]), {})
+            r.update(response_ts=f.get("response_ts"), client_id=f.get("client_id"),
+                     api_version=f.get("api_version"), partition_errors=f.get("partition_errors"),
+                     markers=f.get("markers"),
+                     admin_clients=sorted(admins) if r["event"] == "WRITE_MARKERS" else None)
+        out.append(("txn_event", pa.Table.from_pylist(rows)))
+    out.extend((k, t) for k, t in items if k == "batch")
+    return out
 
 
 def _txn_batch_where(t: pa.Table):
@@ -117,10 +115,11 @@ def _txn_batch_where(t: pa.Table):
                    pc.fill_null(pc.equal(t.column("is_transactional"), True), False))
 
 
-FOLD = TxnFold("wire-txn", {"txn_event": TXN_COLUMNS, "batch": BATCH_COLUMNS, "frame": FRAME_COLUMNS},
-               KEY, ("ts", "request_ts", "position"),
-               lambda ctx: KeyedState(KEY, lambda k: ProducerWire(k, ctx)),
-               where={"batch": _txn_batch_where,
-                      "txn_event": lambda t: pc.invert(pc.equal(t.column("event"), "STATE")),
-                      "frame": lambda t: pc.is_in(t.column("api_key"),
-                                                  pa.array(TXN_APIS + ADMIN_APIS, t.column("api_key").type))})
+FOLD = Fold("wire-txn", {"txn_event": TXN_COLUMNS, "batch": BATCH_COLUMNS, "frame": FRAME_COLUMNS},
+            KEY, ("ts", "request_ts", "position"),
+            lambda ctx: KeyedState(KEY, lambda k: ProducerWire(k, ctx)),
+            where={"batch": _txn_batch_where,
+                   "txn_event": lambda t: pc.invert(pc.equal(t.column("event"), "STATE")),
+                   "frame": lambda t: pc.is_in(t.column("api_key"),
+                                               pa.array(TXN_APIS + ADMIN_APIS, t.column("api_key").type))},
+            prepare=prepare)

@@ -74,17 +74,15 @@ def aborted_read(outcome: str | None) -> bool:
     return outcome == "ABORT"
 
 
-class ReaderFold(Fold):
-    """Needs the whole selection: WriteTxnMarkers requests name several partitions each."""
-
-    def prepare(self, items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
-        out = [(k, t) for k, t in items if k != "txn_event"]
-        events = [t for k, t in items if k == "txn_event" and t.num_rows]
-        if events:
-            rows = _explode(pa.concat_tables(events))
-            if rows.num_rows:
-                out.append((MARKER_REQUEST, rows))
-        return out
+def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
+    """The fold needs the whole selection: WriteTxnMarkers requests name several partitions each."""
+    out = [(k, t) for k, t in items if k != "txn_event"]
+    events = [t for k, t in items if k == "txn_event" and t.num_rows]
+    if events:
+        rows = _explode(pa.concat_tables(events))
+        if rows.num_rows:
+            out.append((MARKER_REQUEST, rows))
+    return out
 
 
 def _explode(t: pa.Table) -> pa.Table:
@@ -210,8 +208,8 @@ def _batch_where(t: pa.Table):
     return pc.or_(fetch, produce)
 
 
-FOLD = ReaderFold("wire-readers", {"fetch_partition": FETCH_COLUMNS, "batch": BATCH_COLUMNS,
-                                   "txn_event": MARKER_COLUMNS}, KEY, ORDER,
-                  lambda ctx: KeyedState(KEY, ReaderPartition),
-                  where={"fetch_partition": _fetch_where, "batch": _batch_where,
-                         "txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "WRITE_MARKERS"), False)})
+FOLD = Fold("wire-readers", {"fetch_partition": FETCH_COLUMNS, "batch": BATCH_COLUMNS, "txn_event": MARKER_COLUMNS},
+            KEY, ORDER, lambda ctx: KeyedState(KEY, ReaderPartition),
+            where={"fetch_partition": _fetch_where, "batch": _batch_where,
+                   "txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "WRITE_MARKERS"), False)},
+            prepare=prepare)

@@ -17,7 +17,8 @@ from kaudit.audit import join as J
 from kaudit.audit import reader_join as RJ
 from kaudit.audit import wire_readers as WR
 from kaudit.audit.folds import Fold
-from kaudit.engine.local import AuditRun, _keep, audit_pcaps, audit_segments
+from kaudit.engine import local
+from kaudit.engine.plan import AuditRun, Tap, keep_rules
 from kaudit.sources.logdir import plan
 from kaudit.sources.topics import TopicNames, from_plan
 
@@ -42,46 +43,46 @@ READER_BATCH_TAP = Fold("join-reader-batch", {"batch": WR.BATCH_COLUMNS}, (), ()
 WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP)
 
 
-class _WireTap:
-    def __init__(self):
-        self.tables: dict[str, list[pa.Table]] = {tap.name: [] for tap in WIRE_TAPS}
-
-    @property
-    def produce(self) -> list[pa.Table]:
-        return self.tables[PRODUCE_TAP.name]
-
-    @property
-    def end_txn(self) -> list[pa.Table]:
-        return self.tables[END_TXN_TAP.name]
+class WireTap(Tap):
+    """The wire's selections for the join, one list per tap (`of(tap name)`)."""
 
     def __call__(self, kind: str, t: pa.Table) -> None:
         for tap in WIRE_TAPS:
             sel = tap.select(kind, t)
             if sel is not None:
-                self.add(tap.name, sel)
-
-    def add(self, tap: str, selected: pa.Table) -> None:
-        self.tables[tap].append(selected)
+                self.out.append((tap.name, sel))
 
 
-class _DiskTap:
+class DiskTap(Tap):
     """The log's batches the join can use (of the wire's producer ids, the markers of its
-    transactional ones, non-idempotent batches a capture names by CRC or offset) and each
-    partition's offset range per replica."""
+    transactional ones, non-idempotent batches a capture names by CRC or offset: `of("rows")`),
+    the readers' join's batches and .txnindex entries (`of("reader")`, `of("txnindex")`), and
+    each partition's offset range per replica and cleaner checkpoint (its facts)."""
 
     def __init__(self, produce: list[dict] | None = None, *, sets: dict | None = None,
                  readers: list[dict] | None = None):
+        super().__init__()
         if sets is None:
             sets = self.sets_of(produce, readers or [])
         self.sets = sets
         self.pids, self.txn_pids, self.crcs, self.offsets, self.reader_pids = (
             pa.array(sets.get(k, []), pa.int64()) for k in ("pids", "txn_pids", "crcs", "offsets", "reader_pids"))
         self.reader_tps = {tuple(x) for x in sets.get("reader_tps", [])}
-        self.rows: list[pa.Table] = []
-        self.reader_rows: list[pa.Table] = []   # the readers' join: batches of their producers
-        self.txnindex: list[pa.Table] = []      # and the .txnindex entries of their partitions
         self.ranges: dict = {}
         self.cleaned: dict = {}   # (replica, topic, partition) -> cleaner-offset-checkpoint offset
+
+    def fresh(self) -> "DiskTap":
+        tap = super().fresh()
+        tap.ranges, tap.cleaned = {}, {}
+        return tap
+
+    def facts(self) -> dict:
+        return {"ranges": dict(self.ranges), "cleaned": dict(self.cleaned)}
+
+    def merge(self, facts: dict) -> None:
+        merge_ranges(self.ranges, [(*k, lo, hi) for k, (lo, hi) in facts["ranges"].items()])
+        for k, off in facts["cleaned"].items():
+            self.cleaned[k] = max(off, self.cleaned.get(k, -1))
 
     @staticmethod
     def sets_of(produce: list[dict], readers: list[dict] = ()) -> dict:
@@ -110,7 +111,7 @@ class _DiskTap:
         if kind == "txnindex_entry" and self.reader_tps:
             t = _of_partitions(t, self.reader_tps)
             if t is not None:
-                self.txnindex.append(t.select(list(RJ.TXNINDEX_COLUMNS)))
+                self.out.append(("txnindex", t.select(list(RJ.TXNINDEX_COLUMNS))))
             return
         if kind != "batch":
             return
@@ -134,7 +135,7 @@ class _DiskTap:
         keep = pc.fill_null(pc.or_(pc.or_(data, marker), anon), False)
         t = t.filter(keep)
         if t.num_rows:
-            self.rows.append(t.select(list(J.DISK_COLUMNS)))
+            self.out.append(("rows", t.select(list(J.DISK_COLUMNS))))
 
     def _readers(self, t: pa.Table, pid, control) -> None:
         mine = pc.and_(pc.is_in(pid, value_set=self.reader_pids),
@@ -143,7 +144,7 @@ class _DiskTap:
         if t.num_rows:
             t = _of_partitions(t, self.reader_tps)
             if t is not None:
-                self.reader_rows.append(t.select(list(RJ.DISK_COLUMNS)))
+                self.out.append(("reader", t.select(list(RJ.DISK_COLUMNS))))
 
 
 def _of_partitions(t: pa.Table, tps: set) -> pa.Table | None:
@@ -176,13 +177,13 @@ def merge_ranges(into: dict, ranges) -> dict:
     return into
 
 
-def _readers(wire_tap: _WireTap, disk_tap: _DiskTap, names: TopicNames, wire_findings: list[dict],
+def _readers(wire_tap: WireTap, disk_tap: DiskTap, names: TopicNames, wire_findings: list[dict],
              jcov: dict) -> list[dict]:
     """The readers' join (audit/reader_join.py); an aborted read the wire audit already reported
     from the capture's own evidence is not reported again."""
-    inp = RJ.ReaderInput(fetch=_rows(wire_tap.tables[READER_FETCH_TAP.name], names),
-                         batches=_rows(wire_tap.tables[READER_BATCH_TAP.name], names),
-                         disk=_rows(disk_tap.reader_rows), txnindex=_rows(disk_tap.txnindex),
+    inp = RJ.ReaderInput(fetch=_rows(wire_tap.of(READER_FETCH_TAP.name), names),
+                         batches=_rows(wire_tap.of(READER_BATCH_TAP.name), names),
+                         disk=_rows(disk_tap.of("reader")), txnindex=_rows(disk_tap.of("txnindex")),
                          ranges=disk_tap.ranges)
     jcov.update(reader_responses=len(inp.fetch), reader_batches=len(inp.batches),
                 reader_disk_batches=len(inp.disk), reader_txnindex_entries=len(inp.txnindex))
@@ -200,33 +201,27 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
                select=(), ignore=(), max_batch_bytes: int = 64 << 20, jobs: int | None = None,
                progress: bool = False, spark_options=None) -> AuditRun:
     disk_names = from_plan(plan(segments))   # partition.metadata names the wire's topic ids too
+    engine, wire_kw, disk_kw = local, {}, {"jobs": jobs, "progress": progress}
     if spark_options is not None:
-        from kaudit.engine import spark
+        from kaudit.engine import spark as engine
 
-        wire_tap = _WireTap()
-        wire = spark.audit_pcaps(pcaps, options, now_ms=now_ms, select=select, ignore=ignore,
-                                 spark_options=spark_options, taps=wire_tap, topic_names=disk_names)
-        names = TopicNames({**disk_names, **wire.topic_names})
-        produce = _rows(wire_tap.produce, names)
-        disk_tap = _DiskTap(produce, readers=_rows(wire_tap.tables[READER_BATCH_TAP.name], names))
-        disk = spark.audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
-                                    max_batch_bytes=max_batch_bytes, spark_options=spark_options, tap=disk_tap)
-    else:
-        wire_tap = _WireTap()
-        wire = audit_pcaps(pcaps, options, now_ms=now_ms, select=select, ignore=ignore, tap=wire_tap,
-                           topic_names=disk_names)
-        names = TopicNames({**disk_names, **wire.topic_names})
-        produce = _rows(wire_tap.produce, names)
-        disk_tap = _DiskTap(produce, readers=_rows(wire_tap.tables[READER_BATCH_TAP.name], names))
-        disk = audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
-                              max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress, tap=disk_tap)
-    inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.end_txn), disk=_rows(disk_tap.rows),
+        wire_kw = disk_kw = {"spark_options": spark_options}
+    wire_tap = WireTap()
+    wire = engine.audit_pcaps(pcaps, options, now_ms=now_ms, select=select, ignore=ignore, tap=wire_tap,
+                              topic_names=disk_names, **wire_kw)
+    names = TopicNames({**disk_names, **wire.topic_names})
+    produce = _rows(wire_tap.of(PRODUCE_TAP.name), names)
+    disk_tap = DiskTap(produce, readers=_rows(wire_tap.of(READER_BATCH_TAP.name), names))
+    disk = engine.audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
+                                 max_batch_bytes=max_batch_bytes, tap=disk_tap, **disk_kw)
+    inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.of(END_TXN_TAP.name)), disk=_rows(disk_tap.of("rows")),
                       ranges=disk_tap.ranges, cleaned=disk_tap.cleaned)
     joined, jcov = J.join(inp)
     joined += _readers(wire_tap, disk_tap, names, wire.findings, jcov)
     joined = names.name_findings(joined)
-    keep = _keep(set(select), set(ignore))
-    run = AuditRun(errors=wire.errors + disk.errors, engine=disk.engine, application_id=disk.application_id)
+    keep = keep_rules(select, ignore)
+    run = AuditRun(errors=wire.errors + disk.errors, engine=disk.engine, application_id=disk.application_id,
+                   internal_errors=wire.internal_errors + disk.internal_errors)
     run.findings = sort_findings(wire.findings + disk.findings + [f for f in joined if keep(f)])
     jcov["disk_batches_kept"] = len(inp.disk)
     run.coverage = {"wire": wire.coverage, "disk": disk.coverage, "join": jcov}

@@ -1,21 +1,22 @@
-"""The local engine: streams sources in-process (optionally over worker processes, one file each)
-and hands (kind, Arrow table) chunks on in plan order. Memory stays bounded by the chunks."""
+"""The local engine: an audit plan (engine.plan) executed in one process. Sources stream in plan
+order (segments optionally decoded by worker processes, one range of a file each), the folds run
+beside decoding on a second thread. Memory stays bounded by the chunks, the streamed folds' state
+and the buffered folds' selections."""
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit import WIRE_FOLDS, Context, disk_folds, sort_findings
-from kaudit.audit.folds import split_by_key
-from kaudit.engine import coverage
-from kaudit.sources.logdir import Plan, log_dir_clusters, plan, replicated_partitions
+from kaudit.audit.folds import Context
+from kaudit.engine.plan import (  # noqa: F401  (fold_selection, sorted_stream, AuditRun: the engine's API)
+    Audit, AuditRun, Work, disk_audit, fold_selection, readable_files, sorted_stream, wire_audit,
+)
+from kaudit.sources.logdir import Plan, plan
 from kaudit.sources.segments import Options, decode_target
 from kaudit.sources.splits import decode_split, split_plan
 from kaudit.sources.topics import TopicNames
@@ -26,13 +27,13 @@ def decode_segments(paths: list[str], *, deep: bool = False, max_batch_bytes: in
                     ) -> tuple[Plan, Iterator[tuple[str, pa.Table]]]:
     """`jobs` None: one process (SEGMENT_JOBS)."""
     p = plan(paths)
-    options = Options(deep=deep, max_batch_bytes=max_batch_bytes)
-    if jobs is None:
-        jobs = SEGMENT_JOBS
+    return p, _decode(p, Options(deep=deep, max_batch_bytes=max_batch_bytes), jobs, progress)
+
+
+def _decode(p: Plan, options: Options, jobs: int | None, progress: bool):
+    jobs = SEGMENT_JOBS if jobs is None else jobs
     chunks = _parallel(p, options, jobs) if jobs > 1 else _serial(p, options)
-    if progress:
-        chunks = _with_progress(p, chunks)
-    return p, chunks
+    return _with_progress(p, chunks) if progress else chunks
 
 
 # Segments decode in one process unless --jobs says otherwise. Measured on 1.07 GB of segments
@@ -111,33 +112,7 @@ def decode_pcaps(paths: list[str], options, summaries: dict) -> tuple[list[str],
     return errors, chunks()
 
 
-def readable_files(paths: list[str]) -> tuple[list[str], list[str]]:
-    """(errors, readable) for input files named on the command line."""
-    errors, readable = [], []
-    for p in paths:
-        if not os.path.isfile(p):
-            errors.append(f"{p}: no such file")
-        elif not os.access(p, os.R_OK):
-            errors.append(f"{p}: permission denied")
-        else:
-            readable.append(p)
-    return errors, readable
-
-
 # -- decode + audit ----------------------------------------------------------------------------
-
-@dataclass
-class AuditRun:
-    """What an audit produced: findings, coverage and the reference time, for the report."""
-
-    findings: list[dict] = field(default_factory=list)
-    coverage: dict = field(default_factory=dict)
-    reference_time_ms: int | None = None
-    errors: list[str] = field(default_factory=list)
-    engine: str = "local"
-    application_id: str | None = None   # the Spark application, when the Spark engine ran
-    topic_names: dict = field(default_factory=dict)   # topic id -> name, from every input
-
 
 class _Worker:
     """Runs `fn(kind, table)` for each chunk put, in order, on a second thread; a small queue
@@ -177,134 +152,43 @@ class _Worker:
             raise self.error
 
 
-def _keep(rules_selected, rules_ignored):
-    def keep(f: dict) -> bool:
-        if rules_selected and f["rule"] not in rules_selected:
-            return False
-        return f["rule"] not in rules_ignored
-    return keep
+def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = None) -> AuditRun:
+    """The plan run in this process: the facts and the tap on the decoding thread, the folds
+    beside it on a second one (as Parquet encoding does); `captures` (wire): the capture
+    summaries the decode fills."""
+    work = Work(audit, tap=audit.tap)
+    if captures is not None:
+        work.facts.captures = captures
+    with _Worker(work.fold) as worker:
+        for kind, table in chunks:
+            work.note(kind, table)
+            worker.put(kind, table)
+    findings = work.finish()
+    return audit.result(findings, work.facts, errors, internal=work.internal)
 
 
 def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ignore=(),
                    max_batch_bytes: int = 64 << 20, jobs: int | None = None, progress: bool = False,
-                   tap=None) -> AuditRun:
-    """Decode log dirs and stream the rows through the disk folds. Rows arrive grouped by replica
-    and partition in log order (the plan's order), which is the folds' (key, order): nothing is
-    buffered beyond one chunk and each fold's state for the current partition."""
-    p, chunks = decode_segments(paths, max_batch_bytes=max_batch_bytes, jobs=jobs, progress=progress)
-    run = AuditRun(errors=list(p.errors))
-    ctx = Context(reference_time_ms=now_ms)
-    clusters = log_dir_clusters(p)
-    folds = disk_folds(replicated_partitions(p, clusters), clusters)
-    states = [(f, f.make(ctx)) for f in folds if not f.buffered]
-    # cross-partition folds (transactions by producer id): their selection is buffered and
-    # folded sorted at the end, like audit_pcaps does
-    buffered = {f.name: (f, []) for f in folds if f.buffered}
-    keep = _keep(set(select), set(ignore))
-    cov = coverage.new_disk()
-    cov["files"] = sum(1 for t in p.targets if t.kind != "skipped")
-    cov["bytes"] = p.total_bytes
-
-    def fold(kind, table):
-        for f, state in states:
-            sel = f.select(kind, table)
-            if sel is not None:
-                run.findings.extend(x for x in state.feed(kind, sel) if keep(x))
-        for f, items in buffered.values():
-            sel = f.select(kind, table)
-            if sel is not None:
-                items.append((kind, sel))
-
-    with _Worker(fold) as worker:   # the folds run beside decoding, as Parquet encoding does
-        for kind, table in chunks:
-            coverage.add_disk(cov, kind, table)
-            if tap is not None:   # audit_both: the join's rows, from the same decode pass
-                tap(kind, table)
-            worker.put(kind, table)
-    latest = cov.pop(coverage.LATEST)
-    ctx.reference_time_ms = now_ms if now_ms is not None else latest
-    for f, state in states:
-        run.findings.extend(x for x in state.finish() if keep(x))
-    for name in list(buffered):
-        f, items = buffered.pop(name)
-        run.findings.extend(x for x in fold_selection(f, items, ctx) if keep(x))
-    run.findings = sort_findings(run.findings)
-    run.coverage = coverage.settle(cov)
-    run.reference_time_ms = ctx.reference_time_ms
-    return run
+                   tap=None, folds=None) -> AuditRun:
+    """Decode log dirs and run the disk audit (engine.plan.disk_audit): the folds keyed by a
+    log's partition stream in plan order, the others' selections are buffered."""
+    audit = disk_audit(paths, now_ms=now_ms, select=select, ignore=ignore, tap=tap,
+                       max_batch_bytes=max_batch_bytes, folds=folds)
+    chunks = _decode(audit.layout, audit.options, jobs, progress)
+    return execute(audit, chunks, list(audit.layout.errors))
 
 
 def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=(), ignore=(),
-                tap=None, topic_names: dict | None = None) -> AuditRun:
-    """Decode captures and run the wire folds. A fold's rows are selected (a few columns of the
-    Produce batches, frames and connections: far smaller than the capture), sorted by the fold's
-    (key, order) across all the captures given (rotated files make one timeline), then folded.
-    `topic_names`: id -> name facts from elsewhere (the log dirs of `kaudit audit`)."""
+                tap=None, topic_names: dict | None = None, folds=None) -> AuditRun:
+    """Decode captures and run the wire audit: each fold's selection (a few columns of the
+    Produce batches, frames and connections: far smaller than the capture) is sorted by the
+    fold's (key, order) across all the captures given (rotated files make one timeline), then
+    folded. `topic_names`: id -> name facts from elsewhere (the log dirs of `kaudit audit`)."""
+    audit = wire_audit(paths, options, now_ms=now_ms, select=select, ignore=ignore, tap=tap,
+                       names=topic_names, folds=folds)
     summaries: dict = {}
     errors, chunks = decode_pcaps(paths, options, summaries)
-    run = AuditRun(errors=errors)
-    picked: dict[str, list[tuple[str, pa.Table]]] = {f.name: [] for f in WIRE_FOLDS}
-    cov = coverage.new_wire()
-    names = TopicNames(topic_names)
-    for kind, table in chunks:
-        coverage.add_wire(cov, kind, table)
-        names.learn(kind, table)
-        if tap is not None:   # audit_both: the join's rows, from the same decode pass
-            tap(kind, table)
-        for fold in WIRE_FOLDS:
-            sel = fold.select(kind, table)
-            if sel is not None:
-                picked[fold.name].append((kind, sel))
-    last = [s.last_ts for s in summaries.values() if s.last_ts is not None]
-    ref = now_ms if now_ms is not None else (int(max(last) * 1000) if last else None)
-    ctx = Context(reference_time_ms=ref, topic_names=names.names)
-    keep = _keep(set(select), set(ignore))
-    for fold in WIRE_FOLDS:
-        run.findings.extend(f for f in fold_selection(fold, picked.pop(fold.name), ctx) if keep(f))
-    run.findings = sort_findings(names.name_findings(run.findings))
-    run.topic_names = names.names
-    coverage.note_names(cov, names.names)
-    coverage.settle(cov)
-    cov["packets"] = sum(s.packets for s in summaries.values())
-    cov["captures"] = {p: {"packets": s.packets, "tcp_packets": s.tcp_packets,
-                           "kafka_connections": s.kafka_connections} for p, s in summaries.items()}
-    run.coverage = cov
-    run.reference_time_ms = ref
-    return run
-
-
-def fold_selection(fold, items: list[tuple[str, pa.Table]], ctx: Context):
-    """The findings of a fold over its whole selection (`items`: its (kind, table) chunks), as
-    every engine runs a fold that sees all its rows at once: the fold's `prepare` first where it
-    has one (txn_wire joins its rows, the transactions thin theirs), then the rows sorted by the
-    fold's key. `items` is emptied once prepared: only the prepared rows stay for the sort."""
-    if ctx.topic_names is not None:   # the wire's topics named before any key groups them
-        names = TopicNames(ctx.topic_names)
-        items[:] = [(kind, names.label(t)) for kind, t in items]
-    if hasattr(fold, "prepare"):
-        prepared = fold.prepare(items, ctx)
-        if prepared is not items:
-            items.clear()
-        items = prepared
-    return fold.run(sorted_stream(fold, items), ctx)
-
-
-def sorted_stream(fold, items: list[tuple[str, pa.Table]]):
-    """The (kind, table) chunks of a fold sorted by its key (then its order columns, where a kind
-    has them); the kinds of one key come together."""
-    by_kind: dict[str, list[pa.Table]] = {}
-    for kind, t in items:
-        by_kind.setdefault(kind, []).append(t)
-    slices = []
-    for rank, kind in enumerate(sorted(by_kind)):
-        t = pa.concat_tables(by_kind[kind])
-        cols = [c for c in fold.key + fold.order if c in t.column_names]
-        t = t.sort_by([(c, "ascending") for c in cols])
-        for k, part in split_by_key(t, fold.key):
-            slices.append((tuple((v is None, v) for v in k), rank, kind, part))
-    slices.sort(key=lambda s: (s[0], s[1]))
-    for _, _, kind, part in slices:
-        yield kind, part
+    return execute(audit, chunks, errors, summaries)
 
 
 def list_transactions(paths: list[str], *, transactional_id: str | None = None,

@@ -1,40 +1,34 @@
-"""The Spark engine (DESIGN.md §5): the sources as Python data sources, the folds unchanged.
+"""The Spark engine (DESIGN.md §5): an audit plan (engine.plan) executed by Spark tasks, the
+folds unchanged.
 
-A task decodes its splits and selects, per fold, the rows and columns the fold reads (the fold
-envelope, spark_folds); each per-key fold then runs as
-`repartition(key).sortWithinPartitions(key, order).mapInArrow(fold)`. Log dirs take one job and
-one shuffle: a partition read whole by one task is folded there (whole_key_bytes), a bigger one's
-rows are shuffled keyed by partition, the transactions across partitions keyed by producer id
-(spark_folds). On the wire, folds whose `prepare` needs the whole selection at once
-(the wire transactions) get it on the driver and run there as in the local engine: a capture's
-selection is small. The coverage counters come from one meta row per split (on the disk side,
-a copy of it for every shuffle partition). Findings, coverage and reference time are those of
-the local engine on the same input.
+One job per audit. Read tasks (`spark.range(tasks).mapInArrow`, engine.spark_tasks) decode their
+splits - a log dir cut at index positions, small files packed together, a partition no bigger
+than a core's share read whole by one task, which runs its streamed folds itself - or one
+capture each, and ship payload rows: what the buffered folds select, bucketed by the fold's
+route (`repartition(bucket).sortWithinPartitions(key, split, row).mapInArrow(reduce)` folds each
+bucket as the local engine folds it all), the rows a bigger partition's streamed folds read (to
+the shuffle partition the partition is placed on, by size), the taps' rows and every task's facts.
+Rotated captures take one more shuffle, keyed by connection, to stitch the connections that span
+files. Findings, coverage and reference time are those of the local engine on the same input.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 import pyarrow as pa
 
-from kaudit.audit import sort_findings
-from kaudit.audit.folds import Context
-from kaudit.engine import coverage
-from kaudit.engine.local import AuditRun, _keep, fold_selection, readable_files
-from kaudit.engine.spark_folds import (
-    FOLDS, context_dict, context_from, findings_from_table, fold_by_name, fold_input, meta_rows, run_fold,
-    sort_columns,
+from kaudit.engine.plan import Audit, AuditRun, Rows, Tap, disk_audit, readable_files, wire_audit
+from kaudit.engine.spark_tasks import (
+    FRAGMENT, KEY, META, PART, PAYLOAD, ROW, SCHEMA, SPLIT, TAG, TAP, Job, collect, from_ipc, key_name, read_tasks,
+    reduce, stitch_tasks,
 )
-from kaudit.engine.spark_rows import FOLD, KIND, META, META_KIND, in_decode_order, spark_schema
-from kaudit.model import FINDING
 from kaudit.sources.topics import TopicNames
 
 DEFAULT_MASTER = "local[*]"
-DEFAULT_THRESHOLD = 1 << 30
 # a shuffle partition per this many input bytes, up to one a core: each is a Python task (~0.1 s)
 PART_BYTES = 32 << 20
 # log dirs: partitions no bigger than a core's share are folded in the task that reads them
@@ -105,139 +99,101 @@ def application_id(spark) -> str:
     return spark.sparkContext.applicationId
 
 
-def _reader(spark, fmt: str, paths: list[str], kind: str, opts: dict):
-    r = spark.read.format(fmt).option("kind", kind)
-    for k, v in opts.items():
-        if v is not None:
-            r = r.option(k, str(v))
-    return r.load(paths if len(paths) != 1 else paths[0])
+def _job(spark, audit: Audit, tap: Tap | None = None, split_bytes: int | None = None) -> Job:
+    """The tasks of an audit (or a decode: an audit without folds) and where their rows go."""
+    from kaudit.sources.splits import keyed_split_plan, split_plan
 
-
-def _run_folds(spark, env, side: str, ctx: Context, keep, input_bytes: int) -> list[dict]:
-    """Every fold of a side over the cached fold envelope `env`: per-key folds on the executors in
-    one job, the prepare-folds on the driver. Small inputs get few shuffle partitions (each is a
-    task: scheduling dominates when the rows are few)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    findings_type = from_arrow_schema(spark_schema(FINDING))
-    parts = max(1, min(spark.sparkContext.defaultParallelism * 2, input_bytes // PART_BYTES))
-    ctx_d = context_dict(ctx)
-    distributed = []
-    out: list[dict] = []
-    if ctx.topic_names is not None:   # the wire's topics named before any key groups them
-        env = _label_topics(env, ctx.topic_names)
-    for fold in FOLDS[side]:
-        rows = env.where(F.col(FOLD) == fold.name)
-        if hasattr(fold, "prepare"):   # it needs its whole selection at once: on the driver
-            items = list(fold_input(in_decode_order(rows.toArrow()), fold))
-            out.extend(f for f in fold_selection(fold, items, ctx) if keep(f))
-            continue
-        cols = sorted({c for names in fold.inputs.values() for c in names})
-        rows = rows.select(KIND, "__split", "__row", *cols)
-        sort = [F.asc_nulls_last(c) for c in sort_columns(fold, side)]
-        name = fold.name
-
-        def fn(batches, name=name):
-            return run_fold(fold_by_name(name), context_from(ctx_d), batches)
-
-        distributed.append(rows.repartition(parts, *fold.key).sortWithinPartitions(*sort)
-                           .mapInArrow(fn, findings_type))
-    if distributed:
-        df = distributed[0]
-        for d in distributed[1:]:
-            df = df.unionByName(d)
-        out.extend(f for f in findings_from_table(df.toArrow()) if keep(f))
-    return out
-
-
-def _label_topics(df, names: dict):
-    """`df` with a null `topic` named from its `topic_id` (sources.topics.TopicNames.label, as a
-    column expression: the rows are grouped by key after it)."""
-    from pyspark.sql import functions as F
-
-    if "topic_id" not in df.columns:
-        return df
-    mapping = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv]) if names else None
-    named = [F.col("topic")] + ([mapping[F.col("topic_id")]] if mapping is not None else []) + [F.col("topic_id")]
-    return df.withColumn("topic", F.coalesce(*named))
-
-
-def topic_names_of(metas: list[dict], seed: dict | None = None) -> TopicNames:
-    """The id -> name facts of every task (and `seed`)."""
-    names = TopicNames(seed)
-    for m in metas:
-        names.add(m.get("topic_names") or {})
-        names.seen_ids.update(m.get("topic_ids") or ())
-    return names
-
-
-def _disk_job(spark, p, paths: list[str], opts: dict, tap=None, now_ms: int | None = None,
-              collect: bool = False):
-    """One job: decode (tasks over splits), one shuffle of the decoded chunks by (replica, topic,
-    partition) - the buffered folds' by their own key - sorted by (split, row) - decode order -, the
-    folds in mapInArrow. -> (findings, the tasks' meta rows, and with `collect` the buffered
-    folds' rows as (kind, table) in decode order instead of their findings)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from kaudit.engine.spark_folds import DISK_KEY, PART, RESULT_SCHEMA, TYPE, run_disk
-    from kaudit.engine.spark_rows import PAYLOAD, ROW, SPLIT, from_ipc
-
-    ctx_d = context_dict(Context(reference_time_ms=now_ms))   # else the tasks settle it (run_disk)
-    # one shuffle partition a core (the keys are placed by size, so the cores get even shares),
-    # fewer for a small input (each partition is a Python task: ~0.1 s to schedule)
     cores = spark.sparkContext.defaultParallelism
-    parts = max(1, min(cores, p.total_bytes // PART_BYTES))
-    value_of = _part_values(spark, parts)
-    from kaudit.sources.logdir import log_dir_clusters, replicated_partitions
+    if audit.side == "disk":
+        p, files = audit.layout, 0
+        total = p.total_bytes
+        size = split_bytes or task_bytes(total, cores)
+        whole = whole_key_bytes(total, cores) if FOLD_IN_TASKS and audit.streamed else 0
+        tasks = (keyed_split_plan(p, size, audit.options.max_batch_bytes, whole) if whole
+                 else [(t, False) for t in split_plan(p, size, audit.options.max_batch_bytes)])
+    else:
+        tasks, files = _pcap_tasks(audit.paths)
+        total = sum(os.path.getsize(x) for x in audit.paths)
+    # one shuffle partition a core (the streamed keys are placed by size, so the cores get even
+    # shares), fewer for a small input (each partition is a Python task: ~0.1 s to schedule)
+    parts = max(1, min(cores, total // PART_BYTES)) if audit.folds else 1
+    value_of = _part_values(spark, parts) if parts > 1 else {}
+    job = Job(replace(audit, layout=None, tap=None), tasks, [value_of.get(j, j) for j in range(parts)], tap=tap,
+              files=files)
+    if audit.side == "disk" and audit.streamed:
+        job.placement = placement(audit.layout, parts, value_of)
+    return job
 
-    clusters = log_dir_clusters(p)
-    opts = dict(opts, placement=json.dumps(placement(p, parts, value_of)),
-                buckets=json.dumps([value_of.get(j, j) for j in range(parts)]),
-                replicated=json.dumps(sorted(replicated_partitions(p, clusters))), clusters=json.dumps(clusters),
-                cores=cores, whole_key_bytes=whole_key_bytes(p.total_bytes, cores) if FOLD_IN_TASKS else 0)
-    sort = [F.asc_nulls_last(c) for c in DISK_KEY + (SPLIT, ROW)]
-    result = (_reader(spark, "kafka-segments", paths, "audit", opts)
-              .repartition(parts, PART).sortWithinPartitions(*sort)
-              .mapInArrow(lambda it: run_disk(context_from(ctx_d), it, collect), from_arrow_schema(RESULT_SCHEMA))
-              .toArrow())
-    findings, metas, rows, tapped, tapped_more = [], [], {}, [], {}
-    for typ, payload in zip(result.column(TYPE).to_pylist(), result.column(PAYLOAD).to_pylist()):
-        if typ.startswith("tap:"):
-            _, split, row = typ.split(":")
-            tapped.append((int(split), int(row), from_ipc(payload)))
-        elif typ.startswith("tap-"):
-            name, split, row = typ[4:].split(":")
-            tapped_more.setdefault(name, []).append((int(split), int(row), from_ipc(payload)))
-        elif typ == "findings":
-            findings.extend(findings_from_table(from_ipc(payload)))
-        elif typ == "meta":
-            metas.append(json.loads(payload))
-        else:
-            _, name, kind, split, row = typ.split(":")
-            rows.setdefault(name, []).append((int(split), int(row), kind, from_ipc(payload)))
-    # decode order: (split, first row) of each chunk; the rows of a chunk are in order
-    driver_rows = {name: [(k, t) for _, _, k, t in sorted(chunks, key=lambda c: c[:2])]
-                   for name, chunks in rows.items()}
-    if tap is not None:
-        from kaudit.engine.joint import merge_ranges
 
-        tap.rows.extend(t for _, _, t in sorted(tapped, key=lambda c: c[:2]))
-        for name, into in (("reader", tap.reader_rows), ("txnindex", tap.txnindex)):
-            into.extend(t for _, _, t in sorted(tapped_more.get(name, []), key=lambda c: c[:2]))
-        for m in metas:
-            merge_ranges(tap.ranges, m.get("ranges", []))
-            for rep, top, part, off in m.get("cleaned", []):
-                tap.cleaned[(rep, top, part)] = max(off, tap.cleaned.get((rep, top, part), -1))
-    return findings, metas, driver_rows
+def _execute(spark, job: Job, persist: bool = False):
+    """The job's payload rows: read (and stitch), then - with folds - the shuffle to their
+    buckets and the folds; `persist`: the cached read rows instead (the caller unpersists)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = from_arrow_schema(SCHEMA)
+    n = len(job.tasks)
+    df = spark.range(0, n, 1, n).mapInArrow(partial(read_tasks, job), schema)
+    cached = None
+    if job.files > 1 or persist:
+        cached = df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    if job.files > 1:   # rotated captures: the connections that span files, stitched by key
+        frags = (df.where(F.col(TAG) == FRAGMENT).repartition(spark.sparkContext.defaultParallelism, KEY)
+                 .sortWithinPartitions(KEY, SPLIT, ROW).mapInArrow(partial(stitch_tasks, job), schema))
+        df = df.where(F.col(TAG) != FRAGMENT).unionByName(frags)
+        if persist:
+            df = df.persist(StorageLevel.MEMORY_AND_DISK)
+            df.count()
+            cached.unpersist()
+            return df
+    if persist:
+        return df
+    if job.audit.folds:
+        df = (df.repartition(len(job.buckets), PART).sortWithinPartitions(KEY, SPLIT, ROW)
+              .mapInArrow(partial(reduce, job), schema))
+    try:
+        return collect(job, df.toArrow())
+    finally:
+        if cached is not None:
+            cached.unpersist()
+
+
+def _pcap_tasks(paths: list[str]) -> tuple[list, int]:
+    """One task per capture: (index, path, file index, stitch, error). Several captures are one
+    capture cut in files (rotated), ranked by their first packet's time; the files that are no
+    capture first (their errors come first, as in the local engine)."""
+    from kaudit.sources.pcap import DecodeError
+    from kaudit.sources.pcap_stitch import _failed, file_order, first_packet_ts
+
+    paths = list(dict.fromkeys(paths))
+    first_ts, failed = {}, []
+    for p in paths:
+        try:
+            first_ts[p] = first_packet_ts(p)
+        except (DecodeError, OSError) as e:
+            errors: list = []
+            _failed(p, e, errors)
+            failed.append((p, errors[0]))
+    ordered = file_order(list(first_ts), first_ts)
+    items = [(p, -1, False, err) for p, err in failed] + [(p, i, len(ordered) > 1, None) for i, p in enumerate(ordered)]
+    return [([(n, *item)], False) for n, item in enumerate(items)], len(ordered)
+
+
+def task_bytes(total: int, cores: int) -> int:
+    """128 MiB a range - or more: about two tasks a core, at most 1 GiB a range. A Python task
+    costs about a tenth of a second to schedule whatever it reads (measured here), and a 16 KiB-
+    batch segment decodes at a few GB/s, so on few cores many small ranges would mostly wait."""
+    from kaudit.sources.splits import DEFAULT_SPLIT_BYTES
+
+    return max(DEFAULT_SPLIT_BYTES, min(1 << 30, total // (2 * max(cores, 1))))
 
 
 def whole_key_bytes(total: int, cores: int) -> int:
-    """Partitions up to this size are read whole by one task, which runs their per-partition
-    folds itself: no shuffle of their rows (per batch, the shuffle costs more than the folds).
-    A bigger partition - more than a core's share of the input - is cut into splits decoded side
-    by side and its rows are shuffled to its fold: its decoding then spreads over the cores."""
+    """Partitions up to this size are read whole by one task, which runs their streamed folds
+    itself: no shuffle of their rows (per batch, the shuffle costs more than the folds). A
+    bigger partition - more than a core's share of the input - is cut into splits decoded side
+    by side and its rows are shuffled to its folds: its decoding then spreads over the cores."""
     return max(1, total // max(1, cores))
 
 
@@ -245,10 +201,8 @@ def placement(p, parts: int, value_of: dict) -> dict:
     """Which shuffle partition each (replica, topic, partition) goes to: the keys by size, each to
     the least loaded partition (hashing a few big keys alone often piles two on one core), as
     the `__part` value that Spark's hash partitioning sends to that partition."""
-    from kaudit.engine.spark_folds import key_name
     from kaudit.sources.splits import key_sizes
 
-    # the plan of the inputs (sources.logdir.plan): the segments' bytes per key
     sizes = {key_name(k): size for k, size in key_sizes(p, "log").items()}
     load = [0] * parts
     out = {}
@@ -275,190 +229,77 @@ def _part_values(spark, parts: int) -> dict:
     return _PART_VALUES[parts]
 
 
-def _envelope(spark, fmt: str, paths: list[str], opts: dict, mode: str = "audit"):
-    """The cached envelope of the inputs (`mode`: the folds' selection, or `*` every row) and
-    the tasks' meta rows (this runs the decode). Several captures: their connections that span
-    files are stitched after a shuffle on the connection key (`_stitch`)."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    env = _reader(spark, fmt, paths, mode, opts).persist(StorageLevel.MEMORY_AND_DISK)
-    if fmt == "kafka-pcap" and len(paths) > 1:
-        stitched = _stitch(spark, env, mode, opts, len(paths)).persist(StorageLevel.MEMORY_AND_DISK)
-        stitched.count()
-        env.unpersist()
-        env = stitched
-    metas = meta_rows(env.where(F.col(KIND) == META_KIND).select(KIND, META).toArrow())
-    return env, metas
-
-
-def _stitch(spark, env, mode: str, opts: dict, files: int):
-    """`env` with its tcp_fragment chunks replaced by the rows of the connections they stitch:
-    `repartition(key).sortWithinPartitions(key, file_index, frame).mapInArrow(stitch)`."""
-    from pyspark.sql import functions as F
-
-    from kaudit.engine.spark_folds import stitch_rows
-    from kaudit.engine.spark_rows import FRAG_FILE, FRAG_FRAME, FRAG_KEY, FRAG_KIND
-
-    frags = env.where(F.col(KIND) == FRAG_KIND)
-    parts = max(1, spark.sparkContext.defaultParallelism)
-    schema = env.schema
-    arrow_schema = _arrow_of(schema)
-    stitched = (frags.repartition(parts, FRAG_KEY).sortWithinPartitions(FRAG_KEY, FRAG_FILE, FRAG_FRAME)
-                .mapInArrow(lambda it: stitch_rows(mode, opts, files, arrow_schema, it), schema))
-    return env.where(F.col(KIND) != FRAG_KIND).unionByName(stitched)
-
-
-def _arrow_of(struct_type) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(struct_type)
+def _run(audit: Audit, errors: list[str], spark_options) -> AuditRun:
+    spark = session(spark_options)
+    job = _job(spark, audit, audit.tap, spark_options.split_bytes if spark_options else None)
+    found = _execute(spark, job) if job.tasks else ([], audit.facts(), [])
+    run = audit.result(found[0], found[1], errors, "spark", found[2])
+    run.application_id = application_id(spark)
+    return run
 
 
 def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ignore=(),
                    max_batch_bytes: int = 64 << 20, spark_options: SparkOptions | None = None,
-                   tap=None) -> AuditRun:
-    """As engine.local.audit_segments; `tap` (engine.joint._DiskTap) gets the join's rows and
-    offset ranges, selected by the tasks."""
-    from kaudit.sources.logdir import plan
-
-    p = plan(paths)
-    run = AuditRun(errors=list(p.errors), engine="spark")
-    spark = session(spark_options)
-    run.application_id = application_id(spark)
-    cov = coverage.new_disk()
-    cov["files"] = sum(1 for t in p.targets if t.kind != "skipped")
-    cov["bytes"] = p.total_bytes
-    readable = [x for x in paths if os.path.exists(x)]
-    if not p.targets or not readable:
-        cov.pop(coverage.LATEST)
-        run.coverage, run.reference_time_ms = cov, now_ms
-        return run
-    opts = {"max_batch_bytes": max_batch_bytes,
-            "split_bytes": spark_options.split_bytes if spark_options else None,
-            "join": json.dumps(tap.sets) if tap is not None else None}
-    keep = _keep(set(select), set(ignore))
-    findings, metas, _ = _disk_job(spark, p, readable, opts, tap, now_ms)
-    for m in metas:
-        coverage.merge(cov, m["cov"])
-    latest = cov.pop(coverage.LATEST)
-    run.findings = sort_findings([f for f in findings if keep(f)])
-    run.coverage = coverage.settle(cov)
-    run.reference_time_ms = now_ms if now_ms is not None else latest
-    return run
+                   tap=None, folds=None) -> AuditRun:
+    """As engine.local.audit_segments; `tap` (engine.joint.DiskTap) gets the join's rows."""
+    audit = disk_audit(paths, now_ms=now_ms, select=select, ignore=ignore, tap=tap,
+                       max_batch_bytes=max_batch_bytes, folds=folds)
+    if not [x for x in paths if os.path.exists(x)]:
+        audit.layout.targets = []
+    return _run(audit, list(audit.layout.errors), spark_options)
 
 
 def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=(), ignore=(),
-                spark_options: SparkOptions | None = None, taps=None, topic_names: dict | None = None) -> AuditRun:
-    """As engine.local.audit_pcaps; `taps` (engine.joint._WireTap) gets the join's wire rows."""
+                spark_options: SparkOptions | None = None, tap=None, topic_names: dict | None = None,
+                folds=None) -> AuditRun:
+    """As engine.local.audit_pcaps; `tap` (engine.joint.WireTap) gets the join's wire rows."""
     errors, readable = readable_files(paths)
-    run = AuditRun(errors=errors, engine="spark")
-    spark = session(spark_options)
-    run.application_id = application_id(spark)
-    cov = coverage.new_wire()
-    captures: dict = {}
-    ctx = Context(reference_time_ms=now_ms)
-    if readable:
-        env, metas = _envelope(spark, "kafka-pcap", readable, pcap_source_options(options))
-        try:
-            for m in metas:
-                coverage.merge(cov, m["cov"])
-            captures = _summaries(metas, run.errors)
-            last = [s["last_ts"] for s in captures.values() if s["last_ts"] is not None]
-            if now_ms is None and last:
-                ctx.reference_time_ms = int(max(last) * 1000)
-            names = topic_names_of(metas, topic_names)
-            ctx.topic_names = names.names
-            size = sum(os.path.getsize(x) for x in readable)
-            findings = _run_folds(spark, env, "wire", ctx, _keep(set(select), set(ignore)), size)
-            run.findings = sort_findings(names.name_findings(findings))
-            run.topic_names = names.names
-            coverage.note_names(cov, names.names)
-            if taps is not None:
-                _collect_taps(env, taps)
-        finally:
-            env.unpersist()
-    coverage.settle(cov)
-    cov["packets"] = sum(s["packets"] for s in captures.values())
-    cov["captures"] = {p: {"packets": s["packets"], "tcp_packets": s["tcp_packets"],
-                           "kafka_connections": s["kafka_connections"]} for p, s in captures.items()}
-    run.coverage = cov
-    run.reference_time_ms = ctx.reference_time_ms
-    return run
-
-
-def _summaries(metas: list[dict], errors: list) -> dict:
-    """capture -> its summary (a dict of PcapSummary's fields), the connections stitched across
-    files counted in their first file's; the unreadable captures' errors go to `errors`."""
-    captures = {}
-    for m in sorted(metas, key=lambda m: m["split"]):
-        if "capture" in m:
-            captures[m["capture"]] = dict(m["summary"])
-            if m.get("error"):
-                errors.append(m["error"])
-    for m in metas:
-        for source, (conns, kafka) in m.get("stitched", {}).items():
-            if source in captures:
-                captures[source]["connections"] += conns
-                captures[source]["kafka_connections"] += kafka
-    return captures
-
-
-def _collect_taps(env, taps) -> None:
-    from pyspark.sql import functions as F
-
-    from kaudit.engine.joint import WIRE_TAPS
-
-    for tap in WIRE_TAPS:
-        for _, part in fold_input(in_decode_order(env.where(F.col(FOLD) == tap.name).toArrow()), tap):
-            taps.add(tap.name, part)
+    audit = wire_audit(readable, options, now_ms=now_ms, select=select, ignore=ignore, tap=tap,
+                       names=topic_names, folds=folds)
+    return _run(audit, errors, spark_options)
 
 
 def pcap_source_options(options) -> dict:
+    """A capture decode's options as the kafka-pcap source takes them (strings)."""
     return {"kafka_port": ",".join(str(p) for p in sorted(options.kafka_ports)),
             "max_batch_bytes": options.max_batch_bytes, "max_frame_bytes": options.max_frame_bytes,
             "deep": str(options.deep).lower()}
 
 
-def decoded_chunks(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None
-                   ) -> tuple[list[dict], list[tuple[str, pa.Table]]]:
-    """(the tasks' meta rows, every decoded row as (kind, table) runs in the local engine's order).
-    This collects to the driver (the decode commands print rows there anyway); `write_parquet`
-    writes from the executors instead."""
-    from kaudit.engine.spark_rows import kind_runs, unwrap
+def _decode_audit(fmt: str, paths: list[str], opts: dict) -> Audit:
+    """A decode as an audit without folds (`opts`: the source's options, as strings)."""
+    from kaudit.engine.spark_sources import pcap_options
 
+    if fmt == "kafka-pcap":
+        return wire_audit(paths, pcap_options(opts), folds=())
+    return disk_audit(paths, max_batch_bytes=int(opts.get("max_batch_bytes") or 64 << 20),
+                      deep=str(opts.get("deep", "false")).lower() == "true", folds=())
+
+
+def decoded_chunks(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None):
+    """(the tasks' facts, every decoded row as (kind, table) in the local engine's order). This
+    collects to the driver (the decode commands print rows there anyway); `write_parquet`
+    writes from the executors instead."""
     spark = session(spark_options)
-    if fmt == "kafka-pcap" and len(paths) > 1:   # stitched across the files
-        env, _ = _envelope(spark, fmt, paths, opts, mode="*")
-        try:
-            t = env.toArrow()
-        finally:
-            env.unpersist()
-    else:
-        t = _reader(spark, fmt, paths, "*", opts).toArrow()
-    t = in_decode_order(t)
-    metas = meta_rows(t)
-    chunks = [(kind, unwrap(part, kind)) for kind, part in kind_runs(t) if kind != META_KIND]
+    tap = Rows()
+    job = _job(spark, _decode_audit(fmt, paths, opts), tap, opts.get("split_bytes"))
+    facts = _execute(spark, job)[1] if job.tasks else job.audit.facts()
+    chunks = tap.out
     if fmt == "kafka-pcap":   # topic ids named from every capture's responses, as the local engine does
-        names = TopicNames()
-        for kind, part in chunks:
-            names.learn(kind, part)
+        names = TopicNames(facts.names.names)
         chunks = [(kind, names.resolve(kind, part)) for kind, part in chunks]
-    return metas, chunks
+    return facts, chunks
 
 
 def decode_pcaps(names: list[str], options, summaries: dict, spark_options: SparkOptions | None = None
                  ) -> tuple[list[str], list[tuple[str, pa.Table]]]:
     """(unreadable inputs, chunks) for `kaudit decode pcap`, as engine.local.decode_pcaps."""
-    from kaudit.sources.pcap import PcapSummary
-
     errors, readable = readable_files(names)
     if not readable:
         return errors, []
-    metas, chunks = decoded_chunks("kafka-pcap", readable, pcap_source_options(options), spark_options)
-    for path, s in _summaries(metas, errors).items():
-        summaries[path] = PcapSummary(**s)
-    return errors, chunks
+    facts, chunks = decoded_chunks("kafka-pcap", readable, pcap_source_options(options), spark_options)
+    summaries.update(facts.summaries())
+    return errors + [e for _, e in sorted(facts.errors, key=lambda x: x[0])], chunks
 
 
 def decoded_tables(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None
@@ -473,20 +314,22 @@ def decoded_tables(fmt: str, paths: list[str], opts: dict, spark_options: SparkO
 def transactions_selection(paths: list[str], spark_options: SparkOptions | None = None
                            ) -> list[tuple[str, pa.Table]]:
     """What the transactions fold selects from log dirs (`kaudit txn`), decoded by the tasks."""
-    from kaudit.sources.logdir import plan
+    from kaudit.audit import transactions
 
     spark = session(spark_options)
-    _, _, driver_rows = _disk_job(spark, plan(paths), paths, {}, collect=True)
-    return driver_rows.get("transactions", [])
+    tap = Rows(transactions.FOLD)
+    job = _job(spark, disk_audit(paths, folds=()), tap)
+    if job.tasks:
+        _execute(spark, job)
+    return tap.out
 
 
-def _namer(kind: str, names: dict):
-    """A mapInArrow function naming the topic ids of `kind`'s rows (sources.topics)."""
-    def fn(batches):
-        resolver = TopicNames(names)
-        for rb in batches:
-            yield from resolver.resolve(kind, pa.Table.from_batches([rb])).to_batches()
-    return fn
+def _unpack(kind: str, names: dict, schema: pa.Schema, batches):
+    """mapInArrow: a kind's payloads -> its rows in Spark's types, their topic ids named."""
+    resolver = TopicNames(names)
+    for rb in batches:
+        for payload in rb.column(PAYLOAD).to_pylist():
+            yield from resolver.resolve(kind, from_ipc(payload)).select(schema.names).cast(schema).to_batches()
 
 
 def write_parquet(fmt: str, paths: list[str], opts: dict, directory: str, findings: list[dict],
@@ -496,26 +339,26 @@ def write_parquet(fmt: str, paths: list[str], opts: dict, directory: str, findin
     (Spark, DuckDB and pyarrow read either), its unsigned columns widened to signed ones."""
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    from kaudit.engine.spark_rows import DISK_KINDS, WIRE_KINDS
-    from kaudit.model import SCHEMAS, table_from_rows
+    from kaudit.engine.spark_sources import spark_schema
+    from kaudit.model import KINDS, SCHEMAS, table_from_rows
 
     spark = session(spark_options)
-    env = (_envelope(spark, fmt, paths, opts, mode="*")[0] if fmt == "kafka-pcap" and len(paths) > 1
-           else _reader(spark, fmt, paths, "*", opts).cache())
-    try:
-        present = {r[0] for r in env.select(KIND).distinct().collect()}
-        names = TopicNames()
-        if "topic_name" in present:
-            names.add(dict(env.where(F.col(KIND) == "topic_name").select("topic_id", "topic").distinct().collect()))
-        for kind in DISK_KINDS if fmt == "kafka-segments" else WIRE_KINDS:
-            if kind in present:
-                df = env.where(F.col(KIND) == kind).select(*SCHEMAS[kind].names)
-                if fmt == "kafka-pcap" and names.names and kind in ("batch", "fetch_partition", "frame"):
-                    df = df.mapInArrow(_namer(kind, names.names), df.schema)
-                df.write.mode("overwrite").parquet(os.path.join(directory, f"{kind}.parquet"))
-    finally:
-        env.unpersist()
+    job = _job(spark, _decode_audit(fmt, paths, opts), Rows(), opts.get("split_bytes"))
+    if job.tasks:
+        df = _execute(spark, job, persist=True)
+        try:
+            facts = collect(job, df.where(F.col(TAG) == META).toArrow())[1]
+            present = {r[0] for r in df.select(TAG).distinct().collect()}
+            names = facts.names.names if fmt == "kafka-pcap" else {}
+            for kind in (k for k in KINDS if TAP + k in present):
+                schema = spark_schema(SCHEMAS[kind])
+                (df.where(F.col(TAG) == TAP + kind).mapInArrow(partial(_unpack, kind, names, schema),
+                                                               from_arrow_schema(schema))
+                 .write.mode("overwrite").parquet(os.path.join(directory, f"{kind}.parquet")))
+        finally:
+            df.unpersist()
     pq.write_table(table_from_rows("finding", findings), os.path.join(directory, "finding.parquet"))
 
 

@@ -1,0 +1,361 @@
+"""One description of an audit (DESIGN.md §5), which both executors run: engine.local in one
+process, engine.spark in tasks. Neither decides anything this plan does not say.
+
+An audit reads (kind, Arrow table) chunks from its sources and hands them to folds. For each fold
+the plan says:
+- what it reads: `Fold.select` (its kinds, columns and `where` filters);
+- whether it *streams* or *buffers*: a fold streams when the sources deliver its key groups one
+  after the other in its order - a log-dir plan yields each (replica, topic, partition)'s files
+  together, in offset order (STREAM) -, so it is fed chunk by chunk as they are decoded; any
+  other fold buffers its selection, which is prepared (`Fold.prepare`) and sorted by (key, kind,
+  order) once every row is read (`fold_selection`). Grouping is derived from the folds' keys, and
+  KeyedState checks it: a key that comes back after it was closed is an error, never a restart;
+- how a buffered fold's keys may be shared out among workers (`route`): by the key columns that
+  naming topics cannot change, or not at all when its `prepare` needs the whole selection;
+- how the facts each piece of work gathers are settled (`Facts`, `Audit.settle`): coverage
+  counters, the reference time (`--now`, else the latest broker-side timestamp or the last
+  packet), topic id -> name facts, and which row kinds each buffered fold selected anywhere.
+A streamed fold reads no settled fact: an executor may finish it where it holds its keys whole.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, sort_findings
+from kaudit.audit.folds import Context, Fold, split_by_key
+from kaudit.engine import coverage
+from kaudit.sources.topics import TopicNames
+
+STREAM = (("replica", "topic", "partition"), ("source", "position"))   # a log-dir plan's (key, order)
+
+
+@dataclass
+class AuditRun:
+    """What an audit produced: findings, coverage and the reference time, for the report."""
+
+    findings: list[dict] = field(default_factory=list)
+    coverage: dict = field(default_factory=dict)
+    reference_time_ms: int | None = None
+    errors: list[str] = field(default_factory=list)
+    engine: str = "local"
+    application_id: str | None = None   # the Spark application, when the Spark engine ran
+    topic_names: dict = field(default_factory=dict)   # topic id -> name, from every input
+    internal_errors: list[str] = field(default_factory=list)   # broken engine contracts (reported)
+
+
+class Tap:
+    """Rows an audit hands on besides its findings (the join's selections, a decode's rows), as
+    (name, table) in decode order. An executor that runs the work in pieces gives each a
+    `fresh()` copy, ships what it `drain()`s and its `facts()`, and `add`s and `merge`s them into
+    the original in decode order."""
+
+    def __init__(self):
+        self.out: list[tuple[str, pa.Table]] = []
+
+    def __call__(self, kind: str, table: pa.Table) -> None:
+        raise NotImplementedError
+
+    def fresh(self) -> "Tap":
+        """A copy with the same selection and nothing collected."""
+        tap = copy.copy(self)
+        tap.out = []
+        return tap
+
+    def drain(self) -> list[tuple[str, pa.Table]]:
+        out, self.out = self.out, []
+        return out
+
+    def add(self, name: str, table: pa.Table) -> None:
+        self.out.append((name, table))
+
+    def of(self, name: str) -> list[pa.Table]:
+        return [t for n, t in self.out if n == name]
+
+    def facts(self) -> dict:
+        return {}
+
+    def merge(self, facts: dict) -> None:
+        pass
+
+
+class Rows(Tap):
+    """Every decoded chunk (`kaudit decode`, Parquet), or the selection of one fold."""
+
+    def __init__(self, fold: Fold | None = None):
+        super().__init__()
+        self.fold = fold
+
+    def __call__(self, kind: str, table: pa.Table) -> None:
+        sel = table if self.fold is None else self.fold.select(kind, table)
+        if sel is not None and sel.num_rows:
+            self.out.append((kind, sel))
+
+
+class Facts:
+    """What one piece of work learns besides its fold rows, merged over the pieces: coverage
+    counters, topic id -> name facts and the ids rows name topics by (wire), the row kinds each
+    buffered fold selected, capture summaries and errors, and its tap's facts."""
+
+    def __init__(self, side: str, names: dict | None = None):
+        self.side = side
+        self.cov = coverage.new_disk() if side == "disk" else coverage.new_wire()
+        self.names = TopicNames(names)
+        self.kinds: dict[str, set] = {}
+        self.captures: dict = {}   # capture path -> PcapSummary
+        self.errors: list[tuple[int, str]] = []   # (split, "path: reason")
+        self.stitched: dict = {}   # capture path -> [connections, kafka connections] stitched in
+        self.tap: list[dict] = []
+
+    def add(self, kind: str, table: pa.Table) -> None:
+        if self.side == "disk":
+            coverage.add_disk(self.cov, kind, table)
+        else:
+            coverage.add_wire(self.cov, kind, table)
+            self.names.learn(kind, table)
+            self.names.unnamed(kind, table)   # notes the ids rows name topics by
+
+    def merge(self, other: "Facts") -> None:
+        coverage.merge(self.cov, other.cov)
+        self.names.add(other.names.names)
+        self.names.seen_ids |= other.names.seen_ids
+        for name, kinds in other.kinds.items():
+            self.kinds.setdefault(name, set()).update(kinds)
+        self.captures.update(other.captures)
+        self.errors.extend(other.errors)
+        for source, (conns, kafka) in other.stitched.items():
+            have = self.stitched.setdefault(source, [0, 0])
+            have[0], have[1] = have[0] + conns, have[1] + kafka
+        self.tap.extend(other.tap)
+
+    def summaries(self) -> dict:
+        """The capture summaries, the connections stitched across files counted in their first
+        file's (once)."""
+        for source, (conns, kafka) in self.stitched.items():
+            if source in self.captures:
+                self.captures[source].connections += conns
+                self.captures[source].kafka_connections += kafka
+        self.stitched = {}
+        return self.captures
+
+    def reference_time(self) -> int | None:
+        if self.side == "disk":
+            return self.cov.get(coverage.LATEST)
+        last = [s.last_ts for s in self.captures.values() if s.last_ts is not None]
+        return int(max(last) * 1000) if last else None
+
+
+def keep_rules(select=(), ignore=()) -> Callable[[dict], bool]:
+    selected, ignored = set(select), set(ignore)
+
+    def keep(f: dict) -> bool:
+        return (not selected or f["rule"] in selected) and f["rule"] not in ignored
+    return keep
+
+
+@dataclass
+class Audit:
+    """An audit: its side and sources, its folds (bound to the inputs' layout), the reference time
+    given (`now_ms`), the rules kept, a tap, and (wire) topic names known from elsewhere."""
+
+    side: str                      # "disk" (log dirs) | "wire" (captures)
+    paths: list[str]
+    folds: tuple[Fold, ...] = ()
+    now_ms: int | None = None
+    keep: Callable[[dict], bool] = field(default=keep_rules())
+    tap: Callable | None = None
+    layout: object = None          # disk: the sources.logdir.Plan of the paths
+    options: object = None         # sources.segments.Options | sources.pcap.PcapOptions
+    names: dict | None = None
+
+    def streams(self, fold: Fold) -> bool:
+        return self.side == "disk" and (fold.key, fold.order) == STREAM
+
+    @property
+    def streamed(self) -> tuple[Fold, ...]:
+        return tuple(f for f in self.folds if self.streams(f))
+
+    @property
+    def buffered(self) -> tuple[Fold, ...]:
+        return tuple(f for f in self.folds if not self.streams(f))
+
+    def route(self, fold: Fold) -> tuple[str, ...]:
+        """The columns a buffered fold's rows may be shared out by: its key, less `topic` on the
+        wire (named only once every capture is read), none when its prepare needs it all."""
+        if fold.prepare is not None and not fold.prepare_by_key:
+            return ()
+        return tuple(c for c in fold.key if self.side == "disk" or c != "topic")
+
+    def facts(self) -> Facts:
+        return Facts(self.side, self.names)
+
+    def settle(self, ctx: Context, facts: Facts) -> None:
+        """The context every fold finishes with, from the facts of all the work."""
+        ctx.reference_time_ms = self.now_ms if self.now_ms is not None else facts.reference_time()
+        if self.side == "wire":
+            ctx.topic_names = facts.names.names
+
+    def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
+        return dataclasses.replace(ctx, selected_kinds=frozenset(facts.kinds.get(fold.name, ())))
+
+    def result(self, findings: list[dict], facts: Facts, errors: list[str], engine: str = "local",
+               internal: list[str] = ()) -> AuditRun:
+        """The run's report data, the same whichever executor gathered `facts`."""
+        cov = facts.cov
+        ref = self.now_ms if self.now_ms is not None else facts.reference_time()
+        cov.pop(coverage.LATEST, None)
+        if self.side == "disk":
+            cov["files"] = sum(1 for t in self.layout.targets if t.kind != "skipped")
+            cov["bytes"] = self.layout.total_bytes
+        else:
+            findings = facts.names.name_findings(findings)
+            coverage.note_names(cov, facts.names.names)
+        coverage.settle(cov)
+        if self.side == "wire":
+            captures = facts.summaries()
+            cov["packets"] = sum(s.packets for s in captures.values())
+            cov["captures"] = {p: {"packets": s.packets, "tcp_packets": s.tcp_packets,
+                                   "kafka_connections": s.kafka_connections} for p, s in captures.items()}
+        if internal:
+            cov["internal_errors"] = list(internal)
+        return AuditRun(findings=sort_findings(findings), coverage=cov, reference_time_ms=ref,
+                        errors=errors + [e for _, e in sorted(facts.errors, key=lambda x: x[0])], engine=engine,
+                        topic_names=facts.names.names if self.side == "wire" else {},
+                        internal_errors=list(internal))
+
+
+def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None, max_batch_bytes: int = 64 << 20,
+               deep: bool = False, folds: tuple[Fold, ...] | None = None) -> Audit:
+    """The audit of log dirs: the disk folds, the replicas fold bound to the partitions the
+    inputs hold in several log dirs and to each log dir's cluster."""
+    from kaudit.sources.logdir import log_dir_clusters, plan, replicated_partitions
+    from kaudit.sources.segments import Options
+
+    layout = plan(paths)
+    clusters = log_dir_clusters(layout)
+    replicated = replicated_partitions(layout, clusters)
+    bound = tuple(f.bind(replicated, clusters) for f in (DISK_FOLDS if folds is None else folds))
+    return Audit("disk", paths, bound, now_ms, keep_rules(select, ignore), tap, layout,
+                 Options(deep=deep, max_batch_bytes=max_batch_bytes))
+
+
+def wire_audit(paths: list[str], options, *, now_ms=None, select=(), ignore=(), tap=None, names=None,
+               folds: tuple[Fold, ...] | None = None) -> Audit:
+    """The audit of captures; `names`: topic id -> name facts from elsewhere (log dirs)."""
+    return Audit("wire", paths, WIRE_FOLDS if folds is None else folds, now_ms, keep_rules(select, ignore),
+                 tap, options=options, names=names)
+
+
+class Work:
+    """One piece of an audit's work - the whole input (local engine), one task or one shuffle
+    partition (Spark): its facts and tap (`note`), the streamed folds it feeds when it holds their
+    keys whole (`stream`), the buffered folds' selections (`select`), and their findings (`finish`)."""
+
+    def __init__(self, audit: Audit, stream: bool = True, tap=None):
+        self.audit = audit
+        self.ctx = Context(reference_time_ms=audit.now_ms)
+        self.facts = audit.facts()
+        self.tap = tap
+        self.states = [(f, f.make(self.ctx)) for f in audit.streamed] if stream else []
+        self.selected: dict[str, list[tuple[str, pa.Table]]] = {f.name: [] for f in audit.buffered}
+        self.findings: list[dict] = []
+        self.internal: list[str] = []
+
+    def note(self, kind: str, table: pa.Table) -> None:
+        self.facts.add(kind, table)
+        if self.tap is not None:
+            self.tap(kind, table)
+
+    def fold(self, kind: str, table: pa.Table) -> None:
+        self.stream(kind, table)
+        self.select(kind, table)
+
+    def stream(self, kind: str, table: pa.Table, selected: dict | None = None) -> None:
+        """Feed the streamed folds a chunk (`selected`: their selections, made elsewhere)."""
+        keep = self.audit.keep
+        for f, state in self.states:
+            sel = f.select(kind, table) if selected is None else selected.get(f.name)
+            if sel is not None:
+                self.findings.extend(x for x in state.feed(kind, sel) if keep(x))
+
+    def select(self, kind: str, table: pa.Table) -> None:
+        for f in self.audit.buffered:
+            sel = f.select(kind, table)
+            if sel is not None:
+                self.selected[f.name].append((kind, sel))
+                self.facts.kinds.setdefault(f.name, set()).add(kind)
+
+    def finish(self, buffered: bool = True) -> list[dict]:
+        """The findings: the streamed folds finished, then (`buffered`) the buffered folds run over
+        their selections, with the context settled from the facts."""
+        self.audit.settle(self.ctx, self.facts)
+        keep, out = self.audit.keep, self.findings
+        for f, state in self.states:
+            out.extend(x for x in state.finish() if keep(x))
+            self.internal.extend(f"{f.name}: {e}" for e in state.order_errors)
+        for f in self.audit.buffered if buffered else ():
+            items = self.selected.pop(f.name)
+            out.extend(x for x in fold_selection(f, items, self.audit.context(self.ctx, self.facts, f),
+                                                 self.internal) if keep(x))
+        self.findings = []
+        return out
+
+
+def fold_selection(fold: Fold, items: list[tuple[str, pa.Table]], ctx: Context,
+                   internal: list | None = None) -> Iterator[dict]:
+    """The findings of a buffered fold over its whole selection (`items`: its (kind, table)
+    chunks in decode order): the wire's topics named first (before any key groups them), its
+    `prepare` where it has one, then the rows sorted by the fold's key. `items` is emptied once
+    prepared: only the prepared rows stay for the sort. `internal` gets the fold's broken
+    ordering contracts (KeyedState.order_errors)."""
+    if ctx.topic_names is not None:
+        names = TopicNames(ctx.topic_names)
+        items[:] = [(kind, names.label(t)) for kind, t in items]
+    if fold.prepare is not None:
+        prepared = fold.prepare(items, ctx)
+        if prepared is not items:
+            items.clear()
+        items = prepared
+    state = fold.make(ctx)
+    for kind, table in sorted_stream(fold, items):
+        yield from state.feed(kind, table)
+    yield from state.finish()
+    if internal is not None:
+        internal.extend(f"{fold.name}: {e}" for e in state.order_errors)
+
+
+def sorted_stream(fold: Fold, items: list[tuple[str, pa.Table]]) -> Iterator[tuple[str, pa.Table]]:
+    """The (kind, table) chunks of a fold sorted by its key (then its order columns, where a kind
+    has them); the kinds of one key come together, in the kinds' name order."""
+    by_kind: dict[str, list[pa.Table]] = {}
+    for kind, t in items:
+        by_kind.setdefault(kind, []).append(t)
+    slices = []
+    for rank, kind in enumerate(sorted(by_kind)):
+        t = pa.concat_tables(by_kind[kind])
+        cols = [c for c in fold.key + fold.order if c in t.column_names]
+        t = t.sort_by([(c, "ascending") for c in cols])
+        for k, part in split_by_key(t, fold.key):
+            slices.append((tuple((v is None, v) for v in k), rank, kind, part))
+    slices.sort(key=lambda s: (s[0], s[1]))
+    for _, _, kind, part in slices:
+        yield kind, part
+
+
+def readable_files(paths: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(errors, readable) for input files named on the command line."""
+    errors, readable = [], []
+    for p in paths:
+        if not os.path.isfile(p):
+            errors.append(f"{p}: no such file")
+        elif not os.access(p, os.R_OK):
+            errors.append(f"{p}: permission denied")
+        else:
+            readable.append(p)
+    return errors, readable
