@@ -11,6 +11,7 @@ engine runs it.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -88,6 +89,43 @@ class Fold:
         yield from state.finish()
 
 
+def run_selection(fold: Fold, items: list[tuple[str, pa.Table]], ctx: Context,
+                  internal: list | None = None) -> Iterator[dict]:
+    """The findings of a fold over its whole selection (`items`: its (kind, table) chunks in
+    decode order), as every engine runs a fold it buffers: its `prepare` first where it has one,
+    then the rows sorted by its key. `items` is emptied once prepared: only the prepared rows
+    stay for the sort. `internal` gets the fold's broken ordering contracts (order_errors)."""
+    if fold.prepare is not None:
+        prepared = fold.prepare(items, ctx)
+        if prepared is not items:
+            items.clear()
+        items = prepared
+    state = fold.make(ctx)
+    for kind, table in sorted_stream(fold, items):
+        yield from state.feed(kind, table)
+    yield from state.finish()
+    if internal is not None:
+        internal.extend(f"{fold.name}: {e}" for e in state.order_errors)
+
+
+def sorted_stream(fold: Fold, items: list[tuple[str, pa.Table]]) -> Iterator[tuple[str, pa.Table]]:
+    """The (kind, table) chunks of a fold sorted by its key (then its order columns, where a kind
+    has them); the kinds of one key come together, in the kinds' name order."""
+    by_kind: dict[str, list[pa.Table]] = {}
+    for kind, t in items:
+        by_kind.setdefault(kind, []).append(t)
+    slices = []
+    for rank, kind in enumerate(sorted(by_kind)):
+        t = pa.concat_tables(by_kind[kind])
+        cols = [c for c in fold.key + fold.order if c in t.column_names]
+        t = t.sort_by([(c, "ascending") for c in cols])
+        for k, part in split_by_key(t, fold.key):
+            slices.append((tuple((v is None, v) for v in k), rank, kind, part))
+    slices.sort(key=lambda s: (s[0], s[1]))
+    for _, _, kind, part in slices:
+        yield kind, part
+
+
 class FoldState:
     order_errors: tuple = ()   # broken ordering contracts, for the engine to report
 
@@ -148,6 +186,54 @@ class KeyedState(FoldState):
         out = self.group.finish() if self.group is not None else []
         self.group = None
         return out
+
+
+class Tap:
+    """Rows an audit hands on besides its findings (the joins' selections, a decode's rows), as
+    (name, table) in decode order: a selection no rule runs. An engine that runs the work in
+    pieces gives each a `fresh()` copy, ships what it `drain()`s and its `facts()`, and `add`s
+    and `merge`s them into the original in decode order."""
+
+    def __init__(self):
+        self.out: list[tuple[str, pa.Table]] = []
+
+    def __call__(self, kind: str, table: pa.Table) -> None:
+        raise NotImplementedError
+
+    def fresh(self) -> "Tap":
+        """A copy with the same selection and nothing collected."""
+        tap = copy.copy(self)
+        tap.out = []
+        return tap
+
+    def drain(self) -> list[tuple[str, pa.Table]]:
+        out, self.out = self.out, []
+        return out
+
+    def add(self, name: str, table: pa.Table) -> None:
+        self.out.append((name, table))
+
+    def of(self, name: str) -> list[pa.Table]:
+        return [t for n, t in self.out if n == name]
+
+    def facts(self) -> dict:
+        return {}
+
+    def merge(self, facts: dict) -> None:
+        pass
+
+
+class Rows(Tap):
+    """Every decoded chunk (`kaudit decode`, Parquet), or the selection of one fold."""
+
+    def __init__(self, fold: Fold | None = None):
+        super().__init__()
+        self.fold = fold
+
+    def __call__(self, kind: str, table: pa.Table) -> None:
+        sel = table if self.fold is None else self.fold.select(kind, table)
+        if sel is not None and sel.num_rows:
+            self.out.append((kind, sel))
 
 
 def constant(col) -> tuple[bool, object]:

@@ -112,3 +112,37 @@ FOLD = CrossPartitionFold("transactions", {"batch": BATCH_COLUMNS, "txn_log": TX
                           prepare=_prepare, prepare_by_key=True)
 
 
+
+
+def listed(chunks, transactional_id: str | None = None, producer_id: int | None = None) -> list[dict]:
+    """`kaudit txn` on log dirs: each producer's transactions (txn_view.describe) assembled from
+    the fold's selection (`chunks`: (kind, table or None)), of one transactional id or producer
+    id if given."""
+    from collections import defaultdict
+
+    batches: dict = defaultdict(list)
+    states: dict = defaultdict(list)
+    by_txn_id: set = set()
+    for kind, sel in chunks:
+        if sel is None:
+            continue
+        for r in sel.to_pylist():
+            if kind == "batch":
+                batches[r["producer_id"]].append(r)
+            else:
+                states[r["producer_id"]].append(r)
+                if r["transactional_id"] == transactional_id:
+                    by_txn_id.add(r["producer_id"])
+    pids = {pid for pid, rows in batches.items() if any(b["is_transactional"] for b in rows)}
+    pids |= set(states)
+    if transactional_id is not None:
+        pids = by_txn_id
+    if producer_id is not None:
+        pids &= {producer_id}
+    known = bool(states)
+    out = []
+    for pid in sorted(q for q in pids if q is not None):
+        pt = assemble(pid, batches.get(pid, []), states.get(pid, []), coordinator_known=known)
+        out.extend(t for t in describe(pt)
+                   if transactional_id is None or t["transactional_id"] in (transactional_id, None))
+    return out

@@ -110,6 +110,27 @@ def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, 
     return out
 
 
+def listed(items: list[tuple[str, pa.Table]], ctx: Context, producer_id: int | None = None,
+           transactional_id: str | None = None) -> list[dict]:
+    """`kaudit txn` on captures: each producer's transactions as its requests show them
+    (txn_view rows), from the fold's whole selection (`items`, topics named)."""
+    from collections import defaultdict
+
+    from kaudit.audit import txn_view
+
+    rows: dict = defaultdict(list)
+    for kind, t in prepare(items, ctx):
+        for r in t.to_pylist():
+            if r["producer_id"] is not None and r["producer_id"] >= 0:
+                ts = r["ts"] if kind == "txn_event" else r["request_ts"]
+                rows[r["producer_id"]].append((ts or 0.0, r["position"] or 0, kind, r))
+    out = []
+    for pid in sorted(rows):
+        if producer_id is None or pid == producer_id:
+            out.extend(txn_view.describe(producer_facts(pid, rows[pid], ctx)))
+    return txn_view.follow(out, transactional_id)
+
+
 def _txn_batch_where(t: pa.Table):
     return pc.and_(pc.equal(t.column("source_kind"), "produce"),
                    pc.fill_null(pc.equal(t.column("is_transactional"), True), False))

@@ -20,17 +20,18 @@ A streamed fold reads no settled fact: an executor may finish it where it holds 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, sort_findings
-from kaudit.audit.folds import Context, Fold, split_by_key
+from kaudit.audit.folds import (  # noqa: F401  (Rows, Tap, sorted_stream: the engines' API)
+    Context, Fold, Rows, Tap, run_selection, sorted_stream,
+)
 from kaudit.engine import coverage
+from kaudit.sources.inputs import readable_files  # noqa: F401  (the engines' check of input files)
 from kaudit.sources.topics import TopicNames
 
 STREAM = (("replica", "topic", "partition"), ("source", "position"))   # a log-dir plan's (key, order)
@@ -48,54 +49,6 @@ class AuditRun:
     application_id: str | None = None   # the Spark application, when the Spark engine ran
     topic_names: dict = field(default_factory=dict)   # topic id -> name, from every input
     internal_errors: list[str] = field(default_factory=list)   # broken engine contracts (reported)
-
-
-class Tap:
-    """Rows an audit hands on besides its findings (the join's selections, a decode's rows), as
-    (name, table) in decode order. An executor that runs the work in pieces gives each a
-    `fresh()` copy, ships what it `drain()`s and its `facts()`, and `add`s and `merge`s them into
-    the original in decode order."""
-
-    def __init__(self):
-        self.out: list[tuple[str, pa.Table]] = []
-
-    def __call__(self, kind: str, table: pa.Table) -> None:
-        raise NotImplementedError
-
-    def fresh(self) -> "Tap":
-        """A copy with the same selection and nothing collected."""
-        tap = copy.copy(self)
-        tap.out = []
-        return tap
-
-    def drain(self) -> list[tuple[str, pa.Table]]:
-        out, self.out = self.out, []
-        return out
-
-    def add(self, name: str, table: pa.Table) -> None:
-        self.out.append((name, table))
-
-    def of(self, name: str) -> list[pa.Table]:
-        return [t for n, t in self.out if n == name]
-
-    def facts(self) -> dict:
-        return {}
-
-    def merge(self, facts: dict) -> None:
-        pass
-
-
-class Rows(Tap):
-    """Every decoded chunk (`kaudit decode`, Parquet), or the selection of one fold."""
-
-    def __init__(self, fold: Fold | None = None):
-        super().__init__()
-        self.fold = fold
-
-    def __call__(self, kind: str, table: pa.Table) -> None:
-        sel = table if self.fold is None else self.fold.select(kind, table)
-        if sel is not None and sel.num_rows:
-            self.out.append((kind, sel))
 
 
 class Facts:
@@ -309,53 +262,9 @@ class Work:
 
 def fold_selection(fold: Fold, items: list[tuple[str, pa.Table]], ctx: Context,
                    internal: list | None = None) -> Iterator[dict]:
-    """The findings of a buffered fold over its whole selection (`items`: its (kind, table)
-    chunks in decode order): the wire's topics named first (before any key groups them), its
-    `prepare` where it has one, then the rows sorted by the fold's key. `items` is emptied once
-    prepared: only the prepared rows stay for the sort. `internal` gets the fold's broken
-    ordering contracts (KeyedState.order_errors)."""
+    """A buffered fold over its whole selection (folds.run_selection), the wire's topics named
+    first: before any key groups the rows."""
     if ctx.topic_names is not None:
         names = TopicNames(ctx.topic_names)
         items[:] = [(kind, names.label(t)) for kind, t in items]
-    if fold.prepare is not None:
-        prepared = fold.prepare(items, ctx)
-        if prepared is not items:
-            items.clear()
-        items = prepared
-    state = fold.make(ctx)
-    for kind, table in sorted_stream(fold, items):
-        yield from state.feed(kind, table)
-    yield from state.finish()
-    if internal is not None:
-        internal.extend(f"{fold.name}: {e}" for e in state.order_errors)
-
-
-def sorted_stream(fold: Fold, items: list[tuple[str, pa.Table]]) -> Iterator[tuple[str, pa.Table]]:
-    """The (kind, table) chunks of a fold sorted by its key (then its order columns, where a kind
-    has them); the kinds of one key come together, in the kinds' name order."""
-    by_kind: dict[str, list[pa.Table]] = {}
-    for kind, t in items:
-        by_kind.setdefault(kind, []).append(t)
-    slices = []
-    for rank, kind in enumerate(sorted(by_kind)):
-        t = pa.concat_tables(by_kind[kind])
-        cols = [c for c in fold.key + fold.order if c in t.column_names]
-        t = t.sort_by([(c, "ascending") for c in cols])
-        for k, part in split_by_key(t, fold.key):
-            slices.append((tuple((v is None, v) for v in k), rank, kind, part))
-    slices.sort(key=lambda s: (s[0], s[1]))
-    for _, _, kind, part in slices:
-        yield kind, part
-
-
-def readable_files(paths: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(errors, readable) for input files named on the command line."""
-    errors, readable = [], []
-    for p in paths:
-        if not os.path.isfile(p):
-            errors.append(f"{p}: no such file")
-        elif not os.access(p, os.R_OK):
-            errors.append(f"{p}: permission denied")
-        else:
-            readable.append(p)
-    return errors, readable
+    return run_selection(fold, items, ctx, internal)

@@ -163,20 +163,11 @@ def _pcap_tasks(paths: list[str]) -> tuple[list, int]:
     """One task per capture: (index, path, file index, stitch, error). Several captures are one
     capture cut in files (rotated), ranked by their first packet's time; the files that are no
     capture first (their errors come first, as in the local engine)."""
-    from kaudit.sources.pcap import DecodeError
-    from kaudit.sources.pcap_stitch import _failed, file_order, first_packet_ts
+    from kaudit.sources.pcap_stitch import capture_order, failure
 
-    paths = list(dict.fromkeys(paths))
-    first_ts, failed = {}, []
-    for p in paths:
-        try:
-            first_ts[p] = first_packet_ts(p)
-        except (DecodeError, OSError) as e:
-            errors: list = []
-            _failed(p, e, errors)
-            failed.append((p, errors[0]))
-    ordered = file_order(list(first_ts), first_ts)
-    items = [(p, -1, False, err) for p, err in failed] + [(p, i, len(ordered) > 1, None) for i, p in enumerate(ordered)]
+    ordered, failed = capture_order(list(dict.fromkeys(paths)))
+    items = [(p, -1, False, failure(p, e)) for p, e in failed] + [(p, i, len(ordered) > 1, None)
+                                                                   for i, p in enumerate(ordered)]
     return [([(n, *item)], False) for n, item in enumerate(items)], len(ordered)
 
 
@@ -244,8 +235,6 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
     """As engine.local.audit_segments; `tap` (engine.joint.DiskTap) gets the join's rows."""
     audit = disk_audit(paths, now_ms=now_ms, select=select, ignore=ignore, tap=tap,
                        max_batch_bytes=max_batch_bytes, folds=folds)
-    if not [x for x in paths if os.path.exists(x)]:
-        audit.layout.targets = []
     return _run(audit, list(audit.layout.errors), spark_options)
 
 
@@ -266,29 +255,31 @@ def pcap_source_options(options) -> dict:
             "deep": str(options.deep).lower()}
 
 
-def _decode_audit(fmt: str, paths: list[str], opts: dict) -> Audit:
-    """A decode as an audit without folds (`opts`: the source's options, as strings)."""
+def _decode(fmt: str, paths: list[str], opts: dict, spark_options, tap: Tap, persist: bool = False):
+    """A decode - an audit without folds (`opts`: the source's options, as strings) - into `tap`:
+    (the tasks' facts, the job) or, `persist`, (the cached payload rows or None, the job)."""
     from kaudit.engine.spark_sources import pcap_options
 
     if fmt == "kafka-pcap":
-        return wire_audit(paths, pcap_options(opts), folds=())
-    return disk_audit(paths, max_batch_bytes=int(opts.get("max_batch_bytes") or 64 << 20),
-                      deep=str(opts.get("deep", "false")).lower() == "true", folds=())
+        audit = wire_audit(paths, pcap_options(opts), folds=())
+    else:
+        audit = disk_audit(paths, max_batch_bytes=int(opts.get("max_batch_bytes") or 64 << 20),
+                           deep=str(opts.get("deep", "false")).lower() == "true", folds=())
+    spark = session(spark_options)
+    job = _job(spark, audit, tap, opts.get("split_bytes"))
+    if not job.tasks:
+        return (None if persist else job.audit.facts()), job
+    return (_execute(spark, job, persist) if persist else _execute(spark, job)[1]), job
 
 
 def decoded_chunks(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None):
     """(the tasks' facts, every decoded row as (kind, table) in the local engine's order). This
     collects to the driver (the decode commands print rows there anyway); `write_parquet`
     writes from the executors instead."""
-    spark = session(spark_options)
     tap = Rows()
-    job = _job(spark, _decode_audit(fmt, paths, opts), tap, opts.get("split_bytes"))
-    facts = _execute(spark, job)[1] if job.tasks else job.audit.facts()
-    chunks = tap.out
-    if fmt == "kafka-pcap":   # topic ids named from every capture's responses, as the local engine does
-        names = TopicNames(facts.names.names)
-        chunks = [(kind, names.resolve(kind, part)) for kind, part in chunks]
-    return facts, chunks
+    facts, _ = _decode(fmt, paths, opts, spark_options, tap)
+    names = TopicNames(facts.names.names)   # captures: topic ids named from every capture's responses
+    return facts, [(kind, names.resolve(kind, part) if fmt == "kafka-pcap" else part) for kind, part in tap.out]
 
 
 def decode_pcaps(names: list[str], options, summaries: dict, spark_options: SparkOptions | None = None
@@ -316,11 +307,8 @@ def transactions_selection(paths: list[str], spark_options: SparkOptions | None 
     """What the transactions fold selects from log dirs (`kaudit txn`), decoded by the tasks."""
     from kaudit.audit import transactions
 
-    spark = session(spark_options)
     tap = Rows(transactions.FOLD)
-    job = _job(spark, disk_audit(paths, folds=()), tap)
-    if job.tasks:
-        _execute(spark, job)
+    _decode("kafka-segments", paths, {}, spark_options, tap)
     return tap.out
 
 
@@ -344,14 +332,11 @@ def write_parquet(fmt: str, paths: list[str], opts: dict, directory: str, findin
     from kaudit.engine.spark_sources import spark_schema
     from kaudit.model import KINDS, SCHEMAS, table_from_rows
 
-    spark = session(spark_options)
-    job = _job(spark, _decode_audit(fmt, paths, opts), Rows(), opts.get("split_bytes"))
-    if job.tasks:
-        df = _execute(spark, job, persist=True)
+    df, job = _decode(fmt, paths, opts, spark_options, Rows(), persist=True)
+    if df is not None:
         try:
-            facts = collect(job, df.where(F.col(TAG) == META).toArrow())[1]
+            names = collect(job, df.where(F.col(TAG) == META).toArrow())[1].names.names if fmt == "kafka-pcap" else {}
             present = {r[0] for r in df.select(TAG).distinct().collect()}
-            names = facts.names.names if fmt == "kafka-pcap" else {}
             for kind in (k for k in KINDS if TAP + k in present):
                 schema = spark_schema(SCHEMAS[kind])
                 (df.where(F.col(TAG) == TAP + kind).mapInArrow(partial(_unpack, kind, names, schema),

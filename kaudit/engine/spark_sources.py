@@ -33,11 +33,7 @@ def spark_type(t: pa.DataType) -> pa.DataType:
         return pa.int32()
     if pa.types.is_uint8(t):
         return pa.int16()
-    if pa.types.is_list(t):
-        return pa.list_(spark_type(t.value_type))
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, spark_type(f.type)) for f in t])
-    return t
+    return t   # rows are flat (model.py)
 
 
 def spark_schema(schema: pa.Schema) -> pa.Schema:

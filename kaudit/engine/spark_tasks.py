@@ -66,20 +66,16 @@ class Job:
     files: int = 0       # captures stitched together (the stitch tasks number their splits after them)
 
 
-class _Out:
-    """Payload rows, gathered into record batches."""
+class _Out(list):
+    """Payload rows (tuples in SCHEMA's order), taken as record batches."""
 
-    def __init__(self):
-        self.cols: list[list] = [[] for _ in SCHEMA]
-
-    def add(self, part, key, split, row, tag, payload) -> None:
-        for col, v in zip(self.cols, (part, key, split, row, tag, payload)):
-            col.append(v)
+    def add(self, *row) -> None:
+        self.append(row)
 
     def take(self) -> Iterator[pa.RecordBatch]:
-        if self.cols[0]:
-            yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(self.cols, SCHEMA)], schema=SCHEMA)
-            self.cols = [[] for _ in SCHEMA]
+        if self:
+            yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(zip(*self), SCHEMA)], schema=SCHEMA)
+            self.clear()
 
 
 def read_tasks(job: Job, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -111,16 +107,14 @@ def _decode(audit: Audit, items, facts) -> Iterator[tuple[int, Iterator]]:
 
 def _capture(options, index: int, path: str, file_index: int, stitch: bool, facts) -> Iterator:
     from kaudit.sources.pcap import DecodeError, decode_capture
-    from kaudit.sources.pcap_stitch import split_capture
+    from kaudit.sources.pcap_stitch import failure, split_capture
 
     summary = facts.captures[path]
     try:
         yield from (split_capture(path, file_index, options, summary) if stitch
                     else decode_capture(path, options, summary))
-    except DecodeError as e:
-        facts.errors.append((index, f"{path}: {e.message}"))
-    except OSError as e:
-        facts.errors.append((index, f"{path}: {e.strerror or e}"))
+    except (DecodeError, OSError) as e:
+        facts.errors.append((index, failure(path, e)))
 
 
 def _ship(job: Job, work: Work, whole: bool, splits: Iterable[tuple[int, Iterator]]) -> Iterator[pa.RecordBatch]:

@@ -54,3 +54,16 @@ def capture_files(paths: list[str]) -> tuple[list[str], list[str]]:
         else:
             errors.append(f"{p}: a folder with no pcap or pcapng capture in it")
     return files, errors
+
+
+def readable_files(paths) -> tuple[list[str], list[str]]:
+    """(errors, readable) for input files named on the command line."""
+    errors, readable = [], []
+    for p in paths:
+        if not os.path.isfile(p):
+            errors.append(f"{p}: no such file")
+        elif not os.access(p, os.R_OK):
+            errors.append(f"{p}: permission denied")
+        else:
+            readable.append(p)
+    return errors, readable

@@ -373,14 +373,11 @@ def _decode_captures(paths, options, summaries, errors) -> Iterator[tuple[str, p
         summaries[paths[0]] = PcapSummary()
         yield from _guarded(paths[0], decode_capture(paths[0], options, summaries[paths[0]]), errors)
         return
-    first_ts = {}
     for p in paths:
         summaries[p] = PcapSummary()
-        try:
-            first_ts[p] = first_packet_ts(p)
-        except (DecodeError, OSError) as e:
-            _failed(p, e, errors)
-    ordered = file_order(list(first_ts), first_ts)
+    ordered, failed = capture_order(paths)
+    for p, e in failed:
+        _failed(p, e, errors)
     if len(ordered) == 1:
         yield from _guarded(ordered[0], decode_capture(ordered[0], options, summaries[ordered[0]]), errors)
         return
@@ -401,10 +398,24 @@ def _guarded(path: str, chunks: Iterator, errors: list | None) -> Iterator:
         _failed(path, e, errors)
 
 
+def capture_order(paths: list[str]) -> tuple[list[str], list[tuple[str, Exception]]]:
+    """(the captures ranked by their first packet's time, the files that are no capture or
+    cannot be read with why) of files decoded as one capture (every engine ranks them so)."""
+    first_ts, failed = {}, []
+    for p in paths:
+        try:
+            first_ts[p] = first_packet_ts(p)
+        except (DecodeError, OSError) as e:
+            failed.append((p, e))
+    return file_order(list(first_ts), first_ts), failed
+
+
+def failure(path: str, e: Exception) -> str:
+    """"path: reason" for a capture that could not be read."""
+    return f"{path}: {e.message}" if isinstance(e, DecodeError) else f"{path}: {e.strerror or e}"
+
+
 def _failed(path: str, e: Exception, errors: list | None) -> None:
     if errors is None:
         raise e
-    if isinstance(e, DecodeError):
-        errors.append(f"{path}: {e.message}")
-    else:
-        errors.append(f"{path}: {e.strerror or e}")
+    errors.append(failure(path, e))

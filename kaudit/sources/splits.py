@@ -169,3 +169,31 @@ def decode_split(s: Split, options: Options) -> Iterator[tuple[str, pa.Table]]:
     """The (kind, table) chunks of one split: a range of a segment, or a whole file."""
     yield from decode_target(s.target, options, start=s.start, stop=s.stop)
 
+
+def _decode_task(args):
+    splits, options = args
+    return [c for s in splits for c in decode_split(s, options)]
+
+
+def decode_parallel(p: Plan, options: Options, jobs: int, split_bytes: int) -> Iterator[tuple[str, pa.Table]]:
+    """The rows of the plan in its order, decoded by `jobs` worker processes: big segments are
+    cut at their own index positions, every range decodes alone and the results are taken in
+    plan order, at most 2 x jobs tasks ahead of the one being handed on."""
+    import multiprocessing as mp
+    from collections import deque
+
+    tasks = split_plan(p, split_bytes, options.max_batch_bytes)
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(jobs) as pool:
+        pending: deque = deque()
+        queued = iter(tasks)
+        for task in queued:
+            pending.append(pool.apply_async(_decode_task, ((task, options),)))
+            if len(pending) >= 2 * jobs:
+                break
+        while pending:
+            chunks = pending.popleft().get()
+            task = next(queued, None)
+            if task is not None:
+                pending.append(pool.apply_async(_decode_task, ((task, options),)))
+            yield from chunks

@@ -1,0 +1,101 @@
+"""The rows the HTML report draws (report/charts.py), gathered from decoded chunks once the audit
+has named the incidents (engine/charts.py reads the inputs again): the batches of the producers
+involved on their partitions, the coordinator's transaction states of the transactional ids
+involved, and a capture's request/response pairs.
+
+Bounded: each series keeps at most MAX_POINTS points (evenly thinned), the frames MAX_FRAMES.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+MAX_POINTS = 2000
+MAX_FRAMES = 5000
+BATCH_COLS = ("source_kind", "replica", "topic", "partition", "producer_id", "producer_epoch", "base_sequence",
+              "last_sequence", "base_offset", "last_offset", "max_timestamp_ms", "request_ts", "response_base_offset",
+              "response_error", "is_transactional", "is_control", "control_type", "record_count")
+
+
+def involved(report: dict) -> tuple[set, set, set]:
+    """(producer ids, "topic-partition" names, transactional ids) of the report's incidents."""
+    pids, tps, tids = set(), set(), set()
+    for i in report["incidents"]:
+        if i["kind"] == "coverage":
+            continue
+        pids.update(p for p in i["producer_ids"] if p is not None)
+        tps.update(i["topic_partitions"])
+        tids.update(i["transactional_ids"])
+    return pids, tps, tids
+
+
+class ChartRows:
+    def __init__(self, pids: set, tps: set, tids: set):
+        self.pids = pa.array(sorted(pids), pa.int64())
+        self.tps, self.tids = tps, pa.array(sorted(tids), pa.string())
+        self.series: dict[tuple, list[dict]] = {}
+        self.states: list[dict] = []
+        self.frames: list[dict] = []
+        self.frame_stride, self.frames_seen = 1, 0
+
+    def add(self, kind: str, t: pa.Table) -> None:
+        if not t.num_rows:
+            return
+        if kind == "batch":
+            self._batches(t)
+        elif kind in ("txn_log", "txn_event") and len(self.tids):
+            t = t.filter(pc.fill_null(pc.is_in(t.column("transactional_id"), value_set=self.tids), False))
+            ts = "timestamp_ms" if kind == "txn_log" else "ts"
+            for r in t.to_pylist():
+                when = r[ts] if kind == "txn_log" else (r[ts] * 1000 if r[ts] is not None else None)
+                self.states.append({"tid": r["transactional_id"], "pid": r["producer_id"], "epoch": r["producer_epoch"],
+                                    "ts": when, "state": r.get("state") or r.get("event"),
+                                    "partitions": r.get("partitions")})
+        elif kind == "frame":
+            self._frames(t)
+
+    def _batches(self, t: pa.Table) -> None:
+        pid = t.column("producer_id").cast(pa.int64())
+        keep = pc.fill_null(pc.is_in(pid, value_set=self.pids), False)
+        keep = pc.and_(keep, pc.invert(pc.equal(t.column("source_kind"), "fetch")))
+        t = t.filter(keep)
+        if not t.num_rows:
+            return
+        for r in t.select([c for c in BATCH_COLS if c in t.column_names]).to_pylist():
+            tp = f"{r['topic']}-{r['partition']}"
+            if tp not in self.tps:
+                continue
+            wire = r["source_kind"] == "produce"
+            if wire and r["response_error"] not in (0, None):
+                answer = "refused"
+            else:
+                answer = "stored" if not wire or r["response_error"] == 0 else "no answer"
+            pt = {"ts": r["request_ts"] * 1000 if wire and r["request_ts"] else r["max_timestamp_ms"],
+                  "epoch": r["producer_epoch"], "bseq": r["base_sequence"], "lseq": r["last_sequence"],
+                  "offset": r["response_base_offset"] if wire else r["base_offset"],
+                  "control": r["control_type"] if r["is_control"] else None, "txn": bool(r["is_transactional"]),
+                  "answer": answer}
+            where = "wire" if wire else f"replica {r['replica']}"
+            self.series.setdefault((r["producer_id"], tp, where), []).append(pt)
+
+    def _frames(self, t: pa.Table) -> None:
+        for r in t.select(["request_ts", "latency_ms", "api_name", "error_names", "client_id",
+                           "response_frame"]).to_pylist():
+            self.frames_seen += 1
+            if r["request_ts"] is None or self.frames_seen % self.frame_stride:
+                continue
+            self.frames.append({"ts": r["request_ts"] * 1000, "latency_ms": r["latency_ms"], "api": r["api_name"] or "?",
+                                "error": r["error_names"] or ("no response" if r["response_frame"] is None else ""),
+                                "client": r["client_id"]})
+            if len(self.frames) >= MAX_FRAMES:   # thin out: every other frame, and half as many from now on
+                self.frames = self.frames[::2]
+                self.frame_stride *= 2
+
+    def result(self) -> dict:
+        series = []
+        for (pid, tp, where), pts in sorted(self.series.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+            step = max(1, -(-len(pts) // MAX_POINTS))
+            series.append({"pid": pid, "tp": tp, "where": where, "points": pts[::step], "total": len(pts)})
+        return {"series": series, "states": sorted(self.states, key=lambda s: (s["ts"] or 0)),
+                "frames": self.frames, "frames_total": self.frames_seen}
