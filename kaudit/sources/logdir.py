@@ -15,16 +15,16 @@ import re
 from dataclasses import dataclass, field
 
 from kaudit.protocol.errors import DecodeError
+from kaudit.protocol.file_kinds import LOG_FILES, LogFile
 from kaudit.protocol.logfiles import decode_partition_metadata
 
 PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
-SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})(?:-\d+)?\.(?P<ext>log|index|timeindex|txnindex|snapshot|checkpoint)$")
+SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})(?:-\d+)?\.(?P<ext>[a-z]+)$")
+# Named like segments and decoded here (sources.segment_log, index_table); the other files kaudit
+# decodes are registered by name or suffix with their decoders (protocol.file_kinds).
+SEGMENT_EXTS = ("log", "index", "timeindex", "checkpoint")
 SKIP_FILE_SUFFIXES = (".deleted", ".cleaned", ".swap")
 SKIP_DIR_SUFFIXES = ("-delete", "-future", "-stray")
-PARTITION_FILES = ("leader-epoch-checkpoint", "partition.metadata", "quorum-state")
-# A log dir's offset checkpoints: recovery points, high watermarks, log start offsets, cleaner.
-OFFSET_CHECKPOINTS = ("cleaner-offset-checkpoint", "log-start-offset-checkpoint",
-                      "recovery-point-offset-checkpoint", "replication-offset-checkpoint")
 # Files a log dir holds that kaudit does not decode (yet): listed as skipped, with the reason.
 LOG_DIR_FILES = {
     "bootstrap.checkpoint": "KRaft bootstrap checkpoint (not decoded)",
@@ -50,8 +50,7 @@ class Target:
     """One file to decode, or one entry to report as skipped."""
 
     path: str
-    kind: str  # log | index | timeindex | txnindex | snapshot | checkpoint | leader-epoch-checkpoint
-    #            partition.metadata | quorum-state | meta.properties | skipped
+    kind: str  # log | index | timeindex | checkpoint | skipped | a registered file's name or suffix
     log_dir: LogDir | None
     topic: str | None = None
     partition: int | None = None
@@ -59,6 +58,7 @@ class Target:
     reason: str | None = None
     size: int = 0
     topic_id: str | None = None   # the partition dir's partition.metadata (KIP-516), when it has one
+    reader: LogFile | None = None   # how a registered file decodes (carried to the tasks with it)
 
     def place(self) -> dict:
         return {
@@ -138,12 +138,11 @@ def classify_file(path: str, log_dir: LogDir | None, topic=None, partition=None)
     if reason:
         return Target(path, "skipped", log_dir, topic, partition, reason=reason, size=size)
     m = SEGMENT_FILE.match(name)
-    if m:
-        return Target(path, m["ext"], log_dir, topic, partition, int(m["base"]), size=size)
-    if name in PARTITION_FILES or name == "meta.properties":
-        return Target(path, name, log_dir, topic, partition, size=size)
-    if name in OFFSET_CHECKPOINTS:
-        return Target(path, "offset-checkpoint", log_dir, topic, partition, size=size)
+    if m and (m["ext"] in SEGMENT_EXTS or "." + m["ext"] in LOG_FILES):
+        return Target(path, m["ext"], log_dir, topic, partition, int(m["base"]), size=size,
+                      reader=LOG_FILES.get("." + m["ext"]))
+    if name in LOG_FILES:
+        return Target(path, name, log_dir, topic, partition, size=size, reader=LOG_FILES[name])
     reason = LOG_DIR_FILES.get(name, "not a Kafka log file")
     return Target(path, "skipped", log_dir, topic, partition, reason=reason, size=size)
 
@@ -180,7 +179,15 @@ def _looks_like_partition_dir(path: str, name: str) -> bool:
         names = os.listdir(path)
     except OSError:
         return False
-    return any(SEGMENT_FILE.match(n) or n in PARTITION_FILES for n in names) or not names
+    return any(_segment_file(n) or LOG_FILES.get(n, _LOG_DIR_FILE).where == "partition" for n in names) or not names
+
+
+_LOG_DIR_FILE = LogFile("", "log_dir", None)
+
+
+def _segment_file(name: str) -> bool:
+    m = SEGMENT_FILE.match(name)
+    return m is not None and (m["ext"] in SEGMENT_EXTS or "." + m["ext"] in LOG_FILES)
 
 
 def plan(paths: list[str]) -> Plan:
@@ -206,7 +213,7 @@ def plan(paths: list[str]) -> Plan:
                 result.targets.append(classify_file(p, _log_dir_of(p, cache)))
             continue
         _walk(p, 0, cache, result)
-    result.targets = _distinct_replicas(_grouped(result.targets))
+    result.targets = _grouped(_distinct_replicas(result.targets))
     return result
 
 
@@ -257,9 +264,10 @@ def _distinct_replicas(targets: list[Target]) -> list[Target]:
 
 
 def _grouped(targets: list[Target]) -> list[Target]:
-    """Each file once (inputs may overlap: `D` and `D/node1`), and each replica's files together
-    in name order, in the order replicas first appear: the audit folds read a partition's rows
-    as one run, in log order."""
+    """Each file once (inputs may overlap: `D` and `D/node1`), and the files of each
+    (replica, topic, partition) together in name order, in the order they first appear - a log
+    dir's own files (topic None) together per replica: the folds keyed by a log's partition
+    read each key's rows as one run, in log order (engine.plan)."""
     seen: set[str] = set()
     groups: dict[tuple, list[Target]] = {}
     for t in targets:
@@ -269,6 +277,8 @@ def _grouped(targets: list[Target]) -> list[Target]:
         seen.add(real)
         if t.topic is not None and t.partition is not None:
             key = (t.log_dir.path if t.log_dir else None, t.topic, t.partition)
+        elif t.log_dir is not None:
+            key = ("", t.log_dir.replica)
         else:
             key = ("", real)
         groups.setdefault(key, []).append(t)
