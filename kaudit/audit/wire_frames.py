@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.disk_sequences import fenced_epoch  # noqa: F401  (the rule this module also reports)
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.model import view
 from kaudit.timefmt import duration, iso_s
 
 KEY = ("source", "connection")
@@ -24,6 +25,9 @@ FRAME_COLUMNS = KEY + (
 CONNECTION_COLUMNS = KEY + ("close_reason", "first_ts", "last_ts", "gaps", "gap_bytes", "protocol",
                             "first_frame")
 ISSUE_COLUMNS = KEY + ("position", "issue", "length", "message", "stream_offset")
+# the rows as this fold reads them (fields checked at import)
+Frame, Conn, Issue = view("frame", FRAME_COLUMNS), view("connection", CONNECTION_COLUMNS), view("decode_issue", ISSUE_COLUMNS)
+ROWS = {"frame": Frame, "connection": Conn, "decode_issue": Issue}
 
 # Produce, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit
 PRODUCER_APIS = frozenset({0, 22, 24, 25, 26, 27, 28})
@@ -38,7 +42,7 @@ FENCED_CODES = {"47", "90"}  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
       "The client did not learn the outcome and may have retried (see retried-batch). Resolve "
       "what happened against the log dirs (`kaudit audit --pcap ... --segments ...`); check the "
       "broker's request latency and network around that time.")
-def unanswered_request(frame: dict, conn: dict | None, answered_after: bool,
+def unanswered_request(frame: Frame, conn: Conn | None, answered_after: bool,
                        end_ts: float | None, lost_after: bool = False) -> tuple[str, str] | None:
     """Invariant: a broker answers every request on a connection, in order (the request channel
     processes one request per connection at a time, kafka.network.SocketServer), except Produce
@@ -55,9 +59,9 @@ def unanswered_request(frame: dict, conn: dict | None, answered_after: bool,
     Returns (reason, severity).
     Benign causes, not flagged: acks=0, requests still in flight when the capture ended (or when
     the capture stopped showing their connection)."""
-    if frame["response_frame"] is not None:
+    if frame.response_frame is not None:
         return None
-    if frame["api_key"] == 0 and frame["acks"] == 0:
+    if frame.api_key == 0 and frame.acks == 0:
         return None
     verdict = _unanswered(frame, conn, answered_after, end_ts)
     if verdict is not None and lost_after and verdict[1] == "warning":
@@ -69,18 +73,18 @@ def unanswered_request(frame: dict, conn: dict | None, answered_after: bool,
 def _unanswered(frame, conn, answered_after, end_ts):
     if answered_after:
         return "a later request on the connection was answered", "warning"
-    wait_ms = max(frame["timeout_ms"] or 0, REQUEST_TIMEOUT_MS)
-    ts = frame["request_ts"]
-    if conn is not None and conn["close_reason"] in ("fin", "rst", "reused"):
-        waited = None if conn["last_ts"] is None or ts is None else (conn["last_ts"] - ts) * 1000
-        if conn["close_reason"] == "reused":
+    wait_ms = max(frame.timeout_ms or 0, REQUEST_TIMEOUT_MS)
+    ts = frame.request_ts
+    if conn is not None and conn.close_reason in ("fin", "rst", "reused"):
+        waited = None if conn.last_ts is None or ts is None else (conn.last_ts - ts) * 1000
+        if conn.close_reason == "reused":
             # its close is not in the capture: a new connection took its ports over later
             how, waited = "the connection ended unseen (a later connection reused its ports)", None
         else:
-            how = f"the connection closed ({conn['close_reason'].upper()})"
+            how = f"the connection closed ({conn.close_reason.upper()})"
         if waited is not None:
             how += f" {duration(waited)} later"
-        if frame["api_key"] == 0:
+        if frame.api_key == 0:
             return how + ", before a response: the producer cannot know whether it was stored", "warning"
         if waited is not None and waited >= wait_ms:
             return how + f", after the {duration(wait_ms)} timeout", "warning"
@@ -98,35 +102,35 @@ def _unanswered(frame, conn, answered_after, end_ts):
       "CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS) are normal in small numbers; fatal "
       "ones (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, TRANSACTIONAL_ID_AUTHORIZATION_FAILED) end "
       "the producer.")
-def producer_error(frame: dict) -> bool:
+def producer_error(frame: Frame) -> bool:
     """Invariant: none — this rule puts every error answer of Produce, InitProducerId,
     AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers and TxnOffsetCommit on the
     producer's timeline (org.apache.kafka.common.protocol.Errors; KIP-98, KIP-360, KIP-588).
     Benign causes: retriable errors during leader moves and coordinator loading."""
-    return frame["api_key"] in PRODUCER_APIS and bool(frame["error_codes"])
+    return frame.api_key in PRODUCER_APIS and bool(frame.error_codes)
 
 
 @rule("stream-gap", "info", "wire", "bytes missing from a TCP stream in the capture",
       "The capture dropped packets (snaplen, ring buffer, interface drops) or started mid-stream; "
       "findings on that connection around the gap may be incomplete. Capture with a larger buffer "
       "(`tcpdump -B`) and full snaplen.")
-def stream_gap(issue: dict) -> bool:
+def stream_gap(issue: Issue) -> bool:
     """Invariant: each direction of a TCP connection is a contiguous byte stream (RFC 9293);
     kaudit's reassembly never zero-fills what the capture lacks and reports it instead.
     Benign causes: a capture started or stopped while the connection was open."""
-    return issue["issue"] in GAPS
+    return issue.issue in GAPS
 
 
 @rule("undecodable-frame", "info", "wire", "Kafka bytes kaudit could not decode",
       "TLS connections need the keys (or a capture before TLS termination). For other bytes, "
       "check the evidence position; it may be a protocol version kaudit does not know yet.")
-def undecodable_frame(issue: dict) -> bool:
+def undecodable_frame(issue: Issue) -> bool:
     """Invariant: every byte of a Kafka connection is a length-prefixed frame whose header and body
     decode for its (api_key, api_version) (org.apache.kafka.common.requests.RequestHeader,
     the message JSON specs). Reported: bytes skipped to resynchronise, impossible frame sizes,
     frames cut by the capture, bodies that do not decode, and TLS connections.
     Benign causes: TLS, a capture that starts mid-frame."""
-    return issue["issue"] in UNDECODABLE
+    return issue.issue in UNDECODABLE
 
 
 class ConnectionGroup:
@@ -135,111 +139,112 @@ class ConnectionGroup:
         self.ctx = ctx
         # One capture can hold several TCP connections of the same 4-tuple (port reuse): the
         # sessions, told apart by their first packet's time.
-        self.sessions: list[dict] = []
-        self.pending: list[dict] = []
-        self.waiting: list[dict] = []   # pending requests no later request was answered after yet
+        self.sessions: list[Conn] = []
+        self.pending: list[list] = []   # [unanswered request, time a later request was answered]
+        self.waiting: list[list] = []   # those no later request was answered after yet
         self.last_answered = None   # stream order (_stream_order) of the latest answered request
         self.last_activity = None   # latest request or response time seen on the connection
         self.gap_frames: list[int] = []   # packets where the capture lost bytes of it
         self.out: list[dict] = []
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        for r in t.to_pylist():
+        for r in ROWS[kind].of(t):
             if kind == "frame":
                 self._frame(r)
             elif kind == "connection":
                 self.sessions.append(r)
-            elif kind == "decode_issue":
+            else:
                 self._issue(r)
         out, self.out = self.out, []
         return out
 
-    def _common(self, r: dict) -> dict:
-        return dict(connection=self.connection, client_id=r.get("client_id"), transactional_id=r.get("transactional_id"),
-                    producer_id=r.get("producer_id"), producer_epoch=r.get("producer_epoch"))
+    def _common(self, r: Frame) -> dict:
+        return dict(connection=self.connection, client_id=r.client_id, transactional_id=r.transactional_id,
+                    producer_id=r.producer_id, producer_epoch=r.producer_epoch)
 
-    def _frame(self, r: dict) -> None:
-        for t in (r["request_ts"], r["response_ts"]):
+    def _frame(self, r: Frame) -> None:
+        for t in (r.request_ts, r.response_ts):
             if t is not None and (self.last_activity is None or t > self.last_activity):
                 self.last_activity = t
-        if r["response_frame"] is None:
-            # `_answered_after`: time of the first later request that was answered (frames come
-            # in request time order; one answered earlier in the stream order of a tie counts too)
-            r["_answered_after"] = None
-            if self.last_answered is not None and r["request_ts"] is not None \
+        if r.response_frame is None:
+            # [request, answered after]: the time of the first later request that was answered
+            # (frames come in request time order; one answered earlier in the stream order of a
+            # tie counts too)
+            p = [r, None]
+            if self.last_answered is not None and r.request_ts is not None \
                     and self.last_answered > _stream_order(r):
-                r["_answered_after"] = self.last_answered[0]
+                p[1] = self.last_answered[0]
             else:
-                self.waiting.append(r)
-            self.pending.append(r)
-        elif r["request_ts"] is not None:
+                self.waiting.append(p)
+            self.pending.append(p)
+        elif r.request_ts is not None:
             k = _stream_order(r)
             if self.last_answered is None or k > self.last_answered:
                 self.last_answered = k
             if self.waiting:
                 still = []
                 for w in self.waiting:
-                    if w["request_ts"] is not None and _stream_order(w) < k:
-                        w["_answered_after"] = r["request_ts"]
+                    if w[0].request_ts is not None and _stream_order(w[0]) < k:
+                        w[1] = r.request_ts
                     else:
                         still.append(w)
                 self.waiting = still
         if producer_error(r):
-            ev = [evidence(self.source, r["request_frame"], "request"),
-                  evidence(self.source, r["response_frame"], "response")]
-            who = f"transactional id {r['transactional_id']} " if r["transactional_id"] else ""
-            pid = f"producer {r['producer_id']} epoch {r['producer_epoch']} " if r["producer_id"] is not None else ""
-            failed = _failed_partitions(r["partition_errors"])
+            ev = [evidence(self.source, r.request_frame, "request"),
+                  evidence(self.source, r.response_frame, "response")]
+            who = f"transactional id {r.transactional_id} " if r.transactional_id else ""
+            pid = f"producer {r.producer_id} epoch {r.producer_epoch} " if r.producer_id is not None else ""
+            failed = _failed_partitions(r.partition_errors)
             where = ""
             if failed:
                 where = " (" + ", ".join(f"{t}-{p}: {c}" for t, p, c in failed[:8]) + \
                     (f", … {len(failed) - 8} more" if len(failed) > 8 else "") + ")"
             one = dict(topic=failed[0][0], partition=failed[0][1]) if len(failed) == 1 else {}
             self.out.append(finding(
-                "producer-error", f"{r['api_name']} v{r['api_version']} corr {r['correlation_id']} "
-                f"({who}{pid}client {r['client_id']}) on {self.connection}: {r['error_names']}{where}",
-                evidence=ev, details={"api": r["api_name"], "errors": r["error_names"],
-                                      "error_codes": r["error_codes"],
+                "producer-error", f"{r.api_name} v{r.api_version} corr {r.correlation_id} "
+                f"({who}{pid}client {r.client_id}) on {self.connection}: {r.error_names}{where}",
+                evidence=ev, details={"api": r.api_name, "errors": r.error_names,
+                                      "error_codes": r.error_codes,
                                       "partitions": [{"topic": t, "partition": p, "error_code": c}
                                                      for t, p, c in failed] or None},
-                first_ts_ms=int(r["request_ts"] * 1000), last_ts_ms=_ms(r["response_ts"]),
+                first_ts_ms=int(r.request_ts * 1000), last_ts_ms=_ms(r.response_ts),
                 **one, **self._common(r)))
-        if r["api_key"] != 0 and r["error_codes"] and set(r["error_codes"].split(",")) & FENCED_CODES:
+        if r.api_key != 0 and r.error_codes and set(r.error_codes.split(",")) & FENCED_CODES:
             self.out.append(finding(
-                "fenced-epoch", f"{r['api_name']} v{r['api_version']} corr {r['correlation_id']} "
-                f"(transactional id {r['transactional_id']} producer {r['producer_id']} epoch "
-                f"{r['producer_epoch']}) on {self.connection} was rejected as fenced: {r['error_names']}",
+                "fenced-epoch", f"{r.api_name} v{r.api_version} corr {r.correlation_id} "
+                f"(transactional id {r.transactional_id} producer {r.producer_id} epoch "
+                f"{r.producer_epoch}) on {self.connection} was rejected as fenced: {r.error_names}",
                 severity="warning",
-                evidence=[evidence(self.source, r["request_frame"], "request"),
-                          evidence(self.source, r["response_frame"], "response")],
-                details={"api": r["api_name"], "broker": f"rejected ({r['error_names']})"},
-                first_ts_ms=_ms(r["request_ts"]), **self._common(r)))
-        if r["decode_error"]:
-            what = (f"{r['api_name']} v{r['api_version']} corr {r['correlation_id']}"
-                    if r["api_name"] else f"response corr {r['correlation_id']}")
-            frame_no = r["request_frame"] if r["request_frame"] is not None else r["response_frame"]
+                evidence=[evidence(self.source, r.request_frame, "request"),
+                          evidence(self.source, r.response_frame, "response")],
+                details={"api": r.api_name, "broker": f"rejected ({r.error_names})"},
+                first_ts_ms=_ms(r.request_ts), **self._common(r)))
+        if r.decode_error:
+            what = (f"{r.api_name} v{r.api_version} corr {r.correlation_id}"
+                    if r.api_name else f"response corr {r.correlation_id}")
+            frame_no = r.request_frame if r.request_frame is not None else r.response_frame
             self.out.append(finding(
-                "undecodable-frame", f"{what} on {self.connection}: {r['decode_error']}",
-                evidence=[evidence(self.source, frame_no, "request" if r["request_frame"] is not None else "response")],
-                first_ts_ms=_ms(r["request_ts"] if r["request_ts"] is not None else r["response_ts"]),
+                "undecodable-frame", f"{what} on {self.connection}: {r.decode_error}",
+                evidence=[evidence(self.source, frame_no, "request" if r.request_frame is not None else "response")],
+                first_ts_ms=_ms(r.request_ts if r.request_ts is not None else r.response_ts),
                 **self._common(r)))
 
-    def _issue(self, r: dict) -> None:
-        if r["issue"] == "stream-gap" and r["position"] is not None:
-            self.gap_frames.append(r["position"])
+    def _issue(self, r: Issue) -> None:
+        if r.issue == "stream-gap" and r.position is not None:
+            self.gap_frames.append(r.position)
         if stream_gap(r):
-            what = "bytes missing" if r["issue"] == "stream-gap" else "conflicting retransmitted bytes"
+            what = "bytes missing" if r.issue == "stream-gap" else "conflicting retransmitted bytes"
             self.out.append(finding(
-                "stream-gap", f"{self.connection}: {r['length']} {what} at stream offset "
-                f"{r['stream_offset']} (frame {r['position']}): {r['message']}",
-                evidence=[evidence(self.source, r["position"], "packet", r["message"])],
+                "stream-gap", f"{self.connection}: {r.length} {what} at stream offset "
+                f"{r.stream_offset} (frame {r.position}): {r.message}",
+                evidence=[evidence(self.source, r.position, "packet", r.message)],
                 connection=self.connection))
         elif undecodable_frame(r):
-            size = f"{r['length']} bytes" if r["length"] is not None else "bytes"
+            size = f"{r.length} bytes" if r.length is not None else "bytes"
             self.out.append(finding(
-                "undecodable-frame", f"{self.connection}: {r['issue']} ({size} at stream offset "
-                f"{r['stream_offset']}, frame {r['position']}): {r['message']}",
-                evidence=[evidence(self.source, r["position"], "packet", r["message"])],
+                "undecodable-frame", f"{self.connection}: {r.issue} ({size} at stream offset "
+                f"{r.stream_offset}, frame {r.position}): {r.message}",
+                evidence=[evidence(self.source, r.position, "packet", r.message)],
                 connection=self.connection))
 
     def _session(self, ts: float | None) -> int | None:
@@ -248,36 +253,35 @@ class ConnectionGroup:
             return None
         i = 0
         for j, c in enumerate(self.sessions):
-            if ts is not None and c["first_ts"] is not None and c["first_ts"] <= ts:
+            if ts is not None and c.first_ts is not None and c.first_ts <= ts:
                 i = j
         return i
 
     def finish(self) -> list[dict]:
         out = []
-        self.sessions.sort(key=lambda c: (c["first_ts"] is not None, c["first_ts"] or 0.0))
-        for r in self.pending:
-            i = self._session(r["request_ts"])
+        self.sessions.sort(key=lambda c: (c.first_ts is not None, c.first_ts or 0.0))
+        for r, after in self.pending:
+            i = self._session(r.request_ts)
             conn = None if i is None else self.sessions[i]
             nxt = self.sessions[i + 1] if i is not None and i + 1 < len(self.sessions) else None
-            after = r["_answered_after"]
             later = after is not None and self._session(after) == i
             # The capture's end says nothing of a connection it stopped showing (sparse or
             # filtered captures): only the connection's own close or later exchanges count.
             end = self.last_activity
-            if nxt is not None and end is not None and nxt["first_ts"] is not None:
-                end = min(end, nxt["first_ts"])
-            lost = any(g >= (r["request_frame"] or 0) and (nxt is None or nxt["first_frame"] is None
-                                                          or g < nxt["first_frame"])
+            if nxt is not None and end is not None and nxt.first_ts is not None:
+                end = min(end, nxt.first_ts)
+            lost = any(g >= (r.request_frame or 0) and (nxt is None or nxt.first_frame is None
+                                                          or g < nxt.first_frame)
                        for g in self.gap_frames)
             verdict = unanswered_request(r, conn, later, end, lost_after=lost)
             if verdict is None:
                 continue
             why, sev = verdict
             out.append(finding(
-                "unanswered-request", f"{r['api_name']} v{r['api_version']} corr {r['correlation_id']} "
-                f"(client {r['client_id']}) on {self.connection} at {iso_s(r['request_ts'])}: no response — "
-                f"{why}", severity=sev, evidence=[evidence(self.source, r["request_frame"], "request")],
-                details={"api": r["api_name"], "reason": why}, first_ts_ms=_ms(r["request_ts"]),
+                "unanswered-request", f"{r.api_name} v{r.api_version} corr {r.correlation_id} "
+                f"(client {r.client_id}) on {self.connection} at {iso_s(r.request_ts)}: no response — "
+                f"{why}", severity=sev, evidence=[evidence(self.source, r.request_frame, "request")],
+                details={"api": r.api_name, "reason": why}, first_ts_ms=_ms(r.request_ts),
                 **self._common(r)))
         return out
 
@@ -295,10 +299,10 @@ def _failed_partitions(partition_errors: str | None) -> list[tuple]:
     return [(t, p, c) for _, t, p, c in (x for x in rows if isinstance(x, list) and len(x) == 4) if c]
 
 
-def _stream_order(r: dict) -> tuple:
+def _stream_order(r: Frame) -> tuple:
     """Requests of a connection in the order the client sent them: pipelined requests share a
     packet (same time and frame number); clients number them in sending order."""
-    return (r["request_ts"], r["request_frame"] or 0, r["correlation_id"] or 0)
+    return (r.request_ts, r.request_frame or 0, r.correlation_id or 0)
 
 
 def _ms(ts):

@@ -7,12 +7,14 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import Fold, KeyedState
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.model import view
 from kaudit.timefmt import duration, iso_s
 
 KEY = ("topic", "partition")
 ORDER = ("response_ts", "position")
 COLUMNS = KEY + ORDER + ("source", "connection", "client_id", "high_watermark", "last_stable_offset",
                          "aborted_transactions", "fetch_offset", "topic_id")
+Row = view("fetch_partition", COLUMNS)   # a Fetch response's partition as this fold reads it
 MIN_RESPONSES = 3      # responses that show the same last stable offset below the high watermark
 MIN_SPAN_S = 10.0      # over at least this long (transactions normally end within moments)
 # Stuck longer than transaction.max.timeout.ms (15 min by default): no transaction may stay open
@@ -24,7 +26,7 @@ STUCK_MS = 900_000
       "Find the open transaction at the last stable offset (`kafka-transactions.sh find-hanging`, "
       "`describe-producers`); if nothing will end it, abort it with kafka-transactions.sh abort "
       "--topic T --partition P --start-offset <LSO>. read_committed consumers cannot read past it.")
-def lso_stuck(run: list[dict]) -> bool:
+def lso_stuck(run: list) -> bool:
     """Invariant: the last stable offset of a partition (KIP-98) is the first offset of its oldest
     open transaction (kafka.log.UnifiedLog.lastStableOffset from
     ProducerStateManager.firstUnstableOffset), else the high watermark; it moves on as soon as the
@@ -38,21 +40,21 @@ def lso_stuck(run: list[dict]) -> bool:
     default), which no open transaction outlives: read_committed consumers are stalled."""
     if len(run) < MIN_RESPONSES:
         return False
-    return (run[-1]["response_ts"] or 0) - (run[0]["response_ts"] or 0) >= MIN_SPAN_S
+    return (run[-1].response_ts or 0) - (run[0].response_ts or 0) >= MIN_SPAN_S
 
 
 class LsoPartition:
     def __init__(self, key: tuple):
         self.topic, self.partition = key
-        self.run: list[dict] = []
+        self.run: list = []
         self.out: list[dict] = []
 
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
-        for r in table.to_pylist():
-            lso, hw = r["last_stable_offset"], r["high_watermark"]
+        for r in Row.of(table):
+            lso, hw = r.last_stable_offset, r.high_watermark
             if lso is None or hw is None or lso < 0 or hw < 0:
                 continue
-            if self.run and lso != self.run[0]["last_stable_offset"]:
+            if self.run and lso != self.run[0].last_stable_offset:
                 self._close()
             if lso < hw:
                 self.run.append(r)
@@ -65,27 +67,27 @@ class LsoPartition:
         if not lso_stuck(run):
             return
         first, last = run[0], run[-1]
-        lso = first["last_stable_offset"]
-        hws = [r["high_watermark"] for r in run]
-        open_at = sorted({a for r in run for a in str(r["aborted_transactions"] or "").split(",") if a})
-        span = (last["response_ts"] or 0) - (first["response_ts"] or 0)
+        lso = first.last_stable_offset
+        hws = [r.high_watermark for r in run]
+        open_at = sorted({a for r in run for a in str(r.aborted_transactions or "").split(",") if a})
+        span = (last.response_ts or 0) - (first.response_ts or 0)
         self.out.append(finding(
             "lso-stuck",
             f"{self.topic}-{self.partition}: last stable offset stays at {lso} in {len(run)} read_committed "
-            f"Fetch responses over {duration(span * 1000)} (since {iso_s(first['response_ts'])}) while the "
+            f"Fetch responses over {duration(span * 1000)} (since {iso_s(first.response_ts)}) while the "
             f"high watermark is {min(hws)}"
             + (f"-{max(hws)}" if max(hws) != min(hws) else "")
             + ": an open transaction starts there (read_committed consumers stop at it)",
-            evidence=[evidence(r["source"], r["position"], "fetch", f"{r['connection']} client {r['client_id']}: "
-                               f"LSO {r['last_stable_offset']} HW {r['high_watermark']}") for r in (first, last)],
+            evidence=[evidence(r.source, r.position, "fetch", f"{r.connection} client {r.client_id}: "
+                               f"LSO {r.last_stable_offset} HW {r.high_watermark}") for r in (first, last)],
             details={"last_stable_offset": lso, "high_watermarks": [min(hws), max(hws)], "responses": len(run),
                      "span_s": round(span, 3), "aborted_transactions": open_at},
             remediation=("kafka-transactions.sh --bootstrap-server <broker> find-hanging --broker-id <leader>; "
                          f"then abort --topic {self.topic} --partition {self.partition} --start-offset {lso} "
                          "if nothing will end it"),
-            severity="error" if span * 1000 > STUCK_MS else None, client_id=first["client_id"],
+            severity="error" if span * 1000 > STUCK_MS else None, client_id=first.client_id,
             topic=self.topic, partition=self.partition, first_offset=lso,
-            first_ts_ms=int(first["response_ts"] * 1000), last_ts_ms=int(last["response_ts"] * 1000)))
+            first_ts_ms=int(first.response_ts * 1000), last_ts_ms=int(last.response_ts * 1000)))
 
     def finish(self) -> list[dict]:
         self._close()

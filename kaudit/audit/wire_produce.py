@@ -16,6 +16,7 @@ from kaudit.audit.duplicate_records import duplicate_records  # noqa: F401  (reg
 from kaudit.audit.folds import Fold, KeyedState
 from kaudit.audit.producer_state import BatchView, ProducerState
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.model import view
 from kaudit.timefmt import iso_s
 
 KEY = ("topic", "partition")
@@ -26,6 +27,7 @@ COLUMNS = KEY + ORDER + (
     "batch_size", "base_timestamp_ms", "max_timestamp_ms", "is_control", "response_ts",
     "response_error", "response_base_offset", "topic_id",
 )
+Row = view("batch", COLUMNS)   # a Produce batch as this fold reads it (fields checked at import)
 ERRORS = {45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
           47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
 FENCED = (47, 90)
@@ -39,7 +41,7 @@ MAX_REFUSED = 64
       "Nothing to do when it was deduplicated. When it was stored twice, see duplicate-batch / "
       "duplicate-records; when the outcome is unknown, audit the capture together with the log "
       "dirs (`kaudit audit --pcap ... --segments ...`).")
-def retried_batch(attempts: list[dict], now: dict, idempotent: bool = True) -> str:
+def retried_batch(attempts: list, now, idempotent: bool = True) -> str:
     """Invariant: a producer retries a batch whose response it did not get (timeout, dropped
     connection, retriable error) with the same producer id, epoch and sequences (idempotent) or
     the same bytes (producer id -1); the broker answers an idempotent retry of one of the last five
@@ -52,8 +54,8 @@ def retried_batch(attempts: list[dict], now: dict, idempotent: bool = True) -> s
     which may have been stored too).
     Benign causes: this is the normal retry path; only 'stored twice' (and 'unknown' without
     idempotence) is a problem."""
-    err, off = now["response_error"], now["response_base_offset"]
-    prior = [a["response_base_offset"] for a in attempts if a["response_error"] == 0]
+    err, off = now.response_error, now.response_base_offset
+    prior = [a.response_base_offset for a in attempts if a.response_error == 0]
     if err == 46:
         return "deduplicated"
     if err is None:
@@ -64,7 +66,7 @@ def retried_batch(attempts: list[dict], now: dict, idempotent: bool = True) -> s
         return "stored twice"
     if prior:
         return "deduplicated"
-    if any(a["response_error"] is None for a in attempts):
+    if any(a.response_error is None for a in attempts):
         return "deduplicated" if idempotent else "unknown"
     return "stored once"
 
@@ -79,18 +81,18 @@ class _Attempts:
         self.by_key: dict = {}
         self.order: deque = deque()   # (request_ts, key), oldest first
 
-    def get(self, key) -> list[dict]:
+    def get(self, key) -> list:
         return self.by_key.get(key, [])
 
-    def add(self, key, row: dict) -> None:
-        ts = row["request_ts"] or 0.0
+    def add(self, key, row: Row) -> None:
+        ts = row.request_ts or 0.0
         self.by_key.setdefault(key, []).append(row)
         self.order.append((ts, key))
         horizon = ts - RETRY_WINDOW_S
         while self.order and (self.order[0][0] < horizon or len(self.by_key) > self.cap):
             _, old = self.order.popleft()
             rows = self.by_key.get(old)
-            if rows is not None and ((rows[-1]["request_ts"] or 0.0) < horizon or len(self.by_key) > self.cap):
+            if rows is not None and ((rows[-1].request_ts or 0.0) < horizon or len(self.by_key) > self.cap):
                 del self.by_key[old]
 
 
@@ -100,7 +102,7 @@ class _Timeline:
 
     __slots__ = ("part", "rows", "row")
 
-    def __init__(self, part, rows: list, row: dict):
+    def __init__(self, part, rows: list, row: Row):
         self.part, self.rows, self.row = part, rows, row
 
     def lines(self) -> list[str]:
@@ -135,8 +137,8 @@ class WirePartition:
         self.out: list[dict] = []
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        for r in t.to_pylist():
-            if r["producer_id"] is None or r["producer_id"] < 0:
+        for r in Row.of(t):
+            if r.producer_id is None or r.producer_id < 0:
                 self._anonymous(r)
             else:
                 self._idempotent(r)
@@ -151,50 +153,50 @@ class WirePartition:
         return f"{self.topic}-{self.partition}"
 
     @staticmethod
-    def _answer(r: dict) -> str:
-        e = r["response_error"]
+    def _answer(r: Row) -> str:
+        e = r.response_error
         if e is None:
-            return "no response" if r["acks"] != 0 else "acks=0, no response expected"
+            return "no response" if r.acks != 0 else "acks=0, no response expected"
         if e == 0:
-            return f"accepted at offset {r['response_base_offset']}"
+            return f"accepted at offset {r.response_base_offset}"
         return f"rejected with {ERRORS.get(e, 'error')} ({e})"
 
-    def _line(self, r: dict) -> str:
-        seq = "" if r["producer_id"] is None or r["producer_id"] < 0 else \
-            f"epoch {r['producer_epoch']} seq {r['base_sequence']}-{r['last_sequence']} "
-        return (f"frame {r['position']} {iso_s(r['request_ts'])} corr {r['correlation_id']} "
-                f"{r['connection']}: {seq}({r['record_count']} records) -> {self._answer(r)}")
+    def _line(self, r: Row) -> str:
+        seq = "" if r.producer_id is None or r.producer_id < 0 else \
+            f"epoch {r.producer_epoch} seq {r.base_sequence}-{r.last_sequence} "
+        return (f"frame {r.position} {iso_s(r.request_ts)} corr {r.correlation_id} "
+                f"{r.connection}: {seq}({r.record_count} records) -> {self._answer(r)}")
 
-    def _fields(self, r: dict, **kw) -> dict:
-        ok = r["response_error"] == 0 and r["response_base_offset"] is not None \
-            and r["response_base_offset"] >= 0
-        pid = r["producer_id"]
+    def _fields(self, r: Row, **kw) -> dict:
+        ok = r.response_error == 0 and r.response_base_offset is not None \
+            and r.response_base_offset >= 0
+        pid = r.producer_id
         idem = pid is not None and pid >= 0
-        return dict(topic=self.topic, partition=self.partition, connection=r["connection"],
-                    client_id=r["client_id"], producer_id=pid, producer_epoch=r["producer_epoch"] if idem else None,
-                    transactional_id=r["transactional_id"],
-                    first_offset=r["response_base_offset"] if ok else None,
-                    last_offset=r["response_base_offset"] + r["record_count"] - 1 if ok else None,
-                    base_sequence=r["base_sequence"] if idem else None,
-                    last_sequence=r["last_sequence"] if idem else None,
-                    first_ts_ms=int(r["request_ts"] * 1000), **kw)
+        return dict(topic=self.topic, partition=self.partition, connection=r.connection,
+                    client_id=r.client_id, producer_id=pid, producer_epoch=r.producer_epoch if idem else None,
+                    transactional_id=r.transactional_id,
+                    first_offset=r.response_base_offset if ok else None,
+                    last_offset=r.response_base_offset + r.record_count - 1 if ok else None,
+                    base_sequence=r.base_sequence if idem else None,
+                    last_sequence=r.last_sequence if idem else None,
+                    first_ts_ms=int(r.request_ts * 1000), **kw)
 
     @staticmethod
-    def _ev(r: dict, note: str | None = None) -> dict:
-        n = f"corr {r['correlation_id']} on {r['connection']}"
-        return evidence(r["source"], r["position"], "produce", f"{n}; {note}" if note else n)
+    def _ev(r: Row, note: str | None = None) -> dict:
+        n = f"corr {r.correlation_id} on {r.connection}"
+        return evidence(r.source, r.position, "produce", f"{n}; {note}" if note else n)
 
     @staticmethod
-    def _view(r: dict) -> BatchView:
-        return BatchView(r["source"], r["position"], r["response_base_offset"], None, r["producer_id"],
-                         r["producer_epoch"], r["base_sequence"], r["last_sequence"],
-                         r["record_count"] or 0, r["crc"], r["batch_size"])
+    def _view(r: Row) -> BatchView:
+        return BatchView(r.source, r.position, r.response_base_offset, None, r.producer_id,
+                         r.producer_epoch, r.base_sequence, r.last_sequence,
+                         r.record_count or 0, r.crc, r.batch_size)
 
     # -- producer id -1 -----------------------------------------------------------------------
-    def _anonymous(self, r: dict) -> None:
-        if r["acks"] == 0:
+    def _anonymous(self, r: Row) -> None:
+        if r.acks == 0:
             return
-        fp = (r["crc"], r["batch_size"], r["record_count"], r["base_timestamp_ms"], r["max_timestamp_ms"])
+        fp = (r.crc, r.batch_size, r.record_count, r.base_timestamp_ms, r.max_timestamp_ms)
         prior = self.anon.get(fp)
         if prior:
             outcome = retried_batch(prior, r, idempotent=False)
@@ -202,30 +204,30 @@ class WirePartition:
             sev = "warning" if outcome == "unknown" else None
             risk = ""
             if outcome == "unknown":
-                risk = (" — an earlier attempt got no answer and may have been stored too" if r["response_error"] == 0
+                risk = (" — an earlier attempt got no answer and may have been stored too" if r.response_error == 0
                         else " — without idempotence a retry may be stored twice")
             self.out.append(finding(
-                "retried-batch", f"{self._where()}: a batch of {r['record_count']} records from a "
-                f"non-idempotent producer (client {r['client_id']}) was sent again "
+                "retried-batch", f"{self._where()}: a batch of {r.record_count} records from a "
+                f"non-idempotent producer (client {r.client_id}) was sent again "
                 f"({len(prior) + 1} attempts): {outcome} ({self._answer(r)}){risk}",
                 severity=sev, evidence=[self._ev(a) for a in prior] + [self._ev(r)],
                 details={"outcome": outcome, "attempts": len(prior) + 1}, timeline=lines, **self._fields(r)))
             if outcome == "stored twice":
-                offs = sorted({a["response_base_offset"] for a in prior if a["response_error"] == 0})
+                offs = sorted({a.response_base_offset for a in prior if a.response_error == 0})
                 self.out.append(finding(
-                    "duplicate-records", f"{self._where()}: the same {r['record_count']} records "
-                    f"were acknowledged at offsets {offs} and again at {r['response_base_offset']} "
+                    "duplicate-records", f"{self._where()}: the same {r.record_count} records "
+                    f"were acknowledged at offsets {offs} and again at {r.response_base_offset} "
                     f"(producer id -1: the broker cannot deduplicate)",
                     evidence=[self._ev(a) for a in prior] + [self._ev(r)],
                     details={"original_first_offset": offs[0]}, timeline=lines, **self._fields(r)))
         self.anon.add(fp, r)
 
     # -- idempotent and transactional producers ------------------------------------------------
-    def _idempotent(self, r: dict) -> None:
-        p = self.pids.setdefault(r["producer_id"], _Pid())
+    def _idempotent(self, r: Row) -> None:
+        p = self.pids.setdefault(r.producer_id, _Pid())
         b = self._view(r)
-        err = r["response_error"]
-        key = (r["producer_epoch"], r["base_sequence"], r["last_sequence"])
+        err = r.response_error
+        key = (r.producer_epoch, r.base_sequence, r.last_sequence)
         prior = p.attempts.get(key)
         st = p.state
         # the producer's last batches and this one, written out only for a finding
@@ -239,16 +241,16 @@ class WirePartition:
             why = (f"after epoch {st.max_epoch} was used" if stale
                    else "which the broker knows to be fenced")
             self.out.append(finding(
-                "fenced-epoch", f"{where}: producer {r['producer_id']} sent data with epoch "
-                f"{r['producer_epoch']} {why}: {self._answer(r)}",
+                "fenced-epoch", f"{where}: producer {r.producer_id} sent data with epoch "
+                f"{r.producer_epoch} {why}: {self._answer(r)}",
                 severity=sev, evidence=[self._ev(r)], timeline=timeline.lines(),
-                details={"stale_epoch": r["producer_epoch"], "current_epoch": st.max_epoch if st else None,
+                details={"stale_epoch": r.producer_epoch, "current_epoch": st.max_epoch if st else None,
                          "broker": self._answer(r)}, **self._fields(r)))
         elif prior:
             outcome = retried_batch(prior, r)
             self.out.append(finding(
-                "retried-batch", f"{where}: producer {r['producer_id']} epoch {r['producer_epoch']} "
-                f"sequences {r['base_sequence']}-{r['last_sequence']} sent {len(prior) + 1} times: "
+                "retried-batch", f"{where}: producer {r.producer_id} epoch {r.producer_epoch} "
+                f"sequences {r.base_sequence}-{r.last_sequence} sent {len(prior) + 1} times: "
                 f"{outcome} ({self._answer(r)})", evidence=[self._ev(a) for a in prior] + [self._ev(r)],
                 details={"outcome": outcome, "attempts": len(prior) + 1}, timeline=timeline.lines(),
                 **self._fields(r)))
@@ -261,8 +263,8 @@ class WirePartition:
         # the broker's state after this request (acks=0 or no response: assume it was appended);
         # a retry answered with an offset an earlier attempt already got changes nothing
         dedup = err == 46 or (err == 0 and any(
-            a["response_error"] == 0 and a["response_base_offset"] == b.base_offset for a in prior))
-        if (err == 0 or (err is None and r["acks"] != 0)) and not dedup:
+            a.response_error == 0 and a.response_base_offset == b.base_offset for a in prior))
+        if (err == 0 or (err is None and r.acks != 0)) and not dedup:
             if st is None:
                 p.state = st = ProducerState(b.producer_epoch, b.last_sequence, b.producer_epoch, None, 0)
             st.epoch, st.last_seq = b.producer_epoch, b.last_sequence
@@ -278,7 +280,7 @@ class WirePartition:
         del p.recent[:-4]
 
     def _sequence_findings(self, p: _Pid, r: dict, b: BatchView, timeline: _Timeline) -> None:
-        err, st, where = r["response_error"], p.state, self._where()
+        err, st, where = r.response_error, p.state, self._where()
         accepted = err == 0
         if st is not None and accepted:
             for kind, d in duplicate_batch(st, b):
@@ -286,7 +288,7 @@ class WirePartition:
                     continue  # answered with the original offset: deduplicated
                 lo, hi = d["original_sequences"]
                 self.out.append(finding(
-                    "duplicate-batch", f"{where}: producer {r['producer_id']} epoch {r['producer_epoch']} "
+                    "duplicate-batch", f"{where}: producer {r.producer_id} epoch {r.producer_epoch} "
                     f"sequences {lo}-{hi} were acknowledged at offset {d['original_first_offset']} and "
                     f"again at offset {b.base_offset} "
                     f"({'same batch' if kind == 'identical' else 'with a different payload'})",
@@ -313,7 +315,7 @@ class WirePartition:
         # the broker stored it: an error; refused with 45 (or unanswered): a warning
         sev = "error" if accepted else "warning"
         self.out.append(finding(
-            "out-of-order-sequence", f"{where}: producer {r['producer_id']} epoch {r['producer_epoch']} "
+            "out-of-order-sequence", f"{where}: producer {r.producer_id} epoch {r.producer_epoch} "
             f"sequences {b.base_sequence}-{b.last_sequence} {text}: {self._answer(r)}",
             severity=sev, evidence=[self._ev(r)], timeline=timeline.lines(),
             details={"kind": kind, "expected_sequence": expected, "broker": self._answer(r),
