@@ -99,6 +99,8 @@ def _report(run, command: str, inputs, format: ReportFormat, output: Optional[Pa
     from kaudit.report.findings import WRITERS, build_report
 
     check_selection(sel, inventory(run.coverage))
+    for e in run.internal_errors:   # a broken engine contract: findings of that fold may be off
+        err(f"[red]internal error:[/red] {e}; please report it (the findings of that fold may be incomplete)")
     report = build_report(run, command, [str(p) for p in inputs], sel)
     if format == ReportFormat.html and charts is not None:
         report["charts"] = charts(report)

@@ -399,13 +399,17 @@ FINDING = pa.schema([
 @dataclass(frozen=True)
 class RowKind:
     """A row kind: its schema and its tags - which sources emit it (`disk`: log dirs, `wire`:
-    captures). A decoder that emits a new kind and its `row_kind` here are all the engines
-    need: both take the kinds (and their folds, from the folds' inputs) from here."""
+    captures) and whether a log dir yields its rows grouped by (replica, topic, partition) in
+    file order (`partitioned`: rows of one partition dir's files; not the entries of a log dir's
+    own checkpoints, which name any partition). A decoder that emits a new kind and its
+    `row_kind` here are all the engines need: they take the kinds from here, and which folds
+    read them, streamed or buffered, from the folds' inputs and keys (engine/plan.py)."""
 
     name: str
     schema: pa.Schema
     disk: bool = False
     wire: bool = False
+    partitioned: bool = False
 
 
 ROW_KINDS: dict[str, RowKind] = {}
@@ -414,14 +418,15 @@ KINDS: list[str] = []
 ROWS: dict[str, type] = {}   # every kind's typed row view (all its columns)
 
 
-def row_kind(name: str, schema: pa.Schema, *, disk: bool = False, wire: bool = False) -> RowKind:
+def row_kind(name: str, schema: pa.Schema, *, disk: bool = False, wire: bool = False,
+             partitioned: bool = False) -> RowKind:
     """Register a row kind (again with the same schema: a no-op) and make its row view."""
     have = ROW_KINDS.get(name)
     if have is not None:
         if have.schema != schema:
             raise ValueError(f"row kind {name} registered twice with different schemas")
         return have
-    ROW_KINDS[name] = kind = RowKind(name, schema, disk, wire)
+    ROW_KINDS[name] = kind = RowKind(name, schema, disk, wire, partitioned)
     SCHEMAS[name] = schema
     KINDS.append(name)
     ROWS[name] = view(name)
@@ -446,17 +451,18 @@ def _rows_of(cls, table: pa.Table) -> list:
     return list(map(cls._make, zip(*(table.column(c).to_pylist() for c in cls._fields))))
 
 
+# tags: d disk, w wire, p partitioned (see RowKind)
 for _name, _schema, _tags in (
-        ("batch", BATCH, "dw"), ("record", RECORD, "d"), ("txn_log", TXN_LOG, "d"),
-        ("offset_commit", OFFSET_COMMIT, "d"), ("group_metadata", GROUP_METADATA, "d"),
-        ("snapshot_entry", SNAPSHOT_ENTRY, "d"), ("txnindex_entry", TXNINDEX_ENTRY, "d"),
-        ("index_entry", INDEX_ENTRY, "d"), ("leader_epoch_entry", LEADER_EPOCH_ENTRY, "d"),
-        ("checkpoint_entry", CHECKPOINT_ENTRY, "d"), ("partition_metadata", PARTITION_METADATA, "d"),
+        ("batch", BATCH, "dwp"), ("record", RECORD, "dp"), ("txn_log", TXN_LOG, "dp"),
+        ("offset_commit", OFFSET_COMMIT, "dp"), ("group_metadata", GROUP_METADATA, "dp"),
+        ("snapshot_entry", SNAPSHOT_ENTRY, "dp"), ("txnindex_entry", TXNINDEX_ENTRY, "dp"),
+        ("index_entry", INDEX_ENTRY, "dp"), ("leader_epoch_entry", LEADER_EPOCH_ENTRY, "dp"),
+        ("checkpoint_entry", CHECKPOINT_ENTRY, "d"), ("partition_metadata", PARTITION_METADATA, "dp"),
         ("log_dir", LOG_DIR, "d"), ("frame", FRAME, "w"), ("txn_event", TXN_EVENT, "w"),
         ("fetch_partition", FETCH_PARTITION, "w"), ("topic_name", TOPIC_NAME, "w"),
-        ("connection", CONNECTION, "w"), ("decode_issue", DECODE_ISSUE, "dw"), ("skipped", SKIPPED, "d"),
+        ("connection", CONNECTION, "w"), ("decode_issue", DECODE_ISSUE, "dwp"), ("skipped", SKIPPED, "d"),
         ("finding", FINDING, "")):
-    row_kind(_name, _schema, disk="d" in _tags, wire="w" in _tags)
+    row_kind(_name, _schema, disk="d" in _tags, wire="w" in _tags, partitioned="p" in _tags)
 
 
 def kinds_of(side: str) -> list[str]:

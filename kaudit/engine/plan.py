@@ -6,8 +6,8 @@ the plan says:
 - what it reads: `Fold.select` (its kinds, columns and `where` filters);
 - whether it *streams* or *buffers*: a fold streams when the sources deliver its key groups one
   after the other in its order - a log-dir plan yields each (replica, topic, partition)'s files
-  together, in offset order (STREAM) -, so it is fed chunk by chunk as they are decoded; any
-  other fold buffers its selection, which is prepared (`Fold.prepare`) and sorted by (key, kind,
+  together, in offset order (STREAM), for the row kinds tagged `partitioned` -, so it is fed
+  chunk by chunk as they are decoded; any other fold buffers its selection, which is prepared (`Fold.prepare`) and sorted by (key, kind,
   order) once every row is read (`fold_selection`). Grouping is derived from the folds' keys, and
   KeyedState checks it: a key that comes back after it was closed is an error, never a restart;
 - how a buffered fold's keys may be shared out among workers (`route`): by the key columns that
@@ -31,6 +31,7 @@ from kaudit.audit.folds import (  # noqa: F401  (Rows, Tap, sorted_stream: the e
     Context, Fold, Rows, Tap, run_selection, sorted_stream,
 )
 from kaudit.engine import coverage
+from kaudit.model import ROW_KINDS
 from kaudit.sources.inputs import readable_files  # noqa: F401  (the engines' check of input files)
 from kaudit.sources.topics import TopicNames
 
@@ -127,16 +128,17 @@ class Audit:
     options: object = None         # sources.segments.Options | sources.pcap.PcapOptions
     names: dict | None = None
 
-    def streams(self, fold: Fold) -> bool:
-        return self.side == "disk" and (fold.key, fold.order) == STREAM
+    streamed: tuple[Fold, ...] = field(init=False)
+    buffered: tuple[Fold, ...] = field(init=False)
 
-    @property
-    def streamed(self) -> tuple[Fold, ...]:
-        return tuple(f for f in self.folds if self.streams(f))
-
-    @property
-    def buffered(self) -> tuple[Fold, ...]:
-        return tuple(f for f in self.folds if not self.streams(f))
+    def __post_init__(self):
+        """A fold streams when the sources deliver its keys one after the other in its order: a
+        log dir's rows of the kinds tagged `partitioned` (model.RowKind), for a fold keyed and
+        ordered as STREAM; the others buffer."""
+        streams = [self.side == "disk" and (f.key, f.order) == STREAM
+                   and all(ROW_KINDS[k].partitioned for k in f.inputs) for f in self.folds]
+        self.streamed = tuple(f for f, s in zip(self.folds, streams) if s)
+        self.buffered = tuple(f for f, s in zip(self.folds, streams) if not s)
 
     def route(self, fold: Fold) -> tuple[str, ...]:
         """The columns a buffered fold's rows may be shared out by: its key, less `topic` on the
