@@ -279,7 +279,7 @@ class WirePartition:
         p.recent.append(r)
         del p.recent[:-4]
 
-    def _sequence_findings(self, p: _Pid, r: dict, b: BatchView, timeline: _Timeline) -> None:
+    def _sequence_findings(self, p: _Pid, r: Row, b: BatchView, timeline: _Timeline) -> None:
         err, st, where = r.response_error, p.state, self._where()
         accepted = err == 0
         if st is not None and accepted:

@@ -12,10 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context
-from kaudit.engine.plan import (  # noqa: F401  (fold_selection, sorted_stream, AuditRun: the engine's API)
-    Audit, AuditRun, Rows, Work, disk_audit, fold_selection, readable_files, sorted_stream, wire_audit,
-)
+from kaudit.audit.folds import Context, Rows, sorted_stream  # noqa: F401  (sorted_stream: the engines' sort)
+from kaudit.engine.plan import Audit, AuditRun, Work, disk_audit, wire_audit
+from kaudit.sources.inputs import readable_files
 from kaudit.sources.logdir import Plan, plan
 from kaudit.sources.segments import Options, decode_target
 from kaudit.sources.splits import decode_parallel

@@ -27,12 +27,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, sort_findings
-from kaudit.audit.folds import (  # noqa: F401  (Rows, Tap, sorted_stream: the engines' API)
-    Context, Fold, Rows, Tap, run_selection, sorted_stream,
-)
+from kaudit.audit.folds import Context, Fold, run_selection
 from kaudit.engine import coverage
 from kaudit.model import ROW_KINDS
-from kaudit.sources.inputs import readable_files  # noqa: F401  (the engines' check of input files)
 from kaudit.sources.topics import TopicNames
 
 STREAM = (("replica", "topic", "partition"), ("source", "position"))   # a log-dir plan's (key, order)

@@ -21,11 +21,13 @@ from functools import partial
 
 import pyarrow as pa
 
-from kaudit.engine.plan import Audit, AuditRun, Rows, Tap, disk_audit, readable_files, wire_audit
+from kaudit.audit.folds import Rows, Tap
+from kaudit.engine.plan import Audit, AuditRun, disk_audit, wire_audit
 from kaudit.engine.spark_tasks import (
     FRAGMENT, KEY, META, PART, PAYLOAD, ROW, SCHEMA, SPLIT, TAG, TAP, Job, collect, from_ipc, key_name, read_tasks,
     reduce, stitch_tasks,
 )
+from kaudit.sources.inputs import readable_files
 from kaudit.sources.topics import TopicNames
 
 DEFAULT_MASTER = "local[*]"
