@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from kaudit.audit.folds import Tap
 from kaudit.audit.txn_clean import int_column
-from kaudit.engine.plan import STREAM, Audit, Tap, Work
+from kaudit.engine.plan import STREAM, Audit, Work
 from kaudit.model import FINDING, table_from_rows
 
 PART, KEY, SPLIT, ROW, TAG, PAYLOAD = "__part", "__key", "__split", "__row", "__tag", "__payload"
