@@ -99,3 +99,37 @@ def test_random_mutations(changes, fix_crc):
         if 49 <= length <= len(b) - 12:
             b[17:21] = crc32c.crc32c(bytes(b[21:12 + length])).to_bytes(4, "big")
     _same(bytes(b))
+
+
+def _headers_both(buf: bytes, positions: list[int], oks: list[bool]):
+    from kaudit.sources import batch_table
+    a = batch_table.v2_table(buf, positions, oks, PLACE, lambda p: ("COMMIT", 0))
+    with native.pure(True):
+        b = batch_table.v2_table(buf, positions, oks, PLACE, lambda p: ("COMMIT", 0))
+    return a, b
+
+
+def test_header_columns_agree_on_the_log_and_every_mutation():
+    """v2_headers (one C pass) and the numpy gather give the same batch table: on the log as
+    scanned and with any byte of the first header changed (the headers are data, not checked)."""
+    positions, oks, _, _ = batch_scan.scan_v2(LOG, 0, len(LOG), 100, 1 << 20)
+    a, b = _headers_both(LOG, positions, oks)
+    assert a.equals(b) and a.num_rows == 4
+    for i in range(61):
+        buf = bytearray(LOG)
+        buf[i] ^= 0xA5
+        a, b = _headers_both(bytes(buf), positions, oks)
+        assert a.equals(b), i
+
+
+@given(st.lists(st.integers(-70, len(LOG) + 70), max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_header_positions_are_bounds_checked(positions):
+    """A position whose 61 bytes are not all in the buffer is refused, never read."""
+    fits = all(0 <= p and p + 61 <= len(LOG) for p in positions)
+    if fits:
+        hdr, pos, oks = C.v2_headers(LOG, positions, [True] * len(positions))
+        assert len(hdr) == 61 * len(positions) and list(memoryview(pos).cast("q")) == positions
+    else:
+        with pytest.raises(ValueError):
+            C.v2_headers(LOG, positions, [True] * len(positions))
