@@ -9,7 +9,7 @@ partition's last RECENT_ROWS batches, so that a producer whose clock lags the ot
 retries paired. The window is applied to each pair (the original's create time against the newest
 timestamp up to the copy, and their distance in batches), not only by eviction, so the findings do
 not depend on how the rows were chunked (local or Spark engine).
-Fingerprints live in one sorted numpy run per chunk behind a bitmap of the window's fingerprints:
+Fingerprints live in one sorted numpy run per chunk behind a Bloom filter of the window's fingerprints:
 only the few rows the bitmap lets through are looked up, and no run is ever re-sorted.
 """
 
@@ -24,8 +24,11 @@ from kaudit.audit.registry import evidence, finding, rule
 
 WINDOW_MS = 5 * 60 * 1000
 RECENT_ROWS = 100_000  # batches: a copy this close behind its original is paired whatever the clocks
-_MASK = np.uint64((1 << 23) - 1)  # fingerprint bitmap: 8 MB, a few % false positives in a full window
-_K1, _K2, _K3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+_MASK = np.uint64((1 << 23) - 1)  # fingerprint bitmap: 8 MB
+# Three probes per fingerprint (a Bloom filter): ~0.2% of rows pass a full window's bitmap where
+# one probe let ~4% through, each then searched in every run of the window
+_SHIFTS = (np.uint64(0), np.uint64(23), np.uint64(41))
+_K1, _K2, _K3 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
 
 
 @rule("duplicate-records", "error", "both", "the same records stored twice (non-idempotent retry)",
@@ -48,8 +51,34 @@ def fingerprints(t: pa.Table, mask: np.ndarray) -> np.ndarray:
     count = np_col(t, "record_count", 0, np.uint64)[mask]
     bts = np_col(t, "base_timestamp_ms", 0, np.int64)[mask].view(np.uint64)
     mts = np_col(t, "max_timestamp_ms", 0, np.int64)[mask].view(np.uint64)
+    # chained through a 64-bit mixer (splitmix64's finaliser): a sum of per-field products made
+    # a timestamp t and -t collide (odd t, base = max timestamp)
+    return _mix(_mix(_mix(crc | (size << np.uint64(32))) ^ bts) ^ mts ^ (count * _K3))
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        return (crc | (size << np.uint64(32))) ^ (bts * _K1) ^ (mts * _K2) ^ (count * _K3)
+        z = (z ^ (z >> np.uint64(30))) * _K1
+        z = (z ^ (z >> np.uint64(27))) * _K2
+        return z ^ (z >> np.uint64(31))
+
+
+def _probes(fp: np.ndarray) -> list[np.ndarray]:
+    return [((fp >> s) & _MASK).astype(np.intp) for s in _SHIFTS]
+
+
+def _mark(bits: np.ndarray, fp: np.ndarray) -> None:
+    for p in _probes(fp):
+        bits[p] = True
+
+
+def _maybe(bits: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """Rows whose fingerprint may be in the bitmap (every probe set)."""
+    probes = _probes(fp)
+    hit = bits[probes[0]]
+    for p in probes[1:]:
+        hit &= bits[p]
+    return hit
 
 
 _COLS = ("fp", "base", "count", "pos", "src", "ts", "row")
@@ -90,6 +119,7 @@ class RecordDuplicates:
         self.replica, self.topic, self.partition = key
         self.runs: list[_Run] = []
         self.bits: np.ndarray | None = None
+        self.marked = 0  # fingerprints marked in the bitmap since it was last rebuilt
         self.sources: list[str] = []
         self.newest_ts = None
         self.rows = 0  # rows seen: their number in the partition's log order
@@ -124,7 +154,7 @@ class RecordDuplicates:
         found: dict[int, tuple] = {}  # row of this chunk -> (original's row, evidence)
         if self.runs:
             # a bitmap of the window's fingerprints rules out almost every row before any search
-            cand = np.flatnonzero(self.bits[(fp & _MASK).astype(np.intp)])
+            cand = np.flatnonzero(_maybe(self.bits, fp))
             for run in self.runs if cand.size else ():
                 j = run.find(fp[cand], threshold[cand], min_row[cand])
                 for k in np.flatnonzero(j >= 0).tolist():
@@ -155,20 +185,26 @@ class RecordDuplicates:
         self.runs.append(_Run(fp, base, count, pos, src, mts, row, order))
         if self.bits is None:
             self.bits = np.zeros(int(_MASK) + 1, dtype=bool)
-        self.bits[(fp & _MASK).astype(np.intp)] = True
+        _mark(self.bits, fp)
+        self.marked += fp.size
         newest = int(mts.max())
         self.newest_ts = newest if self.newest_ts is None else max(self.newest_ts, newest)
         cutoff = self.newest_ts - WINDOW_MS
         # drop the runs out of every later row's window (created before the cutoff and
-        # RECENT_ROWS rows back), at most once per RECENT_ROWS/4 rows: the bitmap is rebuilt
+        # RECENT_ROWS rows back), at most once per RECENT_ROWS/4 rows. A dropped run's bits only
+        # let rows through to a search that finds nothing, so the bitmap is rebuilt once it holds
+        # as many dropped fingerprints as live ones (amortised: not the window per eviction)
         if self.rows - self.evicted_at >= RECENT_ROWS // 4:
             kept = [r for r in self.runs if r.max_ts >= cutoff or r.max_row >= self.rows - RECENT_ROWS]
             if len(kept) < len(self.runs):
                 self.evicted_at = self.rows
                 self.runs = kept
-                self.bits[:] = False
-                for r in kept:
-                    self.bits[(r.fp & _MASK).astype(np.intp)] = True
+                live = sum(r.fp.size for r in kept)
+                if self.marked > 2 * live:
+                    self.bits[:] = False
+                    for r in kept:
+                        _mark(self.bits, r.fp)
+                    self.marked = live
 
     def _source_id(self, s: str) -> int:
         try:

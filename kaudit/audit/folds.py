@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -238,13 +239,36 @@ class Rows(Tap):
 
 def constant(col) -> tuple[bool, object]:
     """(True, value) when every row of `col` holds one non-null value: one comparison pass, no
-    hashing (a chunk of batches comes from one file, one partition)."""
+    hashing (a chunk of batches comes from one file, one partition). Several folds ask of the
+    same column of a chunk (source, replica, topic, partition): the last answers are kept."""
     if len(col) == 0 or col.null_count:
         return False, None
+    key = _memo_key(col)
+    if key is not None:
+        for k, chunk, answer in tuple(_CONSTANT_MEMO):
+            if k == key:
+                return answer
     first = col[0]
-    if pc.all(pc.equal(col, first)).as_py():
-        return True, first.as_py()
-    return False, None
+    answer = (True, first.as_py()) if pc.all(pc.equal(col, first)).as_py() else (False, None)
+    if key is not None:
+        _CONSTANT_MEMO.append((key, col.chunk(0), answer))
+    return answer
+
+
+# (buffer addresses, offset, length, type) -> answer. An entry holds its chunk, so no other
+# live array can have those addresses while it is kept; only small chunks are kept (bounded pins)
+_CONSTANT_MEMO: deque = deque(maxlen=8)
+_MEMO_MAX_BYTES = 4 << 20
+
+
+def _memo_key(col):
+    if not isinstance(col, pa.ChunkedArray) or col.num_chunks != 1:
+        return None
+    chunk = col.chunk(0)
+    bufs = chunk.buffers()
+    if sum(b.size for b in bufs if b is not None) > _MEMO_MAX_BYTES:
+        return None
+    return (tuple(b.address if b is not None else 0 for b in bufs), chunk.offset, len(chunk), str(chunk.type))
 
 
 def split_by_key(table: pa.Table, key: tuple[str, ...]) -> Iterator[tuple[tuple, pa.Table]]:

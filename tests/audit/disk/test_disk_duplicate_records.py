@@ -142,3 +142,57 @@ def test_retry_of_a_producer_with_a_lagging_clock(tmp_path):
     pb.append_batch(values=[b"lagging"], timestamp=1_000)
     fs = audit(ld.write())
     assert [(f["first_offset"], details(f)["original_first_offset"]) for f in fs] == [(3, 1)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pairs_are_the_brute_force_ones_across_evictions(seed, monkeypatch):
+    """The fold's pairs (Bloom filter, runs evicted, the bitmap rebuilt only now and then) are the
+    brute-force ones: each copy paired with the earliest equal batch inside its retry window."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kaudit.audit import duplicate_records as D
+
+    monkeypatch.setattr(D, "RECENT_ROWS", 40)
+    monkeypatch.setattr(D, "WINDOW_MS", 50)
+    rng = np.random.default_rng(seed)
+    n = 2000
+    crc = rng.integers(0, 12, n)           # a small space: many equal fingerprints
+    ts = np.cumsum(rng.random(n) < 0.1) + np.where(rng.random(n) < 0.05, -30, 0)
+    base = np.arange(n, dtype=np.int64) * 2
+    got = []
+    monkeypatch.setattr(D.RecordDuplicates, "_report",
+                        lambda self, b, last, pos, src, t, ob, *rest: got.append((b, ob)))
+    fold = D.RecordDuplicates(("1", "t", 0))
+    start = 0
+    while start < n:
+        size = int(rng.integers(1, 90))
+        sl = slice(start, min(start + size, n))
+        t = pa.table({"crc": crc[sl].astype(np.uint32), "batch_size": np.full(len(crc[sl]), 80, np.int32),
+                      "record_count": np.ones(len(crc[sl]), np.int32),
+                      "base_timestamp_ms": ts[sl], "max_timestamp_ms": ts[sl], "base_offset": base[sl],
+                      "last_offset": base[sl] + 1, "position": base[sl] * 10,
+                      "source": pa.array(["s"] * len(crc[sl]))})
+        fold.feed(t, np.ones(t.num_rows, dtype=bool))
+        start += size
+    seen = np.maximum.accumulate(ts)
+    want = []
+    for b in range(n):
+        for a in range(b):
+            if crc[a] == crc[b] and ts[a] == ts[b] and (ts[a] >= seen[b] - 50 or a >= b - 40):
+                want.append((int(base[b]), int(base[a])))
+                break
+    assert got == want and len(want) > 200
+
+
+def test_fingerprints_tell_a_timestamp_from_its_negative():
+    """Equal fingerprints stand for equal fields: t and -t (odd t, base = max) once collided."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kaudit.audit.duplicate_records import fingerprints
+
+    ts = np.array([19, -19, 1, -1, 7, -7], dtype=np.int64)
+    t = pa.table({"crc": np.full(6, 4, np.uint32), "batch_size": np.full(6, 80, np.int32),
+                  "record_count": np.ones(6, np.int32), "base_timestamp_ms": ts, "max_timestamp_ms": ts})
+    assert len(set(fingerprints(t, np.ones(6, dtype=bool)).tolist())) == 6
