@@ -38,6 +38,15 @@ COLUMNS = KEY + ORDER + (
 )
 
 
+REUSED_REMEDIATION = (
+    "Not a copy: the second batch holds other records under sequences the partition already had, "
+    "so the producer's sequence numbers were reused - by a second instance sharing its producer id "
+    "and epoch, or after the broker lost the producer's state (transactional.id.expiration.ms / "
+    "producer.id.expiration.ms, unclean leader election, deleted snapshots). Check the producers' "
+    "logs for OutOfOrderSequenceException and compare both offset ranges with the application's "
+    "records: some may be missing or out of order.")
+
+
 @rule("duplicate-batch", "error", "both", "a producer's sequences stored twice",
       "The records were written twice: consumers saw them twice. Deduplicate downstream by "
       "(producer id, epoch, sequence); find why the broker lost the producer's state (producer "
@@ -401,7 +410,7 @@ class PartitionTimeline:
                 f"{'at' if d['exact'] else 'within'} offsets {d['original_first_offset']}-"
                 f"{d['original_last_offset']}: {what}",
                 evidence=ev_o, details=dict(d, payload=kind), timeline=st.recent + [b.describe()],
-                **self._fields(b)))
+                remediation=REUSED_REMEDIATION if kind == "different" else None, **self._fields(b)))
         verdict = out_of_order_sequence(st, b)
         if verdict is None:
             return

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.disk_sequences import duplicate_batch, fenced_epoch, out_of_order_sequence
+from kaudit.audit.disk_sequences import REUSED_REMEDIATION, duplicate_batch, fenced_epoch, out_of_order_sequence
 from kaudit.audit.duplicate_records import duplicate_records  # noqa: F401  (registers the rule)
 from kaudit.audit.folds import Fold, KeyedState
 from kaudit.audit.producer_state import BatchView, ProducerState
@@ -293,7 +293,8 @@ class WirePartition:
                     f"again at offset {b.base_offset} "
                     f"({'same batch' if kind == 'identical' else 'with a different payload'})",
                     evidence=[self._ev(r)], details={"payload": kind, **{k: v for k, v in d.items() if k != 'original'}},
-                    timeline=timeline.lines(), **self._fields(r)))
+                    timeline=timeline.lines(), remediation=REUSED_REMEDIATION if kind == "different" else None,
+                    **self._fields(r)))
         verdict = out_of_order_sequence(st, b) if st is not None else None
         if verdict is None and err != 45:
             return

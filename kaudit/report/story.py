@@ -138,6 +138,11 @@ def _who_short(inc: dict) -> str:
     return " ".join(parts)
 
 
+def _reused(f: dict) -> bool:
+    """A duplicate-batch whose second copy holds other records (sequences reused, not a retry)."""
+    return f["rule"] == "duplicate-batch" and details(f).get("payload") == "different"
+
+
 def _where(inc: dict) -> str:
     tps = inc["topic_partitions"]
     if not tps:
@@ -154,7 +159,8 @@ def _title(inc: dict, fs: list[dict]) -> str:
     if kind == "duplicate":
         d = next(f for f in fs if f["rule"] in ("duplicate-batch", "duplicate-records"))
         seq = (f" sequences {d['base_sequence']}-{d['last_sequence']}" if d.get("base_sequence") is not None else "")
-        return f"{KIND_TITLES[kind]}{where}: {who}{seq}".rstrip(": ")
+        title = "Sequence numbers reused" if _reused(d) else KIND_TITLES[kind]
+        return f"{title}{where}: {who}{seq}".rstrip(": ")
     if kind == "zombie":
         cur = [details(f).get("current_epoch") for f in fs if details(f).get("current_epoch") is not None]
         stale = min((f["producer_epoch"] for f in fs if f["rule"] == "fenced-epoch"
@@ -247,7 +253,11 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
     for f in (by.get("duplicate-batch", []) + by.get("duplicate-records", []))[:1]:
         d = details(f)
         a, b = d.get("original_first_offset"), d.get("original_last_offset")
-        if f.get("first_offset") is not None:
+        if f.get("first_offset") is not None and _reused(f):
+            lines.append(f"offsets {_offsets(f['first_offset'], f.get('last_offset'))} hold other records under "
+                         f"sequences already stored at offsets {_offsets(a, b)}: not a copy - the producer's "
+                         f"sequence numbers were reused, so records may be missing or out of order")
+        elif f.get("first_offset") is not None:
             n = (f["last_offset"] - f["first_offset"] + 1) if f.get("last_offset") is not None else None
             if b is None and a is not None and n:
                 b = a + n - 1
