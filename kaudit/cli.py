@@ -72,6 +72,12 @@ IgnoreOpt = Annotated[Optional[list[str]], typer.Option(
     help="Skip these rules (repeatable or comma-separated).")]
 FormatOpt = Annotated[ReportFormat, typer.Option(
     "--format", "-f", help="Report format (html: one self-contained file with charts, for -o report.html).")]
+FollowOpt = Annotated[bool, typer.Option(
+    "--follow", help="FILE is a capture still being written: read it as it grows (like tail -f), "
+    "until Ctrl-C or --follow-idle.")]
+FollowIdleOpt = Annotated[Optional[float], typer.Option(
+    "--follow-idle", min=0.0, help="With --follow: stop after this many seconds without the file "
+    "growing (default: only Ctrl-C stops).")]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report here.")]
 FailOpt = Annotated[Severity, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.")]
 NowOpt = Annotated[Optional[str], typer.Option(
@@ -91,7 +97,7 @@ def _rule_list(values) -> list[str]:
 
 
 def _report(run, command: str, inputs, format: ReportFormat, output: Optional[Path], fail_on: Severity,
-            sel, charts=None) -> None:
+            sel, charts=None, written=()) -> None:
     """Writes the report of `run` for the selection `sel` and exits with the audit's code.
     `charts()`: the rows the HTML report draws (read again from the inputs, html only)."""
     from kaudit.audit import at_or_above
@@ -106,8 +112,10 @@ def _report(run, command: str, inputs, format: ReportFormat, output: Optional[Pa
         report["charts"] = charts(report)
     write = WRITERS[format.value]
     args = (sel.min_severity,) if format in (ReportFormat.table, ReportFormat.html) else ()
+    # a live capture's findings already written as they settled (ndjson) are not written again
+    shown = dict(report, findings=[f for f in report["findings"] if f["id"] not in written]) if written else report
     if output is None:
-        write(report, sys.stdout, *args)
+        write(shown, sys.stdout, *args)
         sys.stdout.flush()
     else:
         with open(output, "w", encoding="utf-8") as out:
@@ -206,15 +214,33 @@ def audit_pcap(
     spark_threshold: ThresholdOpt = None,
     spark_ui: SparkUiOpt = False,
     parquet: ParquetOpt = None,
+    follow: FollowOpt = False,
+    follow_idle: FollowIdleOpt = None,
 ):
     """Audit packet captures: producers' sequences and epochs as the broker answered them, retries
     and their outcome, unanswered requests and error responses, with frame numbers as evidence.
-    A folder stands for the captures in it."""
+    A folder stands for the captures in it.
+
+    Live captures: FILE '-' reads a pcap or pcapng stream from standard input
+    (tcpdump -w - 'tcp port 9092' | kaudit pcap -); --follow FILE a capture still being written.
+    Findings settle by capture time and, with --format ndjson, are written as they settle; the end
+    of the stream or Ctrl-C writes the report. Bounds on live state, by capture time: a connection
+    with no packet for 11 minutes is closed (its unanswered requests reported), a closed one is
+    forgotten 4 minutes after its close, a producer's sequence state is dropped after 15 minutes
+    without a batch (coverage: live), a batch's findings wait for the Produce requests still in
+    flight and 30 s more; retransmissions are compared with the last 64 KiB of each direction."""
     _check_report_output(output, files)
     _check_report_output(parquet, files)
     rules, ign, now_ms = _rule_list(select), _rule_list(ignore), parse_time(now, "--now")
     sel = selection(topic, partition, producer_id, transactional_id, since, until, min_severity)
     options = pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False, jobs=jobs)
+    if follow or [str(f) for f in files] == ["-"]:
+        from kaudit.cli_live import live_report
+
+        def report(run, written):
+            _report(run, "pcap", files, format, output, fail_on, sel, written=written)
+        return live_report(files, follow, follow_idle, options, now_ms, rules, ign, format, output, fail_on,
+                           sel, report)
     names, missing = captures_of(files)
     if not names:
         exit_unreadable(missing, CAPTURE_EXPECTED)

@@ -72,8 +72,8 @@ cdef class Walker:
             self.units = float(cap.units)
             self.lt = cap.linktype
             self.off = 24
-        self.sec = -1
-        self.frame = 0
+        self.sec = -1 if cap.prev_sec is None else cap.prev_sec
+        self.frame = cap.frame_base
         self.ts = 0.0
         self.have_ts = False
         self.link = streams.link
@@ -358,8 +358,10 @@ cdef class Walker:
         self.ended = True
         ts = self.ts if self.have_ts else None
         self.streams.packets, self.streams.last_ts = self.frame, ts
-        self.r.last_frame, self.r.last_ts = self.frame, ts
-        self.queue = list(self.r.flush())
+        if ts is not None or self.streams.final:
+            self.r.last_frame, self.r.last_ts = self.frame, ts
+        # a live window leaves its connections open for the next one
+        self.queue = list(self.r.flush()) if self.streams.final else []
         self.qi = 0
         return 0
 

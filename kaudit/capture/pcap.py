@@ -24,6 +24,11 @@ MAX_CAPLEN = 256 * 1024
 RESYNC_WINDOW = 4 * 1024 * 1024
 # During resync a record's seconds must be this close to the last good one.
 RESYNC_MAX_SKEW = 86400
+# A live capture (capture/live.py) walks what has arrived so far (`Capture.final` False): a record
+# that runs past the end waits for more bytes, and so does a bad header until this much follows
+# it, so that the resync sees what it would see in the whole file (its window and a record on
+# each side of the candidate).
+LIVE_LOOKAHEAD = RESYNC_WINDOW + 2 * (MAX_CAPLEN + 4096 + 16)
 
 PCAPNG_SHB = 0x0A0D0D0A
 _BOM = 0x1A2B3C4D
@@ -124,6 +129,25 @@ class Capture:
         self.interfaces: list[Interface] = []
         self.frames = 0  # packets yielded so far
         self.skipped_bytes = 0  # bytes not decoded because of corruption or truncation
+        # A live capture's window (capture/live.py): `final` False means more bytes may follow
+        # the buffer, so a walk stops at an incomplete record and `resume` says where (None: the
+        # walk went through, or stopped for good); frames are numbered on from `frame_base`;
+        # `prev_sec` is the last record's seconds (pcap resync); `head` the (offset, length)
+        # of the current section's header and interface blocks (pcapng), which the next window
+        # starts with.
+        self.final = True
+        self.resume = None
+        self.frame_base = 0
+        self.prev_sec = None
+        self.head: list[tuple[int, int]] = []
+
+    def _wait(self, off, frame) -> bool:
+        """In a live window, whether the walk must stop at `off` until more bytes arrive (an
+        incomplete record, or a bad one without the lookahead its resync needs)."""
+        if self.final or len(self.buf) - off >= LIVE_LOOKAHEAD:
+            return False
+        self.resume, self.frames = off, frame
+        return True
 
     def _issue(self, position, message, kind="corrupt", skipped=0):
         self.skipped_bytes += skipped
@@ -174,8 +198,8 @@ class PcapCapture(Capture):
         units = float(self.units)
         lt = self.linktype
         off = 24
-        frame = 0
-        sec = None
+        frame = self.frame_base
+        sec = self.prev_sec
         while off + 16 <= n:
             prev_sec = sec
             sec, frac, caplen, origlen = unpack(mv, off)
@@ -189,7 +213,7 @@ class PcapCapture(Capture):
                 if what == "cut":
                     frame += 1
                     yield value
-                return
+                return   # "stop", or "more" (a live window waits for the rest)
             frame += 1
             yield frame, sec + frac / units, lt, start, end, origlen, 0
             off = end
@@ -200,7 +224,9 @@ class PcapCapture(Capture):
     def irregular(self, off, frame, prev_sec):
         """A record header at `off` whose caplen is absurd or runs past the end: ("resync",
         offset of the next plausible record), ("cut", the record of a file cut inside the packet:
-        the last) or ("stop", None). Records the issue."""
+        the last), ("stop", None) or, in a live window, ("more", None). Records the issue."""
+        if self._wait(off, frame):
+            return "more", None
         mv = self.buf
         n = len(mv)
         sec, frac, caplen, origlen = self._rec.unpack_from(mv, off)
@@ -226,7 +252,9 @@ class PcapCapture(Capture):
         """The walk ended at `off` after `frame` records: a cut record header is an issue."""
         self.frames = frame
         n = len(self.buf)
-        if off < n:
+        if not self.final:
+            self.resume = off
+        elif off < n:
             self._issue(off, f"capture cut inside a record header ({n - off} of 16 bytes)",
                         "truncated", n - off)
 
@@ -311,7 +339,7 @@ class PcapngCapture(Capture):
         mv = self.buf
         n = len(mv)
         st = _NgWalk()
-        off = frame = 0
+        off, frame = 0, self.frame_base
         last_ts = 0.0
         full, u32, fast_ifaces = st.full, st.u32, st.fast_ifaces
         while off + 12 <= n:
@@ -341,7 +369,9 @@ class PcapngCapture(Capture):
         """The walk ended at `off` after `frame` records: a cut block header is an issue."""
         self.frames = frame
         n = len(self.buf)
-        if 0 < n - off < 12:
+        if not self.final:
+            self.resume = off
+        elif 0 < n - off < 12:
             self._issue(off, f"capture cut inside a block header ({n - off} of 12 bytes)",
                         "truncated", n - off)
 
@@ -361,6 +391,9 @@ class PcapngCapture(Capture):
             elif bom == b"\x1a\x2b\x3c\x4d":
                 st.set_order(">")
             else:
+                if self._wait(off, st.frame):
+                    st.done = True
+                    return None
                 self.frames = st.frame
                 q = self._find_block(off + 4, st.order)
                 self._issue(off, "section header with a bad byte-order magic" + (
@@ -392,10 +425,12 @@ class PcapngCapture(Capture):
             st.frame += 1
             rec = (st.frame, st.last_ts, ifc.linktype, off + 28, off + 28 + caplen, origlen, st.base + iface)
         elif btype == _IDB:
+            self.head.append((off, blen))
             self._interface(mv, off, blen, st.order, ifaces)
             st.fast_ifaces = [(i.linktype, 4294967296 / i.units, i.units, i.tsoffset, st.base + k)
                               for k, i in enumerate(ifaces)]
         elif btype == PCAPNG_SHB:
+            self.head = [(off, blen)]
             self.sections += 1
             st.base += len(ifaces)
             st.ifaces = []
@@ -422,6 +457,9 @@ class PcapngCapture(Capture):
         mv = self.buf
         n = len(mv)
         off = st.off
+        if self._wait(off, st.frame):
+            st.done = True
+            return None
         self.frames = st.frame
         q = self._find_block(off + 4, st.order)
         if q is not None:

@@ -38,16 +38,23 @@ class CaptureStreams:
     connections that span rotated capture files this way). Those packets never reach the
     reassembler, so the fused fast path below never sees them: no cost for the others.
 
+    A live capture (capture/live.py) walks one window of the stream at a time with the same
+    `reassembler` and `link` decoder: `final` False leaves the connections open at the window's
+    end and stops at an incomplete record (`capture.resume`); frames count on from `frame_base`.
+
     Raises only DecodeError (from open_capture, for input that is not a capture)."""
 
-    def __init__(self, buf, max_buffer: int = MAX_BUFFER, divert=None):
+    def __init__(self, buf, max_buffer: int = MAX_BUFFER, divert=None, *, reassembler=None, link=None,
+                 final: bool = True, frame_base: int = 0, prev_sec=None):
         self.capture = open_capture(buf)
+        self.capture.final, self.capture.frame_base, self.capture.prev_sec = final, frame_base, prev_sec
+        self.final = final
         self.divert = divert or None
         # the mapping whose read pages are released as the loop goes (None: not an mmap)
         self._mapped = buf if isinstance(buf, mmap.mmap) and _DONTNEED is not None else None
-        self.link = LinkDecoder()
-        self.reassembler = Reassembler(max_buffer)
-        self.packets = 0  # frames read (the last frame number)
+        self.link = link if link is not None else LinkDecoder()
+        self.reassembler = reassembler if reassembler is not None else Reassembler(max_buffer)
+        self.packets = frame_base  # frames read (the last frame number)
         self.last_ts = None
 
     @property
@@ -82,7 +89,7 @@ class CaptureStreams:
         # (src|dst, sport|dport) ints -> the reassembler's table entry; entries of closed
         # connections go stale and are refreshed through the general path
         fast_tab = {}
-        frame = 0
+        frame = self.capture.frame_base
         ts = None
         control = CONTROL_FLAGS   # a local name for the hot loop
         ack_flag = ACK
@@ -146,8 +153,10 @@ class CaptureStreams:
                         yield from evs
         finally:
             self.packets, self.last_ts = frame, ts
-        r.last_frame, r.last_ts = frame, ts
-        yield from r.flush()
+        if ts is not None or self.final:
+            r.last_frame, r.last_ts = frame, ts
+        if self.final:
+            yield from r.flush()
 
     @property
     def tcp_packets(self):

@@ -130,6 +130,33 @@ class Session:
             # the row waits for the end: packets after the close (the last ACK) still count
             self.closed.append((conv, op, ev, number))
 
+    def write_closed(self, gone) -> int:
+        """A live capture's connection rows, written once `gone(conn_id)`: the reassembler
+        forgot the connection, so no later packet can count in its row. The number written."""
+        keep, done = [], 0
+        for item in self.closed:
+            conv, op, close, _ = item
+            if gone(close.conn_id):
+                self.rows.connection(conv, op, close, close.stats)
+                done += 1
+            else:
+                keep.append(item)
+        self.closed = keep
+        return done
+
+    def in_flight_since(self, api_keys=(0,)) -> float | None:
+        """The send time of the oldest request of `api_keys` (Produce) still waiting for its
+        response on any open connection (None: none waits): no row still to come is about an
+        earlier request of those."""
+        oldest = None
+        for conv in self.convs.values():
+            for req, _frame, ts, _size, _complete in conv.pending.values():
+                if getattr(req, "api_key", None) not in api_keys:
+                    continue
+                if ts is not None and (oldest is None or ts < oldest):
+                    oldest = ts
+        return oldest
+
     def finish(self, mark=None, stats=None) -> None:
         """The connection rows, in the order of the closes, then the connections the capture
         layer left open (a guard). `mark(key)` after each connection's rows (a process of a
