@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, KeyedState, split_by_key
+from kaudit.engine.live_txn import TxnSettle
 from kaudit.engine.plan import Audit, AuditRun, Work, fold_selection
 from kaudit.sources.topics import TopicNames
 
@@ -123,6 +124,8 @@ class LiveAudit:
         self.emit = emit
         self.work = Work(audit)
         self.streamed = {f.name: _Streamed(f, self.work.ctx) for f in audit.buffered if streamable(f)}
+        txn = [f for f in audit.buffered if f.name == "wire-txn"]
+        self.txn = TxnSettle(txn[0]) if txn else None
         self.found: list[dict] = []      # findings settled before the end (emitted)
         self.connections_settled = 0
         self.checked_at = 0.0
@@ -140,6 +143,8 @@ class LiveAudit:
                 s.waiting.append(sel)
             else:
                 self.work.selected[f.name].append((kind, sel))
+                if self.txn is not None and f is self.txn.fold:
+                    self.txn.note(kind, sel)
             self.work.facts.kinds.setdefault(f.name, set()).add(kind)
 
     def due(self) -> bool:
@@ -159,6 +164,7 @@ class LiveAudit:
             out.extend(s.feed(upto if s.time_col == "request_ts" else now - REORDER_S, names))
             s.forget(now - PRODUCER_IDLE_S)
         out.extend(self._settle_connections(names))
+        out.extend(self._settle_producers(now, names))
         self._found(out)
 
     def _settle_connections(self, names: TopicNames) -> list[dict]:
@@ -190,6 +196,21 @@ class LiveAudit:
         ctx.topic_names = names.names
         return list(fold_selection(wire_frames.FOLD, settled, ctx, self.work.internal))
 
+    def _settle_producers(self, now: float, names: TopicNames) -> list[dict]:
+        """wire-txn over the producers settled at capture time `now` (engine/live_txn.py)."""
+        t = self.txn
+        if t is None or not t.due(now):
+            return []
+        items = self.work.selected.get(t.fold.name)
+        settled, kept = t.split(items or [], now)
+        if not settled:
+            return []
+        items[:] = kept
+        ctx = self.audit.context(self.work.ctx, self.work.facts, t.fold)
+        ctx.topic_names = names.names
+        ctx.reference_time_ms = self.audit.now_ms if self.audit.now_ms is not None else int(now * 1000)
+        return list(fold_selection(t.fold, settled, ctx, self.work.internal))
+
     def _found(self, findings: list[dict]) -> None:
         keep = self.audit.keep
         findings = self.work.facts.names.name_findings([f for f in findings if keep(f)])
@@ -216,7 +237,9 @@ class LiveAudit:
         cov["live"] = {"connections_settled": self.connections_settled,
                        "late_rows": sum(s.late for s in self.streamed.values()),
                        "producers_forgotten": sum(s.forgotten for s in self.streamed.values()),
-                       "findings_before_end": len(self.found)}
+                       "findings_before_end": len(self.found),
+                       "txn_producers_settled": self.txn.count if self.txn else 0,
+                       "txn_producers_back": len(self.txn.back) if self.txn else 0}
         return run
 
 

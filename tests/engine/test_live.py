@@ -68,7 +68,7 @@ def test_rows_in_small_pieces_are_the_files(path):
     rnd = random.Random(len(data))
     chunks, i = [], 0
     while i < len(data):
-        n = rnd.choice((1, 13, 700, 4096, 7168))
+        n = rnd.choice((1, 13, 700, 1024, 4096, 4096, 7168, 7168, 7168, 7168))
         chunks.extend(live.feed(data[i:i + n]))
         i += n
     chunks.extend(live.finish())
@@ -194,3 +194,35 @@ def test_not_a_capture_exits_3(data):
     out, err = proc.communicate(data, timeout=60)
     assert proc.returncode == 3
     assert b"unreadable input" in err
+
+
+@pytest.mark.parametrize("path", [CORPUS / "real-kafka-4.1.0" / "v2-txn-java-tv2" / "v2-txn-java-tv2.pcap",
+                                  CORPUS / "real-kafka-3.0.2" / "pcap" / "03-txn-java.pcap"], ids=lambda p: p.name)
+def test_settled_early_as_the_file(path, tmp_path, monkeypatch):
+    """A capture followed by 20 quiet minutes: connections close idle, producers' transactions
+    and sequences settle before the end, and their findings are the file's (id, severity,
+    evidence), each once."""
+    from kaudit.engine import live
+    from kaudit.engine.live import audit_live
+    from kaudit.engine.local import audit_pcaps
+
+    monkeypatch.setattr(live, "CHECK_EVERY_S", 0.0)   # a checkpoint after every chunk
+    from kaudit.capture import iter_packets
+
+    if not path.exists():
+        pytest.skip("corpus missing")
+    data = path.read_bytes()
+    if data[:4] != b"\xd4\xc3\xb2\xa1" or struct.unpack_from("<I", data, 20)[0] != 1:
+        pytest.skip("the quiet tail is written as a little-endian Ethernet pcap record")
+    last = max(p.ts for p in iter_packets(data))
+    data += b"".join(_quiet_record(last + 60 * k) for k in range(1, 21))
+    f = tmp_path / path.name
+    f.write_bytes(data)
+    opt = PcapOptions(kafka_ports=frozenset({9092, 9093, 9094}), jobs=1)
+    early = []
+    run = audit_live(str(f), (data[i:i + 5000] for i in range(0, len(data), 5000)), opt, emit=early.append)
+    want = audit_pcaps([str(f)], opt).findings
+    key = lambda x: (x["id"], x["rule"], x["severity"], json.dumps(x["evidence"]))
+    assert sorted(map(key, run.findings)) == sorted(map(key, want))
+    assert len({x["id"] for x in early}) == len(early) and early
+    assert run.coverage["live"]["findings_before_end"] == len(early)
