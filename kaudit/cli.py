@@ -222,13 +222,18 @@ def audit_pcap(
     A folder stands for the captures in it.
 
     Live captures: FILE '-' reads a pcap or pcapng stream from standard input
-    (tcpdump -w - 'tcp port 9092' | kaudit pcap -); --follow FILE a capture still being written.
-    Findings settle by capture time and, with --format ndjson, are written as they settle; the end
-    of the stream or Ctrl-C writes the report. Bounds on live state, by capture time: a connection
-    with no packet for 11 minutes is closed (its unanswered requests reported), a closed one is
-    forgotten 4 minutes after its close, a producer's sequence state is dropped after 15 minutes
-    without a batch (coverage: live), a batch's findings wait for the Produce requests still in
-    flight and 30 s more; retransmissions are compared with the last 64 KiB of each direction."""
+    (tcpdump -U -w - 'tcp port 9092' | kaudit pcap -); --follow FILE reads a
+    capture still being written. Findings settle by capture time; with
+    --format ndjson each is written as it settles. The end of the stream or
+    Ctrl-C writes the report. Bounds on live state (capture time):
+    a connection without a packet for 11 min is closed (its unanswered
+    requests reported), a closed one forgotten 4 min after its close;
+    a producer's sequence state is dropped after 15 min without a batch;
+    a transactional producer is judged after its timeout + 60 s of silence;
+    a batch waits for the Produce requests in flight and 30 s more;
+    retransmissions are compared with the last 64 KiB of each direction.
+    Counts of what the bounds dropped: coverage "live" in the report.
+    """
     _check_report_output(output, files)
     _check_report_output(parquet, files)
     rules, ign, now_ms = _rule_list(select), _rule_list(ignore), parse_time(now, "--now")

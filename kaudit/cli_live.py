@@ -17,15 +17,6 @@ import typer
 
 from kaudit.cli_common import CAPTURE_EXPECTED, err, exit_unreadable, no_kafka_traffic
 
-LIVE_HELP = (
-    "Live captures: FILE '-' reads a pcap or pcapng stream from standard input (tcpdump -w - ... | "
-    "kaudit pcap -); --follow FILE reads a capture that is still being written. Findings are "
-    "settled by capture time and, with --format ndjson, written as they settle; the end of the "
-    "stream or Ctrl-C writes the report. Bounds on live state (capture time): a connection with "
-    "no packet for 11 minutes is closed (its unanswered requests reported), a closed one "
-    "forgotten 4 minutes after its close, a producer's sequence state dropped after 15 minutes "
-    "without a batch; retransmissions are compared with the last 64 KiB of each direction.")
-
 
 def run_live(files: list[Path], follow: bool, follow_idle: Optional[float], options, now_ms, rules, ign):
     """(source name, reader of its bytes)."""

@@ -75,6 +75,16 @@ def test_rows_in_small_pieces_are_the_files(path):
     assert _rows(chunks) == _rows(decode_capture(str(path), opt))
 
 
+def test_rows_in_small_pieces_pure_path():
+    """The same on the pure capture loop (KAUDIT_PURE=1: no compiled module)."""
+    code = ("import random, sys; sys.path.insert(0, 'tests/engine'); import test_live as t; "
+            "t.test_rows_in_small_pieces_are_the_files(t.CRAFTED); "
+            "from kaudit import native; assert native.module('kaudit.capture._cstreams') is None")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env=dict(os.environ, KAUDIT_PURE="1"))
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 def test_cut_and_corrupt_stream_as_a_file(tmp_path):
     """A stream cut inside a record, and one with a corrupt header in the middle: the issues and
     rows of the file with the same bytes."""
