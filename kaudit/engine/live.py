@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, KeyedState, split_by_key
+from kaudit.audit.reader_compact import compact, merge_cover
 from kaudit.engine.live_txn import TxnSettle
 from kaudit.engine.plan import Audit, AuditRun, Work, fold_selection
 from kaudit.sources.topics import TopicNames
@@ -37,6 +38,7 @@ REORDER_S = 30.0
 # A producer's sequence state in a streamed fold is dropped after this long without a batch:
 # the fold's own retry memory (wire_produce.RETRY_WINDOW_S) is as long.
 PRODUCER_IDLE_S = 900.0
+COMPACT_ROWS = 4096   # the readers' new rows compacted together (fewer, bigger tables)
 CHECK_EVERY_S = 0.5   # wall-clock seconds between checkpoints while bytes keep coming
 
 
@@ -108,6 +110,34 @@ class _Streamed:
         return out
 
 
+def _give_back() -> None:
+    """Hand the memory freed since the last checkpoint back to the system (Arrow's pool, the C
+    heap): a process that runs for hours keeps its RSS at what it holds, not at its high mark."""
+    now = time.monotonic()
+    if _TRIM and now - _TRIM[1] < GIVE_BACK_S:
+        return
+    pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    _TRIM[1] = now
+    if trim is not None:
+        trim(0)
+
+
+_TRIM: list = []   # [glibc's malloc_trim or None, when it last ran]
+GIVE_BACK_S = 10.0   # wall-clock seconds between two (a trim walks the heap: ~10 ms)
+
+
+def _malloc_trim():
+    if not _TRIM:
+        try:
+            import ctypes
+
+            _TRIM.extend((ctypes.CDLL("libc.so.6").malloc_trim, 0.0))
+        except (OSError, AttributeError):   # not glibc: nothing to trim
+            _TRIM.extend((None, 0.0))
+    return _TRIM[0]
+
+
 def streamable(fold) -> bool:
     """Folds the live executor streams: one row kind, no prepare, per-key groups."""
     if len(fold.inputs) != 1 or fold.prepare is not None:
@@ -124,6 +154,8 @@ class LiveAudit:
         self.emit = emit
         self.work = Work(audit)
         self.streamed = {f.name: _Streamed(f, self.work.ctx) for f in audit.buffered if streamable(f)}
+        self.readers_done = 0   # the readers' chunks compacted so far (audit/reader_compact.py)
+        self.reader_cover = None   # their batches that only count for the covered offsets, merged
         txn = [f for f in audit.buffered if f.name == "wire-txn"]
         self.txn = TxnSettle(txn[0]) if txn else None
         self.found: list[dict] = []      # findings settled before the end (emitted)
@@ -165,7 +197,9 @@ class LiveAudit:
             s.forget(now - PRODUCER_IDLE_S)
         out.extend(self._settle_connections(names))
         out.extend(self._settle_producers(now, names))
+        self._compact_readers()
         self._found(out)
+        _give_back()
 
     def _settle_connections(self, names: TopicNames) -> list[dict]:
         """wire-frames over the connections whose connection row has come."""
@@ -211,6 +245,20 @@ class LiveAudit:
         ctx.reference_time_ms = self.audit.now_ms if self.audit.now_ms is not None else int(now * 1000)
         return list(fold_selection(t.fold, settled, ctx, self.work.internal))
 
+    def _compact_readers(self) -> None:
+        """The readers' selection, kept to the end, made smaller as it grows (reader_compact:
+        the same findings)."""
+        items = self.work.selected.get("wire-readers")
+        if not items:
+            return
+        new = items[self.readers_done:]
+        if sum(t.num_rows for _, t in new) < COMPACT_ROWS:
+            return
+        kept, cover = compact(new)
+        items[self.readers_done:] = kept
+        self.readers_done = len(items)
+        self.reader_cover = merge_cover([self.reader_cover, cover])
+
     def _found(self, findings: list[dict]) -> None:
         keep = self.audit.keep
         findings = self.work.facts.names.name_findings([f for f in findings if keep(f)])
@@ -231,6 +279,8 @@ class LiveAudit:
             if s.waiting:
                 s.waiting = [names.label(t) for t in s.waiting]
             out.extend(f for f in s.finish() if self.audit.keep(f))
+        if self.reader_cover is not None:
+            work.selected["wire-readers"].append(("batch", self.reader_cover))
         out.extend(work.finish())
         run = self.audit.result(self.found + out, work.facts, errors, internal=work.internal)
         cov = run.coverage
@@ -246,7 +296,7 @@ class LiveAudit:
 # -- reading a live capture -----------------------------------------------------------------------
 
 READ_BYTES = 1 << 20   # at most this much read at once (stdin is read in bounded chunks, never mapped)
-WINDOW_BYTES = 8 << 20  # at most this much gathered into one window when it is already there
+WINDOW_BYTES = 256 << 10  # at most this much gathered into one window (bigger ones: more memory held, measured)
 POLL_S = 0.2           # --follow: how often a file that stopped growing is looked at again
 
 
@@ -350,7 +400,7 @@ def follow_reader(path: str, idle_s: float | None = None):
         quiet_since = time.monotonic()
         pos = 0
         while True:
-            data = f.read(READ_BYTES)
+            data = f.read(WINDOW_BYTES)
             if data:
                 pos += len(data)
                 quiet_since = time.monotonic()
