@@ -242,6 +242,10 @@ def audit_pcap(
     if follow or [str(f) for f in files] == ["-"]:
         from kaudit.cli_live import live_report
 
+        if engine == Engine.spark or parquet is not None:
+            err("[red]error:[/red] a live capture runs on the local engine, without --parquet")
+            raise typer.Exit(EXIT_USAGE)
+
         def report(run, written):
             _report(run, "pcap", files, format, output, fail_on, sel, written=written)
         return live_report(files, follow, follow_idle, options, now_ms, rules, ign, format, output, fail_on,

@@ -330,8 +330,13 @@ def audit_live(source: str, reader, options, *, now_ms=None, select=(), ignore=(
             raise
     finally:
         stop.restore()
-    for kind, table in decode.finish():
-        live.add(kind, table)
+    try:
+        for kind, table in decode.finish():
+            live.add(kind, table)
+    except DecodeError:
+        if not decode.live.received:
+            raise DecodeError("empty input, not a capture") from None
+        raise
     if not decode.started:
         raise DecodeError("not a pcap or pcapng stream" if decode.live.received else "empty input, not a capture")
     run = live.finish([], {source: summary})

@@ -236,3 +236,9 @@ def test_settled_early_as_the_file(path, tmp_path, monkeypatch):
     assert sorted(map(key, run.findings)) == sorted(map(key, want))
     assert len({x["id"] for x in early}) == len(early) and early
     assert run.coverage["live"]["findings_before_end"] == len(early)
+
+
+def test_live_is_local_without_parquet(tmp_path):
+    proc = _kaudit("pcap", "-", "--parquet", str(tmp_path / "rows"), stdin=subprocess.PIPE)
+    out, err = proc.communicate(CRAFTED.read_bytes(), timeout=60)
+    assert proc.returncode == 2 and b"local engine" in err
