@@ -23,6 +23,10 @@ cdef class History:
         if self.objs[j] is not None:
             self.objs[j] = None
 
+    def add(self, int64_t off, int64_t pos, int64_t n):
+        """add_packed from Python (the tests compare this history with the deque)."""
+        self.add_packed(off, pos, n)
+
     def append(self, x):
         cdef int j = (self.head + self.count) % HISTORY_SEGMENTS
         if self.count == HISTORY_SEGMENTS:
@@ -41,6 +45,31 @@ cdef class History:
         if x is None:
             x = (<object>self.off[j] << 64) | (<object>self.pos[j] << 24) | self.length[j]
         return x
+
+    def detach(self, buf, Py_ssize_t limit):
+        """capture.live._detach_half for this history: from the newest, each entry that points
+        into the window `buf` (packed, or a view of it) copied out as (offset, bytes), until
+        `limit` bytes are kept (the entry that reaches it included); the older ones dropped."""
+        cdef int i, j, keep = 0, drop
+        cdef Py_ssize_t total = 0
+        for i in range(self.count - 1, -1, -1):
+            j = (self.head + i) % HISTORY_SEGMENTS
+            x = self.objs[j]
+            if x is None:
+                x = self.objs[j] = (self.off[j], bytes(buf[self.pos[j]:self.pos[j] + self.length[j]]))
+            elif isinstance(x, int):
+                x = self.objs[j] = (x >> 64, bytes(buf[(x >> 24) & 0xFFFFFFFFFF:((x >> 24) & 0xFFFFFFFFFF) + (x & 0xFFFFFF)]))
+            elif type(x[1]) is not bytes:
+                x = self.objs[j] = (x[0], bytes(x[1]))
+            keep += 1
+            total += len(x[1])
+            if total >= limit:
+                break
+        drop = self.count - keep
+        for i in range(drop):
+            self.objs[(self.head + i) % HISTORY_SEGMENTS] = None
+        self.head = (self.head + drop) % HISTORY_SEGMENTS
+        self.count = keep
 
     def __len__(self):
         return self.count

@@ -119,7 +119,9 @@ def detach(reassembler, seen: dict) -> None:
 
 def _detach_half(half, buf) -> None:
     hist = half.history
-    if len(hist):
+    if hasattr(hist, "detach"):   # the compiled reassembler's history: the same walk, in C
+        hist.detach(buf, LIVE_HISTORY_BYTES)
+    elif len(hist):
         keep, total = [], 0
         for h in reversed(hist):
             if h.__class__ is int:
@@ -134,6 +136,10 @@ def _detach_half(half, buf) -> None:
         hist.clear()
         for x in reversed(keep):
             hist.append(x)
+    _detach_pending(half)
+
+
+def _detach_pending(half) -> None:
     for p in half.pending:
         if p.data is not None and type(p.data) is not bytes:
             p.data = bytes(p.data)
