@@ -462,6 +462,13 @@ def main() -> None:
     except BrokenPipeError:  # `kaudit ... | head`: not an error
         sys.stderr.close()
         sys.exit(EXIT_OK)
+    except Exception as e:
+        if type(e).__name__ != "ExecutorSetupError":   # engine.ship, imported with the Spark engine only
+            raise
+        from rich.markup import escape
+
+        err(f"[red]error:[/red] {escape(str(e))}")
+        sys.exit(EXIT_USAGE)
     except SystemExit as e:
         _quick_exit(e.code)
         raise

@@ -155,5 +155,11 @@ class _PcapReader(_Reader):
 
 
 def register(spark) -> None:
+    """Registers the sources with `spark` and makes kaudit importable by its executors
+    (engine.ship: the executors' interpreter, kaudit's package shipped to them), or raises
+    engine.ship.ExecutorSetupError in one line saying how."""
+    from kaudit.engine.ship import prepare
+
+    prepare(spark)
     spark.dataSource.register(KafkaSegments)
     spark.dataSource.register(KafkaPcap)

@@ -15,6 +15,7 @@ Arrow IPC payload: a table in its own types, so a fold is given exactly the loca
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import zlib
 from collections.abc import Iterable, Iterator
@@ -94,6 +95,10 @@ def _decode(audit: Audit, items, facts) -> Iterator[tuple[int, Iterator]]:
         from kaudit.sources.splits import decode_split
 
         for s in items:
+            why = None if s.target.kind == "skipped" else unreadable(s.target.path)
+            if why is not None:   # the driver saw the file, this executor cannot read it
+                facts.errors.append((s.index, why))
+                continue
             yield s.index, decode_split(s, audit.options)
         return
     from kaudit.sources.pcap import PcapSummary
@@ -114,8 +119,34 @@ def _capture(options, index: int, path: str, file_index: int, stitch: bool, fact
     try:
         yield from (split_capture(path, file_index, options, summary) if stitch
                     else decode_capture(path, options, summary))
-    except (DecodeError, OSError) as e:
+    except DecodeError as e:
         facts.errors.append((index, failure(path, e)))
+    except OSError as e:
+        facts.errors.append((index, f"{path}: not readable on {executor()}: {e.strerror or e}"))
+
+
+def executor() -> str:
+    """The executor running this task, for messages: its id where the cluster manager tells it
+    (Kubernetes sets SPARK_EXECUTOR_ID; a standalone executor works in `.../app-<id>/<executor
+    id>`), and its host."""
+    import socket
+
+    ident = os.environ.get("SPARK_EXECUTOR_ID")
+    cwd = os.getcwd()
+    if not ident and os.path.basename(os.path.dirname(cwd)).startswith("app-"):
+        ident = os.path.basename(cwd)
+    host = socket.gethostname()
+    return f"executor {ident} (host {host})" if ident else f"host {host} (pid {os.getpid()})"
+
+
+def unreadable(path: str) -> str | None:
+    """None, or "path: not readable on <executor>: reason" when this process cannot open it:
+    every executor must see the inputs at the driver's paths (README: On a cluster)."""
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+        return None
+    except OSError as e:
+        return f"{path}: not readable on {executor()}: {e.strerror or e}"
 
 
 def _ship(job: Job, work: Work, whole: bool, splits: Iterable[tuple[int, Iterator]]) -> Iterator[pa.RecordBatch]:
