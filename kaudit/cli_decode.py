@@ -83,6 +83,7 @@ def decode_segments(
     check_output(format, output, kind, paths)
     sel = selection(topic, partition, producer_id, transactional_id, since, until)
     sp = choose(engine, paths, master, spark_conf, spark_threshold, spark_ui)
+    facts, chunks = None, []
     if sp is None:
         plan, chunks = run([str(p) for p in paths], deep=deep, max_batch_bytes=max_batch_bytes, jobs=jobs,
                            progress=sys.stderr.isatty())
@@ -91,9 +92,9 @@ def decode_segments(
         from kaudit.sources.logdir import plan as plan_of
 
         plan = plan_of([str(p) for p in paths])
-        chunks = [] if not plan.targets else spark.decoded_chunks(
-            "kafka-segments", [str(p) for p in paths],
-            {"max_batch_bytes": max_batch_bytes, "deep": str(deep).lower()}, sp)[1]
+        if plan.targets:   # the rows stream in; the facts (an executor's unreadable inputs) after them
+            facts, chunks = spark.decoded_chunks("kafka-segments", [str(p) for p in paths],
+                                                 {"max_batch_bytes": max_batch_bytes, "deep": str(deep).lower()}, sp)
     check_log_plan(plan, paths)
     for e in plan.errors:
         err(f"[yellow]warning:[/yellow] unreadable input: {e}")
@@ -112,6 +113,8 @@ def decode_segments(
         }
 
     counts = _write(format, output, chunks, kind, sel, header, deep=deep)
+    if facts is not None and facts.errors:
+        exit_unreadable([e for _, e in sorted(facts.errors, key=lambda x: x[0])])
     if plan.errors:
         raise typer.Exit(EXIT_UNREADABLE)
     _empty_selection(sel, counts)

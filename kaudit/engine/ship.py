@@ -75,7 +75,10 @@ def is_local(master: str | None) -> bool:
 def prepare(spark) -> None:
     """Makes kaudit importable by the session's executors, or raises ExecutorSetupError (once
     per SparkContext)."""
-    sc = spark.sparkContext
+    try:
+        sc = spark.sparkContext
+    except Exception:   # a Spark Connect session: its server's executors are configured there
+        return
     if getattr(sc, "_kaudit_ready", False):
         return
     python = sc.getConf().get("spark.pyspark.python", None)

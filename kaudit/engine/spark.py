@@ -15,7 +15,9 @@ files. Findings, coverage and reference time are those of the local engine on th
 from __future__ import annotations
 
 import os
+import pickle
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -42,6 +44,9 @@ FOLD_IN_TASKS = True
 # CPU taken from the Python workers on the same cores. --spark-conf
 # spark.driver.extraJavaOptions=... replaces it; spark-submit's JVMs are left as configured.
 JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+# A decode ships every decoded row to the driver, which takes them a task at a time: tasks of at
+# most this much of a log dir bound what the driver holds (a --deep decode: ~1.5x in Arrow).
+DECODE_TASK_BYTES = 16 << 20
 
 
 @dataclass
@@ -257,9 +262,9 @@ def pcap_source_options(options) -> dict:
             "deep": str(options.deep).lower()}
 
 
-def _decode(fmt: str, paths: list[str], opts: dict, spark_options, tap: Tap, persist: bool = False):
-    """A decode - an audit without folds (`opts`: the source's options, as strings) - into `tap`:
-    (the tasks' facts, the job) or, `persist`, (the cached payload rows or None, the job)."""
+def _decode_job(fmt: str, paths: list[str], opts: dict, spark_options, tap: Tap):
+    """(the session, the job of a decode: an audit without folds; `opts`: the source's options,
+    as strings). Log dirs in tasks of at most DECODE_TASK_BYTES."""
     from kaudit.engine.spark_sources import pcap_options
 
     if fmt == "kafka-pcap":
@@ -268,16 +273,43 @@ def _decode(fmt: str, paths: list[str], opts: dict, spark_options, tap: Tap, per
         audit = disk_audit(paths, max_batch_bytes=int(opts.get("max_batch_bytes") or 64 << 20),
                            deep=str(opts.get("deep", "false")).lower() == "true", folds=())
     spark = session(spark_options)
-    job = _job(spark, audit, tap, opts.get("split_bytes"))
+    return spark, _job(spark, audit, tap, opts.get("split_bytes") or (DECODE_TASK_BYTES if fmt != "kafka-pcap" else None))
+
+
+def _decode(fmt: str, paths: list[str], opts: dict, spark_options, tap: Tap, persist: bool = False):
+    """A decode into `tap`: (the tasks' facts, the job) or, `persist`, (the cached payload rows or
+    None, the job)."""
+    spark, job = _decode_job(fmt, paths, opts, spark_options, tap)
     if not job.tasks:
         return (None if persist else job.audit.facts()), job
     return (_execute(spark, job, persist) if persist else _execute(spark, job)[1]), job
 
 
+def _streamed(spark, job: Job, facts) -> Iterator[tuple[str, pa.Table]]:
+    """A decode's rows, (kind, table) in decode order, a task's rows at a time: the read tasks'
+    partitions come in split order (toLocalIterator, the next one computed meanwhile), each
+    task's rows in row order, so the driver's JVM and Python hold a task's rows or two whatever
+    the input holds. The tasks' facts are merged into `facts` as they come."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    n = len(job.tasks)
+    df = spark.range(0, n, 1, n).mapInArrow(partial(read_tasks, job), from_arrow_schema(SCHEMA)).select(TAG, PAYLOAD)
+    for tag, payload in df.toLocalIterator(prefetchPartitions=True):
+        if tag == META:
+            facts.merge(pickle.loads(payload))
+        elif tag.startswith(TAP):
+            yield tag[len(TAP):], from_ipc(payload)
+
+
 def decoded_chunks(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None):
-    """(the tasks' facts, every decoded row as (kind, table) in the local engine's order). This
-    collects to the driver (the decode commands print rows there anyway); `write_parquet`
-    writes from the executors instead."""
+    """(the tasks' facts, every decoded row as (kind, table) in the local engine's order). Log
+    dirs stream (the facts are complete once the rows are read: `_streamed`); captures are
+    collected to the driver (their topic ids are named from every capture's responses).
+    `write_parquet` writes from the executors instead."""
+    if fmt != "kafka-pcap":
+        spark, job = _decode_job(fmt, paths, opts, spark_options, Rows())
+        facts = job.audit.facts()
+        return facts, (_streamed(spark, job, facts) if job.tasks else iter(()))
     tap = Rows()
     facts, _ = _decode(fmt, paths, opts, spark_options, tap)
     names = TopicNames(facts.names.names)   # captures: topic ids named from every capture's responses

@@ -68,6 +68,13 @@ class Job:
     files: int = 0       # captures stitched together (the stitch tasks number their splits after them)
 
 
+# Rows reach the JVM in Arrow batches of at most this many payload bytes (a payload bigger
+# than that alone), and a tapped table travels in payloads of at most PAYLOAD_ROWS rows: what a
+# task ships is bounded by its chunks, never by what a segment holds.
+BATCH_BYTES = 16 << 20
+PAYLOAD_ROWS = 1 << 16
+
+
 class _Out(list):
     """Payload rows (tuples in SCHEMA's order), taken as record batches."""
 
@@ -75,9 +82,19 @@ class _Out(list):
         self.append(row)
 
     def take(self) -> Iterator[pa.RecordBatch]:
-        if self:
-            yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(zip(*self), SCHEMA)], schema=SCHEMA)
-            self.clear()
+        start, size = 0, 0
+        for i, row in enumerate(self):
+            if size and size + len(row[5]) > BATCH_BYTES:
+                yield self._batch(start, i)
+                start, size = i, 0
+            size += len(row[5])
+        if start < len(self):
+            yield self._batch(start, len(self))
+        self.clear()
+
+    def _batch(self, a: int, b: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(zip(*self[a:b]), SCHEMA)],
+                                          schema=SCHEMA)
 
 
 def read_tasks(job: Job, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -164,7 +181,9 @@ def _ship(job: Job, work: Work, whole: bool, splits: Iterable[tuple[int, Iterato
                 work.note(kind, table)
                 if work.tap is not None:
                     for name, t in work.tap.drain():
-                        out.add(job.buckets[0], None, split, row, TAP + name, to_ipc(t))
+                        # the slices keep the chunk's place: the driver's sort is stable
+                        for at in range(0, max(t.num_rows, 1), PAYLOAD_ROWS):
+                            out.add(job.buckets[0], None, split, row, TAP + name, to_ipc(t.slice(at, PAYLOAD_ROWS)))
                 if whole:
                     work.stream(kind, table)
                 else:
