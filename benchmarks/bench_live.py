@@ -13,7 +13,6 @@ import json
 import os
 import random
 import resource
-import struct
 import subprocess
 import sys
 import time
@@ -44,24 +43,11 @@ def generate(path: Path, npackets: int) -> dict:
         return c
 
     idle = deque(new_conn() for _ in range(bp.CLIENTS))
-    active, out, written = [], [], 0
-    rec = bp._REC.pack
+    active = []
     with open(path.with_suffix(".tmp"), "wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
-
-        def emit(data: bytes):
-            nonlocal written
-            t = clock[0] = clock[0] + STEP_S * (0.5 + rng.random())
-            sec = int(t)
-            out.append(rec(sec, int((t - sec) * 1e6), len(data), len(data)))
-            out.append(data)
-            written += 1
-            if len(out) >= 20000:
-                f.write(b"".join(out))
-                out.clear()
-
-        while written < npackets or active:
-            while written < npackets and len(active) < bp.CONCURRENT and idle:
+        w = bp.PcapWriter(f, clock, lambda t: t + STEP_S * (0.5 + rng.random()))
+        while w.written < npackets or active:
+            while w.written < npackets and len(active) < bp.CONCURRENT and idle:
                 c = idle.popleft()
                 active.append([c, c.next_exchange(kafka)])
             if not active:
@@ -77,13 +63,13 @@ def generate(path: Path, npackets: int) -> dict:
                     idle.append(c)
                 else:
                     for d in c.close():
-                        emit(d)
+                        w.emit(d)
                     idle.append(new_conn())
                 continue
-            emit(data)
-        f.write(b"".join(out))
+            w.emit(data)
+        w.flush()
     path.with_suffix(".tmp").rename(path)
-    return {"packets": written, "connections": made[0]}
+    return {"packets": w.written, "connections": made[0]}
 
 
 def main() -> None:

@@ -456,6 +456,30 @@ class Kafka:
         return self.next_pid, 0
 
 
+class PcapWriter:
+    """Packets into a classic pcap file, buffered; each stamped `advance(previous time)` (the
+    generators' own pace), the time kept in `clock[0]`."""
+
+    def __init__(self, f, clock: list, advance):
+        self.f, self.clock, self.advance = f, clock, advance
+        self.out: list[bytes] = []
+        self.written = 0
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+
+    def emit(self, data: bytes) -> None:
+        t = self.clock[0] = self.advance(self.clock[0])
+        sec = int(t)
+        self.out.append(_REC.pack(sec, int((t - sec) * 1e6), len(data), len(data)))
+        self.out.append(data)
+        self.written += 1
+        if len(self.out) >= 20000:
+            self.flush()
+
+    def flush(self) -> None:
+        self.f.write(b"".join(self.out))
+        self.out.clear()
+
+
 def generate(path: Path, npackets: int) -> dict:
     """Write the capture; returns what it holds."""
     rng = random.Random(SEED)
@@ -464,26 +488,11 @@ def generate(path: Path, npackets: int) -> dict:
     conns = [Conn(i, rng, clock) for i in range(CLIENTS)]
     idle = deque(conns)
     active = []  # [conn, generator]
-    written = 0
-    out = []
-    rec = _REC.pack
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
-
-        def emit(data: bytes):
-            nonlocal written
-            t = clock[0] = clock[0] + 0.00001 + rng.random() * 0.00005
-            sec = int(t)
-            out.append(rec(sec, int((t - sec) * 1e6), len(data), len(data)))
-            out.append(data)
-            written += 1
-            if len(out) >= 20000:
-                f.write(b"".join(out))
-                out.clear()
-
-        while written < npackets or active:
-            while written < npackets and len(active) < CONCURRENT and idle:
+        w = PcapWriter(f, clock, lambda t: t + 0.00001 + rng.random() * 0.00005)
+        while w.written < npackets or active:
+            while w.written < npackets and len(active) < CONCURRENT and idle:
                 c = idle.popleft()
                 active.append([c, c.next_exchange(kafka)])
             k = rng.randrange(len(active))
@@ -494,14 +503,14 @@ def generate(path: Path, npackets: int) -> dict:
                 active.pop()
                 idle.append(c)
                 continue
-            emit(data)
+            w.emit(data)
         for c in conns:
             if c.started:
                 for data in c.close():
-                    emit(data)
-        f.write(b"".join(out))
+                    w.emit(data)
+        w.flush()
     tmp.rename(path)
-    return {"packets": written, "connections": sum(c.started for c in conns)}
+    return {"packets": w.written, "connections": sum(c.started for c in conns)}
 
 
 def capture(npackets: int) -> Path:
