@@ -67,14 +67,13 @@ def _probes(fp: np.ndarray) -> list[np.ndarray]:
     return [((fp >> s) & _MASK).astype(np.intp) for s in _SHIFTS]
 
 
-def _mark(bits: np.ndarray, fp: np.ndarray) -> None:
-    for p in _probes(fp):
+def _mark(bits: np.ndarray, probes: list[np.ndarray]) -> None:
+    for p in probes:
         bits[p] = True
 
 
-def _maybe(bits: np.ndarray, fp: np.ndarray) -> np.ndarray:
+def _maybe(bits: np.ndarray, probes: list[np.ndarray]) -> np.ndarray:
     """Rows whose fingerprint may be in the bitmap (every probe set)."""
-    probes = _probes(fp)
     hit = bits[probes[0]]
     for p in probes[1:]:
         hit &= bits[p]
@@ -131,6 +130,7 @@ class RecordDuplicates:
         if not mask.any():
             return
         fp = fingerprints(t, mask)
+        probes = _probes(fp)   # the bitmap's probes, for the lookup and the marking
         base = np_col(t, "base_offset", -1, np.int64)[mask]
         count = (np_col(t, "last_offset", -1, np.int64)[mask] - base + 1).astype(np.int32)
         pos = np_col(t, "position", -1, np.int64)[mask]
@@ -154,7 +154,7 @@ class RecordDuplicates:
         found: dict[int, tuple] = {}  # row of this chunk -> (original's row, evidence)
         if self.runs:
             # a bitmap of the window's fingerprints rules out almost every row before any search
-            cand = np.flatnonzero(_maybe(self.bits, fp))
+            cand = np.flatnonzero(_maybe(self.bits, probes))
             for run in self.runs if cand.size else ():
                 j = run.find(fp[cand], threshold[cand], min_row[cand])
                 for k in np.flatnonzero(j >= 0).tolist():
@@ -185,7 +185,7 @@ class RecordDuplicates:
         self.runs.append(_Run(fp, base, count, pos, src, mts, row, order))
         if self.bits is None:
             self.bits = np.zeros(int(_MASK) + 1, dtype=bool)
-        _mark(self.bits, fp)
+        _mark(self.bits, probes)
         self.marked += fp.size
         newest = int(mts.max())
         self.newest_ts = newest if self.newest_ts is None else max(self.newest_ts, newest)
@@ -203,7 +203,7 @@ class RecordDuplicates:
                 if self.marked > 2 * live:
                     self.bits[:] = False
                     for r in kept:
-                        _mark(self.bits, r.fp)
+                        _mark(self.bits, _probes(r.fp))
                     self.marked = live
 
     def _source_id(self, s: str) -> int:
