@@ -5,9 +5,6 @@ DUPLICATE_SEQUENCE_NUMBER (46), INVALID_PRODUCER_EPOCH (47), PRODUCER_FENCED (90
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -15,6 +12,8 @@ from kaudit.audit.disk_sequences import REUSED_REMEDIATION, duplicate_batch, fen
 from kaudit.audit.duplicate_records import duplicate_records  # noqa: F401  (registers the rule)
 from kaudit.audit.folds import Fold, KeyedState
 from kaudit.audit.producer_state import BatchView, ProducerState
+from kaudit.audit.wire_attempts import MAX_ANON_KEYS, MAX_REFUSED, Attempts, Pid
+from kaudit.audit.wire_clean import apply_clean, clean_rows
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.model import view
 from kaudit.timefmt import iso_s
@@ -31,10 +30,6 @@ Row = view("batch", COLUMNS)   # a Produce batch as this fold reads it (fields c
 ERRORS = {45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
           47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
 FENCED = (47, 90)
-RETRY_WINDOW_S = 900        # attempts of a batch remembered this long (delivery.timeout.ms: 2 min)
-MAX_ATTEMPT_KEYS = 4096     # batches remembered per producer id and partition
-MAX_ANON_KEYS = 65536       # batches of producer id -1 remembered per partition
-MAX_REFUSED = 64
 
 
 @rule("retried-batch", "info", "wire", "the same batch sent more than once",
@@ -71,31 +66,6 @@ def retried_batch(attempts: list, now, idempotent: bool = True) -> str:
     return "stored once"
 
 
-class _Attempts:
-    """The attempts of each batch (by key) sent in the last RETRY_WINDOW_S seconds, at most
-    `cap` keys: a retry follows its original within the producer's delivery.timeout.ms (2 min by
-    default), so older batches are forgotten and memory stays bounded on long captures."""
-
-    def __init__(self, cap: int):
-        self.cap = cap
-        self.by_key: dict = {}
-        self.order: deque = deque()   # (request_ts, key), oldest first
-
-    def get(self, key) -> list:
-        return self.by_key.get(key, [])
-
-    def add(self, key, row: Row) -> None:
-        ts = row.request_ts or 0.0
-        self.by_key.setdefault(key, []).append(row)
-        self.order.append((ts, key))
-        horizon = ts - RETRY_WINDOW_S
-        while self.order and (self.order[0][0] < horizon or len(self.by_key) > self.cap):
-            _, old = self.order.popleft()
-            rows = self.by_key.get(old)
-            if rows is not None and ((rows[-1].request_ts or 0.0) < horizon or len(self.by_key) > self.cap):
-                del self.by_key[old]
-
-
 class _Timeline:
     """A finding's timeline (WirePartition._line of the producer's last batches, then of this
     one), written out when a finding takes it: most batches have none."""
@@ -109,34 +79,23 @@ class _Timeline:
         return [self.part._line(x) for x in self.rows] + [self.part._line(self.row)]
 
 
-@dataclass
-class _Pid:
-    state: ProducerState | None = None   # the broker's view: last accepted (or unanswered) batch
-    attempts: _Attempts = field(default_factory=lambda: _Attempts(MAX_ATTEMPT_KEYS))
-    recent: list = field(default_factory=list)   # the last 4 batch rows
-    # sequence ranges the broker refused (epoch, lo, hi), newest last: an in-flight batch that
-    # follows one of them is answered OUT_OF_ORDER_SEQUENCE_NUMBER and retried (benign)
-    refused: list = field(default_factory=list)
-
-    def covered_by_refused(self, epoch: int, lo: int, hi: int) -> bool:
-        """True when every sequence of [lo, hi] was in a batch the broker refused."""
-        need = lo
-        for e, a, b in sorted(r for r in self.refused if r[0] == epoch):
-            if a <= need <= b:
-                need = b + 1
-            if need > hi:
-                return True
-        return need > hi
-
-
 class WirePartition:
+    clean_pass = True   # the clean-producer pass (audit/wire_clean.py); False: every row checked
+
     def __init__(self, key: tuple):
         self.topic, self.partition = key
-        self.pids: dict[int, _Pid] = {}
-        self.anon = _Attempts(MAX_ANON_KEYS)
+        self.pids: dict[int, Pid] = {}
+        self.anon = Attempts(MAX_ANON_KEYS)
         self.out: list[dict] = []
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
+        # the producers' clean batches first (no finding, only state), then the rest in order:
+        # producers are independent, so the findings and the state come out as row by row
+        if self.clean_pass:
+            clean, groups = clean_rows(t, self.pids)
+            apply_clean(t, Row, self.pids, groups, clean)
+            if clean.any():
+                t = t.filter(pa.array(~clean))
         for r in Row.of(t):
             if r.producer_id is None or r.producer_id < 0:
                 self._anonymous(r)
@@ -224,7 +183,7 @@ class WirePartition:
 
     # -- idempotent and transactional producers ------------------------------------------------
     def _idempotent(self, r: Row) -> None:
-        p = self.pids.setdefault(r.producer_id, _Pid())
+        p = self.pids.setdefault(r.producer_id, Pid())
         b = self._view(r)
         err = r.response_error
         key = (r.producer_epoch, r.base_sequence, r.last_sequence)
@@ -279,7 +238,7 @@ class WirePartition:
         p.recent.append(r)
         del p.recent[:-4]
 
-    def _sequence_findings(self, p: _Pid, r: Row, b: BatchView, timeline: _Timeline) -> None:
+    def _sequence_findings(self, p: Pid, r: Row, b: BatchView, timeline: _Timeline) -> None:
         err, st, where = r.response_error, p.state, self._where()
         accepted = err == 0
         if st is not None and accepted:
