@@ -19,10 +19,11 @@ stored markers (reader_join.py).
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context, Fold, KeyedState
+from kaudit.audit.folds import Context, Fold, KeyedState, np_col
 from kaudit.audit.log_chunks import TablesByKind
 from kaudit.audit.reader_replay import Outcomes, delivered_aborted, parse_aborted
 from kaudit.audit.registry import evidence, finding, rule
@@ -117,15 +118,14 @@ class ReaderPartition(TablesByKind):
         produced = None if batches is None else batches.filter(pc.equal(batches.column("source_kind"), "produce"))
         out = self._past_lso(fetch, fetched)
         if fetched is not None and fetched.num_rows:
-            outcomes = Outcomes(fetched, produced, self.concat(MARKER_REQUEST))
-            out += self._aborted(fetch, fetched, outcomes)
+            out += self._aborted(fetch, fetched, lambda: Outcomes(fetched, produced, self.concat(MARKER_REQUEST)))
         return out
 
     def _where(self) -> str:
         return f"{self.topic}-{self.partition}"
 
     def _past_lso(self, fetch: pa.Table, fetched: pa.Table | None) -> list[dict]:
-        if fetched is None or not fetched.num_rows:
+        if fetched is None or not fetched.num_rows or not _may_pass_lso(fetch, fetched):
             return []
         top = fetched.group_by(["source", "connection", "position"]).aggregate(
             [("last_offset", "max"), ("base_offset", "min")])
@@ -152,15 +152,19 @@ class ReaderPartition(TablesByKind):
                          "batches": rows.num_rows}))
         return out[:MAX_FINDINGS]
 
-    def _aborted(self, fetch: pa.Table, fetched: pa.Table, outcomes: Outcomes) -> list[dict]:
+    def _aborted(self, fetch: pa.Table, fetched: pa.Table, outcomes) -> list[dict]:
         txn = fetched.filter(pc.or_(pc.fill_null(fetched.column("is_transactional"), False),
                                     pc.fill_null(fetched.column("is_control"), False)))
         if not txn.num_rows:
             return []
+        outcomes = outcomes()
         by_response: dict[tuple, list[dict]] = {}
         for b in txn.to_pylist():
             by_response.setdefault((b["source"], b["connection"], b["position"]), []).append(b)
         out = []
+        # only the responses that returned some of those batches (by frame; the key decides below)
+        fetch = fetch.filter(pa.array(np.isin(np_col(fetch, "position", -1, np.int64),
+                                              np_col(txn, "position", -1, np.int64))))
         rows = fetch.sort_by([("response_ts", "ascending"), ("position", "ascending")]).to_pylist()
         for r in rows:
             got = by_response.get((r["source"], r["connection"], r["position"]))
@@ -186,6 +190,27 @@ class ReaderPartition(TablesByKind):
             producer_epoch=group[0]["producer_epoch"], first_offset=first, last_offset=last,
             first_ts_ms=_ms(r["response_ts"]),
             details={"aborted_transactions": listed, "abort": end["how"], "batches": len(group)})
+
+
+def _may_pass_lso(fetch: pa.Table, fetched: pa.Table) -> bool:
+    """Whether some fetched batch ends at or past the last stable offset of a response of the same
+    frame (a superset of the join on source, connection and frame that decides): most partitions
+    have none, and the join is the fold's dearest step."""
+    lso = np_col(fetch, "last_stable_offset", -1, np.int64)
+    keep = lso >= 0
+    if not keep.any():
+        return False
+    pos, lso = np_col(fetch, "position", -1, np.int64)[keep], lso[keep]
+    order = np.argsort(pos, kind="stable")
+    pos, lso = pos[order], lso[order]
+    # the lowest LSO of the responses of each frame (several captures may share a frame number)
+    first = np.r_[True, pos[1:] != pos[:-1]]
+    low = np.minimum.reduceat(lso, np.flatnonzero(first))
+    pos = pos[first]
+    bpos = np_col(fetched, "position", -1, np.int64)
+    last = np_col(fetched, "last_offset", -1, np.int64)
+    i = np.clip(np.searchsorted(pos, bpos), 0, pos.size - 1)
+    return bool(((pos[i] == bpos) & (last >= low[i])).any())
 
 
 def _ms(ts) -> int | None:
