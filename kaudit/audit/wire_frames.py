@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context, Fold, KeyedState
+from kaudit.audit.folds import Context, Fold, KeyedState, np_col
 from kaudit.audit.disk_sequences import fenced_epoch  # noqa: F401  (the rule this module also reports)
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.model import view
@@ -134,6 +135,8 @@ def undecodable_frame(issue: Issue) -> bool:
 
 
 class ConnectionGroup:
+    plain_runs = True   # runs of plain frames taken at once (`_frames`); False: row by row
+
     def __init__(self, key: tuple, ctx: Context):
         self.source, self.connection = key
         self.ctx = ctx
@@ -148,15 +151,46 @@ class ConnectionGroup:
         self.out: list[dict] = []
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        for r in ROWS[kind].of(t):
-            if kind == "frame":
-                self._frame(r)
-            elif kind == "connection":
+        if kind == "frame":
+            self._frames(t)
+        for r in ROWS[kind].of(t) if kind != "frame" else ():
+            if kind == "connection":
                 self.sessions.append(r)
             else:
                 self._issue(r)
         out, self.out = self.out, []
         return out
+
+    def _frames(self, t: pa.Table) -> None:
+        """`_frame` of each row, in order, with the runs of plain frames - answered, no error, decoded
+        - taken at once while no request waits: they only move the connection's last activity
+        and its latest answered request (the max of their times and stream orders)."""
+        plain = _plain(t) if self.plain_runs else np.zeros(t.num_rows, dtype=bool)
+        rts = np_col(t, "request_ts", np.nan, np.float64)
+        cuts = np.flatnonzero(~plain).tolist() + [t.num_rows]
+        a = 0
+        for b in cuts:
+            while a < b and self.waiting:   # a plain frame answers what waits before it
+                self._frame(Frame._make(t.column(c)[a].as_py() for c in FRAME_COLUMNS))
+                a += 1
+            if a < b:
+                self._plain_run(t, rts, a, b)
+            if b < t.num_rows:
+                self._frame(Frame._make(t.column(c)[b].as_py() for c in FRAME_COLUMNS))
+            a = b + 1
+
+    def _plain_run(self, t: pa.Table, rts: np.ndarray, a: int, b: int) -> None:
+        seg = t.slice(a, b - a)
+        rsp = np_col(seg, "response_ts", np.nan, np.float64)
+        top = float(max(np.nanmax(rts[a:b]), np.nanmax(rsp) if np.isfinite(rsp).any() else -np.inf))
+        if self.last_activity is None or top > self.last_activity:
+            self.last_activity = top
+        rf = np_col(seg, "request_frame", 0, np.int64)
+        corr = np_col(seg, "correlation_id", 0, np.int64)
+        j = int(np.lexsort((corr, rf, rts[a:b]))[-1])
+        k = (float(rts[a + j]), int(rf[j]), int(corr[j]))
+        if self.last_answered is None or k > self.last_answered:
+            self.last_answered = k
 
     def _common(self, r: Frame) -> dict:
         return dict(connection=self.connection, client_id=r.client_id, transactional_id=r.transactional_id,
@@ -297,6 +331,14 @@ def _failed_partitions(partition_errors: str | None) -> list[tuple]:
     except ValueError:
         return []
     return [(t, p, c) for _, t, p, c in (x for x in rows if isinstance(x, list) and len(x) == 4) if c]
+
+
+def _plain(t: pa.Table) -> np.ndarray:
+    """Frames that only tell the connection was in use: answered, no error code, decoded."""
+    answered = pc.and_(pc.is_valid(t.column("response_frame")), pc.is_valid(t.column("request_ts")))
+    err = pc.fill_null(pc.greater(pc.binary_length(t.column("error_codes")), 0), False)
+    bad = pc.fill_null(pc.greater(pc.binary_length(t.column("decode_error")), 0), False)
+    return np.asarray(pc.and_(answered, pc.invert(pc.or_(err, bad))), dtype=bool)
 
 
 def _stream_order(r: Frame) -> tuple:
