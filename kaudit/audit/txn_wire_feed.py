@@ -50,6 +50,32 @@ def _host(conn: str | None, side: int) -> str | None:
     return conn.split(" -> ")[side].rsplit(":", 1)[0]
 
 
+def _produce_text(r: dict) -> str:
+    err = r["response_error"]
+    answer = ("no response" if err is None else f"accepted at offset {r['response_base_offset']}" if err == 0
+              else f"rejected {FENCED.get(err, err)}")
+    text = (f"Produce {r['topic']}-{r['partition']} epoch {r['producer_epoch']} seq {r['base_sequence']}-"
+            f"{r['last_sequence']} ({r['record_count']} records) -> {answer}")
+    return text + " (a zombie: its epoch was fenced)" if err in FENCED else text
+
+
+class Story(list):
+    """A producer's timeline: (time, frame, text or a Produce row) steps, written out as lines only
+    when read (a finding takes its last few; most producers have none)."""
+
+    def __getitem__(self, i):
+        got = super().__getitem__(i)
+        return [_line(x) for x in got] if isinstance(i, slice) else _line(got)
+
+    def __iter__(self):
+        return (_line(x) for x in super().__iter__())
+
+
+def _line(step: tuple) -> str:
+    ts, position, text = step
+    return f"{iso_s(ts)} frame {position}: {text if isinstance(text, str) else _produce_text(text)}"
+
+
 class _Txn:
     """The coordinator's transaction as the requests show it."""
 
@@ -74,7 +100,7 @@ class WireFeed:
         self.data: list[dict] = []
         self.markers: list[dict] = []
         self.records: list[dict] = []
-        self.timeline: list[str] = []
+        self.timeline = Story()
         self.cur: _Txn | None = None
         self.txns: list[_Txn] = []
         self.tid: str | None = None
@@ -91,8 +117,8 @@ class WireFeed:
         self._seen: set[tuple] = set()
 
     # -- the producer's story ---------------------------------------------------------------
-    def step(self, ts: float, position, text: str) -> None:
-        self.timeline.append(f"{iso_s(ts)} frame {position}: {text}")
+    def step(self, ts: float, position, text) -> None:
+        self.timeline.append((ts, position, text))
 
     def record(self, state: str, ts: float, r: dict, t: _Txn, *, epoch=None, cause=None, detail=None) -> None:
         self.records.append({
@@ -332,13 +358,7 @@ class WireFeed:
     def batch(self, ts: float, r: dict) -> None:
         tp = f"{r['topic']}-{r['partition']}"
         err = r["response_error"]
-        answer = ("no response" if err is None else f"accepted at offset {r['response_base_offset']}" if err == 0
-                  else f"rejected {FENCED.get(err, err)}")
-        text = (f"Produce {tp} epoch {r['producer_epoch']} seq {r['base_sequence']}-{r['last_sequence']} "
-                f"({r['record_count']} records) -> {answer}")
-        if err in FENCED:
-            text += " (a zombie: its epoch was fenced)"
-        self.step(ts, r["position"], text)
+        self.step(ts, r["position"], r)   # told in words only if a finding shows it (Story)
         if err not in (0, None):
             return
         key = (tp, r["producer_epoch"], r["base_sequence"])
