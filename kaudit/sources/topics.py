@@ -43,8 +43,9 @@ class TopicNames:
             if table.num_rows == 0 or table.column("topic_id").null_count == table.num_rows:
                 return False
             n = len(self.names)
-            pairs = table.select(["topic_id", "topic"]).group_by(["topic_id", "topic"]).aggregate([])
-            for tid, name in zip(pairs.column("topic_id").to_pylist(), pairs.column("topic").to_pylist()):
+            # distinct pairs in order of appearance (a chunk repeats a few pairs many times)
+            pairs = dict.fromkeys(zip(table.column("topic_id").to_pylist(), table.column("topic").to_pylist()))
+            for tid, name in pairs:
                 if tid and name:
                     self.names.setdefault(tid, name)
             return len(self.names) > n
