@@ -142,6 +142,8 @@ def offset_overlap(prev_last_offset: int | None, b: BatchView) -> bool:
 class PartitionTimeline:
     """The fold state of one replica of one partition."""
 
+    fast_pass = True   # the vectorised pass (`_fast`); False: every producer batch checked
+
     def __init__(self, key: tuple):
         self.replica, self.topic, self.partition = key
         self.producers: dict[int, ProducerState] = {}
@@ -197,13 +199,16 @@ class PartitionTimeline:
         if self.dups is not None:
             self.dups.feed(t, ~tracked & ~control & (magic >= 2))
         self._control = control
+        self._epoch = epoch
+        self._view_arrays = t
+
         self._last_off = last_off
         slow = overlap.copy()
         rows = np.flatnonzero(tracked)
         if rows.size:
             order = rows[np.argsort(pid[rows], kind="stable")]
             p = pid[order]
-            ok = self._fast(order, pid, epoch, bseq, lseq, control)
+            ok = self._fast(order, pid, epoch, bseq, lseq, control) if self.fast_pass else np.zeros(order.size, bool)
             ok &= control[order] | (lseq[order] == bseq[order] + count[order] - 1)
             dirty = [q for q, st in self.producers.items() if st.dirty()]
             if dirty:
@@ -268,19 +273,42 @@ class PartitionTimeline:
         has_pd = prev_data >= 0
         pd = np.maximum(prev_data, 0)
         prev_any = np.maximum(idx - 1, 0)
+        # the highest epoch of the producer's earlier rows in this chunk (-1: none)
+        span = (np.cumsum(first) - 1) * (1 << 17)
+        top = np.maximum.accumulate(span + ep + 1) - span - 1
+        prev_max = np.where(first, -1, top[prev_any])
         same_epoch = ~first & (ep == ep[prev_any]) & (~has_pd | (ep == ep[pd]))
         ok = same_epoch & (ctl | (has_pd & (bs == ls[pd] + 1)))
+        # a marker above every earlier epoch bumps the epoch (KIP-890's markers, a coordinator's
+        # abort; ProducerAppendInfo): sequences restart, the epoch's first data batch at 0
+        ok |= ~first & ctl & (ep > prev_max)
+        ok |= (~first & ~ctl & (bs == 0) & ctl[prev_any] & (ep == ep[prev_any]) & (ep == prev_max)
+               & has_pd & (ep[pd] < ep))
         # rows checked against the carried state: each producer's first row, and data rows with
         # only markers before them in the chunk
         for j in np.flatnonzero(first | (~ctl & ~has_pd)).tolist():
-            st = self.producers.get(int(p[j]))
-            if st is None or st.dirty() or st.epoch != ep[j] or st.max_epoch != ep[j] or not (first[j] or same_epoch[j]):
-                ok[j] = False
-            elif ctl[j]:
-                ok[j] = True
-            else:
-                ok[j] = st.last_seq >= 0 and bs[j] == st.last_seq + 1
+            ok[j] = self._continues(self.producers.get(int(p[j])), int(ep[j]), int(bs[j]), bool(ctl[j]),
+                                    bool(first[j]), bool(same_epoch[j]),
+                                    bool(ctl[prev_any[j]]) and ep[prev_any[j]] == ep[j] == prev_max[j])
         return ok
+
+    @staticmethod
+    def _continues(st, ep: int, bs: int, ctl: bool, first: bool, same_epoch: bool, bumped: bool) -> bool:
+        """Whether a row the chunk cannot judge alone (a producer's first; a data row after markers
+        only) continues the carried state: same epoch and the next sequence, or a new epoch above
+        every earlier one (a marker, or data starting at 0; `bumped`: the markers before it in the
+        chunk are at its epoch)."""
+        if st is None:
+            return first   # its first batch anywhere: it only opens the producer's state
+        if st.dirty():
+            return False
+        if ep > st.max_epoch and (first or bumped):
+            return ctl or bs == 0
+        if st.epoch != ep or st.max_epoch != ep or not (first or same_epoch):
+            return False
+        if ctl:
+            return True
+        return (st.last_seq >= 0 and bs == st.last_seq + 1) or (st.last_seq == -1 and bs == 0)
 
     def _catch_up(self, order, pid, upto: int, t, cols) -> None:
         """Apply to each producer's state its last fast-path batch before row `upto`."""
@@ -299,7 +327,13 @@ class PartitionTimeline:
             starts = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
             ends = np.r_[starts[1:], order.size]
             targets = [(int(p[s]), order[s:e]) for s, e in zip(starts.tolist(), ends.tolist())]
-        steps = []   # (state, last row, last data row or -1, rows to note)
+        views = _Views(t, cols, self._arrays)
+        # producers seen for the first time: their first batch opens the state
+        firsts = [int(sel[0]) for q, sel in targets if sel.size and q not in self.producers]
+        views.prefetch(firsts)
+        for j in firsts:
+            self._first_sight(views.get(j), j)
+        steps = []   # (state, last row, [(epoch, first data row, last data row)], bump, rows to note)
         for q, sel in targets:
             st = self.producers.get(q)
             if st is None or sel.size == 0:
@@ -307,28 +341,78 @@ class PartitionTimeline:
             i = int(sel[-1])
             if st.applied_upto is not None and i <= st.applied_upto:
                 continue
-            # the last data row sets the sequence state; a marker after it only the offsets
-            data = sel[~self._control[sel]]
             if st.applied_upto is not None:
-                data = data[data > st.applied_upto]
+                sel = sel[sel > st.applied_upto]
             noted = -1 if st.noted_upto is None else st.noted_upto
-            steps.append((st, i, int(data[-1]) if data.size else -1, [j for j in sel[-4:].tolist() if j > noted]))
-        views = _Views(t, cols)
-        views.prefetch([r for _, _, d, notes in steps for r in ([d] if d >= 0 else []) + notes])
-        for st, i, d, notes in steps:
-            if d >= 0:
-                b = views.get(d)
-                st.set_sequence(b.last_sequence, int(self._gaps_before[d]))
-                runs = st.history(b.producer_epoch)
-                if runs:
-                    runs[-1].hi = b.last_sequence
-                    runs[-1].last_offset = b.last_offset
+            runs, bump = self._epoch_runs(st, sel)
+            steps.append((st, i, runs, bump, [j for j in sel[-4:].tolist() if j > noted]))
+        views.prefetch([r for s in steps for e, a, z in s[2] for r in (a, z)] + [r for s in steps for r in s[4]])
+        for st, i, runs, bump, notes in steps:
+            for e, a, z in runs:
+                # the run's first batch stored as the checked path stores it (it continues the
+                # epoch's last range, or opens a bumped epoch's); the next ones each continue it
+                st.remember(views.get(a))
+                b = views.get(z)
+                history = st.history(e)
+                history[-1].hi = b.last_sequence
+                history[-1].last_offset = b.last_offset
+                st.epoch, st.max_epoch = e, max(st.max_epoch, e)
+                st.set_sequence(b.last_sequence, int(self._gaps_before[z]))
+            if bump is not None:   # a marker bumped the epoch after the last data batch
+                e = int(self._epoch[bump])
+                st.epoch, st.max_epoch = e, max(st.max_epoch, e)
+                st.set_sequence(-1, int(self._gaps_before[bump]))
             st.last_offset = int(self._last_off[i])
             st.offset_gaps = int(self._gaps_before[i])
             st.applied_upto = i
             for j in notes:
                 st.note(views.get(j))
             st.noted_upto = i
+
+    def _arrays(self) -> dict | None:
+        """The chunk's columns BatchViews read, as numpy arrays (once per chunk), or None when one
+        has a null (batch_view's rules for those apply)."""
+        t = self._view_arrays
+        if isinstance(t, dict) or t is None:
+            return t
+        cols = _VIEW_NUMBERS + _VIEW_TIMES
+        self._view_arrays = None if any(t.column(c).null_count for c in cols) else \
+            {c: t.column(c).to_numpy() for c in cols}
+        return self._view_arrays
+
+    def _first_sight(self, b: BatchView, i: int) -> None:
+        """A producer's state opened by its first batch `b` (row `i`; fast: no finding), as
+        `_checked` opens it."""
+        gaps = int(self._gaps_before[i])
+        st = self.producers[b.producer_id] = ProducerState(
+            b.producer_epoch, UNKNOWN_SEQUENCE if b.is_control else b.last_sequence,
+            b.producer_epoch, b.last_offset, gaps, seq_offset_gaps=gaps)
+        st.applied_upto = st.noted_upto = i
+        if not b.is_control:
+            st.remember(b)
+        st.note(b)
+
+    def _epoch_runs(self, st: ProducerState, sel: np.ndarray) -> tuple[list, int | None]:
+        """A producer's fast rows `sel` (ascending) as [(epoch, first data row, last data row)] per
+        epoch in order, and the marker that bumped the epoch after the last data row (or None)."""
+        ep = self._epoch[sel]
+        data = ~self._control[sel]
+        if ep[0] == ep[-1]:   # one epoch (the fast rows' epochs never go down): most producers
+            e, rows = int(ep[0]), sel[data]
+            if rows.size:
+                return [(e, int(rows[0]), int(rows[-1]))], None
+            return [], (int(sel[0]) if e != st.epoch else None)
+        out, bump = [], None
+        cuts = np.flatnonzero(np.r_[True, ep[1:] != ep[:-1]]).tolist() + [sel.size]
+        for a, z in zip(cuts[:-1], cuts[1:]):
+            rows = sel[a:z][data[a:z]]
+            e = int(ep[a])
+            if rows.size:
+                out.append((e, int(rows[0]), int(rows[-1])))
+                bump = None
+            elif e != (out[-1][0] if out else st.epoch):
+                bump = int(sel[a])
+        return out, bump
 
     @staticmethod
     def _view(t, cols, i: int) -> BatchView:
@@ -487,18 +571,34 @@ FOLD = Fold("disk-sequences", {"batch": COLUMNS}, KEY, ORDER,
             lambda ctx: KeyedState(KEY, PartitionTimeline), where={"batch": _is_log})
 
 
-class _Views:
-    """BatchViews of one chunk's rows: many at once read with one take (the timeline notes of
-    every producer at a chunk's end), a few cell by cell."""
+# the BatchView fields after `source`, in order, as batch columns (control_type aside: a string)
+_VIEW_NUMBERS = ("position", "base_offset", "last_offset", "producer_id", "producer_epoch", "base_sequence",
+                 "last_sequence", "record_count", "crc", "batch_size", "is_control")
+_VIEW_TIMES = ("base_timestamp_ms", "max_timestamp_ms")
 
-    def __init__(self, t, cols):
-        self.t, self.cols, self.cache = t, cols, {}
+
+class _Views:
+    """BatchViews of one chunk's rows: many at once gathered from the columns (the timeline notes
+    of every producer at a chunk's end), a few cell by cell."""
+
+    def __init__(self, t, cols, arrays=None):
+        self.t, self.cols, self.cache, self.arrays = t, cols, {}, arrays
 
     def prefetch(self, rows: list[int]) -> None:
         need = sorted({i for i in rows if i not in self.cache})
-        if self.cols is None and len(need) > 8:
+        if self.cols is not None or len(need) <= 8:
+            return
+        arrays = self.arrays() if self.arrays is not None else None
+        if arrays is None:
             taken = self.t.take(pa.array(need, pa.int64())).select(list(COLUMNS)).to_pylist()
             self.cache.update((i, batch_view(r)) for i, r in zip(need, taken))
+            return
+        idx = np.asarray(need, dtype=np.int64)
+        take = pa.array(idx)
+        strings = [self.t.column(c).take(take).to_pylist() for c in ("source", "control_type")]
+        nums = [arrays[c][idx].tolist() for c in _VIEW_NUMBERS + _VIEW_TIMES]
+        self.cache.update(zip(need, map(BatchView, strings[0], *nums[:len(_VIEW_NUMBERS)], strings[1],
+                                        *nums[len(_VIEW_NUMBERS):])))
 
     def get(self, i: int) -> BatchView:
         v = self.cache.get(i)
