@@ -381,8 +381,7 @@ class PartitionTimeline:
         return self._view_arrays
 
     def _first_sight(self, b: BatchView, i: int) -> None:
-        """A producer's state opened by its first batch `b` (row `i`; fast: no finding), as
-        `_checked` opens it."""
+        """A producer's state opened by its first batch `b` (row `i`): no finding."""
         gaps = int(self._gaps_before[i])
         st = self.producers[b.producer_id] = ProducerState(
             b.producer_epoch, UNKNOWN_SEQUENCE if b.is_control else b.last_sequence,
@@ -443,13 +442,7 @@ class PartitionTimeline:
             return
         st = self.producers.get(b.producer_id)
         if st is None:  # first sight: retention may have removed its earlier batches
-            st = self.producers[b.producer_id] = ProducerState(
-                b.producer_epoch, UNKNOWN_SEQUENCE if b.is_control else b.last_sequence,
-                b.producer_epoch, b.last_offset, gaps, seq_offset_gaps=gaps)
-            st.applied_upto = st.noted_upto = i
-            if not b.is_control:
-                st.remember(b)
-            st.note(b)
+            self._first_sight(b, i)
             return
         self._flush_fenced(st, b)
         fenced = fenced_epoch(st, b)

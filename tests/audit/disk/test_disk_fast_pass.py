@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from kaudit.audit.disk_sequences import COLUMNS, PartitionTimeline
 from kaudit.model import SCHEMAS
+from tests.audit.chunks import fed
 
 SCHEMA = pa.schema([SCHEMAS["batch"].field(c) for c in COLUMNS])
 
@@ -89,12 +90,7 @@ def log(seed: int, n: int = 400, noise: float = 1.0) -> list[dict]:
 
 def run(cls, rows: list[dict], cuts: list[int]) -> tuple:
     part = cls(("1", "t", 0))
-    out, a = [], 0
-    for b in sorted(set(cuts)) + [len(rows)]:
-        if b > a:
-            out.extend(part.feed("batch", pa.Table.from_pylist(rows[a:b], schema=SCHEMA)))
-            a = b
-    out.extend(part.finish())
+    out = fed(part, "batch", rows, SCHEMA, cuts)
     state = {q: (s.epoch, s.last_seq, s.max_epoch, s.last_offset, s.offset_gaps, s.seq_offset_gaps,
                  {e: [(r.lo, r.hi, r.first_offset, r.last_offset, r.first and r.first.base_offset) for r in runs]
                   for e, runs in s.intervals.items()}, [v.base_offset for v in s.views])

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from kaudit.audit.wire_produce import COLUMNS, WirePartition
 from kaudit.model import SCHEMAS
+from tests.audit.chunks import fed
 
 INT32_MAX = 2**31 - 1
 SCHEMA = pa.schema([SCHEMAS["batch"].field(c) for c in COLUMNS])
@@ -84,12 +85,7 @@ def stream(seed: int, n: int = 400, noise: float = 1.0) -> list[dict]:
 
 def run(cls, rows: list[dict], cuts: list[int]) -> tuple[list, dict]:
     part = cls(("t", 0))
-    out, a = [], 0
-    for b in sorted(set(cuts)) + [len(rows)]:
-        if b > a:
-            out.extend(part.feed("batch", pa.Table.from_pylist(rows[a:b], schema=SCHEMA)))
-            a = b
-    out.extend(part.finish())
+    out = fed(part, "batch", rows, SCHEMA, cuts)
     state = {q: (p.state and (p.state.epoch, p.state.last_seq, p.state.max_epoch,
                               {e: [(r.lo, r.hi, r.first_offset, r.last_offset) for r in runs]
                                for e, runs in p.state.intervals.items()}),

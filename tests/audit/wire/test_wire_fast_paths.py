@@ -16,6 +16,7 @@ from kaudit.audit.wire_produce import WirePartition
 from kaudit.engine.local import audit_pcaps
 from kaudit.model import SCHEMAS
 from kaudit.sources.pcap import PcapOptions
+from tests.audit.chunks import fed
 from tests.conftest import CORPUS
 
 PORTS = frozenset({9092, 9093, 9094})
@@ -67,12 +68,8 @@ def frames(seed: int, n: int = 300) -> list[dict]:
 
 def _group(rows, cuts):
     g = ConnectionGroup(("c.pcap", "a:1 -> b:9092"), None)
-    out, a = [], 0
-    for b in sorted(set(cuts)) + [len(rows)]:
-        if b > a:
-            out += g.feed("frame", pa.Table.from_pylist(rows[a:b], schema=SCHEMA))
-            a = b
-    return out + g.finish(), (g.last_activity, g.last_answered, [(p[0].correlation_id, p[1]) for p in g.pending])
+    out = fed(g, "frame", rows, SCHEMA, cuts)
+    return out, (g.last_activity, g.last_answered, [(p[0].correlation_id, p[1]) for p in g.pending])
 
 
 @pytest.mark.parametrize("seed", range(40))
