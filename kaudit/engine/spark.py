@@ -136,7 +136,6 @@ def _execute(spark, job: Job, persist: bool = False):
     """The job's payload rows: read (and stitch), then - with folds - the shuffle to their
     buckets and the folds; `persist`: the cached read rows instead (the caller unpersists)."""
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = from_arrow_schema(SCHEMA)
@@ -145,10 +144,8 @@ def _execute(spark, job: Job, persist: bool = False):
     cached = None
     if job.files > 1 or persist:
         cached = df = df.persist(StorageLevel.MEMORY_AND_DISK)
-    if job.files > 1:   # rotated captures: the connections that span files, stitched by key
-        frags = (df.where(F.col(TAG) == FRAGMENT).repartition(spark.sparkContext.defaultParallelism, KEY)
-                 .sortWithinPartitions(KEY, SPLIT, ROW).mapInArrow(partial(stitch_tasks, job), schema))
-        df = df.where(F.col(TAG) != FRAGMENT).unionByName(frags)
+    if job.files > 1:
+        df = _stitched(spark, job, df)
         if persist:
             df = df.persist(StorageLevel.MEMORY_AND_DISK)
             df.count()
@@ -164,6 +161,17 @@ def _execute(spark, job: Job, persist: bool = False):
     finally:
         if cached is not None:
             cached.unpersist()
+
+
+def _stitched(spark, job: Job, df):
+    """Rotated captures: the read rows but the fragments, then the connections that span files,
+    stitched by key (their splits numbered after every file's, Spark partition by partition)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    frags = (df.where(F.col(TAG) == FRAGMENT).repartition(spark.sparkContext.defaultParallelism, KEY)
+             .sortWithinPartitions(KEY, SPLIT, ROW).mapInArrow(partial(stitch_tasks, job), from_arrow_schema(SCHEMA)))
+    return df.where(F.col(TAG) != FRAGMENT).unionByName(frags)
 
 
 def _pcap_tasks(paths: list[str]) -> tuple[list, int]:
@@ -289,42 +297,60 @@ def _streamed(spark, job: Job, facts) -> Iterator[tuple[str, pa.Table]]:
     """A decode's rows, (kind, table) in decode order, a task's rows at a time: the read tasks'
     partitions come in split order (toLocalIterator, the next one computed meanwhile), each
     task's rows in row order, so the driver's JVM and Python hold a task's rows or two whatever
-    the input holds. The tasks' facts are merged into `facts` as they come."""
+    the input holds (rotated captures: then the stitched connections, a Spark partition at a
+    time, the files' rows kept on disk meanwhile). The tasks' facts are merged into `facts` as
+    they come."""
+    from pyspark import StorageLevel
     from pyspark.sql.pandas.types import from_arrow_schema
 
     n = len(job.tasks)
-    df = spark.range(0, n, 1, n).mapInArrow(partial(read_tasks, job), from_arrow_schema(SCHEMA)).select(TAG, PAYLOAD)
-    for tag, payload in df.toLocalIterator(prefetchPartitions=True):
-        if tag == META:
-            facts.merge(pickle.loads(payload))
-        elif tag.startswith(TAP):
-            yield tag[len(TAP):], from_ipc(payload)
+    df = cached = spark.range(0, n, 1, n).mapInArrow(partial(read_tasks, job), from_arrow_schema(SCHEMA))
+    if job.files > 1:   # read once for both the files' rows and the fragments' shuffle
+        df = _stitched(spark, job, cached.persist(StorageLevel.DISK_ONLY))
+    try:
+        # the RDD's iterator, not DataFrame.toLocalIterator: that one runs a job a partition under
+        # one SQL execution id, and Spark 4's DAGScheduler keeps a query's finished jobs - each
+        # holding its partition's collected rows - until the query ends (activeQueryToJobs), which
+        # it has already done when these jobs run: the JVM heap grew with every row passed on, for
+        # the session's life (README: Memory)
+        for tag, payload in df.select(TAG, PAYLOAD).rdd.toLocalIterator(prefetchPartitions=True):
+            if tag == META:
+                facts.merge(pickle.loads(payload))
+            elif tag.startswith(TAP):
+                yield tag[len(TAP):], from_ipc(payload)
+    finally:
+        if job.files > 1:
+            cached.unpersist()
 
 
 def decoded_chunks(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None):
-    """(the tasks' facts, every decoded row as (kind, table) in the local engine's order). Log
-    dirs stream (the facts are complete once the rows are read: `_streamed`); captures are
-    collected to the driver (their topic ids are named from every capture's responses).
-    `write_parquet` writes from the executors instead."""
-    if fmt != "kafka-pcap":
-        spark, job = _decode_job(fmt, paths, opts, spark_options, Rows())
-        facts = job.audit.facts()
-        return facts, (_streamed(spark, job, facts) if job.tasks else iter(()))
-    tap = Rows()
-    facts, _ = _decode(fmt, paths, opts, spark_options, tap)
-    names = TopicNames(facts.names.names)   # captures: topic ids named from every capture's responses
-    return facts, [(kind, names.resolve(kind, part) if fmt == "kafka-pcap" else part) for kind, part in tap.out]
+    """(the tasks' facts, every decoded row as (kind, table) in the local engine's order),
+    streamed (`_streamed`: the facts are complete once the rows are read). Captures' topic ids
+    are named as the local engine names them (TopicNames.resolve_stream: a chunk waits, within
+    a bound, for a later response naming its ids). `write_parquet` writes from the executors
+    instead."""
+    spark, job = _decode_job(fmt, paths, opts, spark_options, Rows())
+    facts = job.audit.facts()
+    chunks = _streamed(spark, job, facts) if job.tasks else iter(())
+    return facts, (TopicNames().resolve_stream(chunks) if fmt == "kafka-pcap" else chunks)
 
 
 def decode_pcaps(names: list[str], options, summaries: dict, spark_options: SparkOptions | None = None
-                 ) -> tuple[list[str], list[tuple[str, pa.Table]]]:
-    """(unreadable inputs, chunks) for `kaudit decode pcap`, as engine.local.decode_pcaps."""
+                 ) -> tuple[list[str], Iterator[tuple[str, pa.Table]]]:
+    """(unreadable inputs, chunks) for `kaudit decode pcap`, as engine.local.decode_pcaps: the
+    chunks stream; `summaries` and the executors' unreadable inputs are filled once they are
+    read."""
     errors, readable = readable_files(names)
     if not readable:
-        return errors, []
+        return errors, iter(())
     facts, chunks = decoded_chunks("kafka-pcap", readable, pcap_source_options(options), spark_options)
-    summaries.update(facts.summaries())
-    return errors + [e for _, e in sorted(facts.errors, key=lambda x: x[0])], chunks
+
+    def rows():
+        yield from chunks
+        summaries.update(facts.summaries())
+        errors.extend(e for _, e in sorted(facts.errors, key=lambda x: x[0]))
+
+    return errors, rows()
 
 
 def decoded_tables(fmt: str, paths: list[str], opts: dict, spark_options: SparkOptions | None = None
