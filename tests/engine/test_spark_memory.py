@@ -138,3 +138,27 @@ def test_deep_decode_on_a_small_heap_keeps_nothing_per_row(many_records, tmp_pat
     # once, growing with the input (3.7 GB on 1.1 GiB, where the streamed decode stays at 235 MB).
     # A sanity bound: the bounded batches are checked above, the streaming on 1.1 GiB by hand.
     assert m["peak_kb"] < 1 << 20, m
+
+
+def test_a_capture_decode_streams_to_the_driver(tmp_path):
+    """`kaudit decode pcap --engine spark`: the chunks come as they are read (nothing is read
+    before they are asked for), the captures' summaries once they are, the rows those of the
+    local engine."""
+    from kaudit.engine import local as L
+    from kaudit.engine import spark as S
+    from kaudit.sources.pcap import PcapOptions
+    from tests.audit.wire.test_wire_golden import CASES
+
+    path = tmp_path / "frames.pcap"
+    CASES["frames"](path)
+    summaries: dict = {}
+    errors, chunks = S.decode_pcaps([str(path)], PcapOptions(), summaries, S.SparkOptions(master="local[2]"))
+    assert errors == [] and summaries == {} and not isinstance(chunks, list)
+    got = [(k, t) for k, t in chunks if t.num_rows]
+    local_summaries: dict = {}
+    _, local = L.decode_pcaps([str(path)], PcapOptions(), local_summaries)
+    want = [(k, t) for k, t in local if t.num_rows]
+    assert {p: s.packets for p, s in summaries.items()} == {p: s.packets for p, s in local_summaries.items()}
+    assert [k for k, _ in got] == [k for k, _ in want]
+    for (_, a), (_, b) in zip(got, want):
+        assert a.equals(b)
