@@ -14,7 +14,6 @@ from collections import Counter
 from collections.abc import Iterable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kaudit.model import SCHEMAS
@@ -34,6 +33,16 @@ def row_dicts(kind: str, table: pa.Table):
         yield out
 
 
+def _total(column: pa.ChunkedArray) -> int:
+    """The sum of an integer column, nulls left out (numpy's, where there is none: the
+    decode then never imports pyarrow.compute, ~0.02 s of start-up)."""
+    if column.null_count:
+        import pyarrow.compute as pc
+
+        return int(pc.sum(column).as_py() or 0)
+    return sum(int(c.to_numpy().sum(dtype="int64")) for c in column.chunks)
+
+
 class Counts:
     """Rows per kind and what the coverage line reports."""
 
@@ -45,7 +54,7 @@ class Counts:
     def add(self, kind: str, table: pa.Table) -> None:
         self.rows[kind] += table.num_rows
         if kind == "batch" and table.num_rows:
-            self.bytes_decoded += int(pc.sum(table.column("batch_size")).as_py() or 0)
+            self.bytes_decoded += _total(table.column("batch_size"))
 
 
 class NdjsonWriter:
