@@ -111,6 +111,12 @@ def _statistics_columns(kind: str) -> list[str]:
     return [n for n in SCHEMAS[kind].names if n in _STAT_COLUMNS]
 
 
+# A row group gathers chunks up to this many rows (or bytes): each group costs its own pages,
+# dictionaries and statistics per column (one-record batches: 16,384-row groups ~12% slower).
+GROUP_ROWS = 65536
+GROUP_BYTES = 16 << 20
+
+
 class _KindWriter:
     """One kind's Parquet file, encoded on its own thread (Arrow releases the GIL): the kinds
     encode in parallel and beside decoding; its queue is small, so memory stays bounded by a few
@@ -126,21 +132,30 @@ class _KindWriter:
         self.thread.start()
 
     def _run(self) -> None:
+        pending: list[pa.Table] = []
         while True:
             table = self.queue.get()
+            if table is not None:
+                pending.append(table)
+            if pending and (table is None or sum(t.num_rows for t in pending) >= GROUP_ROWS
+                            or sum(t.nbytes for t in pending) >= GROUP_BYTES):
+                self._write(pending)
+                pending = []
             if table is None:
                 return
-            if self.error is not None:
-                continue
-            try:
-                if self.writer is None:
-                    self.writer = pq.ParquetWriter(
-                        self.path, SCHEMAS[self.kind], compression="snappy",
-                        use_dictionary=_dictionary_columns(self.kind),
-                        write_statistics=_statistics_columns(self.kind))
-                self.writer.write_table(table)
-            except BaseException as e:  # surfaced to the caller on the next write or close
-                self.error = e
+
+    def _write(self, tables: list[pa.Table]) -> None:
+        if self.error is not None:
+            return
+        try:
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(
+                    self.path, SCHEMAS[self.kind], compression="snappy",
+                    use_dictionary=_dictionary_columns(self.kind),
+                    write_statistics=_statistics_columns(self.kind))
+            self.writer.write_table(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+        except BaseException as e:  # surfaced to the caller on the next write or close
+            self.error = e
 
     def finish(self) -> None:
         self.queue.put(None)
