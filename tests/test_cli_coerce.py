@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 import typer
-from typer._click.exceptions import BadParameter
-from typer._coercion import resolve_type_descriptor
-from typer.models import OptionInfo
 
 from kaudit import cli_coerce
+
+pytest.importorskip("typer._coercion", reason="a typer without pydantic coercion: nothing to put in front of")
+from typer._click.exceptions import BadParameter  # noqa: E402
+from typer._coercion import resolve_type_descriptor  # noqa: E402
+from typer.models import OptionInfo  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 cli_coerce.install()   # as kaudit.cli does
