@@ -21,7 +21,7 @@ from typing import Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
 
-from kaudit import __version__, cli_engine  # noqa: E402
+from kaudit import __version__, cli_coerce, cli_engine  # noqa: E402
 from kaudit.cli_common import (  # noqa: E402
     CAPTURE_EXPECTED, EXIT_FINDINGS, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, MAX_BATCH_BYTES, MAX_FRAME_BYTES,
     LOG_DIR_EXPECTED, CapturesArg, JobsOpt, KafkaPortOpt, MaxBatchOpt, MaxFrameOpt, MinSeverityOpt, PartitionOpt,
@@ -32,6 +32,8 @@ from kaudit.cli_decode import decode_app  # noqa: E402
 from kaudit.cli_engine import (  # noqa: E402
     Engine, EngineOpt, MasterOpt, ParquetOpt, SparkConfOpt, SparkUiOpt, ThresholdOpt, choose, run_audit,
 )
+
+cli_coerce.install()   # plain values without pydantic (start-up)
 
 app = typer.Typer(
     name="kaudit",

@@ -78,7 +78,7 @@ def decode_segments(
     """Decode every file a Kafka broker leaves in its log dirs: .log segments, indexes, transaction
     indexes, producer snapshots, checkpoints, and the internal topics' coordinator records.
     `--format table` lists the batches as DumpLogSegments does (and the records with --deep)."""
-    from kaudit.engine.local import decode_segments as run
+    from kaudit.engine.decoding import decode_segments as run
 
     check_output(format, output, kind, paths)
     sel = selection(topic, partition, producer_id, transactional_id, since, until)
@@ -142,7 +142,7 @@ def decode_pcap(
     """Decode every Kafka conversation of packet captures: frames paired with their responses,
     record batches of Produce and Fetch, transaction events, connections. SASL secrets are
     redacted."""
-    from kaudit.engine.local import decode_pcaps
+    from kaudit.engine.decoding import decode_pcaps
 
     check_output(format, output, kind, files)
     sel = selection(topic, partition, producer_id, transactional_id, since, until)

@@ -45,16 +45,21 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
-def spark_options(master, spark_conf, spark_ui: bool):
-    from kaudit.engine.spark import SparkOptions
-
+def spark_conf_of(spark_conf) -> dict:
+    """--spark-conf KEY=VALUE items as a dict (checked whichever engine runs)."""
     conf = {}
     for item in spark_conf or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise typer.BadParameter(f"--spark-conf {item!r}: give KEY=VALUE")
         conf[key.strip()] = value
-    return SparkOptions(master=master, conf=conf, ui=spark_ui)
+    return conf
+
+
+def spark_options(master, spark_conf, spark_ui: bool):
+    from kaudit.engine.spark import SparkOptions
+
+    return SparkOptions(master=master, conf=spark_conf_of(spark_conf), ui=spark_ui)
 
 
 # Set by cli.main, the command line's own process: once the local engine is chosen, it refuses
@@ -65,16 +70,18 @@ LEAN_LOCAL = False
 
 def choose(engine: Engine, paths, master, spark_conf, threshold: str | None, spark_ui: bool):
     """None for the local engine, else the SparkOptions to run with."""
-    from kaudit.engine.spark import choose_engine
+    from kaudit.engine.choice import choose_engine
 
-    options = spark_options(master, spark_conf, spark_ui)   # checked whichever engine runs
+    spark_conf_of(spark_conf)   # checked whichever engine runs
     limit = None if threshold is None else parse_size(threshold)
     name = choose_engine(engine.value, [str(p) for p in paths], limit, master)
-    if name == "local" and LEAN_LOCAL:
+    if name != "local":   # Spark's module only where it runs (start-up of every local command)
+        return spark_options(master, spark_conf, spark_ui)
+    if LEAN_LOCAL:
         from kaudit.lean import refuse
 
         refuse()
-    return None if name == "local" else options
+    return None
 
 
 def parquet_writer(folder: Optional[Path]):

@@ -26,7 +26,7 @@ def gather(report: dict, pcaps: list[str], segments: list[str], options) -> dict
                 for kind, table in decode_target(t, Options()):
                     rows.add(kind, table)
     if pcaps:
-        from kaudit.engine.local import decode_pcaps
+        from kaudit.engine.decoding import decode_pcaps
 
         _, chunks = decode_pcaps(pcaps, options, {})
         for kind, table in chunks:

@@ -100,11 +100,20 @@ def scan_v2(const uint8_t[::1] buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t
     return positions, oks, pos, (STOP_END if pos == end else STOP_OTHER)
 
 
+# v2_headers' column layout: (name, header offset, size), by size so every column is aligned
+HEADER_COLUMNS = (("base_offset", 0, 8), ("base_timestamp", 27, 8), ("max_timestamp", 35, 8),
+                  ("producer_id", 43, 8), ("batch_length", 8, 4), ("partition_leader_epoch", 12, 4),
+                  ("crc", 17, 4), ("last_offset_delta", 23, 4), ("base_sequence", 53, 4),
+                  ("records_count", 57, 4), ("attributes", 21, 2), ("producer_epoch", 51, 2),
+                  ("magic", 16, 1))
+
+
 def v2_headers(const uint8_t[::1] buf, positions, crc_ok):
     """The headers of the v2 batches at `positions` (as scan_v2 gave them) in one pass, for
-    batch_table.v2_table: (headers, positions, crc_ok) as bytearrays - n packed 61-byte records in
-    native byte order (batch_table._HDR's fields), n int64 and n bool. Every position is checked
-    against the buffer first."""
+    batch_table.v2_table: (headers, positions, crc_ok) as bytearrays - the 61-byte headers' fields
+    column by column in native byte order (HEADER_COLUMNS: n values of each, in that order; the
+    arrays go to Arrow without a copy), n int64 and n bool. Every position is checked against
+    the buffer first."""
     cdef Py_ssize_t n = len(positions), i, p, size = buf.shape[0]
     if len(crc_ok) != n:
         raise ValueError("positions and crc_ok differ in length")
@@ -113,13 +122,13 @@ def v2_headers(const uint8_t[::1] buf, positions, crc_ok):
     cdef bytearray oks = bytearray(n)
     if n == 0:
         return hdr, pos, oks
-    cdef uint8_t *h = <uint8_t *>(<char *>hdr)
+    cdef int64_t *c64 = <int64_t *>(<char *>hdr)          # 4 columns of int64
+    cdef int32_t *c32 = <int32_t *>(c64 + 4 * n)          # 6 of int32
+    cdef int16_t *c16 = <int16_t *>(c32 + 6 * n)          # 2 of int16
+    cdef int8_t *c8 = <int8_t *>(c16 + 2 * n)             # magic
     cdef int64_t *po = <int64_t *>(<char *>pos)
     cdef uint8_t *ok = <uint8_t *>(<char *>oks)
     cdef const uint8_t *b
-    cdef int64_t v64
-    cdef int32_t v32
-    cdef int16_t v16
     for i in range(n):
         p = positions[i]
         if p < 0 or p + HEADER > size:
@@ -127,23 +136,19 @@ def v2_headers(const uint8_t[::1] buf, positions, crc_ok):
         b = &buf[p]
         po[i] = p
         ok[i] = 1 if crc_ok[i] else 0
-        # _HDR's layout: base_offset 0, batch_length 8, leader epoch 12, magic 16, crc 17,
-        # attributes 21, last_offset_delta 23, base_ts 27, max_ts 35, producer_id 43,
-        # producer_epoch 51, base_sequence 53, records_count 57
-        v64 = kd_i64(b); memcpy(h, &v64, 8)
-        v32 = kd_i32(b + 8); memcpy(h + 8, &v32, 4)
-        v32 = kd_i32(b + 12); memcpy(h + 12, &v32, 4)
-        h[16] = b[16]
-        v32 = <int32_t>kd_u32(b + 17); memcpy(h + 17, &v32, 4)
-        v16 = kd_i16(b + 21); memcpy(h + 21, &v16, 2)
-        v32 = kd_i32(b + 23); memcpy(h + 23, &v32, 4)
-        v64 = kd_i64(b + 27); memcpy(h + 27, &v64, 8)
-        v64 = kd_i64(b + 35); memcpy(h + 35, &v64, 8)
-        v64 = kd_i64(b + 43); memcpy(h + 43, &v64, 8)
-        v16 = kd_i16(b + 51); memcpy(h + 51, &v16, 2)
-        v32 = kd_i32(b + 53); memcpy(h + 53, &v32, 4)
-        v32 = kd_i32(b + 57); memcpy(h + 57, &v32, 4)
-        h += HEADER
+        c64[i] = kd_i64(b)
+        c64[n + i] = kd_i64(b + 27)
+        c64[2 * n + i] = kd_i64(b + 35)
+        c64[3 * n + i] = kd_i64(b + 43)
+        c32[i] = kd_i32(b + 8)
+        c32[n + i] = kd_i32(b + 12)
+        c32[2 * n + i] = <int32_t>kd_u32(b + 17)
+        c32[3 * n + i] = kd_i32(b + 23)
+        c32[4 * n + i] = kd_i32(b + 53)
+        c32[5 * n + i] = kd_i32(b + 57)
+        c16[i] = kd_i16(b + 21)
+        c16[n + i] = kd_i16(b + 51)
+        c8[i] = <int8_t>b[16]
     return hdr, pos, oks
 
 
@@ -324,10 +329,35 @@ cdef class RecordColumns:
     def add_batch(self, const uint8_t[::1] buf, Py_ssize_t position, int64_t max_batch_bytes):
         """The records of the well-formed, non-control v2 batch at `position` -> True; False
         (nothing added) for anything else: the reference decoder then takes the batch."""
-        cdef Py_ssize_t n = buf.shape[0], end
+        if buf.shape[0] == 0:
+            return False
+        return self._add(buf, &buf[0], buf.shape[0], position, max_batch_bytes)
+
+    def add_batches(self, const uint8_t[::1] buf, positions, Py_ssize_t i, int64_t max_batch_bytes,
+                    Py_ssize_t flush_bytes):
+        """add_batch for positions[i], positions[i + 1], ... in one call (one-record batches:
+        the call per batch cost more than its records) -> (j, declined): positions[i:j] were
+        added; it stopped at the end, after an added batch brought `nbytes` to `flush_bytes`,
+        or (declined) at positions[j], which add_batch refused (nothing of it added)."""
+        cdef Py_ssize_t n = len(positions), size = buf.shape[0]
+        if size == 0:
+            return i, i < n
+        cdef const uint8_t *base = &buf[0]
+        while i < n:
+            if not self._add(buf, base, size, positions[i], max_batch_bytes):
+                return i, True
+            i += 1
+            if self.kdata.len + self.vdata.len + self.hdata.len + 40 * self.rows >= flush_bytes:
+                break
+        return i, False
+
+    cdef bint _add(self, const uint8_t[::1] buf, const uint8_t *base, Py_ssize_t n,
+                   Py_ssize_t position, int64_t max_batch_bytes) except -1:
+        cdef Py_ssize_t end
+        cdef const uint8_t[::1] data
         if position < 0 or position + HEADER > n:
             return False
-        cdef const uint8_t *b = &buf[0] + position
+        cdef const uint8_t *b = base + position
         cdef int32_t length = kd_i32(b + 8)
         cdef int16_t attrs = kd_i16(b + 21)
         if <int8_t>b[16] != 2 or length < V2_MIN_LENGTH or length > max_batch_bytes:
@@ -341,12 +371,11 @@ cdef class RecordColumns:
                                   position + HEADER)
             except DecodeError:
                 return False
-            return self._walk(data, b, position)
-        return self._walk(buf[position + HEADER:end], b, position)
+            return self._walk(&data[0] if data.shape[0] else NULL, data.shape[0], b, position)
+        return self._walk(b + HEADER, end - position - HEADER, b, position)
 
-    cdef bint _walk(self, const uint8_t[::1] data, const uint8_t *h, int64_t position) except -1:
-        cdef Py_ssize_t n = data.shape[0], off = 0, end, start_rows = self.rows
-        cdef const uint8_t *p = &data[0] if n else NULL
+    cdef bint _walk(self, const uint8_t *p, Py_ssize_t n, const uint8_t *h, int64_t position) except -1:
+        cdef Py_ssize_t off = 0, end, start_rows = self.rows
         cdef int64_t base_offset = kd_i64(h), base_ts = kd_i64(h + 27), max_ts = kd_i64(h + 35)
         cdef int32_t base_seq = kd_i32(h + 53), count = kd_i32(h + 57), seq32
         cdef int16_t attrs = kd_i16(h + 21)

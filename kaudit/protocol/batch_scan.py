@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import struct
 
-from crc32c import crc32c
-
 from kaudit import native
+from kaudit.protocol.crc import crc32c
 from kaudit.protocol.record_batch import CRC_START, LOG_OVERHEAD, V2_MIN_LENGTH
 
 _C = "kaudit.protocol._cbatch"  # the compiled twins of plausible_v2 and scan_v2

@@ -22,8 +22,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-import crc32c as _crc32c
-
+from kaudit.protocol.crc import crc32c
 from kaudit.protocol.errors import DecodeError, Truncated
 from kaudit.protocol.primitives import read_int16, read_int32, read_uint32
 
@@ -224,7 +223,7 @@ def decode_producer_snapshot(buf, snapshot_offset: int) -> tuple[list[dict], Sna
     if version != PRODUCER_SNAPSHOT_VERSION:
         raise DecodeError(f"unknown producer snapshot version {version}", 0)
     crc, pos = read_uint32(buf, pos)
-    computed = _crc32c.crc32c(bytes(buf[_SNAPSHOT_ENTRIES_OFFSET:]))
+    computed = crc32c(bytes(buf[_SNAPSHOT_ENTRIES_OFFSET:]))
     crc_ok = crc == computed
     count, pos = read_int32(buf, pos)
     if count < 0:

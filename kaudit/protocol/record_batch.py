@@ -14,9 +14,8 @@ import zlib
 from base64 import b64encode
 from dataclasses import dataclass, field
 
-from crc32c import crc32c
-
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES, codec_name, decompress
+from kaudit.protocol.crc import crc32c
 from kaudit.protocol.errors import DecodeError, LimitExceeded, Truncated
 from kaudit.protocol.primitives import read_varint, read_varlong
 

@@ -8,9 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from kaudit.audit import SEVERITY_RANK
 from kaudit.timefmt import iso_ms
 
 # Rows that describe the inputs rather than the data: kept unless a column they have excludes them.
@@ -50,6 +48,8 @@ class Selection:
 
     # -- findings --------------------------------------------------------------------------
     def finding(self, f: dict) -> bool:
+        from kaudit.audit import SEVERITY_RANK   # here: a decode's selection imports no audit module
+
         if self.min_severity and SEVERITY_RANK[f["severity"]] < SEVERITY_RANK[self.min_severity]:
             return False
         if self.topic and f.get("topic") not in self.topic:
@@ -74,6 +74,8 @@ class Selection:
         selected column has no row in it, context kinds apart."""
         if not self or t.num_rows == 0:
             return t
+        import pyarrow.compute as pc   # here: an unselected decode need not import it
+
         names = set(t.column_names)
         mask = None
         for col, values in (("topic", self.topic), ("partition", self.partition),

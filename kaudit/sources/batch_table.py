@@ -32,36 +32,64 @@ _HDR = np.dtype(
     ]
 )
 assert _HDR.itemsize == V2_HEADER_SIZE
-_NATIVE_HDR = _HDR.newbyteorder("=")   # the compiled twin's records (protocol._cbatch.v2_headers)
 _C = "kaudit.protocol._cbatch"
 _SPAN = np.arange(V2_HEADER_SIZE, dtype=np.int64)
+_INT32_MAX = 0x7FFFFFFF
+
+
 @lru_cache(maxsize=None)
 def _dictionaries() -> tuple[pa.Array, pa.Array]:
     """(codec names, timestamp types) to take from; built on first use, not at import (the
     first pyarrow conversion imports pandas: ~0.2 s that a capture decode need not wait for)."""
     return (pa.array(list(CODEC_NAMES) + ["unknown-5", "unknown-6", "unknown-7"]),
             pa.array(["create", "log_append"]))
-_INT32_MAX = 0x7FFFFFFF
+
+
+_CONSTS: dict = {}
 
 
 def _const(value, n: int, typ: pa.DataType) -> pa.Array:
-    if value is None:
-        return pa.nulls(n, typ)
-    return pa.repeat(pa.scalar(value, typ), n)
+    """n copies of `value`. Arrow arrays are immutable, so the chunks of a file (all of
+    CHUNK_BATCHES rows but the last) share one: building the place's string columns per chunk
+    cost a third of the header decode on one-record batches. The cache holds about one file's
+    constants (a few MB) and starts over when it grows past that."""
+    key = (value, n, typ)
+    a = _CONSTS.get(key)
+    if a is None:
+        if len(_CONSTS) >= 32:
+            _CONSTS.clear()
+        a = _CONSTS[key] = pa.nulls(n, typ) if value is None else pa.repeat(pa.scalar(value, typ), n)
+    return a
 
 
-def _headers(buf, positions, crc_ok) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(the 61-byte headers as _HDR-shaped records, positions int64, crc_ok bool) - in one C pass
-    where the compiled core is built, else with one numpy gather (the reference)."""
+def _names(names: pa.Array, codes: np.ndarray) -> pa.Array:
+    """names[codes] as a string column; one shared constant when every row has the same code."""
+    first = int(codes[0])
+    if (codes == first).all():
+        return _const(names[first].as_py(), len(codes), pa.string())
+    return names.take(pa.array(codes))
+
+
+def _headers(buf, positions, crc_ok) -> tuple[dict, np.ndarray, np.ndarray]:
+    """({field of _HDR: n values}, positions int64, crc_ok bool) - in one C pass where the
+    compiled core is built (its columns are read in place), else with one numpy gather (the
+    reference)."""
     c = native.module(_C)
     if c is not None:
         hdr, pos, oks = c.v2_headers(buf, positions, crc_ok)
-        return (np.frombuffer(hdr, dtype=_NATIVE_HDR), np.frombuffer(pos, dtype=np.int64),
-                np.frombuffer(oks, dtype=bool))
+        n, at, h = len(positions), 0, {}
+        for name, _, size in c.HEADER_COLUMNS:
+            h[name] = np.frombuffer(hdr, dtype=_HDR[name].newbyteorder("="), count=n, offset=at)
+            at += n * size
+        return h, np.frombuffer(pos, dtype=np.int64), np.frombuffer(oks, dtype=bool)
     pos = np.asarray(positions, dtype=np.int64)
     raw = np.frombuffer(buf, dtype=np.uint8)
     h = raw[pos[:, None] + _SPAN].view(_HDR).reshape(len(positions))
     return h, pos, np.asarray(crc_ok, dtype=bool)
+
+
+def _int(values: np.ndarray, typ) -> pa.Array:
+    return pa.array(values.astype(typ, copy=False))
 
 
 def v2_table(buf, positions: list[int], crc_ok: list[bool], place: dict, control_info) -> pa.Table:
@@ -73,9 +101,9 @@ def v2_table(buf, positions: list[int], crc_ok: list[bool], place: dict, control
     n = len(positions)
     codecs, ts_types = _dictionaries()
     h, pos, crc_ok = _headers(buf, positions, crc_ok)
-    base_offset = h["base_offset"].astype(np.int64)
+    base_offset = h["base_offset"].astype(np.int64, copy=False)
     lod = h["last_offset_delta"].astype(np.int64)
-    attrs = h["attributes"].astype(np.int16)
+    attrs = h["attributes"].astype(np.int16, copy=False)
     base_seq = h["base_sequence"].astype(np.int64)
     last_seq = base_seq + lod
     last_seq = np.where(last_seq > _INT32_MAX, last_seq - (_INT32_MAX + 1), last_seq)
@@ -103,30 +131,30 @@ def v2_table(buf, positions: list[int], crc_ok: list[bool], place: dict, control
         "partition": _const(place.get("partition"), n, pa.int32()),
         "base_offset": pa.array(base_offset),
         "last_offset": pa.array(base_offset + lod),
-        "batch_size": pa.array(h["batch_length"].astype(np.int32) + 12),
-        "magic": pa.array(h["magic"].astype(np.int8)),
-        "crc": pa.array(h["crc"].astype(np.uint32)),
+        "batch_size": pa.array(h["batch_length"].astype(np.int32, copy=False) + 12),
+        "magic": _int(h["magic"], np.int8),
+        "crc": _int(h["crc"], np.uint32),
         "crc_ok": pa.array(crc_ok),
         "attributes": pa.array(attrs),
-        "codec": codecs.take(pa.array((attrs & 7).astype(np.int8))),
-        "timestamp_type": ts_types.take(pa.array(((attrs >> 3) & 1).astype(np.int8))),
+        "codec": _names(codecs, (attrs & 7).astype(np.int8)),
+        "timestamp_type": _names(ts_types, ((attrs >> 3) & 1).astype(np.int8)),
         "is_transactional": pa.array((attrs & 0x10) != 0),
         "is_control": pa.array(is_control),
         "has_delete_horizon": pa.array((attrs & 0x40) != 0),
-        "control_type": control_type if control_type is not None else pa.nulls(n, pa.string()),
+        "control_type": control_type if control_type is not None else _const(None, n, pa.string()),
         "coordinator_epoch": coordinator_epoch if coordinator_epoch is not None
-        else pa.nulls(n, pa.int32()),
-        "producer_id": pa.array(h["producer_id"].astype(np.int64)),
-        "producer_epoch": pa.array(h["producer_epoch"].astype(np.int16)),
-        "base_sequence": pa.array(base_seq.astype(np.int32)),
+        else _const(None, n, pa.int32()),
+        "producer_id": _int(h["producer_id"], np.int64),
+        "producer_epoch": _int(h["producer_epoch"], np.int16),
+        "base_sequence": _int(h["base_sequence"], np.int32),
         "last_sequence": pa.array(last_seq),
-        "record_count": pa.array(h["records_count"].astype(np.int32)),
-        "base_timestamp_ms": pa.array(h["base_timestamp"].astype(np.int64)),
-        "max_timestamp_ms": pa.array(h["max_timestamp"].astype(np.int64)),
-        "partition_leader_epoch": pa.array(h["partition_leader_epoch"].astype(np.int32)),
+        "record_count": _int(h["records_count"], np.int32),
+        "base_timestamp_ms": _int(h["base_timestamp"], np.int64),
+        "max_timestamp_ms": _int(h["max_timestamp"], np.int64),
+        "partition_leader_epoch": _int(h["partition_leader_epoch"], np.int32),
         "topic_id": _const(place.get("topic_id"), n, pa.string()),
     }
-    arrays = [cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in BATCH]
+    arrays = [cols[f.name] if f.name in cols else _const(None, n, f.type) for f in BATCH]
     return pa.Table.from_arrays(arrays, schema=BATCH)
 
 

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from kaudit import native
 from kaudit.model import SCHEMAS
+from kaudit.sources.batch_table import _const  # one cache of a file's constant columns
 
 _C = "kaudit.protocol._cbatch"
 RECORD = SCHEMAS["record"]
@@ -43,6 +44,9 @@ class PyRecordColumns:
     def add_batch(self, buf, position: int, max_batch_bytes: int) -> bool:
         return False  # every batch goes through decode_entry and `append`
 
+    def add_batches(self, buf, positions, i: int, max_batch_bytes: int, flush_bytes: int):
+        return i, i < len(positions)  # declines the first: decode_entry and `append` take it
+
     def append(self, position, batch_base_offset, offset, timestamp_ms, sequence, key, value,
                header_keys, headers, control_type, coordinator_epoch) -> None:
         c = self._cols
@@ -63,10 +67,6 @@ def builder():
     """A new builder: the compiled one unless the pure path is in force."""
     c = native.module(_C)
     return c.RecordColumns() if c is not None else PyRecordColumns()
-
-
-def _const(value, n: int, typ: pa.DataType) -> pa.Array:
-    return pa.nulls(n, typ) if value is None else pa.repeat(pa.scalar(value, typ), n)
 
 
 def _bitmap(valid: bytes, n: int):

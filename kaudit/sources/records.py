@@ -35,13 +35,26 @@ class RecordRows:
         self.ready: list[tuple[str, pa.Table]] = []  # record tables cut before a flush
 
     def add_v2(self, buf, position: int) -> None:
-        if self.deep and not self.internal:
-            cols = self._records()
-            if cols.add_batch(buf, position, self.max_batch_bytes):
-                if cols.nbytes >= FLUSH_RECORD_BYTES:
-                    self.ready.append(("record", record_columns.table(self.place, cols.take())))
-                return
-        self.add_entry(buf, position, 2)
+        self.add_v2_run(buf, [position])
+
+    def add_v2_run(self, buf, positions) -> None:
+        """The records of the v2 batches at `positions` (a run the batch scan took), in order:
+        the builder walks as many as it can in one call; a batch it declines goes through
+        `add_entry`. Record tables are cut whenever the rows pass FLUSH_RECORD_BYTES."""
+        if not (self.deep and not self.internal):
+            for p in positions:
+                self.add_entry(buf, p, 2)
+            return
+        cols = self._records()
+        i, n = 0, len(positions)
+        while i < n:
+            j, declined = cols.add_batches(buf, positions, i, self.max_batch_bytes, FLUSH_RECORD_BYTES)
+            if j > i and cols.nbytes >= FLUSH_RECORD_BYTES:
+                self.ready.append(("record", record_columns.table(self.place, cols.take())))
+            if declined:
+                self.add_entry(buf, positions[j], 2)
+                j += 1
+            i = j
 
     def _records(self):
         cols = self.rows.get("record")

@@ -83,8 +83,7 @@ def _decode(mm, place, target, deep, max_batch_bytes, chunk_batches, start=0, un
                 yield "batch", v2_table(mv, positions, oks, batch_place,
                                         lambda p: _control_info(mv, p, max_batch_bytes))
                 if records.wanted:
-                    for p in positions:
-                        records.add_v2(mv, p)
+                    records.add_v2_run(mv, positions)
                     yield from records.flush()
             pos = stop
             if reason == STOP_END:

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from fixtures.builder.bench import write_bench_segment
 from kaudit.cli import app
-from kaudit.engine import local
-from kaudit.engine.spark import choose_engine
+from kaudit.engine import decoding, local
+from kaudit.engine.choice import choose_engine
 from kaudit.sources import cores
 
 runner = CliRunner()
@@ -28,7 +28,7 @@ def test_auto_stays_local_on_one_machine_whatever_the_size(no_submit, monkeypatc
     def huge(paths, enough=None):
         raise AssertionError("no threshold was given: the inputs need not even be measured")
 
-    monkeypatch.setattr("kaudit.engine.spark.inputs_bytes", huge)
+    monkeypatch.setattr("kaudit.engine.choice.inputs_bytes", huge)
     assert choose_engine("auto", [str(tmp_path)], None, None) == "local"
 
 
@@ -48,7 +48,7 @@ def test_the_command_line_default_is_local(no_submit, monkeypatch, tmp_path):
     write_bench_segment(d / "00000000000000000000.log", target_bytes=1 << 16, shape="small")
     chosen = []
     real = choose_engine
-    monkeypatch.setattr("kaudit.engine.spark.choose_engine",
+    monkeypatch.setattr("kaudit.engine.choice.choose_engine",
                         lambda *a: chosen.append(real(*a)) or chosen[-1])
     r = runner.invoke(app, ["segments", str(tmp_path), "--format", "json"])
     assert r.exit_code in (0, 1), r.output
@@ -79,7 +79,7 @@ def test_parallel_decode_gives_the_rows_of_one_process(tmp_path, monkeypatch):
         d.mkdir()
         write_bench_segment(d / "00000000000000000000.log", target_bytes=3 << 20, shape=shape,
                             producer_id=11 + part)
-    monkeypatch.setattr(local, "PARALLEL_SPLIT_BYTES", 256 << 10)   # many ranges per segment
+    monkeypatch.setattr(decoding, "PARALLEL_SPLIT_BYTES", 256 << 10)   # many ranges per segment
     _, one = local.decode_segments([str(tmp_path)], jobs=1)
     _, two = local.decode_segments([str(tmp_path)], jobs=2)
     a, b = _concat(one), _concat(two)
@@ -92,7 +92,7 @@ def test_parallel_audit_gives_the_findings_of_one_process(tmp_path, monkeypatch)
     d = tmp_path / "t-0"
     d.mkdir()
     write_bench_segment(d / "00000000000000000000.log", target_bytes=2 << 20, shape="small")
-    monkeypatch.setattr(local, "PARALLEL_SPLIT_BYTES", 256 << 10)
+    monkeypatch.setattr(decoding, "PARALLEL_SPLIT_BYTES", 256 << 10)
     one = local.audit_segments([str(tmp_path)], jobs=1)
     two = local.audit_segments([str(tmp_path)], jobs=2)
     assert one.findings == two.findings and one.coverage == two.coverage

@@ -133,3 +133,35 @@ def test_header_positions_are_bounds_checked(positions):
     else:
         with pytest.raises(ValueError):
             C.v2_headers(LOG, positions, [True] * len(positions))
+
+
+def _run_records(buf: bytes, positions: list[int]) -> dict:
+    """As _records, with the positions handed over as one run (RecordRows.add_v2_run)."""
+    rows = RecordRows(PLACE, "t", deep=True, max_batch_bytes=1 << 20)
+    rows.add_v2_run(buf, positions)
+    out = {}
+    for kind, t in rows.flush():
+        out.setdefault(kind, []).append(t)
+    return {k: pa.concat_tables(v).to_pylist() for k, v in out.items()}
+
+
+@pytest.mark.parametrize("flush_bytes", [1, 60, 1 << 22])
+def test_a_run_of_batches_gives_the_rows_of_one_call_each(monkeypatch, flush_bytes):
+    """add_batches walks a run in one call: with declined batches inside the run (control,
+    corrupt, mid-batch positions) and record tables cut anywhere (FLUSH_RECORD_BYTES), the rows
+    are those of one call per batch, and those of the pure path."""
+    from kaudit.sources import records
+    monkeypatch.setattr(records, "FLUSH_RECORD_BYTES", flush_bytes)
+    rng = random.Random(7)
+    for trial in range(60):
+        buf = bytearray(LOG)
+        if trial:
+            buf[rng.randrange(len(buf))] ^= rng.randrange(1, 256)
+        buf = bytes(buf)
+        positions = [p for p in range(0, max(len(buf) - 16, 0)) if buf[p + 16] == 2]
+        with native.pure(False):
+            run = _run_records(buf, positions)
+            one = _records(buf)
+        with native.pure(True):
+            pure = _run_records(buf, positions)
+        assert run == one == pure, trial
