@@ -1,7 +1,6 @@
 """Which engine a command runs on (`--engine auto`): apart from engine.spark so the choice
-imports neither Spark's module nor the audit (start-up of every command). engine.spark's
-`choose_engine` and `inputs_bytes` are these (to be re-exported from here: that module is
-another change's)."""
+imports neither Spark's module nor the audit (start-up of every command); engine.spark
+re-exports it."""
 
 from __future__ import annotations
 
