@@ -3,8 +3,8 @@
 Rows: `frame` (one per request/response pair), `batch` (every record batch of Produce requests
 and Fetch responses, with their context), `fetch_partition`, `txn_event`, `connection`,
 `decode_issue`. The file is mapped read-only; memory is bounded by the open connections'
-unacknowledged bytes and the rows of one chunk. Big captures are decoded by several processes
-(`pcap_parallel`), with the same rows in the same order and chunks.
+unacknowledged bytes and the rows of one chunk. Big captures can be decoded by several processes
+(`pcap_parallel`; `auto_jobs` says when), with the same rows in the same order and chunks.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def decode_capture(path: str, options: PcapOptions | None = None, summary: PcapS
     try:
         if fragments is not None:
             fragments.prepare(mm)
-        jobs = options.jobs if options.jobs is not None else auto_jobs(len(mm))
+        jobs = options.jobs if options.jobs is not None else auto_jobs(len(mm), options.deep)
         if jobs > 1:
             from kaudit.sources.pcap_parallel import decode_parallel
 
@@ -176,16 +176,27 @@ class Session:
                 mark(KEY_OPEN + number)
 
 
-def auto_jobs(size: int) -> int:
+def auto_jobs(size: int, deep: bool = False) -> int:
     """Processes for a capture of `size` bytes when the options do not say: KAUDIT_PCAP_JOBS
-    (or KAUDIT_JOBS) if set; else one with the compiled core (measured on the bench capture:
-    two processes took 1.7-2x the time of one - shipping the other process's bytes and putting
-    the rows back in order cost more than the compiled decode they share); else
-    `cores.auto_jobs` (one per CPU from MIN_PARALLEL_BYTES on)."""
+    (or KAUDIT_JOBS) if set; one for a plain decode with the compiled core; else (`--deep`, or
+    the pure path: the decode itself is the work) `cores.auto_jobs` - one per CPU from
+    MIN_PARALLEL_BYTES on.
+
+    Measured on the bench capture (500,813 packets, 395 MB; 2 cores): one process spends
+    ~0.9 s of CPU after start-up (~0.6 s decoding, the capture walk ~0.14 s of it, and ~0.28 s
+    encoding Parquet on the writer's thread, beside it), so it already keeps ~1.35 cores busy
+    and two cores could save at most ~0.2 s. Two processes (pcap_parallel) cost ~0.6 s of CPU
+    more - every process walks the whole capture, the worker's rows cross a pipe (~50 MB) and
+    the merge interleaves them (Arrow take) - so they are slower, whatever the capture's size
+    (the costs grow with it). With `--deep` (every exchange decoded by the pure path: ~5x the CPU) or on the
+    pure path the overhead is ~10-30% of the decode and two processes are faster on two
+    cores. kaudit's processes share one scheduling group with a busy machine's other users
+    (autogroup), so on a loaded machine more processes gain nothing."""
     env = os.environ.get("KAUDIT_PCAP_JOBS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    if native.module("kaudit.sources._cpcap") is not None and not os.environ.get("KAUDIT_JOBS", "").strip():
+    if (not deep and native.module("kaudit.sources._cpcap") is not None
+            and not os.environ.get("KAUDIT_JOBS", "").strip()):
         return 1
     return cores.auto_jobs(size)
 

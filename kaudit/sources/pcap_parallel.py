@@ -159,7 +159,7 @@ class Merger:
                     at = p == q
                     start[at] = base[q] + np.cumsum(n[at]) - n[at]
                 index = np.repeat(start - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
-                table = pa.concat_tables(pieces).combine_chunks().take(pa.array(index))
+                table = pa.concat_tables(pieces).take(pa.array(index))
             yield KINDS[kind], table.combine_chunks()
 
     def _rows(self, part: int, kind: int, n: int) -> pa.Table:

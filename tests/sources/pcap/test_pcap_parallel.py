@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from kaudit import native
-from kaudit.sources import pcap, pcap_parallel, pcap_workers
+from kaudit.sources import cores, pcap, pcap_parallel, pcap_workers
 from kaudit.sources.pcap import PcapOptions, PcapSummary, decode_capture
 from tests.sources.pcap import kmsgs
 from tests.sources.pcap.craft import Conn, write_capture
@@ -141,3 +141,24 @@ def test_owner_shares_connections_among_processes():
     assert {pcap_parallel.owner(i, 1) for i in range(10)} == {0}
     two = [pcap_parallel.owner(i, 2) for i in range(700)]
     assert set(two) == {0, 1} and two.count(0) == 200
+
+
+def test_deep_decode_is_the_same_in_parallel(tmp_path, flush):
+    path = _capture(tmp_path, n=5)
+    one = _decode(path, 1, deep=True)
+    assert _decode(path, 2, deep=True) == one
+
+
+def test_auto_jobs_one_process_for_a_plain_compiled_decode(monkeypatch):
+    for name in ("KAUDIT_PCAP_JOBS", "KAUDIT_JOBS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(cores, "usable_cpus", lambda: 2)
+    big = cores.MIN_PARALLEL_BYTES
+    if native.module("kaudit.sources._cpcap") is not None:
+        assert pcap.auto_jobs(100 * big) == 1  # measured slower in two processes (see auto_jobs)
+    assert pcap.auto_jobs(big, deep=True) == 2
+    assert pcap.auto_jobs(big - 1, deep=True) == 1
+    with native.pure(True):
+        assert pcap.auto_jobs(big) == 2
+    monkeypatch.setenv("KAUDIT_PCAP_JOBS", "3")
+    assert pcap.auto_jobs(1) == 3
