@@ -183,8 +183,6 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
     cdef int k
     cdef Conn conn
     cdef _Conv cs
-    cdef Direction d
-    cdef Splitter sp
     cdef object owner = w.mv
     cdef bint zero_copy = w.mv.readonly
     cdef Sink sink = Sink(rows)
@@ -197,19 +195,7 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
                 cs = conn.user
                 if cs is None:
                     cs = conn.user = _state(convs[conn.conn_id], sink)
-                if zero_copy and cs.mode == KAFKA:  # _feed with C values
-                    d = cs.d0 if w.d_dir == 0 else cs.d1
-                    sp = cs.s0 if w.d_dir == 0 else cs.s1
-                    d.bytes += w.d_len
-                    d.add_c(w.d_off, w.d_off + w.d_len, w.frame, w.ts)
-                    evs = sp.cfeed(owner, w.d_start, w.buf + w.d_start, w.d_len, True)
-                    if evs:
-                        _frames(cs, w.d_dir, evs)
-                elif zero_copy:
-                    _feed(cs, w.d_dir, w.d_off, owner, w.d_start, w.buf + w.d_start, w.d_len, w.frame,
-                          w.frame, w.ts)
-                else:
-                    _feed(cs, w.d_dir, w.d_off, owner, w.d_start, NULL, w.d_len, w.frame, w.frame, w.ts)
+                _walk_data(w, cs, owner, zero_copy)
             elif k == EV_OBJ:
                 ev = w.obj
                 t = type(ev)
@@ -229,6 +215,26 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
     finally:
         w.stop()
         w.release()
+
+
+cdef inline int _walk_data(Walker w, _Conv cs, object owner, bint zero_copy) except -1:
+    """Conversation.data of the walk's last EV_DATA (an in-order segment, in the mapping
+    `owner`): _feed, with C values on the Kafka path."""
+    cdef Direction d
+    cdef Splitter sp
+    if zero_copy and cs.mode == KAFKA:
+        d = cs.d0 if w.d_dir == 0 else cs.d1
+        sp = cs.s0 if w.d_dir == 0 else cs.s1
+        d.bytes += w.d_len
+        d.add_c(w.d_off, w.d_off + w.d_len, w.frame, w.ts)
+        evs = sp.cfeed(owner, w.d_start, w.buf + w.d_start, w.d_len, True)
+        if evs:
+            _frames(cs, w.d_dir, evs)
+    elif zero_copy:
+        _feed(cs, w.d_dir, w.d_off, owner, w.d_start, w.buf + w.d_start, w.d_len, w.frame, w.frame, w.ts)
+    else:
+        _feed(cs, w.d_dir, w.d_off, owner, w.d_start, NULL, w.d_len, w.frame, w.frame, w.ts)
+    return 0
 
 
 cdef _Conv _state(conv, Sink sink):
@@ -291,9 +297,6 @@ def owned_loop(streams, session, rows, fragments, summary, int part, owner, Py_s
     cdef Walker w = Walker(streams)
     cdef int k
     cdef Conn conn
-    cdef _Conv cs
-    cdef Direction d
-    cdef Splitter sp
     cdef object buf_owner = w.mv
     cdef bint zero_copy = w.mv.readonly
     cdef Sink sink = Sink(rows)
@@ -318,21 +321,7 @@ def owned_loop(streams, session, rows, fragments, summary, int part, owner, Py_s
                     u = conn.user = _NOT_MINE if conv is None else _state(conv, sink)
                 if u is not _NOT_MINE:
                     mine = True
-                    cs = <_Conv>u
-                    if zero_copy and cs.mode == KAFKA:
-                        d = cs.d0 if w.d_dir == 0 else cs.d1
-                        sp = cs.s0 if w.d_dir == 0 else cs.s1
-                        d.bytes += w.d_len
-                        d.add_c(w.d_off, w.d_off + w.d_len, w.frame, w.ts)
-                        evs = sp.cfeed(buf_owner, w.d_start, w.buf + w.d_start, w.d_len, True)
-                        if evs:
-                            _frames(cs, w.d_dir, evs)
-                    elif zero_copy:
-                        _feed(cs, w.d_dir, w.d_off, buf_owner, w.d_start, w.buf + w.d_start, w.d_len,
-                              w.frame, w.frame, w.ts)
-                    else:
-                        _feed(cs, w.d_dir, w.d_off, buf_owner, w.d_start, NULL, w.d_len, w.frame,
-                              w.frame, w.ts)
+                    _walk_data(w, <_Conv>u, buf_owner, zero_copy)
             else:
                 ev = w.obj
                 t = type(ev)

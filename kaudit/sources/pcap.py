@@ -178,27 +178,26 @@ class Session:
 
 def auto_jobs(size: int, deep: bool = False) -> int:
     """Processes for a capture of `size` bytes when the options do not say: KAUDIT_PCAP_JOBS
-    (or KAUDIT_JOBS) if set; one for a plain decode with the compiled core; else (`--deep`, or
-    the pure path: the decode itself is the work) `cores.auto_jobs` - one per CPU from
-    MIN_PARALLEL_BYTES on.
+    (or KAUDIT_JOBS) if set; for `--deep` with the compiled core `cores.auto_jobs` (one per CPU
+    from MIN_PARALLEL_BYTES on); else one.
 
-    Measured on the bench capture (500,813 packets, 395 MB; 2 cores): one process spends
-    ~0.9 s of CPU after start-up (~0.6 s decoding, the capture walk ~0.14 s of it, and ~0.28 s
-    encoding Parquet on the writer's thread, beside it), so it already keeps ~1.35 cores busy
-    and two cores could save at most ~0.2 s. Two processes (pcap_parallel) cost ~0.6 s of CPU
-    more - every process walks the whole capture, the worker's rows cross a pipe (~50 MB) and
-    the merge interleaves them (Arrow take) - so they are slower, whatever the capture's size
-    (the costs grow with it). With `--deep` (every exchange decoded by the pure path: ~5x the CPU) or on the
-    pure path the overhead is ~10-30% of the decode and two processes are faster on two
-    cores. kaudit's processes share one scheduling group with a busy machine's other users
-    (autogroup), so on a loaded machine more processes gain nothing."""
+    Measured (issue 19; 2 cores, shared): one process spends ~0.9 s of CPU on the bench capture
+    (500,813 packets, 395 MB) after start-up - ~0.6 s decoding, the capture walk ~0.14 s of it,
+    and ~0.28 s encoding Parquet on the writer's thread beside it - so it already keeps ~1.35
+    cores busy and two cores could save it at most ~0.2 s. Two processes (pcap_parallel) cost
+    ~0.6 s of CPU more - every process walks the whole capture, the worker's rows (~50 MB) cross
+    a pipe and the merge interleaves them (Arrow take) - and took 0.75x the speed of one on the
+    bench capture, 0.63x on 2M packets. On the pure path they cost ~30% more CPU (0.73-0.93x).
+    With `--deep` the decode is ~10 s of CPU and two processes add ~6%: 1.34x on 100k packets
+    (best of three), but 0.9-0.96x on 500k while the machine was busy: kaudit's processes share
+    one scheduling group with the machine's other users (autogroup), so on a loaded machine more
+    processes gain nothing."""
     env = os.environ.get("KAUDIT_PCAP_JOBS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    if (not deep and native.module("kaudit.sources._cpcap") is not None
-            and not os.environ.get("KAUDIT_JOBS", "").strip()):
-        return 1
-    return cores.auto_jobs(size)
+    if os.environ.get("KAUDIT_JOBS", "").strip() or (deep and native.module("kaudit.sources._cpcap") is not None):
+        return cores.auto_jobs(size)
+    return 1
 
 
 def _decode(mm, path, options, summary, fragments=None):

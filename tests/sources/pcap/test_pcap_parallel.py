@@ -149,16 +149,18 @@ def test_deep_decode_is_the_same_in_parallel(tmp_path, flush):
     assert _decode(path, 2, deep=True) == one
 
 
-def test_auto_jobs_one_process_for_a_plain_compiled_decode(monkeypatch):
+def test_auto_jobs_one_process_unless_a_deep_compiled_decode(monkeypatch):
     for name in ("KAUDIT_PCAP_JOBS", "KAUDIT_JOBS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(cores, "usable_cpus", lambda: 2)
     big = cores.MIN_PARALLEL_BYTES
+    assert pcap.auto_jobs(100 * big) == 1  # measured slower in two processes (see auto_jobs)
     if native.module("kaudit.sources._cpcap") is not None:
-        assert pcap.auto_jobs(100 * big) == 1  # measured slower in two processes (see auto_jobs)
-    assert pcap.auto_jobs(big, deep=True) == 2
-    assert pcap.auto_jobs(big - 1, deep=True) == 1
+        assert pcap.auto_jobs(big, deep=True) == 2
+        assert pcap.auto_jobs(big - 1, deep=True) == 1
     with native.pure(True):
-        assert pcap.auto_jobs(big) == 2
+        assert pcap.auto_jobs(100 * big, deep=True) == 1
+    monkeypatch.setenv("KAUDIT_JOBS", "2")
+    assert pcap.auto_jobs(1) == 2
     monkeypatch.setenv("KAUDIT_PCAP_JOBS", "3")
     assert pcap.auto_jobs(1) == 3
