@@ -183,8 +183,6 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
     cdef int k
     cdef Conn conn
     cdef _Conv cs
-    cdef Direction d
-    cdef Splitter sp
     cdef object owner = w.mv
     cdef bint zero_copy = w.mv.readonly
     cdef Sink sink = Sink(rows)
@@ -197,19 +195,7 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
                 cs = conn.user
                 if cs is None:
                     cs = conn.user = _state(convs[conn.conn_id], sink)
-                if zero_copy and cs.mode == KAFKA:  # _feed with C values
-                    d = cs.d0 if w.d_dir == 0 else cs.d1
-                    sp = cs.s0 if w.d_dir == 0 else cs.s1
-                    d.bytes += w.d_len
-                    d.add_c(w.d_off, w.d_off + w.d_len, w.frame, w.ts)
-                    evs = sp.cfeed(owner, w.d_start, w.buf + w.d_start, w.d_len, True)
-                    if evs:
-                        _frames(cs, w.d_dir, evs)
-                elif zero_copy:
-                    _feed(cs, w.d_dir, w.d_off, owner, w.d_start, w.buf + w.d_start, w.d_len, w.frame,
-                          w.frame, w.ts)
-                else:
-                    _feed(cs, w.d_dir, w.d_off, owner, w.d_start, NULL, w.d_len, w.frame, w.frame, w.ts)
+                _walk_data(w, cs, owner, zero_copy)
             elif k == EV_OBJ:
                 ev = w.obj
                 t = type(ev)
@@ -229,6 +215,26 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows):
     finally:
         w.stop()
         w.release()
+
+
+cdef inline int _walk_data(Walker w, _Conv cs, object owner, bint zero_copy) except -1:
+    """Conversation.data of the walk's last EV_DATA (an in-order segment, in the mapping
+    `owner`): _feed, with C values on the Kafka path."""
+    cdef Direction d
+    cdef Splitter sp
+    if zero_copy and cs.mode == KAFKA:
+        d = cs.d0 if w.d_dir == 0 else cs.d1
+        sp = cs.s0 if w.d_dir == 0 else cs.s1
+        d.bytes += w.d_len
+        d.add_c(w.d_off, w.d_off + w.d_len, w.frame, w.ts)
+        evs = sp.cfeed(owner, w.d_start, w.buf + w.d_start, w.d_len, True)
+        if evs:
+            _frames(cs, w.d_dir, evs)
+    elif zero_copy:
+        _feed(cs, w.d_dir, w.d_off, owner, w.d_start, w.buf + w.d_start, w.d_len, w.frame, w.frame, w.ts)
+    else:
+        _feed(cs, w.d_dir, w.d_off, owner, w.d_start, NULL, w.d_len, w.frame, w.frame, w.ts)
+    return 0
 
 
 cdef _Conv _state(conv, Sink sink):
@@ -274,27 +280,73 @@ cdef int _feed(_Conv cs, int direction, int64_t off, object owner, Py_ssize_t at
     return 0
 
 
-cdef class Feeder:
-    """Conversation.feed / .data the compiled way, for loops that hold the events themselves
-    (the processes of a parallel decode): its rows go to `rows` (the session's WireRows)."""
-    cdef Sink sink
+# ---- the loop of one process of a parallel decode (sources/pcap_parallel) --------------------
 
-    def __init__(self, rows):
-        self.sink = Sink(rows)
+cdef object _NOT_MINE = object()  # Conn.user of a connection another process decodes
 
-    def data(self, conv, ev):
-        _data(_state(conv, self.sink), ev)
 
-    def feed(self, conv, int direction, int64_t off, data, first, int64_t last, ts):
-        cdef const uint8_t[::1] view
-        cs = _state(conv, self.sink)
-        if type(data) is memoryview and data.readonly and data.c_contiguous and len(data):
-            view = data
-            _feed(cs, direction, off, data, 0, &view[0], view.shape[0], first, last, ts)
-        else:
-            conv.feed(direction, off, data, first, last, ts)
-            if cs.mode == UNDECIDED:
-                cs.check()
+def owned_loop(streams, session, rows, fragments, summary, int part, owner, Py_ssize_t hand_rows,
+               Py_ssize_t quiet):
+    """events_loop for one process of a parallel decode: every process walks the whole capture
+    (the same events, numbered alike from 0) but decodes only the connections with
+    `owner(conn_id) == part`, skipping the others' segments before any byte is looked at; the
+    rows each event adds are logged with its number (`rows.mark`, a pcap_parallel.KeyedRows).
+    Yields an event number when the rows so far are to be handed on (`hand_rows` rows, or
+    `quiet` events since the last hand-over), and the chunks of `fragments` (None: diverted
+    segments are another process's)."""
+    cdef Walker w = Walker(streams)
+    cdef int k
+    cdef Conn conn
+    cdef object buf_owner = w.mv
+    cdef bint zero_copy = w.mv.readonly
+    cdef Sink sink = Sink(rows)
+    cdef Py_ssize_t number = -1, handed = 0
+    cdef list touched = rows._touched
+    cdef bint mine
+    convs = session.convs
+    mark = rows.mark
+    event = session.event
+    try:
+        while True:
+            k = w.next_event()
+            if k == EV_END:
+                return
+            number += 1
+            mine = False
+            if k == EV_DATA:
+                conn = w.d_conn
+                u = conn.user
+                if u is None:
+                    conv = convs.get(conn.conn_id)
+                    u = conn.user = _NOT_MINE if conv is None else _state(conv, sink)
+                if u is not _NOT_MINE:
+                    mine = True
+                    _walk_data(w, <_Conv>u, buf_owner, zero_copy)
+            else:
+                ev = w.obj
+                t = type(ev)
+                if t is Diverted:
+                    if fragments is not None and fragments.add(ev):
+                        yield from fragments.tables()
+                elif t is ConnOpen:
+                    summary.connections += 1
+                    if owner(ev.conn_id) == part:
+                        mine = True
+                        event(ev, number)
+                elif ev.conn_id in convs:
+                    mine = True
+                    if t is StreamData:
+                        _data(_state(convs[ev.conn_id], sink), ev)
+                    else:
+                        event(ev, number)
+            if mine and len(touched):
+                mark(number)
+            if rows.count >= hand_rows or number - handed >= quiet:
+                handed = number
+                yield number
+    finally:
+        w.stop()
+        w.release()
 
 
 cdef int _frames(_Conv cs, int direction, list events) except -1:

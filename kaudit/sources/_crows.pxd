@@ -7,6 +7,7 @@ from kaudit.sources._ccolumns cimport Columns
 cdef class Sink:
     cdef object rows
     cdef bint plain
+    cdef list touched   # a KeyedRows's kinds touched since its last mark (None: not one)
     cdef readonly str source
     cdef Columns cols(self, str kind)
     cdef list cols_list(self, str kind)

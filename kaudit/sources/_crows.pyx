@@ -37,11 +37,17 @@ cdef class Sink:
         self.rows = rows
         self.plain = type(rows) is WireRows
         self.source = rows.source
+        # a parallel decode's KeyedRows (sources/pcap_parallel): the kinds an event touches are
+        # noted here, as its own `_list` notes them
+        touched = getattr(rows, "_touched", None)
+        self.touched = touched if type(touched) is list else None
 
     cdef Columns cols(self, str kind):
-        if self.plain:
+        if self.plain or self.touched is not None:
             c = self.rows.rows.get(kind)
             if c is not None:
+                if self.touched is not None and kind not in self.touched:
+                    self.touched.append(kind)
                 return c
         return self.rows._list(kind)
 

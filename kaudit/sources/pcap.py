@@ -3,8 +3,8 @@
 Rows: `frame` (one per request/response pair), `batch` (every record batch of Produce requests
 and Fetch responses, with their context), `fetch_partition`, `txn_event`, `connection`,
 `decode_issue`. The file is mapped read-only; memory is bounded by the open connections'
-unacknowledged bytes and the rows of one chunk. Big captures are decoded by several processes
-(`pcap_parallel`), with the same rows in the same order and chunks.
+unacknowledged bytes and the rows of one chunk. Big captures can be decoded by several processes
+(`pcap_parallel`; `auto_jobs` says when), with the same rows in the same order and chunks.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def decode_capture(path: str, options: PcapOptions | None = None, summary: PcapS
     try:
         if fragments is not None:
             fragments.prepare(mm)
-        jobs = options.jobs if options.jobs is not None else auto_jobs(len(mm))
+        jobs = options.jobs if options.jobs is not None else auto_jobs(len(mm), options.deep)
         if jobs > 1:
             from kaudit.sources.pcap_parallel import decode_parallel
 
@@ -176,18 +176,28 @@ class Session:
                 mark(KEY_OPEN + number)
 
 
-def auto_jobs(size: int) -> int:
+def auto_jobs(size: int, deep: bool = False) -> int:
     """Processes for a capture of `size` bytes when the options do not say: KAUDIT_PCAP_JOBS
-    (or KAUDIT_JOBS) if set; else one with the compiled core (measured on the bench capture:
-    two processes took 1.7-2x the time of one - shipping the other process's bytes and putting
-    the rows back in order cost more than the compiled decode they share); else
-    `cores.auto_jobs` (one per CPU from MIN_PARALLEL_BYTES on)."""
+    (or KAUDIT_JOBS) if set; for `--deep` with the compiled core `cores.auto_jobs` (one per CPU
+    from MIN_PARALLEL_BYTES on); else one.
+
+    Measured (issue 19; 2 cores, shared): one process spends ~0.9 s of CPU on the bench capture
+    (500,813 packets, 395 MB) after start-up - ~0.6 s decoding, the capture walk ~0.14 s of it,
+    and ~0.28 s encoding Parquet on the writer's thread beside it - so it already keeps ~1.35
+    cores busy and two cores could save it at most ~0.2 s. Two processes (pcap_parallel) cost
+    ~0.6 s of CPU more - every process walks the whole capture, the worker's rows (~50 MB) cross
+    a pipe and the merge interleaves them (Arrow take) - and took 0.75x the speed of one on the
+    bench capture, 0.63x on 2M packets. On the pure path they cost ~30% more CPU (0.73-0.93x).
+    With `--deep` the decode is ~10 s of CPU and two processes add ~6%: 1.34x on 100k packets
+    (best of three), but 0.9-0.96x on 500k while the machine was busy: kaudit's processes share
+    one scheduling group with the machine's other users (autogroup), so on a loaded machine more
+    processes gain nothing."""
     env = os.environ.get("KAUDIT_PCAP_JOBS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    if native.module("kaudit.sources._cpcap") is not None and not os.environ.get("KAUDIT_JOBS", "").strip():
-        return 1
-    return cores.auto_jobs(size)
+    if os.environ.get("KAUDIT_JOBS", "").strip() or (deep and native.module("kaudit.sources._cpcap") is not None):
+        return cores.auto_jobs(size)
+    return 1
 
 
 def _decode(mm, path, options, summary, fragments=None):
