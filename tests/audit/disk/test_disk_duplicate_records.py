@@ -196,3 +196,18 @@ def test_fingerprints_tell_a_timestamp_from_its_negative():
     t = pa.table({"crc": np.full(6, 4, np.uint32), "batch_size": np.full(6, 80, np.int32),
                   "record_count": np.ones(6, np.int32), "base_timestamp_ms": ts, "max_timestamp_ms": ts})
     assert len(set(fingerprints(t, np.ones(6, dtype=bool)).tolist())) == 6
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_log_order_is_a_stable_sort(seed):
+    """The fingerprints' order (the default sort, ties put back in row order) is what a stable
+    sort gives, with many, few or no equal fingerprints."""
+    import numpy as np
+
+    from kaudit.audit.duplicate_records import log_order
+
+    rng = np.random.default_rng(seed)
+    for n in (0, 1, 2, 7, 1000, 20000):
+        for top in (2, 60, 2**62):
+            fp = rng.integers(0, top, n).astype(np.uint64)
+            assert np.array_equal(log_order(fp), np.argsort(fp, kind="stable"))
