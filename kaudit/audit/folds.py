@@ -102,8 +102,10 @@ def run_selection(fold: Fold, items: list[tuple[str, pa.Table]], ctx: Context,
             items.clear()
         items = prepared
     state = fold.make(ctx)
-    for kind, table in sorted_stream(fold, items):
-        yield from state.feed(kind, table)
+    # a keyed state takes each key's slice as the sort cut it: no second split by key
+    keyed = isinstance(state, KeyedState) and state.key_cols == fold.key
+    for kind, k, table in sorted_keyed(fold, items):
+        yield from (state.feed_key(kind, k, table) if keyed else state.feed(kind, table))
     yield from state.finish()
     if internal is not None:
         internal.extend(f"{fold.name}: {e}" for e in state.order_errors)
@@ -112,6 +114,12 @@ def run_selection(fold: Fold, items: list[tuple[str, pa.Table]], ctx: Context,
 def sorted_stream(fold: Fold, items: list[tuple[str, pa.Table]]) -> Iterator[tuple[str, pa.Table]]:
     """The (kind, table) chunks of a fold sorted by its key (then its order columns, where a kind
     has them); the kinds of one key come together, in the kinds' name order."""
+    for kind, _, part in sorted_keyed(fold, items):
+        yield kind, part
+
+
+def sorted_keyed(fold: Fold, items: list[tuple[str, pa.Table]]) -> Iterator[tuple[str, tuple, pa.Table]]:
+    """sorted_stream's chunks as (kind, key values, the key's rows of that kind)."""
     by_kind: dict[str, list[pa.Table]] = {}
     for kind, t in items:
         by_kind.setdefault(kind, []).append(t)
@@ -119,12 +127,55 @@ def sorted_stream(fold: Fold, items: list[tuple[str, pa.Table]]) -> Iterator[tup
     for rank, kind in enumerate(sorted(by_kind)):
         t = pa.concat_tables(by_kind[kind])
         cols = [c for c in fold.key + fold.order if c in t.column_names]
-        t = t.sort_by([(c, "ascending") for c in cols])
+        t = t.take(sort_indices(t, cols))
         for k, part in split_by_key(t, fold.key):
-            slices.append((tuple((v is None, v) for v in k), rank, kind, part))
+            slices.append((tuple((v is None, v) for v in k), rank, kind, k, part))
     slices.sort(key=lambda s: (s[0], s[1]))
-    for _, _, kind, part in slices:
-        yield kind, part
+    for _, _, kind, k, part in slices:
+        yield kind, k, part
+
+
+def sort_indices(t: pa.Table, cols: list[str]) -> pa.Array:
+    """The stable ascending order of `t` by `cols`, nulls last, as Arrow's sort_indices gives it:
+    numpy's lexsort over integer keys (strings by their rank among the column's distinct values,
+    a null or NaN flag before a value that has them), ~2x faster than Arrow's multi-column sort;
+    a column of another type leaves it to Arrow. Columns with one value throughout are skipped."""
+    keys = []   # numpy's lexsort: the last key is the primary one
+    for c in cols:
+        col = t.column(c)
+        if constant(col)[0]:
+            continue
+        enc = _sort_keys(col)
+        if enc is None:
+            return pc.sort_indices(t, [(c, "ascending") for c in cols])
+        keys.extend(enc)
+    return np_indices(np.lexsort(keys[::-1]) if keys else np.arange(t.num_rows))
+
+
+def _sort_keys(col) -> list[np.ndarray] | None:
+    """`col` as numpy sort keys, major first (None: a type left to Arrow)."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    typ = col.type
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_binary(typ):
+        enc = pc.dictionary_encode(col)
+        rank = np.asarray(pc.rank(enc.dictionary, sort_keys="ascending", tiebreaker="dense"), dtype=np.int64)
+        codes = enc.indices.fill_null(len(rank)).to_numpy() if enc.null_count else enc.indices.to_numpy()
+        return [np.append(rank, len(rank) + 1)[codes]]   # a null: after every value
+    if pa.types.is_floating(typ):
+        v = col.fill_null(0.0).to_numpy(zero_copy_only=False) if col.null_count else col.to_numpy()
+        nan = np.isnan(v)
+        out = [np.where(nan, 0.0, v)]
+        if nan.any():
+            out.insert(0, nan)   # Arrow: NaN after every number, before the nulls
+        if col.null_count:
+            out.insert(0, col.is_null().to_numpy(zero_copy_only=False))
+        return out
+    if pa.types.is_integer(typ) or pa.types.is_boolean(typ):
+        if col.null_count:
+            return [col.is_null().to_numpy(zero_copy_only=False),
+                    col.fill_null(False if pa.types.is_boolean(typ) else 0).to_numpy(zero_copy_only=False)]
+        return [col.to_numpy(zero_copy_only=False)]
+    return None
 
 
 class FoldState:
@@ -294,6 +345,19 @@ def split_by_key(table: pa.Table, key: tuple[str, ...]) -> Iterator[tuple[tuple,
     cols = [table.column(name) for name in key]
     for s, e in zip(starts.tolist(), ends.tolist()):
         yield tuple(c[s].as_py() for c in cols), table.slice(s, e - s)
+
+
+def np_mask(mask: np.ndarray) -> pa.BooleanArray:
+    """A numpy boolean mask as an Arrow array. Not pa.array: its first numpy argument imports
+    numpy.ma (to check for masked arrays), ~0.01-0.02 s of a command's run."""
+    bits = np.packbits(np.asarray(mask, dtype=bool), bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
+
+
+def np_indices(idx: np.ndarray) -> pa.Int64Array:
+    """Row numbers for `take`, not through pa.array (numpy.ma, as np_mask says)."""
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(idx), [None, pa.py_buffer(idx)])
 
 
 def np_col(table: pa.Table, name: str, fill, dtype) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context, Fold, KeyedState, np_col
+from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_indices
 from kaudit.audit.disk_sequences import fenced_epoch  # noqa: F401  (the rule this module also reports)
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.model import view
@@ -167,16 +167,18 @@ class ConnectionGroup:
         and its latest answered request (the max of their times and stream orders)."""
         plain = _plain(t) if self.plain_runs else np.zeros(t.num_rows, dtype=bool)
         rts = np_col(t, "request_ts", np.nan, np.float64)
-        cuts = np.flatnonzero(~plain).tolist() + [t.num_rows]
+        odd = np.flatnonzero(~plain)
+        cuts = odd.tolist() + [t.num_rows]
+        row = _Rows(t, odd, bool(self.waiting))
         a = 0
         for b in cuts:
             while a < b and self.waiting:   # a plain frame answers what waits before it
-                self._frame(Frame._make(t.column(c)[a].as_py() for c in FRAME_COLUMNS))
+                self._frame(row(a))
                 a += 1
             if a < b:
                 self._plain_run(t, rts, a, b)
             if b < t.num_rows:
-                self._frame(Frame._make(t.column(c)[b].as_py() for c in FRAME_COLUMNS))
+                self._frame(row(b))
             a = b + 1
 
     def _plain_run(self, t: pa.Table, rts: np.ndarray, a: int, b: int) -> None:
@@ -318,6 +320,26 @@ class ConnectionGroup:
                 details={"api": r.api_name, "reason": why}, first_ts_ms=_ms(r.request_ts),
                 **self._common(r)))
         return out
+
+
+class _Rows:
+    """The frames of a connection's chunk that go one by one (`odd`: those not plain), made in
+    one take: each such frame, the one after it (which answers it, mostly) and the first one
+    when a request waits from the chunk before; any other frame is made on its own."""
+
+    def __init__(self, t: pa.Table, odd: np.ndarray, waiting: bool):
+        self.t = t
+        self.rows: dict[int, Frame] = {}
+        if len(odd) or waiting:
+            idx = np.unique(np.concatenate([odd, odd + 1, [0] if waiting else []]).astype(np.int64))
+            idx = idx[idx < t.num_rows]
+            sub = t.take(np_indices(idx))
+            cols = [sub.column(c).to_pylist() for c in FRAME_COLUMNS]
+            self.rows = dict(zip(idx.tolist(), map(Frame._make, zip(*cols))))
+
+    def __call__(self, i: int) -> Frame:
+        r = self.rows.get(i)
+        return r if r is not None else Frame._make(self.t.column(c)[i].as_py() for c in FRAME_COLUMNS)
 
 
 def _failed_partitions(partition_errors: str | None) -> list[tuple]:

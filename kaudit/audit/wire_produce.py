@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.disk_sequences import REUSED_REMEDIATION, duplicate_batch, fenced_epoch, out_of_order_sequence
 from kaudit.audit.duplicate_records import duplicate_records  # noqa: F401  (registers the rule)
-from kaudit.audit.folds import Fold, KeyedState
+from kaudit.audit.folds import Fold, KeyedState, np_mask
 from kaudit.audit.producer_state import BatchView, ProducerState
 from kaudit.audit.wire_attempts import MAX_ANON_KEYS, MAX_REFUSED, Attempts, Pid
 from kaudit.audit.wire_clean import apply_clean, clean_rows
@@ -95,7 +95,7 @@ class WirePartition:
             clean, groups = clean_rows(t, self.pids)
             apply_clean(t, Row, self.pids, groups, clean)
             if clean.any():
-                t = t.filter(pa.array(~clean))
+                t = t.filter(np_mask(~clean))
         for r in Row.of(t):
             if r.producer_id is None or r.producer_id < 0:
                 self._anonymous(r)

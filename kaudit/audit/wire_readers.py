@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context, Fold, KeyedState, np_col
+from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_mask
 from kaudit.audit.log_chunks import TablesByKind
 from kaudit.audit.reader_replay import Outcomes, delivered_aborted, parse_aborted
 from kaudit.audit.registry import evidence, finding, rule
@@ -163,8 +163,8 @@ class ReaderPartition(TablesByKind):
             by_response.setdefault((b["source"], b["connection"], b["position"]), []).append(b)
         out = []
         # only the responses that returned some of those batches (by frame; the key decides below)
-        fetch = fetch.filter(pa.array(np.isin(np_col(fetch, "position", -1, np.int64),
-                                              np_col(txn, "position", -1, np.int64))))
+        fetch = fetch.filter(np_mask(np.isin(np_col(fetch, "position", -1, np.int64),
+                                             np_col(txn, "position", -1, np.int64))))
         rows = fetch.sort_by([("response_ts", "ascending"), ("position", "ascending")]).to_pylist()
         for r in rows:
             got = by_response.get((r["source"], r["connection"], r["position"]))
