@@ -365,7 +365,8 @@ class WireFeed:
         if key in self._seen:
             return      # a retry of a batch already counted: the broker stored it once
         self._seen.add(key)
-        self.produce_hosts.setdefault(tp, _host(r["connection"], 1))
+        if tp not in self.produce_hosts:
+            self.produce_hosts[tp] = _host(r["connection"], 1)
         if self.version == 2 or not self.tv1_adds:
             self._implicit_add(ts, r, tp)
         base = r["response_base_offset"]

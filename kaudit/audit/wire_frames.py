@@ -331,8 +331,8 @@ class _Rows:
         self.t = t
         self.rows: dict[int, Frame] = {}
         if len(odd) or waiting:
-            idx = np.unique(np.concatenate([odd, odd + 1, [0] if waiting else []]).astype(np.int64))
-            idx = idx[idx < t.num_rows]
+            idx = np.sort(np.concatenate([odd, odd + 1, [0] if waiting else []]).astype(np.int64))
+            idx = idx[(idx < t.num_rows) & np.r_[True, idx[1:] != idx[:-1]]]   # np.unique imports numpy.ma
             sub = t.take(np_indices(idx))
             cols = [sub.column(c).to_pylist() for c in FRAME_COLUMNS]
             self.rows = dict(zip(idx.tolist(), map(Frame._make, zip(*cols))))

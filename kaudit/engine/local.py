@@ -11,17 +11,20 @@ from concurrent.futures import ThreadPoolExecutor
 from kaudit.audit.folds import Context, Rows, sorted_stream  # noqa: F401  (sorted_stream: the engines' sort)
 from kaudit.engine.decoding import _decode, decode_pcaps, decode_segments  # noqa: F401  (the decodes, here too)
 from kaudit.engine.plan import Audit, AuditRun, Work, disk_audit, wire_audit
+from kaudit.engine.shared_folds import run_shared, should_share
 from kaudit.sources.logdir import Plan, plan
 from kaudit.sources.topics import TopicNames
 
 
 # -- decode + audit ----------------------------------------------------------------------------
 
-def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = None) -> AuditRun:
+def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = None,
+            jobs: int | None = None) -> AuditRun:
     """The plan run in this process: the facts and the tap on the decoding thread, the folds on
     a second one, at most FOLDS_BEHIND chunks behind (numpy and Arrow release the GIL, so the
-    folds overlap decoding, as Parquet encoding does); `captures` (wire): the capture summaries
-    the decode fills."""
+    folds overlap decoding, as Parquet encoding does); the buffered folds after the decode,
+    shared with a forked child where that pays (engine.shared_folds; `jobs` 1: never).
+    `captures` (wire): the capture summaries the decode fills."""
     work = Work(audit, tap=audit.tap)
     if captures is not None:
         work.facts.captures = captures
@@ -34,7 +37,7 @@ def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = Non
                 pending.popleft().result()   # raises the folds' error, if any
         for done in pending:
             done.result()
-    findings = work.finish()
+    findings = work.finish(runner=run_shared if should_share(work, jobs) else None)
     return audit.result(findings, work.facts, errors, internal=work.internal)
 
 
@@ -49,7 +52,7 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
     audit = disk_audit(paths, now_ms=now_ms, select=select, ignore=ignore, tap=tap,
                        max_batch_bytes=max_batch_bytes, folds=folds)
     chunks = _decode(audit.layout, audit.options, jobs, progress)
-    return execute(audit, chunks, list(audit.layout.errors))
+    return execute(audit, chunks, list(audit.layout.errors), jobs=jobs)
 
 
 def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=(), ignore=(),
@@ -62,7 +65,7 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
                        names=topic_names, folds=folds)
     summaries: dict = {}
     errors, chunks = decode_pcaps(paths, options, summaries)
-    return execute(audit, chunks, errors, summaries)
+    return execute(audit, chunks, errors, summaries, jobs=options.jobs)
 
 
 def list_transactions(paths: list[str], *, transactional_id: str | None = None,

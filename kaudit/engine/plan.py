@@ -243,19 +243,28 @@ class Work:
                 self.selected[f.name].append((kind, sel))
                 self.facts.kinds.setdefault(f.name, set()).add(kind)
 
-    def finish(self, buffered: bool = True) -> list[dict]:
+    def finish(self, buffered: bool = True, runner=None) -> list[dict]:
         """The findings: the streamed folds finished, then (`buffered`) the buffered folds run over
-        their selections, with the context settled from the facts."""
+        their selections, with the context settled from the facts. `runner(work, folds)` runs
+        the buffered folds (their findings and internal errors in the folds' order); by default
+        `run_folds`, one after the other."""
         self.audit.settle(self.ctx, self.facts)
         keep, out = self.audit.keep, self.findings
         for f, state in self.states:
             out.extend(x for x in state.finish() if keep(x))
             self.internal.extend(f"{f.name}: {e}" for e in state.order_errors)
-        for f in self.audit.buffered if buffered else ():
+        if buffered:
+            out.extend((runner or Work.run_folds)(self, self.audit.buffered))
+        self.findings = []
+        return out
+
+    def run_folds(self, folds) -> list[dict]:
+        """The findings of buffered folds over their selections (which are let go), in order."""
+        keep, out = self.audit.keep, []
+        for f in folds:
             items = self.selected.pop(f.name)
             out.extend(x for x in fold_selection(f, items, self.audit.context(self.ctx, self.facts, f),
                                                  self.internal) if keep(x))
-        self.findings = []
         return out
 
 

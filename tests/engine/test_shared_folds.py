@@ -1,0 +1,112 @@
+"""engine.shared_folds: the buffered folds shared with a forked child give the findings and the
+internal errors of one process - on every capture and log dir of the corpus, forced on whatever
+their size - and a child that dies or fails a fold costs nothing but time: the main process runs
+what it did not send. Each check runs in a fresh interpreter (no other thread alive, as in a
+command; pytest's process may hold a Spark session's threads)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CORPUS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+COMMON = """
+import json, os, sys
+from pathlib import Path
+from kaudit.engine import local, plan, shared_folds
+from kaudit.sources.pcap import PcapOptions
+
+PORTS = frozenset({9092, 9093, 9094})
+shared = []
+real = shared_folds.run_shared
+def counted(work, folds):
+    shared.append(len(folds))
+    return real(work, folds)
+local.run_shared = counted
+"""
+
+
+def _script(body: str) -> dict:
+    code = COMMON + textwrap.dedent(body)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS} (CI provides ../shared/corpus)")
+def test_shared_folds_find_what_one_process_finds_on_the_corpus():
+    got = _script(f"""
+        corpus = Path({str(CORPUS)!r})
+        caps = sorted(p for p in corpus.rglob("*") if p.suffix in (".pcap", ".pcapng"))
+        roots = sorted({{m.parent.parent.parent if m.parent.name in ("data", "meta") else m.parent
+                        for m in corpus.rglob("meta.properties")}})
+        def runs(jobs):
+            out = []
+            for c in caps:
+                r = local.audit_pcaps([str(c)], PcapOptions(kafka_ports=PORTS, jobs=jobs))
+                out.append((str(c), r.findings, r.internal_errors))
+            for d in roots:
+                r = local.audit_segments([str(d)], jobs=jobs)
+                out.append((str(d), r.findings, r.internal_errors))
+            return out
+        one = runs(1)
+        assert not shared
+        shared_folds.SHARE_MIN_ROWS = 0
+        two = runs(None)
+        bad = [a[0] for a, b in zip(one, two) if a != b]
+        print(json.dumps({{"inputs": len(one), "shared": len(shared), "bad": bad,
+                          "findings": sum(len(a[1]) for a in one)}}))
+    """)
+    assert got["bad"] == []
+    assert got["inputs"] >= 40 and got["findings"] > 100
+    assert got["shared"] >= 40   # most inputs (those with rows for 2+ buffered folds) were shared: 49 of 60
+
+
+def test_a_child_that_fails_or_dies_leaves_the_folds_to_the_main_process():
+    got = _script("""
+        import pyarrow as pa
+        from kaudit.audit.folds import Fold, KeyedState
+
+        parent = os.getpid()
+
+        class G:
+            def __init__(self, key, name, mode):
+                self.key, self.name, self.mode, self.n = key, name, mode, 0
+            def feed(self, kind, t):
+                self.n += t.num_rows
+                return []
+            def finish(self):
+                if os.getpid() != parent and self.mode == "raise":
+                    raise RuntimeError("a fold that fails in the child only")
+                if os.getpid() != parent and self.mode == "die":
+                    os._exit(9)
+                return [{"rule": self.name, "key": self.key[0], "rows": self.n}]
+
+        def fold(name, mode):
+            return Fold(name, {"batch": ("k",)}, ("k",), (), lambda ctx: KeyedState(("k",), lambda k: G(k, name, mode)))
+
+        def run(modes):
+            folds = tuple(fold(f"f{i}", m) for i, m in enumerate(modes))
+            audit = plan.Audit("disk", [], folds, None, lambda f: True)
+            work = plan.Work(audit)
+            for i in range(3):
+                work.select("batch", pa.table({"k": [i % 2] * 50}))
+            return work.finish(runner=shared_folds.run_shared), work.selected
+
+        clean, left = run(["ok"] * 4)
+        failing, _ = run(["ok", "raise", "ok", "raise", "ok"])
+        dying, _ = run(["die"] * 6)
+        print(json.dumps({"clean": clean, "left": len(left), "failing": failing, "dying": dying}))
+    """)
+    want = [{"rule": f"f{i}", "key": k, "rows": n} for i in range(6) for k, n in ((0, 100), (1, 50))]
+    assert got["clean"] == want[:8] and got["left"] == 0
+    assert got["failing"] == want[:10]
+    assert got["dying"] == want
