@@ -6,13 +6,15 @@ in the folds' order - the findings and internal errors are the ones `Work.run_fo
 Why a fork: the folds are Python (one core under the GIL); after the decode the selections are
 already in memory, which a fork shares without copying. Measured on the 500k-packet bench
 capture (2 cores): the five wire folds 0.38-0.43 s one after the other, 0.25-0.34 s shared, the
-audit 1.30 -> 1.19 s (best of 8, interleaved) for ~0.14 s more CPU. Below SHARE_MIN_ROWS selected
-rows a fork (a few ms, then copy-on-write faults) costs more than it saves.
+audit 1.30 -> 1.19 s (best of 8, interleaved) for ~0.14 s more CPU. Below SHARE_MIN_ROWS rows
+outside the biggest selection a fork (a few ms, then copy-on-write faults) costs more than the
+other process could take.
 
 Shared only when it is safe and can pay: a POSIX system with 2+ usable CPUs, `--jobs` not 1, no
 other Python thread alive (a thread holding a lock at the fork would leave the child a lock no
-one releases), 2+ folds with rows. A child that dies or fails a fold sends nothing for it: the
-main process runs that fold itself (and so raises its error, if it has one)."""
+one releases), 2+ folds with rows, SHARE_MIN_ROWS of them outside the biggest selection. A child
+that dies or fails a fold sends nothing for it: the main process runs that fold itself (and so
+raises its error, if it has one)."""
 
 from __future__ import annotations
 
@@ -30,9 +32,11 @@ SHARE_MIN_ROWS = 50_000
 def should_share(work, jobs: int | None, min_rows: int | None = None) -> bool:
     """Whether `work`'s buffered folds are worth sharing with a forked child (`jobs`: --jobs)."""
     min_rows = SHARE_MIN_ROWS if min_rows is None else min_rows
-    folds = [f for f in work.audit.buffered if work.selected.get(f.name)]
-    rows = sum(t.num_rows for f in folds for _, t in work.selected[f.name])
-    return (jobs != 1 and len(folds) >= 2 and rows >= min_rows and hasattr(os, "fork")
+    rows = sorted(sum(t.num_rows for _, t in work.selected[f.name])
+                  for f in work.audit.buffered if work.selected.get(f.name))
+    # the rows besides the biggest selection: what the other process could take (the disk
+    # audit's transactions fold beside a replicas fold of a few rows gains nothing)
+    return (jobs != 1 and len(rows) >= 2 and sum(rows[:-1]) >= min_rows and hasattr(os, "fork")
             and usable_cpus() >= 2 and threading.active_count() == 1)
 
 

@@ -110,3 +110,38 @@ def test_a_child_that_fails_or_dies_leaves_the_folds_to_the_main_process():
     assert got["clean"] == want[:8] and got["left"] == 0
     assert got["failing"] == want[:10]
     assert got["dying"] == want
+
+
+def test_sharing_is_chosen_only_where_it_can_pay(monkeypatch):
+    import threading
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from kaudit.engine import shared_folds as sf
+
+    monkeypatch.setattr(sf, "usable_cpus", lambda: 2)
+    folds = [SimpleNamespace(name=n) for n in ("a", "b", "c")]
+
+    def work(*rows):
+        sel = {f.name: [("batch", pa.table({"x": [0] * n}))] if n else [] for f, n in zip(folds, rows)}
+        return SimpleNamespace(audit=SimpleNamespace(buffered=folds), selected=sel)
+
+    alone = threading.active_count() == 1   # pytest's process may hold a Spark session's threads
+    assert sf.should_share(work(60, 30, 30), None, min_rows=50) is alone
+    assert sf.should_share(work(60, 30, 30), 2, min_rows=50) is alone
+    assert not sf.should_share(work(60, 30, 30), 1, min_rows=50)    # --jobs 1: one process
+    assert not sf.should_share(work(900, 30, 0), None, min_rows=50)  # the rest too small to pay
+    assert not sf.should_share(work(900, 0, 0), None, min_rows=0)    # one fold: nothing to share
+    monkeypatch.setattr(sf, "usable_cpus", lambda: 1)
+    assert not sf.should_share(work(60, 30, 30), None, min_rows=50)
+    if alone:
+        monkeypatch.setattr(sf, "usable_cpus", lambda: 2)
+        stop = threading.Event()
+        t = threading.Thread(target=stop.wait)
+        t.start()
+        try:
+            assert not sf.should_share(work(60, 30, 30), None, min_rows=50)   # a thread alive: no fork
+        finally:
+            stop.set()
+            t.join()
