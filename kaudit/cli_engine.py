@@ -77,11 +77,16 @@ def choose(engine: Engine, paths, master, spark_conf, threshold: str | None, spa
     name = choose_engine(engine.value, [str(p) for p in paths], limit, master)
     if name != "local":   # Spark's module only where it runs (start-up of every local command)
         return spark_options(master, spark_conf, spark_ui)
+    lean_local()
+    return None
+
+
+def lean_local() -> None:
+    """The local engine runs in this process: refuse what it never uses (LEAN_LOCAL)."""
     if LEAN_LOCAL:
         from kaudit.lean import refuse
 
         refuse()
-    return None
 
 
 def parquet_writer(folder: Optional[Path]):

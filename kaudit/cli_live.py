@@ -49,6 +49,9 @@ def _chain(first, rest):
 
 def live_report(files, follow, follow_idle, options, now_ms, rules, ign, format, output, fail_on, sel, report):
     """Run the live audit and write its report (`report`: the file commands' writer)."""
+    from kaudit.cli_engine import lean_local
+
+    lean_local()   # a live capture runs on the local engine (pandas alone: ~40 MB held for hours)
     from kaudit.engine.live import audit_live
     from kaudit.protocol.errors import DecodeError
 

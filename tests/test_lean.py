@@ -50,3 +50,16 @@ def test_commands_run_in_process_leave_imports_alone():
     from kaudit import cli_engine
 
     assert cli_engine.LEAN_LOCAL is False
+
+
+def test_a_live_capture_refuses_them_too():
+    """`kaudit pcap -` runs the local engine without choosing one: hours of pandas held for nothing."""
+    code = ("import sys; sys.argv = ['kaudit'] + sys.argv[1:]\n"
+            "import atexit\n"
+            "atexit.register(lambda: print('LOADED', 'pandas' in sys.modules, 'hypothesis' in sys.modules,"
+            " 'dateutil' in sys.modules, file=sys.stderr))\n"
+            "from kaudit.cli import main; main()\n")
+    r = subprocess.run([sys.executable, "-c", code, "pcap", "-", "--format", "ndjson"], input=PCAP.read_bytes(),
+                       capture_output=True, cwd=ROOT, timeout=120)
+    assert r.returncode in (0, 1), r.stderr
+    assert b"LOADED False False False" in r.stderr
