@@ -31,9 +31,10 @@ MaxFrameOpt = Annotated[int, typer.Option("--max-frame-bytes", min=1024, help="L
 MaxBatchOpt = Annotated[int, typer.Option("--max-batch-bytes", min=1024,
                                           help="Largest batch (and decompressed payload) accepted.")]
 JobsOpt = Annotated[Optional[int], typer.Option(
-    "--jobs", "-j", min=1, help="Processes of the local engine. Default: captures of 64 MiB or more "
-    "one per core (at most 4), segments 1 (their rows cost more to move between processes than "
-    "to decode). Same rows and findings whatever the number.")]
+    "--jobs", "-j", min=1, help="Processes of the local engine. Default: one to decode (with --deep, "
+    "captures of 64 MiB or more: one per core, at most 4), and an audit shares its folds with a "
+    "second process after the decode where that pays; 1: one process throughout. Same rows and "
+    "findings whatever the number.")]
 TopicOpt = Annotated[Optional[list[str]], typer.Option("--topic", help="Only this topic (repeatable).")]
 PartitionOpt = Annotated[Optional[list[int]], typer.Option("--partition", help="Only this partition number (repeatable).")]
 ProducerIdOpt = Annotated[Optional[list[int]], typer.Option("--producer-id", help="Only this producer id (repeatable).")]
