@@ -10,11 +10,11 @@ audit 1.30 -> 1.19 s (best of 8, interleaved) for ~0.14 s more CPU. Below SHARE_
 outside the biggest selection a fork (a few ms, then copy-on-write faults) costs more than the
 other process could take.
 
-Shared only when it is safe and can pay: a POSIX system with 2+ usable CPUs, `--jobs` not 1, no
-other Python thread alive (a thread holding a lock at the fork would leave the child a lock no
-one releases), 2+ folds with rows, SHARE_MIN_ROWS of them outside the biggest selection. A child
-that dies or fails a fold sends nothing for it: the main process runs that fold itself (and so
-raises its error, if it has one)."""
+Shared only when it is safe and can pay: Linux (macOS's system libraries are not safe to use in
+a forked child) with 2+ usable CPUs, `--jobs` not 1, no other Python thread alive (a thread
+holding a lock at the fork would leave the child a lock no one releases), 2+ folds with rows,
+SHARE_MIN_ROWS of them outside the biggest selection. A child that dies or fails a fold sends
+nothing for it: the main process runs that fold itself (and so raises its error, if it has one)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import io
 import os
 import pickle
 import signal
+import sys
 import threading
 
 from kaudit.sources.cores import usable_cpus
@@ -36,7 +37,7 @@ def should_share(work, jobs: int | None, min_rows: int | None = None) -> bool:
                   for f in work.audit.buffered if work.selected.get(f.name))
     # the rows besides the biggest selection: what the other process could take (the disk
     # audit's transactions fold beside a replicas fold of a few rows gains nothing)
-    return (jobs != 1 and len(rows) >= 2 and sum(rows[:-1]) >= min_rows and hasattr(os, "fork")
+    return (jobs != 1 and len(rows) >= 2 and sum(rows[:-1]) >= min_rows and sys.platform.startswith("linux")
             and usable_cpus() >= 2 and threading.active_count() == 1)
 
 
