@@ -18,7 +18,6 @@ nothing for it: the main process runs that fold itself (and so raises its error,
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
 import signal
@@ -26,6 +25,7 @@ import sys
 import threading
 
 from kaudit.sources.cores import usable_cpus
+from kaudit.sources.pcap_workers import recv, send   # the pcap workers' pipe messages
 
 SHARE_MIN_ROWS = 50_000
 
@@ -55,8 +55,8 @@ def run_shared(work, folds) -> list[dict]:
         os.close(results_r)
         _child(work, folds, tokens_r, results_w)
     os.close(results_w)
-    received: list[bytes] = []
-    reader = threading.Thread(target=_read_all, args=(results_r, received), daemon=True)
+    received: list[tuple] = []
+    reader = threading.Thread(target=_receive, args=(results_r, received), daemon=True)
     reader.start()
     done: dict[int, tuple[list, list]] = {}
     try:
@@ -69,12 +69,7 @@ def run_shared(work, folds) -> list[dict]:
         os.close(tokens_r)
         if pid is not None:   # the main process failed (or Ctrl-C): the child's work is moot
             _kill(pid)
-    stream = io.BytesIO(received[0] if received else b"")
-    while True:
-        try:
-            i, found, internal = pickle.load(stream)
-        except (EOFError, pickle.UnpicklingError, ValueError):
-            break
+    for i, found, internal in received:
         done.setdefault(i, (found, internal))
     out = []
     for i, f in enumerate(folds):
@@ -104,18 +99,21 @@ def _child(work, folds, tokens: int, results: int) -> None:
     code = 1
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)   # Ctrl-C ends it at once, no traceback
-        with os.fdopen(results, "wb") as f:
-            while (i := _take(tokens)) is not None:
-                pickle.dump((i, *_run_one(work, folds[i])), f, protocol=pickle.HIGHEST_PROTOCOL)
-                f.flush()
+        while (i := _take(tokens)) is not None:
+            send(results, (i, *_run_one(work, folds[i])))
         code = 0
     finally:
         os._exit(code)   # no atexit handlers, no flushing of the main process's buffers
 
 
-def _read_all(fd: int, into: list) -> None:
+def _receive(fd: int, into: list) -> None:
+    """The child's messages until it closes its end (a message it was cut off in is dropped)."""
     with os.fdopen(fd, "rb") as f:
-        into.append(f.read())
+        while True:
+            try:
+                into.append(recv(f))
+            except (EOFError, pickle.UnpicklingError, ValueError):
+                return
 
 
 def _wait(pid: int) -> None:
