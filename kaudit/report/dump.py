@@ -148,7 +148,9 @@ class TableWriter:
         if r.get("source") != self.source:
             self.source = r.get("source")
             where = f"replica {r['replica']}, " if r.get("replica") else ""
-            tp = f"{r['topic']}-{r['partition']}" if r.get("topic") is not None else "no partition"
+            # rows without a partition (a capture's topic names: id -> name) name the topic alone
+            topic, partition = r.get("topic"), r.get("partition")
+            tp = (f"{topic}-{partition}" if partition is not None else topic) if topic is not None else "no partition"
             self.out.write(f"\nDumping {_rel(self.source)} ({where}{tp})\n")
 
     def _flush(self) -> None:
