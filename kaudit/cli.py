@@ -24,7 +24,7 @@ import typer  # noqa: E402
 from kaudit import __version__, cli_coerce, cli_engine  # noqa: E402
 from kaudit.cli_common import (  # noqa: E402
     CAPTURE_EXPECTED, EXIT_FINDINGS, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, MAX_BATCH_BYTES, MAX_FRAME_BYTES,
-    LOG_DIR_EXPECTED, CapturesArg, JobsOpt, KafkaPortOpt, MaxBatchOpt, MaxFrameOpt, MinSeverityOpt, PartitionOpt,
+    LOG_DIR_EXPECTED, CapturesArg, ManyPathsCommand, JobsOpt, KafkaPortOpt, MaxBatchOpt, MaxFrameOpt, MinSeverityOpt, PartitionOpt,
     PathsArg, ProducerIdOpt, Severity, SinceOpt, TopicOpt, TxnIdOpt, UntilOpt, captures_of, check_log_plan,
     check_selection, err, exit_unreadable, inside, no_kafka_traffic, parse_time, pcap_options, selection,
 )
@@ -282,10 +282,12 @@ def audit_pcap(
     _report(run, "pcap", names, format, output, fail_on, sel, _charts(pcaps=names, options=options))
 
 
-@app.command("audit")
+@app.command("audit", cls=ManyPathsCommand)
 def audit_both(
-    pcap: Annotated[list[Path], typer.Option("--pcap", help="pcap or pcapng capture files or folders (repeatable).")],
-    segments: Annotated[list[Path], typer.Option("--segments", help="Log dirs, folders of log dirs, partition dirs or files (repeatable).")],
+    pcap: Annotated[list[Path], typer.Option(
+        "--pcap", help="Capture files (pcap or pcapng) or folders of them: several after one --pcap.")],
+    segments: Annotated[list[Path], typer.Option(
+        "--segments", help="Log dirs, folders of log dirs, partition dirs or files: several after one --segments.")],
     format: FormatOpt = ReportFormat.table,
     output: OutputOpt = None,
     fail_on: FailOpt = Severity.error,
