@@ -4,6 +4,8 @@ checks that refuse a green result from the wrong input (exit 3 with what was exp
 
 from __future__ import annotations
 
+import inspect
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -81,6 +83,23 @@ def spread_many(args: list[str], flags) -> list[str]:
             flag = None
         out.append(a)
     return out
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(-])")
+
+
+def sentences_help(app) -> None:
+    """Help texts as sentences: each paragraph of a command's docstring flows as one text (the
+    source's line breaks are not the reader's; typer's rich help keeps them, so a sentence broke
+    mid-line), and the command list shows the first sentence alone."""
+    for info in app.registered_commands:
+        doc = info.help or inspect.getdoc(info.callback) or ""
+        paragraphs = [" ".join(p.split()) for p in doc.split("\n\n") if p.strip()]
+        info.help = "\n\n".join(paragraphs)
+        if paragraphs and info.short_help is None:
+            info.short_help = _SENTENCE_END.split(paragraphs[0], maxsplit=1)[0]
+    for group in app.registered_groups:
+        sentences_help(group.typer_instance)
 
 
 def err(message: str) -> None:

@@ -93,8 +93,11 @@ def row_line(kind: str, r: dict) -> str:
     for k, v in r.items():
         if k in _PLACE or v is None:
             continue
-        if k.endswith("_ms") and isinstance(v, int) and not k.endswith("timeout_ms") and v > 10**11:
+        if k.endswith("_ms") and isinstance(v, int) and not k.endswith("timeout_ms") and (
+                v > 10**11 or (v == -1 and "timestamp" in k)):
             v = iso_ms(v)
+        elif k in ("ts", "request_ts", "response_ts") and isinstance(v, float):
+            v = iso_s(v)   # capture time
         elif isinstance(v, bytes):
             v = shown(v)
         parts.append(f"{k}: {v}")
