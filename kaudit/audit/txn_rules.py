@@ -1,4 +1,4 @@
-"""Transaction rules (DESIGN.md §4), judged once per producer id over the facts of txn_model -
+"""Transaction rules (docs/architecture.md §4), judged once per producer id over the facts of txn_model -
 whether they came from the log dirs (transactions.py) or a capture (txn_wire.py). A rule reads
 only the facts and what the evidence covers (`ProducerTxns.coverage`), never its source's rows.
 Each rule's `clean` predicate, beside it (txn_clean.py), is what the fast path may certify."""
