@@ -62,16 +62,23 @@ def test_select_suggests_the_nearest_rule_id(tmp_path):
     assert r.exit_code == 2 and "fenced-epoch" in r.output
 
 
-@pytest.mark.parametrize("command", [[], ["pcap"], ["audit"], ["decode"], ["txn"]])
-def test_help_sentences_are_not_broken_mid_line(command):
-    """A docstring's source line breaks are not the reader's: at 80 columns no help line ends
-    where the next one continues a sentence in lower case after a cut made by the source."""
+def _commands(typer_app):
+    yield from typer_app.registered_commands
+    for group in typer_app.registered_groups:
+        yield from _commands(group.typer_instance)
+
+
+@pytest.mark.parametrize("command", [[], ["pcap"], ["audit"], ["decode"], ["decode", "pcap"], ["txn"]])
+def test_help_flows_as_sentences(command):
+    """A docstring's source line breaks are not the reader's: each paragraph of a command's help
+    is one text (the terminal wraps it), and the command list shows one sentence."""
     r = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "80"})
-    assert r.exit_code == 0
-    from kaudit.cli_common import _SENTENCE_END  # noqa: F401  (the splitter the list uses)
-    for info in app.registered_commands:
-        assert "\n" not in (info.short_help or ""), info.short_help
-        assert all("\n" not in p for p in (info.help or "").split("\n\n")), info.name
+    assert r.exit_code == 0 and "Traceback" not in r.output
+    for info in _commands(app):
+        assert info.short_help and "\n" not in info.short_help, info.name
+        assert info.short_help.endswith((".", ")")), info.short_help
+        assert all("\n" not in p for p in info.help.split("\n\n")), info.name
+        assert info.help.startswith(info.short_help), info.name
 
 
 def test_several_paths_after_one_flag():
