@@ -103,3 +103,15 @@ def test_no_timestamp_is_never_1969():
     assert relative(-1, 1_000_000) == ""
     assert "1969" not in when(-1, 5_000, 10_000) and "1970-01-01T00:00:05.000Z" in when(-1, 5_000, 10_000)
     assert iso_ms(0) == "1970-01-01T00:00:00.000Z"
+
+
+def test_txn_table_fits_the_width():
+    demo = "fixtures/logdirs/demo"
+    from tests.conftest import ROOT
+
+    r = runner.invoke(app, ["txn", str(ROOT / demo)], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines and all(len(x) <= 80 for x in lines), [x for x in lines if len(x) > 80]
+    assert lines[0].startswith("demo-txn-21  producer 2000 epoch 0: COMMIT")
+    assert "    demo-txn-0 0 -> COMMIT@2 epoch 0 (coord epoch 0)" in lines
