@@ -112,4 +112,5 @@ def test_doc_command_runs(where, line, tmp_path, monkeypatch):
     RUNS[(tuple(args), piped)] = code, output, crash
     assert crash is None, f"{where}: {line}\n" + "".join(traceback.format_exception(crash))
     assert "Traceback" not in output, f"{where}: {line}\n{output[-3000:]}"
-    assert code in (0, 1), f"{where}: {line} exited {code}\n{output[-2000:]}"
+    assert code in (0, 1), (f"{where}: {line} exited {code} (an input the docs name for the reader? map it "
+                            f"to a sample in PLACES)\n{output[-2000:]}")
