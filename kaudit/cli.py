@@ -24,9 +24,10 @@ import typer  # noqa: E402
 from kaudit import __version__, cli_coerce, cli_engine  # noqa: E402
 from kaudit.cli_common import (  # noqa: E402
     CAPTURE_EXPECTED, EXIT_FINDINGS, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, MAX_BATCH_BYTES, MAX_FRAME_BYTES,
-    LOG_DIR_EXPECTED, CapturesArg, JobsOpt, KafkaPortOpt, MaxBatchOpt, MaxFrameOpt, MinSeverityOpt, PartitionOpt,
+    LOG_DIR_EXPECTED, CapturesArg, ManyPathsCommand, JobsOpt, KafkaPortOpt, MaxBatchOpt, MaxFrameOpt, MinSeverityOpt, PartitionOpt,
     PathsArg, ProducerIdOpt, Severity, SinceOpt, TopicOpt, TxnIdOpt, UntilOpt, captures_of, check_log_plan,
     check_selection, err, exit_unreadable, inside, no_kafka_traffic, parse_time, pcap_options, selection,
+    sentences_help,
 )
 from kaudit.cli_decode import decode_app  # noqa: E402
 from kaudit.cli_engine import (  # noqa: E402
@@ -87,13 +88,22 @@ NowOpt = Annotated[Optional[str], typer.Option(
     "(default: the latest broker-side timestamp in the evidence, or the last packet).")]
 
 
+def _nearest(name: str, known) -> str:
+    """"; did you mean A, B?": the ids `name` is part of ("duplicate"), else the closest spellings."""
+    import difflib
+
+    near = [x for x in sorted(known) if name and name.lower() in x] or difflib.get_close_matches(
+        name.lower(), sorted(known), n=3, cutoff=0.5)
+    return f"; did you mean {', '.join(near[:5])}?" if near else ""
+
+
 def _rule_list(values) -> list[str]:
     from kaudit.audit import RULES
 
     out = [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
     unknown = sorted(set(out) - set(RULES))
     if unknown:
-        err(f"[red]error:[/red] unknown rule {', '.join(unknown)} (see `kaudit rules`)")
+        err(f"[red]error:[/red] unknown rule {', '.join(unknown)}{_nearest(unknown[0], RULES)} (see `kaudit rules`)")
         raise typer.Exit(EXIT_USAGE)
     return out
 
@@ -282,10 +292,12 @@ def audit_pcap(
     _report(run, "pcap", names, format, output, fail_on, sel, _charts(pcaps=names, options=options))
 
 
-@app.command("audit")
+@app.command("audit", cls=ManyPathsCommand)
 def audit_both(
-    pcap: Annotated[list[Path], typer.Option("--pcap", help="pcap or pcapng capture files or folders (repeatable).")],
-    segments: Annotated[list[Path], typer.Option("--segments", help="Log dirs, folders of log dirs, partition dirs or files (repeatable).")],
+    pcap: Annotated[list[Path], typer.Option(
+        "--pcap", help="Capture files (pcap or pcapng) or folders of them: several after one --pcap.")],
+    segments: Annotated[list[Path], typer.Option(
+        "--segments", help="Log dirs, folders of log dirs, partition dirs or files: several after one --segments.")],
     format: FormatOpt = ReportFormat.table,
     output: OutputOpt = None,
     fail_on: FailOpt = Severity.error,
@@ -424,14 +436,11 @@ def list_rules(
 
         typer.echo(json.dumps(rows, indent=1))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from kaudit.report.columns import fit
 
-    t = Table("rule", "severity", "scope", "flags")
-    t.columns[0].no_wrap = True  # ids are what users type: never wrapped
-    for r in rows:
-        t.add_row(r["id"], r["severity"], r["scope"], r["title"])
-    Console(soft_wrap=not sys.stdout.isatty()).print(t)
+    # ids are what users type: never wrapped; the last column wraps to the terminal's width
+    sys.stdout.write(fit(["rule", "severity", "scope", "flags"],
+                         [[r["id"], r["severity"], r["scope"], r["title"]] for r in rows]))
 
 
 @app.command("explain")
@@ -442,9 +451,12 @@ def explain(rule: Annotated[str, typer.Argument(help="A rule id (see `kaudit rul
 
     r = RULES.get(rule)
     if r is None:
-        err(f"[red]error:[/red] unknown rule {rule!r} (see `kaudit rules`)")
+        err(f"[red]error:[/red] unknown rule {rule!r}{_nearest(rule, RULES)} (every rule: `kaudit rules`)")
         raise typer.Exit(EXIT_USAGE)
     typer.echo(f"{r.id} ({r.severity}, {r.scope}): {r.title}\n\n{r.doc}\n\nRemediation: {r.remediation}")
+
+
+sentences_help(app)
 
 
 def _bounded_memory() -> None:

@@ -4,11 +4,14 @@ checks that refuse a green result from the wrong input (exit 3 with what was exp
 
 from __future__ import annotations
 
+import inspect
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNREADABLE = 0, 1, 2, 3
 MAX_FRAME_BYTES, MAX_BATCH_BYTES = 100 * 1024 * 1024, 64 * 1024 * 1024
@@ -46,6 +49,57 @@ UntilOpt = Annotated[Optional[str], typer.Option(
 MinSeverityOpt = Annotated[Optional[Severity], typer.Option(
     "--min-severity", help="Only findings at or above this severity (the table hides info by default "
     "and says how many incidents it hid; machine formats keep everything unless this is given).")]
+
+
+class ManyPathsCommand(TyperCommand):
+    """A command whose path options take several values after one flag, as a shell glob gives
+    them and as the README writes them: `--segments node1/ node2/ node3/` is read as
+    `--segments node1/ --segments node2/ --segments node3/` (click's options take one value per
+    flag). The values run to the next argument that starts with '-' (a lone '-' is a value);
+    `--segments=PATH` and the repeated flag keep their usual meaning."""
+
+    many_options = ("--pcap", "--segments")
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, spread_many(args, self.many_options))
+
+
+def spread_many(args: list[str], flags) -> list[str]:
+    out: list[str] = []
+    flag = None          # the path option whose values are being read
+    for a in args:
+        if a == "--":
+            flag = None
+        elif a in flags:
+            flag = a
+            out.append(a)
+            continue
+        elif flag is not None and (a == "-" or not a.startswith("-")):
+            if out[-1] != flag:
+                out.append(flag)
+            out.append(a)
+            continue
+        else:
+            flag = None
+        out.append(a)
+    return out
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(-])")
+
+
+def sentences_help(app) -> None:
+    """Help texts as sentences: each paragraph of a command's docstring flows as one text (the
+    source's line breaks are not the reader's; typer's rich help keeps them, so a sentence broke
+    mid-line), and the command list shows the first sentence alone."""
+    for info in app.registered_commands:
+        doc = info.help or inspect.getdoc(info.callback) or ""
+        paragraphs = [" ".join(p.split()) for p in doc.split("\n\n") if p.strip()]
+        info.help = "\n\n".join(paragraphs)
+        if paragraphs and info.short_help is None:
+            info.short_help = _SENTENCE_END.split(paragraphs[0], maxsplit=1)[0]
+    for group in app.registered_groups:
+        sentences_help(group.typer_instance)
 
 
 def err(message: str) -> None:

@@ -1,4 +1,4 @@
-"""Flat row types and their Arrow schemas (DESIGN.md §3): the public vocabulary of kaudit.
+"""Flat row types and their Arrow schemas (docs/architecture.md §3): the public vocabulary of kaudit.
 
 Every row is a flat mapping of primitive fields. Sources produce rows of one `kind` at a time,
 either as a list of dicts (small kinds) or directly as Arrow tables (batches, the hot path);

@@ -9,13 +9,21 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000))
+NO_TIMESTAMP = "no timestamp"   # Kafka's -1 (RecordBatch.NO_TIMESTAMP): never shown as 1969
+
+
+def known(ms: int | float | None) -> int | float | None:
+    """`ms`, or None for Kafka's "no timestamp" (-1; no instant before 1970 is a Kafka time)."""
+    return None if ms is None or ms < 0 else ms
 
 
 def iso_ms(ms: int | float | None) -> str:
     """Epoch milliseconds as ISO-8601 in UTC with millisecond precision
-    ("2026-11-24T22:26:35.123Z"); "unknown time" for None."""
+    ("2026-11-24T22:26:35.123Z"); "unknown time" for None, "no timestamp" for Kafka's -1."""
     if ms is None:
         return "unknown time"
+    if ms < 0:
+        return NO_TIMESTAMP
     try:
         t = datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
     except (OverflowError, OSError, ValueError):
@@ -28,6 +36,8 @@ def iso_s(seconds: float | None) -> str:
     ("2026-11-24T22:26:35.123456Z")."""
     if seconds is None:
         return "unknown time"
+    if seconds < 0:
+        return NO_TIMESTAMP
     try:
         t = datetime.fromtimestamp(seconds, tz=timezone.utc)
     except (OverflowError, OSError, ValueError):
@@ -57,6 +67,7 @@ def relative(ms: int | float | None, reference_ms: int | float | None,
              reference: str = "the end of the evidence") -> str:
     """Where `ms` lies from the reference time, in words ("3 min 2 s before the end of the
     evidence"); "" when either is unknown."""
+    ms, reference_ms = known(ms), known(reference_ms)
     if ms is None or reference_ms is None:
         return ""
     delta = reference_ms - ms
@@ -68,7 +79,11 @@ def relative(ms: int | float | None, reference_ms: int | float | None,
 def when(first_ms: int | float | None, last_ms: int | float | None = None,
          reference_ms: int | float | None = None) -> str:
     """An instant or a span for people: "2026-11-24T22:26:35.123Z (3 min before the end of the
-    evidence)", or "from A to B (12 s; 3 min before the end of the evidence)"."""
+    evidence)", or "from A to B (12 s; 3 min before the end of the evidence)"; "no timestamp"
+    when the evidence has only Kafka's -1."""
+    if first_ms is not None and last_ms is not None and first_ms < 0 and last_ms < 0:
+        return NO_TIMESTAMP
+    first_ms, last_ms = known(first_ms), known(last_ms)
     if first_ms is None and last_ms is None:
         return "unknown time"
     if first_ms is None or last_ms is None or abs(last_ms - first_ms) < 1:

@@ -147,6 +147,6 @@ def test_txn_table_times_are_human_and_ids_whole():
     r = run("txn", DEMO)
     assert r.exit_code == 0
     assert "demo-txn-21" in r.stdout and "2026-01-01T00:00:00.070Z" in r.stdout and "1 min" in r.stdout
-    assert "CompleteCommit 2026-01-01T00:00:00.170Z" in r.stdout and "…" not in r.stdout
+    assert "2026-01-01T00:00:00.170Z  CompleteCommit" in r.stdout and "…" not in r.stdout
     r = run("txn", DEMO, "--transactional-id", "nosuch")
     assert r.exit_code == 3 and "of transactional ids demo-txn-21" in r.output

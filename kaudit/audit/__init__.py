@@ -1,4 +1,4 @@
-"""kaudit.audit: pure analysis over rows (DESIGN.md §1, §4). Importing it registers every rule."""
+"""kaudit.audit: pure analysis over rows (docs/architecture.md §1, §4). Importing it registers every rule."""
 
 from kaudit.audit import disk_sequences, duplicate_records, index_check, integrity, wire_frames, wire_produce
 from kaudit.audit import join, txn_wire, wire_lso  # noqa: F401  (join: the rules of `kaudit audit`)

@@ -14,7 +14,7 @@ from kaudit.audit.txn_states import (  # noqa: F401
 )
 
 @rule("illegal-state-transition", "error", "disk",
-      "coordinator state machine broken",
+      "two __transaction_state records whose states the coordinator never writes in that order",
       "The coordinator's log is inconsistent (lost or reordered __transaction_state records, a "
       "bad coordinator failover or a broker bug). Compare the replicas of the __transaction_state "
       "partition; if the transactional id is stuck, abort its open transactions with "

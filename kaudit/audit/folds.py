@@ -1,4 +1,4 @@
-"""The fold contract shared by every engine (DESIGN.md §5).
+"""The fold contract shared by every engine (docs/architecture.md §5).
 
 A fold reads rows of one or more kinds, sorted by `key` and, within a key, by `order`; it sees them
 as Arrow chunks `(kind, table)` and returns findings (dict rows of model.FINDING). An audit plan

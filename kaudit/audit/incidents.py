@@ -1,4 +1,4 @@
-"""Incidents: the findings that tell one story (DESIGN.md §4, "Incidents").
+"""Incidents: the findings that tell one story (docs/architecture.md §4, "Incidents").
 
 One anomaly is often reported many times: a duplicate on three replicas and on the wire, by
 `duplicate-batch` and `out-of-order-sequence`, with the retry and the join's verdict beside it; a

@@ -3,7 +3,7 @@
 A rule is a small pure function registered with its id, default severity, the row kinds it reads,
 a remediation and a docstring stating its invariant, the Kafka class or KIP it mirrors, and its
 known benign causes. Folds (audit/folds.py) drive rows past the rules; `kaudit rules` and
-`kaudit explain RULE` print this registry. Ids are the public vocabulary of DESIGN.md §4.
+`kaudit explain RULE` print this registry. Ids are the public vocabulary of docs/architecture.md §4.
 """
 
 from __future__ import annotations

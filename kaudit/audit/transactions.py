@@ -1,4 +1,4 @@
-"""Transaction assembly on disk, per producer id across partitions (DESIGN.md §4).
+"""Transaction assembly on disk, per producer id across partitions (docs/architecture.md §4).
 
 On one replica of a partition, a producer's transaction part is its transactional data batches
 from the first one after its previous end marker up to the next COMMIT/ABORT marker (a marker

@@ -1,4 +1,4 @@
-"""One transaction model for wire and disk evidence (DESIGN.md §4; KIP-98, KIP-890).
+"""One transaction model for wire and disk evidence (docs/architecture.md §4; KIP-98, KIP-890).
 
 Both feeds build the same facts for one producer id: its data and end markers per partition
 (`Part`: the data of one transaction on one partition, up to the COMMIT/ABORT marker that ends

@@ -1,4 +1,4 @@
-"""Transaction rules (DESIGN.md §4), judged once per producer id over the facts of txn_model -
+"""Transaction rules (docs/architecture.md §4), judged once per producer id over the facts of txn_model -
 whether they came from the log dirs (transactions.py) or a capture (txn_wire.py). A rule reads
 only the facts and what the evidence covers (`ProducerTxns.coverage`), never its source's rows.
 Each rule's `clean` predicate, beside it (txn_clean.py), is what the fast path may certify."""
@@ -22,7 +22,7 @@ ABORT_HINT = ("kafka-transactions.sh --bootstrap-server <broker> abort --topic {
               "--partition {partition} --start-offset {offset}")
 
 
-@rule("dangling-transaction", "warning", "both", "open transaction, no marker yet",
+@rule("dangling-transaction", "warning", "both", "an open transaction with no marker yet, still within its timeout",
       "Nothing to do while the producer or the coordinator can still end it; if it stays open "
       "past its timeout it is hanging: abort it with kafka-transactions.sh abort.",
       clean=txn_clean.every_part_ends)
@@ -40,7 +40,8 @@ def dangling_transaction(part: Part, pt: ProducerTxns) -> bool:
     return not (t is not None and t.result is not None and not pt.coverage.sees_marker(part.tp))
 
 
-@rule("hanging-transaction", "critical", "both", "open txn nothing will end",
+@rule("hanging-transaction", "critical", "both",
+      "an open transaction that nothing will end: read_committed consumers stop at it",
       ABORT_HINT.format(topic="T", partition="P", offset="O"), clean=txn_clean.every_part_ends)
 def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) -> list[str]:
     """Invariant: a dangling transaction is ended by its producer or its coordinator: it must
@@ -79,7 +80,8 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
     return reasons
 
 
-@rule("torn-transaction", "critical", "both", "txn ended differently",
+@rule("torn-transaction", "critical", "both",
+      "a transaction committed on some partitions and aborted or unended on others",
       "Atomicity is broken: consumers saw part of the transaction. Find which partitions are "
       "wrong (the coordinator's result is the intended one), repair downstream, and check the "
       "brokers for lost markers (unclean leader election, truncation) and for admins who "
@@ -95,7 +97,7 @@ def torn_transaction(results: dict[str, str | None]) -> bool:
     return len(set(results.values())) > 1
 
 
-@rule("unregistered-partition", "error", "both", "txn data, unregistered",
+@rule("unregistered-partition", "error", "both", "transactional data on a partition the transaction never registered",
       "The producer wrote without registering the partition (AddPartitionsToTxn; under "
       "transaction version 2 its leader registers it): its data is outside the coordinator's "
       "transaction and no marker will end it. Abort it with kafka-transactions.sh abort; use "
@@ -113,7 +115,7 @@ def unregistered_partition(part: Part, pt: ProducerTxns) -> bool:
             and part.tp not in pt.view.registered and pt.coverage.sees_registration(part.tp, part.first_ts))
 
 
-@rule("coordinator-abort", "info", "both", "coordinator aborted a txn",
+@rule("coordinator-abort", "info", "both", "a transaction the coordinator aborted itself (timeout or fencing)",
       "Informational. Timeout: the producer stalled past transaction.timeout.ms. Fencing: a new "
       "instance with the same transactional.id started (InitProducerId) while a transaction was open.",
       clean=txn_clean.no_coordinator_abort)
@@ -137,7 +139,7 @@ def coordinator_abort(txn: Transaction, pt: ProducerTxns) -> str | None:
     return "timeout or fencing (no coordinator records)" if aborts else None
 
 
-@rule("stray-marker", "info", "both", "marker with no open txn",
+@rule("stray-marker", "info", "both", "a COMMIT or ABORT marker with no open transaction of its producer",
       "Informational: usually a marker the coordinator wrote to a registered partition the "
       "producer never wrote to, one whose data retention or compaction removed, or an admin's "
       "abort of a transaction that had already ended there.", clean=txn_clean.no_stray_marker)
@@ -150,7 +152,7 @@ def stray_marker(part: Part) -> bool:
     return part.marker is not None and not part.data and part.coord is None
 
 
-@rule("coordinator-epoch-regression", "error", "both", "marker from old coordinator",
+@rule("coordinator-epoch-regression", "error", "both", "a marker from an older coordinator epoch than an earlier marker's",
       "A zombie coordinator wrote a marker after a newer one took over the transaction log "
       "partition. Check the coordinator failover around that time; compare the replicas.",
       clean=txn_clean.coordinator_epochs_rise)
@@ -162,7 +164,8 @@ def coordinator_epoch_regression(previous: int | None, current: int | None) -> b
     return previous is not None and current is not None and current < previous
 
 
-@rule("non-transactional-write-in-transaction", "error", "disk", "plain write inside a txn",
+@rule("non-transactional-write-in-transaction", "error", "disk",
+      "a producer's plain write on a partition where its transaction is open",
       "The same producer id wrote outside its transaction while one was open: consumers read it "
       "whatever the outcome. Check for a client bug or a re-used producer id.",
       clean=txn_clean.no_plain_writes)
@@ -174,7 +177,7 @@ def nontransactional_write(part: Part) -> bool:
     return bool(part.nontxn)
 
 
-@rule("late-transactional-write", "error", "both", "txn data after its marker",
+@rule("late-transactional-write", "error", "both", "a transaction's data stored after its marker",
       "The data belongs to a transaction already ended on that partition: it opens a transaction "
       "no coordinator knows (hanging: abort it with kafka-transactions.sh) or is committed or "
       "aborted by the producer's next transaction. Use brokers with KIP-890 verification and "

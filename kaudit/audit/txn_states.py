@@ -1,12 +1,12 @@
 """The transaction coordinator's states (kafka.coordinator.transaction.TransactionState, KIP-98)
-and the transitions it allows (DESIGN.md §2): shared by the exact path (coordinator_state.py) and
+and the transitions it allows (docs/architecture.md §2): shared by the exact path (coordinator_state.py) and
 the fast path (txn_clean.py)."""
 
 from __future__ import annotations
 
 STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
           "Dead", "PrepareEpochFence")
-# TransactionState.validPreviousStates (Kafka 3.x), DESIGN.md §2.
+# TransactionState.validPreviousStates (Kafka 3.x), docs/architecture.md §2.
 VALID_PREVIOUS: dict[str, frozenset[str]] = {
     "Empty": frozenset({"Empty", "CompleteCommit", "CompleteAbort"}),
     "Ongoing": frozenset({"Ongoing", "Empty", "CompleteCommit", "CompleteAbort"}),

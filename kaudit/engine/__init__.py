@@ -1,1 +1,1 @@
-"""kaudit.engine layer (see DESIGN.md §1)."""
+"""kaudit.engine layer (docs/architecture.md §1)."""

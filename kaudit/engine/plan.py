@@ -1,4 +1,4 @@
-"""One description of an audit (DESIGN.md §5), which both executors run: engine.local in one
+"""One description of an audit (docs/architecture.md §5), which both executors run: engine.local in one
 process, engine.spark in tasks. Neither decides anything this plan does not say.
 
 An audit reads (kind, Arrow table) chunks from its sources and hands them to folds. For each fold

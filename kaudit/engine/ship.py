@@ -1,4 +1,4 @@
-"""kaudit on Spark executors that do not have it installed (README: Spark engine, On a cluster).
+"""kaudit on Spark executors that do not have it installed (docs/spark.md, On a cluster).
 
 The executors need a Python with kaudit's dependencies; kaudit itself goes with the application:
 its package as this process imports it - compiled core included, built for this machine - zipped
@@ -23,7 +23,7 @@ import zipfile
 
 HOW = ("give the executors a Python with kaudit's dependencies (pyarrow, numpy, pandas, crc32c, lz4, "
        "zstandard, cramjam, kio): --spark-conf spark.pyspark.python=PATH or PYSPARK_PYTHON "
-       "(README: Spark engine, On a cluster)")
+       "(docs/spark.md, On a cluster)")
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_ENDS = (".pyc", ".pyx", ".pxd", ".pxi", ".c", ".h")
 

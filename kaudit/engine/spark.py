@@ -1,4 +1,4 @@
-"""The Spark engine (DESIGN.md §5): an audit plan (engine.plan) executed by Spark tasks, the
+"""The Spark engine (docs/architecture.md §5): an audit plan (engine.plan) executed by Spark tasks, the
 folds unchanged.
 
 One job per audit. Read tasks (`spark.range(tasks).mapInArrow`, engine.spark_tasks) decode their
@@ -313,7 +313,7 @@ def _streamed(spark, job: Job, facts) -> Iterator[tuple[str, pa.Table]]:
         # one SQL execution id, and Spark 4's DAGScheduler keeps a query's finished jobs - each
         # holding its partition's collected rows - until the query ends (activeQueryToJobs), which
         # it has already done when these jobs run: the JVM heap grew with every row passed on, for
-        # the session's life (README: Memory)
+        # the session's life (docs/spark.md, Memory)
         for tag, payload in df.select(TAG, PAYLOAD).rdd.toLocalIterator(prefetchPartitions=True):
             if tag == META:
                 facts.merge(pickle.loads(payload))

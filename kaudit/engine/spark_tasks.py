@@ -158,7 +158,7 @@ def executor() -> str:
 
 def unreadable(path: str) -> str | None:
     """None, or "path: not readable on <executor>: reason" when this process cannot open it:
-    every executor must see the inputs at the driver's paths (README: On a cluster)."""
+    every executor must see the inputs at the driver's paths (docs/spark.md, On a cluster)."""
     try:
         os.close(os.open(path, os.O_RDONLY))
         return None

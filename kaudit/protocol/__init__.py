@@ -1,1 +1,1 @@
-"""kaudit.protocol layer (see DESIGN.md §1)."""
+"""kaudit.protocol layer (docs/architecture.md §1)."""

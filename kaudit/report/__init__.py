@@ -1,1 +1,1 @@
-"""kaudit.report layer (see DESIGN.md §1)."""
+"""kaudit.report layer (docs/architecture.md §1)."""

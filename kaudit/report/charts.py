@@ -15,7 +15,7 @@ RESULT_COLOR = {"COMMIT": "#2ca02c", "ABORT": "#d62728", None: "#ff7f0e"}
 
 
 def _t(ms):
-    return None if ms is None else datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc).isoformat()
+    return None if ms is None or ms < 0 else datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc).isoformat()
 
 
 def _layout(fig, title: str, height: int = 420) -> None:

@@ -87,17 +87,21 @@ def record_line(r: dict) -> str:
             f"key: {shown(r['key'])} payload: {shown(r['value'])}")
 
 
-def row_line(kind: str, r: dict) -> str:
-    """Any other row kind as `key: value` pairs (its place fields aside), times in ISO-8601."""
+def row_line(kind: str, r: dict, wire: bool = False) -> str:
+    """Any other row kind as `key: value` pairs, times in ISO-8601: its place fields aside (the
+    heading names them), but for a capture's rows, whose heading is the capture alone."""
     parts = []
     for k, v in r.items():
-        if k in _PLACE or v is None:
+        if (k == "source" if wire else k in _PLACE) or v is None:
             continue
-        if k.endswith("_ms") and isinstance(v, int) and not k.endswith("timeout_ms") and v > 10**11:
+        if k.endswith("_ms") and isinstance(v, int) and not k.endswith("timeout_ms") and (
+                v > 10**11 or (v == -1 and "timestamp" in k)):
             v = iso_ms(v)
+        elif k in ("ts", "request_ts", "response_ts") and isinstance(v, float):
+            v = iso_s(v)   # capture time
         elif isinstance(v, bytes):
             v = shown(v)
-        parts.append(f"{k}: {v}")
+        parts.append(f"{'frame' if wire and k == 'position' else k}: {v}")   # a capture's position: a frame
     return f"{kind} " + " ".join(parts)
 
 
@@ -142,13 +146,17 @@ class TableWriter:
         elif kind != "batch":
             for r in table.to_pylist():
                 self._heading(r)
-                self.out.write(row_line(kind, r) + "\n")
+                self.out.write(row_line(kind, r, wire=r.get("connection") is not None) + "\n")
 
     def _heading(self, r: dict) -> None:
         if r.get("source") != self.source:
             self.source = r.get("source")
+            if r.get("connection") is not None:   # a capture: each row names its own connection and topic
+                self.out.write(f"\nDumping {_rel(self.source)}\n")
+                return
             where = f"replica {r['replica']}, " if r.get("replica") else ""
-            tp = f"{r['topic']}-{r['partition']}" if r.get("topic") is not None else "no partition"
+            topic, partition = r.get("topic"), r.get("partition")
+            tp = f"{topic}-{partition}" if topic is not None and partition is not None else topic or "no partition"
             self.out.write(f"\nDumping {_rel(self.source)} ({where}{tp})\n")
 
     def _flush(self) -> None:

@@ -1,4 +1,4 @@
-"""The `kaudit txn` view: the selection of transactions and their table (human output, rich)."""
+"""The `kaudit txn` view: the selection of transactions and their table (human output)."""
 
 from __future__ import annotations
 
@@ -44,24 +44,41 @@ def _marker(m: dict | None) -> str:
     return f"{m['result']}{where} epoch {m['epoch']} (coord epoch {m['coordinator_epoch']}{by})"
 
 
-def write_transactions_table(transactions: list[dict], out=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def write_transactions_table(transactions: list[dict], out=None, columns: int | None = None) -> None:
+    """One block per transaction, within the terminal's width (COLUMNS, else 80): who and how it
+    ended on the first line, then its start, its partitions (first offset -> marker) and the
+    coordinator's states, long lines wrapped under themselves. Ids are never cut."""
+    import sys
+    import textwrap
 
-    tab = Table("producer", "transactional id", "epoch", "start", "timeout", "outcome", "ended by",
-                "partitions (first offset -> marker)", "coordinator states", "seen in")
-    for c in tab.columns[:2]:
-        c.no_wrap = True   # ids are what users type: never cut
-    for t in transactions:
-        parts = "\n".join(f"{p['partition']} {p['first_offset'] if p['first_offset'] is not None else '?'} -> "
-                          f"{_marker(p['marker'])}" for p in t["parts"])
-        states = "\n".join(f"{s['state']} {iso_ms(s['ts_ms'])}" for s in t["coordinator_states"])
+    from kaudit.report.columns import width
+
+    out = out or sys.stdout
+    columns = columns or width()
+
+    def put(text: str, indent: str) -> None:
+        out.write("\n".join(textwrap.wrap(text, max(columns, 40), initial_indent=indent,
+                                           subsequent_indent=indent + "    ", break_on_hyphens=False,
+                                           break_long_words=False)) + "\n")
+
+    for n, t in enumerate(transactions):
+        if n:
+            out.write("\n")
+        tid = t["transactional_id"] or "no transactional id"
+        ended = f", ended by {t['ended_by']}" if t.get("ended_by") else ""
+        put(f"{tid}  producer {t['producer_id']} epoch {t['producer_epoch']}: {t['outcome'] or 'unknown outcome'}"
+            f"{ended}", "")
+        start = iso_ms(t["start_ms"]) if t["start_ms"] is not None else "an unknown time"
+        timeout = f", timeout {duration(t['timeout_ms'])}" if t["timeout_ms"] is not None else ""
         seen = t.get("source", "disk") + (" + wire" if t.get("wire") else "")
-        tab.add_row(str(t["producer_id"]), t["transactional_id"] or "", str(t["producer_epoch"]),
-                    iso_ms(t["start_ms"]) if t["start_ms"] is not None else "",
-                    duration(t["timeout_ms"]) if t["timeout_ms"] is not None else "", t["outcome"] or "",
-                    t.get("ended_by") or "", parts, states, seen)
-    con = Console(file=out)
-    if not con.is_terminal:   # piped: wide enough that ids and offsets are never cut
-        con = Console(file=out, width=240)
-    con.print(tab)
+        put(f"started {start}{timeout}; seen in {seen}", "  ")
+        if t["parts"]:
+            put("partitions (first offset -> marker):", "  ")
+            for p in t["parts"]:
+                first = p["first_offset"] if p["first_offset"] is not None else "?"
+                put(f"{p['partition']} {first} -> {_marker(p['marker'])}", "    ")
+        if t["coordinator_states"]:
+            put("coordinator states:", "  ")
+            for st in t["coordinator_states"]:
+                put(f"{iso_ms(st['ts_ms'])}  {st['state']}", "    ")
+    out.flush()

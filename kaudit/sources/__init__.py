@@ -1,1 +1,1 @@
-"""kaudit.sources layer (see DESIGN.md §1)."""
+"""kaudit.sources layer (docs/architecture.md §1)."""

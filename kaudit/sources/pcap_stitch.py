@@ -412,7 +412,8 @@ def capture_order(paths: list[str]) -> tuple[list[str], list[tuple[str, Exceptio
 
 def failure(path: str, e: Exception) -> str:
     """"path: reason" for a capture that could not be read."""
-    return f"{path}: {e.message}" if isinstance(e, DecodeError) else f"{path}: {e.strerror or e}"
+    why = e.message if isinstance(e, DecodeError) else str(e.strerror or e)
+    return why if why.startswith(f"{path}:") else f"{path}: {why}"   # the reader may name the path already
 
 
 def _failed(path: str, e: Exception, errors: list | None) -> None:

@@ -1,4 +1,4 @@
-"""Cutting a plan into splits for an engine that decodes in parallel tasks (DESIGN.md §5).
+"""Cutting a plan into splits for an engine that decodes in parallel tasks (docs/architecture.md §5).
 
 A split is a file path and a byte range, never file contents. A big `.log` segment is cut at
 positions its own `.index` names (each is the first byte of a batch), about every `split_bytes`;

@@ -1,8 +1,8 @@
 """A real Spark standalone cluster on 127.0.0.1: a master and two workers, separate processes
-started by the README's own lines (its "On a cluster" block, on free ports), whose executors run
+started by the lines of docs/spark.md ("On a cluster", on free ports), whose executors run
 a Python that has kaudit's dependencies but not kaudit - kaudit ships itself (engine.ship).
 
-`kaudit segments` and `kaudit pcap` there give the local engine's report; the README's
+`kaudit segments` and `kaudit pcap` there give the local engine's report; docs/spark.md's
 `register(spark)` snippet runs as written (locally from the project's environment, and on the
 cluster); an input the executors cannot see fails in one line naming the path and the executor.
 Every driver is a subprocess (this test process keeps its own local session); every process is
@@ -32,7 +32,7 @@ CAPTURE = "real-kafka-3.0.2/pcap/03-txn-java.pcap"
 
 
 def fenced_blocks(lang: str) -> list[list[str]]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "spark.md").read_text()
     return [b.strip("\n").splitlines() for b in re.findall(rf"^```{lang}\n(.*?)^```", text, re.S | re.M)]
 
 
@@ -149,7 +149,7 @@ class Cluster:
             _kill(p)
 
 
-# One driver process runs the README's kaudit lines (and the unreadable input) one after the
+# One driver process runs the kaudit lines of docs/spark.md (and the unreadable input) one after the
 # other through kaudit's own entry point, as `kaudit ...` would: one application, its executors
 # started once (each application costs ~20 s of JVMs here).
 DRIVER = '''
@@ -167,7 +167,7 @@ for argv in commands:
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     results.append({"code": code, "stderr": err.getvalue()})
-# the README's register snippet, as written, in the application kaudit started on the cluster
+# the register snippet of docs/spark.md, as written, in the application kaudit started on the cluster
 from pyspark.sql import SparkSession
 spark = SparkSession.getActiveSession()
 paths = [capture]
@@ -200,7 +200,7 @@ print(json.dumps(counts))
 
 
 def _readme_commands(c: Cluster, corpus, deps_python) -> list[list[str]]:
-    """The README's kaudit lines on the corpus (executors on `deps_python`), as argument lists."""
+    """The kaudit lines of docs/spark.md on the corpus (executors on `deps_python`), as argument lists."""
     logs, capture = str(corpus / LOGS), str(corpus / CAPTURE)
     out = []
     for cmd in c.commands:

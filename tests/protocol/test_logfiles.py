@@ -309,7 +309,7 @@ def test_fuzz_snapshot_with_plausible_header(prefix, body):
 
 # ---------------------------------------------------------------- corpus agreement with DumpLogSegments
 
-# (data tree, its DumpLogSegments tree) relative to the corpus; DESIGN/README name these trees.
+# (data tree, its DumpLogSegments tree) relative to the corpus; the corpus README names these trees.
 _TREES = [("real-kafka-3.0.2/logdirs-final/node1", "real-kafka-3.0.2/logdirs-final.truth/node1")]
 _TREES_GLOB = [
     ("real-kafka-3.0.2-extra/*/logdirs/node*", "logdirs", "logdirs.truth"),

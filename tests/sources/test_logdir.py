@@ -68,7 +68,7 @@ def _two_copies(tmp_path, src: Path) -> list[Path]:
 def test_one_node_in_two_log_dirs_is_two_replicas(tmp_path):
     copies = _two_copies(tmp_path, DEMO)
     rows = _rows(copies, "batch")
-    # tagged by path (DESIGN: a replica is (log dir, topic, partition), never merged)
+    # tagged by path (docs/architecture.md §2: a replica is (log dir, topic, partition), never merged)
     assert {r["replica"] for r in rows} == {str(c) for c in copies}
     one = _rows([DEMO], "batch")
     assert len(rows) == 2 * len(one)

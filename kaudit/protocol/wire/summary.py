@@ -1,4 +1,4 @@
-"""Flat facts from a decoded (request, response) pair, for the rows of DESIGN.md §3.
+"""Flat facts from a decoded (request, response) pair, for the rows of docs/architecture.md §3.
 
 - `frame_fields(request, response)`: one dict with the keys `FRAME_FIELDS` (None where a field
   does not apply), for a `frame` row;

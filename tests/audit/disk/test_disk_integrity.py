@@ -10,7 +10,7 @@ from diskcraft import audit, brief, details, log_file, logdir, of
 from fixtures import kafka_encoder as ke
 from fixtures.builder import corrupt_file, preallocate_file, truncate_file
 
-# byte offsets of v2 batch header fields (DESIGN.md §2)
+# byte offsets of v2 batch header fields (docs/architecture.md §2)
 PRODUCER_ID_AT, BASE_SEQUENCE_AT, LAST_OFFSET_DELTA_AT = 43, 53, 23
 
 

@@ -1,4 +1,4 @@
-"""Replicas are never merged (DESIGN: a replica is (log dir, topic, partition)): log dirs that
+"""Replicas are never merged (docs/architecture.md §2: a replica is (log dir, topic, partition)): log dirs that
 share a node id and a partition are audited apart."""
 
 from __future__ import annotations
