@@ -33,7 +33,7 @@ CUT_ISSUES = ("truncated-tail", "truncated", "zero-fill")
 
 
 @rule("missing-offsets", "error", "disk",
-      "offsets missing from a partition's log: a lost .log, a segment cut short, a gap between segments",
+      "offsets missing from a partition's log (a lost .log, a segment cut short, a gap between segments)",
       "The records at these offsets are gone from this replica: Kafka neither notices nor repairs it "
       "(a broker deletes index files without their .log at start-up, and a fetch at a missing offset "
       "returns the next batch, so consumers skip them silently). Keep a copy of the partition dir; if "
