@@ -8,25 +8,67 @@ Bounded: each series keeps at most MAX_POINTS points (evenly thinned), the frame
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 MAX_POINTS = 2000
 MAX_FRAMES = 5000
-BATCH_COLS = ("source_kind", "replica", "topic", "partition", "producer_id", "producer_epoch", "base_sequence",
+TOPIC_PARTITION = re.compile(r"^.+-\d+$")
+BATCH_COLS = ("source_kind", "source", "position", "replica", "topic", "partition", "producer_id", "producer_epoch",
+              "base_sequence",
               "last_sequence", "base_offset", "last_offset", "max_timestamp_ms", "request_ts", "response_base_offset",
               "response_error", "is_transactional", "is_control", "control_type", "record_count")
 
 
+def _details(f: dict) -> dict:
+    from kaudit.audit.incidents import details_of
+
+    return details_of(f)
+
+
+def finding_partitions(f: dict) -> list[str]:
+    """The "topic-partition" names a finding involves: its own, and those its details name (a
+    transaction's results, markers and marker writers per partition)."""
+    out = [f"{f['topic']}-{f['partition']}"] if f.get("topic") is not None and f.get("partition") is not None else []
+    d = _details(f)
+    for k in ("results", "markers", "writers"):
+        v = d.get(k)
+        if isinstance(v, dict):
+            out.extend(tp for tp in v if isinstance(tp, str) and TOPIC_PARTITION.match(tp))
+    return list(dict.fromkeys(out))
+
+
+def incident_partitions(inc: dict, findings: list[dict]) -> list[str]:
+    """Every partition an incident involves: the incident's, and every one its findings name."""
+    out = list(inc.get("topic_partitions") or [])
+    for f in findings:
+        out.extend(finding_partitions(f))
+    return sorted(dict.fromkeys(out), key=_tp_order)
+
+
+def _tp_order(tp: str):
+    topic, _, part = tp.rpartition("-")
+    return (topic, int(part) if part.isdigit() else -1)
+
+
 def involved(report: dict) -> tuple[set, set, set]:
-    """(producer ids, "topic-partition" names, transactional ids) of the report's incidents."""
+    """(producer ids, "topic-partition" names, transactional ids) of the report's incidents and
+    of their findings (a torn transaction's finding names partitions its incident may not)."""
     pids, tps, tids = set(), set(), set()
+    kinds = {i["id"]: i["kind"] for i in report["incidents"]}
     for i in report["incidents"]:
         if i["kind"] == "coverage":
             continue
         pids.update(p for p in i["producer_ids"] if p is not None)
         tps.update(i["topic_partitions"])
         tids.update(i["transactional_ids"])
+    for f in report.get("findings") or []:
+        if kinds.get(f.get("incident"), "coverage") != "coverage":
+            tps.update(finding_partitions(f))
+            if f.get("producer_id") is not None:
+                pids.add(f["producer_id"])
     return pids, tps, tids
 
 
@@ -74,6 +116,8 @@ class ChartRows:
             pt = {"ts": r["request_ts"] * 1000 if wire and r["request_ts"] else r["max_timestamp_ms"],
                   "epoch": r["producer_epoch"], "bseq": r["base_sequence"], "lseq": r["last_sequence"],
                   "offset": r["response_base_offset"] if wire else r["base_offset"],
+                  "last": None if wire else r["last_offset"], "count": r.get("record_count"),
+                  "source": r.get("source"), "position": r.get("position"),
                   "control": r["control_type"] if r["is_control"] else None, "txn": bool(r["is_transactional"]),
                   "answer": answer}
             where = "wire" if wire else f"replica {r['replica']}"
