@@ -85,6 +85,9 @@ def transaction_chart(inc: dict, findings: list[dict], data: dict, reference_ms)
         return None
     decision = _Decision(findings)
     epochs = set(inc["producer_epochs"])
+    runs = {s["tp"] + s["where"]: _transactions(s, epochs) for s in series}
+    if not states and not any(runs.values()):
+        return None   # nothing transactional to draw (an idempotent producer's zombie)
     fig = go.Figure()
     rows: list[str] = []
     seen_legend: set = set()
@@ -104,7 +107,7 @@ def transaction_chart(inc: dict, findings: list[dict], data: dict, reference_ms)
         for s in mine:
             row = f"{tp} {s['where']}"
             rows.append(row)
-            for pts, end in _transactions(s, epochs):
+            for pts, end in runs[s["tp"] + s["where"]]:
                 _draw_run(fig, go, s, row, pts, end, decision, reference_ms, seen_legend)
     if states:
         _coordinator(fig, go, states, decision, seen_legend)
