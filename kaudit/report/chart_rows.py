@@ -86,13 +86,16 @@ class ChartRows:
             return
         if kind == "batch":
             self._batches(t)
-        elif kind in ("txn_log", "txn_event") and len(self.tids):
+        elif kind == "txn_event" and len(self.pids):
+            self._wire_markers(t)
+        if kind in ("txn_log", "txn_event") and len(self.tids):
             t = t.filter(pc.fill_null(pc.is_in(t.column("transactional_id"), value_set=self.tids), False))
             ts = "timestamp_ms" if kind == "txn_log" else "ts"
             for r in t.to_pylist():
                 when = r[ts] if kind == "txn_log" else (r[ts] * 1000 if r[ts] is not None else None)
                 self.states.append({"tid": r["transactional_id"], "pid": r["producer_id"], "epoch": r["producer_epoch"],
-                                    "ts": when, "state": r.get("state") or r.get("event"),
+                                    "ts": when, "state": " ".join(x for x in (r.get("state") or r.get("event"),
+                                                                             r.get("result")) if x),
                                     "partitions": r.get("partitions")})
         elif kind == "frame":
             self._frames(t)
@@ -123,6 +126,21 @@ class ChartRows:
             where = "wire" if wire else f"replica {r['replica']}"
             self.series.setdefault((r["producer_id"], tp, where), []).append(pt)
 
+    def _wire_markers(self, t: pa.Table) -> None:
+        """WriteTxnMarkers requests of the producers involved: a marker per partition named (the
+        wire shows no offset for it), beside the Produce requests' batches of the wire series."""
+        t = t.filter(pc.and_(pc.equal(t.column("event"), "WRITE_MARKERS"),
+                             pc.fill_null(pc.is_in(t.column("producer_id"), value_set=self.pids), False)))
+        for r in t.to_pylist():
+            for tp in (r["partitions"] or "").split(","):
+                tp = tp.strip()
+                if tp in self.tps and r["result"] in ("COMMIT", "ABORT"):
+                    self.series.setdefault((r["producer_id"], tp, "wire"), []).append(
+                        {"ts": r["ts"] * 1000 if r["ts"] is not None else None, "epoch": r["producer_epoch"],
+                         "bseq": None, "lseq": None, "offset": None, "last": None, "count": None,
+                         "source": r["source"], "position": r["position"], "control": r["result"],
+                         "txn": True, "answer": "stored"})
+
     def _frames(self, t: pa.Table) -> None:
         for r in t.select(["request_ts", "latency_ms", "api_name", "error_names", "client_id",
                            "response_frame"]).to_pylist():
@@ -139,6 +157,8 @@ class ChartRows:
     def result(self) -> dict:
         series = []
         for (pid, tp, where), pts in sorted(self.series.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+            if where == "wire":   # requests and markers arrive as separate chunks: in time order
+                pts = sorted(pts, key=lambda p: (p["ts"] is None, p["ts"] or 0))
             step = max(1, -(-len(pts) // MAX_POINTS))
             series.append({"pid": pid, "tp": tp, "where": where, "points": pts[::step], "total": len(pts)})
         return {"series": series, "states": sorted(self.states, key=lambda s: (s["ts"] or 0)),

@@ -144,8 +144,8 @@ def _finding_marks(fig, go, findings, tp, where, row, idem) -> None:
         return
     fig.add_trace(go.Scatter(
         x=[x[i] for i in keep], y=[y[i] for i in keep], mode="markers", name="findings", legendgroup="findings",
-        showlegend=row == 1, marker={"symbol": "star", "size": 15, "color": [SEV_COLOR[marks[i]["severity"]] for i in keep],
-                                     "line": {"width": 1, "color": "black"}},
+        showlegend=row == 1, marker={"symbol": "star-open", "size": 18, "line": {"width": 2},
+                                     "color": [SEV_COLOR[marks[i]["severity"]] for i in keep]},
         hovertext=[f"{marks[i]['rule']}: {marks[i]['message'][:200]}" for i in keep],
         hovertemplate="%{hovertext}<extra>finding</extra>",
         customdata=[[tp, where, marks[i].get("first_offset"), marks[i].get("last_offset"), None, marks[i]["rule"]]

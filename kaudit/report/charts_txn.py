@@ -64,7 +64,8 @@ def _transactions(s: dict, epochs: set) -> list[tuple[list, dict | None]]:
         if p["control"] in ("COMMIT", "ABORT"):
             out.append((data, p))
             data = []
-        elif p["txn"] and (not epochs or p["epoch"] in epochs or (p["epoch"] or 0) + 1 in epochs):
+        elif p["txn"] and p["answer"] != "refused" and \
+                (not epochs or p["epoch"] in epochs or (p["epoch"] or 0) + 1 in epochs):   # refused: never stored
             data.append(p)
     if data:
         out.append((data, None))
@@ -113,7 +114,8 @@ def transaction_chart(inc: dict, findings: list[dict], data: dict, reference_ms)
         _coordinator(fig, go, states, decision, seen_legend)
         rows.append(COORDINATOR)
     fig.update_xaxes(type="date", title="time")
-    fig.update_yaxes(type="category", categoryorder="array", categoryarray=list(reversed(rows)))
+    fig.update_yaxes(type="category", categoryorder="array", categoryarray=list(reversed(rows)),
+                     range=[-0.7, len(rows) - 0.3])   # room for the marks of the first and last rows
     _layout(fig, "Transaction of producer " + ", ".join(map(str, sorted(pids))) + " by partition", 170 + 46 * len(rows))
     return fig
 
@@ -144,8 +146,9 @@ def _draw_run(fig, go, s, row, pts, end, decision, reference_ms, seen) -> None:
         fig.add_trace(go.Scatter(
             x=[_t(end["ts"])], y=[row], mode="markers", name=name, legendgroup=name, showlegend=name not in seen,
             marker={"symbol": WRITER_SYMBOL[writer], "size": 15, "color": color, "line": {"width": 1.5, "color": "black"}},
-            hovertext=[f"{row}: {result} marker at offset {end['offset']} (epoch {end['epoch']}), written by "
-                       f"{writer}{note}"], hovertemplate="%{x}<br>%{hovertext}<extra></extra>",
+            hovertext=[f"{row}: {result} marker " + (f"at offset {end['offset']}" if end["offset"] is not None else
+                                                     f"(WriteTxnMarkers, frame {end.get('position')})")
+                       + f" (epoch {end['epoch']}), written by {writer}{note}"], hovertemplate="%{x}<br>%{hovertext}<extra></extra>",
             customdata=[[s["tp"], s["where"], end["offset"], end["offset"], end.get("position"), "marker"]]))
         seen.add(name)
 
@@ -158,7 +161,7 @@ def _coordinator(fig, go, states, decision, seen) -> None:
     fig.add_trace(go.Scatter(
         x=[_t(st["ts"]) for st in states], y=[COORDINATOR] * len(states), mode="markers", name="coordinator states",
         marker={"symbol": "diamond-open", "size": 11, "color": [color(st["state"]) for st in states], "line": {"width": 2}},
-        hovertext=[f"coordinator: {st['state']} (producer {st['pid']} epoch {st['epoch']}"
+        hovertext=[f"{st['state']} (producer {st['pid']} epoch {st['epoch']}"
                    + (f", partitions {st['partitions']}" if st.get("partitions") else "") + ")" for st in states],
         hovertemplate="%{x}<br>%{hovertext}<extra></extra>",
         customdata=[[None, COORDINATOR, None, None, None, str(st["state"])] for st in states]))
