@@ -8,6 +8,7 @@ Bounded: each series keeps at most MAX_POINTS points (evenly thinned), the frame
 
 from __future__ import annotations
 
+import os
 import re
 
 import pyarrow as pa
@@ -20,6 +21,15 @@ BATCH_COLS = ("source_kind", "source", "position", "replica", "topic", "partitio
               "base_sequence",
               "last_sequence", "base_offset", "last_offset", "max_timestamp_ms", "request_ts", "response_base_offset",
               "response_error", "is_transactional", "is_control", "control_type", "record_count")
+
+
+def capture_place(source: str | None) -> str:
+    """A capture's place name, as the incidents' places name it."""
+    return f"capture {os.path.basename(source or '') or '?'}"
+
+
+def is_capture(where: str) -> bool:
+    return where.startswith("capture ")
 
 
 def _details(f: dict) -> dict:
@@ -123,7 +133,7 @@ class ChartRows:
                   "source": r.get("source"), "position": r.get("position"),
                   "control": r["control_type"] if r["is_control"] else None, "txn": bool(r["is_transactional"]),
                   "answer": answer}
-            where = "wire" if wire else f"replica {r['replica']}"
+            where = capture_place(r.get("source")) if wire else f"replica {r['replica']}"
             self.series.setdefault((r["producer_id"], tp, where), []).append(pt)
 
     def _wire_markers(self, t: pa.Table) -> None:
@@ -135,7 +145,7 @@ class ChartRows:
             for tp in (r["partitions"] or "").split(","):
                 tp = tp.strip()
                 if tp in self.tps and r["result"] in ("COMMIT", "ABORT"):
-                    self.series.setdefault((r["producer_id"], tp, "wire"), []).append(
+                    self.series.setdefault((r["producer_id"], tp, capture_place(r["source"])), []).append(
                         {"ts": r["ts"] * 1000 if r["ts"] is not None else None, "epoch": r["producer_epoch"],
                          "bseq": None, "lseq": None, "offset": None, "last": None, "count": None,
                          "source": r["source"], "position": r["position"], "control": r["result"],
@@ -157,7 +167,7 @@ class ChartRows:
     def result(self) -> dict:
         series = []
         for (pid, tp, where), pts in sorted(self.series.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-            if where == "wire":   # requests and markers arrive as separate chunks: in time order
+            if is_capture(where):   # requests and markers arrive as separate chunks: in time order
                 pts = sorted(pts, key=lambda p: (p["ts"] is None, p["ts"] or 0))
             step = max(1, -(-len(pts) // MAX_POINTS))
             series.append({"pid": pid, "tp": tp, "where": where, "points": pts[::step], "total": len(pts)})

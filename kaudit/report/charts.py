@@ -1,6 +1,6 @@
 """The HTML report's pictures, drawn with Plotly (its plotly.js is embedded once in the file):
 - a producer's sequences (report/charts.py): one panel per partition and place (each replica,
-  the wire) - replicas holding the same batches would hide each other in one panel. On disk each
+  each capture) - replicas holding the same batches would hide each other in one panel. On disk each
   stored batch sits at its own offset (its append position), so a copy stored twice shows as
   two marks however equal their timestamps; on the wire each attempt sits at its request time.
   One line per producer id and epoch joins only what was stored (or answered), in order;
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
-from kaudit.report.chart_rows import incident_partitions
+from kaudit.report.chart_rows import capture_place, incident_partitions, is_capture
 
 SEV_COLOR = {"critical": "#8b0000", "error": "#d62728", "warning": "#ff7f0e", "info": "#1f77b4"}
 PALETTE = ("#1f77b4", "#9467bd", "#2ca02c", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
@@ -47,7 +47,7 @@ def _panels(inc: dict, findings: list[dict], data: dict) -> tuple[list, dict]:
     for s in data.get("series", []):
         if s["pid"] in pids and s["tp"] in tps:
             by.setdefault((s["tp"], s["where"]), []).append(s)
-    order = sorted(by, key=lambda k: (k[0], k[1] == "wire", k[1]))
+    order = sorted(by, key=lambda k: (k[0], is_capture(k[1]), k[1]))
     return order[:MAX_PANELS], by
 
 
@@ -81,14 +81,14 @@ def sequence_timeline(inc: dict, findings: list[dict], data: dict):
                         subplot_titles=[f"{tp} · {where}" for tp, where in panels])
     shown: set = set()
     for row, (tp, where) in enumerate(panels, 1):
-        wire = where == "wire"
+        wire = is_capture(where)
         for s in by[(tp, where)]:
             _series_traces(fig, go, s, row, wire, idem, colors, shown)
         _finding_marks(fig, go, findings, tp, where, row, idem)
         fig.update_xaxes(title_text="request time" if wire else "offset (append position in the log)",
                          type="date" if wire else "linear", row=row, col=1)
-        fig.update_yaxes(title_text="sequence" if idem else "timestamp", type="linear" if idem else "date",
-                         row=row, col=1)
+        ytitle, ytype = ("sequence", "linear") if idem else ("offset answered", "linear") if wire else ("timestamp", "date")
+        fig.update_yaxes(title_text=ytitle, type=ytype, row=row, col=1)
     pids = sorted({s["pid"] for k in panels for s in by[k]})
     what = "Sequences" if idem else "Stored offsets"
     _layout(fig, f"{what} of producer {', '.join(map(str, pids))} (one panel per partition and place)",
@@ -124,21 +124,22 @@ def _series_traces(fig, go, s: dict, row: int, wire: bool, idem: bool, colors: d
 
 
 def _finding_place(f: dict) -> str:
-    if any(e.get("kind") in WIRE_KINDS for e in f.get("evidence") or []):
-        return "wire"
-    return f"replica {f['replica']}" if f.get("replica") is not None else "wire"
+    wire = [e for e in f.get("evidence") or [] if e.get("kind") in WIRE_KINDS]
+    if wire or f.get("replica") is None:
+        return capture_place(wire[0]["source"] if wire else None)
+    return f"replica {f['replica']}"
 
 
 def _finding_marks(fig, go, findings, tp, where, row, idem) -> None:
     marks = [f for f in findings if f"{f.get('topic')}-{f.get('partition')}" == tp and _finding_place(f) == where]
-    if where == "wire":
+    if is_capture(where):
         marks = [f for f in marks if f.get("first_ts_ms") is not None]
         x = [_t(f["first_ts_ms"]) for f in marks]
     else:
         marks = [f for f in marks if f.get("first_offset") is not None]
         x = [f["first_offset"] for f in marks]
     y = [f.get("base_sequence") for f in marks] if idem else (
-        [f.get("first_offset") for f in marks] if where == "wire" else [_t(f.get("first_ts_ms")) for f in marks])
+        [f.get("first_offset") for f in marks] if is_capture(where) else [_t(f.get("first_ts_ms")) for f in marks])
     keep = [i for i, v in enumerate(y) if v is not None]
     if not keep:
         return

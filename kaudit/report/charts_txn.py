@@ -1,4 +1,4 @@
-"""A transaction's picture: one row per partition and place (each replica, the wire) that the
+"""A transaction's picture: one row per partition and place (each replica, each capture) that the
 incident or any of its findings names - a partition with no row in the inputs is drawn too,
 saying so - and the coordinator's row.
 
@@ -13,7 +13,7 @@ so none can overlap."""
 
 from __future__ import annotations
 
-from kaudit.report.chart_rows import incident_partitions
+from kaudit.report.chart_rows import incident_partitions, is_capture
 from kaudit.report.charts import _layout, _t
 
 RESULT_COLOR = {"COMMIT": "#2ca02c", "ABORT": "#d62728", None: "#ff7f0e"}
@@ -95,7 +95,7 @@ def transaction_chart(inc: dict, findings: list[dict], data: dict, reference_ms)
     times = [p["ts"] for s in series for p in s["points"] if p["ts"] is not None] + [st["ts"] for st in states]
     t0 = min(times) if times else reference_ms
     for tp in tps:
-        mine = sorted((s for s in series if s["tp"] == tp), key=lambda s: (s["where"] == "wire", s["where"]))
+        mine = sorted((s for s in series if s["tp"] == tp), key=lambda s: (is_capture(s["where"]), s["where"]))
         if not mine:
             row = f"{tp} (no rows in the inputs)"
             rows.append(row)
