@@ -27,6 +27,10 @@ ORDER = ("source", "position")
 BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "batch_size", "crc_ok", "has_delete_horizon")
 INDEX_COLUMNS = KEY + ORDER + ("index_type", "segment_base_offset", "offset", "file_position")
 ISSUE_COLUMNS = KEY + ORDER + ("issue", "length", "message")
+SKIPPED_COLUMNS = KEY + ("source",)
+# Kafka renames a segment's files while deleting (retention) or replacing (compaction) it: a copy
+# taken meanwhile holds its .log under one of these names (LogLoader completes a swap on start).
+RENAMED = (".deleted", ".cleaned", ".swap")
 # Kafka's own compacted topics (cleanup.policy=compact, always)
 COMPACTED_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CUT_ISSUES = ("truncated-tail", "truncated", "zero-fill")
@@ -59,8 +63,11 @@ def missing_offsets(last: int, next_base: int, compacted: bool, index_past: bool
     horizon flag that only the cleaner sets, every segment's first batch at its base offset, not
     __consumer_offsets / __transaction_state).
     Benign causes: compaction (as above: a gap at a segment's end in a compacted partition with no
-    index naming it is not reported). A segment being deleted or cleaned is renamed `.deleted`,
-    `.cleaned`, `.swap` first (skipped, never a loss)."""
+    index naming it is not reported). A log dir copied while Kafka deleted (retention) or replaced
+    (compaction) a segment: its files are renamed `.deleted`, `.cleaned`, `.swap` one by one, so a
+    copy may hold the indexes under their names and the .log renamed - not reported (the data is
+    there, or was due to go). A first segment's .log missing may be the same race with retention
+    (its finding says so: compare the log-start-offset-checkpoint)."""
     return next_base > last + 1 and (index_past or not compacted)
 
 
@@ -71,7 +78,7 @@ def _stem_base(stem: str) -> int | None:
 
 class _Segment:
     __slots__ = ("stem", "base", "log", "first", "last", "end", "end_pos", "prev_last", "inner_gap",
-                 "cut", "corrupt", "idx_offset", "idx_ev", "idx_pos", "idx_pos_ev")
+                 "cut", "corrupt", "idx_offset", "idx_ev", "idx_pos", "idx_pos_ev", "renamed")
 
     def __init__(self, stem: str, base: int | None):
         self.stem, self.base = stem, base
@@ -84,6 +91,7 @@ class _Segment:
         self.corrupt = False
         self.idx_offset, self.idx_ev = -1, None   # the largest offset an index names, and where
         self.idx_pos, self.idx_pos_ev = -1, None  # the largest .log position the offset index names
+        self.renamed = None              # the .log renamed .deleted/.cleaned/.swap, when the copy holds it
 
 
 class LossGroup:
@@ -100,6 +108,13 @@ class LossGroup:
         return s
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
+        if kind == "skipped":
+            for src in t.column("source").to_pylist():
+                name = src or ""
+                for suffix in RENAMED:
+                    if name.endswith(".log" + suffix):
+                        self._seg(name[: -len(suffix)]).renamed = os.path.basename(name)
+            return []
         for src, part in _by_source(t):
             s = self._seg(src)
             if kind == "batch":
@@ -199,8 +214,10 @@ class LossGroup:
         return f"; {', '.join(words)}" if words else ""
 
     def _no_log(self, s: _Segment, nxt: _Segment | None) -> dict | None:
-        if s.idx_ev is None:
-            return None   # no index entry names data: nothing shows the segment held any
+        if s.idx_ev is None or s.renamed is not None:
+            # no index entry names data (nothing shows the segment held any), or Kafka was
+            # deleting or replacing it when the copy was taken (its .log is there, renamed)
+            return None
         log = s.stem + ".log"
         state = "is empty" if os.path.isfile(log) else "is missing"
         ev = [evidence(*s.idx_ev, "index", f"names offset {s.idx_offset}")]
@@ -212,6 +229,9 @@ class LossGroup:
             tail = f"no later segment: at least offsets {s.base}-{s.idx_offset} (the last its indexes name)"
         why = (f"segment {os.path.basename(s.stem)}: its .log {state} while its indexes remain "
                f"(they name offsets up to {s.idx_offset}); {tail}")
+        if all(o.base is None or o.base >= s.base for o in self.segments.values() if o is not s):
+            why += ("; it is the partition's first segment: if retention was deleting it while the log "
+                    "dir was copied, these offsets were due to go (compare log-start-offset-checkpoint)")
         return self._finding(s, first, last, why, ev, nxt)
 
     def _finding(self, s, first, last, why, ev, nxt) -> dict:
@@ -248,6 +268,6 @@ def _log_issues(t: pa.Table):
 
 
 FOLD = Fold("disk-segment-loss", {"batch": BATCH_COLUMNS, "index_entry": INDEX_COLUMNS,
-                                  "decode_issue": ISSUE_COLUMNS},
+                                  "decode_issue": ISSUE_COLUMNS, "skipped": SKIPPED_COLUMNS},
             KEY, ORDER, lambda ctx: KeyedState(KEY, LossGroup),
             where={"batch": log_batches, "decode_issue": _log_issues})
