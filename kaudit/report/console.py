@@ -138,7 +138,7 @@ def _coverage(c, report: dict, members: dict) -> None:
         if True:
             place = next((os.path.basename(e["source"]) for e in f["evidence"] or [] if e.get("source")), "?")
             by_rule[f["rule"]][place] += 1
-    lost = _losses(report["findings"])
+    lost = losses(report["findings"])
     for line in lost[:LOSS_LINES]:
         c.print(f"  [bold red]lost or unreadable:[/bold red] {escape(line)}")
     if len(lost) > LOSS_LINES:
@@ -150,7 +150,7 @@ def _coverage(c, report: dict, members: dict) -> None:
         c.print(f"  {rule} ×{sum(places.values())}: " + escape(", ".join(f"{p} ×{n}" for p, n in places.most_common(6))))
 
 
-def _losses(findings: list[dict]) -> list[str]:
+def losses(findings: list[dict]) -> list[str]:
     """One line per finding that says offsets or bytes are lost or unreadable (not an active
     segment's tail being written, which is info)."""
     out = []

@@ -175,3 +175,20 @@ def test_missing_first_log_names_the_retention_race(tmp_path):
     [f] = audit(d.parent, rules=("missing-offsets",))
     assert (f["first_offset"], f["last_offset"]) == (0, 5)
     assert "first segment: if retention was deleting it" in f["message"]
+
+
+def test_coverage_names_the_loss_and_never_says_nothing_missing(tmp_path):
+    from typer.testing import CliRunner
+
+    from kaudit.cli import app
+
+    clean = _three_segments(tmp_path, "clean").parent
+    r = CliRunner().invoke(app, ["segments", str(clean)])
+    assert r.exit_code == 0 and "nothing missing" in r.stdout
+    d = _three_segments(tmp_path, "lost")
+    os.remove(_seg(d, 6))
+    r = CliRunner().invoke(app, ["segments", str(d.parent)])
+    assert r.exit_code == 1, r.output
+    assert "nothing missing" not in r.stdout
+    assert "lost or unreadable: orders-0 (replica 1): offsets 6-11 (missing-offsets)" in r.stdout
+    assert "index-mismatch" not in r.stdout
