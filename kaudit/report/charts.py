@@ -34,8 +34,11 @@ def _t(ms):
 
 
 def _layout(fig, title: str, height: int = 420) -> None:
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height, margin={"l": 60, "r": 20, "t": 60, "b": 40},
-                      legend={"orientation": "h", "y": -0.08, "yanchor": "top"}, template="plotly_white")
+    # the legend below the last x axis's tick labels and title (pixels as a fraction of the plot)
+    height += 60
+    plot = max(height - 60 - 110, 100)
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height, margin={"l": 60, "r": 20, "t": 60, "b": 110},
+                      legend={"orientation": "h", "y": -70 / plot, "yanchor": "top"}, template="plotly_white")
 
 
 def _panels(inc: dict, findings: list[dict], data: dict) -> tuple[list, dict]:
