@@ -126,7 +126,7 @@ class LossGroup:
                 for r in part.to_pylist():
                     if r["issue"] in CUT_ISSUES:
                         s.cut = (r["position"], r["length"], r["issue"], r["message"])
-                    elif r["issue"] == "corrupt":
+                    else:   # corrupt, too large, undecodable records: corrupt-batch tells them
                         s.corrupt = True
         return []
 
@@ -137,6 +137,8 @@ class LossGroup:
         s.end = max(s.end, int((pos + size).max()))
         s.end_pos = int(pos.max())
         ok = np_col(t, "crc_ok", True, bool)
+        if not ok.all():
+            s.corrupt = True   # a batch whose header is not trusted: crc-mismatch tells it
         if np_col(t, "has_delete_horizon", False, bool).any():
             self.compacted = True
         base = np_col(t, "base_offset", -1, np.int64)[ok]
@@ -181,8 +183,10 @@ class LossGroup:
     def _judge(self, s: _Segment, nxt: _Segment | None) -> dict | None:
         if s.first is None and s.log is None:
             return self._no_log(s, nxt)
-        if s.corrupt or s.first is None or nxt is None:
-            return None   # corrupt-batch tells unreadable regions; the active tail is no loss
+        if s.first is None or nxt is None:
+            return None   # the active tail is no loss
+        if s.corrupt and s.cut is None:
+            return None   # corrupt-batch / crc-mismatch tell unreadable regions and batches
         index_past = s.idx_offset > s.last or s.idx_pos >= s.end
         if s.cut is not None:
             pos, length, issue, _ = s.cut

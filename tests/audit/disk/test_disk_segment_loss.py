@@ -192,3 +192,14 @@ def test_coverage_names_the_loss_and_never_says_nothing_missing(tmp_path):
     assert "nothing missing" not in r.stdout
     assert "lost or unreadable: orders-0 (replica 1): offsets 6-11 (missing-offsets)" in r.stdout
     assert "index-mismatch" not in r.stdout
+
+
+def test_a_damaged_last_batch_is_not_told_twice(tmp_path):
+    """A closed segment whose last batch fails its CRC: crc-mismatch tells it; no gap is made of
+    the offsets that batch holds."""
+    from fixtures.builder import corrupt_file
+
+    d = _three_segments(tmp_path)
+    corrupt_file(_seg(d, 6), 108 * 5 + 100)
+    fs = audit(d.parent, rules=RULES + ("crc-mismatch",))
+    assert _rules(fs) == ["crc-mismatch"] and fs[0]["first_offset"] == 11
