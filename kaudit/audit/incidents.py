@@ -44,7 +44,7 @@ TXN_RULES = frozenset({"dangling-transaction", "hanging-transaction", "torn-tran
                        "coordinator-epoch-regression", "non-transactional-write-in-transaction",
                        "late-transactional-write", "illegal-state-transition"})
 INTEGRITY_RULES = frozenset({"crc-mismatch", "corrupt-batch", "truncated-tail", "offset-overlap",
-                             "index-mismatch"})
+                             "index-mismatch", "missing-offsets"})
 # Findings that accompany a story rather than tell one: attached by producer when alone.
 SECONDARY_RULES = frozenset({"producer-error", "retried-batch", "produce-outcome", "unanswered-request"})
 # What a consumer sees when one of these is at error or above: stored duplicates, lost or torn
@@ -55,7 +55,7 @@ CONSUMER_RULES = frozenset({"duplicate-batch", "duplicate-records", "hanging-tra
                             "fenced-epoch", "out-of-order-sequence", "crc-mismatch", "corrupt-batch",
                             # what readers are given, and the replicas they read from (issue 20)
                             "aborted-read", "read-past-lso", "replica-divergence", "txnindex-mismatch",
-                            "snapshot-mismatch"})
+                            "snapshot-mismatch", "missing-offsets"})
 FENCED_CODES = frozenset({"47", "90"})
 
 

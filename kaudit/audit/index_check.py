@@ -93,8 +93,20 @@ class IndexGroup:
         self.time_tables: dict[str, list] = {}       # stem -> time-index tables (checked at the end)
         self.out: list[dict] = []
         self.reported: dict[str, int] = {}
+        self.cut: set[str] = set()                   # stems whose .log ends mid-batch or in zeros
+        self.past_end: list[tuple] = []              # (stem, entry, why): entries past the .log's end
+
+    def _past_end(self, stem: str, entry: dict, why: str) -> None:
+        """An entry naming data past its .log's end: a loss when the .log was cut or a later
+        segment exists (missing-offsets, truncated-tail tell it, with the range), else reported."""
+        self.past_end.append((stem, entry, why))
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
+        if kind == "decode_issue":
+            for src, issue in zip(t.column("source").to_pylist(), t.column("issue").to_pylist()):
+                if issue in ("truncated-tail", "zero-fill") and src.endswith(".log"):
+                    self.cut.add(_segment_of(src))
+            return []
         if kind == "index_entry":
             for (src, typ), part in _by_source_and_type(t):
                 stem = _segment_of(src)
@@ -171,8 +183,15 @@ class IndexGroup:
             bad = (e.offset < seg["first"]) | (e.offset > seg["last"])
             if seg["max_ts"] is not None:
                 bad |= e.timestamp > seg["max_ts"]
+        if seg is None:
+            return   # no batches: a lost .log (missing-offsets) or an unreadable one (corrupt-batch)
         for i in np.flatnonzero(bad).tolist():
-            self._report(e.entry(i, "time"), index_mismatch(e.entry(i, "time"), seg) or "out of range")
+            entry = e.entry(i, "time")
+            why = index_mismatch(entry, seg) or "out of range"
+            if entry["offset"] > seg["last"]:
+                self._past_end(stem, entry, why)
+            else:
+                self._report(entry, why)
         good = np.flatnonzero(~bad)
         back = _backwards(e.timestamp[good], e.offset[good], strict=False)
         for k in np.flatnonzero(back).tolist():
@@ -199,13 +218,18 @@ class IndexGroup:
         for stem in list(self.offset_tables):
             self._offset_entries(stem)
         for stem, e in self.offsets.items():
-            seg = self.segments.get(stem)
+            if self.segments.get(stem) is None:
+                continue   # no batches: a lost .log (missing-offsets) or an unreadable one (corrupt-batch)
             for i in range(e.start, e.offset.size):
                 entry = e.entry(i, "offset")
-                self._report(entry, "its segment's .log holds no batches" if seg is None else
-                             f"position {entry['file_position']} is beyond the segment's last batch")
+                self._past_end(stem, entry, f"position {entry['file_position']} is beyond the segment's last batch")
         for stem, tables in self.time_tables.items():
             self._check_time(stem, tables)
+        for stem, entry, why in self.past_end:
+            later = min((seg["first"] for st, seg in self.segments.items() if st > stem), default=None)
+            lost = (stem in self.cut or later is not None) and (later is None or entry["offset"] < later)
+            if not lost:
+                self._report(entry, why)
         out, self.out = self.out, []
         for src, n in self.reported.items():
             if n > MAX_FINDINGS_PER_FILE:
@@ -237,5 +261,10 @@ def _log_batches(t: pa.Table):
     return pc.equal(t.column("source_kind"), "log")
 
 
-FOLD = Fold("disk-indexes", {"batch": BATCH_COLUMNS, "index_entry": INDEX_COLUMNS}, KEY, ORDER,
-            lambda ctx: KeyedState(KEY, IndexGroup), where={"batch": _log_batches})
+def _log_issues(t: pa.Table):
+    return pc.and_(pc.is_null(t.column("connection")), pc.ends_with(t.column("source"), ".log"))
+
+
+FOLD = Fold("disk-indexes", {"batch": BATCH_COLUMNS, "index_entry": INDEX_COLUMNS,
+                             "decode_issue": KEY + ORDER + ("issue",)}, KEY, ORDER,
+            lambda ctx: KeyedState(KEY, IndexGroup), where={"batch": _log_batches, "decode_issue": _log_issues})

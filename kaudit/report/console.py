@@ -14,6 +14,10 @@ from kaudit.audit import SEVERITY_RANK
 from kaudit.timefmt import iso_ms
 
 SEVERITY_STYLE = {"critical": "bold white on red", "error": "bold red", "warning": "yellow", "info": "cyan"}
+# Findings that say data is gone or cannot be read: the coverage section names their ranges.
+LOSS_RULES = ("missing-offsets", "corrupt-batch", "crc-mismatch", "truncated-tail", "checkpoint-mismatch")
+UNREAD_COUNTERS = ("decode_issues", "undecodable_bytes", "undecodable", "gaps", "crc_failures")
+LOSS_LINES = 8
 MEMBERS_SHOWN = 8      # findings listed under an incident; the rest are counted
 TIMELINE_LINES = 6
 
@@ -134,7 +138,31 @@ def _coverage(c, report: dict, members: dict) -> None:
         if True:
             place = next((os.path.basename(e["source"]) for e in f["evidence"] or [] if e.get("source")), "?")
             by_rule[f["rule"]][place] += 1
-    if not by_rule:
+    lost = losses(report["findings"])
+    for line in lost[:LOSS_LINES]:
+        c.print(f"  [bold red]lost or unreadable:[/bold red] {escape(line)}")
+    if len(lost) > LOSS_LINES:
+        c.print(f"  … and {len(lost) - LOSS_LINES} more range(s) lost or unreadable (--format json lists them)")
+    unread = sum(int(v.get(k) or 0) for v in sides.values() for k in UNREAD_COUNTERS)
+    if not by_rule and not lost and not unread:
         c.print("  [green]nothing missing: every byte read was decoded[/green]")
     for rule, places in sorted(by_rule.items()):
         c.print(f"  {rule} ×{sum(places.values())}: " + escape(", ".join(f"{p} ×{n}" for p, n in places.most_common(6))))
+
+
+def losses(findings: list[dict]) -> list[str]:
+    """One line per finding that says offsets or bytes are lost or unreadable (not an active
+    segment's tail being written, which is info)."""
+    out = []
+    for f in findings:
+        if f["rule"] not in LOSS_RULES or f["severity"] == "info":
+            continue
+        where = f"{f.get('topic')}-{f.get('partition')}" + (f" (replica {f['replica']})" if f.get("replica") else "")
+        if f.get("first_offset") is not None:
+            one = f.get("last_offset") in (None, f["first_offset"])
+            what = f"offset {f['first_offset']}" if one else f"offsets {f['first_offset']}-{f['last_offset']}"
+        else:
+            ev = next((e for e in f.get("evidence") or [] if e.get("source")), None)
+            what = f"{os.path.basename(ev['source'])} from byte {ev['position']}" if ev else "bytes"
+        out.append(f"{where}: {what} ({f['rule']})")
+    return list(dict.fromkeys(out))

@@ -128,6 +128,10 @@ def _coverage(report: dict, members: dict) -> str:
         flat = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in counters.items()
                          if not isinstance(v, (dict, list)) and not k.startswith("_"))
         rows.append(f"<li>{_e(side + ': ' if side else '')}read {_e(flat)}</li>")
+    from kaudit.report.console import losses
+
+    for line in losses(report["findings"]):
+        rows.append(f"<li class='lost'><b>lost or unreadable:</b> {_e(line)}</li>")
     for i in report["incidents"]:
         if i["kind"] == "coverage":
             rows.append(f"<li>{_e(', '.join(f'{r} ×{n}' for r, n in i['rules'].items()))}: "

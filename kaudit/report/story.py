@@ -288,6 +288,10 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
                      f"{f['producer_id']} are not in the log: lost if they were acknowledged")
     for f in by.get("outcome-mismatch", [])[:1]:
         lines.append(f"what the client was told differs from the log: {f['message']}")
+    for f in by.get("missing-offsets", [])[:3]:
+        lines.append(f"offsets {_offsets(f['first_offset'], f.get('last_offset'))} of {f['topic']}-{f['partition']} "
+                     f"are gone from replica {f.get('replica')}: consumers reading it skip them silently (a fetch "
+                     "at a missing offset returns the next batch)")
     for f in (by.get("crc-mismatch", []) + by.get("corrupt-batch", []))[:1]:
         lines.append(f"consumers fetching offsets around {f.get('first_offset')} of {f.get('topic')}-{f.get('partition')} "
                      "(replica " + str(f.get("replica")) + ") fail on corrupt bytes (CorruptRecordException)")

@@ -441,3 +441,23 @@ def test_kafka_41_log_dirs_captures_and_their_join(spark, corpus):
                      _local_tables(chunks))
         names, logs = [str(p) for p in caps], [str(d / "logdirs")]
         _same(audit_both(names, logs, PORTS, spark_options=SPARK), audit_both(names, logs, PORTS))
+
+
+@pytest.mark.parametrize("fold_in_tasks", [True, False])
+def test_crafted_losses(spark, tmp_path, monkeypatch, fold_in_tasks):
+    """missing-offsets (segment_loss.py): a lost .log, a cut closed segment, a lost segment."""
+    import os
+
+    from test_disk_segment_loss import _seg, _three_segments
+
+    from fixtures.builder import truncate_file
+
+    monkeypatch.setattr(S, "FOLD_IN_TASKS", fold_in_tasks)
+    roots = [_three_segments(tmp_path, name) for name in ("nolog", "cut", "gap")]
+    os.remove(_seg(roots[0], 6))
+    truncate_file(_seg(roots[1], 6), 150)
+    for ext in ("log", "index", "timeindex"):
+        os.remove(_seg(roots[2], 6, ext))
+    _segments([r.parent for r in roots])
+    assert len([f for f in L.audit_segments([str(r.parent) for r in roots]).findings
+                if f["rule"] == "missing-offsets"]) == 3

@@ -75,3 +75,81 @@ def test_the_browser_test_sees_errors(browser, tmp_path):
     assert any("bad thing" in e for e in errors)
     assert any("undefined_function" in e for e in errors)
     assert any("missing.png" in e or "ERR_FILE_NOT_FOUND" in e for e in errors)
+
+
+# -- what the charts show: crafted incidents ------------------------------------------------------
+
+CHART_MARKS = """Array.from(document.querySelectorAll('section.incident')).map(s => ({
+  incident: s.dataset.incident,
+  charts: Array.from(s.querySelectorAll('div.chart')).map(c => {
+    const gd = c.querySelector('.js-plotly-plot');
+    return {name: c.dataset.chart,
+            marks: gd.data.flatMap(t => (t.customdata || []).map(d => d.concat([t.name]))),
+            notes: (gd.layout.annotations || []).map(a => a.text),
+            drawn: c.querySelectorAll('.scatterlayer .point').length,
+            boxes: Array.from(c.querySelectorAll('g.annotation')).map(a => {
+              const r = a.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })};
+  })}))"""
+
+
+def _report(browser, tmp_path, name, args):
+    """The HTML and JSON reports of `kaudit segments args`, the HTML opened and every chart drawn;
+    -> (report, {incident id: [chart]})."""
+    html, js = tmp_path / f"{name}.html", tmp_path / f"{name}.json"
+    for fmt, out in (("html", html), ("json", js)):
+        r = CliRunner().invoke(app, ["segments", *map(str, args), "-f", fmt, "-o", str(out)])
+        assert r.exit_code == 1, r.output
+    browser.events.clear()
+    browser.open(html.as_uri())
+    n = browser.evaluate("document.querySelectorAll('div.chart').length")
+    browser.wait_for(f"document.querySelectorAll('div.chart .main-svg').length >= {n}")
+    assert browser.errors() == []
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(str(SHOTS / f"{name}.png"))
+    charts = {s["incident"]: s["charts"] for s in browser.evaluate(CHART_MARKS)}
+    return json.loads(js.read_text()), charts
+
+
+def _no_overlap(boxes) -> bool:
+    return all(a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
+               for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_torn_transaction_chart_draws_every_partition(browser, tmp_path):
+    """a-0 ended ABORT (an admin's marker) and b-0 COMMIT (the coordinator's): both partitions,
+    their data and markers at their offsets, and the coordinator's decision are drawn."""
+    from tests.report.crafted import torn_transaction
+
+    report, charts = _report(browser, tmp_path, "torn-transaction", [torn_transaction(tmp_path)])
+    [inc] = [i for i in report["incidents"] if i["kind"] == "torn"]
+    [chart] = [c for c in charts[inc["id"]] if c["name"] == "transaction-gantt"]
+    marks = chart["marks"]
+    found = {(tp, kind, off) for tp, where, off, last, pos, kind, name in marks if where == "replica 1"}
+    assert {("a-0", "data", 0), ("a-0", "data", 1), ("a-0", "marker", 2), ("a-0", "marker", 3),
+            ("b-0", "data", 0), ("b-0", "marker", 2)} <= found
+    names = {m[-1] for m in marks}
+    assert "ABORT marker by an unknown writer" in names and "COMMIT marker by coordinator" in names
+    assert {"data (ABORT)", "data (COMMIT)"} <= names           # a-0's data aborted, b-0's committed
+    assert chart["notes"] == ["decision: COMMIT"]
+    assert chart["drawn"] >= len(marks) and _no_overlap(chart["boxes"])
+
+
+def test_duplicate_chart_draws_each_copy_on_each_replica(browser, tmp_path):
+    """Producer 7's seq 0-4 stored at offsets 0-4 and again at 10-14 (same bytes, same
+    timestamp) on three replicas: each replica its own panel, each copy at its own offset."""
+    from tests.report.crafted import duplicate
+
+    report, charts = _report(browser, tmp_path, "duplicate", duplicate(tmp_path))
+    [inc] = [i for i in report["incidents"] if i["kind"] == "duplicate"]
+    [chart] = [c for c in charts[inc["id"]] if c["name"] == "sequence-timeline"]
+    stored = {(where, off, last) for tp, where, off, last, pos, kind, name in chart["marks"]
+              if tp == "orders-0" and kind == "stored"}
+    for r in ("1", "2", "3"):
+        assert {(f"replica {r}", 0, 4), (f"replica {r}", 10, 14)} <= stored, r
+    assert [n for n in chart["notes"] if n.startswith("orders-0")] == [
+        "orders-0 · replica 1", "orders-0 · replica 2", "orders-0 · replica 3"]
+    copies = [(where, pos) for tp, where, off, last, pos, kind, name in chart["marks"] if kind == "stored" and off in (0, 10)]
+    assert len(set(copies)) == 6                                  # two copies, own positions, per replica
+    stars = {(where, off) for tp, where, off, last, pos, kind, name in chart["marks"] if kind == "duplicate-batch"}
+    assert {("replica 1", 10), ("replica 2", 10), ("replica 3", 10)} <= stars
+    assert chart["drawn"] >= len(chart["marks"])
