@@ -27,7 +27,6 @@ SKIP_FILE_SUFFIXES = (".deleted", ".cleaned", ".swap")
 SKIP_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 # Files a log dir holds that kaudit does not decode (yet): listed as skipped, with the reason.
 LOG_DIR_FILES = {
-    "bootstrap.checkpoint": "KRaft bootstrap checkpoint (not decoded)",
     ".lock": "lock file",
 }
 MAX_DEPTH = 8

@@ -1,0 +1,48 @@
+"""metadata_record rows from a log dir: the metadata log, a KRaft snapshot (.checkpoint) and the
+log dir's bootstrap.checkpoint; a newer record version is a row and a decode issue, not a crash."""
+
+from __future__ import annotations
+
+from fixtures.builder.logdir import LogDirBuilder
+from fixtures.builder.metadata import MetadataLog, snapshot_checkpoint
+from fixtures.encoder import metadata as me
+from kaudit.sources.logdir import plan
+from kaudit.sources.segments import Options, decode_target
+
+TID = "AAAAAAAAAAAAAAAAAAAAAQ"
+
+
+def _rows(root, kind):
+    out = []
+    for t in plan([str(root)]).targets:
+        for k, table in decode_target(t, Options()):
+            if k == kind:
+                out.extend(table.to_pylist())
+    return out
+
+
+def test_log_snapshot_and_bootstrap(tmp_path):
+    ld = LogDirBuilder(tmp_path / "node1", node_id=1)
+    md = MetadataLog(ld)
+    md.feature("transaction.version", 2)
+    md.topic("orders", TID, {0: [1, 2, 3]})
+    md.change("orders", 0, leader=2, isr=[2, 3])
+    md.append(me.frame(5, 9, b"\x00" * 8))          # a PartitionChangeRecord v9: newer than kaudit
+    name, data = snapshot_checkpoint([me.topic_record("orders", TID)], end_offset=5)
+    md.pb.add_file(name, data)
+    ld.add_file("bootstrap.checkpoint", snapshot_checkpoint([me.feature_level_record("metadata.version", 20)],
+                                                            end_offset=0)[1])
+    ld.write()
+    rows = _rows(tmp_path, "metadata_record")
+    types = [(r["source"].rsplit("/", 1)[1], r["record_type"]) for r in rows]
+    assert ("00000000000000000000.log", "LEADER_CHANGE") in types
+    assert ("00000000000000000000.log", "PARTITION_CHANGE_RECORD") in types
+    assert (name, "SNAPSHOT_HEADER") in types and (name, "TOPIC_RECORD") in types
+    assert ("bootstrap.checkpoint", "FEATURE_LEVEL_RECORD") in types
+    change = [r for r in rows if r["record_type"] == "PARTITION_CHANGE_RECORD" and r["issue"] is None][0]
+    assert (change["leader"], change["isr"], change["record_topic_id"], change["topic"]) == (2, "2,3", TID,
+                                                                                            "__cluster_metadata")
+    newer = [r for r in rows if r["issue"] == "unknown-version"]
+    assert len(newer) == 1 and newer[0]["version"] == 9
+    issues = _rows(tmp_path, "decode_issue")
+    assert [i["issue"] for i in issues] == ["metadata-unknown-version"]
