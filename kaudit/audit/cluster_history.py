@@ -1,0 +1,228 @@
+"""The cluster's own record, replayed: KRaft `metadata_record` rows -> the facts every audit may
+use - topic names by id over time, each partition's leadership history (leader, leader epoch,
+ISR, ELR, recovery state), the finalized features (`transaction.version`), producer id blocks.
+
+Sources of records, in the order Kafka replays them (MetadataLoader): the newest KRaft snapshot
+(`<end offset>-<epoch>.checkpoint`) when the log no longer starts at 0, then the log records past
+it; a log dir's `bootstrap.checkpoint` gives the features only where nothing later does. Several
+nodes' copies of one metadata log hold the same record at each committed offset: each offset is
+replayed once (the first copy in (offset, replica) order).
+
+A partition's leader epoch is replayed as PartitionRegistration.merge does: a PartitionRecord sets
+it, a PartitionChangeRecord with a Leader field (-2 is "unchanged") bumps it by one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+_SNAPSHOT = re.compile(r"^(?P<end>\d{20})-(?P<epoch>\d{10})\.checkpoint$")
+NO_LEADER = -1
+RECOVERING = 1
+COLUMNS = ("source", "position", "replica", "offset", "timestamp_ms", "record_type", "issue",
+           "record_topic_id", "record_topic", "record_partition", "leader", "leader_epoch",
+           "partition_epoch", "leader_recovery_state", "replicas", "isr", "elr", "last_known_elr",
+           "broker_id", "broker_epoch", "feature", "feature_level", "next_producer_id")
+
+
+def ids(s: str | None) -> list[int] | None:
+    if s is None:
+        return None
+    return [int(x) for x in s.split(",") if x != ""]
+
+
+@dataclass
+class Election:
+    """One leadership change of a partition, as the metadata records it."""
+
+    offset: int
+    timestamp_ms: int | None
+    source: str
+    position: int
+    leader: int
+    leader_epoch: int
+    previous_leader: int | None
+    previous_isr: list[int] | None
+    previous_elr: list[int] | None
+    isr: list[int] | None
+    recovery_state: int | None
+    unclean: bool | None        # None: the state before it is not in the evidence
+    why: str = ""
+
+
+@dataclass
+class PartitionHistory:
+    topic_id: str
+    partition: int
+    leader: int | None = None
+    leader_epoch: int | None = None
+    isr: list[int] | None = None
+    elr: list[int] | None = None
+    last_known_elr: list[int] | None = None
+    replicas: list[int] | None = None
+    recovery_state: int | None = None
+    known: bool = False          # a PartitionRecord (log or snapshot) gave the whole state
+    elections: list[Election] = field(default_factory=list)
+    states: list[tuple] = field(default_factory=list)   # (offset, ts, leader, epoch, isr, elr)
+
+
+@dataclass
+class ClusterHistory:
+    topics: dict[str, list[list]] = field(default_factory=dict)   # id -> [[name, from, removed at]]
+    partitions: dict[tuple[str, int], PartitionHistory] = field(default_factory=dict)
+    features: dict[str, int] = field(default_factory=dict)
+    feature_source: dict[str, str] = field(default_factory=dict)   # "log" | "snapshot" | "bootstrap"
+    producer_id_blocks: list[dict] = field(default_factory=list)
+    first_offset: int | None = None   # the first log offset replayed
+    issues: int = 0                   # records not decoded (newer versions, corrupt)
+
+    def names(self) -> dict[str, str]:
+        """topic id -> name (the latest name an id had: ids are never reused)."""
+        return {tid: spans[-1][0] for tid, spans in self.topics.items() if spans}
+
+    def live_id(self, name: str) -> str | None:
+        """The id of the live topic named `name` (the last created and never removed), else None."""
+        best = None
+        for tid, spans in self.topics.items():
+            for n, start, removed in spans:
+                if n == name and removed is None and (best is None or start > best[1]):
+                    best = (tid, start)
+        return best[0] if best else None
+
+    def partition(self, topic: str, partition: int) -> PartitionHistory | None:
+        tid = self.live_id(topic) or next((t for t, s in self.topics.items() if any(x[0] == topic for x in s)), None)
+        return None if tid is None else self.partitions.get((tid, partition))
+
+    def transaction_version(self) -> int | None:
+        return self.features.get("transaction.version")
+
+
+def _origin(source: str) -> tuple[str, int]:
+    """("log", 0) | ("snapshot", end offset) | ("bootstrap", -1) of a row's file."""
+    name = os.path.basename(source or "")
+    m = _SNAPSHOT.match(name)
+    if m:
+        return "snapshot", int(m["end"])
+    if name == "bootstrap.checkpoint":
+        return "bootstrap", -1
+    return "log", 0
+
+
+def replay(rows: list[dict]) -> ClusterHistory:
+    """The history of the metadata records `rows` (dicts with COLUMNS), any nodes, any order."""
+    h = ClusterHistory()
+    log, snaps, boot = [], {}, []
+    for r in rows:
+        kind, end = _origin(r["source"])
+        (log if kind == "log" else boot if kind == "bootstrap" else snaps.setdefault(end, [])).append(r)
+    log.sort(key=lambda r: (r["offset"], str(r["replica"]), r["source"]))
+    seen, unique = set(), []
+    for r in log:
+        if r["offset"] not in seen:
+            seen.add(r["offset"])
+            unique.append(r)
+    start = unique[0]["offset"] if unique else None
+    h.first_offset = start
+    base = [e for e in snaps if start is None or e >= start]
+    if snaps and (start is None or start > 0) and base:
+        end = min(base)   # the snapshot the log continues from
+        one = _one_copy(snaps[end])
+        for r in sorted(one, key=lambda r: r["offset"]):
+            _apply(h, r, "snapshot", end - 1)
+        unique = [r for r in unique if r["offset"] >= end]
+    for r in boot:
+        if r.get("feature") and r.get("issue") is None:
+            h.features.setdefault(r["feature"], r["feature_level"])
+            h.feature_source.setdefault(r["feature"], "bootstrap")
+    for r in unique:
+        _apply(h, r, "log", r["offset"])
+    return h
+
+
+def _one_copy(rows: list[dict]) -> list[dict]:
+    first = min(rows, key=lambda r: str(r["source"]))["source"]
+    return [r for r in rows if r["source"] == first]
+
+
+def _apply(h: ClusterHistory, r: dict, origin: str, offset: int) -> None:
+    if r.get("issue") not in (None, "trailing-bytes"):
+        h.issues += 1
+        return
+    t = r["record_type"]
+    if t == "TOPIC_RECORD":
+        spans = h.topics.setdefault(r["record_topic_id"], [])
+        if not spans or spans[-1][0] != r["record_topic"]:
+            spans.append([r["record_topic"], offset, None])
+    elif t == "REMOVE_TOPIC_RECORD":
+        for span in h.topics.get(r["record_topic_id"], []):
+            if span[2] is None:
+                span[2] = offset
+    elif t == "PARTITION_RECORD":
+        _partition_record(h, r, offset)
+    elif t == "PARTITION_CHANGE_RECORD":
+        _partition_change(h, r, offset)
+    elif t == "FEATURE_LEVEL_RECORD":
+        h.features[r["feature"]] = r["feature_level"]
+        h.feature_source[r["feature"]] = origin
+    elif t == "PRODUCER_IDS_RECORD":
+        h.producer_id_blocks.append({"broker_id": r["broker_id"], "broker_epoch": r["broker_epoch"],
+                                     "next_producer_id": r["next_producer_id"], "offset": offset,
+                                     "timestamp_ms": r["timestamp_ms"]})
+
+
+def _key(r: dict) -> tuple[str, int]:
+    return r["record_topic_id"], r["record_partition"]
+
+
+def _partition_record(h: ClusterHistory, r: dict, offset: int) -> None:
+    p = h.partitions.get(_key(r)) or h.partitions.setdefault(_key(r), PartitionHistory(*_key(r)))
+    p.leader, p.leader_epoch = r["leader"], r["leader_epoch"]
+    p.isr, p.replicas = ids(r["isr"]), ids(r["replicas"])
+    p.elr, p.last_known_elr = ids(r["elr"]) or [], ids(r["last_known_elr"]) or []
+    p.recovery_state = r["leader_recovery_state"] or 0
+    p.known = True
+    p.states.append((offset, r["timestamp_ms"], p.leader, p.leader_epoch, p.isr, p.elr))
+
+
+def _partition_change(h: ClusterHistory, r: dict, offset: int) -> None:
+    p = h.partitions.get(_key(r)) or h.partitions.setdefault(_key(r), PartitionHistory(*_key(r)))
+    prev_leader, prev_isr, prev_elr = p.leader, p.isr, p.elr
+    if r["isr"] is not None:
+        p.isr = ids(r["isr"])
+    if r["replicas"] is not None:
+        p.replicas = ids(r["replicas"])
+    if r["elr"] is not None:
+        p.elr = ids(r["elr"])
+    if r["last_known_elr"] is not None:
+        p.last_known_elr = ids(r["last_known_elr"])
+    if r["leader_recovery_state"] is not None:
+        p.recovery_state = r["leader_recovery_state"]
+    if r["leader"] is not None:   # a Leader field: a new leader epoch (PartitionRegistration.merge)
+        p.leader = r["leader"]
+        p.leader_epoch = None if p.leader_epoch is None else p.leader_epoch + 1
+        if r["leader"] != NO_LEADER and r["leader"] != prev_leader:
+            p.elections.append(_election(p, r, offset, prev_leader, prev_isr, prev_elr))
+    p.states.append((offset, r["timestamp_ms"], p.leader, p.leader_epoch, p.isr, p.elr))
+
+
+def _election(p: PartitionHistory, r: dict, offset: int, prev_leader, prev_isr, prev_elr) -> Election:
+    leader = r["leader"]
+    recovering = r["leader_recovery_state"] == RECOVERING
+    if recovering:
+        unclean, why = True, "the controller marked the leader RECOVERING (LeaderRecoveryState 1: an unclean election)"
+    elif not p.known or prev_isr is None:
+        unclean, why = None, "the partition's earlier state is not in the metadata read"
+    elif leader in prev_isr or leader in (prev_elr or ()):
+        unclean, why = False, ""
+    else:
+        unclean, why = True, (f"broker {leader} was in neither the ISR {_fmt(prev_isr)} nor the ELR "
+                              f"{_fmt(prev_elr or [])} when it was elected")
+    return Election(offset, r["timestamp_ms"], r["source"], r["position"], leader,
+                    -1 if p.leader_epoch is None else p.leader_epoch, prev_leader, prev_isr, prev_elr,
+                    p.isr, r["leader_recovery_state"], unclean, why)
+
+
+def _fmt(xs) -> str:
+    return "[" + ",".join(map(str, xs)) + "]"
