@@ -10,7 +10,7 @@ import gzip
 import json
 import re
 
-from kaudit.audit.cluster_history import COLUMNS, replay
+from kaudit.protocol.metadata.history import COLUMNS, replay
 from kaudit.sources.logdir import plan
 from kaudit.sources.segments import Options, decode_target
 

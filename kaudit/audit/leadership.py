@@ -1,0 +1,301 @@
+"""`unclean-leader-election` and `unexplained-divergence`: the cluster's own record of who led each
+partition (KRaft `__cluster_metadata`, protocol.metadata.history) joined with what the replicas
+hold (their batches' leader epochs, leader-epoch-checkpoints and high watermarks).
+
+The fold sees the whole selection at once (its key is empty: the metadata names partitions by
+topic id, the logs by directory): the metadata records, and each replica's batches reduced as
+they are selected to runs of one leader epoch (first and last batch of each run per chunk), with
+the leader-epoch-checkpoint entries and the high-watermark checkpoint entries. Nothing is judged
+without metadata: a log dir set without `__cluster_metadata` gives no finding here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.folds import Context, Fold, FoldState, np_indices
+from kaudit.audit.registry import evidence, finding, rule
+from kaudit.protocol.metadata.history import COLUMNS as METADATA_COLUMNS
+from kaudit.protocol.metadata.history import Election, replay
+
+METADATA_TOPIC = "__cluster_metadata"
+BATCH_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_offset", "last_offset",
+                 "partition_leader_epoch")
+EPOCH_COLUMNS = ("replica", "topic", "partition", "source", "position", "leader_epoch", "start_offset")
+CHECKPOINT_COLUMNS = ("replica", "topic", "partition", "source", "position", "checkpoint", "offset")
+
+
+@rule("unclean-leader-election", "critical", "disk",
+      "a partition leader was elected from outside the in-sync replicas: acknowledged records may be lost",
+      "Find the records the old leader had past the new leader's start offset (the finding's "
+      "offsets, on the replica it names) before that broker rejoins: it truncates them when it "
+      "does. Copy its partition dir aside now, replay what must survive, and set "
+      "unclean.leader.election.enable=false (topic and broker) unless availability was chosen "
+      "over durability on purpose.")
+def unclean_leader_election(e: Election) -> bool:
+    """Invariant: a partition leader is elected from its ISR, or since KIP-966 from its eligible
+    leader replicas (ELR) - replicas that hold every committed (acknowledged with acks=all)
+    record (QuorumController / PartitionChangeBuilder.electLeader). Electing any other replica
+    is an unclean election (unclean.leader.election.enable, or kafka-leader-election --election-
+    type UNCLEAN): since 3.2 the controller marks it LeaderRecoveryState RECOVERING (KIP-704).
+    The new leader starts its epoch at its own log end (its leader-epoch-checkpoint entry); what
+    the previous leader held past that offset is truncated from every replica that follows it
+    (KIP-101, KIP-279): lost, acknowledged or not.
+    Flagged: a PartitionChangeRecord naming a leader that was in neither the ISR nor the ELR of
+    the partition's state before it, or carrying LeaderRecoveryState 1. Joined with the
+    replicas' logs: the offsets a replica still holds in an earlier leader epoch past the new
+    leader's start offset (the records lost), and whether they were below that replica's high
+    watermark (acknowledged to acks=all producers).
+    Benign causes: none for durability - an operator may accept the loss on purpose (a cluster
+    that lost every in-sync replica); the records lost are still lost."""
+    return bool(e.unclean)
+
+
+@rule("unexplained-divergence", "critical", "disk",
+      "replicas hold different leader epochs at committed offsets though every election was clean",
+      "The replication protocol guarantees committed offsets identical on every replica after a "
+      "clean election; this is a broker bug or a disk fault. Find which replica the consumers "
+      "read (the current leader), keep a copy of each partition dir, and re-replicate the "
+      "divergent replica from the leader (stop it, move its partition dir aside).")
+def unexplained_divergence(_) -> bool:
+    """Invariant: with only clean elections (each leader from the ISR or ELR), every record below
+    the high watermark is on every in-sync replica in the same leader epoch: a new leader holds
+    every committed record, and followers truncate only what lies above the high watermark to
+    the new leader's epoch boundary (KIP-101, KIP-279). So two replicas holding the same offset
+    in different leader epochs below both their high watermarks contradict the leadership
+    history the metadata log records - when that history is complete for the partition (its
+    PartitionRecord in the log or a snapshot).
+    Benign causes: above a replica's high watermark (an old leader's uncommitted tail, truncated
+    when it rejoins: normal after a clean election); an unclean election (reported as
+    `unclean-leader-election` instead)."""
+    return True
+
+
+@dataclass
+class Run:
+    replica: str
+    epoch: int
+    first: int
+    last: int
+    source: str
+    position: int
+
+
+class LeadershipFold(Fold):
+    def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
+        sel = super().select(kind, table, extra)
+        if sel is None or kind != "batch" or sel.num_rows < 3:
+            return sel
+        return _run_ends(sel)
+
+
+def _run_ends(t: pa.Table) -> pa.Table:
+    """The first and last batch of each run of one (replica, topic, partition, leader epoch)."""
+    n = t.num_rows
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for c in ("replica", "topic", "partition", "partition_leader_epoch"):
+        col = t.column(c)
+        ne = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True)
+        change[1:] |= ne.to_numpy(zero_copy_only=False)
+    keep = change.copy()
+    keep[:-1] |= change[1:]
+    keep[-1] = True
+    return t.take(np_indices(np.flatnonzero(keep)))
+
+
+def _batch_where(t: pa.Table):
+    ok = pc.and_(pc.equal(t.column("source_kind"), "log"), pc.not_equal(t.column("topic"), METADATA_TOPIC))
+    ok = pc.and_(ok, pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
+    return pc.fill_null(pc.and_(ok, pc.greater_equal(t.column("partition_leader_epoch"), 0)), False)
+
+
+def _checkpoint_where(t: pa.Table):
+    return pc.fill_null(pc.equal(t.column("checkpoint"), "replication-offset-checkpoint"), False)
+
+
+class LeadershipState(FoldState):
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.tables: dict[str, list[pa.Table]] = defaultdict(list)
+
+    def feed(self, kind: str, table: pa.Table) -> list[dict]:
+        self.tables[kind].append(table)
+        return []
+
+    def finish(self) -> list[dict]:
+        meta = _rows(self.tables.pop("metadata_record", []))
+        if not meta:
+            return []
+        history = replay(meta)
+        names = history.names()
+        runs: dict[tuple, list[Run]] = defaultdict(list)
+        for r in _rows(self.tables.pop("batch", [])):
+            _add_run(runs[(r["topic"], r["partition"])], r)
+        epochs: dict[tuple, dict] = defaultdict(dict)
+        for r in _rows(self.tables.pop("leader_epoch_entry", [])):
+            epochs[(r["topic"], r["partition"])].setdefault(r["replica"], []).append(r)
+        hws = {(r["replica"], r["topic"], r["partition"]): r for r in _rows(self.tables.pop("checkpoint_entry", []))}
+        out = []
+        for (tid, p), ph in sorted(history.partitions.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]), kv[0][1])):
+            topic = names.get(tid)
+            if topic is None:
+                continue
+            part = Partition(topic, p, tid, runs.get((topic, p), []), epochs.get((topic, p), {}), hws)
+            for e in ph.elections:
+                if unclean_leader_election(e):
+                    out.append(part.unclean(e))
+            if ph.known and not any(e.unclean is not False for e in ph.elections):
+                out.extend(part.divergence())
+        return out
+
+
+def _rows(tables: list[pa.Table]) -> list[dict]:
+    return [r for t in tables for r in t.to_pylist()]
+
+
+def _add_run(runs: list[Run], r: dict) -> None:
+    last = runs[-1] if runs else None
+    if last is not None and last.replica == r["replica"] and last.epoch == r["partition_leader_epoch"] \
+            and r["base_offset"] >= last.first:
+        last.last = max(last.last, r["last_offset"])
+        return
+    runs.append(Run(r["replica"], r["partition_leader_epoch"], r["base_offset"], r["last_offset"],
+                    r["source"], r["position"]))
+
+
+@dataclass
+class Partition:
+    topic: str
+    partition: int
+    topic_id: str
+    runs: list[Run]
+    epochs: dict          # replica -> leader_epoch_entry rows
+    hws: dict             # (replica, topic, partition) -> replication-offset-checkpoint row
+
+    def hw(self, replica) -> int | None:
+        r = self.hws.get((replica, self.topic, self.partition))
+        return None if r is None else r["offset"]
+
+    def start_of(self, replica: str, epoch: int):
+        """(start offset, entry row) of `epoch` in the replica's leader-epoch-checkpoint."""
+        for r in self.epochs.get(replica, ()):
+            if r["leader_epoch"] == epoch:
+                return r["start_offset"], r
+        return None, None
+
+    def unclean(self, e: Election) -> dict:
+        new = str(e.leader)
+        start, entry = self.start_of(new, e.leader_epoch)
+        if start is None:   # no checkpoint of the new leader: where its epoch's batches begin
+            later = [r.first for r in self.runs if r.epoch >= e.leader_epoch]
+            start = min(later) if later else None
+        lost = []
+        if start is not None:
+            for r in self.runs:
+                if r.replica != new and r.epoch < e.leader_epoch and r.last >= start:
+                    lost.append(r)
+        ev = [evidence(e.source, e.position, "metadata_record",
+                       f"PartitionChangeRecord: leader {e.leader}, leader epoch {e.leader_epoch}")]
+        if entry is not None:
+            ev.append(evidence(entry["source"], entry["position"], "leader_epoch_entry",
+                               f"replica {new} starts epoch {e.leader_epoch} at offset {start}"))
+        by_replica: dict[str, list[int]] = {}
+        for r in lost:
+            lo, hi = by_replica.setdefault(r.replica, [max(r.first, start), r.last])
+            by_replica[r.replica] = [min(lo, max(r.first, start)), max(hi, r.last)]
+            ev.append(evidence(r.source, r.position, "batch", f"replica {r.replica}: epoch {r.epoch} "
+                               f"batches at {r.first}-{r.last}"))
+        msg = (f"{self.topic}-{self.partition}: unclean leader election at metadata offset {e.offset}: "
+               f"broker {e.leader} became leader at leader epoch {e.leader_epoch} (previous leader "
+               f"{e.previous_leader}); {e.why}")
+        acked = {}
+        if by_replica:
+            parts = []
+            for rep, (lo, hi) in sorted(by_replica.items()):
+                hw = self.hw(rep)
+                note = ""
+                if hw is not None and hw > lo:
+                    acked[rep] = [lo, min(hi, hw - 1)]
+                    note = f", {lo}-{min(hi, hw - 1)} below its high watermark {hw} (acknowledged)"
+                parts.append(f"replica {rep} holds offsets {lo}-{hi} of earlier leader epochs{note}")
+            msg += (f". Broker {e.leader} starts epoch {e.leader_epoch} at offset {start}: "
+                    + "; ".join(parts) + f" - records broker {e.leader} does not have (lost)")
+        elif start is not None:
+            msg += (f". Broker {e.leader} starts epoch {e.leader_epoch} at offset {start}; no replica in "
+                    "the inputs still holds what the previous leader had past it, so what was lost "
+                    "cannot be counted from these log dirs")
+        else:
+            msg += ". The new leader's log is not in the inputs: what was lost cannot be counted"
+        first = min((v[0] for v in by_replica.values()), default=None)
+        last = max((v[1] for v in by_replica.values()), default=None)
+        return finding("unclean-leader-election", msg, topic=self.topic, partition=self.partition,
+                       topic_id=self.topic_id, first_offset=first, last_offset=last,
+                       first_ts_ms=e.timestamp_ms, evidence=ev,
+                       severity="critical" if by_replica or start is None else "error",
+                       details={"leader": e.leader, "leader_epoch": e.leader_epoch,
+                                "previous_leader": e.previous_leader, "previous_isr": e.previous_isr,
+                                "previous_elr": e.previous_elr, "leader_recovery_state": e.recovery_state,
+                                "metadata_offset": e.offset, "new_leader_start_offset": start,
+                                "lost": by_replica, "acknowledged_lost": acked})
+
+    def divergence(self) -> list[dict]:
+        """Replicas holding one offset in different leader epochs below both their high
+        watermarks: one finding per partition, at the lowest such offset, naming every pair."""
+        by_rep: dict[str, list[Run]] = defaultdict(list)
+        for r in self.runs:
+            by_rep[r.replica].append(r)
+        clashes = []
+        reps = sorted(by_rep)
+        for i, a in enumerate(reps):
+            for b in reps[i + 1:]:
+                ha, hb = self.hw(a), self.hw(b)
+                if ha is None or hb is None:
+                    continue
+                hit = _first_clash(by_rep[a], by_rep[b], min(ha, hb))
+                if hit is not None:
+                    clashes.append((hit[0], a, b, min(ha, hb), hit[1], hit[2]))
+        if not clashes:
+            return []
+        clashes.sort(key=lambda c: (c[0], c[1], c[2]))
+        offset, a, b, limit, ra, rb = clashes[0]
+        others = "; ".join(f"{x}/{y} at {o}" for o, x, y, *_ in clashes[1:])
+        msg = (f"{self.topic}-{self.partition}: replicas {a} and {b} hold offset {offset} in leader "
+               f"epochs {ra.epoch} and {rb.epoch}, below both their high watermarks (lowest {limit}), "
+               "though the metadata log records only clean elections for this partition"
+               + (f" (also replicas {others})" if others else ""))
+        ev = []
+        for _, x, y, _, rx, ry in clashes:
+            ev += [evidence(rx.source, rx.position, "batch", f"replica {x}: epoch {rx.epoch}"),
+                   evidence(ry.source, ry.position, "batch", f"replica {y}: epoch {ry.epoch}")]
+        return [finding("unexplained-divergence", msg, topic=self.topic, partition=self.partition,
+                        topic_id=self.topic_id, first_offset=offset, evidence=list({(e["source"], e["position"]): e
+                                                                                   for e in ev}.values()),
+                        details={"replicas": [a, b], "epochs": [ra.epoch, rb.epoch], "high_watermark": limit,
+                                 "pairs": [[x, y, o] for o, x, y, *_ in clashes]})]
+
+
+def _first_clash(xs: list[Run], ys: list[Run], limit: int):
+    best = None
+    for x in xs:
+        for y in ys:
+            lo, hi = max(x.first, y.first), min(x.last, y.last)
+            if lo <= hi and lo < limit and x.epoch != y.epoch and (best is None or lo < best[0]):
+                best = (lo, x, y)
+    return best
+
+
+def _make(ctx: Context) -> LeadershipState:
+    return LeadershipState(ctx)
+
+
+FOLD = LeadershipFold("leadership",
+                      {"metadata_record": METADATA_COLUMNS, "batch": BATCH_COLUMNS,
+                       "leader_epoch_entry": EPOCH_COLUMNS, "checkpoint_entry": CHECKPOINT_COLUMNS},
+                      (), ("source", "position"), _make,
+                      where={"batch": _batch_where, "checkpoint_entry": _checkpoint_where})

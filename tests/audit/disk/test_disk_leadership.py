@@ -1,0 +1,83 @@
+"""unclean-leader-election and unexplained-divergence (audit/leadership.py): a crafted 3-node
+cluster whose node 1 keeps the KRaft metadata log, built with the fixture builders from Kafka's
+specs; each case against its negative twin."""
+
+from __future__ import annotations
+
+import json
+
+from diskcraft import audit, brief
+
+from fixtures.builder.metadata import MetadataLog
+from fixtures.builder.replicas import write_replicas
+
+RULES = ("unclean-leader-election", "unexplained-divergence")
+TID = "b3JkZXJzLXRvcGljLWlkAA"
+
+
+def _cluster(tmp_path, *, election: str, old_hw: int, new_hw: int = 8, metadata: bool = True):
+    """orders-0 led by broker 1 (epoch 0, offsets 0-9), then by broker 2 (epoch 1) from offset 5:
+    `election` "unclean" (ISR [1] and LeaderRecoveryState RECOVERING), "unclean-3.0" (ISR [1],
+    no recovery state: Kafka before 3.2), or "clean" (2 back in the ISR first)."""
+    def build(ld, node):
+        if node == 1 and metadata:
+            md = MetadataLog(ld)
+            md.feature("metadata.version", 7)
+            md.topic("orders", TID, {0: [1, 2, 3]})
+            md.change("orders", 0, isr=[1])
+            if election == "clean":
+                md.change("orders", 0, isr=[1, 2])
+                md.change("orders", 0, leader=2, isr=[2])
+            else:
+                md.change("orders", 0, leader=2, isr=[2],
+                          recovery_state=1 if election == "unclean" else -1)
+        pb = ld.partition("orders", 0, topic_id=TID, role="leader" if node == 1 else "follower")
+        for i in range(10 if node == 1 else 5):
+            pb.append_batch(values=[b"v%d" % i])
+        if node != 1:
+            pb.set_leader_epoch(1)
+            for i in range(3):
+                pb.append_batch(values=[b"w%d" % i])
+        pb.high_watermark = old_hw if node == 1 else new_hw
+    return write_replicas(tmp_path / "cluster", build)
+
+
+def test_unclean_election_with_lost_acknowledged_tail(tmp_path):
+    roots = _cluster(tmp_path, election="unclean", old_hw=10)
+    fs = audit(roots, rules=RULES)
+    assert brief(fs) == [("unclean-leader-election", "critical", "orders-0", 5, 9)]
+    d = json.loads(fs[0]["details"])
+    assert (d["leader"], d["leader_epoch"], d["previous_leader"], d["new_leader_start_offset"]) == (2, 1, 1, 5)
+    assert d["lost"] == {"1": [5, 9]} and d["acknowledged_lost"] == {"1": [5, 9]}
+    assert "RECOVERING" in fs[0]["message"] and fs[0]["topic_id"] == TID
+    kinds = [e["kind"] for e in fs[0]["evidence"]]
+    assert kinds[:2] == ["metadata_record", "leader_epoch_entry"] and "batch" in kinds
+
+
+def test_unclean_election_told_from_the_isr_before_kafka_3_2(tmp_path):
+    fs = audit(_cluster(tmp_path, election="unclean-3.0", old_hw=5), rules=RULES)
+    assert brief(fs) == [("unclean-leader-election", "critical", "orders-0", 5, 9)]
+    assert "neither the ISR [1] nor the ELR []" in fs[0]["message"]
+    assert json.loads(fs[0]["details"])["acknowledged_lost"] == {}
+
+
+def test_clean_election_and_truncation_above_the_high_watermark_is_normal(tmp_path):
+    assert audit(_cluster(tmp_path, election="clean", old_hw=5), rules=RULES) == []
+
+
+def test_divergence_below_the_high_watermark_after_clean_elections(tmp_path):
+    fs = audit(_cluster(tmp_path, election="clean", old_hw=10), rules=RULES)
+    assert brief(fs) == [("unexplained-divergence", "critical", "orders-0", 5, None)]
+    assert json.loads(fs[0]["details"])["epochs"] == [0, 1]
+
+
+def test_no_metadata_no_judgement(tmp_path):
+    assert audit(_cluster(tmp_path, election="unclean", old_hw=10, metadata=False), rules=RULES) == []
+
+
+def test_unclean_finding_and_replica_divergence_are_one_incident(tmp_path):
+    fs = audit(_cluster(tmp_path, election="unclean", old_hw=10), rules=RULES + ("replica-divergence",))
+    rules = {f["rule"] for f in fs}
+    assert "unclean-leader-election" in rules
+    incidents = {f["incident"] for f in fs}
+    assert len(incidents) == 1, [(f["rule"], f["message"]) for f in fs]
