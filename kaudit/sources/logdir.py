@@ -213,6 +213,10 @@ def plan(paths: list[str]) -> Plan:
             continue
         _walk(p, 0, cache, result)
     result.targets = _grouped(_distinct_replicas(result.targets))
+    if any(t.topic_id is None and t.topic for t in result.targets):
+        from kaudit.sources.cluster_metadata import name_partitions
+
+        name_partitions(result)   # partition dirs without partition.metadata: the metadata log's id
     return result
 
 

@@ -46,3 +46,24 @@ def test_log_snapshot_and_bootstrap(tmp_path):
     assert len(newer) == 1 and newer[0]["version"] == 9
     issues = _rows(tmp_path, "decode_issue")
     assert [i["issue"] for i in issues] == ["metadata-unknown-version"]
+
+
+def test_partition_dir_without_partition_metadata_is_named_from_the_metadata_log(tmp_path):
+    from kaudit.sources.topics import from_plan
+
+    ld = LogDirBuilder(tmp_path / "node1", node_id=1)
+    md = MetadataLog(ld)
+    md.topic("orders", "AAAAAAAAAAAAAAAAAAAAAA", {0: [1]})
+    md.remove_topic("orders")
+    md.topic("orders", TID, {0: [1]})                    # deleted and created again: the live id
+    md.topic("elsewhere", "AAAAAAAAAAAAAAAAAAAAAg", {0: [2]})
+    pb = ld.partition("orders", 0)
+    pb.write_partition_metadata = False
+    pb.append_batch(values=[b"x"])
+    ld.write()
+    p = plan([str(tmp_path)])
+    assert {t.topic_id for t in p.targets if t.topic == "orders"} == {TID}
+    batches = [b for b in _rows(tmp_path, "batch") if b["topic"] == "orders"]
+    assert batches and all(b["topic_id"] == TID for b in batches)
+    names = from_plan(p)
+    assert names[TID] == "orders" and names["AAAAAAAAAAAAAAAAAAAAAg"] == "elsewhere"
