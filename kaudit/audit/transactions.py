@@ -63,7 +63,8 @@ class ProducerGroup:
         if not any(b["is_transactional"] for b in batches) and not txn_log:
             return []
         pt = assemble(self.producer_id, batches, txn_log,
-                      coordinator_known=bool(txn_log) or bool(self.ctx.txn_state_seen))
+                      coordinator_known=bool(txn_log) or bool(self.ctx.txn_state_seen),
+                      cluster_tv=self.ctx.cluster_transaction_version)
         return txn_findings.judge(pt, self.ctx.reference_time_ms)
 
 

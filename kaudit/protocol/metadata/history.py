@@ -226,3 +226,19 @@ def _election(p: PartitionHistory, r: dict, offset: int, prev_leader, prev_isr, 
 
 def _fmt(xs) -> str:
     return "[" + ",".join(map(str, xs)) + "]"
+
+
+def latest_features(rows: list[dict]) -> dict[str, int]:
+    """The finalized feature levels the newest FeatureLevelRecord of each feature gives, in
+    replay order: log records by offset, a snapshot's at its end offset, bootstrap.checkpoint
+    first (each record holds the whole level, so the newest wins)."""
+    best: dict[str, tuple] = {}
+    for r in rows:
+        if r.get("record_type") != "FEATURE_LEVEL_RECORD" or r.get("issue") is not None or not r.get("feature"):
+            continue
+        kind, end = _origin(r["source"])
+        at = (-1, r["offset"]) if kind == "bootstrap" else (end - 1, r["offset"]) if kind == "snapshot" \
+            else (r["offset"], 0)
+        if r["feature"] not in best or at > best[r["feature"]][0]:
+            best[r["feature"]] = (at, r["feature_level"])
+    return {f: v for f, (_, v) in best.items()}
