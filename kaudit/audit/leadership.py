@@ -12,7 +12,8 @@ without metadata: a log dir set without `__cluster_metadata` gives no finding he
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -24,10 +25,10 @@ from kaudit.protocol.metadata.history import COLUMNS as METADATA_COLUMNS
 from kaudit.protocol.metadata.history import Election, replay
 
 METADATA_TOPIC = "__cluster_metadata"
-BATCH_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_offset", "last_offset",
+BATCH_COLUMNS = ("replica", "log_dir", "topic", "partition", "source", "position", "base_offset", "last_offset",
                  "partition_leader_epoch")
-EPOCH_COLUMNS = ("replica", "topic", "partition", "source", "position", "leader_epoch", "start_offset")
-CHECKPOINT_COLUMNS = ("replica", "topic", "partition", "source", "position", "checkpoint", "offset")
+EPOCH_COLUMNS = ("replica", "log_dir", "topic", "partition", "source", "position", "leader_epoch", "start_offset")
+CHECKPOINT_COLUMNS = ("replica", "log_dir", "topic", "partition", "source", "position", "checkpoint", "offset")
 
 
 @rule("unclean-leader-election", "critical", "disk",
@@ -86,7 +87,16 @@ class Run:
     position: int
 
 
+@dataclass(frozen=True)
 class LeadershipFold(Fold):
+    # log dir -> cluster id (meta.properties), bound by the engines: one cluster's metadata
+    # judges only the log dirs of that cluster (an unknown id matches the only cluster)
+    clusters: tuple = ()
+
+    def bind(self, replicated, clusters: dict | None = None) -> "LeadershipFold":
+        bound = tuple(sorted((clusters or {}).items(), key=lambda kv: kv[0]))
+        return replace(self, clusters=bound, make=partial(_make, clusters=bound))
+
     def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
         sel = super().select(kind, table, extra)
         if sel is None or kind != "batch" or sel.num_rows < 3:
@@ -120,8 +130,9 @@ def _checkpoint_where(t: pa.Table):
 
 
 class LeadershipState(FoldState):
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: Context, clusters: dict):
         self.ctx = ctx
+        self.clusters = clusters
         self.tables: dict[str, list[pa.Table]] = defaultdict(list)
 
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
@@ -129,30 +140,44 @@ class LeadershipState(FoldState):
         return []
 
     def finish(self) -> list[dict]:
-        meta = _rows(self.tables.pop("metadata_record", []))
+        meta = defaultdict(list)
+        for r in _rows(self.tables.pop("metadata_record", [])):
+            meta[self.clusters.get(r["log_dir"])].append(r)
         if not meta:
             return []
-        history = replay(meta)
-        names = history.names()
-        runs: dict[tuple, list[Run]] = defaultdict(list)
-        for r in _rows(self.tables.pop("batch", [])):
-            _add_run(runs[(r["topic"], r["partition"])], r)
-        epochs: dict[tuple, dict] = defaultdict(dict)
-        for r in _rows(self.tables.pop("leader_epoch_entry", [])):
-            epochs[(r["topic"], r["partition"])].setdefault(r["replica"], []).append(r)
-        hws = {(r["replica"], r["topic"], r["partition"]): r for r in _rows(self.tables.pop("checkpoint_entry", []))}
+        data = {k: _rows(self.tables.pop(k, [])) for k in ("batch", "leader_epoch_entry", "checkpoint_entry")}
         out = []
-        for (tid, p), ph in sorted(history.partitions.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]), kv[0][1])):
-            topic = names.get(tid)
-            if topic is None:
-                continue
-            part = Partition(topic, p, tid, runs.get((topic, p), []), epochs.get((topic, p), {}), hws)
-            for e in ph.elections:
-                if unclean_leader_election(e):
-                    out.append(part.unclean(e))
-            if ph.known and not any(e.unclean is not False for e in ph.elections):
-                out.extend(part.divergence())
+        for cluster, rows in sorted(meta.items(), key=lambda kv: str(kv[0])):
+            mine = {k: [r for r in v if self._same(cluster, r["log_dir"], len(meta))] for k, v in data.items()}
+            out.extend(_judge(replay(rows), mine))
         return out
+
+    def _same(self, cluster, log_dir, n: int) -> bool:
+        c = self.clusters.get(log_dir)
+        return c == cluster or (n == 1 and (c is None or cluster is None))
+
+
+def _judge(history, data: dict) -> list[dict]:
+    names = history.names()
+    runs: dict[tuple, list[Run]] = defaultdict(list)
+    for r in data["batch"]:
+        _add_run(runs[(r["topic"], r["partition"])], r)
+    epochs: dict[tuple, dict] = defaultdict(dict)
+    for r in data["leader_epoch_entry"]:
+        epochs[(r["topic"], r["partition"])].setdefault(r["replica"], []).append(r)
+    hws = {(r["replica"], r["topic"], r["partition"]): r for r in data["checkpoint_entry"]}
+    out = []
+    for (tid, p), ph in sorted(history.partitions.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]), kv[0][1])):
+        topic = names.get(tid)
+        if topic is None:
+            continue
+        part = Partition(topic, p, tid, runs.get((topic, p), []), epochs.get((topic, p), {}), hws)
+        for e in ph.elections:
+            if unclean_leader_election(e):
+                out.append(part.unclean(e))
+        if ph.known and not any(e.unclean is not False for e in ph.elections):
+            out.extend(part.divergence())
+    return out
 
 
 def _rows(tables: list[pa.Table]) -> list[dict]:
@@ -290,12 +315,12 @@ def _first_clash(xs: list[Run], ys: list[Run], limit: int):
     return best
 
 
-def _make(ctx: Context) -> LeadershipState:
-    return LeadershipState(ctx)
+def _make(ctx: Context, clusters: tuple = ()) -> "LeadershipState":
+    return LeadershipState(ctx, dict(clusters))
 
 
 FOLD = LeadershipFold("leadership",
-                      {"metadata_record": METADATA_COLUMNS, "batch": BATCH_COLUMNS,
+                      {"metadata_record": METADATA_COLUMNS + ("log_dir",), "batch": BATCH_COLUMNS,
                        "leader_epoch_entry": EPOCH_COLUMNS, "checkpoint_entry": CHECKPOINT_COLUMNS},
-                      (), ("source", "position"), _make,
+                      (), ("source", "position"), partial(_make, clusters=()),
                       where={"batch": _batch_where, "checkpoint_entry": _checkpoint_where})

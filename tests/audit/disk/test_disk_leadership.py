@@ -81,3 +81,27 @@ def test_unclean_finding_and_replica_divergence_are_one_incident(tmp_path):
     assert "unclean-leader-election" in rules
     incidents = {f["incident"] for f in fs}
     assert len(incidents) == 1, [(f["rule"], f["message"]) for f in fs]
+
+
+def test_one_clusters_metadata_never_judges_another_clusters_logs(tmp_path):
+    from fixtures.builder.logdir import LogDirBuilder
+
+    a = LogDirBuilder(tmp_path / "a" / "node1", node_id=1, cluster_id="Y2x1c3Rlci1hLWNsdXN0ZXI")
+    md = MetadataLog(a)
+    md.topic("orders", TID, {0: [1, 2, 3]})
+    md.change("orders", 0, isr=[1])
+    md.change("orders", 0, leader=2, isr=[2], recovery_state=1)
+    a.write()
+    roots = [tmp_path / "a" / "node1"]
+    for node in (1, 2):
+        b = LogDirBuilder(tmp_path / "b" / f"node{node}", node_id=node, cluster_id="Y2x1c3Rlci1iLWNsdXN0ZXI")
+        pb = b.partition("orders", 0)
+        for i in range(10 if node == 1 else 5):
+            pb.append_batch(values=[b"v%d" % i])
+        if node == 2:
+            pb.set_leader_epoch(1)
+            pb.append_batch(values=[b"w"])
+        roots.append(b.write())
+    fs = audit(roots, rules=RULES)
+    assert [(f["rule"], f["first_offset"]) for f in fs] == [("unclean-leader-election", None)]
+    assert "cannot be counted" in fs[0]["message"]
