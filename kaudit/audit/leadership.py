@@ -77,6 +77,27 @@ def unexplained_divergence(_) -> bool:
     return True
 
 
+@rule("missing-segments", "error", "disk",
+      "a replica's log starts above offset 0 though its topic keeps every record and nothing moved its start",
+      "Segments were removed from this replica outside Kafka (by hand, a failed disk or copy, a "
+      "restore from an older backup). Check the other replicas (kaudit segments on every node's "
+      "log dir): if one holds the missing offsets, re-replicate this one from it; else the "
+      "records are lost - tell the consumers that read from the beginning.")
+def missing_segments(first: int, log_start_ckpt: int | None) -> bool:
+    """Invariant: a partition's log starts at offset 0 and its log start offset moves only by
+    retention (retention.ms, retention.bytes: whole segments deleted), DeleteRecords (recorded in
+    `log-start-offset-checkpoint`, UnifiedLog.maybeIncrementLogStartOffset), the log cleaner of a
+    compacted topic, tiered storage (KIP-405: local segments deleted once copied remotely), or a
+    new replica starting at its leader's log start. With retention.ms -1 for the topic from its
+    creation on (its ConfigRecord, or the cluster's dynamic default, in the metadata log),
+    retention.bytes never set otherwise, no compaction and no remote storage, the only record of
+    a moved start is the log-start-offset-checkpoint entry: a replica whose first batch starts
+    above 0 and above that entry has lost segments.
+    Benign causes: a broker-level log.retention.bytes or cleanup policy set only in
+    server.properties (not in the metadata: check it)."""
+    return first > 0 and (log_start_ckpt is None or log_start_ckpt < first)
+
+
 @dataclass
 class Run:
     replica: str
@@ -126,7 +147,8 @@ def _batch_where(t: pa.Table):
 
 
 def _checkpoint_where(t: pa.Table):
-    return pc.fill_null(pc.equal(t.column("checkpoint"), "replication-offset-checkpoint"), False)
+    names = pa.array(["replication-offset-checkpoint", "log-start-offset-checkpoint"])
+    return pc.fill_null(pc.is_in(t.column("checkpoint"), value_set=names), False)
 
 
 class LeadershipState(FoldState):
@@ -165,7 +187,10 @@ def _judge(history, data: dict) -> list[dict]:
     epochs: dict[tuple, dict] = defaultdict(dict)
     for r in data["leader_epoch_entry"]:
         epochs[(r["topic"], r["partition"])].setdefault(r["replica"], []).append(r)
-    hws = {(r["replica"], r["topic"], r["partition"]): r for r in data["checkpoint_entry"]}
+    hws = {(r["replica"], r["topic"], r["partition"]): r for r in data["checkpoint_entry"]
+           if r["checkpoint"] == "replication-offset-checkpoint"}
+    starts = {(r["replica"], r["topic"], r["partition"]): r for r in data["checkpoint_entry"]
+              if r["checkpoint"] == "log-start-offset-checkpoint"}
     out = []
     for (tid, p), ph in sorted(history.partitions.items(), key=lambda kv: (names.get(kv[0][0], kv[0][0]), kv[0][1])):
         topic = names.get(tid)
@@ -177,7 +202,24 @@ def _judge(history, data: dict) -> list[dict]:
                 out.append(part.unclean(e))
         if ph.known and not any(e.unclean is not False for e in ph.elections):
             out.extend(part.divergence())
+        if _keeps_everything(history, topic, tid):
+            out.extend(part.missing_start(starts))
     return out
+
+
+def _keeps_everything(history, topic: str, tid: str) -> bool:
+    """The metadata shows the topic's records kept forever since its creation, on local disk."""
+    from kaudit.protocol.metadata.history import BROKER_RESOURCE, TOPIC_RESOURCE
+
+    if not history.unlimited(topic, tid, "retention.ms", "log.retention.ms"):
+        return False
+    for rtype, name, key in ((TOPIC_RESOURCE, topic, "retention.bytes"), (BROKER_RESOURCE, "", "log.retention.bytes")):
+        if any(v not in (None, "-1") for _, v in history.config_values(rtype, name, key)):
+            return False
+    policy = (history.config_at_end(TOPIC_RESOURCE, topic, "cleanup.policy")
+              or history.config_at_end(BROKER_RESOURCE, "", "log.cleanup.policy") or "delete")
+    remote = history.config_at_end(TOPIC_RESOURCE, topic, "remote.storage.enable") or "false"
+    return "compact" not in policy and remote.lower() != "true"
 
 
 def _rows(tables: list[pa.Table]) -> list[dict]:
@@ -268,6 +310,33 @@ class Partition:
                                 "previous_elr": e.previous_elr, "leader_recovery_state": e.recovery_state,
                                 "metadata_offset": e.offset, "new_leader_start_offset": start,
                                 "lost": by_replica, "acknowledged_lost": acked})
+
+    def missing_start(self, starts: dict) -> list[dict]:
+        out = []
+        firsts: dict[str, Run] = {}
+        for r in self.runs:
+            if r.replica not in firsts or r.first < firsts[r.replica].first:
+                firsts[r.replica] = r
+        for rep, r in sorted(firsts.items()):
+            ck = starts.get((rep, self.topic, self.partition))
+            ck_offset = None if ck is None else ck["offset"]
+            if not missing_segments(r.first, ck_offset):
+                continue
+            lo = ck_offset or 0
+            ev = [evidence(r.source, r.position, "batch", f"replica {rep}: first batch at offset {r.first}")]
+            if ck is not None:
+                ev.append(evidence(ck["source"], ck["position"], "checkpoint", f"log start offset {ck_offset}"))
+            out.append(finding(
+                "missing-segments", f"{self.topic}-{self.partition} (replica {rep}): the log starts at offset "
+                f"{r.first}, yet the metadata log shows the topic keeps every record (retention.ms -1 since "
+                f"its creation, no size limit, no compaction, no remote storage) and "
+                + (f"the log-start-offset-checkpoint says {ck_offset}" if ck is not None else
+                   "no log-start-offset-checkpoint entry (DeleteRecords) moved its start")
+                + f": offsets {lo}-{r.first - 1} are missing from its segments",
+                topic=self.topic, partition=self.partition, replica=rep, topic_id=self.topic_id,
+                first_offset=lo, last_offset=r.first - 1, evidence=ev,
+                details={"first_offset_on_disk": r.first, "log_start_offset_checkpoint": ck_offset}))
+        return out
 
     def divergence(self) -> list[dict]:
         """Replicas holding one offset in different leader epochs below both their high

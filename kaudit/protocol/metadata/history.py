@@ -24,7 +24,9 @@ RECOVERING = 1
 COLUMNS = ("source", "position", "replica", "offset", "timestamp_ms", "record_type", "issue",
            "record_topic_id", "record_topic", "record_partition", "leader", "leader_epoch",
            "partition_epoch", "leader_recovery_state", "replicas", "isr", "elr", "last_known_elr",
-           "broker_id", "broker_epoch", "feature", "feature_level", "next_producer_id")
+           "broker_id", "broker_epoch", "feature", "feature_level", "next_producer_id",
+           "config_resource_type", "config_resource", "config_name", "config_value")
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4   # ConfigResource.Type ids; broker "" is the cluster default
 
 
 def ids(s: str | None) -> list[int] | None:
@@ -75,6 +77,9 @@ class ClusterHistory:
     features: dict[str, int] = field(default_factory=dict)
     feature_source: dict[str, str] = field(default_factory=dict)   # "log" | "snapshot" | "bootstrap"
     producer_id_blocks: list[dict] = field(default_factory=list)
+    # (resource type, resource name) -> {config: [(offset, value)]}: dynamic configs over time
+    configs: dict = field(default_factory=dict)
+    topic_created: dict = field(default_factory=dict)   # topic id -> offset of its TopicRecord
     first_offset: int | None = None   # the first log offset replayed
     issues: int = 0                   # records not decoded (newer versions, corrupt)
 
@@ -97,6 +102,33 @@ class ClusterHistory:
 
     def transaction_version(self) -> int | None:
         return self.features.get("transaction.version")
+
+    def config_values(self, rtype: int, name: str, key: str) -> list[tuple[int, str | None]]:
+        """(offset, value) of every ConfigRecord that set `key` on the resource, oldest first
+        (value None: deleted)."""
+        return self.configs.get((rtype, name), {}).get(key, [])
+
+    def unlimited(self, topic: str, topic_id: str, key: str, cluster_key: str) -> bool:
+        """Whether the metadata shows `key` (retention.ms, retention.bytes) at -1 for the topic
+        from its creation on: the topic's own config at its TopicRecord, else the cluster-wide
+        dynamic default `cluster_key` - and never set otherwise after. False when no record
+        set it (the brokers' static config decides: not in the evidence)."""
+        created = self.topic_created.get(topic_id)
+        if created is None:
+            return False
+        own = self.config_values(TOPIC_RESOURCE, topic, key)
+        default = self.config_values(BROKER_RESOURCE, "", cluster_key)
+        own_at = [value for offset, value in own if offset <= created]
+        # the topic's own value at creation wins; else the cluster default, and any later own value
+        chain = own if own_at and own_at[-1] is not None else default + [x for x in own if x[0] > created]
+        start = [value for offset, value in chain if offset <= created]
+        if not start or start[-1] != "-1":
+            return False
+        return all(value == "-1" for offset, value in chain if offset > created)
+
+    def config_at_end(self, rtype: int, name: str, key: str) -> str | None:
+        vals = self.config_values(rtype, name, key)
+        return vals[-1][1] if vals else None
 
 
 def _origin(source: str) -> tuple[str, int]:
@@ -151,7 +183,11 @@ def _apply(h: ClusterHistory, r: dict, origin: str, offset: int) -> None:
         h.issues += 1
         return
     t = r["record_type"]
-    if t == "TOPIC_RECORD":
+    if t == "CONFIG_RECORD":
+        h.configs.setdefault((r["config_resource_type"], r["config_resource"]), {}).setdefault(
+            r["config_name"], []).append((offset, r["config_value"]))
+    elif t == "TOPIC_RECORD":
+        h.topic_created[r["record_topic_id"]] = offset
         spans = h.topics.setdefault(r["record_topic_id"], [])
         if not spans or spans[-1][0] != r["record_topic"]:
             spans.append([r["record_topic"], offset, None])
@@ -159,6 +195,7 @@ def _apply(h: ClusterHistory, r: dict, origin: str, offset: int) -> None:
         for span in h.topics.get(r["record_topic_id"], []):
             if span[2] is None:
                 span[2] = offset
+                h.configs.pop((TOPIC_RESOURCE, span[0]), None)   # Kafka drops a deleted topic's configs
     elif t == "PARTITION_RECORD":
         _partition_record(h, r, offset)
     elif t == "PARTITION_CHANGE_RECORD":

@@ -105,3 +105,41 @@ def test_one_clusters_metadata_never_judges_another_clusters_logs(tmp_path):
     fs = audit(roots, rules=RULES)
     assert [(f["rule"], f["first_offset"]) for f in fs] == [("unclean-leader-election", None)]
     assert "cannot be counted" in fs[0]["message"]
+
+
+# -- missing-segments ----------------------------------------------------------------------------
+
+def _kept_forever(tmp_path, *, configs, later=None, start=5, start_entry=False):
+    from fixtures.builder.logdir import LogDirBuilder
+
+    ld = LogDirBuilder(tmp_path / "node1", node_id=1)
+    md = MetadataLog(ld)
+    md.topic("keep", TID, {0: [1]}, configs=configs)
+    for key, value in (later or {}).items():
+        md.config(2, "keep", key, value)
+    pb = ld.partition("keep", 0, topic_id=TID, start_offset=start)
+    for i in range(3):
+        pb.append_batch(values=[b"k%d" % i])
+    root = ld.write()
+    if not start_entry:   # Kafka writes an entry only when the start is inside the first segment
+        (root / "log-start-offset-checkpoint").write_bytes(b"0\n0\n")
+    return root
+
+
+def test_missing_segments_of_a_topic_that_keeps_everything(tmp_path):
+    fs = audit(_kept_forever(tmp_path, configs={"retention.ms": "-1"}), rules=("missing-segments",))
+    assert brief(fs) == [("missing-segments", "error", "keep-0", 0, 4)]
+    assert fs[0]["replica"] == "1"
+
+
+def test_missing_segments_not_claimed_without_proof(tmp_path):
+    rules = ("missing-segments",)
+    assert audit(_kept_forever(tmp_path / "a", configs={}), rules=rules) == []   # broker static retention
+    assert audit(_kept_forever(tmp_path / "b", configs={"retention.ms": "-1"}, start_entry=True), rules=rules) == []
+    assert audit(_kept_forever(tmp_path / "c", configs={"retention.ms": "604800000"},
+                               later={"retention.ms": "-1"}), rules=rules) == []
+    assert audit(_kept_forever(tmp_path / "d", configs={"retention.ms": "-1", "cleanup.policy": "compact"}),
+                 rules=rules) == []
+    assert audit(_kept_forever(tmp_path / "e", configs={"retention.ms": "-1", "retention.bytes": "1000"}),
+                 rules=rules) == []
+    assert audit(_kept_forever(tmp_path / "f", configs={"retention.ms": "-1"}, start=0), rules=rules) == []
