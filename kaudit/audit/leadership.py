@@ -83,19 +83,26 @@ def unexplained_divergence(_) -> bool:
       "restore from an older backup). Check the other replicas (kaudit segments on every node's "
       "log dir): if one holds the missing offsets, re-replicate this one from it; else the "
       "records are lost - tell the consumers that read from the beginning.")
-def missing_segments(first: int, log_start_ckpt: int | None) -> bool:
+def missing_segments(first: int, log_start_ckpt: int | None, epoch_start: int | None) -> bool:
     """Invariant: a partition's log starts at offset 0 and its log start offset moves only by
     retention (retention.ms, retention.bytes: whole segments deleted), DeleteRecords (recorded in
     `log-start-offset-checkpoint`, UnifiedLog.maybeIncrementLogStartOffset), the log cleaner of a
     compacted topic, tiered storage (KIP-405: local segments deleted once copied remotely), or a
     new replica starting at its leader's log start. With retention.ms -1 for the topic from its
     creation on (its ConfigRecord, or the cluster's dynamic default, in the metadata log),
-    retention.bytes never set otherwise, no compaction and no remote storage, the only record of
-    a moved start is the log-start-offset-checkpoint entry: a replica whose first batch starts
-    above 0 and above that entry has lost segments.
+    retention.bytes never set otherwise, no compaction and no remote storage, the start can only
+    have moved by DeleteRecords (Kafka Streams purges its repartition topics so) - and whenever
+    the broker moves a log start it also truncates the leader epoch cache from the start
+    (LeaderEpochFileCache.truncateFromStart): its first `leader-epoch-checkpoint` entry begins
+    at the new start. A replica whose first batch lies above 0, above its log-start-offset-
+    checkpoint entry and above the first entry of its leader-epoch-checkpoint lost segments the
+    broker never deleted.
     Benign causes: a broker-level log.retention.bytes or cleanup policy set only in
-    server.properties (not in the metadata: check it)."""
-    return first > 0 and (log_start_ckpt is None or log_start_ckpt < first)
+    server.properties (not in the metadata: check it). Not judged without the replica's
+    leader-epoch-checkpoint (a restart after the loss rewrites it: then nothing shows)."""
+    if epoch_start is None or first <= 0:
+        return False
+    return (log_start_ckpt is None or log_start_ckpt < first) and epoch_start < first
 
 
 @dataclass
@@ -320,22 +327,29 @@ class Partition:
         for rep, r in sorted(firsts.items()):
             ck = starts.get((rep, self.topic, self.partition))
             ck_offset = None if ck is None else ck["offset"]
-            if not missing_segments(r.first, ck_offset):
+            entries = self.epochs.get(rep) or []
+            epoch_start = min((e["start_offset"] for e in entries), default=None)
+            if not missing_segments(r.first, ck_offset, epoch_start):
                 continue
             lo = ck_offset or 0
             ev = [evidence(r.source, r.position, "batch", f"replica {rep}: first batch at offset {r.first}")]
             if ck is not None:
                 ev.append(evidence(ck["source"], ck["position"], "checkpoint", f"log start offset {ck_offset}"))
+            first_entry = min(entries, key=lambda e: e["start_offset"])
+            ev.append(evidence(first_entry["source"], first_entry["position"], "leader_epoch_entry",
+                               f"epoch {first_entry['leader_epoch']} starts at {epoch_start}"))
             out.append(finding(
                 "missing-segments", f"{self.topic}-{self.partition} (replica {rep}): the log starts at offset "
                 f"{r.first}, yet the metadata log shows the topic keeps every record (retention.ms -1 since "
                 f"its creation, no size limit, no compaction, no remote storage) and "
                 + (f"the log-start-offset-checkpoint says {ck_offset}" if ck is not None else
                    "no log-start-offset-checkpoint entry (DeleteRecords) moved its start")
-                + f": offsets {lo}-{r.first - 1} are missing from its segments",
+                + f", and its leader-epoch-checkpoint still starts at {epoch_start} (the broker never "
+                f"moved its log start): offsets {max(lo, epoch_start)}-{r.first - 1} are missing from its segments",
                 topic=self.topic, partition=self.partition, replica=rep, topic_id=self.topic_id,
-                first_offset=lo, last_offset=r.first - 1, evidence=ev,
-                details={"first_offset_on_disk": r.first, "log_start_offset_checkpoint": ck_offset}))
+                first_offset=max(lo, epoch_start), last_offset=r.first - 1, evidence=ev,
+                details={"first_offset_on_disk": r.first, "log_start_offset_checkpoint": ck_offset,
+                         "leader_epoch_checkpoint_start": epoch_start}))
         return out
 
     def divergence(self) -> list[dict]:

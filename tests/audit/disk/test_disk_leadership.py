@@ -109,7 +109,7 @@ def test_one_clusters_metadata_never_judges_another_clusters_logs(tmp_path):
 
 # -- missing-segments ----------------------------------------------------------------------------
 
-def _kept_forever(tmp_path, *, configs, later=None, start=5, start_entry=False):
+def _kept_forever(tmp_path, *, configs, later=None, start=5, start_entry=False, epochs_from=0):
     from fixtures.builder.logdir import LogDirBuilder
 
     ld = LogDirBuilder(tmp_path / "node1", node_id=1)
@@ -120,6 +120,8 @@ def _kept_forever(tmp_path, *, configs, later=None, start=5, start_entry=False):
     pb = ld.partition("keep", 0, topic_id=TID, start_offset=start)
     for i in range(3):
         pb.append_batch(values=[b"k%d" % i])
+    # the epoch cache of a log that started at `epochs_from` (None: an empty leader-epoch-checkpoint)
+    pb.epochs = [] if epochs_from is None else [(0, epochs_from)]
     root = ld.write()
     if not start_entry:   # Kafka writes an entry only when the start is inside the first segment
         (root / "log-start-offset-checkpoint").write_bytes(b"0\n0\n")
@@ -143,3 +145,6 @@ def test_missing_segments_not_claimed_without_proof(tmp_path):
     assert audit(_kept_forever(tmp_path / "e", configs={"retention.ms": "-1", "retention.bytes": "1000"}),
                  rules=rules) == []
     assert audit(_kept_forever(tmp_path / "f", configs={"retention.ms": "-1"}, start=0), rules=rules) == []
+    # DeleteRecords to a segment boundary: no log start entry, but the epoch cache moved with it
+    assert audit(_kept_forever(tmp_path / "g", configs={"retention.ms": "-1"}, epochs_from=5), rules=rules) == []
+    assert audit(_kept_forever(tmp_path / "h", configs={"retention.ms": "-1"}, epochs_from=None), rules=rules) == []
