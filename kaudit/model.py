@@ -205,7 +205,7 @@ CHECKPOINT_ENTRY = pa.schema(
     _PLACE + [("checkpoint", S), ("version", I32), ("offset", I64)]
 )
 
-# One KRaft `__cluster_metadata` record (protocol.metadata), from the metadata log, a snapshot
+# One KRaft `__cluster_metadata` record (protocol.metadata) - or a `__remote_log_metadata` one -, from the metadata log, a snapshot
 # (`<offset>-<epoch>.checkpoint`) or a log dir's bootstrap.checkpoint: the columns of the records
 # the audit reads, the whole record as kafka-dump-log's JSON in `data`. Broker lists are
 # comma-joined ids; null means "unchanged" in a PartitionChangeRecord, "" an empty list.
@@ -253,6 +253,14 @@ METADATA_RECORD = pa.schema(
         ("voters", S),
         ("granting_voters", S),
         ("kraft_version", I16),
+        # __remote_log_metadata (KIP-405): one remote segment's metadata or state change
+        ("remote_segment_id", S),
+        ("start_offset", I64),
+        ("end_offset", I64),
+        ("remote_state", S),          # COPY_SEGMENT_STARTED ... DELETE_SEGMENT_FINISHED, DELETE_PARTITION_*
+        ("segment_leader_epochs", S), # "epoch:start offset,..."
+        ("segment_size", I32),
+        ("event_timestamp_ms", I64),
         ("data", S),
     ]
 )

@@ -19,6 +19,7 @@ from kaudit.sources import record_columns
 TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
 METADATA_TOPIC = metadata_rows.TOPIC_NAME
+REMOTE_TOPIC = metadata_rows.REMOTE_TOPIC
 FLUSH_ROWS = 8192
 FLUSH_RECORD_BYTES = 4 << 20  # record rows are handed on before their keys and values pass this
 
@@ -29,7 +30,7 @@ class RecordRows:
     def __init__(self, place: dict, topic: str | None, deep: bool, max_batch_bytes: int):
         self.place = place
         self.deep = deep
-        self.internal = topic if topic in (TXN_TOPIC, OFFSETS_TOPIC, METADATA_TOPIC) else None
+        self.internal = topic if topic in (TXN_TOPIC, OFFSETS_TOPIC, METADATA_TOPIC, REMOTE_TOPIC) else None
         self.wanted = deep or self.internal is not None
         self.max_batch_bytes = max_batch_bytes
         # kind -> dict rows; "record" -> a record_columns builder (the kinds keep the order in
@@ -82,7 +83,7 @@ class RecordRows:
                 cols.append(position, batch.base_offset, r.offset, r.timestamp_ms, r.sequence,
                             r.key, r.value, ",".join(k for k, _ in r.headers), r.headers_json(),
                             batch.control_type, batch.coordinator_epoch)
-        if self.internal == METADATA_TOPIC:
+        if self.internal in (METADATA_TOPIC, REMOTE_TOPIC):
             for r in batch.records:
                 self._metadata(batch, r, position)
         elif self.internal and not batch.is_control:
@@ -90,7 +91,7 @@ class RecordRows:
                 self._internal(batch, r, position)
 
     def _metadata(self, batch, r, position: int) -> None:
-        d = metadata_rows.decode_record(batch, r)
+        d = metadata_rows.decode_record(batch, r, self.internal)
         if d is None:
             return
         row = metadata_rows.row_fields(d)
@@ -100,7 +101,7 @@ class RecordRows:
         if d.issue is not None and d.issue != "not-decoded":
             self._row("decode_issue", {
                 "position": position, "length": None, "issue": f"metadata-{d.issue}",
-                "message": f"__cluster_metadata record at offset {r.offset}: {d.detail}",
+                "message": f"{self.internal} record at offset {r.offset}: {d.detail}",
                 "resync_position": None})
 
     def _internal(self, batch, r, position: int) -> None:

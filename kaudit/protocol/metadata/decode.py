@@ -56,9 +56,10 @@ def uuid_str(raw) -> str:
     return base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode("ascii")
 
 
-def decode_metadata_record(value) -> Decoded:
-    """A __cluster_metadata record value (or a snapshot's) -> Decoded. Never raises on content:
-    bytes that do not decode come back as an issue with the position."""
+def decode_metadata_record(value, schemas: dict | None = None) -> Decoded:
+    """A __cluster_metadata record value (or a snapshot's; `schemas`: another table of the same
+    frame, __remote_log_metadata's) -> Decoded. Never raises on content: bytes that do not
+    decode come back as an issue with the position."""
     if value is None:
         return Decoded(None, None, None, None, "null-value", "metadata record without a value")
     buf = memoryview(value)
@@ -69,9 +70,10 @@ def decode_metadata_record(value) -> Decoded:
     except DecodeError as e:
         return Decoded(None, None, None, None, "corrupt", f"record frame: {e.message}")
     if frame != FRAME_VERSION:
-        return Decoded(BY_KEY.get(api_key), api_key, version, None, "unknown-frame-version",
+        return Decoded((BY_KEY if schemas is None else schemas).get(api_key), api_key, version, None,
+                       "unknown-frame-version",
                        f"frame version {frame} (Kafka reads only {FRAME_VERSION})")
-    msg = BY_KEY.get(api_key)
+    msg = (BY_KEY if schemas is None else schemas).get(api_key)
     if msg is None:
         return Decoded(None, api_key, version, None, "unknown-record-type",
                        f"metadata record api key {api_key} is newer than kaudit's schemas")
@@ -169,6 +171,18 @@ def _value(f: Field, buf, off: int, end: int, version: int, flexible: bool, unkn
 
 
 def _scalar(t: str, f: Field, buf, off: int, end: int, flexible: bool, nullable: bool):
+    if t == "bytes":
+        n, off = read_uvarint(buf, off) if flexible else read_int32(buf, off)
+        if flexible:
+            n -= 1
+        if n < 0:
+            if n == -1 and nullable:
+                return None, off
+            raise DecodeError(f"{f.name}: bytes length {n}", off)
+        if off + n > end:
+            raise Truncated(f"{f.name}: {n} bytes cut", off, n)
+        raw, off = read_raw(buf, off, n, f.name)
+        return base64.b64encode(bytes(raw)).decode("ascii"), off
     if t == "string":
         if flexible:
             n, off = read_uvarint(buf, off)

@@ -13,9 +13,11 @@ import re
 
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.metadata.decode import Decoded, decode_control_value, decode_metadata_record, dump_json
+from kaudit.protocol.metadata.schemas import PARTITION_DELETE_STATES, REMOTE_BY_KEY, SEGMENT_STATES
 from kaudit.protocol.record_batch import CONTROL_TYPES, decode_entry
 
 TOPIC_NAME = "__cluster_metadata"
+REMOTE_TOPIC = "__remote_log_metadata"
 # Config names whose values are secrets (Kafka's PASSWORD-typed configs and JAAS): never printed.
 SECRET_CONFIG = re.compile(r"password|secret|jaas|credential|\.key$|token", re.I)
 REDACTED = "[redacted]"
@@ -83,6 +85,8 @@ def row_fields(d: Decoded) -> dict:
         row["voters"] = _ids(v["VoterId"] for v in g("Voters") or ())
     elif name == "KRaftVersionRecord":
         row["kraft_version"] = g("KRaftVersion")
+    elif name.startswith("Remote"):
+        _remote(row, name, data)
     dumped = dump_json(d)
     if name == "ConfigRecord" and row.get("config_value") == REDACTED:
         dumped["value"] = REDACTED
@@ -90,9 +94,29 @@ def row_fields(d: Decoded) -> dict:
     return row
 
 
-def decode_record(batch, record) -> Decoded | None:
+def _remote(row: dict, name: str, data: dict) -> None:
+    seg = data.get("RemoteLogSegmentId")
+    tip = seg["TopicIdPartition"] if seg else data["TopicIdPartition"]
+    row.update(record_topic=tip["Name"], record_topic_id=tip["Id"], record_partition=tip["Partition"],
+               broker_id=data["BrokerId"], event_timestamp_ms=data["EventTimestampMs"],
+               remote_segment_id=seg["Id"] if seg else None)
+    if name == "RemotePartitionDeleteMetadataRecord":
+        s = data["RemotePartitionDeleteState"]
+        row["remote_state"] = PARTITION_DELETE_STATES.get(s, f"UNKNOWN({s})")
+        return
+    s = data["RemoteLogSegmentState"]
+    row["remote_state"] = SEGMENT_STATES.get(s, f"UNKNOWN({s})")
+    if name == "RemoteLogSegmentMetadataRecord":
+        row.update(start_offset=data["StartOffset"], end_offset=data["EndOffset"], segment_size=data["SegmentSizeInBytes"],
+                   segment_leader_epochs=",".join(f"{e['LeaderEpoch']}:{e['Offset']}" for e in data["SegmentLeaderEpochs"]))
+
+
+def decode_record(batch, record, topic: str = TOPIC_NAME) -> Decoded | None:
     """A record of a __cluster_metadata batch: a metadata record, or a KRaft control record
-    (None: a transaction marker or a control type with no KRaft meaning)."""
+    (None: a transaction marker or a control type with no KRaft meaning); of a
+    __remote_log_metadata batch, a remote log metadata record."""
+    if topic == REMOTE_TOPIC:
+        return None if batch.is_control else decode_metadata_record(record.value, REMOTE_BY_KEY)
     if batch.is_control:
         key = record.key
         if key is None or len(key) < 4:

@@ -175,3 +175,28 @@ CONTROL: dict[str, Message] = {
 }
 
 BY_KEY: dict[int, Message] = {m.api_key: m for m in METADATA}
+
+
+# Tiered storage (KIP-405): the records of `__remote_log_metadata`, written by the default
+# TopicBasedRemoteLogMetadataManager with the same frame (RemoteLogMetadataSerde), from
+# storage/src/main/resources/message/*.json.
+_TIP = (F("Name", "string"), F("Id", "uuid"), F("Partition", "int32"))
+_SEGMENT_ID = F("RemoteLogSegmentId", "{}", fields=(F("TopicIdPartition", "{}", fields=_TIP), F("Id", "uuid")))
+REMOTE: tuple[Message, ...] = (
+    Message(0, "RemoteLogSegmentMetadataRecord", "REMOTE_LOG_SEGMENT_METADATA_RECORD", (0, 0), fields=(
+        _SEGMENT_ID, F("StartOffset", "int64"), F("EndOffset", "int64"), F("BrokerId", "int32"),
+        F("MaxTimestampMs", "int64"), F("EventTimestampMs", "int64"),
+        F("SegmentLeaderEpochs", "[]SegmentLeaderEpochEntry", fields=(F("LeaderEpoch", "int32"), F("Offset", "int64"))),
+        F("SegmentSizeInBytes", "int32"), F("CustomMetadata", "bytes", nullable="0+"),
+        F("RemoteLogSegmentState", "int8"))),
+    Message(1, "RemoteLogSegmentMetadataUpdateRecord", "REMOTE_LOG_SEGMENT_METADATA_UPDATE_RECORD", (0, 0), fields=(
+        _SEGMENT_ID, F("BrokerId", "int32"), F("EventTimestampMs", "int64"),
+        F("CustomMetadata", "bytes", nullable="0+"), F("RemoteLogSegmentState", "int8"))),
+    Message(2, "RemotePartitionDeleteMetadataRecord", "REMOTE_PARTITION_DELETE_METADATA_RECORD", (0, 0), fields=(
+        F("TopicIdPartition", "{}", fields=_TIP), F("BrokerId", "int32"), F("EventTimestampMs", "int64"),
+        F("RemotePartitionDeleteState", "int8"))),
+)
+REMOTE_BY_KEY: dict[int, Message] = {m.api_key: m for m in REMOTE}
+SEGMENT_STATES = {0: "COPY_SEGMENT_STARTED", 1: "COPY_SEGMENT_FINISHED", 2: "DELETE_SEGMENT_STARTED",
+                  3: "DELETE_SEGMENT_FINISHED"}
+PARTITION_DELETE_STATES = {0: "DELETE_PARTITION_MARKED", 1: "DELETE_PARTITION_STARTED", 2: "DELETE_PARTITION_FINISHED"}

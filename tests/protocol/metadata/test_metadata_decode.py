@@ -109,3 +109,19 @@ def test_bootstrap_checkpoint_features(corpus):
 def test_any_bytes_never_raise(data):
     d = decode_metadata_record(data)
     row_fields(d)
+
+
+def test_remote_log_metadata_records():
+    from kaudit.protocol.metadata.schemas import REMOTE_BY_KEY
+
+    seg = "c2VnbWVudC1pZC0wMDAwMQ"
+    d = decode_metadata_record(me.remote_segment_record("orders", TID, 3, seg, 100, 199, broker=2, event_ts=5,
+                                                        epochs=[(0, 100), (1, 150)], size=4096), REMOTE_BY_KEY)
+    row = row_fields(d)
+    assert d.issue is None and row["record_type"] == "REMOTE_LOG_SEGMENT_METADATA_RECORD"
+    assert (row["record_topic"], row["record_topic_id"], row["record_partition"], row["remote_segment_id"]) == \
+        ("orders", TID, 3, seg)
+    assert (row["start_offset"], row["end_offset"], row["segment_leader_epochs"], row["remote_state"]) == \
+        (100, 199, "0:100,1:150", "COPY_SEGMENT_STARTED")
+    row = row_fields(decode_metadata_record(me.remote_segment_update("orders", TID, 3, seg, 1), REMOTE_BY_KEY))
+    assert (row["remote_state"], row["remote_segment_id"]) == ("COPY_SEGMENT_FINISHED", seg)
