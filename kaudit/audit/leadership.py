@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kaudit.audit import tiered
 from kaudit.audit.folds import Context, Fold, FoldState, np_indices
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.protocol.metadata.history import COLUMNS as METADATA_COLUMNS
@@ -211,7 +212,18 @@ def _judge(history, data: dict) -> list[dict]:
             out.extend(part.divergence())
         if _keeps_everything(history, topic, tid):
             out.extend(part.missing_start(starts))
+        elif (tid, p) in history.remote and _remote_enabled(history, topic):
+            out.extend(tiered.missing_local_and_remote(part, starts, history.remote[(tid, p)]))
+    for (tid, p), segments in sorted(history.remote.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        topic = names.get(tid) or tid
+        out.extend(tiered.stuck(topic, p, tid, segments))
     return out
+
+
+def _remote_enabled(history, topic: str) -> bool:
+    from kaudit.protocol.metadata.history import TOPIC_RESOURCE
+
+    return (history.config_at_end(TOPIC_RESOURCE, topic, "remote.storage.enable") or "").lower() == "true"
 
 
 def _keeps_everything(history, topic: str, tid: str) -> bool:

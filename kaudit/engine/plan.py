@@ -127,8 +127,10 @@ def complete_metadata(table: pa.Table) -> bool:
     import pyarrow.compute as pc
 
     src = table.column("source")
+    ours = pc.match_substring(src, "__cluster_metadata-")   # not __remote_log_metadata's rows
     snap = pc.and_(pc.ends_with(src, ".checkpoint"), pc.invert(pc.ends_with(src, "bootstrap.checkpoint")))
     log0 = pc.and_(pc.ends_with(src, ".log"), pc.equal(table.column("offset"), 0))
+    log0, snap = pc.and_(log0, ours), pc.and_(snap, ours)
     return bool(pc.any(pc.fill_null(pc.or_(snap, log0), False)).as_py())
 
 

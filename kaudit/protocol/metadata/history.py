@@ -25,7 +25,8 @@ COLUMNS = ("source", "position", "replica", "offset", "timestamp_ms", "record_ty
            "record_topic_id", "record_topic", "record_partition", "leader", "leader_epoch",
            "partition_epoch", "leader_recovery_state", "replicas", "isr", "elr", "last_known_elr",
            "broker_id", "broker_epoch", "feature", "feature_level", "next_producer_id",
-           "config_resource_type", "config_resource", "config_name", "config_value")
+           "config_resource_type", "config_resource", "config_name", "config_value",
+           "remote_segment_id", "start_offset", "end_offset", "remote_state", "event_timestamp_ms")
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4   # ConfigResource.Type ids; broker "" is the cluster default
 
 
@@ -80,6 +81,8 @@ class ClusterHistory:
     # (resource type, resource name) -> {config: [(offset, value)]}: dynamic configs over time
     configs: dict = field(default_factory=dict)
     topic_created: dict = field(default_factory=dict)   # topic id -> offset of its TopicRecord
+    # (topic id, partition) -> {segment id: RemoteSegment}, from __remote_log_metadata
+    remote: dict = field(default_factory=dict)
     first_offset: int | None = None   # the first log offset replayed
     issues: int = 0                   # records not decoded (newer versions, corrupt)
 
@@ -145,8 +148,11 @@ def _origin(source: str) -> tuple[str, int]:
 def replay(rows: list[dict]) -> ClusterHistory:
     """The history of the metadata records `rows` (dicts with COLUMNS), any nodes, any order."""
     h = ClusterHistory()
-    log, snaps, boot = [], {}, []
+    log, snaps, boot, remote = [], {}, [], []
     for r in rows:
+        if (r.get("record_type") or "").startswith("REMOTE_"):
+            remote.append(r)
+            continue
         kind, end = _origin(r["source"])
         (log if kind == "log" else boot if kind == "bootstrap" else snaps.setdefault(end, [])).append(r)
     log.sort(key=lambda r: (r["offset"], str(r["replica"]), r["source"]))
@@ -170,7 +176,40 @@ def replay(rows: list[dict]) -> ClusterHistory:
             h.feature_source.setdefault(r["feature"], "bootstrap")
     for r in unique:
         _apply(h, r, "log", r["offset"])
+    _remote(h, remote)
     return h
+
+
+@dataclass
+class RemoteSegment:
+    """One remote log segment (KIP-405) as __remote_log_metadata records it."""
+
+    segment_id: str
+    start: int | None = None
+    end: int | None = None
+    states: list = field(default_factory=list)   # (event ms, state, source, position), in order
+
+    @property
+    def state(self) -> str | None:
+        return self.states[-1][1] if self.states else None
+
+
+def _remote(h: ClusterHistory, rows: list[dict]) -> None:
+    """Each partition's remote segments; one event once however many replicas of the metadata
+    partition hold it, in event time order."""
+    seen = set()
+    for r in sorted(rows, key=lambda r: (r["event_timestamp_ms"] or 0, r["offset"], str(r["source"]))):
+        if r.get("issue") is not None or r.get("remote_segment_id") is None:
+            continue
+        key = (r["remote_segment_id"], r["remote_state"], r["event_timestamp_ms"])
+        if key in seen:
+            continue
+        seen.add(key)
+        segs = h.remote.setdefault((r["record_topic_id"], r["record_partition"]), {})
+        seg = segs.setdefault(r["remote_segment_id"], RemoteSegment(r["remote_segment_id"]))
+        if r["start_offset"] is not None:
+            seg.start, seg.end = r["start_offset"], r["end_offset"]
+        seg.states.append((r["event_timestamp_ms"], r["remote_state"], r["source"], r["position"]))
 
 
 def _one_copy(rows: list[dict]) -> list[dict]:
