@@ -207,7 +207,9 @@ def _judge(history, data: dict) -> list[dict]:
         part = Partition(topic, p, tid, runs.get((topic, p), []), epochs.get((topic, p), {}), hws)
         for e in ph.elections:
             if unclean_leader_election(e):
-                out.append(part.unclean(e))
+                f = part.unclean(e)
+                f["timeline"] = leadership_timeline(ph, e.offset)
+                out.append(f)
         if ph.known and not any(e.unclean is not False for e in ph.elections):
             out.extend(part.divergence())
         if _keeps_everything(history, topic, tid):
@@ -218,6 +220,26 @@ def _judge(history, data: dict) -> list[dict]:
         topic = names.get(tid) or tid
         out.extend(tiered.stuck(topic, p, tid, segments))
     return out
+
+
+TIMELINE_STATES = 12
+
+
+def leadership_timeline(ph, at: int) -> list[str]:
+    """The partition's states up to a few after metadata offset `at`, oldest first: who led it,
+    in which epoch, with which ISR and ELR - "who led this partition when the data went missing"."""
+    import datetime as dt
+
+    def when(ts):
+        return "?" if ts is None else dt.datetime.fromtimestamp(ts / 1000, dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+
+    states = ph.states
+    i = next((k for k, s in enumerate(states) if s[0] >= at), len(states))
+    window = states[max(0, i - TIMELINE_STATES + 3): i + 3]
+    return [f"metadata offset {o} {when(ts)}: leader {leader} epoch {epoch} ISR {list(isr or [])} ELR {list(elr or [])}"
+            + ("  <- unclean election" if o == at else "")
+            for o, ts, leader, epoch, isr, elr in window]
 
 
 def _remote_enabled(history, topic: str) -> bool:
@@ -321,6 +343,7 @@ class Partition:
         first = min((v[0] for v in by_replica.values()), default=None)
         last = max((v[1] for v in by_replica.values()), default=None)
         return finding("unclean-leader-election", msg, topic=self.topic, partition=self.partition,
+                       replica=",".join(sorted(by_replica)) or None,   # where the lost records still are
                        topic_id=self.topic_id, first_offset=first, last_offset=last,
                        first_ts_ms=e.timestamp_ms, evidence=ev,
                        severity="critical" if by_replica or start is None else "error",
