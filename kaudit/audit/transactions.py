@@ -115,7 +115,8 @@ FOLD = CrossPartitionFold("transactions", {"batch": BATCH_COLUMNS, "txn_log": TX
 
 
 
-def listed(chunks, transactional_id: str | None = None, producer_id: int | None = None) -> list[dict]:
+def listed(chunks, transactional_id: str | None = None, producer_id: int | None = None,
+           cluster_tv: int | None = None) -> list[dict]:
     """`kaudit txn` on log dirs: each producer's transactions (txn_view.describe) assembled from
     the fold's selection (`chunks`: (kind, table or None)), of one transactional id or producer
     id if given."""
@@ -143,7 +144,8 @@ def listed(chunks, transactional_id: str | None = None, producer_id: int | None 
     known = bool(states)
     out = []
     for pid in sorted(q for q in pids if q is not None):
-        pt = assemble(pid, batches.get(pid, []), states.get(pid, []), coordinator_known=known)
+        pt = assemble(pid, batches.get(pid, []), states.get(pid, []), coordinator_known=known,
+                      cluster_tv=cluster_tv)
         out.extend(t for t in describe(pt)
                    if transactional_id is None or t["transactional_id"] in (transactional_id, None))
     return out

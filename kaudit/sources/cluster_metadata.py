@@ -75,3 +75,10 @@ def names(plan) -> dict[str, str]:
         for tid, name in h.names().items():
             out.setdefault(tid, name)
     return out
+
+
+def transaction_version(plan) -> int | None:
+    """The finalized transaction.version of the plan's cluster (None: not in the inputs, or
+    log dirs of several clusters)."""
+    hs = histories(plan)
+    return next(iter(hs.values())).transaction_version() if len(hs) == 1 else None

@@ -84,6 +84,7 @@ class ClusterHistory:
     # (topic id, partition) -> {segment id: RemoteSegment}, from __remote_log_metadata
     remote: dict = field(default_factory=dict)
     first_offset: int | None = None   # the first log offset replayed
+    complete: bool = False            # the whole history: a log from offset 0, or a snapshot
     issues: int = 0                   # records not decoded (newer versions, corrupt)
 
     def names(self) -> dict[str, str]:
@@ -104,7 +105,8 @@ class ClusterHistory:
         return None if tid is None else self.partitions.get((tid, partition))
 
     def transaction_version(self) -> int | None:
-        return self.features.get("transaction.version")
+        """The finalized transaction.version; 0 when a whole history never finalized it."""
+        return self.features.get("transaction.version", 0 if self.complete else None)
 
     def config_values(self, rtype: int, name: str, key: str) -> list[tuple[int, str | None]]:
         """(offset, value) of every ConfigRecord that set `key` on the resource, oldest first
@@ -163,9 +165,11 @@ def replay(rows: list[dict]) -> ClusterHistory:
             unique.append(r)
     start = unique[0]["offset"] if unique else None
     h.first_offset = start
+    h.complete = start == 0
     base = [e for e in snaps if start is None or e >= start]
     if snaps and (start is None or start > 0) and base:
         end = min(base)   # the snapshot the log continues from
+        h.complete = True
         one = _one_copy(snaps[end])
         for r in sorted(one, key=lambda r: r["offset"]):
             _apply(h, r, "snapshot", end - 1)

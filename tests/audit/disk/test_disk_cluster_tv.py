@@ -36,3 +36,12 @@ def test_a_whole_metadata_log_without_the_feature_is_level_0(tmp_path, txn_path)
 def test_tv2_cluster_or_no_metadata_leave_it_open(tmp_path, txn_path):
     assert audit(_log_dir(tmp_path / "a", 2), rules=RULES) == []
     assert audit(_log_dir(tmp_path / "b", None, metadata=False), rules=RULES) == []
+
+
+def test_kaudit_txn_listing_takes_the_clusters_version(tmp_path):
+    from kaudit.engine.local import list_transactions
+
+    _, rows = list_transactions([str(_log_dir(tmp_path / "a", 1))])
+    assert rows and {r["transaction_version"] for r in rows} == {"0/1"}
+    _, rows = list_transactions([str(_log_dir(tmp_path / "b", 2))])
+    assert rows and {r["transaction_version"] for r in rows} == {None}
