@@ -67,3 +67,20 @@ def test_partition_dir_without_partition_metadata_is_named_from_the_metadata_log
     assert batches and all(b["topic_id"] == TID for b in batches)
     names = from_plan(p)
     assert names[TID] == "orders" and names["AAAAAAAAAAAAAAAAAAAAAg"] == "elsewhere"
+
+
+def test_aborted_metadata_transaction_is_not_replayed(tmp_path):
+    from kaudit.protocol.metadata.history import COLUMNS, replay
+
+    ld = LogDirBuilder(tmp_path / "node1", node_id=1)
+    md = MetadataLog(ld)
+    md.append(me.frame(23, 0, b"\x00"))                       # BeginTransactionRecord
+    md.topic("ghost", "AAAAAAAAAAAAAAAAAAAAAw", {0: [1]})
+    md.append(me.frame(25, 0, b"\x00"))                       # AbortTransactionRecord
+    md.append(me.frame(23, 0, b"\x00"))
+    md.topic("orders", TID, {0: [1]})
+    md.append(me.frame(24, 0, b"\x00"))                       # EndTransactionRecord
+    ld.write()
+    rows = [{k: r.get(k) for k in COLUMNS} for r in _rows(tmp_path, "metadata_record")]
+    h = replay(rows)
+    assert h.names() == {TID: "orders"} and h.aborted == 2

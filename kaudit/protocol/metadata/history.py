@@ -86,6 +86,7 @@ class ClusterHistory:
     first_offset: int | None = None   # the first log offset replayed
     complete: bool = False            # the whole history: a log from offset 0, or a snapshot
     issues: int = 0                   # records not decoded (newer versions, corrupt)
+    aborted: int = 0                  # records of aborted metadata transactions (not applied)
 
     def names(self) -> dict[str, str]:
         """topic id -> name (the latest name an id had: ids are never reused)."""
@@ -158,11 +159,7 @@ def replay(rows: list[dict]) -> ClusterHistory:
         kind, end = _origin(r["source"])
         (log if kind == "log" else boot if kind == "bootstrap" else snaps.setdefault(end, [])).append(r)
     log.sort(key=lambda r: (r["offset"], str(r["replica"]), r["source"]))
-    seen, unique = set(), []
-    for r in log:
-        if r["offset"] not in seen:
-            seen.add(r["offset"])
-            unique.append(r)
+    unique = _one_per_offset(log)
     start = unique[0]["offset"] if unique else None
     h.first_offset = start
     h.complete = start == 0
@@ -178,10 +175,31 @@ def replay(rows: list[dict]) -> ClusterHistory:
         if r.get("feature") and r.get("issue") is None:
             h.features.setdefault(r["feature"], r["feature_level"])
             h.feature_source.setdefault(r["feature"], "bootstrap")
-    for r in unique:
-        _apply(h, r, "log", r["offset"])
+    _apply_log(h, unique)
     _remote(h, remote)
     return h
+
+
+def _apply_log(h: ClusterHistory, rows: list[dict]) -> None:
+    """The log's records in offset order; those of a metadata transaction (KIP-868: Begin/End/
+    AbortTransactionRecord, 3.6+) once it ends, none of an aborted one - as MetadataLoader does.
+    An open transaction at the end of the log is not applied (not committed yet)."""
+    pending: list[dict] | None = None
+    for r in rows:
+        t = r["record_type"]
+        if t == "BEGIN_TRANSACTION_RECORD":
+            pending = []
+        elif t == "END_TRANSACTION_RECORD":
+            for x in pending or ():
+                _apply(h, x, "log", x["offset"])
+            pending = None
+        elif t == "ABORT_TRANSACTION_RECORD":
+            h.aborted += len(pending or ())
+            pending = None
+        elif pending is not None:
+            pending.append(r)
+        else:
+            _apply(h, r, "log", r["offset"])
 
 
 @dataclass
@@ -214,6 +232,30 @@ def _remote(h: ClusterHistory, rows: list[dict]) -> None:
         if r["start_offset"] is not None:
             seg.start, seg.end = r["start_offset"], r["end_offset"]
         seg.states.append((r["event_timestamp_ms"], r["remote_state"], r["source"], r["position"]))
+
+
+_SAME = tuple(c for c in COLUMNS if c not in ("source", "position", "replica"))
+
+
+def _one_per_offset(log: list[dict]) -> list[dict]:
+    """One record per offset (log sorted by offset, replica): the version most nodes hold - a
+    node's uncommitted tail, truncated by KRaft when it rejoins, loses to the quorum's -, the
+    first node's on a tie."""
+    out, i = [], 0
+    while i < len(log):
+        j = i
+        while j < len(log) and log[j]["offset"] == log[i]["offset"]:
+            j += 1
+        copies = log[i:j]
+        if len(copies) == 1:
+            out.append(copies[0])
+        else:
+            votes: dict = {}
+            for r in copies:
+                votes.setdefault(tuple(r.get(c) for c in _SAME), []).append(r)
+            out.append(max(votes.values(), key=len)[0])   # max keeps the first on a tie
+        i = j
+    return out
 
 
 def _one_copy(rows: list[dict]) -> list[dict]:
