@@ -54,3 +54,43 @@ def test_abandoned_copy_is_stuck_and_the_retry_covers_the_range(tmp_path):
 def test_copy_in_flight_at_the_end_is_not_stuck(tmp_path):
     fs = audit(_tiered(tmp_path, [("a", 0, 99, [1]), ("b", 100, 199, [1]), ("c", 200, 299, [])]), rules=RULES)
     assert fs == []
+
+
+def _remote_folder(tmp_path, seg_ids=("a", "b")):
+    """The partition's first 200 offsets as two remote segments, in LocalTieredStorage's layout."""
+    import shutil
+
+    src = LogDirBuilder(tmp_path / "src", node_id=9)
+    pb = src.partition("tiered", 0, topic_id=TID)
+    for i in range(200):
+        if i == 100:
+            pb.roll_segment()
+        pb.append_batch(values=[b"r%d" % i])
+    src.write()
+    out = tmp_path / "remote" / f"tiered-0-{TID}"
+    out.mkdir(parents=True)
+    for base, seg in zip((0, 100), seg_ids):
+        for ext in ("log", "index", "timeindex"):
+            shutil.copy(tmp_path / "src" / "tiered-0" / f"{base:020d}.{ext}", out / f"{base}-{SEG[seg]}.{ext}")
+        (out / f"{base}-{SEG[seg]}.leader_epoch_checkpoint").write_bytes(f"0\n1\n0 {base}\n".encode())
+    return tmp_path / "remote"
+
+
+def test_remote_segment_folder_is_decoded_as_its_own_replica(tmp_path):
+    from kaudit.sources.logdir import plan
+    from kaudit.sources.segments import Options, decode_target
+
+    remote = _remote_folder(tmp_path)
+    p = plan([str(remote)])
+    kinds = sorted({t.kind for t in p.targets})
+    assert kinds == ["index", "log", "skipped", "timeindex"]
+    rows = [r for t in p.targets for k, tb in decode_target(t, Options()) if k == "batch" for r in tb.to_pylist()]
+    assert len(rows) == 200 and {r["topic"] for r in rows} == {"tiered"} and {r["topic_id"] for r in rows} == {TID}
+    assert {r["replica"] for r in rows} == {"remote:" + str(remote)}
+
+
+def test_local_and_remote_together_raise_no_false_alarm(tmp_path):
+    local = _tiered(tmp_path / "l", [("a", 0, 99, [1]), ("b", 100, 199, [1])])
+    remote = _remote_folder(tmp_path)
+    fs = audit([local, remote], rules=())
+    assert fs == [], [(f["rule"], f["message"]) for f in fs]
