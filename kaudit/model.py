@@ -205,6 +205,66 @@ CHECKPOINT_ENTRY = pa.schema(
     _PLACE + [("checkpoint", S), ("version", I32), ("offset", I64)]
 )
 
+# One KRaft `__cluster_metadata` record (protocol.metadata) - or a `__remote_log_metadata` one -, from the metadata log, a snapshot
+# (`<offset>-<epoch>.checkpoint`) or a log dir's bootstrap.checkpoint: the columns of the records
+# the audit reads, the whole record as kafka-dump-log's JSON in `data`. Broker lists are
+# comma-joined ids; null means "unchanged" in a PartitionChangeRecord, "" an empty list.
+METADATA_RECORD = pa.schema(
+    _PLACE
+    + [
+        ("offset", I64),
+        ("timestamp_ms", I64),
+        ("raft_epoch", I32),          # the batch's partition leader epoch: the KRaft leader's epoch
+        ("is_control", B),
+        ("record_type", S),           # TOPIC_RECORD, PARTITION_CHANGE_RECORD, LEADER_CHANGE, ...
+        ("api_key", I16),
+        ("version", I16),
+        ("issue", S),                 # unknown-version | unknown-record-type | trailing-bytes | ...
+        ("issue_detail", S),
+        ("unknown_tags", S),
+        ("record_topic_id", S),
+        ("record_topic", S),
+        ("record_partition", I32),
+        ("leader", I32),              # partition leader (-1 none); KRaft leader of a LEADER_CHANGE
+        ("leader_epoch", I32),
+        ("partition_epoch", I32),
+        ("leader_recovery_state", I8),   # 0 recovered, 1 RECOVERING (unclean election)
+        ("replicas", S),
+        ("isr", S),
+        ("elr", S),
+        ("last_known_elr", S),
+        ("removing_replicas", S),
+        ("adding_replicas", S),
+        ("directories", S),
+        ("broker_id", I32),
+        ("broker_epoch", I64),
+        ("fenced", I8),
+        ("in_controlled_shutdown", I8),
+        ("rack", S),
+        ("endpoints", S),
+        ("incarnation_id", S),
+        ("feature", S),
+        ("feature_level", I16),
+        ("next_producer_id", I64),
+        ("config_resource_type", I8),
+        ("config_resource", S),
+        ("config_name", S),
+        ("config_value", S),          # secret values redacted
+        ("voters", S),
+        ("granting_voters", S),
+        ("kraft_version", I16),
+        # __remote_log_metadata (KIP-405): one remote segment's metadata or state change
+        ("remote_segment_id", S),
+        ("start_offset", I64),
+        ("end_offset", I64),
+        ("remote_state", S),          # COPY_SEGMENT_STARTED ... DELETE_SEGMENT_FINISHED, DELETE_PARTITION_*
+        ("segment_leader_epochs", S), # "epoch:start offset,..."
+        ("segment_size", I32),
+        ("event_timestamp_ms", I64),
+        ("data", S),
+    ]
+)
+
 PARTITION_METADATA = pa.schema(_PLACE + [("version", I32), ("topic_id", S)])
 
 LOG_DIR = pa.schema(
@@ -458,6 +518,7 @@ for _name, _schema, _tags in (
         ("snapshot_entry", SNAPSHOT_ENTRY, "dp"), ("txnindex_entry", TXNINDEX_ENTRY, "dp"),
         ("index_entry", INDEX_ENTRY, "dp"), ("leader_epoch_entry", LEADER_EPOCH_ENTRY, "dp"),
         ("checkpoint_entry", CHECKPOINT_ENTRY, "d"), ("partition_metadata", PARTITION_METADATA, "dp"),
+        ("metadata_record", METADATA_RECORD, "d"),
         ("log_dir", LOG_DIR, "d"), ("frame", FRAME, "w"), ("txn_event", TXN_EVENT, "w"),
         ("fetch_partition", FETCH_PARTITION, "w"), ("topic_name", TOPIC_NAME, "w"),
         ("connection", CONNECTION, "w"), ("decode_issue", DECODE_ISSUE, "dwp"), ("skipped", SKIPPED, "d"),

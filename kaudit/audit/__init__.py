@@ -4,7 +4,7 @@ from kaudit.audit import disk_sequences, duplicate_records, index_check, integri
 from kaudit.audit import join, txn_wire, wire_lso  # noqa: F401  (join: the rules of `kaudit audit`)
 from kaudit.audit import coordinator_state, transactions, txn_rules  # noqa: F401  (registers the transaction rules)
 from kaudit.audit import incidents
-from kaudit.audit import leader_epochs, replicas, segment_loss, state_files, wire_readers  # noqa: F401
+from kaudit.audit import leader_epochs, leadership, replicas, segment_loss, state_files, wire_readers  # noqa: F401
 from kaudit.audit.folds import Context, Fold
 from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
 
@@ -12,8 +12,7 @@ from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
 # others (transactions.FOLD is cross-partition, replicas.FOLD cross-replica and bound to the
 # inputs' replicated partitions: Fold.bind).
 DISK_FOLDS: tuple[Fold, ...] = (disk_sequences.FOLD, integrity.FOLD, index_check.FOLD, segment_loss.FOLD,
-                                state_files.FOLD,
-                                transactions.FOLD, replicas.FOLD)
+                                state_files.FOLD, transactions.FOLD, replicas.FOLD, leadership.FOLD)
 WIRE_FOLDS: tuple[Fold, ...] = (wire_produce.FOLD, wire_frames.FOLD, txn_wire.FOLD, wire_lso.FOLD, wire_readers.FOLD)
 
 __all__ = ["Context", "Fold", "RULES", "SEVERITIES", "SEVERITY_RANK", "at_or_above",

@@ -42,6 +42,9 @@ class Context:
     # before the folds group them (sources.topics.TopicNames.label)
     topic_names: dict | None = None
     selected_kinds: frozenset | None = None
+    # the cluster's finalized transaction.version (KIP-890) from its KRaft metadata in the
+    # inputs (FeatureLevelRecord), settled before any buffered fold runs; None: not in the inputs
+    cluster_transaction_version: int | None = None
 
 
 @dataclass(frozen=True)

@@ -220,6 +220,30 @@ def _touches(f, tids, first, spans, uf) -> set:
     return roots
 
 
+# The metadata's story of a partition (audit/leadership.py) and its replicas' disagreements.
+LEADERSHIP_RULES = frozenset({"unclean-leader-election", "unexplained-divergence"})
+REPLICA_RULES = frozenset({"replica-divergence", "leader-epoch-mismatch", "checkpoint-mismatch"})
+
+
+def _leadership(findings: list[dict], primary: list[int], uf) -> None:
+    """A partition's unclean election (or unexplained divergence) and what its replicas then
+    disagree on - divergent batches, epoch checkpoints, high watermarks - are one incident."""
+    heads: dict[tuple, int] = {}
+    for i in primary:
+        f = findings[i]
+        if f["rule"] in LEADERSHIP_RULES:
+            k = (f["topic"], f["partition"])
+            if k in heads:
+                uf.union(heads[k], i)
+            else:
+                heads[k] = i
+    for i in primary:
+        f = findings[i]
+        head = heads.get((f["topic"], f["partition"]))
+        if head is not None and f["rule"] in REPLICA_RULES:
+            uf.union(head, i)
+
+
 def assign(findings: list[dict]) -> list[dict]:
     """Sets every finding's `incident` (in place) and returns the findings. The findings that
     tell a story are linked first; a finding that only accompanies one (an error answer, a
@@ -236,6 +260,7 @@ def assign(findings: list[dict]) -> list[dict]:
     story = [i for i, f in enumerate(findings) if not is_coverage(f)]
     primary = [i for i in story if findings[i]["rule"] not in SECONDARY_RULES]
     first, spans = _link(findings, primary, uf, keys, tids)
+    _leadership(findings, primary, uf)
     sev = {}
     for i in primary:
         r = uf.find(i)

@@ -63,7 +63,8 @@ class ProducerGroup:
         if not any(b["is_transactional"] for b in batches) and not txn_log:
             return []
         pt = assemble(self.producer_id, batches, txn_log,
-                      coordinator_known=bool(txn_log) or bool(self.ctx.txn_state_seen))
+                      coordinator_known=bool(txn_log) or bool(self.ctx.txn_state_seen),
+                      cluster_tv=self.ctx.cluster_transaction_version)
         return txn_findings.judge(pt, self.ctx.reference_time_ms)
 
 
@@ -114,7 +115,8 @@ FOLD = CrossPartitionFold("transactions", {"batch": BATCH_COLUMNS, "txn_log": TX
 
 
 
-def listed(chunks, transactional_id: str | None = None, producer_id: int | None = None) -> list[dict]:
+def listed(chunks, transactional_id: str | None = None, producer_id: int | None = None,
+           cluster_tv: int | None = None) -> list[dict]:
     """`kaudit txn` on log dirs: each producer's transactions (txn_view.describe) assembled from
     the fold's selection (`chunks`: (kind, table or None)), of one transactional id or producer
     id if given."""
@@ -142,7 +144,8 @@ def listed(chunks, transactional_id: str | None = None, producer_id: int | None 
     known = bool(states)
     out = []
     for pid in sorted(q for q in pids if q is not None):
-        pt = assemble(pid, batches.get(pid, []), states.get(pid, []), coordinator_known=known)
+        pt = assemble(pid, batches.get(pid, []), states.get(pid, []), coordinator_known=known,
+                      cluster_tv=cluster_tv)
         out.extend(t for t in describe(pt)
                    if transactional_id is None or t["transactional_id"] in (transactional_id, None))
     return out

@@ -300,7 +300,8 @@ class ProducerTxns:
 
 
 def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
-             coordinator_known: bool | None = None, coverage: Coverage | None = None) -> ProducerTxns:
+             coordinator_known: bool | None = None, coverage: Coverage | None = None,
+             cluster_tv: int | None = None) -> ProducerTxns:
     """The facts of one producer from its batch rows (data and markers, any replica; `rank`
     orders wire rows) and coordinator records (`__transaction_state` rows, or the wire's)."""
     from kaudit.audit import coordinator_state
@@ -323,18 +324,24 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
                             registrations=bool(txn_log) if coordinator_known is None else coordinator_known)
     pt = ProducerTxns(producer_id, partitions, view, coverage)
     match_markers(pt.all_parts(), view)
-    pt.version = transaction_version(pt)
+    pt.version = transaction_version(pt, cluster_tv)
     return pt
 
 
-def transaction_version(pt: ProducerTxns) -> str | None:
+def transaction_version(pt: ProducerTxns, cluster_tv: int | None = None) -> str | None:
     """The producer's transaction version as the evidence shows it (KIP-890): "2" when its
     epoch is bumped at the end of every transaction, "0/1" when it is not, "mixed" when both
     show, None when nothing tells. The coordinator's records say it when they carry
     ClientTransactionVersion (flexible TransactionLogValue: 2 and above is "2"; the wire: EndTxn
     v5 and the leaders' AddPartitionsToTxn); else the markers do: a COMMIT marker with its
     data's epoch is "0/1", with that epoch + 1 is "2" (an ABORT with epoch + 1 tells nothing:
-    the coordinator bumps the epoch when it aborts, whatever the version)."""
+    the coordinator bumps the epoch when it aborts, whatever the version).
+    `cluster_tv`: the cluster's finalized transaction.version from its KRaft metadata
+    (FeatureLevelRecord), when the inputs hold it: below 2 no producer can run TV2 (the
+    coordinator refuses it), so it is "0/1" whatever the markers suggest; at 2 each producer's
+    own evidence still decides (a client without EndTxn v5 keeps TV1 on a TV2 cluster)."""
+    if cluster_tv is not None and cluster_tv < 2:
+        return "0/1"
     ctv = pt.view.client_transaction_version
     if ctv is not None:
         return "2" if ctv >= 2 else "0/1"

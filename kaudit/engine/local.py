@@ -73,13 +73,14 @@ def list_transactions(paths: list[str], *, transactional_id: str | None = None,
     """(plan, transactions) for `kaudit txn` (transactions.listed) from the log dirs; `selected`:
     the transactions fold's selection, when another engine decoded it."""
     from kaudit.audit import transactions
+    from kaudit.sources.cluster_metadata import transaction_version
 
     if selected is None:
         p, chunks = decode_segments(paths)
         chunks = ((k, transactions.FOLD.select(k, t)) for k, t in chunks)
     else:
         p, chunks = plan(paths), selected
-    return p, transactions.listed(chunks, transactional_id, producer_id)
+    return p, transactions.listed(chunks, transactional_id, producer_id, transaction_version(p))
 
 
 def wire_transactions(pcaps: list[str], options, *, transactional_id: str | None = None,

@@ -30,6 +30,7 @@ from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, sort_findings
 from kaudit.audit.folds import Context, Fold, run_selection
 from kaudit.engine import coverage
 from kaudit.model import ROW_KINDS
+from kaudit.protocol.metadata.history import latest_features
 from kaudit.sources.topics import TopicNames
 
 STREAM = (("replica", "topic", "partition"), ("source", "position"))   # a log-dir plan's (key, order)
@@ -63,10 +64,15 @@ class Facts:
         self.errors: list[tuple[int, str]] = []   # (split, "path: reason")
         self.stitched: dict = {}   # capture path -> [connections, kafka connections] stitched in
         self.tap: list[dict] = []
+        self.features: list[dict] = []   # KRaft FeatureLevelRecords (disk), for the context
+        self.metadata_complete = False   # a metadata log from offset 0, or a KRaft snapshot
 
     def add(self, kind: str, table: pa.Table) -> None:
         if self.side == "disk":
             coverage.add_disk(self.cov, kind, table)
+            if kind == "metadata_record":
+                self.features.extend(feature_rows(table))
+                self.metadata_complete |= complete_metadata(table)
         else:
             coverage.add_wire(self.cov, kind, table)
             self.names.learn(kind, table)
@@ -84,6 +90,8 @@ class Facts:
             have = self.stitched.setdefault(source, [0, 0])
             have[0], have[1] = have[0] + conns, have[1] + kafka
         self.tap.extend(other.tap)
+        self.features.extend(other.features)
+        self.metadata_complete |= other.metadata_complete
 
     def summaries(self) -> dict:
         """The capture summaries, the connections stitched across files counted in their first
@@ -100,6 +108,30 @@ class Facts:
             return self.cov.get(coverage.LATEST)
         last = [s.last_ts for s in self.captures.values() if s.last_ts is not None]
         return int(max(last) * 1000) if last else None
+
+
+def feature_rows(table: pa.Table) -> list[dict]:
+    """The FeatureLevelRecords of a metadata_record chunk, as latest_features reads them."""
+    import pyarrow.compute as pc
+
+    mask = pc.fill_null(pc.equal(table.column("record_type"), "FEATURE_LEVEL_RECORD"), False)
+    if not pc.any(mask).as_py():
+        return []
+    cols = ["source", "offset", "record_type", "issue", "feature", "feature_level"]
+    return table.filter(mask).select(cols).to_pylist()
+
+
+def complete_metadata(table: pa.Table) -> bool:
+    """Whether a metadata_record chunk starts a whole history: a KRaft snapshot's records, or a
+    metadata log's offset 0 (not a bootstrap.checkpoint: features may be raised after it)."""
+    import pyarrow.compute as pc
+
+    src = table.column("source")
+    ours = pc.match_substring(src, "__cluster_metadata-")   # not __remote_log_metadata's rows
+    snap = pc.and_(pc.ends_with(src, ".checkpoint"), pc.invert(pc.ends_with(src, "bootstrap.checkpoint")))
+    log0 = pc.and_(pc.ends_with(src, ".log"), pc.equal(table.column("offset"), 0))
+    log0, snap = pc.and_(log0, ours), pc.and_(snap, ours)
+    return bool(pc.any(pc.fill_null(pc.or_(snap, log0), False)).as_py())
 
 
 def keep_rules(select=(), ignore=()) -> Callable[[dict], bool]:
@@ -150,6 +182,10 @@ class Audit:
     def settle(self, ctx: Context, facts: Facts) -> None:
         """The context every fold finishes with, from the facts of all the work."""
         ctx.reference_time_ms = self.now_ms if self.now_ms is not None else facts.reference_time()
+        if facts.features or facts.metadata_complete:
+            # a feature no record of a whole history finalizes is at level 0 (Kafka's default)
+            ctx.cluster_transaction_version = latest_features(facts.features).get(
+                "transaction.version", 0 if facts.metadata_complete else None)
         if self.side == "wire":
             ctx.topic_names = facts.names.names
 

@@ -100,3 +100,13 @@ def _meta_properties(data, base_offset, name):
           "replication-offset-checkpoint", where="log_dir")
 def _offset_checkpoint(data, base_offset, name):
     return [("checkpoint_entry", [dict(r, checkpoint=name) for r in lf.decode_offset_checkpoint(data)])]
+
+
+@log_file("bootstrap.checkpoint", where="log_dir")
+def _bootstrap(data, base_offset, name):
+    """The KRaft bootstrap snapshot `kafka-storage format` wrote: the cluster's initial finalized
+    features (metadata.version, transaction.version, ...) as metadata records."""
+    from kaudit.protocol.metadata.rows import buffer_rows
+
+    rows, issues = buffer_rows(data)
+    return [("metadata_record", rows), ("decode_issue", issues)]

@@ -12,7 +12,7 @@ from kaudit.audit.incidents import CONSUMER_RULES, INTEGRITY_RULES, is_coverage,
 from kaudit.audit.incidents import details_of as details
 from kaudit.timefmt import duration, iso_ms, when
 
-KIND_TITLES = {"zombie": "Zombie producer", "hanging": "Stalled read_committed consumers",
+KIND_TITLES = {"leadership": "Records lost to the partition's leadership", "zombie": "Zombie producer", "hanging": "Stalled read_committed consumers",
                "torn": "Torn transaction", "transaction": "Transaction anomaly",
                "duplicate": "Records stored twice", "sequence": "Out-of-order sequences",
                "integrity": "Damaged log data", "outcome": "Write outcome", "retry": "Retried batch",
@@ -20,7 +20,8 @@ KIND_TITLES = {"zombie": "Zombie producer", "hanging": "Stalled read_committed c
                "other": "Finding"}
 
 
-_KINDS = (("zombie", {"fenced-epoch"}), ("torn", {"torn-transaction"}),
+_KINDS = (("leadership", {"unclean-leader-election", "unexplained-divergence", "missing-segments"}),
+          ("zombie", {"fenced-epoch"}), ("torn", {"torn-transaction"}),
           ("hanging", {"hanging-transaction", "lso-stuck"}),
           ("duplicate", {"duplicate-batch", "duplicate-records"}),
           ("transaction", {"dangling-transaction", "unregistered-partition", "late-transactional-write",
@@ -247,6 +248,19 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
         held = f" for {duration(reference_ms - since)}" if since is not None and reference_ms is not None else ""
         lines.append(f"read_committed consumers of {f['topic']}-{f['partition']} stopped at offset "
                      f"{f['first_offset']} since {iso_ms(since)}{held} (read_uncommitted consumers read on)")
+    for f in by.get("unclean-leader-election", [])[:2]:
+        d = details(f)
+        lost = ", ".join(f"replica {r} offsets {_offsets(a, b)}" for r, (a, b) in sorted((d.get("lost") or {}).items()))
+        lines.append(f"{f['topic']}-{f['partition']}: broker {d.get('leader')} leads from offset "
+                     f"{d.get('new_leader_start_offset')} without the previous leader's later records"
+                     + (f" ({lost}): consumers never read them, and they are deleted when those brokers rejoin"
+                        if lost else ""))
+    for f in (by.get("unexplained-divergence", []) + by.get("missing-segments", []))[:2]:
+        lines.append(f"{f['topic']}-{f['partition']}: replicas disagree at committed offsets from "
+                     f"{f.get('first_offset')}: consumers read different records depending on the leader"
+                     if f["rule"] == "unexplained-divergence" else
+                     f"{f['topic']}-{f['partition']}: offsets {_offsets(f['first_offset'], f.get('last_offset'))} "
+                     f"cannot be read from replica {f.get('replica')}")
     for f in by.get("torn-transaction", [])[:2]:
         res = details(f).get("results") or {}
         lines.append("consumers saw part of one transaction: " + ", ".join(f"{k} {v or 'no marker'}" for k, v in sorted(res.items())))

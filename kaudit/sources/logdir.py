@@ -19,6 +19,16 @@ from kaudit.protocol.file_kinds import LOG_FILES, LogFile
 from kaudit.protocol.logfiles import decode_partition_metadata
 
 PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+# Tiered storage (KIP-405) copied from an object store in the layout of Kafka's reference
+# RemoteStorageManager (LocalTieredStorage): `<topic>-<partition>-<topic id>/` holding
+# `<start offset>-<segment id>.log` beside its .index, .timeindex, .txnindex, .snapshot and
+# .leader_epoch_checkpoint.
+REMOTE_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)-(?P<topic_id>[A-Za-z0-9_-]{22})$")
+REMOTE_SEGMENT_FILE = re.compile(r"^(?P<base>\d{1,19})-(?P<segment>[A-Za-z0-9_-]{22})\.(?P<ext>[a-z_]+)$")
+# (a segment's .leader_epoch_checkpoint holds the epoch cache up to that segment: one per
+# segment, not a replica's file - listed as skipped)
+REMOTE_EXTS = {"log": "log", "index": "index", "timeindex": "timeindex", "txnindex": ".txnindex",
+               "snapshot": ".snapshot"}
 SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})(?:-\d+)?\.(?P<ext>[a-z]+)$")
 # Named like segments and decoded here (sources.segment_log, index_table); the other files kaudit
 # decodes are registered by name or suffix with their decoders (protocol.file_kinds).
@@ -27,7 +37,6 @@ SKIP_FILE_SUFFIXES = (".deleted", ".cleaned", ".swap")
 SKIP_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 # Files a log dir holds that kaudit does not decode (yet): listed as skipped, with the reason.
 LOG_DIR_FILES = {
-    "bootstrap.checkpoint": "KRaft bootstrap checkpoint (not decoded)",
     ".lock": "lock file",
 }
 MAX_DEPTH = 8
@@ -39,9 +48,12 @@ class LogDir:
     node_id: int | None
     # another log dir of the same node holds one of this one's partitions: tagged by path
     shares_partitions: bool = False
+    remote: bool = False   # a folder of remote (tiered) segments: its own replica, never compared
 
     @property
     def replica(self) -> str:
+        if self.remote:
+            return "remote:" + self.path
         return str(self.node_id) if self.node_id is not None and not self.shares_partitions else self.path
 
 
@@ -172,6 +184,23 @@ def _partition_targets(pdir: str, log_dir: LogDir, out: list[Target]) -> None:
             out.append(t)
 
 
+def _remote_partition_targets(pdir: str, m, cache: dict, out: list[Target]) -> None:
+    parent = os.path.dirname(os.path.abspath(pdir))
+    d = cache.get(("remote", parent)) or cache.setdefault(("remote", parent), LogDir(parent, None, remote=True))
+    topic, partition = m["topic"], int(m["partition"])
+    for name in sorted(os.listdir(pdir)):
+        path = os.path.join(pdir, name)
+        f = REMOTE_SEGMENT_FILE.match(name)
+        kind = REMOTE_EXTS.get(f["ext"]) if f else None
+        if os.path.isdir(path) or kind is None:
+            reason = ("a remote segment's leader epoch checkpoint (not decoded)"
+                      if f and f["ext"] == "leader_epoch_checkpoint" else "not a remote segment file")
+            out.append(Target(path, "skipped", d, topic, partition, reason=reason))
+            continue
+        out.append(Target(path, kind.lstrip("."), d, topic, partition, int(f["base"]), size=os.path.getsize(path),
+                          topic_id=m["topic_id"], reader=LOG_FILES.get(kind) if kind.startswith(".") else None))
+
+
 def _looks_like_partition_dir(path: str, name: str) -> bool:
     if not PARTITION_DIR.match(name):
         return False
@@ -214,15 +243,29 @@ def plan(paths: list[str]) -> Plan:
             continue
         _walk(p, 0, cache, result)
     result.targets = _grouped(_distinct_replicas(result.targets))
+    if any(t.topic_id is None and t.topic for t in result.targets):
+        from kaudit.sources.cluster_metadata import name_partitions
+
+        name_partitions(result)   # partition dirs without partition.metadata: the metadata log's id
     return result
 
 
+def _has_remote_segments(d: str) -> bool:
+    try:
+        return any(REMOTE_SEGMENT_FILE.match(n) for n in os.listdir(d))
+    except OSError:
+        return False
+
+
 def log_dir_clusters(p: Plan) -> dict[str, str | None]:
-    """Each log dir's cluster id (its meta.properties), None where it has none."""
+    """Each log dir's cluster id (its meta.properties), None where it has none; a folder of
+    remote segments is a cluster of its own (never compared with the brokers' replicas)."""
     out: dict[str, str | None] = {}
     for t in p.targets:
         d = t.log_dir
-        if d is not None and d.path not in out:
+        if d is not None and d.remote:
+            out[d.path] = "remote:" + d.path
+        elif d is not None and d.path not in out:
             meta = os.path.join(d.path, "meta.properties")
             out[d.path] = read_cluster_id(meta) if os.path.isfile(meta) else None
     return out
@@ -292,6 +335,10 @@ def _grouped(targets: list[Target]) -> list[Target]:
 
 def _walk(d: str, depth: int, cache: dict, result: Plan) -> None:
     name = os.path.basename(d)
+    m = REMOTE_PARTITION_DIR.match(name)
+    if m and _has_remote_segments(d):
+        _remote_partition_targets(d, m, cache, result.targets)
+        return
     if _looks_like_partition_dir(d, name):
         _partition_targets(d, _log_dir_of(d, cache), result.targets)
         return

@@ -1,5 +1,6 @@
 """Record-level rows: `record` rows with --deep, and the coordinator rows of internal topics
-(`__transaction_state` -> txn_log, `__consumer_offsets` -> offset_commit / group_metadata),
+(`__transaction_state` -> txn_log, `__consumer_offsets` -> offset_commit / group_metadata,
+`__cluster_metadata` and its snapshots -> metadata_record, control records included),
 which are always decoded because the audit needs them."""
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import pyarrow as pa
 from kaudit.model import SCHEMAS, table_from_rows
 from kaudit.protocol import coordinator
 from kaudit.protocol.errors import DecodeError
+from kaudit.protocol.metadata import rows as metadata_rows
 from kaudit.protocol.record_batch import decode_entry
 from kaudit.sources import record_columns
 
 TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
+METADATA_TOPIC = metadata_rows.TOPIC_NAME
+REMOTE_TOPIC = metadata_rows.REMOTE_TOPIC
 FLUSH_ROWS = 8192
 FLUSH_RECORD_BYTES = 4 << 20  # record rows are handed on before their keys and values pass this
 
@@ -26,7 +30,7 @@ class RecordRows:
     def __init__(self, place: dict, topic: str | None, deep: bool, max_batch_bytes: int):
         self.place = place
         self.deep = deep
-        self.internal = topic if topic in (TXN_TOPIC, OFFSETS_TOPIC) else None
+        self.internal = topic if topic in (TXN_TOPIC, OFFSETS_TOPIC, METADATA_TOPIC, REMOTE_TOPIC) else None
         self.wanted = deep or self.internal is not None
         self.max_batch_bytes = max_batch_bytes
         # kind -> dict rows; "record" -> a record_columns builder (the kinds keep the order in
@@ -79,9 +83,26 @@ class RecordRows:
                 cols.append(position, batch.base_offset, r.offset, r.timestamp_ms, r.sequence,
                             r.key, r.value, ",".join(k for k, _ in r.headers), r.headers_json(),
                             batch.control_type, batch.coordinator_epoch)
-        if self.internal and not batch.is_control:
+        if self.internal in (METADATA_TOPIC, REMOTE_TOPIC):
+            for r in batch.records:
+                self._metadata(batch, r, position)
+        elif self.internal and not batch.is_control:
             for r in batch.records:
                 self._internal(batch, r, position)
+
+    def _metadata(self, batch, r, position: int) -> None:
+        d = metadata_rows.decode_record(batch, r, self.internal)
+        if d is None:
+            return
+        row = metadata_rows.row_fields(d)
+        row.update(position=position, offset=r.offset, timestamp_ms=r.timestamp_ms,
+                   raft_epoch=batch.partition_leader_epoch, is_control=batch.is_control)
+        self._row("metadata_record", row)
+        if d.issue is not None and d.issue != "not-decoded":
+            self._row("decode_issue", {
+                "position": position, "length": None, "issue": f"metadata-{d.issue}",
+                "message": f"{self.internal} record at offset {r.offset}: {d.detail}",
+                "resync_position": None})
 
     def _internal(self, batch, r, position: int) -> None:
         common = {"position": position, "offset": r.offset, "timestamp_ms": r.timestamp_ms}

@@ -218,9 +218,14 @@ def _rename(s: str, names: dict[str, str], is_json: bool) -> str:
 
 
 def from_plan(plan) -> dict[str, str]:
-    """The id -> name facts of a log-dir plan: each partition dir's partition.metadata."""
+    """The id -> name facts of a log-dir plan: each partition dir's partition.metadata, then
+    the KRaft metadata log's TopicRecords (topics no partition dir of the inputs holds too)."""
+    from kaudit.sources.cluster_metadata import names
+
     out: dict[str, str] = {}
     for t in plan.targets:
-        if getattr(t, "topic_id", None) and t.topic:
+        if getattr(t, "topic_id", None) and t.topic and t.topic != "__cluster_metadata":
             out.setdefault(t.topic_id, t.topic)
+    for tid, name in names(plan).items():
+        out.setdefault(tid, name)
     return out

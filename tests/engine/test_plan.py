@@ -63,7 +63,7 @@ def test_the_plan_streams_the_folds_keyed_by_a_log_partition_and_buffers_the_res
     audit = disk_audit([str(DEMO)])
     assert [f.name for f in audit.streamed] == ["disk-sequences", "disk-integrity", "disk-indexes", "disk-state-files"]
     assert {f.name: audit.route(f) for f in audit.buffered} == {"transactions": ("producer_id",),
-                                                              "replicas": ("topic", "partition")}
+                                                              "replicas": ("topic", "partition"), "leadership": ()}
     wire = wire_audit([], PcapOptions())
     assert not wire.streamed and len(wire.buffered) == len(WIRE_FOLDS)
     # the wire's topics are named once every capture is read: not a key to share rows out by
