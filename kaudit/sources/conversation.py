@@ -107,6 +107,12 @@ class Conversation:
         self.first_dir = None      # the direction of the first data seen
         self.orphans = []          # responses with no request (yet): paired at the end if one turns up
         self.requests = self.responses = self.unanswered = 0
+        # TLS (protocol "tls"): the record layer (capture/tls) when the connection is TLS, its
+        # key log (options.tls_keys, or the Session's with a pcapng's own secrets), and where the
+        # decrypted bytes of each direction are (their offsets for the frame locator)
+        self.tls = None
+        self.tls_keys = getattr(options, "tls_keys", None)
+        self.tls_off = [0, 0]
         # The roles a Kafka port implies. Kafka is only decided on the first bytes: a TLS client
         # on the Kafka port (a record header read as a size is >= 335 MB) is reported as TLS,
         # not as Kafka frames of absurd sizes.
@@ -139,9 +145,13 @@ class Conversation:
         self.client_dir = client_dir
         self._name = None
         self.protocol = protocol
+        if protocol == "tls":
+            self._tls_start()
         if protocol != "kafka":
             return
-        synced = self.syn_seen
+        self._splitters(client_dir, self.syn_seen)
+
+    def _splitters(self, client_dir: int, synced: bool) -> None:
         max_size = self.options.max_frame_bytes
         self.dirs[client_dir].splitter = new_splitter("request", max_size=max_size, synced=synced,
                                                       check=self._request_check)
@@ -166,6 +176,9 @@ class Conversation:
             if events:
                 self._frames(direction, events)
             return
+        if protocol == "tls":
+            self._tls_data(direction, data, first_frame, last_frame, ts)
+            return
         if protocol is None:
             if self.first_dir is None:
                 self.first_dir = direction
@@ -179,6 +192,9 @@ class Conversation:
             return
         if self.protocol == "kafka":
             self._frames(ev.direction, d.splitter.gap(ev.length))
+        elif self.protocol == "tls":
+            self.tls.gap(ev.direction, ev.stream_offset, ev.length)
+            self._tls_notes(ev.frame)
 
     def _held_data(self, direction: int) -> bytes:
         return b"".join(h[2] for h in self.dirs[direction].held if h[0] == "data")
@@ -266,6 +282,8 @@ class Conversation:
                 self._replay()
             else:
                 self._decide(0, "other")
+        if self.protocol == "tls":
+            self._tls_finish()
         if self.protocol != "kafka":
             return
         for i in (self.client_dir, 1 - self.client_dir):
@@ -277,6 +295,57 @@ class Conversation:
             self.unanswered += 1
             self.sink.exchange(self, Exchange(req, None, frame, None, ts, None, size, None, complete, None))
         self.pending.clear()
+
+    # ---- TLS (kaudit/capture/tls): the decrypted bytes enter the same framing -------------
+    # A TLS conversation never takes the compiled Kafka path (_cpcap sees protocol "tls"): its
+    # bytes come here through feed(), and its plaintext goes to the same splitters and _frames.
+
+    def _tls_start(self) -> None:
+        from kaudit.capture.tls.session import TlsConnection
+
+        self.tls = TlsConnection(self.tls_keys)
+        for i in (0, 1):  # the bytes held while deciding
+            held, self.dirs[i].held = self.dirs[i].held, []
+            for kind, off, payload, first_f, last_f, ts in held:
+                if kind == "data":
+                    self._tls_data(i, payload, first_f, last_f, ts)
+                else:
+                    self.tls.gap(i, off, payload)
+                    self._tls_notes(first_f)
+
+    def _tls_data(self, direction: int, data, first_frame, last_frame, ts) -> None:
+        tls = self.tls
+        plain = tls.feed(direction, data)
+        if plain:
+            d = self.dirs[direction]
+            if d.splitter is None:  # the first application data: the ClientHello named the client
+                if tls.client_dir is not None:
+                    self.client_dir, self._name = tls.client_dir, None
+                self._splitters(self.client_dir, True)
+            off = self.tls_off[direction]
+            for p in plain:
+                n = len(p)
+                d.add(off, off + n, first_frame, last_frame, ts)
+                off += n
+                events = d.splitter.feed(p)
+                if events:
+                    self._frames(direction, events)
+            self.tls_off[direction] = off
+        if tls.notes:
+            self._tls_notes(last_frame)
+
+    def _tls_notes(self, frame_no) -> None:
+        notes, self.tls.notes = self.tls.notes, []
+        for _d, pos, kind, message in notes:
+            self.sink.issue(self, frame_no, kind, None, pos, message)
+
+    def _tls_finish(self) -> None:
+        """Settle the TLS status; a decrypted connection is a Kafka one from here on."""
+        tls = self.tls
+        tls.finish()
+        self._tls_notes(None)
+        if self.dirs[0].splitter is not None:  # application data came out (both splitters exist)
+            self.protocol = "kafka"
 
     # ---- frames ----------------------------------------------------------------------------
 

@@ -219,6 +219,7 @@ def _work(mm, path, options, divert, jobs):
         streams = CaptureStreams(mm, divert=divert)
         rows = KeyedRows(path)
         session = Session(path, options, rows)
+        session.attach(streams)
         for number in _owned(streams, session, rows, None, PcapSummary(), part, jobs):
             send(fd, (number, *rows.take(), None))
         session.finish(mark=rows.mark)
@@ -266,6 +267,7 @@ def _take(merger: Merger, workers, block_behind=None) -> None:
 def _run(streams, path, options, summary, jobs, workers, fragments=None):
     rows = KeyedRows(path)
     session = Session(path, options, rows)
+    session.attach(streams)
     merger = Merger(jobs)
     for item in _owned(streams, session, rows, fragments, summary, 0, jobs):
         if type(item) is not int:
