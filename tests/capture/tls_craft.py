@@ -188,11 +188,11 @@ class _Conn:
 def replay(src: str, version="1.3", cipher=None, etm=True, keylog="keys.log", key_update=0,
            drop_segment=0, no_handshake=-1, mss=16000, seed=29):
     """[(ts, ethernet frame)] of the TLS twin of capture `src`, the key log written to `keylog`.
-    `drop_segment` N > 0 loses the N-th TLS segment of the first connection whose server sends
-    at least N; `no_handshake` hides the handshake (and the SYN) of connection number N."""
+    `drop_segment` N > 0 loses the N-th TLS segment after the handshake of the first connection
+    whose handshake is shown; `no_handshake` hides the handshake (and the SYN) of connection number N."""
     ctxs = contexts(version, cipher, etm, keylog)
     rng = random.Random(seed)
-    out, conns = [], {}
+    out, conns, dropped = [], {}, []
     data = Path(src).read_bytes()
     cs = CaptureStreams(data)
     for ev in cs.events():
@@ -200,7 +200,8 @@ def replay(src: str, version="1.3", cipher=None, etm=True, keylog="keys.log", ke
         if t is ConnOpen:
             visible = ev.syn_seen and ev.conn_id != no_handshake
             conns[ev.conn_id] = _Conn(ev, ctxs, out, visible, mss, rng)
-            if drop_segment and ev.conn_id == 0:
+            if drop_segment and visible and not dropped:
+                dropped.append(ev.conn_id)
                 conns[ev.conn_id].drop = conns[ev.conn_id].segments + drop_segment
         elif t is StreamData:
             conns[ev.conn_id].send(ev.direction, ev.data, ev.ts, key_update)
@@ -208,6 +209,32 @@ def replay(src: str, version="1.3", cipher=None, etm=True, keylog="keys.log", ke
             conns[ev.conn_id].close(ev.reason, ev.ts)
     out.sort(key=lambda p: p[0])  # stable: each connection's packets keep their order
     return out
+
+
+class _Flights(_Conn):
+    """A connection whose TLS bytes are kept as [(direction, bytes)], not as packets."""
+
+    def __init__(self, *a, **kw):
+        self.flights = []
+        super().__init__(*a, **kw)
+
+    def _emit(self, side, data, ts):
+        self.flights.append((side, bytes(data)))
+
+
+def transcript(messages, version="1.3", cipher=None, etm=True, keylog=None, key_update=0):
+    """The TLS bytes of one connection carrying `messages` ([(0 client | 1 server, bytes)]), as
+    [(direction, bytes)] (one item per TLS flight), and the key log text."""
+    keylog = keylog or tempfile.mktemp(suffix=".keys")
+    ctxs = contexts(version, cipher, etm, keylog)
+    ev = ConnOpen(0, ("10.0.0.1", 40000), ("10.0.0.2", 9092), True, 0.0, 1)
+    conn = _Flights(ev, ctxs, [], True, 1 << 30, random.Random(1))
+    for d, data in messages:
+        conn.send(d, data, 0.0, key_update)
+    flights = conn.flights
+    text = Path(keylog).read_text()
+    os.unlink(keylog)
+    return flights, text
 
 
 def write_pcapng_with_secrets(packets, secrets: bytes) -> bytes:
@@ -242,7 +269,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cipher", default=None, help="TLS 1.2: an OpenSSL cipher string")
     ap.add_argument("--no-etm", action="store_true", help="TLS 1.2 CBC: MAC-then-encrypt")
     ap.add_argument("--key-update", type=int, default=0, help="KeyUpdate before the N-th client write")
-    ap.add_argument("--drop-segment", type=int, default=0, help="lose the N-th TLS segment of connection 0")
+    ap.add_argument("--drop-segment", type=int, default=0, help="lose the N-th segment after the first shown handshake")
     ap.add_argument("--no-handshake", type=int, default=-1, help="hide connection N's handshake")
     ap.add_argument("--pcapng-secrets", action="store_true", help="pcapng with a Decryption Secrets Block")
     ap.add_argument("--mss", type=int, default=16000)

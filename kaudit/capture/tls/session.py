@@ -74,6 +74,7 @@ class TlsConnection:
         self.status = None
         self.detail = None
         self.notes: list[tuple[int, int, str, str]] = []
+        self.key_updates = 0
         self._secrets = None
 
     # ---- bytes in ------------------------------------------------------------------------
@@ -196,6 +197,7 @@ class TlsConnection:
             h.secret = secrets[kl.CLIENT_APP if d == self.client_dir else kl.SERVER_APP]
             h.cipher = RecordCipher(self.suite, traffic_keys13(self.suite, h.secret), True)
         elif mtype == KEY_UPDATE and h.secret is not None:
+            self.key_updates += 1
             h.secret = next_secret13(self.suite, h.secret)
             h.cipher = RecordCipher(self.suite, traffic_keys13(self.suite, h.secret), True)
 
