@@ -213,6 +213,9 @@ class TlsConnection:
         return True
 
     def _check_keys(self):
+        if self.client_random is None:
+            raise _Stop(STATUS_NO_HANDSHAKE, "the ClientHello is not in the capture: the connection "
+                        "cannot be decrypted")
         cr = self.client_random.hex()
         if self.version not in (TLS12, TLS13):
             raise _Stop(STATUS_UNSUPPORTED, f"TLS version {self.version:#06x} is not decrypted by kaudit "
