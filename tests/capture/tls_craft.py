@@ -186,9 +186,10 @@ class _Conn:
 
 
 def replay(src: str, version="1.3", cipher=None, etm=True, keylog="keys.log", key_update=0,
-           drop_segment=0, no_handshake=-1, mss=16000, seed=29):
+           drop_segment=0, no_handshake=-1, mss=16000, seed=29, all_handshakes=False):
     """[(ts, ethernet frame)] of the TLS twin of capture `src`, the key log written to `keylog`.
-    `drop_segment` N > 0 loses the N-th TLS segment after the handshake of the first connection
+    `all_handshakes`: connections the original shows without their SYN get a handshake too
+    (at their first packet's time), so that every connection can be decrypted; `drop_segment` N > 0 loses the N-th TLS segment after the handshake of the first connection
     whose handshake is shown; `no_handshake` hides the handshake (and the SYN) of connection number N."""
     ctxs = contexts(version, cipher, etm, keylog)
     rng = random.Random(seed)
@@ -198,7 +199,7 @@ def replay(src: str, version="1.3", cipher=None, etm=True, keylog="keys.log", ke
     for ev in cs.events():
         t = type(ev)
         if t is ConnOpen:
-            visible = ev.syn_seen and ev.conn_id != no_handshake
+            visible = (ev.syn_seen or all_handshakes) and ev.conn_id != no_handshake
             conns[ev.conn_id] = _Conn(ev, ctxs, out, visible, mss, rng)
             if drop_segment and visible and not dropped:
                 dropped.append(ev.conn_id)
@@ -273,10 +274,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-handshake", type=int, default=-1, help="hide connection N's handshake")
     ap.add_argument("--pcapng-secrets", action="store_true", help="pcapng with a Decryption Secrets Block")
     ap.add_argument("--mss", type=int, default=16000)
+    ap.add_argument("--all-handshakes", action="store_true",
+                    help="give the connections the original shows without a SYN a handshake too")
     a = ap.parse_args(argv)
     make(a.src, a.out, a.keylog, version=a.tls, cipher=a.cipher, etm=not a.no_etm,
          key_update=a.key_update, drop_segment=a.drop_segment, no_handshake=a.no_handshake,
-         pcapng_secrets=a.pcapng_secrets, mss=a.mss)
+         pcapng_secrets=a.pcapng_secrets, mss=a.mss, all_handshakes=a.all_handshakes)
     return 0
 
 
