@@ -111,9 +111,10 @@ class _Conn:
         self.flow = Flow(c=c, s=s, isn_c=rng.randrange(1 << 32), isn_s=rng.randrange(1 << 32))
         self.out, self.mss = out, mss
         self.visible = visible   # the handshake's packets are written (else only what follows)
-        self.bios = [(ssl.MemoryBIO(), ssl.MemoryBIO()) for _ in (0, 1)]
-        self.objs = [ctxs[0].wrap_bio(*self.bios[0], server_side=False),
-                     ctxs[1].wrap_bio(*self.bios[1], server_side=True)]
+        if ctxs is not None:
+            self.bios = [(ssl.MemoryBIO(), ssl.MemoryBIO()) for _ in (0, 1)]
+            self.objs = [ctxs[0].wrap_bio(*self.bios[0], server_side=False),
+                         ctxs[1].wrap_bio(*self.bios[1], server_side=True)]
         self.writes = 0
         self.drop = None     # the number of the segment to lose, counting this connection's
         self.segments = 0
@@ -122,7 +123,9 @@ class _Conn:
             for p in self.flow.handshake():
                 out.append((ts, p))
         self.hiding = not visible
-        self._handshake(ts)
+        self.plain = ctxs is None
+        if not self.plain:
+            self._handshake(ts)
         self.hiding = False
 
     def _handshake(self, ts):
@@ -166,6 +169,9 @@ class _Conn:
 
     def send(self, orig_dir, data, ts, key_update_at):
         side = 0 if orig_dir == self.client_dir else 1
+        if self.plain:   # the plaintext twin: the same bytes in segments of the same size
+            self._emit(side, bytes(data), ts)
+            return
         if side == 0:
             self.writes += 1
             if key_update_at and self.writes == key_update_at:
@@ -191,25 +197,32 @@ def replay(src: str, version="1.3", cipher=None, etm=True, keylog="keys.log", ke
     `all_handshakes`: connections the original shows without their SYN get a handshake too
     (at their first packet's time), so that every connection can be decrypted; `drop_segment` N > 0 loses the N-th TLS segment after the handshake of the first connection
     whose handshake is shown; `no_handshake` hides the handshake (and the SYN) of connection number N."""
-    ctxs = contexts(version, cipher, etm, keylog)
+    ctxs = None if version == "plain" else contexts(version, cipher, etm, keylog)
     rng = random.Random(seed)
     out, conns, dropped = [], {}, []
-    data = Path(src).read_bytes()
-    cs = CaptureStreams(data)
+    sources = [src] if isinstance(src, (str, Path)) else list(src)
+    for i, one in enumerate(sources):
+        _replay_one(one, i, ctxs, rng, out, conns, dropped, key_update, drop_segment, no_handshake,
+                    mss, all_handshakes)
+    out.sort(key=lambda p: p[0])  # stable: each connection's packets keep their order
+    return out
+
+
+def _replay_one(src, n, ctxs, rng, out, conns, dropped, key_update, drop_segment, no_handshake, mss,
+                all_handshakes):
+    cs = CaptureStreams(Path(src).read_bytes())
     for ev in cs.events():
         t = type(ev)
         if t is ConnOpen:
-            visible = (ev.syn_seen or all_handshakes) and ev.conn_id != no_handshake
-            conns[ev.conn_id] = _Conn(ev, ctxs, out, visible, mss, rng)
+            visible = (ev.syn_seen or all_handshakes) and (n, ev.conn_id) != (0, no_handshake)
+            conn = conns[n, ev.conn_id] = _Conn(ev, ctxs, out, visible, mss, rng)
             if drop_segment and visible and not dropped:
                 dropped.append(ev.conn_id)
-                conns[ev.conn_id].drop = conns[ev.conn_id].segments + drop_segment
+                conn.drop = conn.segments + drop_segment
         elif t is StreamData:
-            conns[ev.conn_id].send(ev.direction, ev.data, ev.ts, key_update)
+            conns[n, ev.conn_id].send(ev.direction, ev.data, ev.ts, key_update)
         elif t is ConnClose:
-            conns[ev.conn_id].close(ev.reason, ev.ts)
-    out.sort(key=lambda p: p[0])  # stable: each connection's packets keep their order
-    return out
+            conns[n, ev.conn_id].close(ev.reason, ev.ts)
 
 
 class _Flights(_Conn):
@@ -252,7 +265,7 @@ def make(src, out, keylog, *, pcapng_secrets=False, **kw) -> Path:
     keylog = Path(keylog)
     if keylog.exists():
         keylog.unlink()
-    packets = replay(str(src), keylog=str(keylog), **kw)
+    packets = replay(src, keylog=str(keylog), **kw)
     out = Path(out)
     if pcapng_secrets:
         out.write_bytes(write_pcapng_with_secrets(packets, keylog.read_bytes()))
@@ -266,7 +279,8 @@ def main(argv=None) -> int:
     ap.add_argument("src")
     ap.add_argument("out")
     ap.add_argument("keylog")
-    ap.add_argument("--tls", default="1.3", choices=("1.2", "1.3"))
+    ap.add_argument("--tls", default="1.3", choices=("1.2", "1.3", "plain"),
+                    help="plain: the plaintext twin (same segments, no TLS)")
     ap.add_argument("--cipher", default=None, help="TLS 1.2: an OpenSSL cipher string")
     ap.add_argument("--no-etm", action="store_true", help="TLS 1.2 CBC: MAC-then-encrypt")
     ap.add_argument("--key-update", type=int, default=0, help="KeyUpdate before the N-th client write")

@@ -42,11 +42,12 @@ class _Stop(Exception):
 
 
 class _Half:
-    __slots__ = ("buf", "off", "cipher", "hs", "ehs", "ccs", "stopped", "held", "held_bytes",
+    __slots__ = ("buf", "need", "off", "cipher", "hs", "ehs", "ccs", "stopped", "held", "held_bytes",
                  "secret", "records", "plain")
 
     def __init__(self):
-        self.buf = b""          # bytes of an incomplete record
+        self.buf = bytearray()  # bytes of an incomplete record
+        self.need = 0           # the length buf must reach before a record can complete
         self.off = 0            # stream offset of the next byte fed
         self.cipher = None      # RecordCipher once protected records come
         self.hs = HandshakeReader()    # plaintext handshake messages
@@ -80,12 +81,22 @@ class TlsConnection:
     # ---- bytes in ------------------------------------------------------------------------
     def feed(self, d: int, data) -> list:
         h = self.halves[d]
+        n = len(data)
         if h.stopped:
-            h.off += len(data)
+            h.off += n
             return []
-        buf = h.buf + data if h.buf else data
-        start = h.off - len(h.buf)
-        h.off += len(data)
+        if h.buf:
+            # most segments only add to a record that is not complete yet: no parsing, and the
+            # bytes are appended (not re-joined) until the record's length is there
+            h.buf += data
+            h.off += n
+            if len(h.buf) < h.need:
+                return []
+            buf = h.buf
+        else:
+            buf = data
+            h.off += n
+        start = h.off - len(buf)
         out, off, n = [], 0, len(buf)
         try:
             while n - off >= HEADER:
@@ -94,8 +105,8 @@ class TlsConnection:
                 off = end
                 if h.stopped:
                     return out
-        except Truncated:
-            pass
+        except Truncated as e:
+            h.need = n - off + e.needed   # bytes the cut record still needs, counted from its start
         except DecodeError as e:
             self._stop_dir(d, start + off, "tls-not-records", f"{e.message} at stream offset "
                            f"{start + off}: the rest of this direction is not read")
@@ -103,7 +114,12 @@ class TlsConnection:
         except _Stop as s:
             self._finish_with(s.status, s.message, d, start + off)
             return out
-        h.buf = bytes(buf[off:]) if off < n else b""
+        if off < n:
+            h.buf = bytearray(buf[off:])
+            if n - off < HEADER:
+                h.need = HEADER
+        else:
+            h.buf, h.need = bytearray(), 0
         return out
 
     def gap(self, d: int, offset: int, length: int) -> None:
@@ -276,7 +292,7 @@ class TlsConnection:
     def _stop_dir(self, d, pos, kind, message):
         h = self.halves[d]
         if not h.stopped:
-            h.stopped, h.buf, h.held = True, b"", []
+            h.stopped, h.buf, h.held = True, bytearray(), []
             self.notes.append((d, pos, kind, message))
 
     def _finish_with(self, status, message, d, pos):
@@ -286,7 +302,7 @@ class TlsConnection:
             return
         self.status, self.detail = status, message
         for h in self.halves:
-            h.stopped, h.buf, h.held = True, b"", []
+            h.stopped, h.buf, h.held = True, bytearray(), []
 
 
 __all__ = ["TlsConnection", "MAX_FRAGMENT"]
