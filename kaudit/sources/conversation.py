@@ -113,6 +113,7 @@ class Conversation:
         self.tls = None
         self.tls_keys = getattr(options, "tls_keys", None)
         self.tls_off = [0, 0]
+        self.tls_other = False   # decrypted, but not Kafka (TLS off the Kafka ports)
         # The roles a Kafka port implies. Kafka is only decided on the first bytes: a TLS client
         # on the Kafka port (a record header read as a size is >= 335 MB) is reported as TLS,
         # not as Kafka frames of absurd sizes.
@@ -316,11 +317,14 @@ class Conversation:
     def _tls_data(self, direction: int, data, first_frame, last_frame, ts) -> None:
         tls = self.tls
         plain = tls.feed(direction, data)
-        if plain:
+        if plain and not self.tls_other:
             d = self.dirs[direction]
             if d.splitter is None:  # the first application data: the ClientHello named the client
                 if tls.client_dir is not None:
                     self.client_dir, self._name = tls.client_dir, None
+                if self.port_client is None and not self._kafka_inside(direction, plain[0]):
+                    self.tls_other = True   # TLS off the Kafka ports carrying something else
+                    return
                 self._splitters(self.client_dir, True)
             off = self.tls_off[direction]
             for p in plain:
@@ -334,6 +338,12 @@ class Conversation:
         if tls.notes:
             self._tls_notes(last_frame)
 
+    def _kafka_inside(self, direction: int, first: bytes) -> bool:
+        """Off the Kafka ports, does a decrypted connection carry Kafka? Its client speaks
+        first, with a plausible request header."""
+        return (direction == self.client_dir
+                and plausible_request(first, 0, self.options.max_frame_bytes) is not False)
+
     def _tls_notes(self, frame_no) -> None:
         notes, self.tls.notes = self.tls.notes, []
         for _d, pos, kind, message in notes:
@@ -346,6 +356,8 @@ class Conversation:
         self._tls_notes(None)
         if self.dirs[0].splitter is not None:  # application data came out (both splitters exist)
             self.protocol = "kafka"
+        elif self.tls_other:
+            self.protocol = "other"
 
     # ---- frames ----------------------------------------------------------------------------
 

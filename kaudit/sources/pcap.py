@@ -147,7 +147,7 @@ class Session:
             conv.finish()
             self.kafka_connections += conv.protocol == "kafka"
             op = self.opened.pop(ev.conn_id)[0]
-            if conv.tls is not None:
+            if conv.tls is not None and not conv.tls_other:
                 self.tls_outcome(conv, op)
             # the row waits for the end: packets after the close (the last ACK) still count
             self.closed.append((conv, op, ev, number))

@@ -162,3 +162,41 @@ def test_fuzzed_records_give_a_prefix_or_nothing(case):
     # AEAD and MACs: what comes out is always the true plaintext's start
     assert PLAIN[0].startswith(got[0]) and PLAIN[1].startswith(got[1])
     assert t.status is not None
+
+
+def _pcap(tmp_path, fl, sport, dport):
+    from tests.capture.craft import Flow, write_pcap
+
+    f = Flow(c=("10.0.0.1", sport), s=("10.0.0.2", dport))
+    pkts = f.handshake() + [f.send(d, data) for d, data in fl] + [f.fin(0), f.fin(1), f.ack(0)]
+    path = tmp_path / "t.pcap"
+    path.write_bytes(write_pcap([(1.0 + i / 1000, p) for i, p in enumerate(pkts)]))
+    return path
+
+
+def _decode(path, text):
+    from kaudit.sources.pcap import PcapOptions, PcapSummary, decode_capture
+
+    keys = KeyLog()
+    keys.add_text(text, "test")
+    s, out = PcapSummary(), {}
+    for kind, t in decode_capture(str(path), PcapOptions(tls_keys=keys, jobs=1), s):
+        out.setdefault(kind, []).extend(t.to_pylist())
+    return out, s
+
+
+def test_tls_off_the_kafka_ports_carrying_http_is_not_kafka(tmp_path):
+    fl, text = transcript([(0, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"), (1, b"HTTP/1.1 200 OK\r\n\r\n")])
+    rows, s = _decode(_pcap(tmp_path, fl, 40000, 8443), text)
+    assert [c["protocol"] for c in rows["connection"]] == ["other"]
+    assert "frame" not in rows and "decode_issue" not in rows and s.kafka_connections == 0
+
+
+def test_tls_off_the_kafka_ports_carrying_kafka_is_decoded(tmp_path):
+    # ApiVersions v3 request, correlation id 7, client id "c"
+    req = bytes.fromhex("0012000300000007") + b"\x00\x01c" + b"\x00\x00\x00"
+    req = len(req).to_bytes(4, "big") + req
+    fl, text = transcript([(0, req)])
+    rows, s = _decode(_pcap(tmp_path, fl, 40000, 19092), text)
+    assert [c["protocol"] for c in rows["connection"]] == ["kafka"] and s.tls == {"decrypted": 1}
+    assert [(f["api_key"], f["correlation_id"], f["client_id"]) for f in rows["frame"]] == [(18, 7, "c")]

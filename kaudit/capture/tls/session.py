@@ -203,7 +203,9 @@ class TlsConnection:
                     self.client_dir = 1 - d
                 self._release_held()
         except DecodeError as e:
-            self._stop_dir(d, pos, "tls-not-records", f"TLS hello at stream offset {pos} does not decode: {e.message}")
+            what = "ClientHello" if mtype == CLIENT_HELLO else "ServerHello"
+            self._finish_with(STATUS_UNSUPPORTED, f"the {what} at stream offset {pos} does not decode "
+                              f"({e.message})", d, pos)
 
     def _protected_handshake(self, d, h, mtype, body):
         if self.version != TLS13:
