@@ -26,6 +26,7 @@ from kaudit.protocol.wire import (
     plausible_request,
 )
 from kaudit.protocol.wire.framing import new_splitter
+from kaudit.sources.conversation_tls import TlsConversation
 
 API_PRODUCE, API_SASL_HANDSHAKE = 0, 17
 DECIDE_BYTES = 64 * 1024  # data held back while deciding who the client is
@@ -87,7 +88,7 @@ def new_direction():
     return _Direction() if c is None else c.Direction()
 
 
-class Conversation:
+class Conversation(TlsConversation):
     def __init__(self, conn_id: int, a, b, syn_seen: bool, kafka_ports, options, sink):
         self.conn_id = conn_id
         self.a, self.b = a, b
@@ -296,68 +297,6 @@ class Conversation:
             self.unanswered += 1
             self.sink.exchange(self, Exchange(req, None, frame, None, ts, None, size, None, complete, None))
         self.pending.clear()
-
-    # ---- TLS (kaudit/capture/tls): the decrypted bytes enter the same framing -------------
-    # A TLS conversation never takes the compiled Kafka path (_cpcap sees protocol "tls"): its
-    # bytes come here through feed(), and its plaintext goes to the same splitters and _frames.
-
-    def _tls_start(self) -> None:
-        from kaudit.capture.tls.session import TlsConnection
-
-        self.tls = TlsConnection(self.tls_keys)
-        for i in (0, 1):  # the bytes held while deciding
-            held, self.dirs[i].held = self.dirs[i].held, []
-            for kind, off, payload, first_f, last_f, ts in held:
-                if kind == "data":
-                    self._tls_data(i, payload, first_f, last_f, ts)
-                else:
-                    self.tls.gap(i, off, payload)
-                    self._tls_notes(first_f)
-
-    def _tls_data(self, direction: int, data, first_frame, last_frame, ts) -> None:
-        tls = self.tls
-        plain = tls.feed(direction, data)
-        if plain and not self.tls_other:
-            d = self.dirs[direction]
-            if d.splitter is None:  # the first application data: the ClientHello named the client
-                if tls.client_dir is not None:
-                    self.client_dir, self._name = tls.client_dir, None
-                if self.port_client is None and not self._kafka_inside(direction, plain[0]):
-                    self.tls_other = True   # TLS off the Kafka ports carrying something else
-                    return
-                self._splitters(self.client_dir, True)
-            off = self.tls_off[direction]
-            for p in plain:
-                n = len(p)
-                d.add(off, off + n, first_frame, last_frame, ts)
-                off += n
-                events = d.splitter.feed(p)
-                if events:
-                    self._frames(direction, events)
-            self.tls_off[direction] = off
-        if tls.notes:
-            self._tls_notes(last_frame)
-
-    def _kafka_inside(self, direction: int, first: bytes) -> bool:
-        """Off the Kafka ports, does a decrypted connection carry Kafka? Its client speaks
-        first, with a plausible request header."""
-        return (direction == self.client_dir
-                and plausible_request(first, 0, self.options.max_frame_bytes) is not False)
-
-    def _tls_notes(self, frame_no) -> None:
-        notes, self.tls.notes = self.tls.notes, []
-        for _d, pos, kind, message in notes:
-            self.sink.issue(self, frame_no, kind, None, pos, message)
-
-    def _tls_finish(self) -> None:
-        """Settle the TLS status; a decrypted connection is a Kafka one from here on."""
-        tls = self.tls
-        tls.finish()
-        self._tls_notes(None)
-        if self.dirs[0].splitter is not None:  # application data came out (both splitters exist)
-            self.protocol = "kafka"
-        elif self.tls_other:
-            self.protocol = "other"
 
     # ---- frames ----------------------------------------------------------------------------
 
