@@ -200,3 +200,31 @@ def test_tls_off_the_kafka_ports_carrying_kafka_is_decoded(tmp_path):
     rows, s = _decode(_pcap(tmp_path, fl, 40000, 19092), text)
     assert [c["protocol"] for c in rows["connection"]] == ["kafka"] and s.tls == {"decrypted": 1}
     assert [(f["api_key"], f["correlation_id"], f["client_id"]) for f in rows["frame"]] == [(18, 7, "c")]
+
+
+def _cli(*args, stdin=None):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    return subprocess.run([sys.executable, "-m", "kaudit", *map(str, args)], capture_output=True,
+                          input=stdin, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_cli_live_stream_and_decode_header_and_bad_keylog(tmp_path):
+    req = bytes.fromhex("0012000300000007") + b"\x00\x01c" + b"\x00\x00\x00"
+    fl, text = transcript([(0, len(req).to_bytes(4, "big") + req)])
+    path = _pcap(tmp_path, fl, 40000, 9092)
+    keys = tmp_path / "keys.log"
+    keys.write_text(text)
+    r = _cli("pcap", "-", "--tls-keylog", keys, stdin=path.read_bytes())
+    assert r.returncode in (0, 1) and b"TLS: 1 connection decrypted" in r.stderr, r.stderr
+    r = _cli("decode", "pcap", path, "--tls-keylog", keys, "--kind", "frame", "--format", "json")
+    assert r.returncode == 0 and b'"decrypted": 1' in r.stdout
+    r = _cli("pcap", path, "--tls-keylog", tmp_path / "missing.log")
+    assert r.returncode == 2 and b"cannot read it" in r.stderr
+    (tmp_path / "empty.log").write_text("# nothing\n")
+    r = _cli("pcap", path, "--tls-keylog", tmp_path / "empty.log")
+    assert r.returncode == 2 and b"no key log line" in r.stderr
