@@ -228,3 +228,13 @@ def test_cli_live_stream_and_decode_header_and_bad_keylog(tmp_path):
     (tmp_path / "empty.log").write_text("# nothing\n")
     r = _cli("pcap", path, "--tls-keylog", tmp_path / "empty.log")
     assert r.returncode == 2 and b"no key log line" in r.stderr
+
+
+def test_tls13_with_only_the_application_secrets():
+    fl, text = flights("1.3")
+    app_only = "\n".join(line for line in text.splitlines() if "HANDSHAKE" not in line)
+    t, got = run(fl, app_only)
+    assert t.status == "decrypted" and got == PLAIN and not t.notes
+    no_server = "\n".join(line for line in text.splitlines() if "SERVER_TRAFFIC" not in line)
+    t, got = run(fl, no_server)
+    assert t.status == "no-key" and "no SERVER_TRAFFIC_SECRET_0 for client random" in t.detail

@@ -33,6 +33,7 @@ STATUS_NO_HANDSHAKE = "no-handshake"  # the handshake is not in the capture
 STATUS_UNSUPPORTED = "unsupported"    # version or cipher suite not decrypted by kaudit
 STATUS_FAILED = "failed"              # the keys given do not authenticate the records
 MAX_HELD = 1 << 20  # records held while the other direction's hello is awaited
+MAX_SKIPPED = 16    # TLS 1.3 handshake records passed over without the handshake secrets
 
 
 class _Stop(Exception):
@@ -42,12 +43,13 @@ class _Stop(Exception):
 
 
 class _Half:
-    __slots__ = ("buf", "need", "off", "cipher", "hs", "ehs", "ccs", "stopped", "held", "held_bytes",
+    __slots__ = ("buf", "need", "skip", "off", "cipher", "hs", "ehs", "ccs", "stopped", "held", "held_bytes",
                  "secret", "records", "plain")
 
     def __init__(self):
         self.buf = bytearray()  # bytes of an incomplete record
         self.need = 0           # the length buf must reach before a record can complete
+        self.skip = 0           # protected handshake records that may still be passed over
         self.off = 0            # stream offset of the next byte fed
         self.cipher = None      # RecordCipher once protected records come
         self.hs = HandshakeReader()    # plaintext handshake messages
@@ -174,6 +176,9 @@ class TlsConnection:
         try:
             inner, plain = h.cipher.open(ctype, version, frag)
         except DecryptError as e:
+            if h.skip and not h.records:
+                h.skip -= 1   # a handshake record, under keys the key log did not give
+                return
             self._failed(d, h, pos, str(e))
             return
         h.records += 1
@@ -244,7 +249,9 @@ class TlsConnection:
         if self.keys is None or not self.keys.sources:
             raise _Stop(STATUS_NO_KEYLOG, f"TLS, no key log given (--tls-keylog); client random {cr}")
         entry = self.keys.get(self.client_random) or {}
-        need = (kl.CLIENT_RANDOM,) if self.version == TLS12 else kl.TLS13_LABELS
+        # TLS 1.3: the application traffic secrets suffice (the handshake records are then
+        # skipped, see _cipher); some key loggers write only those
+        need = (kl.CLIENT_RANDOM,) if self.version == TLS12 else (kl.CLIENT_APP, kl.SERVER_APP)
         missing = [n for n in need if n not in entry]
         if missing:
             what = "no key" if len(missing) == len(need) else f"no {', '.join(missing)}"
@@ -260,8 +267,15 @@ class TlsConnection:
             ck, sk = key_block12(self.suite, entry[kl.CLIENT_RANDOM], self.client_random, self.server_random)
             return RecordCipher(self.suite, ck if client else sk, False, self.etm)
         self._secrets = entry
-        secret = entry[kl.CLIENT_HS if client else kl.SERVER_HS]
-        return RecordCipher(self.suite, traffic_keys13(self.suite, secret), True)
+        hs = entry.get(kl.CLIENT_HS if client else kl.SERVER_HS)
+        if hs is None:
+            # no handshake secret: start with the application secret and pass over the
+            # protected handshake records, which do not authenticate under it (AEAD: a record
+            # that does is the first application record, never a misread one)
+            h.skip = MAX_SKIPPED
+            h.secret = entry[kl.CLIENT_APP if client else kl.SERVER_APP]
+            return RecordCipher(self.suite, traffic_keys13(self.suite, h.secret), True)
+        return RecordCipher(self.suite, traffic_keys13(self.suite, hs), True)
 
     def _hold(self, d, h, ctype, version, frag, pos):
         h.held.append((ctype, version, bytes(frag), pos))
