@@ -115,6 +115,7 @@ class Conversation(TlsConversation):
         self.tls_keys = getattr(options, "tls_keys", None)
         self.tls_off = [0, 0]
         self.tls_other = False   # decrypted, but not Kafka (TLS off the Kafka ports)
+        self.tls_joined = False  # TLS recognised mid-record (a capture joined mid-connection)
         # The roles a Kafka port implies. Kafka is only decided on the first bytes: a TLS client
         # on the Kafka port (a record header read as a size is >= 335 MB) is reported as TLS,
         # not as Kafka frames of absurd sizes.
@@ -217,6 +218,10 @@ class Conversation(TlsConversation):
         if self.port_client is not None:
             if not final and len(data) == 1 and 0x14 <= data[0] <= 0x17:
                 return  # one byte of what may be a TLS record header: wait for the next
+            if not self.syn_seen:
+                joined = self._tls_joined(direction, data, final)
+                if joined is not False:
+                    return   # TLS joined mid-record (decided), or more bytes are needed to tell
             self._decide(self.port_client)
         elif self.syn_seen:  # the opener speaks first in Kafka
             looks = plausible_request(data, 0, self.options.max_frame_bytes)

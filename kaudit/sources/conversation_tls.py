@@ -9,17 +9,43 @@ that costs). Only once the connection is over does a decrypted one say protocol 
 
 from __future__ import annotations
 
-from kaudit.protocol.wire import plausible_request
+from kaudit.capture.tls.records import record_chain
+from kaudit.protocol.wire import plausible_request, plausible_response
+
+# A capture joined mid-connection on a Kafka port whose first bytes are no Kafka frame start: up
+# to this many bytes of a direction are held to look for a chain of TLS records (a record is at
+# most 2^14 + 2048 bytes, so two fit) before the bytes are taken for Kafka joined mid-frame.
+JOINED_WAIT = 2 * (5 + (1 << 14) + 2048) + 5
 
 
 class TlsConversation:
     """Mixin of Conversation: its attributes tls, tls_keys, tls_off, tls_other, and the
     splitters, dirs, client_dir, port_client, options, sink of the Conversation."""
 
+    def _tls_joined(self, direction: int, data: bytes, final: bool) -> bool | None:
+        """On a Kafka port, joined mid-connection: is this TLS joined mid-record (True: decided),
+        Kafka (False), or not known yet (None: wait for more bytes)?"""
+        max_size = self.options.max_frame_bytes
+        if direction == self.port_client:
+            looks = plausible_request(data, 0, max_size)
+        else:
+            looks = plausible_response(data, 0, None, max_size)
+        if looks is True:
+            return False
+        if record_chain(data) is not None:
+            self.tls_joined = True
+            self._decide(self.port_client, "tls")
+            return True
+        if final or len(data) >= JOINED_WAIT:
+            return False
+        return None
+
     def _tls_start(self) -> None:
         from kaudit.capture.tls.session import TlsConnection
 
         self.tls = TlsConnection(self.tls_keys)
+        if self.tls_joined:   # no record boundary known, and no handshake: nothing to decrypt
+            self.tls.joined_mid_record()
         for i in (0, 1):  # the bytes held while deciding
             held, self.dirs[i].held = self.dirs[i].held, []
             for kind, off, payload, first_f, last_f, ts in held:

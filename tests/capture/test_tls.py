@@ -238,3 +238,30 @@ def test_tls13_with_only_the_application_secrets():
     no_server = "\n".join(line for line in text.splitlines() if "SERVER_TRAFFIC" not in line)
     t, got = run(fl, no_server)
     assert t.status == "no-key" and "no SERVER_TRAFFIC_SECRET_0 for client random" in t.detail
+
+
+def test_tls_joined_mid_record_on_a_kafka_port(tmp_path):
+    """A capture that starts inside a TLS record (no SYN, no handshake): TLS, not decryptable,
+    and not Kafka frames of absurd sizes."""
+    from tests.capture.craft import Flow, write_pcap
+
+    fl, text = flights("1.2", TLS12[0])
+    stream = b"".join(b for d, b in fl if d == 1)
+    late = stream[len(stream) // 2 + 3:]   # inside a record
+    f = Flow(c=("10.0.0.1", 40000), s=("10.0.0.2", 9092))
+    pkts = [f.send(1, late[i:i + 1448]) for i in range(0, len(late), 1448)]
+    path = tmp_path / "joined.pcap"
+    path.write_bytes(write_pcap([(1.0 + i / 1000, p) for i, p in enumerate(pkts)]))
+    rows, s = _decode(path, text)
+    assert s.tls == {"no-handshake": 1} and "frame" not in rows
+    assert [i["issue"] for i in rows["decode_issue"]] == ["tls"]
+    assert "joined this TLS connection mid-stream" in rows["decode_issue"][0]["message"]
+
+
+def test_record_chain():
+    from kaudit.capture.tls.records import record_chain
+
+    rec = b"\x17\x03\x03\x00\x04abcd"
+    assert record_chain(b"xyz" + rec + rec + rec[:6]) == 3
+    assert record_chain(b"xyz" + rec) is None            # one header is not a chain
+    assert record_chain(b"\x00\x00\x00\x10" + bytes(16)) is None

@@ -37,6 +37,25 @@ def read_record(buf, off: int):
     return (ctype, version, buf[off + HEADER:end]), end
 
 
+def record_chain(buf, limit: int = HEADER + MAX_FRAGMENT, need: int = 2) -> int | None:
+    """Where, in the first `limit` bytes of `buf` (a stream joined mid-record), at least `need`
+    application data record headers (TLS 1.2/1.3: 0x17 0x03 0x03) follow one another up to the
+    end of `buf` (the last record may be cut); None if nowhere."""
+    n, i = len(buf), bytes(buf[:limit + 3]).find(b"\x17\x03\x03")
+    while i != -1 and i < limit:
+        j, count = i, 0
+        while j + HEADER <= n:
+            ctype, version, length = _HDR.unpack_from(buf, j)
+            if ctype not in CONTENT_TYPES or version >> 8 != 3 or length > MAX_FRAGMENT:
+                break
+            count += 1
+            j += HEADER + length
+        if count >= need and j >= n:
+            return i
+        i = bytes(buf[:limit + 3]).find(b"\x17\x03\x03", i + 1)
+    return None
+
+
 def read_handshake(buf, off: int):
     """((message type, body), new offset) of the handshake message at `off` (Truncated: more
     bytes are needed; LimitExceeded: too long to hold)."""

@@ -137,6 +137,11 @@ class TlsConnection:
                        "cannot be decrypted (their sequence numbers are unknown); decryption of this "
                        "direction stopped")
 
+    def joined_mid_record(self) -> None:
+        """The bytes start inside a record, after the handshake: nothing can be decrypted."""
+        self._finish_with(STATUS_NO_HANDSHAKE, "the capture joined this TLS connection mid-stream: "
+                          "its handshake is not in the capture, it cannot be decrypted", 0, 0)
+
     def finish(self) -> None:
         """The connection is over: settle the coverage status."""
         if self.status is not None:
