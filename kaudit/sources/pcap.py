@@ -156,7 +156,10 @@ class Session:
         """Count a TLS connection's outcome; one that was not decrypted gets a "tls" issue
         saying why (the client random for a missing key)."""
         tls = conv.tls
-        self.tls_status[tls.status] = self.tls_status.get(tls.status, 0) + 1
+        # TLS off the Kafka ports counts only once decrypted as Kafka: undecrypted, it may be
+        # anything (HTTPS beside the brokers), so it does not make a capture Kafka traffic
+        if conv.port_client is not None or conv.protocol == "kafka":
+            self.tls_status[tls.status] = self.tls_status.get(tls.status, 0) + 1
         if tls.status != "decrypted":
             self.rows.issue(conv, op.frame, "tls", None, None,
                             f"TLS connection not decrypted ({tls.status}): {tls.detail}")
