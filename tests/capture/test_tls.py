@@ -265,3 +265,25 @@ def test_record_chain():
     assert record_chain(b"xyz" + rec + rec + rec[:6]) == 3
     assert record_chain(b"xyz" + rec) is None            # one header is not a chain
     assert record_chain(b"\x00\x00\x00\x10" + bytes(16)) is None
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), min_size=1, max_size=8))
+def test_fuzzed_tls_capture_decodes_without_crashing(tmp_path, flips):
+    """Bytes flipped anywhere in a TLS capture (headers, records, lengths): the decode ends,
+    with what it could read."""
+    req = bytes.fromhex("0012000300000007") + b"\x00\x01c" + b"\x00\x00\x00"
+    fl, text = _small_flights(req)
+    data = bytearray(_pcap(tmp_path, fl, 40000, 9092).read_bytes())
+    for at, x in flips:
+        data[24 + at % (len(data) - 24)] ^= x    # past the file header
+    path = tmp_path / "fuzzed.pcap"
+    path.write_bytes(bytes(data))
+    _decode(path, text)
+
+
+def _small_flights(req):
+    if "small" not in _CACHE:
+        _CACHE["small"] = transcript([(0, len(req).to_bytes(4, "big") + req), (1, b"\x00\x00\x00\x08\x00\x00\x00\x07" + bytes(4))])
+    return _CACHE["small"]
