@@ -51,6 +51,7 @@ test: compile browser
 bench: compile
 	$(PY) benchmarks/bench_segments.py
 	$(PY) benchmarks/bench_pcap.py
+	$(PY) benchmarks/bench_tls.py
 	$(PY) benchmarks/bench_live.py
 	$(PY) benchmarks/bench_audit.py
 	$(PY) benchmarks/bench_spark.py

@@ -24,8 +24,9 @@ import typer  # noqa: E402
 from kaudit import __version__, cli_coerce, cli_engine  # noqa: E402
 from kaudit.cli_common import (  # noqa: E402
     CAPTURE_EXPECTED, EXIT_FINDINGS, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, MAX_BATCH_BYTES, MAX_FRAME_BYTES,
-    LOG_DIR_EXPECTED, CapturesArg, ManyPathsCommand, JobsOpt, KafkaPortOpt, MaxBatchOpt, MaxFrameOpt, MinSeverityOpt, PartitionOpt,
-    PathsArg, ProducerIdOpt, Severity, SinceOpt, TopicOpt, TxnIdOpt, UntilOpt, captures_of, check_log_plan,
+    LOG_DIR_EXPECTED, CapturesArg, ManyPathsCommand, JobsOpt, KafkaPortOpt, MaxBatchOpt, MaxFrameOpt, MinSeverityOpt,
+    PartitionOpt, PathsArg, ProducerIdOpt, Severity, SinceOpt, TlsKeylogOpt, TopicOpt, TxnIdOpt, UntilOpt, captures_of,
+    check_log_plan,
     check_selection, err, exit_unreadable, inside, no_kafka_traffic, parse_time, pcap_options, selection,
     sentences_help,
 )
@@ -217,6 +218,7 @@ def audit_pcap(
     transactional_id: TxnIdOpt = None, since: SinceOpt = None, until: UntilOpt = None,
     min_severity: MinSeverityOpt = None,
     kafka_port: KafkaPortOpt = None,
+    tls_keylog: TlsKeylogOpt = None,
     jobs: JobsOpt = None,
     max_frame_bytes: MaxFrameOpt = MAX_FRAME_BYTES,
     max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
@@ -250,7 +252,8 @@ def audit_pcap(
     _check_report_output(parquet, files)
     rules, ign, now_ms = _rule_list(select), _rule_list(ignore), parse_time(now, "--now")
     sel = selection(topic, partition, producer_id, transactional_id, since, until, min_severity)
-    options = pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False, jobs=jobs)
+    options = pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False, jobs=jobs,
+                           tls_keylog=tls_keylog)
     if follow or [str(f) for f in files] == ["-"]:
         from kaudit.cli_live import live_report
 
@@ -308,6 +311,7 @@ def audit_both(
     transactional_id: TxnIdOpt = None, since: SinceOpt = None, until: UntilOpt = None,
     min_severity: MinSeverityOpt = None,
     kafka_port: KafkaPortOpt = None,
+    tls_keylog: TlsKeylogOpt = None,
     jobs: JobsOpt = None,
     max_frame_bytes: MaxFrameOpt = MAX_FRAME_BYTES,
     max_batch_bytes: MaxBatchOpt = MAX_BATCH_BYTES,
@@ -328,7 +332,7 @@ def audit_both(
     _check_report_output(output, inputs)
     rules, ign, now_ms = _rule_list(select), _rule_list(ignore), parse_time(now, "--now")
     sel = selection(topic, partition, producer_id, transactional_id, since, until, min_severity)
-    options = pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False)
+    options = pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=False, tls_keylog=tls_keylog)
     names, missing = captures_of(pcap)
     if not names:
         exit_unreadable(missing, CAPTURE_EXPECTED)
@@ -360,6 +364,7 @@ def list_transactions(
     spark_threshold: ThresholdOpt = None,
     spark_ui: SparkUiOpt = False,
     kafka_port: KafkaPortOpt = None,
+    tls_keylog: TlsKeylogOpt = None,
 ):
     """List the transactions of log dirs, captures or both: partitions, first offsets, markers
     (offset, result, coordinator epoch, who wrote them), the coordinator's states with times (from
@@ -385,7 +390,8 @@ def list_transactions(
     wire: list = []
     errors: list = []
     if captures:
-        errors, wire = wire_transactions(captures, pcap_options(kafka_port, MAX_BATCH_BYTES, MAX_FRAME_BYTES),
+        options = pcap_options(kafka_port, MAX_BATCH_BYTES, MAX_FRAME_BYTES, tls_keylog=tls_keylog)
+        errors, wire = wire_transactions(captures, options,
                                          topic_names=from_plan(plan_of(names)) if names else None)
     every, plan = wire, None
     if names or not captures:

@@ -30,6 +30,10 @@ CapturesArg = Annotated[list[Path], typer.Argument(
 KafkaPortOpt = Annotated[Optional[list[int]], typer.Option(
     "--kafka-port", help="Broker port (repeatable; default 9092). Kafka on other ports is "
     "found from its request headers.")]
+TlsKeylogOpt = Annotated[Optional[list[Path]], typer.Option(
+    "--tls-keylog", help="TLS key log (NSS format, as SSLKEYLOGFILE writes it) holding the secrets of "
+    "the captured connections (repeatable): Kafka over TLS is decrypted with it and audited as "
+    "plaintext. A pcapng's Decryption Secrets Blocks are used without it. Keys are never printed.")]
 MaxFrameOpt = Annotated[int, typer.Option("--max-frame-bytes", min=1024, help="Largest Kafka frame accepted.")]
 MaxBatchOpt = Annotated[int, typer.Option("--max-batch-bytes", min=1024,
                                           help="Largest batch (and decompressed payload) accepted.")]
@@ -154,11 +158,34 @@ def inside(child: Path, parents: list[Path]) -> bool:
 
 
 def pcap_options(kafka_port, max_batch_bytes: int, max_frame_bytes: int, deep: bool = False,
-                 jobs: int | None = None):
+                 jobs: int | None = None, tls_keylog=None):
     from kaudit.sources.pcap import PcapOptions
 
     return PcapOptions(kafka_ports=frozenset(kafka_port or [9092]), deep=deep,
-                       max_batch_bytes=max_batch_bytes, max_frame_bytes=max_frame_bytes, jobs=jobs)
+                       max_batch_bytes=max_batch_bytes, max_frame_bytes=max_frame_bytes, jobs=jobs,
+                       tls_keys=load_keylog(tls_keylog))
+
+
+def load_keylog(paths):
+    """The KeyLog of --tls-keylog files (None: none given); exit 2 for a file that cannot be
+    read or holds no key line (the message names the file, never a key)."""
+    if not paths:
+        return None
+    from kaudit.capture.tls.keylog import KeyLog
+
+    keys = KeyLog()
+    for p in paths:
+        try:
+            one = KeyLog.from_files([p])
+        except OSError as e:
+            err(f"[red]error:[/red] --tls-keylog {p}: cannot read it ({e.strerror or e})")
+            raise typer.Exit(EXIT_USAGE)
+        if not one.lines:
+            err(f"[red]error:[/red] --tls-keylog {p}: no key log line in it (NSS key log format: "
+                "'CLIENT_RANDOM <client random> <master secret>' or the TLS 1.3 traffic secret labels)")
+            raise typer.Exit(EXIT_USAGE)
+        keys.add_text(Path(p).read_bytes(), str(p))
+    return keys
 
 
 LOG_DIR_EXPECTED = ("a broker's log dir (meta.properties and <topic>-<partition>/ folders of .log "
@@ -191,8 +218,10 @@ def captures_of(paths: list[Path]) -> tuple[list[str], list[str]]:
 
 
 def no_kafka_traffic(captures: dict, ports) -> str | None:
-    """The reason to refuse captures that hold no Kafka connection (None: some do)."""
-    if not captures or any(s.get("kafka_connections") for s in captures.values()):
+    """The reason to refuse captures that hold no Kafka connection (None: some do, or TLS
+    connections that were not decrypted: the coverage and how to get their keys go to stderr)."""
+    tls_notice(captures)
+    if not captures or any(s.get("kafka_connections") or s.get("tls") for s in captures.values()):
         return None
     looked = ", ".join(map(str, sorted(ports or [9092])))
     return (f"no Kafka traffic in {', '.join(sorted(captures))}: kaudit looked for Kafka on port(s) {looked} "
@@ -208,3 +237,15 @@ def check_selection(sel, seen: dict | None) -> None:
     if msg:
         err(f"[red]error:[/red] the selection matches nothing in the input: {msg}")
         raise typer.Exit(EXIT_UNREADABLE)
+
+
+def tls_notice(captures: dict) -> None:
+    """TLS coverage on stderr: connections decrypted and not (why), and how to obtain key logs
+    when some were not decrypted."""
+    from kaudit.capture.tls.coverage import HOWTO, summary_lines
+
+    lines, missing = summary_lines({p: s.get("tls") or {} for p, s in captures.items()})
+    for line in lines:
+        err(line)
+    if missing:
+        err(HOWTO)

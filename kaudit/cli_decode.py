@@ -13,7 +13,7 @@ import typer
 from kaudit import __version__
 from kaudit.cli_common import (
     CAPTURE_EXPECTED, EXIT_UNREADABLE, EXIT_USAGE, MAX_BATCH_BYTES, MAX_FRAME_BYTES, CapturesArg, JobsOpt,
-    KafkaPortOpt, MaxBatchOpt, MaxFrameOpt, PartitionOpt, PathsArg, ProducerIdOpt, SinceOpt, TopicOpt, TxnIdOpt,
+    KafkaPortOpt, TlsKeylogOpt, MaxBatchOpt, MaxFrameOpt, PartitionOpt, PathsArg, ProducerIdOpt, SinceOpt, TopicOpt, TxnIdOpt,
     UntilOpt, captures_of, check_log_plan, err, exit_unreadable, inside, no_kafka_traffic, pcap_options, selection,
 )
 from kaudit.cli_engine import (
@@ -126,6 +126,7 @@ def decode_pcap(
     format: FormatOpt = RowFormat.ndjson,
     output: OutputOpt = None,
     kafka_port: KafkaPortOpt = None,
+    tls_keylog: TlsKeylogOpt = None,
     jobs: JobsOpt = None,
     deep: Annotated[bool, typer.Option("--deep", help="Also decode the records inside batches.")] = False,
     kind: KindOpt = None,
@@ -149,7 +150,8 @@ def decode_pcap(
     names, missing = captures_of(files)
     if not names:
         exit_unreadable(missing, CAPTURE_EXPECTED)
-    options = pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=deep, jobs=jobs)
+    options = pcap_options(kafka_port, max_batch_bytes, max_frame_bytes, deep=deep, jobs=jobs,
+                           tls_keylog=tls_keylog)
     summaries: dict = {}
     sp = choose(engine, [Path(n) for n in names], master, spark_conf, spark_threshold, spark_ui)
     if sp is None:
@@ -170,14 +172,15 @@ def decode_pcap(
             **({"selection": sel.text()} if sel else {}),
             "coverage": {p: {"packets": s.packets, "tcp_packets": s.tcp_packets,
                              "connections": s.connections, "kafka_connections": s.kafka_connections,
-                             "not_tcp": s.dropped} for p, s in summaries.items()},
+                             "not_tcp": s.dropped, **({"tls": dict(s.tls)} if s.tls else {})}
+                         for p, s in summaries.items()},
             "counts": dict(sorted(counts.rows.items())),
         }
 
     counts = _write(format, output, chunks, kind, sel, header, deep=deep)
     if errors:
         exit_unreadable(errors)
-    why = no_kafka_traffic({p: {"kafka_connections": s.kafka_connections} for p, s in summaries.items()},
+    why = no_kafka_traffic({p: {"kafka_connections": s.kafka_connections, "tls": s.tls} for p, s in summaries.items()},
                            kafka_port)
     if why:
         exit_unreadable([why], CAPTURE_EXPECTED)

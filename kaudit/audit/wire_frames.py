@@ -35,7 +35,7 @@ ROWS = {"frame": Frame, "connection": Conn, "decode_issue": Issue}
 PRODUCER_APIS = frozenset({0, 22, 24, 25, 26, 27, 28})
 REQUEST_TIMEOUT_MS = 30_000  # the clients' default request.timeout.ms
 UNDECODABLE = {"skipped-bytes", "bad-frame-size", "incomplete-frame", "undecodable-request",
-               "undecodable-response", "tls"}
+               "undecodable-response", "tls", "tls-stream-gap", "tls-decrypt-failed", "tls-not-records"}
 GAPS = {"stream-gap", "tcp-conflict"}
 FENCED_CODES = {"47", "90"}  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 

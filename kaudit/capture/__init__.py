@@ -8,7 +8,8 @@
 
 The layers one by one: `iter_packets`/`open_capture` (pcap.py) -> `LinkDecoder.decode` (link.py)
 -> `Reassembler.feed`/`flush` (tcp.py); CaptureStreams fuses them for speed. `open_ended` (scan.py)
-names the connections a file does not hold whole (rotated captures).
+names the connections a file does not hold whole (rotated captures). TLS with key logs:
+kaudit/capture/tls (docs/tls.md).
 """
 
 from kaudit.capture.events import (

@@ -33,6 +33,7 @@ LIVE_LOOKAHEAD = RESYNC_WINDOW + 2 * (MAX_CAPLEN + 4096 + 16)
 PCAPNG_SHB = 0x0A0D0D0A
 _BOM = 0x1A2B3C4D
 _IDB, _OPB, _SPB, _EPB = 1, 2, 3, 6
+_DSB = 0x0000000A  # Decryption Secrets Block (pcapng spec, section 4.7)
 
 
 class RawPacket:
@@ -334,6 +335,8 @@ class PcapngCapture(Capture):
         if bom not in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"):
             raise DecodeError("pcapng section header with a bad byte-order magic", 8)
         self.sections = 0
+        # called with (secrets type, bytes) for each Decryption Secrets Block (sources set it)
+        self.on_secrets = None
 
     def records(self):
         mv = self.buf
@@ -447,8 +450,13 @@ class PcapngCapture(Capture):
                 caplen = min(caplen, ifaces[0].snaplen)
             st.frame += 1
             rec = (st.frame, st.last_ts, ifaces[0].linktype, off + 12, off + 12 + caplen, origlen, st.base)
-        # any other block type (statistics, name resolution, decryption secrets, custom) is
-        # not needed here and skipped whole
+        elif btype == _DSB and blen >= 20 and self.on_secrets is not None:
+            # Decryption Secrets Block: secrets type, length, the secrets (a TLS key log)
+            stype, slen = st.epb(mv, off + 8)[:2]
+            if slen <= blen - 20:
+                self.on_secrets(stype, mv[off + 16:off + 16 + slen])
+        # any other block type (statistics, name resolution, custom) is not needed here and
+        # skipped whole
         st.off = off + blen
         return rec
 

@@ -209,7 +209,8 @@ class Audit:
             captures = facts.summaries()
             cov["packets"] = sum(s.packets for s in captures.values())
             cov["captures"] = {p: {"packets": s.packets, "tcp_packets": s.tcp_packets,
-                                   "kafka_connections": s.kafka_connections} for p, s in captures.items()}
+                                   "kafka_connections": s.kafka_connections,
+                                   **({"tls": dict(s.tls)} if s.tls else {})} for p, s in captures.items()}
         if internal:
             cov["internal_errors"] = list(internal)
         return AuditRun(findings=sort_findings(findings), coverage=cov, reference_time_ms=ref,

@@ -268,7 +268,9 @@ def pcap_source_options(options) -> dict:
     """A capture decode's options as the kafka-pcap source takes them (strings)."""
     return {"kafka_port": ",".join(str(p) for p in sorted(options.kafka_ports)),
             "max_batch_bytes": options.max_batch_bytes, "max_frame_bytes": options.max_frame_bytes,
-            "deep": str(options.deep).lower()}
+            "deep": str(options.deep).lower(),
+            # the key log files' paths (never their secrets) for the executors to read
+            **({"tls_keylog": "\n".join(options.tls_keys.sources)} if options.tls_keys is not None else {})}
 
 
 def _decode_job(fmt: str, paths: list[str], opts: dict, spark_options, tap: Tap):

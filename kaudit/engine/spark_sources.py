@@ -135,6 +135,10 @@ def pcap_options(options: dict):
             kw[name] = int(options[name])
     if "deep" in options:
         kw["deep"] = str(options["deep"]).lower() == "true"
+    if options.get("tls_keylog"):
+        from kaudit.capture.tls.keylog import KeyLog
+
+        kw["tls_keys"] = KeyLog.from_files(str(options["tls_keylog"]).split("\n"))
     return PcapOptions(**kw)
 
 

@@ -26,6 +26,7 @@ from kaudit.protocol.wire import (
     plausible_request,
 )
 from kaudit.protocol.wire.framing import new_splitter
+from kaudit.sources.conversation_tls import TlsConversation
 
 API_PRODUCE, API_SASL_HANDSHAKE = 0, 17
 DECIDE_BYTES = 64 * 1024  # data held back while deciding who the client is
@@ -87,7 +88,7 @@ def new_direction():
     return _Direction() if c is None else c.Direction()
 
 
-class Conversation:
+class Conversation(TlsConversation):
     def __init__(self, conn_id: int, a, b, syn_seen: bool, kafka_ports, options, sink):
         self.conn_id = conn_id
         self.a, self.b = a, b
@@ -107,6 +108,14 @@ class Conversation:
         self.first_dir = None      # the direction of the first data seen
         self.orphans = []          # responses with no request (yet): paired at the end if one turns up
         self.requests = self.responses = self.unanswered = 0
+        # TLS (protocol "tls"): the record layer (capture/tls) when the connection is TLS, its
+        # key log (options.tls_keys, or the Session's with a pcapng's own secrets), and where the
+        # decrypted bytes of each direction are (their offsets for the frame locator)
+        self.tls = None
+        self.tls_keys = getattr(options, "tls_keys", None)
+        self.tls_off = [0, 0]
+        self.tls_other = False   # decrypted, but not Kafka (TLS off the Kafka ports)
+        self.tls_joined = False  # TLS recognised mid-record (a capture joined mid-connection)
         # The roles a Kafka port implies. Kafka is only decided on the first bytes: a TLS client
         # on the Kafka port (a record header read as a size is >= 335 MB) is reported as TLS,
         # not as Kafka frames of absurd sizes.
@@ -139,9 +148,13 @@ class Conversation:
         self.client_dir = client_dir
         self._name = None
         self.protocol = protocol
+        if protocol == "tls":
+            self._tls_start()
         if protocol != "kafka":
             return
-        synced = self.syn_seen
+        self._splitters(client_dir, self.syn_seen)
+
+    def _splitters(self, client_dir: int, synced: bool) -> None:
         max_size = self.options.max_frame_bytes
         self.dirs[client_dir].splitter = new_splitter("request", max_size=max_size, synced=synced,
                                                       check=self._request_check)
@@ -166,6 +179,9 @@ class Conversation:
             if events:
                 self._frames(direction, events)
             return
+        if protocol == "tls":
+            self._tls_data(direction, data, first_frame, last_frame, ts)
+            return
         if protocol is None:
             if self.first_dir is None:
                 self.first_dir = direction
@@ -179,6 +195,9 @@ class Conversation:
             return
         if self.protocol == "kafka":
             self._frames(ev.direction, d.splitter.gap(ev.length))
+        elif self.protocol == "tls":
+            self.tls.gap(ev.direction, ev.stream_offset, ev.length)
+            self._tls_notes(ev.frame)
 
     def _held_data(self, direction: int) -> bytes:
         return b"".join(h[2] for h in self.dirs[direction].held if h[0] == "data")
@@ -199,6 +218,10 @@ class Conversation:
         if self.port_client is not None:
             if not final and len(data) == 1 and 0x14 <= data[0] <= 0x17:
                 return  # one byte of what may be a TLS record header: wait for the next
+            if not self.syn_seen:
+                joined = self._tls_joined(direction, data, final)
+                if joined is not False:
+                    return   # TLS joined mid-record (decided), or more bytes are needed to tell
             self._decide(self.port_client)
         elif self.syn_seen:  # the opener speaks first in Kafka
             looks = plausible_request(data, 0, self.options.max_frame_bytes)
@@ -266,6 +289,8 @@ class Conversation:
                 self._replay()
             else:
                 self._decide(0, "other")
+        if self.protocol == "tls":
+            self._tls_finish()
         if self.protocol != "kafka":
             return
         for i in (self.client_dir, 1 - self.client_dir):

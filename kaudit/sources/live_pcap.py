@@ -86,6 +86,7 @@ class LiveDecode:
         live = self.live
         streams = CaptureStreams(win, reassembler=self.reassembler, link=self.link, final=final,
                                  frame_base=live.frames, prev_sec=live.prev_sec)
+        self.session.attach(streams)
         c = native.module(_C)
         if c is not None and streams.compiled:
             yield from c.events_loop(streams, self.session, self.rows, None, self.summary, FLUSH_ROWS)
@@ -125,3 +126,4 @@ class LiveDecode:
         s.last_ts = self.last_ts
         s.dropped = dict(self.link.dropped)
         s.kafka_connections = self.session.kafka_connections
+        s.tls = dict(self.session.tls_status)

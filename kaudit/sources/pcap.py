@@ -20,6 +20,7 @@ from kaudit import native
 from kaudit.capture import (
     CaptureStreams, ConnClose, ConnOpen, Diverted, StreamConflict, StreamData, StreamGap,
 )
+from kaudit.capture.tls.keylog import KeyLog
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.wire.headers import DEFAULT_MAX_FRAME
@@ -50,6 +51,9 @@ class PcapOptions:
     # processes for one capture (None: by its size and the CPUs; 1: this process only). The
     # rows and their order are the same whatever the number.
     jobs: int | None = None
+    # TLS key log (capture.tls.KeyLog from --tls-keylog files; None: none given). A pcapng's
+    # Decryption Secrets Blocks add to it for that capture.
+    tls_keys: object = None
 
 
 @dataclass
@@ -62,6 +66,7 @@ class PcapSummary:
     kafka_connections: int = 0
     last_ts: float | None = None
     dropped: dict = field(default_factory=dict)
+    tls: dict = field(default_factory=dict)  # TLS connections by outcome (decrypted, no-key, ...)
 
 
 def decode_capture(path: str, options: PcapOptions | None = None, summary: PcapSummary | None = None,
@@ -105,6 +110,19 @@ class Session:
         self.opened: dict[int, tuple] = {}  # conn_id -> (ConnOpen, event number)
         self.closed: list = []  # (conversation, ConnOpen, ConnClose, event number of the close)
         self.kafka_connections = 0
+        self.tls_status: dict[str, int] = {}  # TLS connections by outcome (capture/tls STATUS_*)
+        # the key log given, plus the secrets a pcapng carries (Decryption Secrets Blocks):
+        # one object that the conversations share, so secrets met later reach them too
+        self.tls_keys = options.tls_keys.copy() if options.tls_keys is not None else KeyLog()
+
+    def attach(self, streams) -> None:
+        """Take the TLS secrets of the capture's pcapng Decryption Secrets Blocks as the walk
+        meets them (they precede the packets they are for)."""
+        if getattr(streams.capture, "format", None) == "pcapng":
+            streams.capture.on_secrets = self._secrets
+
+    def _secrets(self, secrets_type: int, data) -> None:
+        self.tls_keys.add_dsb(secrets_type, data)
 
     def event(self, ev, number: int = 0) -> None:
         t = type(ev)
@@ -113,8 +131,9 @@ class Session:
             convs[ev.conn_id].data(ev)
         elif t is ConnOpen:
             self.opened[ev.conn_id] = (ev, number)
-            convs[ev.conn_id] = Conversation(ev.conn_id, ev.a, ev.b, ev.syn_seen, self.options.kafka_ports,
-                                             self.options, rows)
+            conv = convs[ev.conn_id] = Conversation(ev.conn_id, ev.a, ev.b, ev.syn_seen, self.options.kafka_ports,
+                                                    self.options, rows)
+            conv.tls_keys = self.tls_keys
         elif t is StreamGap:
             conv = convs[ev.conn_id]
             rows.issue(conv, ev.frame, "stream-gap", ev.length, ev.stream_offset,
@@ -128,11 +147,22 @@ class Session:
             conv.finish()
             self.kafka_connections += conv.protocol == "kafka"
             op = self.opened.pop(ev.conn_id)[0]
-            if conv.protocol == "tls":
-                rows.issue(conv, op.frame, "tls", None, None,
-                           "TLS connection: encrypted, not decodable (see its connection row)")
+            if conv.tls is not None and not conv.tls_other:
+                self.tls_outcome(conv, op)
             # the row waits for the end: packets after the close (the last ACK) still count
             self.closed.append((conv, op, ev, number))
+
+    def tls_outcome(self, conv, op) -> None:
+        """Count a TLS connection's outcome; one that was not decrypted gets a "tls" issue
+        saying why (the client random for a missing key)."""
+        tls = conv.tls
+        # TLS off the Kafka ports counts only once decrypted as Kafka: undecrypted, it may be
+        # anything (HTTPS beside the brokers), so it does not make a capture Kafka traffic
+        if conv.port_client is not None or conv.protocol == "kafka":
+            self.tls_status[tls.status] = self.tls_status.get(tls.status, 0) + 1
+        if tls.status != "decrypted":
+            self.rows.issue(conv, op.frame, "tls", None, None,
+                            f"TLS connection not decrypted ({tls.status}): {tls.detail}")
 
     def write_closed(self, gone) -> int:
         """A live capture's connection rows, written once `gone(conn_id)`: the reassembler
@@ -208,6 +238,7 @@ def _decode(mm, path, options, summary, fragments=None):
     streams = CaptureStreams(mm, divert=fragments.divert if fragments is not None else None)
     rows = WireRows(path)
     session = Session(path, options, rows)
+    session.attach(streams)
     c = native.module("kaudit.sources._cpcap")
     if c is not None and streams.compiled:  # the compiled twin of the loop below
         yield from c.events_loop(streams, session, rows, fragments, summary, FLUSH_ROWS)
@@ -219,6 +250,7 @@ def _decode(mm, path, options, summary, fragments=None):
     session.finish()
     capture_issues(rows, path, streams)
     summary.kafka_connections = session.kafka_connections
+    summary.tls = dict(session.tls_status)
     summary.packets, summary.tcp_packets = streams.packets, streams.tcp_packets
     summary.last_ts, summary.dropped = streams.last_ts, dict(streams.dropped)
     yield from rows.tables()

@@ -219,10 +219,11 @@ def _work(mm, path, options, divert, jobs):
         streams = CaptureStreams(mm, divert=divert)
         rows = KeyedRows(path)
         session = Session(path, options, rows)
+        session.attach(streams)
         for number in _owned(streams, session, rows, None, PcapSummary(), part, jobs):
             send(fd, (number, *rows.take(), None))
         session.finish(mark=rows.mark)
-        send(fd, (_DONE, *rows.take(), session.kafka_connections))
+        send(fd, (_DONE, *rows.take(), (session.kafka_connections, session.tls_status)))
     return run
 
 
@@ -266,6 +267,7 @@ def _take(merger: Merger, workers, block_behind=None) -> None:
 def _run(streams, path, options, summary, jobs, workers, fragments=None):
     rows = KeyedRows(path)
     session = Session(path, options, rows)
+    session.attach(streams)
     merger = Merger(jobs)
     for item in _owned(streams, session, rows, fragments, summary, 0, jobs):
         if type(item) is not int:
@@ -287,6 +289,11 @@ def _run(streams, path, options, summary, jobs, workers, fragments=None):
             merger.add(w.part, log, tables, upto)
             yield from merger.ready()
     yield from merger.finish()
-    summary.kafka_connections = session.kafka_connections + sum(w.extra for w in workers)
+    summary.kafka_connections = session.kafka_connections + sum(w.extra[0] for w in workers)
+    tls = dict(session.tls_status)
+    for w in workers:
+        for status, n in w.extra[1].items():
+            tls[status] = tls.get(status, 0) + n
+    summary.tls = tls
     summary.packets, summary.tcp_packets = streams.packets, streams.tcp_packets
     summary.last_ts, summary.dropped = streams.last_ts, dict(streams.dropped)
