@@ -141,3 +141,37 @@ def records_crc(t: pa.Table, mask: np.ndarray) -> np.ndarray:
             rest = np.maximum(size[m1] - LEGACY_OVERHEAD - 4 - 10, 0)
             out[m1] = _strip("crc32", crc[m1], _crc("crc32", h), rest) | np.uint64(1 << 32)
     return out
+
+
+def view_records_crc(b) -> int | None:
+    """records_crc of one v2 batch's BatchView (producer_state.BatchView), or None when the view
+    lacks a field it needs (attributes, CRC, size)."""
+    import struct
+
+    from kaudit.protocol.crc import crc32c
+
+    if b.attributes is None or b.crc is None or b.batch_size is None or b.base_offset is None:
+        return None
+    last = b.last_offset if b.last_offset is not None else b.base_offset + max(b.record_count - 1, 0)
+    try:
+        head = struct.pack(">hiqqqhii", b.attributes, last - b.base_offset,
+                           -1 if b.first_ts_ms is None else b.first_ts_ms,
+                           -1 if b.last_ts_ms is None else b.last_ts_ms,
+                           b.producer_id, b.producer_epoch, b.base_sequence, b.record_count)
+    except struct.error:
+        return None
+    n = max(b.batch_size - V2_HEADER, 0)
+    return b.crc ^ _multmodp(x8n("crc32c", n), crc32c(head), _POLY["crc32c"])
+
+
+def same_records(a, b) -> str | None:
+    """How two batches' records compare: "byte-identical" (same CRC, size and timestamps: the
+    very batch again), "same-records" (the same record bytes under another batch header: other
+    batch timestamps, producer or sequences), or None (other records, or not known)."""
+    if a is None or b is None or a.record_count != b.record_count or a.batch_size != b.batch_size:
+        return None
+    unknown = None in (a.first_ts_ms, b.first_ts_ms)
+    if a.crc == b.crc and (unknown or (a.first_ts_ms, a.last_ts_ms) == (b.first_ts_ms, b.last_ts_ms)):
+        return "byte-identical"
+    x, y = view_records_crc(a), view_records_crc(b)
+    return "same-records" if x is not None and x == y else None
