@@ -13,9 +13,12 @@ _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000))
 
 def iso_ms(ms: int | float | None) -> str:
     """Epoch milliseconds as ISO-8601 in UTC with millisecond precision
-    ("2026-11-24T22:26:35.123Z"); "unknown time" for None."""
+    ("2026-11-24T22:26:35.123Z"); "unknown time" for None; "no timestamp" for a negative value
+    (Kafka's NO_TIMESTAMP, -1: a magic 0 message or a batch converted from one - never 1969)."""
     if ms is None:
         return "unknown time"
+    if ms < 0:
+        return "no timestamp"
     try:
         t = datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
     except (OverflowError, OSError, ValueError):

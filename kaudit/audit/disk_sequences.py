@@ -201,7 +201,9 @@ class PartitionTimeline:
             st.applied_upto = st.noted_upto = None
         tracked = (pid >= 0) & (magic >= 2)
         if self.dups is not None:
-            self.dups.feed(t, ~tracked & ~control & (magic >= 2))
+            # every batch without a producer id: magic 0/1 messages too (magic 0 has no
+            # timestamp: repeated_records, never a retry on its CRC alone)
+            self.dups.feed(t, ~tracked & ~control)
         self._control = control
         self._epoch = epoch
         self._view_arrays = t

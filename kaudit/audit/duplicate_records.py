@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import constant, np_col
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.audit.repeated_records import Repetitions
 
 WINDOW_MS = 5 * 60 * 1000
 RECENT_ROWS = 100_000  # batches: a copy this close behind its original is paired whatever the clocks
@@ -140,22 +141,38 @@ class RecordDuplicates:
         self.evicted_at = 0
         self.out: list[dict] = []
         self.open = None
+        self.repeats = Repetitions(key, self.sources)
 
     def feed(self, t: pa.Table, mask: np.ndarray) -> None:
+        """The data batches `mask` of a chunk: those with their create time to the retry check,
+        those without one to the repetitions (repeated_records)."""
         if not mask.any():
             return
+        # Kafka's NO_TIMESTAMP (-1) on the batch: a magic 0 message or a batch converted from one
+        timed = ((np_col(t, "base_timestamp_ms", -1, np.int64) != -1)
+                 | (np_col(t, "max_timestamp_ms", -1, np.int64) != -1))
+        untimed = mask & ~timed
+        if untimed.any():
+            self.repeats.feed(t, untimed, self._sources(t, untimed))
+        mask = mask & timed
+        if mask.any():
+            self._feed(t, mask)
+
+    def _sources(self, t: pa.Table, mask: np.ndarray) -> np.ndarray:
+        one, src0 = constant(t.column("source"))
+        if one:
+            return np.full(int(mask.sum()), self._source_id(src0), dtype=np.int32)
+        enc = pc.dictionary_encode(t.column("source")).combine_chunks()
+        ids = np.array([self._source_id(s) for s in enc.dictionary.to_pylist()], dtype=np.int32)
+        return ids[np.asarray(enc.indices.fill_null(0))][mask]
+
+    def _feed(self, t: pa.Table, mask: np.ndarray) -> None:
         fp = fingerprints(t, mask)
         probes = _probes(fp)   # the bitmap's probes, for the lookup and the marking
         base = np_col(t, "base_offset", -1, np.int64)[mask]
         count = (np_col(t, "last_offset", -1, np.int64)[mask] - base + 1).astype(np.int32)
         pos = np_col(t, "position", -1, np.int64)[mask]
-        one, src0 = constant(t.column("source"))
-        if one:
-            src = np.full(fp.size, self._source_id(src0), dtype=np.int32)
-        else:
-            enc = pc.dictionary_encode(t.column("source")).combine_chunks()
-            ids = np.array([self._source_id(s) for s in enc.dictionary.to_pylist()], dtype=np.int32)
-            src = ids[np.asarray(enc.indices.fill_null(0))][mask]
+        src = self._sources(t, mask)
         mts = np_col(t, "max_timestamp_ms", 0, np.int64)[mask]
         row = self.rows + np.arange(fp.size, dtype=np.int64)
         self.rows += fp.size
@@ -267,7 +284,7 @@ class RecordDuplicates:
 
     def finish(self) -> list[dict]:
         self._flush()
-        out, self.out = self.out, []
+        out, self.out = self.out + self.repeats.finish(), []
         self.runs = []
         self.bits = None
         return out

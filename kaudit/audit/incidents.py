@@ -8,7 +8,8 @@ zombie by `fenced-epoch` on its data and its EndTxn, `producer-error` and `coord
 Findings are linked by what they share (`_atoms`):
 - a piece of evidence (the same batch bytes, the same request frame);
 - one producer epoch's overlapping sequence range on one partition (wire and every replica);
-- for producer id -1, overlapping stored copies (`duplicate-records`);
+- for producer id -1, overlapping stored copies (`duplicate-records`); one producer's repeats
+  on one partition (`repeated-records`, every replica's summary);
 - one zombie: a producer id and the epoch that was fenced (`fenced-epoch`, fenced
   `producer-error`s, a `coordinator-abort` by fencing);
 - one transaction (the transaction rules' `details["transaction"]`, else producer id,
@@ -156,6 +157,9 @@ def _interval(f: dict):
         if lo is None or hi is None:
             return None
         return ("seq", f["topic"], f["partition"], pid, f.get("producer_epoch")), lo, hi if hi >= lo else INT32_MAX
+    if f["rule"] == "repeated-records" and f.get("first_offset") is not None:
+        # one summary per replica: the replicas' summaries of one producer are one incident
+        return ("repeated", f["topic"], f["partition"], pid), f["first_offset"], f.get("last_offset") or f["first_offset"]
     if f["rule"] == "duplicate-records" and f.get("first_offset") is not None:
         return ("records", f["topic"], f["partition"]), f["first_offset"], f.get("last_offset") or f["first_offset"]
     return None

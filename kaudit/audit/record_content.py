@@ -20,7 +20,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from kaudit.audit.folds import np_col
+from kaudit.audit.folds import np_col as _np_col
+
+
+def np_col(t: pa.Table, name: str, fill, dtype) -> np.ndarray:
+    """A column as numpy, `fill` where null or absent (a partial table in a test)."""
+    if name not in t.column_names:
+        return np.full(t.num_rows, fill, dtype=dtype)
+    return _np_col(t, name, fill, dtype)
 
 _POLY = {"crc32c": 0x82F63B78, "crc32": 0xEDB88320}   # reflected polynomials
 V2_HEADER = 61        # bytes before the first record of a v2 batch (batch_size counts them)
