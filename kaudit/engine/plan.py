@@ -47,6 +47,7 @@ class AuditRun:
     application_id: str | None = None   # the Spark application, when the Spark engine ran
     topic_names: dict = field(default_factory=dict)   # topic id -> name, from every input
     internal_errors: list[str] = field(default_factory=list)   # broken engine contracts (reported)
+    clusters: object = None   # audit.clusters.ClusterMap of the inputs (incident ids)
 
 
 class Facts:
@@ -156,6 +157,15 @@ class Audit:
     def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
         return dataclasses.replace(ctx, selected_kinds=frozenset(facts.kinds.get(fold.name, ())))
 
+    def clusters(self, facts: Facts):
+        """The inputs' cluster ids: each log dir's meta.properties; each capture's Metadata
+        responses (Facts.cluster_ids)."""
+        from kaudit.audit import clusters
+
+        if self.side == "disk":
+            return clusters.from_layout(self.layout)
+        return clusters.ClusterMap(captures=getattr(facts, "cluster_ids", None))
+
     def result(self, findings: list[dict], facts: Facts, errors: list[str], engine: str = "local",
                internal: list[str] = ()) -> AuditRun:
         """The run's report data, the same whichever executor gathered `facts`."""
@@ -176,7 +186,9 @@ class Audit:
                                    "kafka_connections": s.kafka_connections} for p, s in captures.items()}
         if internal:
             cov["internal_errors"] = list(internal)
-        return AuditRun(findings=sort_findings(findings), coverage=cov, reference_time_ms=ref,
+        clusters = self.clusters(facts)
+        return AuditRun(findings=sort_findings(findings, clusters), coverage=cov, reference_time_ms=ref,
+                        clusters=clusters,
                         errors=errors + [e for _, e in sorted(facts.errors, key=lambda x: x[0])], engine=engine,
                         topic_names=facts.names.names if self.side == "wire" else {},
                         internal_errors=list(internal))
