@@ -35,7 +35,7 @@ ORDER = ("source", "position")
 COLUMNS = KEY + ORDER + (
     "base_offset", "last_offset", "magic", "crc", "crc_ok", "is_control", "control_type",
     "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count", "batch_size",
-    "base_timestamp_ms", "max_timestamp_ms", "attributes",
+    "base_timestamp_ms", "max_timestamp_ms", "attributes", "is_transactional",
 )
 
 
@@ -204,6 +204,8 @@ class PartitionTimeline:
             # every batch without a producer id: magic 0/1 messages too (magic 0 has no
             # timestamp: repeated_records, never a retry on its CRC alone)
             self.dups.feed(t, ~tracked & ~control)
+            # idempotent producers' writes: copies re-sent by a new producer session
+            self.dups.sessions.feed(t, tracked & ~control & ~np_col(t, "is_transactional", False, bool))
         self._control = control
         self._epoch = epoch
         self._view_arrays = t

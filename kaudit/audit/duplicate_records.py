@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from kaudit.audit.folds import constant, np_col
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.repeated_records import Repetitions
+from kaudit.audit.session_copies import SessionCopies
 
 WINDOW_MS = 5 * 60 * 1000
 RECENT_ROWS = 100_000  # batches: a copy this close behind its original is paired whatever the clocks
@@ -142,6 +143,7 @@ class RecordDuplicates:
         self.out: list[dict] = []
         self.open = None
         self.repeats = Repetitions(key, self.sources)
+        self.sessions = SessionCopies(key, self._sources)
 
     def feed(self, t: pa.Table, mask: np.ndarray) -> None:
         """The data batches `mask` of a chunk: those with their create time to the retry check,
@@ -284,7 +286,7 @@ class RecordDuplicates:
 
     def finish(self) -> list[dict]:
         self._flush()
-        out, self.out = self.out + self.repeats.finish(), []
+        out, self.out = self.out + self.sessions.finish(self.sources) + self.repeats.finish(), []
         self.runs = []
         self.bits = None
         return out
