@@ -32,6 +32,17 @@ ERRORS = {45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
 FENCED = (47, 90)
 
 
+def _sent_again(prior: list, r) -> bool:
+    """A batch without a timestamp (-1: a magic 0 client's, or converted) whose every earlier copy
+    was acknowledged before it was sent: a client retries only a send that failed or got no
+    answer, so without a create time to prove a retry this is the application sending the same
+    values again (repeated-records on disk), not a retried batch."""
+    if r.base_timestamp_ms not in (-1, None) or r.max_timestamp_ms not in (-1, None) or r.request_ts is None:
+        return False
+    return all(a.response_error == 0 and a.response_ts is not None and a.response_ts <= r.request_ts
+               for a in prior)
+
+
 def _copy_words(kind: str, d: dict) -> str:
     if kind != "identical":
         return "with a different payload"
@@ -164,6 +175,8 @@ class WirePartition:
             return
         fp = (r.crc, r.batch_size, r.record_count, r.base_timestamp_ms, r.max_timestamp_ms)
         prior = self.anon.get(fp)
+        if prior and _sent_again(prior, r):
+            prior = None   # the application's own repetition, not a retry
         if prior:
             outcome = retried_batch(prior, r, idempotent=False)
             lines = [self._line(a) for a in prior] + [self._line(r)]

@@ -64,12 +64,17 @@ class Facts:
         self.errors: list[tuple[int, str]] = []   # (split, "path: reason")
         self.stitched: dict = {}   # capture path -> [connections, kafka connections] stitched in
         self.tap: list[dict] = []
+        self.cluster_ids: dict[str, set] = {}   # capture path -> Metadata cluster ids
 
     def add(self, kind: str, table: pa.Table) -> None:
         if self.side == "disk":
             coverage.add_disk(self.cov, kind, table)
         else:
             coverage.add_wire(self.cov, kind, table)
+            if kind == "topic_name" and "cluster_id" in table.column_names and table.column("cluster_id").null_count < table.num_rows:
+                for src, cid in set(zip(table.column("source").to_pylist(), table.column("cluster_id").to_pylist())):
+                    if cid:
+                        self.cluster_ids.setdefault(src, set()).add(cid)
             self.names.learn(kind, table)
             self.names.unnamed(kind, table)   # notes the ids rows name topics by
 
@@ -85,6 +90,8 @@ class Facts:
             have = self.stitched.setdefault(source, [0, 0])
             have[0], have[1] = have[0] + conns, have[1] + kafka
         self.tap.extend(other.tap)
+        for src, ids in getattr(other, "cluster_ids", {}).items():
+            self.cluster_ids.setdefault(src, set()).update(ids)
 
     def summaries(self) -> dict:
         """The capture summaries, the connections stitched across files counted in their first
