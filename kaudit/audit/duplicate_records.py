@@ -1,4 +1,6 @@
-"""`duplicate-records` on stored batches: a non-idempotent producer's retry stored twice.
+"""`duplicate-records` on stored batches: a non-idempotent producer's retry stored twice (and,
+through session_copies, records re-sent by a new producer session; through repeated_records,
+the batches without a timestamp that only repeat earlier records).
 
 A retried batch carries the very bytes of the original (same create timestamps, keys, values,
 headers), so its CRC, size and timestamps are equal; a 64-bit fingerprint of those fields finds
@@ -37,13 +39,22 @@ _K1, _K2, _K3 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np
       "Consumers processed these records twice. Enable idempotence on the producer "
       "(enable.idempotence=true, the default since Kafka 3.0) and deduplicate downstream by key.")
 def duplicate_records(original: dict, dup: dict) -> bool:
-    """Invariant: a producer without idempotence (producer id -1) gets no deduplication from the
-    broker, so a batch it retried after a lost or late response is stored again with
-    byte-identical records (timestamps, keys, values, headers) — the at-least-once duplicate of
-    KIP-98's motivation (kafka.log.ProducerStateManager does nothing for producer id -1).
-    Detected as a batch equal in CRC, size, record count and timestamps to an earlier batch of the
-    same partition within the retry window. Benign causes: an application that really sends the
-    same records with the same timestamps twice (rare; check the keys)."""
+    """Invariant: records a producer sent once are stored once. Idempotence (KIP-98) enforces it
+    only within one producer session: kafka.log.ProducerStateManager checks each batch's
+    (producer id, epoch, sequence) against the session's last five batches and answers a retry
+    with the original offset. It does nothing for producer id -1, and nothing across sessions:
+    a new producer id (a restarted application's InitProducerId) or an idempotent producer's
+    bumped epoch with sequences from 0 (KIP-360, after unresolved batches) is new data to it.
+    Flagged, each on its evidence:
+    - producer id -1: a batch equal in CRC, size, record count and create timestamps to an
+      earlier batch of the partition within the retry window - only a client's retry re-sends a
+      batch's own create time (a batch without one is repeated-records, never this);
+    - across sessions (session_copies.py): the first batches of a new session hold the same
+      records (keys, values, headers, offset and timestamp deltas) as an earlier session's last
+      writes, the earlier one having stopped - an application that re-sent after a failed or
+      timed-out send.
+    Benign causes: an application that sends the same records with the same create timestamps
+    on purpose (rare; check the keys)."""
     return original["fp"] == dup["fp"]
 
 
