@@ -397,6 +397,7 @@ TOPIC_NAME = pa.schema([
     ("api_key", I16),
     ("topic_id", S),
     ("topic", S),
+    ("cluster_id", S),       # Metadata v2+: the cluster's id (incident ids, audit/clusters.py)
 ])
 
 CONNECTION = pa.schema([

@@ -19,7 +19,8 @@ def known(ms: int | float | None) -> int | float | None:
 
 def iso_ms(ms: int | float | None) -> str:
     """Epoch milliseconds as ISO-8601 in UTC with millisecond precision
-    ("2026-11-24T22:26:35.123Z"); "unknown time" for None, "no timestamp" for Kafka's -1."""
+    ("2026-11-24T22:26:35.123Z"); "unknown time" for None; "no timestamp" for a negative value
+    (Kafka's NO_TIMESTAMP, -1: a magic 0 message or a batch converted from one - never 1969)."""
     if ms is None:
         return "unknown time"
     if ms < 0:

@@ -19,11 +19,12 @@ __all__ = ["Context", "Fold", "RULES", "SEVERITIES", "SEVERITY_RANK", "at_or_abo
            "DISK_FOLDS", "WIRE_FOLDS", "sort_findings"]
 
 
-def sort_findings(findings: list[dict]) -> list[dict]:
+def sort_findings(findings: list[dict], clusters=None) -> list[dict]:
     """Most severe first, then by rule and place: the same order whichever engine ran. Every
-    engine's last step: the findings get their incident ids here (incidents.assign)."""
+    engine's last step: the findings get their incident ids here (incidents.assign), with their
+    cluster's identity (`clusters`: a clusters.ClusterMap of the inputs)."""
     def key(f):
         return (-SEVERITY_RANK[f["severity"]], f["rule"], f["topic"] or "", f["partition"] or -1,
                 f["replica"] or "", f["connection"] or "", f["first_offset"] if f["first_offset"] is not None else -1,
                 f["first_ts_ms"] or 0, f["id"])
-    return incidents.assign(sorted(findings, key=key))
+    return incidents.assign(sorted(findings, key=key), None if clusters is None else clusters.of)

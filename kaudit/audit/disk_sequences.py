@@ -22,6 +22,7 @@ from kaudit.audit.producer_state import (
 )
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.duplicate_records import RecordDuplicates
+from kaudit.audit.record_content import same_records
 
 KEY = ("replica", "topic", "partition")
 # Batches the group coordinator appends for TxnOffsetCommit carry the producer id and epoch but
@@ -34,7 +35,7 @@ ORDER = ("source", "position")
 COLUMNS = KEY + ORDER + (
     "base_offset", "last_offset", "magic", "crc", "crc_ok", "is_control", "control_type",
     "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count", "batch_size",
-    "base_timestamp_ms", "max_timestamp_ms",
+    "base_timestamp_ms", "max_timestamp_ms", "attributes", "is_transactional",
 )
 
 
@@ -67,9 +68,12 @@ def duplicate_batch(st: ProducerState, b: BatchView) -> list[tuple[str, dict]]:
     reported = set()   # sequence ranges already reported for b: against their first copy only
     for r in overlaps(runs, b.base_sequence, b.last_sequence):
         orig = r.first
-        same = (orig is not None and orig.base_sequence == b.base_sequence
-                and orig.last_sequence == b.last_sequence and orig.crc == b.crc
-                and orig.batch_size == b.batch_size)
+        # a copy is judged by its records (keys, values, headers, offset and timestamp deltas),
+        # not the batch CRC: a producer whose state the broker lost may have the same records
+        # stored again under a new batch timestamp
+        copy = (same_records(orig, b) if orig is not None and orig.base_sequence == b.base_sequence
+                and orig.last_sequence == b.last_sequence else None)
+        same = copy is not None
         lo, hi = next((max(r.lo, pl), min(r.hi, ph)) for pl, ph in parts if r.lo <= ph and pl <= r.hi)
         if (lo, hi) in reported:   # stored more than once already: n copies, n findings (not n^2/2)
             continue
@@ -86,7 +90,7 @@ def duplicate_batch(st: ProducerState, b: BatchView) -> list[tuple[str, dict]]:
             first, last, exact = r.first_offset, r.last_offset, False
         out.append(("identical" if same else "different", {
             "original_first_offset": first, "original_last_offset": last, "exact": exact,
-            "original_sequences": [lo, hi],
+            "original_sequences": [lo, hi], **({"copy": copy} if copy == "same-records" else {}),
             "original": orig if same or r.lo == lo else st.stored(b.producer_epoch, lo, hi),
         }))
     return out
@@ -197,7 +201,11 @@ class PartitionTimeline:
             st.applied_upto = st.noted_upto = None
         tracked = (pid >= 0) & (magic >= 2)
         if self.dups is not None:
-            self.dups.feed(t, ~tracked & ~control & (magic >= 2))
+            # every batch without a producer id: magic 0/1 messages too (magic 0 has no
+            # timestamp: repeated_records, never a retry on its CRC alone)
+            self.dups.feed(t, ~tracked & ~control)
+            # idempotent producers' writes: copies re-sent by a new producer session
+            self.dups.sessions.feed(t, tracked & ~control & ~np_col(t, "is_transactional", False, bool))
         self._control = control
         self._epoch = epoch
         self._view_arrays = t
@@ -477,8 +485,10 @@ class PartitionTimeline:
                 ev_o = ev + [evidence(orig.source, orig.position, "batch", "original")]
             else:
                 ev_o = ev
-            what = ("a byte-identical copy (same CRC)" if kind == "identical"
-                    else "sequences re-used with a different payload")
+            what = ("sequences re-used with a different payload" if kind != "identical" else
+                    "a byte-identical copy (same CRC)" if d.get("copy") != "same-records" else
+                    "a copy of the same records (same keys, values, headers and offset and timestamp "
+                    "deltas; only the batch header differs: " + _header_diff(orig, b) + ")")
             lo, hi = d["original_sequences"]
             self.out.append(finding(
                 "duplicate-batch", f"{where}: producer {b.producer_id} epoch {b.producer_epoch} "
@@ -551,6 +561,17 @@ class PartitionTimeline:
         return out
 
 
+def _header_diff(a: BatchView | None, b: BatchView) -> str:
+    """What differs between the batch headers of two copies of the same records."""
+    if a is None:
+        return "unknown"
+    diff = [name for name, x, y in (("batch timestamp", (a.first_ts_ms, a.last_ts_ms), (b.first_ts_ms, b.last_ts_ms)),
+                                    ("producer id", a.producer_id, b.producer_id),
+                                    ("epoch", a.producer_epoch, b.producer_epoch),
+                                    ("attributes", a.attributes, b.attributes)) if x != y]
+    return ", ".join(diff) or "the CRC"
+
+
 def _is_log(t: pa.Table):
     """Batches of `.log` segments. A KRaft snapshot (`<offset>-<epoch>.checkpoint`) numbers its
     batches from 0 (RecordsSnapshotWriter's BatchAccumulator): its offsets are not the log's."""
@@ -567,7 +588,7 @@ FOLD = Fold("disk-sequences", {"batch": COLUMNS}, KEY, ORDER,
 # the BatchView fields after `source`, in order, as batch columns (control_type aside: a string)
 _VIEW_NUMBERS = ("position", "base_offset", "last_offset", "producer_id", "producer_epoch", "base_sequence",
                  "last_sequence", "record_count", "crc", "batch_size", "is_control")
-_VIEW_TIMES = ("base_timestamp_ms", "max_timestamp_ms")
+_VIEW_TIMES = ("base_timestamp_ms", "max_timestamp_ms", "attributes")
 
 
 class _Views:
@@ -609,4 +630,4 @@ def batch_view(r: dict) -> BatchView:
         -1 if r["base_sequence"] is None else r["base_sequence"],
         -1 if r["last_sequence"] is None else r["last_sequence"],
         r["record_count"] or 0, r["crc"], r["batch_size"], bool(r["is_control"]),
-        r["control_type"], r["base_timestamp_ms"], r["max_timestamp_ms"])
+        r["control_type"], r["base_timestamp_ms"], r["max_timestamp_ms"], r["attributes"])

@@ -1,4 +1,6 @@
-"""`duplicate-records` on stored batches: a non-idempotent producer's retry stored twice.
+"""`duplicate-records` on stored batches: a non-idempotent producer's retry stored twice (and,
+through session_copies, records re-sent by a new producer session; through repeated_records,
+the batches without a timestamp that only repeat earlier records).
 
 A retried batch carries the very bytes of the original (same create timestamps, keys, values,
 headers), so its CRC, size and timestamps are equal; a 64-bit fingerprint of those fields finds
@@ -21,6 +23,8 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import constant, np_col
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.audit.repeated_records import Repetitions
+from kaudit.audit.session_copies import SessionCopies
 
 WINDOW_MS = 5 * 60 * 1000
 RECENT_ROWS = 100_000  # batches: a copy this close behind its original is paired whatever the clocks
@@ -35,13 +39,22 @@ _K1, _K2, _K3 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np
       "Consumers processed these records twice. Enable idempotence on the producer "
       "(enable.idempotence=true, the default since Kafka 3.0) and deduplicate downstream by key.")
 def duplicate_records(original: dict, dup: dict) -> bool:
-    """Invariant: a producer without idempotence (producer id -1) gets no deduplication from the
-    broker, so a batch it retried after a lost or late response is stored again with
-    byte-identical records (timestamps, keys, values, headers) — the at-least-once duplicate of
-    KIP-98's motivation (kafka.log.ProducerStateManager does nothing for producer id -1).
-    Detected as a batch equal in CRC, size, record count and timestamps to an earlier batch of the
-    same partition within the retry window. Benign causes: an application that really sends the
-    same records with the same timestamps twice (rare; check the keys)."""
+    """Invariant: records a producer sent once are stored once. Idempotence (KIP-98) enforces it
+    only within one producer session: kafka.log.ProducerStateManager checks each batch's
+    (producer id, epoch, sequence) against the session's last five batches and answers a retry
+    with the original offset. It does nothing for producer id -1, and nothing across sessions:
+    a new producer id (a restarted application's InitProducerId) or an idempotent producer's
+    bumped epoch with sequences from 0 (KIP-360, after unresolved batches) is new data to it.
+    Flagged, each on its evidence:
+    - producer id -1: a batch equal in CRC, size, record count and create timestamps to an
+      earlier batch of the partition within the retry window - only a client's retry re-sends a
+      batch's own create time (a batch without one is repeated-records, never this);
+    - across sessions (session_copies.py): the first batches of a new session hold the same
+      records (keys, values, headers, offset and timestamp deltas) as an earlier session's last
+      writes, the earlier one having stopped - an application that re-sent after a failed or
+      timed-out send.
+    Benign causes: an application that sends the same records with the same create timestamps
+    on purpose (rare; check the keys)."""
     return original["fp"] == dup["fp"]
 
 
@@ -140,22 +153,39 @@ class RecordDuplicates:
         self.evicted_at = 0
         self.out: list[dict] = []
         self.open = None
+        self.repeats = Repetitions(key, self.sources)
+        self.sessions = SessionCopies(key, self._sources)
 
     def feed(self, t: pa.Table, mask: np.ndarray) -> None:
+        """The data batches `mask` of a chunk: those with their create time to the retry check,
+        those without one to the repetitions (repeated_records)."""
         if not mask.any():
             return
+        # Kafka's NO_TIMESTAMP (-1) on the batch: a magic 0 message or a batch converted from one
+        timed = ((np_col(t, "base_timestamp_ms", -1, np.int64) != -1)
+                 | (np_col(t, "max_timestamp_ms", -1, np.int64) != -1))
+        untimed = mask & ~timed
+        if untimed.any():
+            self.repeats.feed(t, untimed, self._sources(t, untimed))
+        mask = mask & timed
+        if mask.any():
+            self._feed(t, mask)
+
+    def _sources(self, t: pa.Table, mask: np.ndarray) -> np.ndarray:
+        one, src0 = constant(t.column("source"))
+        if one:
+            return np.full(int(mask.sum()), self._source_id(src0), dtype=np.int32)
+        enc = pc.dictionary_encode(t.column("source")).combine_chunks()
+        ids = np.array([self._source_id(s) for s in enc.dictionary.to_pylist()], dtype=np.int32)
+        return ids[np.asarray(enc.indices.fill_null(0))][mask]
+
+    def _feed(self, t: pa.Table, mask: np.ndarray) -> None:
         fp = fingerprints(t, mask)
         probes = _probes(fp)   # the bitmap's probes, for the lookup and the marking
         base = np_col(t, "base_offset", -1, np.int64)[mask]
         count = (np_col(t, "last_offset", -1, np.int64)[mask] - base + 1).astype(np.int32)
         pos = np_col(t, "position", -1, np.int64)[mask]
-        one, src0 = constant(t.column("source"))
-        if one:
-            src = np.full(fp.size, self._source_id(src0), dtype=np.int32)
-        else:
-            enc = pc.dictionary_encode(t.column("source")).combine_chunks()
-            ids = np.array([self._source_id(s) for s in enc.dictionary.to_pylist()], dtype=np.int32)
-            src = ids[np.asarray(enc.indices.fill_null(0))][mask]
+        src = self._sources(t, mask)
         mts = np_col(t, "max_timestamp_ms", 0, np.int64)[mask]
         row = self.rows + np.arange(fp.size, dtype=np.int64)
         self.rows += fp.size
@@ -267,7 +297,7 @@ class RecordDuplicates:
 
     def finish(self) -> list[dict]:
         self._flush()
-        out, self.out = self.out, []
+        out, self.out = self.out + self.sessions.finish(self.sources) + self.repeats.finish(), []
         self.runs = []
         self.bits = None
         return out

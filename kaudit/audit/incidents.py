@@ -8,7 +8,8 @@ zombie by `fenced-epoch` on its data and its EndTxn, `producer-error` and `coord
 Findings are linked by what they share (`_atoms`):
 - a piece of evidence (the same batch bytes, the same request frame);
 - one producer epoch's overlapping sequence range on one partition (wire and every replica);
-- for producer id -1, overlapping stored copies (`duplicate-records`);
+- for producer id -1, overlapping stored copies (`duplicate-records`); one producer's repeats
+  on one partition (`repeated-records`, every replica's summary);
 - one zombie: a producer id and the epoch that was fenced (`fenced-epoch`, fenced
   `producer-error`s, a `coordinator-abort` by fencing);
 - one transaction (the transaction rules' `details["transaction"]`, else producer id,
@@ -19,8 +20,9 @@ Findings that only accompany a story (an error answer, a retry, an unanswered re
 nothing with another finding join the incident of their transactional id or producer id when
 there is one. Capture and log-dir quality (`is_coverage`) forms one incident per input.
 
-An incident's id hashes the smallest of its linked findings' keys, which name no absolute path:
-the same input gives the same ids whichever engine ran, as finding ids do.
+An incident's id hashes the smallest of its linked findings' keys, which name no absolute path,
+with the cluster id of its findings (clusters.py: meta.properties, Metadata responses): the same
+input gives the same ids whichever engine ran, as finding ids do, and two clusters never share one.
 """
 
 from __future__ import annotations
@@ -156,6 +158,9 @@ def _interval(f: dict):
         if lo is None or hi is None:
             return None
         return ("seq", f["topic"], f["partition"], pid, f.get("producer_epoch")), lo, hi if hi >= lo else INT32_MAX
+    if f["rule"] == "repeated-records" and f.get("first_offset") is not None:
+        # one summary per replica: the replicas' summaries of one producer are one incident
+        return ("repeated", f["topic"], f["partition"], pid), f["first_offset"], f.get("last_offset") or f["first_offset"]
     if f["rule"] == "duplicate-records" and f.get("first_offset") is not None:
         return ("records", f["topic"], f["partition"]), f["first_offset"], f.get("last_offset") or f["first_offset"]
     return None
@@ -244,10 +249,29 @@ def _leadership(findings: list[dict], primary: list[int], uf) -> None:
             uf.union(head, i)
 
 
-def assign(findings: list[dict]) -> list[dict]:
+def assign(findings: list[dict], cluster_of=None) -> list[dict]:
     """Sets every finding's `incident` (in place) and returns the findings. The findings that
     tell a story are linked first; a finding that only accompanies one (an error answer, a
-    retry) joins the most severe story it shares a key with, and never links two stories."""
+    retry) joins the most severe story it shares a key with, and never links two stories.
+    `cluster_of(finding)`: its cluster id (clusters.ClusterMap.of) - findings of different
+    clusters are never linked, and the cluster id enters the incident id, so two clusters never
+    share one; the findings of no known cluster keep the ids they always had."""
+    if cluster_of is None:
+        return _assign(findings, "")
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for f in findings:
+        groups[cluster_of(f) or ""].append(f)
+    for c, fs in groups.items():
+        _assign(fs, c)
+    return findings
+
+
+def _incident_id(cluster: str, seed: str) -> str:
+    text = ("incident " + seed) if not cluster else f"incident of cluster {cluster} {seed}"
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _assign(findings: list[dict], cluster: str) -> list[dict]:
     n = len(findings)
     if not n:
         return findings
@@ -286,14 +310,14 @@ def assign(findings: list[dict]) -> list[dict]:
     for members in groups.values():
         core = [k for i in members for k in keys[i]]
         seed = min(core) if core else min(findings[i]["id"] for i in members)
-        iid = hashlib.sha1(("incident " + seed).encode()).hexdigest()[:16]
+        iid = _incident_id(cluster, seed)
         for i in members:
             findings[i]["incident"] = iid
     for f in findings:
         if is_coverage(f):
             place = next((_tail(e["source"]) for e in f.get("evidence") or [] if e.get("source")), "")
             seed = _key_text(("coverage", place if f.get("connection") else str(f.get("replica") or "") + place))
-            f["incident"] = hashlib.sha1(("incident " + seed).encode()).hexdigest()[:16]
+            f["incident"] = _incident_id(cluster, seed)
     return findings
 
 

@@ -53,6 +53,7 @@ class BatchView:
     control_type: str | None = None
     first_ts_ms: int | None = None
     last_ts_ms: int | None = None
+    attributes: int | None = None   # the batch attributes (codec, flags): its records' checksum
 
     def describe(self) -> str:
         where = f"{os.path.basename(self.source or '')}@{self.position}"

@@ -80,6 +80,9 @@ def finding(rule_id: str, message: str, *, severity: str | None = None, evidence
               "base_sequence", "last_sequence", "first_ts_ms", "last_ts_ms"):
         if row[k] is not None:
             row[k] = int(row[k])
+    for k in ("first_ts_ms", "last_ts_ms"):
+        if row[k] is not None and row[k] < 0:
+            row[k] = None   # Kafka's NO_TIMESTAMP (-1): no time, not 1969
     ev = [dict(e) for e in evidence]
     # Evidence enters the id by its last two path parts (partition dir and file, or capture
     # name): the same finding keeps its id when the log dir is copied or mounted elsewhere.

@@ -110,7 +110,9 @@ def _advance(p: Pid, t: pa.Table, idx: list, keys: list, count: np.ndarray) -> N
     off = int(t.column("response_base_offset")[i].as_py())
     b = BatchView(t.column("source")[i].as_py(), t.column("position")[i].as_py(), off, off + int(count[i]) - 1,
                   t.column("producer_id")[i].as_py(), epoch, base, last, int(count[i]),
-                  t.column("crc")[i].as_py(), t.column("batch_size")[i].as_py())
+                  t.column("crc")[i].as_py(), t.column("batch_size")[i].as_py(), False, None,
+                  *(t.column(c)[i].as_py() if c in t.column_names else None
+                    for c in ("base_timestamp_ms", "max_timestamp_ms", "attributes")))
     st = p.state
     if st is None:
         st = p.state = ProducerState(epoch, last, epoch, None, 0)

@@ -24,12 +24,29 @@ COLUMNS = KEY + ORDER + (
     "connection", "correlation_id", "client_id", "transactional_id", "acks", "api_version",
     "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count", "crc",
     "batch_size", "base_timestamp_ms", "max_timestamp_ms", "is_control", "response_ts",
-    "response_error", "response_base_offset", "topic_id",
+    "response_error", "response_base_offset", "topic_id", "attributes",
 )
 Row = view("batch", COLUMNS)   # a Produce batch as this fold reads it (fields checked at import)
 ERRORS = {45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
           47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
 FENCED = (47, 90)
+
+
+def _sent_again(prior: list, r) -> bool:
+    """A batch without a timestamp (-1: a magic 0 client's, or converted) whose every earlier copy
+    was acknowledged before it was sent: a client retries only a send that failed or got no
+    answer, so without a create time to prove a retry this is the application sending the same
+    values again (repeated-records on disk), not a retried batch."""
+    if r.base_timestamp_ms not in (-1, None) or r.max_timestamp_ms not in (-1, None) or r.request_ts is None:
+        return False
+    return all(a.response_error == 0 and a.response_ts is not None and a.response_ts <= r.request_ts
+               for a in prior)
+
+
+def _copy_words(kind: str, d: dict) -> str:
+    if kind != "identical":
+        return "with a different payload"
+    return "same batch" if d.get("copy") != "same-records" else "the same records under a new batch header"
 
 
 @rule("retried-batch", "info", "wire", "the same batch sent more than once",
@@ -149,7 +166,8 @@ class WirePartition:
     def _view(r: Row) -> BatchView:
         return BatchView(r.source, r.position, r.response_base_offset, None, r.producer_id,
                          r.producer_epoch, r.base_sequence, r.last_sequence,
-                         r.record_count or 0, r.crc, r.batch_size)
+                         r.record_count or 0, r.crc, r.batch_size, False, None,
+                         r.base_timestamp_ms, r.max_timestamp_ms, r.attributes)
 
     # -- producer id -1 -----------------------------------------------------------------------
     def _anonymous(self, r: Row) -> None:
@@ -157,6 +175,8 @@ class WirePartition:
             return
         fp = (r.crc, r.batch_size, r.record_count, r.base_timestamp_ms, r.max_timestamp_ms)
         prior = self.anon.get(fp)
+        if prior and _sent_again(prior, r):
+            prior = None   # the application's own repetition, not a retry
         if prior:
             outcome = retried_batch(prior, r, idempotent=False)
             lines = [self._line(a) for a in prior] + [self._line(r)]
@@ -250,7 +270,7 @@ class WirePartition:
                     "duplicate-batch", f"{where}: producer {r.producer_id} epoch {r.producer_epoch} "
                     f"sequences {lo}-{hi} were acknowledged at offset {d['original_first_offset']} and "
                     f"again at offset {b.base_offset} "
-                    f"({'same batch' if kind == 'identical' else 'with a different payload'})",
+                    f"({_copy_words(kind, d)})",
                     evidence=[self._ev(r)], details={"payload": kind, **{k: v for k, v in d.items() if k != 'original'}},
                     timeline=timeline.lines(), remediation=REUSED_REMEDIATION if kind == "different" else None,
                     **self._fields(r)))

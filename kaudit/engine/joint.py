@@ -74,7 +74,8 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
     keep = keep_rules(select, ignore)
     run = AuditRun(errors=wire.errors + disk.errors, engine=disk.engine, application_id=disk.application_id,
                    internal_errors=wire.internal_errors + disk.internal_errors)
-    run.findings = sort_findings(wire.findings + disk.findings + [f for f in joined if keep(f)])
+    run.clusters = disk.clusters.merge(wire.clusters) if disk.clusters is not None else wire.clusters
+    run.findings = sort_findings(wire.findings + disk.findings + [f for f in joined if keep(f)], run.clusters)
     jcov["disk_batches_kept"] = len(inp.disk)
     run.coverage = {"wire": wire.coverage, "disk": disk.coverage, "join": jcov}
     refs = [r for r in (wire.reference_time_ms, disk.reference_time_ms) if r is not None]

@@ -48,6 +48,7 @@ class AuditRun:
     application_id: str | None = None   # the Spark application, when the Spark engine ran
     topic_names: dict = field(default_factory=dict)   # topic id -> name, from every input
     internal_errors: list[str] = field(default_factory=list)   # broken engine contracts (reported)
+    clusters: object = None   # audit.clusters.ClusterMap of the inputs (incident ids)
 
 
 class Facts:
@@ -66,6 +67,7 @@ class Facts:
         self.tap: list[dict] = []
         self.features: list[dict] = []   # KRaft FeatureLevelRecords (disk), for the context
         self.metadata_complete = False   # a metadata log from offset 0, or a KRaft snapshot
+        self.cluster_ids: dict[str, set] = {}   # capture path -> Metadata cluster ids
 
     def add(self, kind: str, table: pa.Table) -> None:
         if self.side == "disk":
@@ -75,6 +77,10 @@ class Facts:
                 self.metadata_complete |= complete_metadata(table)
         else:
             coverage.add_wire(self.cov, kind, table)
+            if kind == "topic_name" and "cluster_id" in table.column_names and table.column("cluster_id").null_count < table.num_rows:
+                for src, cid in set(zip(table.column("source").to_pylist(), table.column("cluster_id").to_pylist())):
+                    if cid:
+                        self.cluster_ids.setdefault(src, set()).add(cid)
             self.names.learn(kind, table)
             self.names.unnamed(kind, table)   # notes the ids rows name topics by
 
@@ -92,6 +98,8 @@ class Facts:
         self.tap.extend(other.tap)
         self.features.extend(other.features)
         self.metadata_complete |= other.metadata_complete
+        for src, ids in getattr(other, "cluster_ids", {}).items():
+            self.cluster_ids.setdefault(src, set()).update(ids)
 
     def summaries(self) -> dict:
         """The capture summaries, the connections stitched across files counted in their first
@@ -192,6 +200,15 @@ class Audit:
     def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
         return dataclasses.replace(ctx, selected_kinds=frozenset(facts.kinds.get(fold.name, ())))
 
+    def clusters(self, facts: Facts):
+        """The inputs' cluster ids: each log dir's meta.properties; each capture's Metadata
+        responses (Facts.cluster_ids)."""
+        from kaudit.audit import clusters
+
+        if self.side == "disk":
+            return clusters.from_layout(self.layout)
+        return clusters.ClusterMap(captures=getattr(facts, "cluster_ids", None))
+
     def result(self, findings: list[dict], facts: Facts, errors: list[str], engine: str = "local",
                internal: list[str] = ()) -> AuditRun:
         """The run's report data, the same whichever executor gathered `facts`."""
@@ -213,7 +230,9 @@ class Audit:
                                    **({"tls": dict(s.tls)} if s.tls else {})} for p, s in captures.items()}
         if internal:
             cov["internal_errors"] = list(internal)
-        return AuditRun(findings=sort_findings(findings), coverage=cov, reference_time_ms=ref,
+        clusters = self.clusters(facts)
+        return AuditRun(findings=sort_findings(findings, clusters), coverage=cov, reference_time_ms=ref,
+                        clusters=clusters,
                         errors=errors + [e for _, e in sorted(facts.errors, key=lambda x: x[0])], engine=engine,
                         topic_names=facts.names.names if self.side == "wire" else {},
                         internal_errors=list(internal))

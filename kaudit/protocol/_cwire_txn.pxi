@@ -130,7 +130,7 @@ cdef bint _metadata_response(Msg m, Rd *r, int v, bint flex) except -1:
         if r.bad:
             return False
     if v >= 2:
-        _string(r, flex, True, &length)  # cluster_id
+        m.cluster = _string(r, flex, True, &m.cluster_len)  # cluster_id: the incident ids' cluster
     if v >= 1:
         _i32(r)  # controller_id
     nt = _length(r, flex, 4)

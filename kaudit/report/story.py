@@ -14,7 +14,7 @@ from kaudit.timefmt import duration, iso_ms, when
 
 KIND_TITLES = {"leadership": "Records lost to the partition's leadership", "zombie": "Zombie producer", "hanging": "Stalled read_committed consumers",
                "torn": "Torn transaction", "transaction": "Transaction anomaly",
-               "duplicate": "Records stored twice", "sequence": "Out-of-order sequences",
+               "duplicate": "Records stored twice", "repeated": "Records repeated", "sequence": "Out-of-order sequences",
                "integrity": "Damaged log data", "outcome": "Write outcome", "retry": "Retried batch",
                "errors": "Error responses", "request": "Unanswered request", "coverage": "Coverage",
                "other": "Finding"}
@@ -23,7 +23,7 @@ KIND_TITLES = {"leadership": "Records lost to the partition's leadership", "zomb
 _KINDS = (("leadership", {"unclean-leader-election", "unexplained-divergence", "missing-segments"}),
           ("zombie", {"fenced-epoch"}), ("torn", {"torn-transaction"}),
           ("hanging", {"hanging-transaction", "lso-stuck"}),
-          ("duplicate", {"duplicate-batch", "duplicate-records"}),
+          ("duplicate", {"duplicate-batch", "duplicate-records"}), ("repeated", {"repeated-records"}),
           ("transaction", {"dangling-transaction", "unregistered-partition", "late-transactional-write",
                            "non-transactional-write-in-transaction", "coordinator-epoch-regression",
                            "stray-marker", "illegal-state-transition", "coordinator-abort"}),
@@ -187,7 +187,9 @@ def narrative(inc: dict, fs: list[dict], reference_ms: int | None) -> dict:
     admins = list(dict.fromkeys(str(details(f).get("admin_client")) for f in fs if details(f).get("admin_client")))
     if admins:
         who += "; markers written by admin client " + ", ".join(admins[:3])
-    return {"who": who, "what": _what(inc, fs), "when": when(inc["first_ts_ms"], inc["last_ts_ms"], reference_ms),
+    untimed = inc["first_ts_ms"] is None and any(details(f).get("timestamps") == "none" for f in fs)
+    return {"who": who, "what": _what(inc, fs),
+            "when": "no timestamp" if untimed else when(inc["first_ts_ms"], inc["last_ts_ms"], reference_ms),
             "impact": _impact(inc, fs, reference_ms), "remediation": _remedy(fs)}
 
 
@@ -277,6 +279,13 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
                 b = a + n - 1
             lines.append(f"records visible twice: offsets {_offsets(f['first_offset'], f.get('last_offset'))} repeat "
                          f"offsets {_offsets(a, b)}" + (f" ({n} record(s) delivered twice)" if n else ""))
+    for f in by.get("repeated-records", [])[:1]:
+        d = details(f)
+        lines.append(f"{d.get('repeats')} batch(es) of {f['topic']}-{f['partition']} repeat earlier records "
+                     f"(first at offsets {_offsets(*(d.get('first_repeat_offsets') or [f['first_offset'], None]))}, "
+                     f"the same as offsets {_offsets(d.get('original_first_offset'), d.get('original_last_offset'))}); "
+                     "consumers read every copy. No timestamp and no sign of a failed send: most likely the "
+                     "application sending the same values again, not a retry")
     for f in by.get("late-transactional-write", []):
         out = str(details(f).get("outcome") or "")
         if "committed by the next" in out:   # aborted data exposed

@@ -58,7 +58,9 @@ def _string(v):
 def table_from_tuples(kind: str, rows: list[tuple]) -> pa.Table:
     """Arrow table of one kind from tuples in its schema's field order."""
     schema = SCHEMAS[kind]
-    columns = zip(*rows) if rows else [()] * len(schema)
+    columns = list(zip(*rows)) if rows else [()] * len(schema)
+    # tuples shorter than the schema (a compiled core built before a field was added): nulls
+    columns += [(None,) * len(rows)] * (len(schema) - len(columns))
     return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
 
 
@@ -203,9 +205,13 @@ class WireRows:
             for b in fetch_batches(req, resp, parts):
                 self._fetch_batch(b, x.response_frame, ctx)
         if resp is not None and resp.body is not None and req.api_key in TOPIC_NAME_APIS:
-            for topic_id, topic in topic_names(resp).items():
+            names = topic_names(resp)
+            cluster = resp.body.get("cluster_id") if req.api_key == apis.METADATA else None
+            if cluster and not names:
+                names = {None: None}   # the cluster id alone (Metadata v2-v9 name no topic ids)
+            for topic_id, topic in names.items():
                 self._list("topic_name").append((self.source, conv.name, x.response_frame, x.response_ts,
-                                                 req.api_key, topic_id, topic))
+                                                 req.api_key, topic_id, topic, cluster or None))
                 self.count += 1
         for ev in txn_events(req, resp):
             ev = {k: v for k, v in ev.items() if k in _TXN_NAMES}

@@ -320,3 +320,49 @@ def test_finding_ids_are_stable_across_runs(tmp_path):
     again = audit_pcaps([str(tmp_path / "wire.pcap")], PcapOptions()).findings
     assert len(fs) == 5 and [f["id"] for f in fs] == [f["id"] for f in again]
     assert len({f["id"] for f in fs}) == len(fs)
+
+
+def test_values_without_timestamp_sent_again_after_an_answer_are_no_retry(tmp_path):
+    """Issue 27: a batch without a timestamp acknowledged, then the same bytes sent again - the
+    application's repetition (no failed send to retry); the twin with a lost answer stays a retry."""
+    from fixtures import kafka_encoder as ke
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    old = ke.encode_record_batch_v2(0, [{"key": None, "value": b"hello", "timestamp_delta": 0}] * 3,
+                                    producer_id=-1, producer_epoch=-1, base_sequence=-1, base_timestamp=-1)
+    m = send(1, old, offset=5) + send(2, old, offset=8)
+    assert audit(tmp_path / "a", Conn(m)) == []
+    conns = [Conn(send(1, old, error=None)), Conn(send(1, old, offset=5), client=("10.0.0.1", 40002))]
+    r = one(audit(tmp_path / "b", conns), "retried-batch")
+    assert details(r)["outcome"] == "unknown"
+
+
+def _metadata_v2(corr: int, cluster: str | None):
+    """Metadata v2 (cluster_id) of TOPIC."""
+    from tests.audit.wire.wirecraft import array, boolean, frame, i16, i32, request_header, response_header, string
+
+    req = request_header(3, 2, corr, "wire-producer", False) + array(1) + string(TOPIC)
+    resp = (response_header(corr, False)
+            + array(1) + i32(1) + string("broker-1") + i32(9092) + string(None)
+            + string(cluster) + i32(1)
+            + array(1) + i16(0) + string(TOPIC) + boolean(False)
+            + array(1) + i16(0) + i32(0) + i32(1) + array(1) + i32(1) + array(1) + i32(1))
+    return [(0, frame(req)), (1, frame(resp))]
+
+
+def test_incident_ids_carry_the_capture_cluster_id(tmp_path):
+    """Issue 27: the same exchanges under two clusters' Metadata answers give other incident ids;
+    the same capture keeps its ids."""
+    runs = {}
+    d = tmp_path / "cap"   # one path for the three captures: only the cluster id differs
+    d.mkdir()
+    for name in ("Q2x1c3Rlci1BLUFBQUFBQQ", "Q2x1c3Rlci1CLUJCQkJCQg", None):
+        m = _metadata_v2(7, name) + send(1, batch(-1, -1, -1, 5), offset=5) + send(2, batch(-1, -1, -1, 5), offset=10)
+        fs = audit(d, Conn(m))
+        assert {f["rule"] for f in fs} >= {"duplicate-records"}
+        runs[name] = {f["id"]: f["incident"] for f in fs}
+        assert runs[name] == {f["id"]: f["incident"] for f in audit(d, Conn(m))}
+    a, b, none = runs.values()
+    assert a.keys() == b.keys() == none.keys()
+    assert not set(a.values()) & set(b.values()) and not set(a.values()) & set(none.values())

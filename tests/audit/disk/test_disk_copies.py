@@ -1,0 +1,122 @@
+"""Copies judged by their records, not the batch CRC (issue 27): the same records stored again
+under a new batch header are a copy consumers read twice; other records under reused sequences
+are not. Positive and negative twins, on crafted log dirs."""
+
+from __future__ import annotations
+
+from diskcraft import audit, brief, details, logdir, of
+
+from kaudit.report.story import incidents
+
+
+def _expired_state_resend(tmp_path, values_again):
+    """Producer 7 stores seq 0-4 and 5-9; after its state expired the broker stores seq 0-4
+    again, re-batched by the client at another time (only the batch timestamp differs)."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("dup-expire", 0)
+    p = pb.producer(7, 0)
+    p.send([b"a", b"b", b"c", b"d", b"e"], keys=[b"k"] * 5, timestamp=1_000)
+    p.send([b"f", b"g", b"h", b"i", b"j"], timestamp=1_001)
+    p.send(values_again, keys=[b"k"] * 5, base_sequence=0, timestamp=700_000)
+    return audit(ld.write())
+
+
+def test_same_records_under_a_new_batch_timestamp_are_a_copy(tmp_path):
+    fs = _expired_state_resend(tmp_path, [b"a", b"b", b"c", b"d", b"e"])
+    [d] = of(fs, "duplicate-batch")
+    dd = details(d)
+    assert dd["payload"] == "identical" and dd["copy"] == "same-records"
+    assert (dd["original_first_offset"], dd["original_last_offset"]) == (0, 4)
+    assert "different payload" not in d["message"] and "copy of the same records" in d["message"]
+    assert "batch timestamp" in d["message"]
+    [inc] = [i for i in incidents(fs, None) if i["kind"] == "duplicate"]
+    assert not inc["title"].startswith("Sequence numbers reused")
+    assert "records may be missing" not in inc["narrative"]["impact"]
+    assert "10-14 repeat offsets 0-4" in inc["narrative"]["impact"]
+
+
+def test_other_records_under_reused_sequences_stay_new_data(tmp_path):
+    """The twin: one value differs, so the sequences were reused for other records."""
+    fs = _expired_state_resend(tmp_path, [b"a", b"b", b"X", b"d", b"e"])
+    [d] = of(fs, "duplicate-batch")
+    assert details(d)["payload"] == "different" and "copy" not in details(d)
+    [inc] = [i for i in incidents(fs, None) if i["kind"] == "duplicate"]
+    assert inc["title"].startswith("Sequence numbers reused")
+
+
+def test_a_byte_identical_resend_keeps_its_words(tmp_path):
+    ld = logdir(tmp_path)
+    pb = ld.partition("dup-expire", 0)
+    p = pb.producer(7, 0)
+    p.send([b"a", b"b"], timestamp=1_000)
+    p.send([b"a", b"b"], base_sequence=0, timestamp=1_000)
+    [d] = of(audit(ld.write()), "duplicate-batch")
+    assert "byte-identical" in d["message"] and "copy" not in details(d)
+
+
+# -- copies across producer sessions ---------------------------------------------------------------
+
+def _restart(tmp_path, *, same=True, overlap=False, later_ms=30_000, epoch_bump=False, transactional=False):
+    """Producer 7 writes three batches and stops; producer 8 (or 7 with a bumped epoch) starts and
+    its first batch holds the records of 7's last batch (`same`) or others."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("orders", 0)
+    old = pb.producer(7, 0, transactional=transactional)
+    for i in range(3):
+        old.send([b"order-%d" % i, b"line-%d" % i], keys=[b"c1", b"c1"], timestamp=10_000 + i)
+    new = pb.producer(7, 1) if epoch_bump else pb.producer(8, 0)
+    if overlap:
+        old.send([b"order-3"], keys=[b"c1"], timestamp=10_003)
+    vals = [b"order-2", b"line-2"] if same else [b"order-9", b"line-9"]
+    new.send(vals, keys=[b"c1", b"c1"], timestamp=10_002 + later_ms)
+    new.send([b"order-10"], keys=[b"c1"], timestamp=10_003 + later_ms)
+    if overlap:
+        old.send([b"order-4"], keys=[b"c1"], timestamp=10_004 + later_ms)
+    return audit(ld.write(), rules=("duplicate-records", "duplicate-batch", "out-of-order-sequence"))
+
+
+def test_records_resent_by_a_new_producer_id_are_duplicates(tmp_path):
+    fs = _restart(tmp_path)
+    assert brief(fs) == [("duplicate-records", "error", "orders-0", 6, 7)]
+    [f] = fs
+    d = details(f)
+    assert (d["original_first_offset"], d["original_last_offset"], d["original_producer_id"]) == (4, 5, 7)
+    assert f["producer_id"] == 8 and "new producer id 8" in f["message"]
+    assert [e["note"] for e in f["evidence"]] == [None, "original"]
+
+
+def test_records_resent_under_a_bumped_epoch_are_duplicates(tmp_path):
+    fs = _restart(tmp_path, epoch_bump=True)
+    assert [(f["rule"], f["producer_epoch"]) for f in fs] == [("duplicate-records", 1)]
+    assert "KIP-360" in fs[0]["message"]
+
+
+def test_a_new_session_with_other_records_is_no_copy(tmp_path):
+    assert _restart(tmp_path, same=False) == []
+
+
+def test_concurrent_sessions_writing_the_same_records_are_no_restart(tmp_path):
+    """The old producer keeps writing after the new one began: two instances, not a re-send."""
+    assert _restart(tmp_path, overlap=True) == []
+
+
+def test_a_copy_long_after_the_restart_window_is_no_resend(tmp_path):
+    assert _restart(tmp_path, later_ms=3_600_000) == []
+
+
+def test_transactional_sessions_are_left_to_the_transaction_rules(tmp_path):
+    assert of(_restart(tmp_path, transactional=True), "duplicate-records") == []
+
+
+def test_a_producer_that_bumped_its_epoch_and_wrote_on_did_not_stop(tmp_path):
+    """Producer 7 bumps its epoch (KIP-360) and keeps writing; producer 8 starts meanwhile with
+    the records of 7's old epoch: 7 never stopped, so no re-send (the benign golden's history)."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("orders", 0)
+    p = pb.producer(7, 2)
+    p.send([b"a", b"b"], timestamp=1_000)
+    p.bump_epoch()
+    p.send([b"d"], timestamp=1_001)
+    pb.producer(8, 0).send([b"a", b"b"], timestamp=1_002)
+    p.send([b"e"], timestamp=1_003)
+    assert audit(ld.write(), rules=("duplicate-records",)) == []
