@@ -13,7 +13,8 @@ os.environ["KAUDIT_STRICT_ORDER"] = "1"
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
+# KAUDIT_CORPUS: the corpus elsewhere (a worktree not beside ../shared)
+CORPUS = Path(os.environ.get("KAUDIT_CORPUS") or ROOT.parent / "shared" / "corpus")
 
 
 @pytest.fixture(scope="session")

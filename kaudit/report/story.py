@@ -60,8 +60,12 @@ def _places(fs: list[dict]) -> list[dict]:
             names.append((f"capture {os.path.basename(e.get('source') or '') or '?'}", e))
         if disk or not wire:
             reps = [r for r in str(f.get("replica") or "").split(",") if r]
+            # a finding of several replicas may say whose file each piece of evidence is
+            own = details(f).get("evidence_replicas")
+            own = dict(zip((id(e) for e in f.get("evidence") or []), own)) if own else {}
             for e in disk or [None]:
-                for r in reps or [replica_of.get(e and e.get("source"))]:
+                mine = own.get(id(e)) if e is not None else None
+                for r in ([str(mine)] if mine is not None else reps) or [replica_of.get(e and e.get("source"))]:
                     names.append((f"replica {r}" if r else "log", e))
         for name, e in names:
             p = places.setdefault(name, {"place": name, "rules": [], "evidence": []})
@@ -82,8 +86,31 @@ def _distinct(fs, key) -> list:
 
 
 def _tps(fs) -> list[str]:
-    return sorted({f"{f['topic']}-{f['partition']}" for f in fs if f.get("topic") is not None
-                   and f.get("partition") is not None})
+    """Every partition the findings name: their own, and those a finding says it involves
+    (a torn transaction's every partition)."""
+    out = {f"{f['topic']}-{f['partition']}" for f in fs if f.get("topic") is not None
+           and f.get("partition") is not None}
+    for f in fs:
+        out.update(details(f).get("topic_partitions") or ())
+    return sorted(out)
+
+
+def _damaged(fs) -> list[str]:
+    """The partitions whose outcome differs from the coordinator's decision (torn findings)."""
+    return list(dict.fromkeys(d[0] for f in fs if f["rule"] == "torn-transaction"
+                              for d in details(f).get("damaged") or ()))
+
+
+def shown_sources(inc: dict) -> dict[str, str]:
+    """How a report names each evidence file of an incident: its path below the files' common
+    folder, with at least the partition folder (`node2/torn-1/00000000000000000000.log`)."""
+    srcs = sorted({e["source"] for p in inc.get("places") or () for e in p["evidence"] if e.get("source")})
+    split = [str(s).replace("\\", "/").split("/") for s in srcs]
+    common = 0
+    if len(split) > 1:
+        while all(len(x) > common + 1 and x[common] == split[0][common] for x in split):
+            common += 1
+    return {s: "/".join(x[min(common, max(len(x) - 2, 0)):]) for s, x in zip(srcs, split)}
 
 
 def summarise(iid: str, fs: list[dict], reference_ms: int | None) -> dict:
@@ -161,6 +188,11 @@ def _title(inc: dict, fs: list[dict]) -> str:
         seq = (f" sequences {d['base_sequence']}-{d['last_sequence']}" if d.get("base_sequence") is not None else "")
         title = "Sequence numbers reused" if _reused(d) else KIND_TITLES[kind]
         return f"{title}{where}: {who}{seq}".rstrip(": ")
+    if kind == "torn":
+        damaged = _damaged(fs)
+        if damaged:
+            where = " on " + ", ".join(damaged[:3]) + (f" and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+        return f"{KIND_TITLES[kind]}{where}: {who or RULES[fs[0]['rule']].title}"
     if kind == "zombie":
         cur = [details(f).get("current_epoch") for f in fs if details(f).get("current_epoch") is not None]
         stale = min((f["producer_epoch"] for f in fs if f["rule"] == "fenced-epoch"
@@ -234,6 +266,35 @@ def _offsets(a, b) -> str:
     return f"{a}" if b is None or a == b else f"{a}-{b}"
 
 
+def _torn_impact(d: dict) -> list[str]:
+    """Per damaged stretch of a torn transaction, what read_committed consumers see against what
+    the coordinator decided."""
+    decided = d.get("coordinator_result")
+    damaged = d.get("damaged")
+    if not damaged:   # an older finding: its per-partition results only
+        res = d.get("results") or {}
+        return ["consumers saw part of one transaction: " + ", ".join(f"{k} {v or 'no marker'}" for k, v in sorted(res.items()))]
+    out = []
+    for tp, lo, hi, result, marker in damaged:
+        if lo is None:
+            continue
+        where = f"{tp} offset{'s' if hi not in (None, lo) else ''} {_offsets(lo, hi)}"
+        if result is None:
+            out.append(f"{where}: no marker - read_committed consumers of {tp} stop at offset {lo}")
+        elif decided == "COMMIT" and result == "ABORT":
+            out.append(f"{where}: aborted though the coordinator committed the transaction: committed data "
+                       "lost to read_committed consumers")
+        elif decided == "ABORT" and result == "COMMIT":
+            out.append(f"{where}: committed though the coordinator aborted the transaction: read_committed "
+                       "consumers read data that should not exist")
+        else:
+            out.append(f"{where}: {result or 'no marker'}")
+    if decided is None:
+        out = ["the transaction's partitions ended differently (" + "; ".join(out) + "); the coordinator's "
+               "decision is not in the evidence"]
+    return out
+
+
 def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
     """What consumers saw, in words (the evidence's own numbers: offsets, times)."""
     by = defaultdict(list)
@@ -248,8 +309,7 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
         lines.append(f"read_committed consumers of {f['topic']}-{f['partition']} stopped at offset "
                      f"{f['first_offset']} since {iso_ms(since)}{held} (read_uncommitted consumers read on)")
     for f in by.get("torn-transaction", [])[:2]:
-        res = details(f).get("results") or {}
-        lines.append("consumers saw part of one transaction: " + ", ".join(f"{k} {v or 'no marker'}" for k, v in sorted(res.items())))
+        lines.extend(_torn_impact(details(f)))
     for f in (by.get("duplicate-batch", []) + by.get("duplicate-records", []))[:1]:
         d = details(f)
         a, b = d.get("original_first_offset"), d.get("original_last_offset")
