@@ -20,12 +20,13 @@ KIND_TITLES = {"zombie": "Zombie producer", "hanging": "Stalled read_committed c
                "other": "Finding"}
 
 
-_KINDS = (("zombie", {"fenced-epoch"}), ("torn", {"torn-transaction"}),
+_KINDS = (("zombie", {"fenced-epoch", "write-after-epoch-end"}), ("torn", {"torn-transaction"}),
           ("hanging", {"hanging-transaction", "lso-stuck"}),
           ("duplicate", {"duplicate-batch", "duplicate-records"}),
           ("transaction", {"dangling-transaction", "unregistered-partition", "late-transactional-write",
                            "non-transactional-write-in-transaction", "coordinator-epoch-regression",
-                           "stray-marker", "illegal-state-transition", "coordinator-abort"}),
+                           "stray-marker", "illegal-state-transition", "coordinator-abort",
+                           "mixed-epoch-transaction"}),
           ("sequence", {"out-of-order-sequence"}), ("integrity", set(INTEGRITY_RULES)),
           ("outcome", {"outcome-mismatch", "produce-outcome"}), ("retry", {"retried-batch"}),
           ("errors", {"producer-error"}), ("request", {"unanswered-request"}))
@@ -266,6 +267,40 @@ def _offsets(a, b) -> str:
     return f"{a}" if b is None or a == b else f"{a}-{b}"
 
 
+def _zombie_impact(by: dict) -> list[str]:
+    """What became of a zombie's writes, from the findings only: stored (where, and whether a
+    COMMIT exposed them), refused (the requests the evidence shows), or not in the evidence."""
+    out = []
+    stale = by.get("write-after-epoch-end", [])
+    for f in stale[:3]:
+        d = details(f)
+        where = f"{f['topic']}-{f['partition']}@{_offsets(f['first_offset'], f.get('last_offset'))}"
+        if d.get("outcome") == "committed":
+            out.append(f"the zombie's writes at {where} were stored and a later COMMIT exposed them: "
+                       "read_committed consumers read data of a fenced instance")
+        elif d.get("outcome") == "aborted":
+            out.append(f"the zombie's writes at {where} were stored after its epoch ended; an ABORT discarded "
+                       "them (read_uncommitted consumers read them)")
+        else:
+            out.append(f"the zombie's writes at {where} were stored after its epoch ended and no marker ends them")
+    fenced = by.get("fenced-epoch", [])
+    stored = [f for f in fenced if f["severity"] in ("error", "critical")]
+    if stored:
+        out.append("the zombie's writes at offsets " + ", ".join(
+            f"{f['topic']}-{f['partition']}@{_offsets(f['first_offset'], f.get('last_offset'))}" for f in stored[:3])
+            + " were stored: consumers read data of a fenced instance")
+    refused = [f for f in fenced if f not in stored]
+    if refused and not stale and not stored:
+        out.append(f"the brokers refused the zombie's {len(refused)} request(s) in the evidence: those were not "
+                   "stored (whether it sent others elsewhere the evidence does not show)")
+    elif refused:
+        out.append(f"the brokers refused {len(refused)} other request(s) of the zombie")
+    for f in by.get("coordinator-abort", [])[:1]:
+        out.append(f"the coordinator aborted its open transaction ({details(f).get('cause') or 'fencing'}): "
+                   "read_committed consumers skip that data")
+    return out
+
+
 def _torn_impact(d: dict) -> list[str]:
     """Per damaged stretch of a torn transaction, what read_committed consumers see against what
     the coordinator decided."""
@@ -330,16 +365,8 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
                          f"{_offsets(f['first_offset'], f.get('last_offset'))}): {out}; read_committed consumers read it")
     for f in by.get("non-transactional-write-in-transaction", [])[:1]:
         lines.append(f"{f['topic']}-{f['partition']}: writes outside the transaction are read whatever its outcome")
-    zombie = by.get("fenced-epoch", [])
-    if zombie:
-        stored = [f for f in zombie if f["severity"] in ("error", "critical")]
-        lines.append(("the zombie's writes at offsets " + ", ".join(
-            f"{f['topic']}-{f['partition']}@{_offsets(f['first_offset'], f.get('last_offset'))}" for f in stored[:3])
-            + " were stored: consumers read data of a fenced instance") if stored else
-            "the brokers refused the zombie's requests: nothing it sent after it was fenced was stored")
-        for f in by.get("coordinator-abort", [])[:1]:
-            lines.append(f"the coordinator aborted its open transaction ({details(f).get('cause') or 'fencing'}): "
-                         "read_committed consumers skip that data")
+    if by.get("fenced-epoch") or by.get("write-after-epoch-end"):
+        lines.extend(_zombie_impact(by))
     gaps = [f for f in by.get("out-of-order-sequence", []) if details(f).get("kind") == "gap"
             and f["severity"] in ("error", "critical")]
     for f in gaps[:1]:
