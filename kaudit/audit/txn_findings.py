@@ -250,7 +250,7 @@ class _Say:
             text += "; ".join(self._range(r, None) for r in ranges if r.first is not None or r.result)
         notes = [n for n in nothing if n["why"] != "registered, never written"]
         if notes:
-            text += ". " + "; ".join(f"{n['tp']}: its {n['result']} marker at offset {_off(n['offset'])} {n['why']}"
+            text += ". " + "; ".join(f"{n['tp']}: its {n['result']} marker at {n['at']} {n['why']}"
                                      for n in notes)
         ev, reps = [], []
         for r in damaged + [r for r in ranges if r.first is None and r not in damaged]:
@@ -308,4 +308,4 @@ class _Say:
                    "transaction's markers again): not an anomaly")
         else:
             why = "registered, never written"
-        return {"tp": r.tp, "offset": m.offset, "result": m.result, "why": why}
+        return {"tp": r.tp, "offset": m.offset, "at": _at(m), "result": m.result, "why": why}
