@@ -88,7 +88,7 @@ def stale_epoch_write(part: Part, pt: ProducerTxns) -> tuple[list[dict], str, st
         if top is not None and e < top:
             stale.append(b)
             why = why or "inside"
-        elif m is not None and m.epoch is not None and m.epoch > e + 1:
+        elif m is not None and m.epoch is not None and m.epoch > e + 1 and not _own_end(part, e):
             stale.append(b)
             why = why or "marker"
         elif ended is not None and (m is None or wire) and _after(b, ended, wire):
@@ -97,6 +97,15 @@ def stale_epoch_write(part: Part, pt: ProducerTxns) -> tuple[list[dict], str, st
     if not stale:
         return None
     return stale, why, _outcome(part)
+
+
+def _own_end(part: Part, e: int) -> bool:
+    """Whether the part's marker is the end the coordinator wrote for a transaction begun at
+    epoch `e` (its Prepare record's epoch): a KIP-939 prepared transaction a new instance kept
+    (KeepPreparedTxn) ends at that instance's epoch."""
+    c, m = part.coord, part.marker
+    return (c is not None and c.epoch == e and c.result == m.result and c.prepare_epoch is not None
+            and c.prepare_epoch == m.epoch)
 
 
 def _after(b: dict, ended: int, wire: bool) -> bool:

@@ -189,6 +189,8 @@ class WireFeed:
                         cause=COORDINATOR, detail="fencing")
             t.prepared, t.prepare_epoch = "ABORT", bumped
             self._maybe_complete(t, ts, r, force=True)
+        if keep and self.open_txn() is not None:
+            return   # KIP-939: the new instance takes the prepared transaction over, still open
         self.cur = None
         self.record("Empty", ts, r, _Txn(self.tid, epoch, ts, self.timeout_ms))
 

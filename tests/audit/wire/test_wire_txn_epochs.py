@@ -122,3 +122,35 @@ def test_resent_markers_after_coordinator_failover(tmp_path, tv):
     s.on("coord", markers(60, PID, me, committed=True, parts=[("orders", 0), ("orders", 1)], coordinator_epoch=1))
     fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
     assert serious(fs) == [], [(f["rule"], f["message"]) for f in serious(fs)]
+
+
+def init_v6(corr: int, pid: int, epoch: int, *, keep: bool = False, client_id: str = "tpc-producer"):
+    """InitProducerId v6 (KIP-939) with Enable2Pc, answered with `epoch` (the ongoing
+    transaction's id and epoch when it keeps a prepared one)."""
+    from tests.protocol.wire.wirebytes import TAGS0, boolean, cstring, frame, i16, i32, i64, request_header, response_header
+
+    req = (request_header(22, 6, corr, client_id, True) + cstring("tx-wire") + i32(60000) + i64(-1) + i16(-1)
+           + boolean(True) + boolean(keep) + TAGS0)
+    ongoing = (i64(pid) + i16(epoch - 1)) if keep else (i64(-1) + i16(-1))
+    resp = response_header(corr, True) + i32(0) + i16(0) + i64(pid) + i16(epoch) + ongoing + TAGS0
+    return [(0, frame(req)), (1, frame(resp))]
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_two_phase_commit_prepared_transaction_is_not_hanging(tmp_path, tv):
+    """KIP-939: a producer with Enable2Pc has no transaction timeout; its transaction, open 20
+    minutes when the capture ends, is in progress (dangling), not hanging; a new instance that
+    keeps the prepared transaction (KeepPreparedTxn) does not fence it, and commits it."""
+    s = Story(tv)
+    s.events.clear()
+    s.on("client", init_v6(1, PID, 0))
+    s.send(0, 0)
+    fs = run(tmp_path, s, now_ms=T0_MS + 20 * 60_000)
+    assert by_rule(fs, "hanging-transaction") == []
+    assert [f["rule"] for f in serious(fs)] == ["dangling-transaction"]
+    s.on("client", init_v6(30, PID, 1, keep=True))
+    s.epoch = 1
+    s.end(True)
+    fs = run(tmp_path, s, now_ms=T0_MS + 20 * 60_000)
+    assert serious(fs) == [], [(f["rule"], f["message"]) for f in serious(fs)]
+    assert by_rule(fs, "coordinator-abort") == []
