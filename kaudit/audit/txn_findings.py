@@ -235,7 +235,9 @@ class _Say:
             results.setdefault(r.tp, r.result)
         if decided is not None and any(v not in (None, decided) for v in results.values()):
             results.setdefault("(coordinator)", decided)
-        nothing = [self._ends_nothing(r, ranges) for r in ranges if r.first is None and r.marker is not None]
+        with_data = {r.tp for r in ranges if r.first is not None}
+        nothing = [self._ends_nothing(r, ranges) for r in ranges if r.first is None and r.marker is not None
+                   and r.tp in with_data]
         start = f" started at {iso_ms(t.start_ms)}" if t.start_ms is not None else ""
         tid = t.transactional_id or self.tid
         text = (f"producer {t.producer_id}'s transaction (epoch {t.epoch}" + (f", {tid!r}" if tid else "") + f"){start} "

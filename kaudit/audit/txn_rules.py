@@ -173,7 +173,7 @@ def torn_transaction(t: Transaction, pt: ProducerTxns) -> list[Range] | None:
     Benign causes: none; a partition whose log, or whose leader's traffic, is not in the
     evidence is not judged; a marker re-sent after a coordinator or leader failover (the same
     result again) is not a second outcome."""
-    ranges = [r for r in t.ranges() if r.result is not None or (r.first is not None and pt.coverage.sees_marker(r.tp))]
+    ranges = judged_ranges(t, pt)
     results = {r.result for r in ranges}
     decided = t.coord.result if t.coord is not None else None
     if decided is not None and any(r.result != decided for r in ranges):
@@ -181,6 +181,24 @@ def torn_transaction(t: Transaction, pt: ProducerTxns) -> list[Range] | None:
     if len(results) <= 1:
         return None
     return [r for r in ranges if r.result != decided] if decided is not None else ranges
+
+
+def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
+    """The stretches whose outcome is judged: those with data (without a marker only where the
+    evidence would show one), and on a partition without data the first marker (a registered
+    partition never written gets the coordinator's marker all the same; later markers there may
+    be other transactions' the evidence could not tell apart: on the wire the offsets group's
+    markers come without its data)."""
+    out, bare = [], set()
+    with_data = {r.tp for r in t.ranges() if r.first is not None}
+    for r in t.ranges():
+        if r.first is not None:
+            if r.result is not None or pt.coverage.sees_marker(r.tp):
+                out.append(r)
+        elif r.tp not in with_data and r.tp not in bare:
+            bare.add(r.tp)
+            out.append(r)
+    return out
 
 
 @rule("unregistered-partition", "error", "both", "txn data, unregistered",

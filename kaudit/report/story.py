@@ -105,7 +105,10 @@ def _damaged(fs) -> list[str]:
 def shown_sources(inc: dict) -> dict[str, str]:
     """How a report names each evidence file of an incident: its path below the files' common
     folder, with at least the partition folder (`node2/torn-1/00000000000000000000.log`)."""
-    srcs = sorted({e["source"] for p in inc.get("places") or () for e in p["evidence"] if e.get("source")})
+    from kaudit.audit.incidents import LOG_FILE
+
+    srcs = sorted({e["source"] for p in inc.get("places") or () for e in p["evidence"]
+                   if e.get("source") and not is_wire_evidence(e) and LOG_FILE.search(str(e["source"]))})
     split = [str(s).replace("\\", "/").split("/") for s in srcs]
     common = 0
     if len(split) > 1:

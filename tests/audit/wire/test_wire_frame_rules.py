@@ -176,6 +176,23 @@ def test_one_producer_error_per_error_response(tmp_path):
     assert {f["rule"] for f in fs} == {"producer-error"}
 
 
+@pytest.mark.parametrize("txn_id", [None, "tx-wire"])
+def test_failed_init_producer_id_belongs_to_the_producer_obtained_next(tmp_path, txn_id):
+    """An InitProducerId answered with an error names no producer id (-1): it is the producer's
+    the client obtains next on the connection - idempotent or transactional, never a producer
+    without idempotence."""
+    m = init_producer_id(1, -1, -1, error=15, txn_id=txn_id) + init_producer_id(2, PID, 0, txn_id=txn_id)
+    m += send(3, batch(PID, 0, 0, 2), offset=0)
+    (f,) = by_rule(audit(tmp_path, Conn(m)), "producer-error")
+    assert f["producer_id"] == PID and f["transactional_id"] == txn_id
+    assert f"the client then obtained producer id {PID} (epoch 0)" in f["message"]
+
+
+def test_failed_init_producer_id_without_a_later_answer_stays_unnamed(tmp_path):
+    (f,) = by_rule(audit(tmp_path, Conn(init_producer_id(1, -1, -1, error=15, txn_id=None))), "producer-error")
+    assert f["producer_id"] == -1 and "obtained" not in f["message"]
+
+
 def test_no_producer_error_for_other_apis(tmp_path):
     m = metadata(1, error=3) + metadata(2, error=5)
     assert audit(tmp_path, Conn(m)) == []
