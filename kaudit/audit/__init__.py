@@ -26,4 +26,4 @@ def sort_findings(findings: list[dict]) -> list[dict]:
         return (-SEVERITY_RANK[f["severity"]], f["rule"], f["topic"] or "", f["partition"] or -1,
                 f["replica"] or "", f["connection"] or "", f["first_offset"] if f["first_offset"] is not None else -1,
                 f["first_ts_ms"] or 0, f["id"])
-    return incidents.assign(sorted(findings, key=key))
+    return incidents.assign(sorted(incidents.settle_unanswered(findings), key=key))

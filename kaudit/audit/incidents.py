@@ -73,6 +73,37 @@ def is_coverage(f: dict) -> bool:
     return f["rule"] in ("truncated-tail", "unanswered-request") and f["severity"] == "info"
 
 
+SETTLED = frozenset({"deduplicated", "stored once"})
+
+
+def settle_unanswered(findings: list[dict]) -> list[dict]:
+    """An unanswered Produce (unanswered-request at warning) whose retry was answered as stored
+    once (retried-batch: deduplicated or stored once) or that the log shows stored once (the
+    join's produce-outcome) lost nothing: a fact of the crash or the reconnect, told at info with
+    what resolved it. In place; returns the findings."""
+    resolved: dict = {}
+    for f in findings:
+        if f["rule"] in ("retried-batch", "produce-outcome"):
+            out = details_of(f).get("outcome")
+            if out in SETTLED:
+                for e in f.get("evidence") or ():
+                    if e.get("position") is not None:
+                        resolved.setdefault((_tail(e.get("source")), e["position"]), (f["rule"], out))
+    if not resolved:
+        return findings
+    for f in findings:
+        if f["rule"] != "unanswered-request" or f["severity"] != "warning" or details_of(f).get("api") != "Produce":
+            continue
+        got = next((resolved[k] for e in f.get("evidence") or ()
+                    if (k := (_tail(e.get("source")), e.get("position"))) in resolved), None)
+        if got is not None:
+            rule, out = got
+            f["severity"] = "info"
+            f["message"] += (f"; resolved: {'its retry was' if rule == 'retried-batch' else 'the log shows it'} "
+                             f"{out} - nothing lost")
+    return findings
+
+
 def _tail(path) -> str:
     return registry_tail(path) or ""
 

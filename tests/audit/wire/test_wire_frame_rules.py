@@ -66,6 +66,18 @@ def test_produce_on_a_connection_closed_before_its_response(tmp_path):
     assert (fs[0]["producer_id"], fs[0]["producer_epoch"]) == (PID, 0)
 
 
+def test_unanswered_produce_whose_retry_stored_it_once_is_info(tmp_path):
+    """The connection closed before the Produce's answer; the producer retried the same batch on
+    a new connection and the broker answered it (an idempotent retry is stored once): nothing was
+    lost, a fact of the reconnect (info), told with what resolved it."""
+    first = Conn(send(1, batch(PID, 0, 0, 5), offset=0) + send(2, batch(PID, 0, 5, 5), error=None))
+    second = Conn(send(3, batch(PID, 0, 5, 5), offset=5), client=("10.0.0.1", 40002))
+    fs = audit(tmp_path, [first, second])
+    (u,) = by_rule(fs, "unanswered-request")
+    assert u["severity"] == "info" and "resolved: its retry was deduplicated - nothing lost" in u["message"]
+    assert details(by_rule(fs, "retried-batch")[0])["outcome"] == "deduplicated"
+
+
 def test_metadata_abandoned_by_a_close_before_any_timeout_is_info(tmp_path):
     fs = audit(tmp_path, Conn(metadata(1) + metadata(2, answered=False)))
     assert rules_of(fs) == [("unanswered-request", "info")]
