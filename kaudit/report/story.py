@@ -363,7 +363,7 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
                          f"offsets {_offsets(a, b)}" + (f" ({n} record(s) delivered twice)" if n else ""))
     for f in by.get("late-transactional-write", []):
         out = str(details(f).get("outcome") or "")
-        if "committed by the next" in out:   # aborted data exposed
+        if "committed by the next" in out or f["severity"] == "critical":   # aborted data exposed
             lines.append(f"{f['topic']}-{f['partition']}: data written after its transaction ended (offsets "
                          f"{_offsets(f['first_offset'], f.get('last_offset'))}): {out}; read_committed consumers read it")
     for f in by.get("non-transactional-write-in-transaction", [])[:1]:
