@@ -119,9 +119,25 @@ class _Say:
                 return self.pt.timeline[max(steps[0], steps[-1] + 1 - TIMELINE): steps[-1] + 1]
         return self.pt.timeline[-TIMELINE:]
 
+    def replica_evidence(self, part: Part) -> tuple[list[dict], list | None]:
+        """The part's evidence in each replica's own files, and whose each piece is (None: one
+        replica or the wire - the finding's replica says it)."""
+        if self.wire or len(part.copies) < 2:
+            return self.evidence(part), None
+        ev, reps = [], []
+        for rep, cp in sorted(part.copies.items(), key=lambda kv: str(kv[0])):
+            got = self.evidence(cp)
+            ev.extend(got)
+            reps.extend([rep] * len(got))
+        return ev, reps
+
     def part(self, rule_id: str, part: Part, text: str, details: dict, *, extra=(), **kw) -> dict:
-        return finding(rule_id, f"{self.where(part)}: {text}", evidence=list(extra) + self.evidence(part),
-                       details=self.details(part, None, details), timeline=self.timeline(), **self.fields(part, **kw))
+        ev, reps = self.replica_evidence(part)
+        details = self.details(part, None, details)
+        if reps is not None:
+            details["evidence_replicas"] = [None] * len(extra) + reps
+        return finding(rule_id, f"{self.where(part)}: {text}", evidence=list(extra) + ev,
+                       details=details, timeline=self.timeline(), **self.fields(part, **kw))
 
     @staticmethod
     def writer(m) -> str:
