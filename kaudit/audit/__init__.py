@@ -27,4 +27,5 @@ def sort_findings(findings: list[dict], clusters=None) -> list[dict]:
         return (-SEVERITY_RANK[f["severity"]], f["rule"], f["topic"] or "", f["partition"] or -1,
                 f["replica"] or "", f["connection"] or "", f["first_offset"] if f["first_offset"] is not None else -1,
                 f["first_ts_ms"] or 0, f["id"])
-    return incidents.assign(sorted(findings, key=key), None if clusters is None else clusters.of)
+    return incidents.assign(sorted(incidents.settle_unanswered(findings), key=key),
+                            None if clusters is None else clusters.of)

@@ -18,7 +18,8 @@ from kaudit.audit.txn_states import (  # noqa: F401
       "The coordinator's log is inconsistent (lost or reordered __transaction_state records, a "
       "bad coordinator failover or a broker bug). Compare the replicas of the __transaction_state "
       "partition; if the transactional id is stuck, abort its open transactions with "
-      "kafka-transactions.sh and restart the producer.", clean=txn_clean.valid_transitions)
+      "kafka-transactions.sh and restart the producer.", clean=txn_clean.valid_transitions,
+      fold="transactions", check=lambda j: j.pt.view.findings)   # found while `build` folds the records
 def illegal_state_transition(previous: str | None, new: str, client_version: int | None = None) -> bool:
     """Invariant: two consecutive `__transaction_state` records of one transactional id go from a
     state to one of its valid successors: TransactionMetadata.prepareTransitionTo checks
@@ -89,6 +90,8 @@ class CoordView:
     # the client's transaction version: its latest Ongoing record's (flexible values only, KIP-890);
     # the coordinator's own aborts of a version 0/1 client on a version-2 cluster carry 2
     client_transaction_version: int | None = None
+    # every record in order, Empty and Dead too (txn_history.epochs reads the epochs' ends)
+    log: list[dict] = field(default_factory=list)
 
     @property
     def open_txn(self) -> CoordTxn | None:
@@ -167,6 +170,7 @@ def build(rows: list[dict], check: bool = True) -> CoordView:
         st = {"state": state, "epoch": r["producer_epoch"], "ts": r["timestamp_ms"],
               "offset": r["offset"], "partitions": r["partitions"], "source": r["source"],
               "position": r["position"]}
+        view.log.append(st)
         view.last_state, view.last_ts = state, r["timestamp_ms"]
         view.timeout_ms = r["transaction_timeout_ms"]
         ctv = r.get("client_transaction_version")
@@ -191,6 +195,7 @@ def build(rows: list[dict], check: bool = True) -> CoordView:
                                     r["start_ms"] if (r["start_ms"] or -1) >= 0 else r["timestamp_ms"],
                                     r["transaction_timeout_ms"], index=len(view.txns))
             view.txns.append(t)
+        st["txn"] = t
         _add_record(t, r, st, state)
     for t in view.txns:
         if t.ended_by is None:

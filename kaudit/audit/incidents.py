@@ -41,10 +41,15 @@ FRAME_KINDS = frozenset({"request", "response", "produce", "packet", "fetch", "e
 COVERAGE_RULES = frozenset({"stream-gap", "undecodable-frame"})
 SEQUENCE_RULES = frozenset({"duplicate-batch", "out-of-order-sequence", "fenced-epoch", "retried-batch",
                             "produce-outcome", "outcome-mismatch"})
-TXN_RULES = frozenset({"dangling-transaction", "hanging-transaction", "torn-transaction",
-                       "unregistered-partition", "coordinator-abort", "stray-marker",
-                       "coordinator-epoch-regression", "non-transactional-write-in-transaction",
-                       "late-transactional-write", "illegal-state-transition"})
+
+
+def txn_rules() -> frozenset[str]:
+    """The transaction rules (registered for the transactions fold: registry.fold_rules)."""
+    from kaudit.audit.registry import fold_rules
+
+    return frozenset(r.id for r in fold_rules("transactions"))
+
+
 INTEGRITY_RULES = frozenset({"crc-mismatch", "corrupt-batch", "truncated-tail", "offset-overlap",
                              "index-mismatch", "missing-offsets"})
 # Findings that accompany a story rather than tell one: attached by producer when alone.
@@ -57,7 +62,8 @@ CONSUMER_RULES = frozenset({"duplicate-batch", "duplicate-records", "hanging-tra
                             "fenced-epoch", "out-of-order-sequence", "crc-mismatch", "corrupt-batch",
                             # what readers are given, and the replicas they read from (issue 20)
                             "aborted-read", "read-past-lso", "replica-divergence", "txnindex-mismatch",
-                            "snapshot-mismatch", "missing-offsets"})
+                            "snapshot-mismatch", "missing-offsets", "write-after-epoch-end",
+                            "mixed-epoch-transaction"})
 FENCED_CODES = frozenset({"47", "90"})
 
 
@@ -68,6 +74,37 @@ def is_coverage(f: dict) -> bool:
     if f["rule"] in COVERAGE_RULES:
         return True
     return f["rule"] in ("truncated-tail", "unanswered-request") and f["severity"] == "info"
+
+
+SETTLED = frozenset({"deduplicated", "stored once"})
+
+
+def settle_unanswered(findings: list[dict]) -> list[dict]:
+    """An unanswered Produce (unanswered-request at warning) whose retry was answered as stored
+    once (retried-batch: deduplicated or stored once) or that the log shows stored once (the
+    join's produce-outcome) lost nothing: a fact of the crash or the reconnect, told at info with
+    what resolved it. In place; returns the findings."""
+    resolved: dict = {}
+    for f in findings:
+        if f["rule"] in ("retried-batch", "produce-outcome"):
+            out = details_of(f).get("outcome")
+            if out in SETTLED:
+                for e in f.get("evidence") or ():
+                    if e.get("position") is not None:
+                        resolved.setdefault((_tail(e.get("source")), e["position"]), (f["rule"], out))
+    if not resolved:
+        return findings
+    for f in findings:
+        if f["rule"] != "unanswered-request" or f["severity"] != "warning" or details_of(f).get("api") != "Produce":
+            continue
+        got = next((resolved[k] for e in f.get("evidence") or ()
+                    if (k := (_tail(e.get("source")), e.get("position"))) in resolved), None)
+        if got is not None:
+            rule, out = got
+            f["severity"] = "info"
+            f["message"] += (f"; resolved: {'its retry was' if rule == 'retried-batch' else 'the log shows it'} "
+                             f"{out} - nothing lost")
+    return findings
 
 
 def _tail(path) -> str:
@@ -119,11 +156,13 @@ def _atoms(f: dict, tids: dict) -> list[tuple]:
         out.append(("zombie", pid, epoch))
     if rule == "coordinator-abort" and "fencing" in str(d.get("cause") or "") and pid is not None:
         out.append(("zombie", pid, epoch))
+    if rule == "write-after-epoch-end" and pid is not None:
+        out.append(("zombie", pid, epoch))
     if rule == "out-of-order-sequence" and f["severity"] == "warning" and pid is not None and pid >= 0:
         # refused by the broker: one story per producer epoch and partition (it keeps sending
         # sequences the broker does not expect), however many requests it took
         out.append(("refused", f.get("topic"), f.get("partition"), pid, epoch))
-    if rule in TXN_RULES or (rule == "outcome-mismatch" and f.get("topic") is None):
+    if rule in _TXN or (rule == "outcome-mismatch" and f.get("topic") is None):
         out.append(transaction_key(f, tids))
     if rule in ("hanging-transaction", "dangling-transaction", "lso-stuck") and f.get("first_offset") is not None:
         out.append(("lso", f.get("topic"), f.get("partition"), f["first_offset"]))
@@ -132,6 +171,20 @@ def _atoms(f: dict, tids: dict) -> list[tuple]:
         segment = _tail(src).rsplit(".", 1)[0]
         out.append(("segment", str(f.get("replica") or ""), f.get("topic"), f.get("partition"), segment))
     return out
+
+
+class _Txn:
+    """`rule in _TXN`: the registry's transaction rules, read once every rule is registered."""
+
+    ids: frozenset | None = None
+
+    def __contains__(self, rule: str) -> bool:
+        if self.ids is None:
+            self.ids = txn_rules()
+        return rule in self.ids
+
+
+_TXN = _Txn()
 
 
 def transaction_key(f: dict, tids: dict | None = None) -> tuple:

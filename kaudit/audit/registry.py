@@ -30,6 +30,10 @@ class Rule:
     # producers, the producer ids this rule might flag (the rest it certainly would not). A rule
     # of a fold with a fast path and no predicate turns that fast path off (txn_clean).
     clean: Callable | None = None
+    # Rules judged over one producer's transaction history (txn_findings.judge runs them in
+    # registration order): `fold` names that fold, `check(judgement)` yields the findings.
+    fold: str | None = None
+    check: Callable | None = None
 
     @property
     def doc(self) -> str:
@@ -39,8 +43,10 @@ class Rule:
 RULES: dict[str, Rule] = {}
 
 
-def rule(id: str, severity: str, scope: str, title: str, remediation: str = "", clean: Callable | None = None):
-    """Register the decorated function as rule `id` (`clean`: its fast-path predicate)."""
+def rule(id: str, severity: str, scope: str, title: str, remediation: str = "", clean: Callable | None = None,
+         fold: str | None = None, check: Callable | None = None):
+    """Register the decorated function as rule `id` (`clean`: its fast-path predicate; `fold`
+    and `check`: the fold whose judge runs `check`, see Rule)."""
     if severity not in SEVERITY_RANK:
         raise ValueError(severity)
 
@@ -49,10 +55,15 @@ def rule(id: str, severity: str, scope: str, title: str, remediation: str = "", 
             raise ValueError(f"rule {id} registered twice")
         if not (fn.__doc__ or "").strip():
             raise ValueError(f"rule {id} needs a docstring (invariant, Kafka class or KIP, benign causes)")
-        RULES[id] = Rule(id, severity, scope, title, remediation, fn, clean)
+        RULES[id] = Rule(id, severity, scope, title, remediation, fn, clean, fold, check)
         return fn
 
     return register
+
+
+def fold_rules(fold: str) -> list[Rule]:
+    """The rules a fold's judge runs, in registration order."""
+    return [r for r in RULES.values() if r.fold == fold]
 
 
 def evidence(source, position, kind: str, note: str | None = None) -> dict:

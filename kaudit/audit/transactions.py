@@ -22,7 +22,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit import txn_rows
+from kaudit.audit import coordinator_state, txn_epoch_rules, txn_rows, txn_rules  # noqa: F401  (register the rules)
+from kaudit.audit.registry import fold_rules
 from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.txn_model import (  # noqa: F401  (the model's names, as the disk feed's)
     MATCH_WINDOW_MS, Marker, Part, ProducerTxns, assemble, assemble_replica, group, merge_replicas,
@@ -84,11 +85,10 @@ def _prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str,
     return txn_rows.prepare(items, ctx, KEY + ORDER, rules=RULE_IDS)
 
 
-# The rules this fold runs (txn_findings.judge, coordinator_state.build): the fast path certifies a
-# producer only through their own predicates, and not at all when one has none.
-RULE_IDS = ("dangling-transaction", "hanging-transaction", "torn-transaction", "unregistered-partition",
-            "coordinator-abort", "stray-marker", "coordinator-epoch-regression",
-            "non-transactional-write-in-transaction", "late-transactional-write", "illegal-state-transition")
+# The rules this fold runs (txn_findings.judge: every rule registered with fold="transactions"):
+# the fast path certifies a producer only through their own predicates, and not at all when one
+# has none.
+RULE_IDS = tuple(r.id for r in fold_rules("transactions"))
 
 
 def _batch_where(t: pa.Table):

@@ -243,6 +243,12 @@ def _batch_side(t: pa.Table | None, flags: dict) -> tuple[dict, dict[str, int], 
     late = ~empty & has_prev & bts_ok[starts] & bts_ok[before] & (bts[starts] > bts[before])
     # data of an epoch below the marker before it: an ended transaction's (late-transactional-write)
     _flag(flags, "late", pid[starts[~empty & has_prev & (epoch[starts] < epoch[before])]])
+    # each part's data epochs (mixed-epoch-transaction, write-after-epoch-end)
+    data = kind == 0
+    emin = np.minimum.reduceat(np.where(data, epoch, 1 << 40), starts)
+    emax = np.maximum.reduceat(np.where(data, epoch, -1), starts)
+    _flag(flags, "mixed_epoch", pid[ends[~empty & (emin != emax)]])
+    _flag(flags, "marker_epoch", pid[ends[~empty & (epoch[ends] != emax) & (epoch[ends] != emax + 1)]])
     # partition ids: one per (topic, partition) pair
     pairs, tp_of_row = np.unique(tc * (1 << 32) + np.maximum(part, 0), return_inverse=True)
     names = {f"{topics[int(k) >> 32]}-{int(k) & 0xFFFFFFFF}": i for i, k in enumerate(pairs) if k >= 0}
@@ -371,7 +377,8 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int, flags: 
     keep = _changes(keys)
     txns = {"all_pids": all_pids, "pid": tpid, "lo": lo, "hi": comp_ts, "complete": complete,
             "result": result, "ntp": ntp, "reg_keys": keys[keep], "reg": reg[keep],
-            "epoch": epoch[first_row], "position": position}
+            "epoch": epoch[first_row], "position": position,
+            "prep_epoch": np.where(n_prep > 0, prep_epoch, -1)}
     return txns, bad_pids
 
 
@@ -419,6 +426,8 @@ def _against_coordinator(parts: dict, txns: dict, sel: np.ndarray, slack: int, w
     at = np.minimum(np.searchsorted(keys, rk), len(keys) - 1)
     _flag(flags, "unlisted", pid[keys[at] != rk])           # the transaction lists the partition
     _flag(flags, "empty_abort_bumped", pid[empty & (res == ABORT) & (epoch == txns["epoch"][k] + 1)])
+    # a marker at another epoch than its transaction's Prepare record (mixed-epoch-transaction)
+    _flag(flags, "prep_epoch", pid[~empty & matched & (epoch != txns["prep_epoch"][k])])
     pos = txns["position"][k]
     follows = has_prev & (pos == np.append(-2, pos[:-1]) + 1)   # the previous part's txn, then this one
     _flag(flags, "late", pid[late & follows & (txns["reg"][at] - first_ts > slack)])
@@ -496,5 +505,18 @@ def valid_transitions(facts: Facts) -> np.ndarray:
     return facts.of("transitions")
 
 
+def one_epoch_per_part(facts: Facts) -> np.ndarray:
+    """mixed-epoch-transaction: data of several epochs in a part, or a marker epoch other than
+    its data's (+1) or its transaction's Prepare record's."""
+    return facts.of("mixed_epoch", "marker_epoch", "prep_epoch", "unmatched", "unlisted")
+
+
+def no_stale_epoch(facts: Facts) -> np.ndarray:
+    """write-after-epoch-end: data of an epoch below its part's newest or its marker's - 1, or
+    data with no marker (its epoch may have ended before it)."""
+    return facts.of("mixed_epoch", "marker_epoch", "unended")
+
+
 PREDICATES = (every_part_ends, one_result_per_transaction, every_partition_registered, no_coordinator_abort,
-              no_stray_marker, coordinator_epochs_rise, no_plain_writes, no_late_write, valid_transitions)
+              no_stray_marker, coordinator_epochs_rise, no_plain_writes, no_late_write, valid_transitions,
+              one_epoch_per_part, no_stale_epoch)

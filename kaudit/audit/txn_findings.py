@@ -5,80 +5,36 @@ names its transaction (`details["transaction"]`: the same from wire and disk evi
 
 from __future__ import annotations
 
-from kaudit.audit.registry import evidence, finding
-from kaudit.audit.txn_model import Part, ProducerTxns, Transaction, group
-from kaudit.audit.txn_rules import (
-    ABORT_HINT,
-    coordinator_abort,
-    coordinator_epoch_regression,
-    dangling_transaction,
-    hanging_transaction,
-    late_transactional_write,
-    nontransactional_write,
-    stray_marker,
-    torn_transaction,
-    unregistered_partition,
-)
+from kaudit.audit.registry import evidence, finding, fold_rules
+from kaudit.audit.txn_model import Part, ProducerTxns, Range, Transaction, group
+from kaudit.audit.txn_rules import ABORT_HINT
 from kaudit.timefmt import iso_ms
 
 TIMELINE = 16   # lines of the producer's story a wire finding carries
+FOLD = "transactions"   # the rules registered for this judge (registry.fold_rules)
+
+
+class Judgement:
+    """What the rules' checks read: one producer's history (`pt`), its transactions, the
+    reference time, and the finding builder (`say`)."""
+
+    def __init__(self, pt: ProducerTxns, reference_ms: int | None):
+        self.pt = pt
+        self.reference_ms = reference_ms
+        self.txns = group(pt)
+        self.of = {id(p): t for t in self.txns for p in t.parts}
+        self.say = _Say(pt, self.of)
 
 
 def judge(pt: ProducerTxns, reference_ms: int | None) -> list[dict]:
-    """Every finding of one producer's transactions. Linear in its parts and coordinator
-    transactions (the lookups are indexed: CoordView.registered, .follows)."""
-    out = list(pt.view.findings)
-    txns = group(pt)
-    of = {id(p): t for t in txns for p in t.parts}
-    say = _Say(pt, of)
-    for tp, parts in pt.partitions.items():
-        prev_ce = None
-        last_ce = None              # the latest marker's coordinator epoch before the part
-        unregistered_done = False
-        for part in parts:
-            m = part.marker
-            if m is not None:
-                if coordinator_epoch_regression(prev_ce, m.coordinator_epoch):
-                    out.append(say.part("coordinator-epoch-regression", part,
-                               f"producer {part.producer_id} {m.result} marker at {_at(m)} has coordinator epoch "
-                               f"{m.coordinator_epoch}, below the earlier {prev_ce}",
-                               {"previous_coordinator_epoch": prev_ce, "coordinator_epoch": m.coordinator_epoch}))
-                if m.coordinator_epoch is not None:
-                    prev_ce = m.coordinator_epoch if prev_ce is None else max(prev_ce, m.coordinator_epoch)
-            if nontransactional_write(part):
-                b = part.nontxn[0]
-                out.append(say.part(
-                    "non-transactional-write-in-transaction", part,
-                    f"producer {part.producer_id} wrote {sum(x.get('batches', 1) for x in part.nontxn)} "
-                    f"non-transactional batch(es) from offset {b['base_offset']} inside its transaction "
-                    f"open since offset {part.start_offset}",
-                    {"offsets": [[x["base_offset"], x["last_offset"]] for x in part.nontxn]},
-                    extra=[evidence(b["source"], b["position"], "batch")]))
-            if stray_marker(part):
-                out.append(say.part("stray-marker", part,
-                                    f"{m.result} marker of producer {part.producer_id} at {_at(m)} with no "
-                                    f"transactional data before it" + _writer(m),
-                                    {"coordinator_epoch": m.coordinator_epoch, "writer": m.writer}))
-            late = late_transactional_write(part, pt)
-            if late is not None:
-                out.append(say.late(part, *late))
-            if not unregistered_done and unregistered_partition(part, pt):
-                unregistered_done = True
-                out.append(say.unregistered(part))
-            if dangling_transaction(part, pt):
-                out.append(say.dangling(part, hanging_transaction(part, pt, reference_ms), last_ce))
-            if m is not None and m.coordinator_epoch is not None:
-                last_ce = m.coordinator_epoch
-    for t in txns:
-        cause = coordinator_abort(t, pt)
-        if cause is not None:
-            out.append(say.coordinator_abort(t, cause))
-        results = {tp: r for tp, r in t.results.items() if r is not None or pt.coverage.sees_marker(tp)}
-        if t.coord is not None and t.coord.result is not None and any(r not in (None, t.coord.result)
-                                                                        for r in results.values()):
-            results.setdefault("(coordinator)", t.coord.result)
-        if torn_transaction(results):
-            out.append(say.torn(t, results))
+    """Every finding of one producer's transactions: each registered transaction rule's check
+    over its history, in registration order. Linear in its parts and coordinator transactions
+    (the lookups are indexed: CoordView.registered, .follows)."""
+    j = Judgement(pt, reference_ms)
+    out: list[dict] = []
+    for r in fold_rules(FOLD):
+        if r.check is not None:
+            out.extend(r.check(j))
     return out
 
 
@@ -151,12 +107,50 @@ class _Say:
             d["admin_client"] = admin[0]   # kafka-transactions.sh abort's admin client
         return d
 
-    def timeline(self) -> list[str] | None:
-        return self.pt.timeline[-TIMELINE:] if self.pt.timeline else None
+    def timeline(self, txn: Transaction | None = None) -> list[str] | None:
+        """The producer's story (wire): the last steps, or those of one transaction - from its
+        start to its end - when given."""
+        if not self.pt.timeline:
+            return None
+        if txn is not None and txn.start_ms is not None:
+            lo, hi = txn.start_ms, txn.end_ms if txn.end_ms is not None else float("inf")
+            steps = [k for k, x in enumerate(list.__iter__(self.pt.timeline)) if lo <= x[0] * 1000 <= hi]
+            if steps:
+                return self.pt.timeline[max(steps[0], steps[-1] + 1 - TIMELINE): steps[-1] + 1]
+        return self.pt.timeline[-TIMELINE:]
+
+    def replica_evidence(self, part: Part) -> tuple[list[dict], list | None]:
+        """The part's evidence in each replica's own files, and whose each piece is (None: one
+        replica or the wire - the finding's replica says it)."""
+        if self.wire or len(part.copies) < 2:
+            return self.evidence(part), None
+        ev, reps = [], []
+        for rep, cp in sorted(part.copies.items(), key=lambda kv: str(kv[0])):
+            got = self.evidence(cp)
+            ev.extend(got)
+            reps.extend([rep] * len(got))
+        return ev, reps
 
     def part(self, rule_id: str, part: Part, text: str, details: dict, *, extra=(), **kw) -> dict:
-        return finding(rule_id, f"{self.where(part)}: {text}", evidence=list(extra) + self.evidence(part),
-                       details=self.details(part, None, details), timeline=self.timeline(), **self.fields(part, **kw))
+        ev, reps = self.replica_evidence(part)
+        details = self.details(part, None, details)
+        if reps is not None:
+            details["evidence_replicas"] = [None] * len(extra) + reps
+        return finding(rule_id, f"{self.where(part)}: {text}", evidence=list(extra) + ev,
+                       details=details, timeline=self.timeline(), **self.fields(part, **kw))
+
+    @staticmethod
+    def writer(m) -> str:
+        return _writer(m)
+
+    def plain(self, part: Part) -> dict:
+        b = part.nontxn[0]
+        return self.part("non-transactional-write-in-transaction", part,
+                         f"producer {part.producer_id} wrote {sum(x.get('batches', 1) for x in part.nontxn)} "
+                         f"non-transactional batch(es) from offset {b['base_offset']} inside its transaction "
+                         f"open since offset {part.start_offset}",
+                         {"offsets": [[x["base_offset"], x["last_offset"]] for x in part.nontxn]},
+                         extra=[evidence(b["source"], b["position"], "batch")])
 
     def late(self, part: Part, why: str, batches: list[dict]) -> dict:
         prev = part.previous.marker
@@ -242,33 +236,94 @@ class _Say:
                        f"{t.transactional_id!r}) on {where} by {cause}: {how}",
                        evidence=ev, details=details, timeline=self.timeline(), **fields)
 
-    def torn(self, t: Transaction, results: dict) -> dict:
-        parts = [p for p in t.parts if p.marker is not None]
-        first = min(parts, key=lambda p: (p.tp, p.key)) if parts else t.parts[0]
-        start = f" started at {iso_ms(t.start_ms)}" if t.start_ms is not None else ""
-        ending = {}   # per partition, the part whose marker gave its result (the data's, as results)
-        for p in sorted(parts, key=lambda p: bool(p.data)):
-            ending[p.tp] = p
-        details = self.details(None, t, {"results": results, "coordinator_result": t.coord.result if t.coord else None,
-                                         "markers": {tp: p.marker.offset for tp, p in ending.items()},
-                                         "writers": {tp: p.marker.writer for tp, p in ending.items() if p.marker.writer}})
-        fields = self.fields(first, producer_epoch=t.epoch, first_ts_ms=t.start_ms, last_ts_ms=t.end_ms,
-                             transactional_id=t.transactional_id or self.tid)
-
-        def said(tp, r):
-            m = ending[tp].marker if tp in ending else None
-            by = (f" (an admin: WriteTxnMarkers from {m.client_id!r})" if m is not None and m.writer == "admin"
-                  else "")
-            return f"{tp}: {r or 'no marker'}{by}"
-        desc = ", ".join(said(tp, r) for tp, r in sorted(results.items()) if tp != "(coordinator)")
+    def torn(self, t: Transaction, damaged: list[Range]) -> dict:
         c = t.coord
-        if c is not None and c.result is not None:
-            desc += f"; the coordinator's result: {c.result}" + (
-                f" ({c.ended_by}: {c.end_detail})" if c.ended_by and c.end_detail else "")
-        if first.marker is not None:
-            fields.update(first_offset=first.marker.offset, last_offset=first.marker.offset)
-        return finding("torn-transaction",
-                       f"producer {t.producer_id}'s transaction{start} ended differently across its "
-                       f"partitions: {desc}",
-                       evidence=[e for p in parts for e in self.evidence(p)], details=details,
-                       timeline=self.timeline(), **fields)
+        decided = c.result if c is not None else None
+        ranges = t.ranges()
+        lead = min(damaged, key=lambda r: (r.tp, -1 if r.first is None else r.first))
+        results: dict = {}
+        for r in ranges:   # per partition: its damaged stretch's outcome, else its data's, else its marker's
+            if r in damaged and (r.tp not in results or results[r.tp] == decided):
+                results[r.tp] = r.result
+            elif r.first is not None and r.tp not in results:
+                results[r.tp] = r.result
+        for r in ranges:
+            results.setdefault(r.tp, r.result)
+        if decided is not None and any(v not in (None, decided) for v in results.values()):
+            results.setdefault("(coordinator)", decided)
+        with_data = {r.tp for r in ranges if r.first is not None}
+        nothing = [self._ends_nothing(r, ranges) for r in ranges if r.first is None and r.marker is not None
+                   and r.tp in with_data]
+        start = f" started at {iso_ms(t.start_ms)}" if t.start_ms is not None else ""
+        tid = t.transactional_id or self.tid
+        text = (f"producer {t.producer_id}'s transaction (epoch {t.epoch}" + (f", {tid!r}" if tid else "") + f"){start} "
+                "ended differently across its partitions: ")
+        if decided is not None:
+            how = f" ({c.ended_by}: {c.end_detail})" if c.ended_by and c.end_detail else ""
+            text += f"the coordinator decided {decided}{how}, but " + "; ".join(self._range(r, c) for r in damaged)
+            kept = [r for r in ranges if r.first is not None and r not in damaged]
+            if kept:
+                text += f"; as decided: " + ", ".join(f"{r.tp} {r.offsets}" for r in kept)
+        else:
+            text += "; ".join(self._range(r, None) for r in ranges if r.first is not None or r.result)
+        notes = [n for n in nothing if n["why"] != "registered, never written"]
+        if notes:
+            text += ". " + "; ".join(f"{n['tp']}: its {n['result']} marker at {n['at']} {n['why']}"
+                                     for n in notes)
+        ev, reps = [], []
+        for r in damaged + [r for r in ranges if r.first is None and r not in damaged]:
+            for rep, cp in sorted(r.part.copies.items(), key=lambda kv: str(kv[0])) or [(None, r.part)]:
+                for e in self.evidence(cp):
+                    if len(ev) < 16:
+                        ev.append(e)
+                        reps.append(None if self.wire else rep)
+        details = self.details(None, t, {
+            "results": results, "coordinator_result": decided,
+            "damaged": [[r.tp, r.first, r.last, r.result, r.marker.offset if r.marker else None] for r in damaged],
+            "ranges": [[r.tp, r.first, r.last, r.result, r.marker.offset if r.marker else None] for r in ranges],
+            "ends_nothing": nothing, "topic_partitions": sorted({r.tp for r in ranges}),
+            # per partition, its damaged stretch's marker (else its data's)
+            "markers": {r.tp: r.marker.offset for r in ranges + damaged if r.marker is not None and r.first is not None},
+            "writers": {r.tp: r.marker.writer for r in ranges + damaged if r.marker is not None and r.marker.writer},
+            "evidence_replicas": reps})
+        fields = self.fields(lead.part, producer_epoch=t.epoch, first_ts_ms=t.start_ms, last_ts_ms=t.end_ms,
+                             transactional_id=t.transactional_id or self.tid)
+        if lead.first is None:
+            fields.update(first_offset=lead.marker.offset, last_offset=lead.marker.offset)
+        else:
+            fields.update(first_offset=lead.first, last_offset=lead.last)
+        return finding("torn-transaction", text, evidence=ev, details=details, timeline=self.timeline(t), **fields)
+
+    def _range(self, r: Range, c) -> str:
+        """One stretch and what ended it, in words (with why its marker is not the coordinator's
+        when the evidence shows it: its writer, or an epoch other than the coordinator's)."""
+        if r.result is None:
+            return f"{r.tp} {r.offsets} got no marker"
+        m = r.marker
+        verb = {"COMMIT": "committed", "ABORT": "aborted"}.get(r.result, r.result)
+        by = ""
+        if m.writer == "admin":
+            by = f" by an admin (WriteTxnMarkers from {m.client_id!r}, not the coordinator)"
+        elif c is not None and c.prepare_epoch is not None and m.epoch is not None and m.epoch != c.prepare_epoch:
+            by = (f" by a marker of epoch {m.epoch}, not the coordinator's epoch {c.prepare_epoch} "
+                  "(an admin's kafka-transactions.sh abort writes the data's epoch)")
+        return f"{r.tp} {r.offsets} {verb} (marker at {_at(m)}){by}"
+
+    @staticmethod
+    def _ends_nothing(r: Range, ranges: list[Range]) -> dict:
+        """Why a marker of the transaction ends no data on its partition."""
+        m = r.marker
+        at = m.offset if m.offset is not None else 1 << 62
+        before = [x for x in ranges if x.tp == r.tp and x.first is not None and x.marker is not None
+                  and (x.marker.offset if x.marker.offset is not None else -1) < at]
+        prev = r.part.previous
+        if before:
+            x = before[-1]
+            why = (f"ends no data: the transaction's data there ({x.offsets}) had already been "
+                   f"{'committed' if x.result == 'COMMIT' else 'aborted'} at {_at(x.marker)}")
+        elif prev is not None and prev.marker is not None and prev.marker.result == m.result and prev.marker.epoch == m.epoch:
+            why = ("is a re-sent marker (a coordinator or leader failover makes the coordinator write a completed "
+                   "transaction's markers again): not an anomaly")
+        else:
+            why = "registered, never written"
+        return {"tp": r.tp, "offset": m.offset, "at": _at(m), "result": m.result, "why": why}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from kaudit.audit.coordinator_state import CoordTxn, CoordView
 
@@ -56,6 +57,7 @@ class Part:
     replicas_without_marker: list = field(default_factory=list)
     coord: CoordTxn | None = None                           # matched coordinator transaction
     previous: "Part | None" = None                          # the part before it on the partition
+    copies: dict = field(default_factory=dict)              # replica -> its own Part (its files)
     key: object = None                                      # the rank of its first row
     tp: str = field(init=False, default="")                 # "topic-partition"
 
@@ -72,6 +74,11 @@ class Part:
             if b["last_offset"] is not None:
                 return b["last_offset"]
         return None
+
+    @property
+    def epochs(self) -> list[int]:
+        """The distinct producer epochs of its data, in order of appearance."""
+        return list(dict.fromkeys(b["producer_epoch"] for b in self.data if b["producer_epoch"] is not None))
 
     @property
     def data_epoch(self) -> int | None:
@@ -146,10 +153,12 @@ def merge_replicas(per_replica: dict) -> list[Part]:
             m = merged.get(p.key)
             if m is None:
                 merged[p.key] = p
+                p.copies = {rep: p}
                 if p.marker is None:
                     p.replicas_without_marker = [rep]
                 continue
             m.replicas.append(rep)
+            m.copies[rep] = p
             if p.marker is None:
                 m.replicas_without_marker.append(rep)
             elif m.marker is None:
@@ -298,6 +307,13 @@ class ProducerTxns:
     def all_parts(self) -> list[Part]:
         return [p for ps in self.partitions.values() for p in ps]
 
+    @cached_property
+    def epochs(self) -> dict:
+        """Epoch -> txn_history.EpochSpan: when each epoch began and ended at the coordinator."""
+        from kaudit.audit.txn_history import epochs
+
+        return epochs(self.view)
+
 
 def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
              coordinator_known: bool | None = None, coverage: Coverage | None = None,
@@ -381,10 +397,19 @@ class Transaction:
                 out.setdefault(p.tp, p.marker.result)
         return out
 
+    def ranges(self) -> list["Range"]:
+        """Per partition, in offset order, what ended each stretch of the transaction's data:
+        one Range per part (data up to its marker; a marker after data already ended ends
+        nothing there and is a Range without data)."""
+        return [Range(p.tp, p.start_offset if p.data else None, p.last_data_offset,
+                      p.marker.result if p.marker is not None else None, p)
+                for p in sorted(self.parts, key=lambda p: (p.tp, _order(p)))]
+
     @property
     def outcome(self) -> str:
         res = self.results
-        if len(set(v for v in res.values() if v is not None)) > 1:
+        if len(set(v for v in res.values() if v is not None)) > 1 or \
+                len({r.result for r in self.ranges() if r.result is not None}) > 1:
             return "torn"
         if any(v is None for v in res.values()):
             return "open"
@@ -443,6 +468,27 @@ class Transaction:
         if t is not None and t.ended_by is not None:
             return t.ended_by, t.end_detail
         return None, None
+
+
+@dataclass
+class Range:
+    """One stretch of a transaction on one partition and the marker that ended it."""
+
+    tp: str
+    first: int | None          # its data's offsets (None: a marker that ends no data)
+    last: int | None
+    result: str | None         # COMMIT | ABORT | None (no marker)
+    part: Part
+
+    @property
+    def marker(self) -> Marker | None:
+        return self.part.marker
+
+    @property
+    def offsets(self) -> str:
+        if self.first is None:
+            return "no data"
+        return f"offset {self.first}" if self.last in (None, self.first) else f"offsets {self.first}-{self.last}"
 
 
 def group(pt: ProducerTxns) -> list[Transaction]:

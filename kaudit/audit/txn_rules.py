@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kaudit.audit import txn_clean
 from kaudit.audit.registry import rule
-from kaudit.audit.txn_model import Part, ProducerTxns, Transaction
+from kaudit.audit.txn_model import Part, ProducerTxns, Range, Transaction
 from kaudit.timefmt import duration
 
 # transaction.max.timeout.ms default: the longest a transaction may stay open when its own
@@ -22,10 +22,85 @@ ABORT_HINT = ("kafka-transactions.sh --bootstrap-server <broker> abort --topic {
               "--partition {partition} --start-offset {offset}")
 
 
+# -- the checks: each rule's findings over one producer's history (txn_findings.Judgement `j`:
+# the facts `j.pt`, its transactions `j.txns`, the finding builder `j.say`) -----------------
+
+def _check_dangling(j):
+    """dangling-transaction and hanging-transaction (one finding per open part: which one its
+    reasons decide)."""
+    for parts in j.pt.partitions.values():
+        last_ce = None              # the latest marker's coordinator epoch before the part
+        for part in parts:
+            if dangling_transaction(part, j.pt):
+                yield j.say.dangling(part, hanging_transaction(part, j.pt, j.reference_ms), last_ce)
+            if part.marker is not None and part.marker.coordinator_epoch is not None:
+                last_ce = part.marker.coordinator_epoch
+
+
+def _check_torn(j):
+    for t in j.txns:
+        damaged = torn_transaction(t, j.pt)
+        if damaged is not None:
+            yield j.say.torn(t, damaged)
+
+
+def _check_unregistered(j):
+    for parts in j.pt.partitions.values():
+        part = next((p for p in parts if unregistered_partition(p, j.pt)), None)
+        if part is not None:
+            yield j.say.unregistered(part)
+
+
+def _check_coordinator_abort(j):
+    for t in j.txns:
+        cause = coordinator_abort(t, j.pt)
+        if cause is not None:
+            yield j.say.coordinator_abort(t, cause)
+
+
+def _check_stray(j):
+    for part in j.pt.all_parts():
+        if stray_marker(part):
+            m = part.marker
+            yield j.say.part("stray-marker", part, f"{m.result} marker of producer {part.producer_id} at {_at(m)} "
+                             "with no transactional data before it" + j.say.writer(m),
+                             {"coordinator_epoch": m.coordinator_epoch, "writer": m.writer})
+
+
+def _check_ce(j):
+    for parts in j.pt.partitions.values():
+        prev_ce = None
+        for part in parts:
+            m = part.marker
+            if m is None:
+                continue
+            if coordinator_epoch_regression(prev_ce, m.coordinator_epoch):
+                yield j.say.part("coordinator-epoch-regression", part,
+                                 f"producer {part.producer_id} {m.result} marker at {_at(m)} has coordinator epoch "
+                                 f"{m.coordinator_epoch}, below the earlier {prev_ce}",
+                                 {"previous_coordinator_epoch": prev_ce, "coordinator_epoch": m.coordinator_epoch})
+            if m.coordinator_epoch is not None:
+                prev_ce = m.coordinator_epoch if prev_ce is None else max(prev_ce, m.coordinator_epoch)
+
+
+def _check_plain(j):
+    for part in j.pt.all_parts():
+        if nontransactional_write(part):
+            yield j.say.plain(part)
+
+
+def _check_late(j):
+    for part in j.pt.all_parts():
+        late = late_transactional_write(part, j.pt)
+        if late is not None:
+            yield j.say.late(part, *late)
+
+
 @rule("dangling-transaction", "warning", "both", "an open transaction with no marker yet, still within its timeout",
       "Nothing to do while the producer or the coordinator can still end it; if it stays open "
       "past its timeout it is hanging: abort it with kafka-transactions.sh abort.",
-      clean=txn_clean.every_part_ends)
+      clean=txn_clean.every_part_ends,
+      fold="transactions", check=_check_dangling)
 def dangling_transaction(part: Part, pt: ProducerTxns) -> bool:
     """Invariant: every transactional batch is followed, in its partition, by a COMMIT or ABORT
     marker of its producer (KIP-98: the coordinator writes markers to every registered partition;
@@ -42,7 +117,8 @@ def dangling_transaction(part: Part, pt: ProducerTxns) -> bool:
 
 @rule("hanging-transaction", "critical", "both",
       "an open transaction that nothing will end: read_committed consumers stop at it",
-      ABORT_HINT.format(topic="T", partition="P", offset="O"), clean=txn_clean.every_part_ends)
+      ABORT_HINT.format(topic="T", partition="P", offset="O"), clean=txn_clean.every_part_ends,
+      fold="transactions")   # judged with dangling-transaction
 def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) -> list[str]:
     """Invariant: a dangling transaction is ended by its producer or its coordinator: it must
     still be open at the coordinator for that partition, within its timeout. Otherwise it is
@@ -85,16 +161,46 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
       "Atomicity is broken: consumers saw part of the transaction. Find which partitions are "
       "wrong (the coordinator's result is the intended one), repair downstream, and check the "
       "brokers for lost markers (unclean leader election, truncation) and for admins who "
-      "aborted part of it (kafka-transactions.sh abort).", clean=txn_clean.one_result_per_transaction)
-def torn_transaction(results: dict[str, str | None]) -> bool:
-    """Invariant: a transaction's markers carry one result on every partition it registered
-    (TransactionMarkerChannelManager writes the same marker to all of them, KIP-98).
-    Torn: COMMIT on some partitions and ABORT on others (e.g. an admin's
-    `kafka-transactions.sh abort` on one partition while the coordinator commits the others),
-    or markers on some partitions and none on others.
+      "aborted part of it (kafka-transactions.sh abort).", clean=txn_clean.one_result_per_transaction,
+      fold="transactions", check=_check_torn)
+def torn_transaction(t: Transaction, pt: ProducerTxns) -> list[Range] | None:
+    """Invariant: a transaction's markers carry one result on every partition it registered, the
+    coordinator's decision (TransactionMarkerChannelManager writes the same marker to all of
+    them, KIP-98): every stretch of its data on every partition ends with that result.
+    Torn: COMMIT on some stretches and ABORT on others (e.g. an admin's `kafka-transactions.sh
+    abort` of some partitions of an open transaction the producer then commits: the aborted
+    stretches are lost, the coordinator's COMMIT markers there end nothing), or markers on some
+    partitions and none on others. Returns the stretches whose outcome differs from the
+    coordinator's decision (every stretch when the coordinator's is unknown), else None.
     Benign causes: none; a partition whose log, or whose leader's traffic, is not in the
-    evidence is not judged."""
-    return len(set(results.values())) > 1
+    evidence is not judged; a marker re-sent after a coordinator or leader failover (the same
+    result again) is not a second outcome."""
+    ranges = judged_ranges(t, pt)
+    results = {r.result for r in ranges}
+    decided = t.coord.result if t.coord is not None else None
+    if decided is not None and any(r.result != decided for r in ranges):
+        results.add(decided)
+    if len(results) <= 1:
+        return None
+    return [r for r in ranges if r.result != decided] if decided is not None else ranges
+
+
+def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
+    """The stretches whose outcome is judged: those with data (without a marker only where the
+    evidence would show one), and on a partition without data the first marker (a registered
+    partition never written gets the coordinator's marker all the same; later markers there may
+    be other transactions' the evidence could not tell apart: on the wire the offsets group's
+    markers come without its data)."""
+    out, bare = [], set()
+    with_data = {r.tp for r in t.ranges() if r.first is not None}
+    for r in t.ranges():
+        if r.first is not None:
+            if r.result is not None or pt.coverage.sees_marker(r.tp):
+                out.append(r)
+        elif r.tp not in with_data and r.tp not in bare:
+            bare.add(r.tp)
+            out.append(r)
+    return out
 
 
 @rule("unregistered-partition", "error", "both", "transactional data on a partition the transaction never registered",
@@ -102,7 +208,7 @@ def torn_transaction(results: dict[str, str | None]) -> bool:
       "transaction version 2 its leader registers it): its data is outside the coordinator's "
       "transaction and no marker will end it. Abort it with kafka-transactions.sh abort; use "
       "brokers that verify registrations (KIP-890, Kafka 3.6+) and current clients.",
-      clean=txn_clean.every_partition_registered)
+      clean=txn_clean.every_partition_registered, fold="transactions", check=_check_unregistered)
 def unregistered_partition(part: Part, pt: ProducerTxns) -> bool:
     """Invariant: a producer writes transactional data only to partitions its transaction
     registered (AddPartitionsToTxn from the client under transaction version 0/1, from the
@@ -118,7 +224,7 @@ def unregistered_partition(part: Part, pt: ProducerTxns) -> bool:
 @rule("coordinator-abort", "info", "both", "a transaction the coordinator aborted itself (timeout or fencing)",
       "Informational. Timeout: the producer stalled past transaction.timeout.ms. Fencing: a new "
       "instance with the same transactional.id started (InitProducerId) while a transaction was open.",
-      clean=txn_clean.no_coordinator_abort)
+      clean=txn_clean.no_coordinator_abort, fold="transactions", check=_check_coordinator_abort)
 def coordinator_abort(txn: Transaction, pt: ProducerTxns) -> str | None:
     """Invariant: a transaction is ended by its producer's EndTxn unless the coordinator aborts
     it itself: on a timeout (TransactionCoordinator.abortTimedOutTransactions) or when a new
@@ -142,7 +248,8 @@ def coordinator_abort(txn: Transaction, pt: ProducerTxns) -> str | None:
 @rule("stray-marker", "info", "both", "a COMMIT or ABORT marker with no open transaction of its producer",
       "Informational: usually a marker the coordinator wrote to a registered partition the "
       "producer never wrote to, one whose data retention or compaction removed, or an admin's "
-      "abort of a transaction that had already ended there.", clean=txn_clean.no_stray_marker)
+      "abort of a transaction that had already ended there.", clean=txn_clean.no_stray_marker,
+      fold="transactions", check=_check_stray)
 def stray_marker(part: Part) -> bool:
     """Invariant: an end marker closes an open transaction of its producer on that partition
     (ProducerStateManager.completeTxn).
@@ -155,7 +262,7 @@ def stray_marker(part: Part) -> bool:
 @rule("coordinator-epoch-regression", "error", "both", "a marker from an older coordinator epoch than an earlier marker's",
       "A zombie coordinator wrote a marker after a newer one took over the transaction log "
       "partition. Check the coordinator failover around that time; compare the replicas.",
-      clean=txn_clean.coordinator_epochs_rise)
+      clean=txn_clean.coordinator_epochs_rise, fold="transactions", check=_check_ce)
 def coordinator_epoch_regression(previous: int | None, current: int | None) -> bool:
     """Invariant: for one producer and partition, markers carry non-decreasing coordinator epochs
     (the partition leader rejects older ones: ProducerStateManager / ProducerAppendInfo
@@ -168,7 +275,7 @@ def coordinator_epoch_regression(previous: int | None, current: int | None) -> b
       "a producer's plain write on a partition where its transaction is open",
       "The same producer id wrote outside its transaction while one was open: consumers read it "
       "whatever the outcome. Check for a client bug or a re-used producer id.",
-      clean=txn_clean.no_plain_writes)
+      clean=txn_clean.no_plain_writes, fold="transactions", check=_check_plain)
 def nontransactional_write(part: Part) -> bool:
     """Invariant: while a producer has an open transaction on a partition, its writes there are
     transactional (ProducerAppendInfo: a non-transactional append with an ongoing transaction is
@@ -181,7 +288,8 @@ def nontransactional_write(part: Part) -> bool:
       "The data belongs to a transaction already ended on that partition: it opens a transaction "
       "no coordinator knows (hanging: abort it with kafka-transactions.sh) or is committed or "
       "aborted by the producer's next transaction. Use brokers with KIP-890 verification and "
-      "clients on transaction version 2.", clean=txn_clean.no_late_write)
+      "clients on transaction version 2.", clean=txn_clean.no_late_write,
+      fold="transactions", check=_check_late)
 def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[dict]] | None:
     """Invariant: a transaction's data reaches a partition before that transaction's marker
     there (pre-KIP-890 brokers do not check it: a delayed or retried Produce can land after the

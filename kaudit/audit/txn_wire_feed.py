@@ -189,6 +189,8 @@ class WireFeed:
                         cause=COORDINATOR, detail="fencing")
             t.prepared, t.prepare_epoch = "ABORT", bumped
             self._maybe_complete(t, ts, r, force=True)
+        if keep and self.open_txn() is not None:
+            return   # KIP-939: the new instance takes the prepared transaction over, still open
         self.cur = None
         self.record("Empty", ts, r, _Txn(self.tid, epoch, ts, self.timeout_ms))
 
@@ -380,7 +382,8 @@ class WireFeed:
             "base_timestamp_ms": int(ts * 1000), "max_timestamp_ms": int(ts * 1000),
             "source": r["source"], "position": r["position"], "connection": r["connection"],
             "client_id": r["client_id"], "correlation_id": r["correlation_id"], "base_sequence": r["base_sequence"],
-            "last_sequence": r["last_sequence"], "response_error": err, "rank": (ts, r["position"])})
+            "last_sequence": r["last_sequence"], "response_error": err, "rank": (ts, r["position"]),
+            "answered": r.get("response_ts")})
 
     def _implicit_add(self, ts: float, r: dict, tp: str) -> None:
         """Data on a partition whose registration the capture cannot show (a version-2 producer's
@@ -396,8 +399,10 @@ class WireFeed:
             self.record("Ongoing", ts, r, t)
 
     def _order_races(self) -> None:
-        """Data sent while a marker was on its way (sent, not answered yet) landed before it when
-        its offset follows the data before the marker directly (a marker takes an offset)."""
+        """Data whose Produce was in flight while a marker was on its way (the marker sent before
+        the data was answered: a version-2 leader holds the Produce until the coordinator, busy
+        writing the previous transaction's markers, verifies it) landed after that marker when
+        its offset leaves a gap after the data before it (a marker takes an offset)."""
         markers: dict[tuple, list[dict]] = {}
         for m in self.markers:
             markers.setdefault((m["topic"], m["partition"]), []).append(m)
@@ -409,7 +414,8 @@ class WireFeed:
             sent = [m["sent"] for m in ms]
             top = -1   # the highest last offset of the partition's data sent before
             for d in sorted(data.get(tp, ()), key=lambda d: d["rank"]):
-                k = bisect_right(sent, d["rank"][0]) - 1   # the last marker sent by then
+                done = d.get("answered") or d["rank"][0]
+                k = bisect_right(sent, max(done, d["rank"][0])) - 1   # the last marker sent by its answer
                 m = ms[k] if k >= 0 else None
                 if (m is not None and d["rank"][0] < m["rank"][0] and d["base_offset"] is not None
                         and top >= 0 and d["base_offset"] > top + 1):

@@ -150,6 +150,9 @@ class ConnectionGroup:
         self.last_activity = None   # latest request or response time seen on the connection
         self.gap_frames: list[int] = []   # packets where the capture lost bytes of it
         self.out: list[dict] = []
+        # failed InitProducerId answers (producer id -1) waiting for the producer id the client
+        # obtains next on this connection: the error is that producer's (never "non-idempotent")
+        self.orphans: list[tuple[str, dict]] = []
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
         if kind == "frame":
@@ -184,6 +187,12 @@ class ConnectionGroup:
 
     def _plain_run(self, t: pa.Table, rts: np.ndarray, a: int, b: int) -> None:
         seg = t.slice(a, b - a)
+        if self.orphans:
+            api, pid = np_col(seg, "api_key", -1, np.int64), np_col(seg, "producer_id", -1, np.int64)
+            got = np.flatnonzero((api == 22) & (pid >= 0))
+            if len(got):
+                g = int(got[0])
+                self._adopt(int(pid[g]), int(np_col(seg, "producer_epoch", -1, np.int64)[g]))
         rsp = np_col(seg, "response_ts", np.nan, np.float64)
         top = float(max(np.nanmax(rts[a:b]), np.nanmax(rsp) if np.isfinite(rsp).any() else -np.inf))
         if self.last_activity is None or top > self.last_activity:
@@ -226,6 +235,8 @@ class ConnectionGroup:
                     else:
                         still.append(w)
                 self.waiting = still
+        if r.api_key == 22 and not r.error_codes and r.producer_id is not None and r.producer_id >= 0 and self.orphans:
+            self._adopt(r.producer_id, r.producer_epoch)
         if producer_error(r):
             ev = [evidence(self.source, r.request_frame, "request"),
                   evidence(self.source, r.response_frame, "response")]
@@ -237,15 +248,20 @@ class ConnectionGroup:
                 where = " (" + ", ".join(f"{t}-{p}: {c}" for t, p, c in failed[:8]) + \
                     (f", … {len(failed) - 8} more" if len(failed) > 8 else "") + ")"
             one = dict(topic=failed[0][0], partition=failed[0][1]) if len(failed) == 1 else {}
-            self.out.append(finding(
-                "producer-error", f"{r.api_name} v{r.api_version} corr {r.correlation_id} "
-                f"({who}{pid}client {r.client_id}) on {self.connection}: {r.error_names}{where}",
-                evidence=ev, details={"api": r.api_name, "errors": r.error_names,
-                                      "error_codes": r.error_codes,
-                                      "partitions": [{"topic": t, "partition": p, "error_code": c}
-                                                     for t, p, c in failed] or None},
-                first_ts_ms=int(r.request_ts * 1000), last_ts_ms=_ms(r.response_ts),
-                **one, **self._common(r)))
+            text = f"{r.api_name} v{r.api_version} corr {r.correlation_id} "
+            kw = dict(evidence=ev, details={"api": r.api_name, "errors": r.error_names,
+                                            "error_codes": r.error_codes,
+                                            "partitions": [{"topic": t, "partition": p, "error_code": c}
+                                                           for t, p, c in failed] or None},
+                      first_ts_ms=int(r.request_ts * 1000), last_ts_ms=_ms(r.response_ts),
+                      **one, **self._common(r))
+            if r.api_key == 22 and (r.producer_id is None or r.producer_id < 0):
+                # answered with an error, it names no producer id: the next one the client gets
+                self.orphans.append((text + f"({who}client {r.client_id}) on {self.connection}: "
+                                     f"{r.error_names}{where}", kw))
+            else:
+                self.out.append(finding("producer-error", text + f"({who}{pid}client {r.client_id}) on "
+                                        f"{self.connection}: {r.error_names}{where}", **kw))
         if r.api_key != 0 and r.error_codes and set(r.error_codes.split(",")) & FENCED_CODES:
             self.out.append(finding(
                 "fenced-epoch", f"{r.api_name} v{r.api_version} corr {r.correlation_id} "
@@ -265,6 +281,15 @@ class ConnectionGroup:
                 evidence=[evidence(self.source, frame_no, "request" if r.request_frame is not None else "response")],
                 first_ts_ms=_ms(r.request_ts if r.request_ts is not None else r.response_ts),
                 **self._common(r)))
+
+    def _adopt(self, pid: int | None, epoch: int | None) -> None:
+        """The failed InitProducerId answers before it belong to producer `pid` (None: unknown)."""
+        for text, kw in self.orphans:
+            if pid is not None:
+                kw = dict(kw, producer_id=pid, producer_epoch=None)
+                text += f"; the client then obtained producer id {pid} (epoch {epoch})"
+            self.out.append(finding("producer-error", text, **kw))
+        self.orphans = []
 
     def _issue(self, r: Issue) -> None:
         if r.issue == "stream-gap" and r.position is not None:
@@ -295,7 +320,8 @@ class ConnectionGroup:
         return i
 
     def finish(self) -> list[dict]:
-        out = []
+        self._adopt(None, None)
+        out, self.out = self.out, []
         self.sessions.sort(key=lambda c: (c.first_ts is not None, c.first_ts or 0.0))
         for r, after in self.pending:
             i = self._session(r.request_ts)

@@ -90,11 +90,12 @@ def _header(c, report: dict) -> None:
         c.print(f"[red]unreadable:[/red] {escape(e)}")
 
 
-def _where(e: dict) -> str:
+def _where(e: dict, shown: dict | None = None) -> str:
     wire = e["kind"] in ("request", "response", "produce", "packet", "fetch", "end_txn")
     where = "" if e["position"] is None else (f"frame {e['position']}" if wire else f"byte {e['position']}")
     note = f" ({e['note']})" if e.get("note") else ""
-    return f"{os.path.basename(e['source'] or '')} {where} [{e['kind']}]{note}".strip()
+    name = (shown or {}).get(e["source"]) or os.path.basename(e["source"] or "")
+    return f"{name} {where} [{e['kind']}]{note}".strip()
 
 
 def _incident(c, n: int, i: dict, members: list[dict]) -> None:
@@ -105,8 +106,11 @@ def _incident(c, n: int, i: dict, members: list[dict]) -> None:
     for label in ("who", "what", "when", "impact"):
         c.print(f"  [bold]{label:<7}[/bold] {escape(story[label])}")
     c.print(f"  [bold]evidence[/bold] ({len(i['places'])} place(s))")
+    from kaudit.report.story import shown_sources
+
+    shown = shown_sources(i)
     for p in i["places"]:
-        ev = "; ".join(_where(e) for e in p["evidence"][:3])
+        ev = "; ".join(_where(e, shown) for e in p["evidence"][:3])
         c.print(f"    {escape(p['place'])}: {', '.join(p['rules'])}" + (f" — [dim]{escape(ev)}[/dim]" if ev else ""))
     c.print(f"  [bold]findings[/bold] ({len(members)})")
     for f in members[:MEMBERS_SHOWN]:

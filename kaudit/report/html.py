@@ -48,9 +48,12 @@ def _story(i: dict) -> str:
 
 
 def _evidence(i: dict) -> str:
+    from kaudit.report.story import shown_sources
+
+    shown = shown_sources(i)
     items = []
     for p in i["places"]:
-        ev = "; ".join(f"{os.path.basename(e['source'] or '')} "
+        ev = "; ".join(f"{shown.get(e['source']) or os.path.basename(e['source'] or '')} "
                        f"{'frame' if e['kind'] in ('request', 'response', 'produce', 'packet', 'fetch') else 'byte'} "
                        f"{e['position']} [{e['kind']}]" + (f" ({e['note']})" if e.get("note") else "")
                        for e in p["evidence"][:4])

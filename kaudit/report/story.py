@@ -21,12 +21,13 @@ KIND_TITLES = {"leadership": "Records lost to the partition's leadership", "zomb
 
 
 _KINDS = (("leadership", {"unclean-leader-election", "unexplained-divergence", "missing-segments"}),
-          ("zombie", {"fenced-epoch"}), ("torn", {"torn-transaction"}),
+          ("zombie", {"fenced-epoch", "write-after-epoch-end"}), ("torn", {"torn-transaction"}),
           ("hanging", {"hanging-transaction", "lso-stuck"}),
           ("duplicate", {"duplicate-batch", "duplicate-records"}), ("repeated", {"repeated-records"}),
           ("transaction", {"dangling-transaction", "unregistered-partition", "late-transactional-write",
                            "non-transactional-write-in-transaction", "coordinator-epoch-regression",
-                           "stray-marker", "illegal-state-transition", "coordinator-abort"}),
+                           "stray-marker", "illegal-state-transition", "coordinator-abort",
+                           "mixed-epoch-transaction"}),
           ("sequence", {"out-of-order-sequence"}), ("integrity", set(INTEGRITY_RULES)),
           ("outcome", {"outcome-mismatch", "produce-outcome"}), ("retry", {"retried-batch"}),
           ("errors", {"producer-error"}), ("request", {"unanswered-request"}))
@@ -61,8 +62,12 @@ def _places(fs: list[dict]) -> list[dict]:
             names.append((f"capture {os.path.basename(e.get('source') or '') or '?'}", e))
         if disk or not wire:
             reps = [r for r in str(f.get("replica") or "").split(",") if r]
+            # a finding of several replicas may say whose file each piece of evidence is
+            own = details(f).get("evidence_replicas")
+            own = dict(zip((id(e) for e in f.get("evidence") or []), own)) if own else {}
             for e in disk or [None]:
-                for r in reps or [replica_of.get(e and e.get("source"))]:
+                mine = own.get(id(e)) if e is not None else None
+                for r in ([str(mine)] if mine is not None else reps) or [replica_of.get(e and e.get("source"))]:
                     names.append((f"replica {r}" if r else "log", e))
         for name, e in names:
             p = places.setdefault(name, {"place": name, "rules": [], "evidence": []})
@@ -83,8 +88,34 @@ def _distinct(fs, key) -> list:
 
 
 def _tps(fs) -> list[str]:
-    return sorted({f"{f['topic']}-{f['partition']}" for f in fs if f.get("topic") is not None
-                   and f.get("partition") is not None})
+    """Every partition the findings name: their own, and those a finding says it involves
+    (a torn transaction's every partition)."""
+    out = {f"{f['topic']}-{f['partition']}" for f in fs if f.get("topic") is not None
+           and f.get("partition") is not None}
+    for f in fs:
+        out.update(details(f).get("topic_partitions") or ())
+    return sorted(out)
+
+
+def _damaged(fs) -> list[str]:
+    """The partitions whose outcome differs from the coordinator's decision (torn findings)."""
+    return list(dict.fromkeys(d[0] for f in fs if f["rule"] == "torn-transaction"
+                              for d in details(f).get("damaged") or ()))
+
+
+def shown_sources(inc: dict) -> dict[str, str]:
+    """How a report names each evidence file of an incident: its path below the files' common
+    folder, with at least the partition folder (`node2/torn-1/00000000000000000000.log`)."""
+    from kaudit.audit.incidents import LOG_FILE
+
+    srcs = sorted({e["source"] for p in inc.get("places") or () for e in p["evidence"]
+                   if e.get("source") and not is_wire_evidence(e) and LOG_FILE.search(str(e["source"]))})
+    split = [str(s).replace("\\", "/").split("/") for s in srcs]
+    common = 0
+    if len(split) > 1:
+        while all(len(x) > common + 1 and x[common] == split[0][common] for x in split):
+            common += 1
+    return {s: "/".join(x[min(common, max(len(x) - 2, 0)):]) for s, x in zip(srcs, split)}
 
 
 def summarise(iid: str, fs: list[dict], reference_ms: int | None) -> dict:
@@ -162,6 +193,11 @@ def _title(inc: dict, fs: list[dict]) -> str:
         seq = (f" sequences {d['base_sequence']}-{d['last_sequence']}" if d.get("base_sequence") is not None else "")
         title = "Sequence numbers reused" if _reused(d) else KIND_TITLES[kind]
         return f"{title}{where}: {who}{seq}".rstrip(": ")
+    if kind == "torn":
+        damaged = _damaged(fs)
+        if damaged:
+            where = " on " + ", ".join(damaged[:3]) + (f" and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+        return f"{KIND_TITLES[kind]}{where}: {who or RULES[fs[0]['rule']].title}"
     if kind == "zombie":
         cur = [details(f).get("current_epoch") for f in fs if details(f).get("current_epoch") is not None]
         stale = min((f["producer_epoch"] for f in fs if f["rule"] == "fenced-epoch"
@@ -237,6 +273,69 @@ def _offsets(a, b) -> str:
     return f"{a}" if b is None or a == b else f"{a}-{b}"
 
 
+def _zombie_impact(by: dict) -> list[str]:
+    """What became of a zombie's writes, from the findings only: stored (where, and whether a
+    COMMIT exposed them), refused (the requests the evidence shows), or not in the evidence."""
+    out = []
+    stale = by.get("write-after-epoch-end", [])
+    for f in stale[:3]:
+        d = details(f)
+        where = f"{f['topic']}-{f['partition']}@{_offsets(f['first_offset'], f.get('last_offset'))}"
+        if d.get("outcome") == "committed":
+            out.append(f"the zombie's writes at {where} were stored and a later COMMIT exposed them: "
+                       "read_committed consumers read data of a fenced instance")
+        elif d.get("outcome") == "aborted":
+            out.append(f"the zombie's writes at {where} were stored after its epoch ended; an ABORT discarded "
+                       "them (read_uncommitted consumers read them)")
+        else:
+            out.append(f"the zombie's writes at {where} were stored after its epoch ended and no marker ends them")
+    fenced = by.get("fenced-epoch", [])
+    stored = [f for f in fenced if f["severity"] in ("error", "critical")]
+    if stored:
+        out.append("the zombie's writes at offsets " + ", ".join(
+            f"{f['topic']}-{f['partition']}@{_offsets(f['first_offset'], f.get('last_offset'))}" for f in stored[:3])
+            + " were stored: consumers read data of a fenced instance")
+    refused = [f for f in fenced if f not in stored]
+    if refused and not stale and not stored:
+        out.append(f"the brokers refused the zombie's {len(refused)} request(s) in the evidence: those were not "
+                   "stored (whether it sent others elsewhere the evidence does not show)")
+    elif refused:
+        out.append(f"the brokers refused {len(refused)} other request(s) of the zombie")
+    for f in by.get("coordinator-abort", [])[:1]:
+        out.append(f"the coordinator aborted its open transaction ({details(f).get('cause') or 'fencing'}): "
+                   "read_committed consumers skip that data")
+    return out
+
+
+def _torn_impact(d: dict) -> list[str]:
+    """Per damaged stretch of a torn transaction, what read_committed consumers see against what
+    the coordinator decided."""
+    decided = d.get("coordinator_result")
+    damaged = d.get("damaged")
+    if not damaged:   # an older finding: its per-partition results only
+        res = d.get("results") or {}
+        return ["consumers saw part of one transaction: " + ", ".join(f"{k} {v or 'no marker'}" for k, v in sorted(res.items()))]
+    out = []
+    for tp, lo, hi, result, marker in damaged:
+        if lo is None:
+            continue
+        where = f"{tp} offset{'s' if hi not in (None, lo) else ''} {_offsets(lo, hi)}"
+        if result is None:
+            out.append(f"{where}: no marker - read_committed consumers of {tp} stop at offset {lo}")
+        elif decided == "COMMIT" and result == "ABORT":
+            out.append(f"{where}: aborted though the coordinator committed the transaction: committed data "
+                       "lost to read_committed consumers")
+        elif decided == "ABORT" and result == "COMMIT":
+            out.append(f"{where}: committed though the coordinator aborted the transaction: read_committed "
+                       "consumers read data that should not exist")
+        else:
+            out.append(f"{where}: {result or 'no marker'}")
+    if decided is None:
+        out = ["the transaction's partitions ended differently (" + "; ".join(out) + "); the coordinator's "
+               "decision is not in the evidence"]
+    return out
+
+
 def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
     """What consumers saw, in words (the evidence's own numbers: offsets, times)."""
     by = defaultdict(list)
@@ -264,8 +363,7 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
                      f"{f['topic']}-{f['partition']}: offsets {_offsets(f['first_offset'], f.get('last_offset'))} "
                      f"cannot be read from replica {f.get('replica')}")
     for f in by.get("torn-transaction", [])[:2]:
-        res = details(f).get("results") or {}
-        lines.append("consumers saw part of one transaction: " + ", ".join(f"{k} {v or 'no marker'}" for k, v in sorted(res.items())))
+        lines.extend(_torn_impact(details(f)))
     for f in (by.get("duplicate-batch", []) + by.get("duplicate-records", []))[:1]:
         d = details(f)
         a, b = d.get("original_first_offset"), d.get("original_last_offset")
@@ -288,21 +386,13 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
                      "application sending the same values again, not a retry")
     for f in by.get("late-transactional-write", []):
         out = str(details(f).get("outcome") or "")
-        if "committed by the next" in out:   # aborted data exposed
+        if "committed by the next" in out or f["severity"] == "critical":   # aborted data exposed
             lines.append(f"{f['topic']}-{f['partition']}: data written after its transaction ended (offsets "
                          f"{_offsets(f['first_offset'], f.get('last_offset'))}): {out}; read_committed consumers read it")
     for f in by.get("non-transactional-write-in-transaction", [])[:1]:
         lines.append(f"{f['topic']}-{f['partition']}: writes outside the transaction are read whatever its outcome")
-    zombie = by.get("fenced-epoch", [])
-    if zombie:
-        stored = [f for f in zombie if f["severity"] in ("error", "critical")]
-        lines.append(("the zombie's writes at offsets " + ", ".join(
-            f"{f['topic']}-{f['partition']}@{_offsets(f['first_offset'], f.get('last_offset'))}" for f in stored[:3])
-            + " were stored: consumers read data of a fenced instance") if stored else
-            "the brokers refused the zombie's requests: nothing it sent after it was fenced was stored")
-        for f in by.get("coordinator-abort", [])[:1]:
-            lines.append(f"the coordinator aborted its open transaction ({details(f).get('cause') or 'fencing'}): "
-                         "read_committed consumers skip that data")
+    if by.get("fenced-epoch") or by.get("write-after-epoch-end"):
+        lines.extend(_zombie_impact(by))
     gaps = [f for f in by.get("out-of-order-sequence", []) if details(f).get("kind") == "gap"
             and f["severity"] in ("error", "critical")]
     for f in gaps[:1]:

@@ -80,7 +80,7 @@ def test_the_zombie_is_one_incident():
     assert inc["producer_ids"] == [2003] and inc["transactional_ids"] == ["java-fence"]
     assert set(inc["client_ids"]) == {"java-fence-A", "java-fence-B"}
     assert "fenced by epoch 2" in inc["title"]
-    assert "refused the zombie's requests" in inc["narrative"]["impact"]
+    assert "the brokers refused the zombie's 2 request(s) in the evidence" in inc["narrative"]["impact"]
 
 
 def test_demo_capture_leads_with_its_incidents():

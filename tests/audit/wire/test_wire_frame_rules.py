@@ -66,6 +66,18 @@ def test_produce_on_a_connection_closed_before_its_response(tmp_path):
     assert (fs[0]["producer_id"], fs[0]["producer_epoch"]) == (PID, 0)
 
 
+def test_unanswered_produce_whose_retry_stored_it_once_is_info(tmp_path):
+    """The connection closed before the Produce's answer; the producer retried the same batch on
+    a new connection and the broker answered it (an idempotent retry is stored once): nothing was
+    lost, a fact of the reconnect (info), told with what resolved it."""
+    first = Conn(send(1, batch(PID, 0, 0, 5), offset=0) + send(2, batch(PID, 0, 5, 5), error=None))
+    second = Conn(send(3, batch(PID, 0, 5, 5), offset=5), client=("10.0.0.1", 40002))
+    fs = audit(tmp_path, [first, second])
+    (u,) = by_rule(fs, "unanswered-request")
+    assert u["severity"] == "info" and "resolved: its retry was deduplicated - nothing lost" in u["message"]
+    assert details(by_rule(fs, "retried-batch")[0])["outcome"] == "deduplicated"
+
+
 def test_metadata_abandoned_by_a_close_before_any_timeout_is_info(tmp_path):
     fs = audit(tmp_path, Conn(metadata(1) + metadata(2, answered=False)))
     assert rules_of(fs) == [("unanswered-request", "info")]
@@ -174,6 +186,23 @@ def test_one_producer_error_per_error_response(tmp_path):
     assert errs[2]["transactional_id"] == "tx-wire"
     assert all([e["kind"] for e in f["evidence"]] == ["request", "response"] for f in errs)
     assert {f["rule"] for f in fs} == {"producer-error"}
+
+
+@pytest.mark.parametrize("txn_id", [None, "tx-wire"])
+def test_failed_init_producer_id_belongs_to_the_producer_obtained_next(tmp_path, txn_id):
+    """An InitProducerId answered with an error names no producer id (-1): it is the producer's
+    the client obtains next on the connection - idempotent or transactional, never a producer
+    without idempotence."""
+    m = init_producer_id(1, -1, -1, error=15, txn_id=txn_id) + init_producer_id(2, PID, 0, txn_id=txn_id)
+    m += send(3, batch(PID, 0, 0, 2), offset=0)
+    (f,) = by_rule(audit(tmp_path, Conn(m)), "producer-error")
+    assert f["producer_id"] == PID and f["transactional_id"] == txn_id
+    assert f"the client then obtained producer id {PID} (epoch 0)" in f["message"]
+
+
+def test_failed_init_producer_id_without_a_later_answer_stays_unnamed(tmp_path):
+    (f,) = by_rule(audit(tmp_path, Conn(init_producer_id(1, -1, -1, error=15, txn_id=None))), "producer-error")
+    assert f["producer_id"] == -1 and "obtained" not in f["message"]
 
 
 def test_no_producer_error_for_other_apis(tmp_path):

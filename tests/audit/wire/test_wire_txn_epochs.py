@@ -1,0 +1,156 @@
+"""Epochs and outcomes over one producer's history, on crafted captures, under transaction
+version 0/1 and 2: a zombie's Produce accepted on a partition its transaction never registered
+and exposed by the new instance's COMMIT; a Produce accepted (error 0) after its epoch's fencing
+began at the coordinator, aborted by the fencing's marker (told at info); an admin's abort of
+two of three partitions of an open transaction the producer then commits (the story told on the
+damaged partitions, its timeline that transaction's); a marker re-sent after a coordinator
+failover (not an anomaly)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kaudit.audit import incidents
+from kaudit.report import story as stories
+from tests.audit.wire.test_wire_txn_versions import PID, T0_MS, Story, run
+from tests.audit.wire.wirecraft import batch, by_rule, details, init_producer_id, send
+from tests.audit.wire.wirecraft_txn import describe_producers, markers
+
+
+def serious(fs):
+    return [f for f in fs if f["severity"] in ("warning", "error", "critical")]
+
+
+def fence(s: Story, corr: int, tv: int):
+    """A new instance's InitProducerId (epoch 2) fences the open transaction: the coordinator's
+    ABORT markers at epoch 1 on the registered partitions."""
+    parts = [("orders", p) for p in s.open]
+    s.on("client", init_producer_id(corr, PID, 2, txn_id="tx-wire", client_id="wire-producer-2"))
+    s.on("coord", markers(corr + 1, PID, 1, committed=False, parts=parts))
+    s.epoch, s.open, s.seq = 2, [], {}
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_zombie_on_unregistered_partition_exposed_by_commit(tmp_path, tv):
+    s = Story(tv)
+    s.send(0, 0)
+    fence(s, 40, tv)
+    # the zombie (epoch 0) writes to orders-1, never registered: the broker stores it
+    s.on("client", send(50, batch(PID, 0, 1, 1, transactional=True), partition=1, offset=0, txn_id="tx-wire"))
+    s.send(1, 1)
+    s.end(True)
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    (z,) = by_rule(fs, "write-after-epoch-end")
+    assert (z["severity"], z["topic"], z["partition"], z["first_offset"], z["producer_epoch"]) == \
+        ("critical", "orders", 1, 0, 0)
+    assert details(z)["outcome"] == "committed" and "accepted" in z["message"] or "inside" in z["message"]
+    (m,) = by_rule(fs, "mixed-epoch-transaction")
+    assert details(m)["epochs"] == [0, 2]
+    incidents.assign(fs)
+    (inc,) = [i for i in stories.incidents(fs, None) if i["severity"] == "critical"]
+    assert inc["kind"] == "zombie"
+    assert "orders-1@0 were stored and a later COMMIT exposed them" in inc["narrative"]["impact"]
+    assert "not stored" not in inc["narrative"]["impact"]
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_produce_accepted_after_fencing_began_is_told(tmp_path, tv):
+    """The zombie's Produce reaches the leader after the new instance's InitProducerId and before
+    the fencing's ABORT marker: accepted (error 0), then aborted by that marker. The race every
+    fencing has: told at info, with what became of the data; nothing above info."""
+    s = Story(tv)
+    s.send(0, 0)
+    parts = [("orders", 0)]
+    s.on("client", init_producer_id(40, PID, 2, txn_id="tx-wire", client_id="wire-producer-2"))
+    s.on("client", send(41, batch(PID, 0, 1, 1, transactional=True), partition=0, offset=1, txn_id="tx-wire"))
+    s.on("coord", markers(42, PID, 1, committed=False, parts=parts))
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    (z,) = by_rule(fs, "write-after-epoch-end")
+    assert (z["severity"], z["first_offset"], details(z)["outcome"]) == ("info", 1, "aborted")
+    assert "accepted (error 0) after epoch 0 was fenced" in z["message"]
+    assert "discarded it" in z["message"]
+    assert serious(fs) == [], [(f["rule"], f["message"]) for f in serious(fs)]
+    incidents.assign(fs)
+    (inc,) = [i for i in stories.incidents(fs, None) if i["kind"] == "zombie"]
+    assert "refused" not in inc["narrative"]["impact"]
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_clean_fencing_is_quiet(tmp_path, tv):
+    s = Story(tv)
+    s.send(0, 0)
+    fence(s, 40, tv)
+    s.send(0, 2)
+    s.end(True)
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    assert serious(fs) == [] and by_rule(fs, "write-after-epoch-end") == []
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_admin_abort_of_two_partitions_then_commit(tmp_path, tv):
+    s = Story(tv)
+    for p in (0, 1, 2):
+        s.send(p, 0)
+    s.on("admin", describe_producers(90, partition=1, pid=PID, epoch=0, start_offset=0))
+    s.on("admin", markers(91, PID, 0, committed=False, parts=[("orders", 1), ("orders", 2)], client_id="adminclient-1"))
+    s.send(1, 2)
+    s.end(True)
+    s.send(0, 2)      # the next transaction
+    s.end(True)
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    (t,) = by_rule(fs, "torn-transaction")
+    d = details(t)
+    assert (t["topic"], t["partition"]) == ("orders", 1)
+    assert [x[0] for x in d["damaged"]] == ["orders-1", "orders-2"]
+    assert d["writers"] == {"orders-0": "coordinator", "orders-1": "admin", "orders-2": "admin"}
+    assert any(n["tp"] == "orders-2" and "already been aborted" in n["why"] for n in d["ends_nothing"])
+    # the timeline is the torn transaction's, not the next one's
+    assert not any("Produce orders-0 epoch %d seq 1" % (1 if tv == 2 else 0) in line for line in t["timeline"])
+    incidents.assign(fs)
+    (inc,) = [i for i in stories.incidents(fs, None) if i["kind"] == "torn"]
+    assert inc["title"].startswith("Torn transaction on orders-1, orders-2")
+    assert inc["topic_partitions"] == ["orders-0", "orders-1", "orders-2"]
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_resent_markers_after_coordinator_failover(tmp_path, tv):
+    s = Story(tv)
+    s.send(0, 0)
+    s.send(1, 0)
+    s.end(True)
+    me = 1 if tv == 2 else 0
+    s.on("coord", markers(60, PID, me, committed=True, parts=[("orders", 0), ("orders", 1)], coordinator_epoch=1))
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    assert serious(fs) == [], [(f["rule"], f["message"]) for f in serious(fs)]
+
+
+def init_v6(corr: int, pid: int, epoch: int, *, keep: bool = False, client_id: str = "tpc-producer"):
+    """InitProducerId v6 (KIP-939) with Enable2Pc, answered with `epoch` (the ongoing
+    transaction's id and epoch when it keeps a prepared one)."""
+    from tests.protocol.wire.wirebytes import TAGS0, boolean, cstring, frame, i16, i32, i64, request_header, response_header
+
+    req = (request_header(22, 6, corr, client_id, True) + cstring("tx-wire") + i32(60000) + i64(-1) + i16(-1)
+           + boolean(True) + boolean(keep) + TAGS0)
+    ongoing = (i64(pid) + i16(epoch - 1)) if keep else (i64(-1) + i16(-1))
+    resp = response_header(corr, True) + i32(0) + i16(0) + i64(pid) + i16(epoch) + ongoing + TAGS0
+    return [(0, frame(req)), (1, frame(resp))]
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_two_phase_commit_prepared_transaction_is_not_hanging(tmp_path, tv):
+    """KIP-939: a producer with Enable2Pc has no transaction timeout; its transaction, open 20
+    minutes when the capture ends, is in progress (dangling), not hanging; a new instance that
+    keeps the prepared transaction (KeepPreparedTxn) does not fence it, and commits it."""
+    s = Story(tv)
+    s.events.clear()
+    s.on("client", init_v6(1, PID, 0))
+    s.send(0, 0)
+    fs = run(tmp_path, s, now_ms=T0_MS + 20 * 60_000)
+    assert by_rule(fs, "hanging-transaction") == []
+    assert [f["rule"] for f in serious(fs)] == ["dangling-transaction"]
+    s.on("client", init_v6(30, PID, 1, keep=True))
+    s.epoch = 1
+    s.end(True)
+    fs = run(tmp_path, s, now_ms=T0_MS + 20 * 60_000)
+    assert serious(fs) == [], [(f["rule"], f["message"]) for f in serious(fs)]
+    assert by_rule(fs, "coordinator-abort") == []
