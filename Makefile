@@ -55,6 +55,7 @@ bench: compile
 	$(PY) benchmarks/bench_audit.py
 	$(PY) benchmarks/bench_spark.py
 	KAUDIT_BENCH_SPARK_SHAPE=small $(PY) benchmarks/bench_spark.py
+	KAUDIT_SIM_EXAMPLES=25 KAUDIT_SIM_SPARK=1 $(PY) -m pytest tests/sim -q -rxX -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

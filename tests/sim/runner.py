@@ -23,7 +23,7 @@ def audit(feed: str, dirs, pcap, now_ms: int, *, spark: bool = False) -> list[di
 
     if spark:
         from kaudit.engine import spark as engine
-        kw = {"spark_options": None}
+        kw = {"spark_options": engine.SparkOptions(master="local[2]")}
     else:
         from kaudit.engine import local as engine
         kw = {}
