@@ -22,8 +22,9 @@ KNOWN_FAILING = {
                       "not reported (acked-after-fencing)",
     "txn:admin_abort": "segments: the torn transaction (admin ABORT, coordinator COMMIT) is missed; pcap, audit: "
                        "only one of several admin-aborted partitions is named",
-    "txn:late_endtxn": "KAFKA-17754 (TV1, 3.0 broker): the data written after the delayed EndTxn's COMMIT, which "
-                       "no marker will ever end, is not reported hanging on any feed",
+    "txn:late_endtxn": "KAFKA-17754 (TV1, 3.0 broker), segments: the write that landed after the delayed EndTxn's "
+                       "COMMIT and was ended by the producer's next transaction is missed (late-transactional-write); "
+                       "found when nothing ends it (hanging) and on pcap/audit",
     "txn:two_pc": "audit: a KIP-939 prepared transaction is called hanging (critical) although the capture "
                   "shows InitProducerId Enable2Pc",
 }

@@ -57,6 +57,8 @@ INVARIANTS = {
     # partitions whose outcome differs from the coordinator's decision (admin abort)
     "torn-transaction": Invariant(("torn-transaction",), "critical",
                                   also=("stray-marker", "mixed-epoch-part", "outcome-mismatch")),
+    # data of a transaction stored after that transaction's marker, ended by a later transaction
+    "late-write": Invariant(("late-transactional-write",), "error", also=("outcome-mismatch", "torn-transaction")),
     # data no marker will ever end
     # a zombie's request (EndTxn, AddPartitionsToTxn, a leader's verification of its Produce)
     # refused as fenced: the coordinator did its job, a warning (no partition)
