@@ -52,6 +52,9 @@ INVARIANTS = {
     "zombie-write-committed": Invariant(("zombie-write", "fenced-epoch"), "critical",
                                         also=("unregistered-partition", "mixed-epoch-part",
                                               "late-transactional-write", "torn-transaction")),
+    # one transaction part on a partition holding batches of two epochs (a zombie's and its successor's)
+    "mixed-epoch-part": Invariant(("mixed-epoch-part",), "error",
+                                  also=("zombie-write", "fenced-epoch", "unregistered-partition", "torn-transaction")),
     # a Produce acknowledged after the coordinator began fencing its epoch
     "acked-after-fencing": Invariant(("acked-after-fencing",), "warning", also=("fenced-epoch",)),
     # partitions whose outcome differs from the coordinator's decision (admin abort)

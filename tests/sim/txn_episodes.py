@@ -106,6 +106,9 @@ def _fence(sim, c, ep, t, written, parts, i, j):
                 new.end(then == "commit")
                 inv = "zombie-write-committed" if then == "commit" else "zombie-write-stored"
                 sim.expect(inv, u, off, off, c.pid, note=f"then {then} by epoch {new_write and new.epoch}")
+                # the part u's marker ended holds the zombie's epoch and the new instance's
+                last = new_write[0][2] if new_write else off
+                sim.expect("mixed-epoch-part", u, off, last, c.pid)
     c.end(t["commit"])                    # the zombie's own EndTxn: fenced
     return new, False
 
