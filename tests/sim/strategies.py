@@ -48,7 +48,9 @@ def history(kind: str):
     family, fault = kind.split(":")
     target = idem_episode(fault) if family == "idem" else txn_episode(fault)
     background = st.one_of(idem_episode("none"), txn_episode("none"))
+    # retransmit_every: TCP segments sent twice in the capture (the wire must not count them twice)
     return st.builds(
-        lambda b, t, bg, before: {"broker": b, "episodes": ([bg] if bg and before else []) + [t]
-                                  + ([bg] if bg and not before else [])},
-        st.sampled_from(["3.0", "4.1"]), target, st.none() | background, st.booleans()).map(_fix)
+        lambda b, t, bg, before, rt: {"broker": b, "episodes": ([bg] if bg and before else []) + [t]
+                                      + ([bg] if bg and not before else []), "retransmit_every": rt},
+        st.sampled_from(["3.0", "4.1"]), target, st.none() | background, st.booleans(),
+        st.sampled_from([0, 0, 3, 7])).map(_fix)

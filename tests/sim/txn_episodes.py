@@ -26,7 +26,8 @@ def txn(sim: Sim, i: int, ep: dict) -> None:
     parts = [sim.partition(topic, p) for p in range(ep["parts"] + 1)]   # the last one: for zombies
     name, txn_id = f"txn-{i}", f"tx-{i}"
     if fault == "exhaust":            # __transaction_state compacted down to an id near the end of its epochs
-        m = sim.coord.txns[txn_id] = TxnMeta(txn_id, sim.new_pid(), MAX_EPOCH - 4, ep["tv"])
+        # (TV2: every end bumps the epoch; TV1: the application restarts after each transaction)
+        m = sim.coord.txns[txn_id] = TxnMeta(txn_id, sim.new_pid(), MAX_EPOCH - (4 if ep["tv"] >= 2 else 3), ep["tv"])
         sim.coord.write_state(m, "Empty")
     c = Client(sim, name, txn_id=txn_id, tv=ep["tv"], two_pc=fault == "two_pc",
                timeout_ms=10_000 if fault == "two_pc" else 60_000)
@@ -48,6 +49,9 @@ def txn(sim: Sim, i: int, ep: dict) -> None:
                 sim.expect("prepared-2pc", p, feeds=("pcap", "audit"))
         else:
             c.end(t["commit"])
+            if fault == "exhaust" and c.tv < 2:
+                c.reconnect()
+                c.init()              # InitProducerId: epoch + 1, a new producer id once exhausted
         j += 1
         sim.wait(10)
     _judge_late(sim, c, getattr(c, "late", ()), later)

@@ -39,6 +39,8 @@ class Capture:
     conns: dict = field(default_factory=dict)
     next_port: int = 40000
     corr: dict = field(default_factory=dict)
+    retransmit_every: int = 0     # every N-th data segment is sent twice (a TCP retransmission)
+    _segments: int = 0
 
     def conn(self, name: str, client_ip: str, server_ip: str, server_port: int = 9092) -> _Conn:
         c = self.conns.get(name)
@@ -64,7 +66,11 @@ class Capture:
             c.opened = True
         for d, data in msgs:
             for i in range(0, len(data), MSS):
+                seq = c.flow.seq[d]
                 self.packets.append((t, c.flow.send(d, data[i:i + MSS])))
+                self._segments += 1
+                if self.retransmit_every and self._segments % self.retransmit_every == 0:
+                    self.packets.append((t, c.flow.at(d, seq, data[i:i + MSS])))
             self.packets.append((t, c.flow.ack(1 - d)))
             t += 0.0001
 
