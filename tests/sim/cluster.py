@@ -241,41 +241,37 @@ class Client:
         """EndTxn; returns its error code."""
         m = self.sim.coord.txns[self.txn_id]
         node = self.sim.coord.node
-        err = NONE
-        retried = False
         ts_req = self.sim.tick()
-        if m.pid != self.pid or m.epoch != self.epoch:
-            err = PRODUCER_FENCED if self.tv >= 2 else INVALID_PRODUCER_EPOCH
-            self.sim.expect("fenced-request-refused", None, pid=self.pid, feeds=("pcap", "audit"),
-                            note="a fenced instance's EndTxn")
-        elif m.status != "Ongoing":
-            # TransactionCoordinator.handleEndTransaction: the same end again is a retry (version
-            # 0/1 cannot tell it from a new one); anything else is an invalid state
-            retried = self.tv < 2 and m.status == ("CompleteCommit" if committed else "CompleteAbort")
-            err = NONE if retried else INVALID_TXN_STATE
-        if retried:
-            msgs = wire.end_txn(self.corr(node), self.pid, self.epoch, committed=committed, txn_id=self.txn_id,
-                                client_id=self.name)
-        elif err == NONE:
-            old_pid = m.pid
+        err = self._end_error(m, committed)
+        pid, epoch = self.pid, self.epoch
+        if err == NONE and m.status == "Ongoing":
             self.sim.coord.begin_end(m, committed=committed, bump=self.tv >= 2)
             self.sim.coord.finish_end(m, resend=resend)
-            if self.tv >= 2:
-                msgs = wire.end_txn_v5(self.corr(node), old_pid, self.epoch, committed=committed, new_epoch=m.epoch,
-                                       new_pid=m.pid, txn_id=self.txn_id, client_id=self.name)
+            if self.tv >= 2:              # EndTxn v5 answers the bumped epoch (or a new producer id)
                 self.pid, self.epoch = m.pid, m.epoch
                 self.seq.clear()
-            else:
-                msgs = wire.end_txn(self.corr(node), self.pid, self.epoch, committed=committed, txn_id=self.txn_id,
-                                    client_id=self.name)
-        elif self.tv >= 2:
-            msgs = wire.end_txn_v5(self.corr(node), self.pid, self.epoch, committed=committed, error=err,
-                                   txn_id=self.txn_id, client_id=self.name)
+        corr = self.corr(node)
+        if self.tv >= 2:
+            msgs = wire.end_txn_v5(corr, pid, epoch, committed=committed, new_epoch=self.epoch, new_pid=self.pid,
+                                   error=err, txn_id=self.txn_id, client_id=self.name)
         else:
-            msgs = wire.end_txn(self.corr(node), self.pid, self.epoch, committed=committed, error=err,
-                                txn_id=self.txn_id, client_id=self.name)
+            msgs = wire.end_txn(corr, pid, epoch, committed=committed, error=err, txn_id=self.txn_id,
+                                client_id=self.name)
         self.exchange(node, msgs[:1], ts_req)
         if answered:
             self.exchange(node, msgs[1:])
         self.txn_parts = []
         return err
+
+    def _end_error(self, m, committed: bool) -> int:
+        """TransactionCoordinator.handleEndTransaction's answer before it acts."""
+        if m.pid != self.pid or m.epoch != self.epoch:
+            self.sim.expect("fenced-request-refused", None, pid=self.pid, feeds=("pcap", "audit"),
+                            note="a fenced instance's EndTxn")
+            return PRODUCER_FENCED if self.tv >= 2 else INVALID_PRODUCER_EPOCH
+        if m.status != "Ongoing":
+            # the same end again is a retry (version 0/1 cannot tell it from a new one, KAFKA-17754);
+            # anything else is an invalid state
+            retried = self.tv < 2 and m.status == ("CompleteCommit" if committed else "CompleteAbort")
+            return NONE if retried else INVALID_TXN_STATE
+        return NONE
