@@ -56,6 +56,7 @@ bench: compile
 	$(PY) benchmarks/bench_audit.py
 	$(PY) benchmarks/bench_spark.py
 	KAUDIT_BENCH_SPARK_SHAPE=small $(PY) benchmarks/bench_spark.py
+	KAUDIT_SIM_EXAMPLES=25 KAUDIT_SIM_SPARK=1 $(PY) -m pytest tests/sim -q -rxX -p no:cacheprovider
 
 # docs/rules.md from the rule registry (tests/report/test_rules_doc.py fails while it is stale):
 # run after adding or changing a rule.

@@ -1,0 +1,56 @@
+"""Hypothesis strategies of histories: one episode carrying the fault kind under test (at any
+point: which batch, which transaction, which partitions), beside clean background episodes.
+A history is JSON: a shrunk failing one is kept under tests/sim/regressions/ as it is."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from tests.sim.episodes import IDEM_FAULT_NAMES
+
+TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "admin_abort", "coord_failover",
+             "timeout", "late_endtxn", "two_pc", "exhaust")
+KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS)
+
+
+def idem_episode(fault: str):
+    return st.fixed_dictionaries({
+        "kind": st.just("idem"), "parts": st.integers(1, 3), "batches": st.integers(1, 5),
+        "sizes": st.lists(st.integers(1, 3), min_size=1, max_size=3), "fault": st.just(fault),
+        "at": st.integers(0, 4)})
+
+
+def _txn():
+    return st.fixed_dictionaries({
+        "parts": st.lists(st.integers(0, 2), min_size=1, max_size=3, unique=True),
+        "batches": st.integers(1, 2), "commit": st.booleans()})
+
+
+def txn_episode(kind: str, tv=None):
+    fault, _, zombie = kind.partition("-")
+    return st.fixed_dictionaries({
+        "kind": st.just("txn"), "tv": st.sampled_from([1, 2]) if tv is None else st.just(tv),
+        "parts": st.integers(1, 3), "txns": st.lists(_txn(), min_size=1, max_size=3), "fault": st.just(fault),
+        "at": st.integers(0, 2), "zombie": st.just(zombie or "registered"),
+        "zombie_then": st.sampled_from(["commit", "abort", "none"]),
+        "admin": st.lists(st.integers(0, 2), min_size=1, max_size=3),
+        "admin_then_write": st.booleans()})
+
+
+def _fix(h: dict) -> dict:
+    """Versions the faults need: transaction version 2 and KIP-939 on a 4.x broker."""
+    if any(e["kind"] == "txn" and (e["tv"] >= 2 or e["fault"] == "two_pc") for e in h["episodes"]):
+        h["broker"] = "4.1"
+    return h
+
+
+def history(kind: str):
+    family, fault = kind.split(":")
+    target = idem_episode(fault) if family == "idem" else txn_episode(fault)
+    background = st.one_of(idem_episode("none"), txn_episode("none"))
+    # retransmit_every: TCP segments sent twice in the capture (the wire must not count them twice)
+    return st.builds(
+        lambda b, t, bg, before, rt: {"broker": b, "episodes": ([bg] if bg and before else []) + [t]
+                                      + ([bg] if bg and not before else []), "retransmit_every": rt},
+        st.sampled_from(["3.0", "4.1"]), target, st.none() | background, st.booleans(),
+        st.sampled_from([0, 0, 3, 7])).map(_fix)

@@ -1,0 +1,27 @@
+"""Shrunk failing histories kept as fixtures (tests/sim/regressions/*.json), replayed exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.sim.check import assert_exact
+from tests.sim.known import KNOWN_FAILING
+
+FILES = sorted((Path(__file__).parent / "regressions").glob("*.json"))
+
+
+def _params():
+    out = []
+    for f in FILES:
+        kind = json.loads(f.read_text())["kind"]
+        marks = [pytest.mark.xfail(strict=False, reason=KNOWN_FAILING[kind])] if kind in KNOWN_FAILING else []
+        out.append(pytest.param(f, id=f.stem, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("path", _params())
+def test_regression(path):
+    assert_exact(json.loads(path.read_text())["history"])

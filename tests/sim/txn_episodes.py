@@ -1,0 +1,204 @@
+"""Transactional episodes: a transactional id running transactions (transaction version 0/1 or 2)
+with one fault injected at transaction `at`, after its writes: fence (a new instance's
+InitProducerId while it is open; the old instance, a zombie, then writes to a registered
+partition, to an unregistered one, or races the fencing markers), admin_abort (kafka-transactions.sh
+abort of a subset of its partitions), coord_failover (markers re-sent by a new coordinator),
+timeout (the coordinator aborts it), late_endtxn (KAFKA-17754: a delayed EndTxn ends the next
+transaction), two_pc (KIP-939, left prepared), exhaust (the epoch runs out: a new producer id).
+"""
+
+from __future__ import annotations
+
+from tests.sim import wire
+from tests.sim.broker import NONE
+from tests.sim.cluster import Client, Sim
+from tests.sim.coordinator import MAX_EPOCH, TxnMeta
+from tests.sim.episodes import values
+
+TXN_FAULTS = ("none", "fence", "admin_abort", "coord_failover", "timeout", "late_endtxn", "two_pc", "exhaust")
+ZOMBIES = ("registered", "unregistered", "race")
+
+
+def txn(sim: Sim, i: int, ep: dict) -> None:
+    fault, txns = ep["fault"], ep["txns"]
+    at = ep["at"] % len(txns)
+    topic = f"e{i}"
+    parts = [sim.partition(topic, p) for p in range(ep["parts"] + 1)]   # the last one: for zombies
+    name, txn_id = f"txn-{i}", f"tx-{i}"
+    if fault == "exhaust":            # __transaction_state compacted down to an id near the end of its epochs
+        # (TV2: every end bumps the epoch; TV1: the application restarts after each transaction)
+        m = sim.coord.txns[txn_id] = TxnMeta(txn_id, sim.new_pid(), MAX_EPOCH - (4 if ep["tv"] >= 2 else 3), ep["tv"])
+        sim.coord.write_state(m, "Empty")
+    c = Client(sim, name, txn_id=txn_id, tv=ep["tv"], two_pc=fault == "two_pc",
+               timeout_ms=10_000 if fault == "two_pc" else 60_000)
+    c.init()
+    j, later = 0, []
+    while j < len(txns):
+        t = txns[j]
+        written = write(c, [parts[k % ep["parts"]] for k in t["parts"]], t["batches"], i, j)
+        if getattr(c, "late", None):
+            later += written
+        if j == at and fault in FAULTS:
+            c, stop = FAULTS[fault](sim, c, ep, t, written, parts, i, j)
+            if stop:
+                break
+        elif fault == "two_pc" and j == len(txns) - 1:
+            sim.wait(c.timeout_ms * 3)   # prepared, waiting for the external coordinator: not hanging
+            for p, _, _ in written:
+                sim.expect("prepared-2pc-disk", p, feeds=("segments",))
+                sim.expect("prepared-2pc", p, feeds=("pcap", "audit"))
+        else:
+            c.end(t["commit"])
+            if fault == "exhaust" and c.tv < 2:
+                c.reconnect()
+                c.init()              # InitProducerId: epoch + 1, a new producer id once exhausted
+        j += 1
+        sim.wait(10)
+    _judge_late(sim, c, getattr(c, "late", ()), later)
+
+
+def _judge_late(sim, c, late, later) -> None:
+    """The late data of a delayed EndTxn: hanging, unless a later transaction of the producer
+    wrote to (so registered) its partition: then that transaction's marker ended it, after the
+    marker of the transaction it belonged to (a late write)."""
+    for q, first, last in late:
+        touched = any(p is q for p, _, _ in later)
+        sim.expect("late-write" if touched else "hanging-transaction", q, first, last, c.pid)
+
+
+def write(c: Client, ps, n: int, i: int, j: int) -> list:
+    """[(partition, first offset, last offset)] of this transaction's writes."""
+    out = {}
+    for p in ps:
+        for k in range(n):
+            vals = values(i, j, 2, tag=f"-{p.partition}-{k}")
+            err, off = c.send(p, vals)
+            if err == NONE:
+                first = out.get(p.name, (p, off, off))[1]
+                out[p.name] = (p, first, off + len(vals) - 1)
+    return list(out.values())
+
+
+# ---- faults: each ends transaction j and returns (the client that goes on, whether it stops) ---
+
+def _fence(sim, c, ep, t, written, parts, i, j):
+    z = ep.get("zombie", "registered")
+    new = Client(sim, f"{c.name}-b", txn_id=c.txn_id, tv=c.tv)
+    new.client_ip = "10.0.1.2"
+    if z == "race":
+        _fence_race(sim, c, new, written)
+    else:
+        new.init()
+    sim.wait(5)
+    if z == "registered":
+        p = written[0][0]
+        err, _ = c.send(p, values(i, j, 1, tag="-zombie"))
+        sim.expect("fenced-write-refused", p, pid=c.pid, feeds=("pcap", "audit"), note=f"refused with {err}")
+    elif z == "unregistered":
+        u = parts[-1]
+        err, off = c.send(u, values(i, j, 1, tag="-zombie"), register=False)
+        if err != NONE:
+            sim.expect("fenced-write-refused", u, pid=c.pid, feeds=("pcap", "audit"), note=f"refused with {err}")
+        else:
+            then = ep.get("zombie_then", "commit")
+            if then == "none":
+                sim.expect("zombie-write-stored", u, off, off, c.pid)
+                sim.expect("hanging-transaction", u, off, off, c.pid)
+            else:
+                new_write = write(new, [u], 1, i, j + 100)
+                sim.wait(5)
+                new.end(then == "commit")
+                inv = "zombie-write-committed" if then == "commit" else "zombie-write-stored"
+                sim.expect(inv, u, off, off, c.pid, note=f"then {then} by epoch {new_write and new.epoch}")
+                # the part u's marker ended holds the zombie's epoch and the new instance's
+                last = new_write[0][2] if new_write else off
+                sim.expect("mixed-epoch-part", u, off, last, c.pid)
+    c.end(t["commit"])                    # the zombie's own EndTxn: fenced
+    return new, False
+
+
+def _fence_race(sim, zombie, new, written):
+    """The zombie's Produce reaches a registered partition after the coordinator began fencing
+    (PrepareAbort at epoch + 1 written) and before the fencing marker: stored, acknowledged, then
+    aborted by the marker."""
+    node = sim.coord.node
+    corr = new.corr(node)
+    msgs = wire.init_producer_id(corr, -1, -1, txn_id=new.txn_id, error=51, client_id=new.name)
+    new.exchange(node, msgs[:1])
+    m = sim.coord.txns[new.txn_id]
+    sim.coord.begin_end(m, committed=False, bump=True)
+    p = written[0][0]
+    err, off = zombie.send(p, [b"zombie-race"])
+    if err == NONE:
+        sim.expect("acked-after-fencing", p, off, off, zombie.pid, feeds=("pcap", "audit"))
+    sim.coord.finish_end(m)
+    new.exchange(node, msgs[1:])
+    sim.wait(20)
+    new.init()
+
+
+def _admin_abort(sim, c, ep, t, written, parts, i, j):
+    """kafka-transactions.sh abort on a subset of the open transaction's partitions: DescribeProducers
+    gives the epoch and coordinator epoch, WriteTxnMarkers ABORT goes to each leader."""
+    chosen = sorted({k % len(written) for k in ep.get("admin", [0])})
+    aborted = [written[k] for k in chosen]
+    for p, first, last in aborted:
+        st = p.state[c.pid]
+        sim.coord.send_markers(c.pid, st.epoch, False, [p], client_id="adminclient-1",
+                               coordinator_epoch=st.coordinator_epoch)
+        sim.wait(5)
+    if ep.get("admin_then_write"):
+        write(c, [aborted[0][0]], 1, i, j + 200)
+    c.end(t["commit"])
+    if t["commit"]:
+        for p, first, last in aborted:
+            sim.expect("torn-transaction", p, first, last, c.pid if c.tv < 2 else None,
+                       note="aborted by an admin, committed by the coordinator")
+    return c, False
+
+
+def _coord_failover(sim, c, ep, t, written, parts, i, j):
+    c.end(t["commit"], resend=True)
+    return c, False
+
+
+def _timeout(sim, c, ep, t, written, parts, i, j):
+    sim.wait(c.timeout_ms + 5000)
+    m = sim.coord.txns[c.txn_id]
+    sim.coord.end(m, committed=False, bump=True)     # abortTimedOutTransactions: fenced epoch + 1
+    c.end(t["commit"])                               # fenced: the application starts a new producer
+    new = Client(sim, f"{c.name}-r", txn_id=c.txn_id, tv=c.tv)
+    new.init()
+    return new, False
+
+
+def _late_endtxn(sim, c, ep, t, written, parts, i, j):
+    """KAFKA-17754 (version 0/1 only): EndTxn(commit) is delayed in the broker; the client retries on
+    a new connection and commits; its next transaction starts on partition p; the delayed request
+    is then processed: it commits the NEXT transaction's first write. The client's later write to
+    p opens a transaction no coordinator knows, which its EndTxn (taken for a retry) never ends."""
+    if c.tv >= 2 or sim.verify:
+        c.end(t["commit"])
+        return c, False
+    node = sim.coord.node
+    from tests.sim.wire import end_txn
+    delayed = end_txn(c.corr(node), c.pid, c.epoch, committed=True, txn_id=c.txn_id, client_id=c.name)
+    c.exchange(node, delayed[:1])
+    sim.expect("delayed-request", None, pid=c.pid, feeds=("pcap", "audit"))
+    sim.wait(30_000)
+    c.reconnect()
+    c.end(True)
+    p = written[0][0]
+    sim.wait(5)
+    write(c, [p], 1, i, j + 300)
+    m = sim.coord.txns[c.txn_id]
+    sim.coord.end(m, committed=True, bump=False)     # the delayed EndTxn, processed now
+    sim.wait(5)
+    late = write(c, [p], 1, i, j + 301)
+    c.end(True)                                      # CompleteCommit already: answered as a retry
+    c.late = late                                    # judged when the episode ends (txn below)
+    return c, False
+
+
+FAULTS = {"fence": _fence, "admin_abort": _admin_abort, "coord_failover": _coord_failover, "timeout": _timeout,
+          "late_endtxn": _late_endtxn}
