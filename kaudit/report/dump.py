@@ -97,6 +97,8 @@ def row_line(kind: str, r: dict, wire: bool = False) -> str:
         if k.endswith("_ms") and isinstance(v, int) and not k.endswith("timeout_ms") and (
                 v > 10**11 or (v == -1 and "timestamp" in k)):
             v = iso_ms(v)
+        elif k.endswith("timeout_ms") and isinstance(v, int) and v >= 0:
+            v = f"{v} ({duration(v)})"   # a duration: the value Kafka stores, and in words
         elif k in ("ts", "request_ts", "response_ts") and isinstance(v, float):
             v = iso_s(v)   # capture time
         elif isinstance(v, bytes):
