@@ -27,9 +27,10 @@ ORDER = ("source", "position")
 BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "batch_size", "crc_ok", "has_delete_horizon")
 INDEX_COLUMNS = KEY + ORDER + ("index_type", "segment_base_offset", "offset", "file_position")
 ISSUE_COLUMNS = KEY + ORDER + ("issue", "length", "message")
-SKIPPED_COLUMNS = KEY + ("source",)
 # Kafka renames a segment's files while deleting (retention) or replacing (compaction) it: a copy
 # taken meanwhile holds its .log under one of these names (LogLoader completes a swap on start).
+# Looked up beside the segment's indexes (the plan lists such files as skipped, not as rows a
+# streamed fold is given).
 RENAMED = (".deleted", ".cleaned", ".swap")
 # Kafka's own compacted topics (cleanup.policy=compact, always)
 COMPACTED_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -108,13 +109,6 @@ class LossGroup:
         return s
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        if kind == "skipped":
-            for src in t.column("source").to_pylist():
-                name = src or ""
-                for suffix in RENAMED:
-                    if name.endswith(".log" + suffix):
-                        self._seg(name[: -len(suffix)]).renamed = os.path.basename(name)
-            return []
         for src, part in _by_source(t):
             s = self._seg(src)
             if kind == "batch":
@@ -218,6 +212,7 @@ class LossGroup:
         return f"; {', '.join(words)}" if words else ""
 
     def _no_log(self, s: _Segment, nxt: _Segment | None) -> dict | None:
+        s.renamed = next((s.stem + ".log" + x for x in RENAMED if os.path.isfile(s.stem + ".log" + x)), None)
         if s.idx_ev is None or s.renamed is not None:
             # no index entry names data (nothing shows the segment held any), or Kafka was
             # deleting or replacing it when the copy was taken (its .log is there, renamed)
@@ -272,6 +267,6 @@ def _log_issues(t: pa.Table):
 
 
 FOLD = Fold("disk-segment-loss", {"batch": BATCH_COLUMNS, "index_entry": INDEX_COLUMNS,
-                                  "decode_issue": ISSUE_COLUMNS, "skipped": SKIPPED_COLUMNS},
+                                  "decode_issue": ISSUE_COLUMNS},
             KEY, ORDER, lambda ctx: KeyedState(KEY, LossGroup),
             where={"batch": log_batches, "decode_issue": _log_issues})
