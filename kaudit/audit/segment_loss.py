@@ -107,6 +107,7 @@ class LossGroup:
         self.epoch_start = None          # (offset, source, position): the latest leader epoch's start
         self.epoch_first = None          # the earliest leader epoch's start (Kafka drops those below the log start)
         self.pdir = None                 # the partition dir (from any file of it)
+        self._on_disk: dict | None = None
 
     def _seg(self, src: str) -> _Segment:
         stem = os.path.splitext(src)[0]
@@ -233,6 +234,19 @@ class LossGroup:
         s = _Segment(os.path.join(self.pdir, f"{first:020d}"), first)
         return self._finding(s, first, last, why, ev, None)
 
+    def _logs_on_disk(self) -> dict[int, int]:
+        """Base offset -> size of every segment .log in the partition dir: the user may have
+        named only some files of it, and a file not given is not a file lost."""
+        if self._on_disk is None:
+            self._on_disk = {}
+            try:
+                for n in os.listdir(self.pdir) if self.pdir else ():
+                    if SEGMENT_LOG.match(n):
+                        self._on_disk[int(n[:20])] = os.path.getsize(os.path.join(self.pdir, n))
+            except OSError:
+                pass
+        return self._on_disk
+
     def _where(self) -> str:
         return f"{self.topic}-{self.partition} (replica {self.replica})"
 
@@ -243,6 +257,8 @@ class LossGroup:
             return None   # the active tail is no loss
         if s.corrupt and s.cut is None:
             return None   # corrupt-batch / crc-mismatch tell unreadable regions and batches
+        if any(s.base < b < nxt.base for b in self._logs_on_disk()):
+            return None   # a segment between them is on disk, not among the inputs
         index_past = s.idx_offset > s.last or s.idx_pos >= s.end
         if s.cut is not None:
             pos, length, issue, _ = s.cut
@@ -279,8 +295,9 @@ class LossGroup:
             # no index entry names data (nothing shows the segment held any), or Kafka was
             # deleting or replacing it when the copy was taken (its .log is there, renamed)
             return None
-        log = s.stem + ".log"
-        state = "is empty" if os.path.isfile(log) else "is missing"
+        if self._logs_on_disk().get(s.base):
+            return None   # the .log is there, not among the inputs
+        state = "is empty" if s.base in self._logs_on_disk() else "is missing"
         ev = [evidence(*s.idx_ev, "index", f"names offset {s.idx_offset}")]
         if nxt is not None:
             first, last = s.base, nxt.base - 1

@@ -226,3 +226,10 @@ def test_partition_dir_without_any_log(tmp_path):
     assert "holds no .log at all" in fs[0]["message"] and "leader epoch starts at offset 4" in fs[0]["message"]
     (d / f"{SEG.format(5)}.log").write_bytes(b"")          # the empty active segment Kafka keeps
     assert _lost(audit(d.parent, rules=RULES)) == []
+
+
+def test_files_not_given_are_not_files_lost(tmp_path):
+    """`kaudit segments` on some files of a partition: the others are on disk, not lost."""
+    d = _three_segments(tmp_path)
+    files = [_seg(d, 0), _seg(d, 12), _seg(d, 6, "index"), _seg(d, 6, "timeindex")]
+    assert _lost(audit([str(f) for f in files], rules=RULES)) == []
