@@ -13,6 +13,7 @@ What is judged, per segment (its base offset is its file name's):
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -27,9 +28,13 @@ ORDER = ("source", "position")
 BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "batch_size", "crc_ok", "has_delete_horizon")
 INDEX_COLUMNS = KEY + ORDER + ("index_type", "segment_base_offset", "offset", "file_position")
 ISSUE_COLUMNS = KEY + ORDER + ("issue", "length", "message")
-SKIPPED_COLUMNS = KEY + ("source",)
+EPOCH_COLUMNS = KEY + ORDER + ("leader_epoch", "start_offset")
+SEGMENT_LOG = re.compile(r"^\d{20}(-\d+)?\.log$")
+SNAPSHOT = re.compile(r"^(\d{20})\.snapshot$")
 # Kafka renames a segment's files while deleting (retention) or replacing (compaction) it: a copy
 # taken meanwhile holds its .log under one of these names (LogLoader completes a swap on start).
+# Looked up beside the segment's indexes (the plan lists such files as skipped, not as rows a
+# streamed fold is given).
 RENAMED = (".deleted", ".cleaned", ".swap")
 # Kafka's own compacted topics (cleanup.policy=compact, always)
 COMPACTED_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -99,6 +104,10 @@ class LossGroup:
         self.replica, self.topic, self.partition = key
         self.segments: dict[str, _Segment] = {}
         self.compacted = self.topic in COMPACTED_TOPICS
+        self.epoch_start = None          # (offset, source, position): the latest leader epoch's start
+        self.epoch_first = None          # the earliest leader epoch's start (Kafka drops those below the log start)
+        self.pdir = None                 # the partition dir (from any file of it)
+        self._on_disk: dict | None = None
 
     def _seg(self, src: str) -> _Segment:
         stem = os.path.splitext(src)[0]
@@ -108,14 +117,17 @@ class LossGroup:
         return s
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        if kind == "skipped":
-            for src in t.column("source").to_pylist():
-                name = src or ""
-                for suffix in RENAMED:
-                    if name.endswith(".log" + suffix):
-                        self._seg(name[: -len(suffix)]).renamed = os.path.basename(name)
+        if kind == "leader_epoch_entry":
+            for r in t.to_pylist():
+                self.pdir = os.path.dirname(r["source"])
+                off = r["start_offset"]
+                if off is not None and (self.epoch_start is None or off > self.epoch_start[0]):
+                    self.epoch_start = (off, r["source"], r["position"])
+                if off is not None and (self.epoch_first is None or off < self.epoch_first):
+                    self.epoch_first = off
             return []
         for src, part in _by_source(t):
+            self.pdir = os.path.dirname(src)
             s = self._seg(src)
             if kind == "batch":
                 self._batches(s, src, part)
@@ -175,7 +187,65 @@ class LossGroup:
             f = self._judge(s, nxt)
             if f is not None:
                 out.append(f)
+        if not any(s.log for s in segs):
+            f = self._no_log_at_all(segs)
+            if f is not None:
+                out = [f]
         return out
+
+    def _no_log_at_all(self, segs: list[_Segment]) -> dict | None:
+        """A partition dir without any .log file (every partition has one: its active segment,
+        empty after retention), whose other files show offsets it held: the leader epoch
+        checkpoint (an epoch starts at the log end offset of its time), producer snapshots (taken
+        at the log end offset), indexes."""
+        if self.pdir is None:
+            return None
+        try:
+            names = os.listdir(self.pdir)
+        except OSError:
+            return None
+        if any(SEGMENT_LOG.match(n) or any(n.endswith(".log" + x) for x in RENAMED) for n in names):
+            return None
+        ends, ev = [], []
+        snaps = sorted(int(m[1]) for m in map(SNAPSHOT.match, names) if m)
+        if snaps and snaps[-1] > 0:
+            ends.append(snaps[-1])
+            ev.append(evidence(os.path.join(self.pdir, f"{snaps[-1]:020d}.snapshot"), None, "file",
+                               f"producer snapshot taken at offset {snaps[-1]}"))
+        if self.epoch_start is not None and self.epoch_start[0] > 0:
+            ends.append(self.epoch_start[0])
+            ev.append(evidence(self.epoch_start[1], self.epoch_start[2], "checkpoint",
+                               f"a leader epoch starts at offset {self.epoch_start[0]}"))
+        idx = [s for s in segs if s.idx_ev is not None]
+        if idx:
+            ends.append(max(s.idx_offset for s in idx) + 1)
+            ev.append(evidence(*max(idx, key=lambda s: s.idx_offset).idx_ev, "index", "names offsets"))
+        if not ends:
+            return None
+        floors = [s.base for s in segs if s.base is not None] + \
+            ([self.epoch_first] if self.epoch_first is not None else [])
+        first = min(floors) if floors else 0
+        last = max(ends) - 1
+        if last < first:
+            return None
+        why = (f"the partition dir holds no .log at all (Kafka keeps one even when retention empties the "
+               f"log); its other files show offsets up to at least {last}: " + "; ".join(e["note"] for e in ev)
+               + ("" if floors else "; where the log started is not known (no index, no leader epoch)"))
+        s = _Segment(os.path.join(self.pdir, f"{first:020d}"), first)
+        return self._finding(s, first, last, why, ev, None)
+
+    def _logs_on_disk(self) -> dict[int, int]:
+        """Base offset -> size of every segment .log in the partition dir: the user may have
+        named only some files of it, and a file not given is not a file lost."""
+        if self._on_disk is None:
+            self._on_disk = {}
+            try:
+                for n in os.listdir(self.pdir) if self.pdir else ():
+                    if SEGMENT_LOG.match(n):
+                        self._on_disk[int(n[:20])] = os.path.getsize(os.path.join(self.pdir, n))
+            except OSError:
+                pass
+        return self._on_disk
 
     def _where(self) -> str:
         return f"{self.topic}-{self.partition} (replica {self.replica})"
@@ -187,6 +257,8 @@ class LossGroup:
             return None   # the active tail is no loss
         if s.corrupt and s.cut is None:
             return None   # corrupt-batch / crc-mismatch tell unreadable regions and batches
+        if any(s.base < b < nxt.base for b in self._logs_on_disk()):
+            return None   # a segment between them is on disk, not among the inputs
         index_past = s.idx_offset > s.last or s.idx_pos >= s.end
         if s.cut is not None:
             pos, length, issue, _ = s.cut
@@ -218,12 +290,14 @@ class LossGroup:
         return f"; {', '.join(words)}" if words else ""
 
     def _no_log(self, s: _Segment, nxt: _Segment | None) -> dict | None:
+        s.renamed = next((s.stem + ".log" + x for x in RENAMED if os.path.isfile(s.stem + ".log" + x)), None)
         if s.idx_ev is None or s.renamed is not None:
             # no index entry names data (nothing shows the segment held any), or Kafka was
             # deleting or replacing it when the copy was taken (its .log is there, renamed)
             return None
-        log = s.stem + ".log"
-        state = "is empty" if os.path.isfile(log) else "is missing"
+        if self._logs_on_disk().get(s.base):
+            return None   # the .log is there, not among the inputs
+        state = "is empty" if s.base in self._logs_on_disk() else "is missing"
         ev = [evidence(*s.idx_ev, "index", f"names offset {s.idx_offset}")]
         if nxt is not None:
             first, last = s.base, nxt.base - 1
@@ -272,6 +346,6 @@ def _log_issues(t: pa.Table):
 
 
 FOLD = Fold("disk-segment-loss", {"batch": BATCH_COLUMNS, "index_entry": INDEX_COLUMNS,
-                                  "decode_issue": ISSUE_COLUMNS, "skipped": SKIPPED_COLUMNS},
+                                  "decode_issue": ISSUE_COLUMNS, "leader_epoch_entry": EPOCH_COLUMNS},
             KEY, ORDER, lambda ctx: KeyedState(KEY, LossGroup),
             where={"batch": log_batches, "decode_issue": _log_issues})

@@ -150,6 +150,9 @@ def _coverage(c, report: dict, members: dict) -> None:
     unread = sum(int(v.get(k) or 0) for v in sides.values() for k in UNREAD_COUNTERS)
     if not by_rule and not lost and not unread:
         c.print("  [green]nothing missing: every byte read was decoded[/green]")
+    elif unread and not by_rule and not lost:
+        c.print("  [yellow]not everything read was decoded[/yellow] (the counters above; --format json "
+                "lists each decode issue's position)")
     for rule, places in sorted(by_rule.items()):
         c.print(f"  {rule} ×{sum(places.values())}: " + escape(", ".join(f"{p} ×{n}" for p, n in places.most_common(6))))
 

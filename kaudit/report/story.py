@@ -403,8 +403,8 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
         lines.append(f"what the client was told differs from the log: {f['message']}")
     for f in by.get("missing-offsets", [])[:3]:
         lines.append(f"offsets {_offsets(f['first_offset'], f.get('last_offset'))} of {f['topic']}-{f['partition']} "
-                     f"are gone from replica {f.get('replica')}: consumers reading it skip them silently (a fetch "
-                     "at a missing offset returns the next batch)")
+                     f"are gone from replica {f.get('replica')}: consumers reading it cannot read them (a fetch at a "
+                     "missing offset returns the next batch; past the log end it fails OFFSET_OUT_OF_RANGE)")
     for f in (by.get("crc-mismatch", []) + by.get("corrupt-batch", []))[:1]:
         lines.append(f"consumers fetching offsets around {f.get('first_offset')} of {f.get('topic')}-{f.get('partition')} "
                      "(replica " + str(f.get("replica")) + ") fail on corrupt bytes (CorruptRecordException)")

@@ -61,7 +61,8 @@ def test_the_kinds_a_decode_emits_are_tagged_with_its_side(tmp_path):
 
 def test_the_plan_streams_the_folds_keyed_by_a_log_partition_and_buffers_the_rest():
     audit = disk_audit([str(DEMO)])
-    assert [f.name for f in audit.streamed] == ["disk-sequences", "disk-integrity", "disk-indexes", "disk-state-files"]
+    assert [f.name for f in audit.streamed] == ["disk-sequences", "disk-integrity", "disk-indexes", "disk-segment-loss",
+                                                   "disk-state-files"]
     assert {f.name: audit.route(f) for f in audit.buffered} == {"transactions": ("producer_id",),
                                                               "replicas": ("topic", "partition"), "leadership": ()}
     wire = wire_audit([], PcapOptions())

@@ -70,3 +70,16 @@ def test_unanswered_requests_have_no_latency():
     [none] = [t for t in fig.data if t.name.startswith("no answer")]
     assert list(none.y) == ["no answer"]
     assert all(0.01 not in list(t.y) for t in fig.data)
+
+
+def test_loss_map_draws_each_range_lost_per_replica():
+    from kaudit.report.charts_loss import loss_map
+
+    fs = [{"rule": "missing-offsets", "severity": "error", "topic": "o", "partition": 0, "replica": r,
+           "first_offset": 6, "last_offset": 11, "message": "lost"} for r in ("1", "2")]
+    fs.append({"rule": "corrupt-batch", "severity": "error", "topic": "o", "partition": 0, "replica": "1",
+               "first_offset": None, "last_offset": None, "message": "bytes"})
+    fig = loss_map({}, fs)
+    assert sorted(tuple(d) for t in fig.data for d in t.customdata) == [
+        ("o-0", "replica 1", 6, 11, None, "missing-offsets"), ("o-0", "replica 2", 6, 11, None, "missing-offsets")]
+    assert [t.base[0] for t in fig.data] == [6, 6] and [t.x[0] for t in fig.data] == [6, 6]

@@ -203,3 +203,33 @@ def test_a_damaged_last_batch_is_not_told_twice(tmp_path):
     corrupt_file(_seg(d, 6), 108 * 5 + 100)
     fs = audit(d.parent, rules=RULES + ("crc-mismatch",))
     assert _rules(fs) == ["crc-mismatch"] and fs[0]["first_offset"] == 11
+
+
+def test_partition_dir_without_any_log(tmp_path):
+    """Every .log gone (a copy that lost them): the producer snapshot and the leader epoch
+    checkpoint show offsets the partition held; an empty .log (retention emptied it) is no loss."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("orders", 0)
+    p = pb.producer(7, 0)
+    for i in range(4):
+        p.send([b"v%d" % i])
+    pb.set_leader_epoch(1)
+    pb.epochs.append((1, 4))
+    p.send([b"w"])
+    pb.restart()
+    d = ld.write() / "orders-0"
+    for n in os.listdir(d):
+        if n.endswith((".log", ".index", ".timeindex")):
+            os.remove(d / n)
+    fs = audit(d.parent, rules=RULES)
+    assert _lost(fs) == [("error", 0, 4)]
+    assert "holds no .log at all" in fs[0]["message"] and "leader epoch starts at offset 4" in fs[0]["message"]
+    (d / f"{SEG.format(5)}.log").write_bytes(b"")          # the empty active segment Kafka keeps
+    assert _lost(audit(d.parent, rules=RULES)) == []
+
+
+def test_files_not_given_are_not_files_lost(tmp_path):
+    """`kaudit segments` on some files of a partition: the others are on disk, not lost."""
+    d = _three_segments(tmp_path)
+    files = [_seg(d, 0), _seg(d, 12), _seg(d, 6, "index"), _seg(d, 6, "timeindex")]
+    assert _lost(audit([str(f) for f in files], rules=RULES)) == []
