@@ -27,7 +27,7 @@ from kaudit.protocol.metadata.history import Election, replay
 
 METADATA_TOPIC = "__cluster_metadata"
 BATCH_COLUMNS = ("replica", "log_dir", "topic", "partition", "source", "position", "base_offset", "last_offset",
-                 "partition_leader_epoch")
+                 "partition_leader_epoch", "topic_id")
 EPOCH_COLUMNS = ("replica", "log_dir", "topic", "partition", "source", "position", "leader_epoch", "start_offset")
 CHECKPOINT_COLUMNS = ("replica", "log_dir", "topic", "partition", "source", "position", "checkpoint", "offset")
 
@@ -190,8 +190,11 @@ class LeadershipState(FoldState):
 def _judge(history, data: dict) -> list[dict]:
     names = history.names()
     runs: dict[tuple, list[Run]] = defaultdict(list)
+    live = {name: tid for tid, name in names.items() if history.live_id(name) == tid}
     for r in data["batch"]:
-        _add_run(runs[(r["topic"], r["partition"])], r)
+        # a partition dir of another incarnation of the topic (deleted, created again) is not its log
+        if r["topic_id"] is None or r["topic_id"] == live.get(r["topic"], r["topic_id"]):
+            _add_run(runs[(r["topic"], r["partition"])], r)
     epochs: dict[tuple, dict] = defaultdict(dict)
     for r in data["leader_epoch_entry"]:
         epochs[(r["topic"], r["partition"])].setdefault(r["replica"], []).append(r)
