@@ -99,7 +99,9 @@ def missing_segments(first: int, log_start_ckpt: int | None, epoch_start: int | 
     checkpoint entry and above the first entry of its leader-epoch-checkpoint lost segments the
     broker never deleted.
     Benign causes: a broker-level log.retention.bytes or cleanup policy set only in
-    server.properties (not in the metadata: check it). Not judged without the replica's
+    server.properties (not in the metadata: check it); a broker stopped hard right after it
+    moved the start, before its epoch cache reached the disk (UnifiedLog flushes it
+    asynchronously since 3.7: truncateFromStartAsyncFlush). Not judged without the replica's
     leader-epoch-checkpoint (a restart after the loss rewrites it: then nothing shows)."""
     if epoch_start is None or first <= 0:
         return False
