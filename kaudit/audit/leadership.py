@@ -100,8 +100,8 @@ def missing_segments(first: int, log_start_ckpt: int | None, epoch_start: int | 
     broker never deleted.
     Benign causes: a broker-level log.retention.bytes or cleanup policy set only in
     server.properties (not in the metadata: check it); a broker stopped hard right after it
-    moved the start, before its epoch cache reached the disk (UnifiedLog flushes it
-    asynchronously since 3.7: truncateFromStartAsyncFlush). Not judged without the replica's
+    moved the start, before its epoch cache reached the disk (recent UnifiedLogs flush it
+    asynchronously: truncateFromStartAsyncFlush). Not judged without the replica's
     leader-epoch-checkpoint (a restart after the loss rewrites it: then nothing shows)."""
     if epoch_start is None or first <= 0:
         return False
