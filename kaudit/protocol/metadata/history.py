@@ -107,8 +107,14 @@ class ClusterHistory:
         return None if tid is None else self.partitions.get((tid, partition))
 
     def transaction_version(self) -> int | None:
-        """The finalized transaction.version; 0 when a whole history never finalized it."""
-        return self.features.get("transaction.version", 0 if self.complete else None)
+        """The finalized transaction.version; 0 when a whole history never finalized it; from a
+        bootstrap.checkpoint alone only at 2 or more (kafka-features may have raised it since)."""
+        tv = self.features.get("transaction.version")
+        if self.feature_source.get("transaction.version") != "bootstrap":
+            return tv if tv is not None else 0 if self.complete else None
+        if self.complete:
+            return 0      # a whole log holds the bootstrap records too: none finalized it
+        return tv if tv >= 2 else None
 
     def config_values(self, rtype: int, name: str, key: str) -> list[tuple[int, str | None]]:
         """(offset, value) of every ConfigRecord that set `key` on the resource, oldest first
