@@ -27,7 +27,7 @@ from kaudit.protocol.metadata.history import Election, replay
 
 METADATA_TOPIC = "__cluster_metadata"
 BATCH_COLUMNS = ("replica", "log_dir", "topic", "partition", "source", "position", "base_offset", "last_offset",
-                 "partition_leader_epoch")
+                 "partition_leader_epoch", "topic_id")
 EPOCH_COLUMNS = ("replica", "log_dir", "topic", "partition", "source", "position", "leader_epoch", "start_offset")
 CHECKPOINT_COLUMNS = ("replica", "log_dir", "topic", "partition", "source", "position", "checkpoint", "offset")
 
@@ -99,7 +99,9 @@ def missing_segments(first: int, log_start_ckpt: int | None, epoch_start: int | 
     checkpoint entry and above the first entry of its leader-epoch-checkpoint lost segments the
     broker never deleted.
     Benign causes: a broker-level log.retention.bytes or cleanup policy set only in
-    server.properties (not in the metadata: check it). Not judged without the replica's
+    server.properties (not in the metadata: check it); a broker stopped hard right after it
+    moved the start, before its epoch cache reached the disk (recent UnifiedLogs flush it
+    asynchronously: truncateFromStartAsyncFlush). Not judged without the replica's
     leader-epoch-checkpoint (a restart after the loss rewrites it: then nothing shows)."""
     if epoch_start is None or first <= 0:
         return False
@@ -190,8 +192,11 @@ class LeadershipState(FoldState):
 def _judge(history, data: dict) -> list[dict]:
     names = history.names()
     runs: dict[tuple, list[Run]] = defaultdict(list)
+    live = {name: tid for tid, name in names.items() if history.live_id(name) == tid}
     for r in data["batch"]:
-        _add_run(runs[(r["topic"], r["partition"])], r)
+        # a partition dir of another incarnation of the topic (deleted, created again) is not its log
+        if r["topic_id"] is None or r["topic_id"] == live.get(r["topic"], r["topic_id"]):
+            _add_run(runs[(r["topic"], r["partition"])], r)
     epochs: dict[tuple, dict] = defaultdict(dict)
     for r in data["leader_epoch_entry"]:
         epochs[(r["topic"], r["partition"])].setdefault(r["replica"], []).append(r)

@@ -13,17 +13,16 @@ STARTED = {"COPY_SEGMENT_STARTED": "COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_STAR
 
 @rule("remote-segment-stuck", "warning", "disk",
       "a remote log segment's copy or deletion started and never finished, though later ones did",
-      "List the segment in the object store (its id is in the finding): an abandoned copy leaves a "
-      "partial object no metadata will ever delete, an unfinished deletion leaves the data. Delete "
-      "it by hand once no broker lists it, and check the broker's RemoteLogManager errors at the "
-      "time (remote storage credentials, quotas, timeouts).")
+      "Look the segment up in the object store (its id is in the finding): an abandoned copy can "
+      "leave a partial object behind, an unfinished deletion the data. Check the brokers' "
+      "RemoteLogManager errors at that time (remote storage credentials, quotas, timeouts) before "
+      "removing anything by hand.")
 def remote_segment_stuck(segment, later) -> bool:
     """Invariant: the RemoteLogManager moves every remote segment COPY_SEGMENT_STARTED ->
     COPY_SEGMENT_FINISHED (after RemoteStorageManager.copyLogSegmentData) and, when retention
     removes it, DELETE_SEGMENT_STARTED -> DELETE_SEGMENT_FINISHED (RemoteLogSegmentState,
     KIP-405); a copy that fails is retried under a new segment id, so the failed id stays in
-    COPY_SEGMENT_STARTED for ever (KAFKA-15388 cleans such segments up only from 3.7 on, at
-    deletion). Flagged: a segment whose last state is a *_STARTED while a later segment of the same
+    COPY_SEGMENT_STARTED unless a later cleanup removes it. Flagged: a segment whose last state is a *_STARTED while a later segment of the same
     partition reached the matching *_FINISHED - the manager moved on without it.
     Benign causes: none for storage hygiene; the partition's data is still whole (the retry copied
     the range under another id, or the deletion was of data retention had already given up)."""

@@ -129,6 +129,19 @@ def feature_rows(table: pa.Table) -> list[dict]:
     return table.filter(mask).select(cols).to_pylist()
 
 
+def cluster_transaction_version(features: list[dict], complete: bool) -> int | None:
+    """The finalized transaction.version the metadata gives: the log's or a snapshot's newest
+    record; a feature no record of a whole history finalizes is at level 0 (Kafka's default);
+    a bootstrap.checkpoint alone only where it says 2 or more (it holds the level the cluster
+    was formatted with, which kafka-features may have raised since)."""
+    logged = [r for r in features if not str(r["source"]).endswith("bootstrap.checkpoint")]
+    tv = latest_features(logged).get("transaction.version", 0 if complete else None)
+    if tv is None:
+        boot = latest_features(features).get("transaction.version")
+        tv = boot if boot is not None and boot >= 2 else None
+    return tv
+
+
 def complete_metadata(table: pa.Table) -> bool:
     """Whether a metadata_record chunk starts a whole history: a KRaft snapshot's records, or a
     metadata log's offset 0 (not a bootstrap.checkpoint: features may be raised after it)."""
@@ -191,9 +204,7 @@ class Audit:
         """The context every fold finishes with, from the facts of all the work."""
         ctx.reference_time_ms = self.now_ms if self.now_ms is not None else facts.reference_time()
         if facts.features or facts.metadata_complete:
-            # a feature no record of a whole history finalizes is at level 0 (Kafka's default)
-            ctx.cluster_transaction_version = latest_features(facts.features).get(
-                "transaction.version", 0 if facts.metadata_complete else None)
+            ctx.cluster_transaction_version = cluster_transaction_version(facts.features, facts.metadata_complete)
         if self.side == "wire":
             ctx.topic_names = facts.names.names
 

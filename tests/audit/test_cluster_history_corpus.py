@@ -60,3 +60,22 @@ def test_metadata_history_matches_brokers_and_ground_truth(corpus):
     elections = [e for p in h.partitions.values() for e in p.elections]
     assert len(elections) == 123 and not any(e.unclean for e in elections)
     assert [b["next_producer_id"] for b in h.producer_id_blocks] == [1000, 2000, 3000, 4000]
+
+
+def test_node_dir_without_partition_metadata_is_named_from_its_metadata_log(corpus, tmp_path):
+    """`kaudit segments` on a node's whole directory (data and meta log dirs): with every
+    partition.metadata gone, each partition dir gets its topic id from the metadata log - the
+    one the file held."""
+    import shutil
+
+    from kaudit.sources.logdir import plan, read_topic_id
+
+    node = corpus / "real-kafka-3.0.2/logdirs-final/node1"
+    want = {p.name: read_topic_id(str(p)) for p in (node / "data").iterdir() if p.is_dir()}
+    copy = tmp_path / "node1"
+    shutil.copytree(node, copy)
+    for f in (copy / "data").glob("*/partition.metadata"):
+        f.unlink()
+    got = {f"{t.topic}-{t.partition}": t.topic_id for t in plan([str(copy)]).targets
+           if t.topic and t.topic != "__cluster_metadata" and "/data/" in t.path}
+    assert got and all(got[k] == want[k] for k in got), {k: (got[k], want[k]) for k in got if got[k] != want[k]}

@@ -43,3 +43,13 @@ def test_cluster_transaction_version_parity(spark, tmp_path):
     root = [str(_log_dir(tmp_path, 1))]
     got, want = S.audit_segments(root, spark_options=SPARK), L.audit_segments(root)
     assert got.findings == want.findings and "coordinator-abort" in {f["rule"] for f in want.findings}
+
+
+def test_tiered_parity(spark, tmp_path):
+    from test_disk_tiered import _remote_folder, _tiered
+
+    local = _tiered(tmp_path / "l", [("a", 0, 99, [1]), ("c", 100, 199, [])])
+    roots = [str(local), str(_remote_folder(tmp_path))]
+    got, want = S.audit_segments(roots, spark_options=SPARK), L.audit_segments(roots)
+    assert got.findings == want.findings and got.coverage == want.coverage
+    assert {f["rule"] for f in want.findings} == {"missing-segments"}   # c never finished: 100-199 nowhere

@@ -66,6 +66,7 @@ class PartitionHistory:
     last_known_elr: list[int] | None = None
     replicas: list[int] | None = None
     recovery_state: int | None = None
+    last_leader: int | None = None   # the last broker that led it (a leader of -1 aside)
     known: bool = False          # a PartitionRecord (log or snapshot) gave the whole state
     elections: list[Election] = field(default_factory=list)
     states: list[tuple] = field(default_factory=list)   # (offset, ts, leader, epoch, isr, elr)
@@ -106,8 +107,14 @@ class ClusterHistory:
         return None if tid is None else self.partitions.get((tid, partition))
 
     def transaction_version(self) -> int | None:
-        """The finalized transaction.version; 0 when a whole history never finalized it."""
-        return self.features.get("transaction.version", 0 if self.complete else None)
+        """The finalized transaction.version; 0 when a whole history never finalized it; from a
+        bootstrap.checkpoint alone only at 2 or more (kafka-features may have raised it since)."""
+        tv = self.features.get("transaction.version")
+        if self.feature_source.get("transaction.version") != "bootstrap":
+            return tv if tv is not None else 0 if self.complete else None
+        if self.complete:
+            return 0      # a whole log holds the bootstrap records too: none finalized it
+        return tv if tv >= 2 else None
 
     def config_values(self, rtype: int, name: str, key: str) -> list[tuple[int, str | None]]:
         """(offset, value) of every ConfigRecord that set `key` on the resource, oldest first
@@ -301,6 +308,8 @@ def _key(r: dict) -> tuple[str, int]:
 def _partition_record(h: ClusterHistory, r: dict, offset: int) -> None:
     p = h.partitions.get(_key(r)) or h.partitions.setdefault(_key(r), PartitionHistory(*_key(r)))
     p.leader, p.leader_epoch = r["leader"], r["leader_epoch"]
+    if p.leader is not None and p.leader >= 0:
+        p.last_leader = p.leader
     p.isr, p.replicas = ids(r["isr"]), ids(r["replicas"])
     p.elr, p.last_known_elr = ids(r["elr"]) or [], ids(r["last_known_elr"]) or []
     p.recovery_state = r["leader_recovery_state"] or 0
@@ -310,7 +319,7 @@ def _partition_record(h: ClusterHistory, r: dict, offset: int) -> None:
 
 def _partition_change(h: ClusterHistory, r: dict, offset: int) -> None:
     p = h.partitions.get(_key(r)) or h.partitions.setdefault(_key(r), PartitionHistory(*_key(r)))
-    prev_leader, prev_isr, prev_elr = p.leader, p.isr, p.elr
+    prev_leader, prev_isr, prev_elr, last_leader = p.leader, p.isr, p.elr, p.last_leader
     if r["isr"] is not None:
         p.isr = ids(r["isr"])
     if r["replicas"] is not None:
@@ -325,7 +334,9 @@ def _partition_change(h: ClusterHistory, r: dict, offset: int) -> None:
         p.leader = r["leader"]
         p.leader_epoch = None if p.leader_epoch is None else p.leader_epoch + 1
         if r["leader"] != NO_LEADER and r["leader"] != prev_leader:
-            p.elections.append(_election(p, r, offset, prev_leader, prev_isr, prev_elr))
+            p.elections.append(_election(p, r, offset, last_leader, prev_isr, prev_elr))
+        if r["leader"] != NO_LEADER:
+            p.last_leader = r["leader"]
     p.states.append((offset, r["timestamp_ms"], p.leader, p.leader_epoch, p.isr, p.elr))
 
 

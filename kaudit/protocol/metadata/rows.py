@@ -46,32 +46,10 @@ def row_fields(d: Decoded) -> dict:
     if name == "TopicRecord":
         row["record_topic"] = g("Name")
     elif name in ("PartitionRecord", "PartitionChangeRecord"):
-        change = name == "PartitionChangeRecord"
-        row.update(record_partition=g("PartitionId"), replicas=_ids(g("Replicas")), isr=_ids(g("Isr")),
-                   removing_replicas=_ids(g("RemovingReplicas")), adding_replicas=_ids(g("AddingReplicas")),
-                   elr=_ids(g("EligibleLeaderReplicas")), last_known_elr=_ids(g("LastKnownElr")),
-                   directories=_ids(g("Directories")),
-                   leader=_opt(g("Leader"), -2) if change else g("Leader"),
-                   leader_recovery_state=_opt(g("LeaderRecoveryState"), -1))
-        if not change:
-            row.update(leader_epoch=g("LeaderEpoch"), partition_epoch=g("PartitionEpoch"))
+        _partition(row, name, g)
     elif name in ("RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "UnregisterBrokerRecord",
                   "FenceBrokerRecord", "UnfenceBrokerRecord", "ProducerIdsRecord"):
-        row["broker_id"] = g("BrokerId", g("Id"))
-        row["broker_epoch"] = g("BrokerEpoch", g("Epoch"))
-        if name == "RegisterBrokerRecord":
-            row.update(fenced=int(bool(g("Fenced"))), in_controlled_shutdown=int(bool(g("InControlledShutdown"))),
-                       rack=g("Rack"), incarnation_id=g("IncarnationId"),
-                       endpoints=",".join(f"{e['Name']}://{e['Host']}:{e['Port']}" for e in g("EndPoints") or ()))
-        elif name == "BrokerRegistrationChangeRecord":
-            # 1 fenced, -1 unfenced, 0 unchanged (the spec's encoding), as 1 / 0 / null here
-            f = g("Fenced")
-            row.update(fenced=None if f == 0 else int(f == 1),
-                       in_controlled_shutdown=None if g("InControlledShutdown") == 0 else 1)
-        elif name in ("FenceBrokerRecord", "UnfenceBrokerRecord"):
-            row["fenced"] = int(name == "FenceBrokerRecord")
-        elif name == "ProducerIdsRecord":
-            row["next_producer_id"] = g("NextProducerId")
+        _broker(row, name, g)
     elif name == "FeatureLevelRecord":
         row.update(feature=g("Name"), feature_level=g("FeatureLevel"))
     elif name == "ConfigRecord":
@@ -92,6 +70,36 @@ def row_fields(d: Decoded) -> dict:
         dumped["value"] = REDACTED
     row["data"] = json.dumps(dumped, separators=(",", ":"))
     return row
+
+
+def _partition(row: dict, name: str, g) -> None:
+    change = name == "PartitionChangeRecord"
+    row.update(record_partition=g("PartitionId"), replicas=_ids(g("Replicas")), isr=_ids(g("Isr")),
+               removing_replicas=_ids(g("RemovingReplicas")), adding_replicas=_ids(g("AddingReplicas")),
+               elr=_ids(g("EligibleLeaderReplicas")), last_known_elr=_ids(g("LastKnownElr")),
+               directories=_ids(g("Directories")),
+               leader=_opt(g("Leader"), -2) if change else g("Leader"),
+               leader_recovery_state=_opt(g("LeaderRecoveryState"), -1))
+    if not change:
+        row.update(leader_epoch=g("LeaderEpoch"), partition_epoch=g("PartitionEpoch"))
+
+
+def _broker(row: dict, name: str, g) -> None:
+    row["broker_id"] = g("BrokerId", g("Id"))
+    row["broker_epoch"] = g("BrokerEpoch", g("Epoch"))
+    if name == "RegisterBrokerRecord":
+        row.update(fenced=int(bool(g("Fenced"))), in_controlled_shutdown=int(bool(g("InControlledShutdown"))),
+                   rack=g("Rack"), incarnation_id=g("IncarnationId"),
+                   endpoints=",".join(f"{e['Name']}://{e['Host']}:{e['Port']}" for e in g("EndPoints") or ()))
+    elif name == "BrokerRegistrationChangeRecord":
+        # 1 fenced, -1 unfenced, 0 unchanged (the spec's encoding), as 1 / 0 / null here
+        f = g("Fenced")
+        row.update(fenced=None if f == 0 else int(f == 1),
+                   in_controlled_shutdown=None if g("InControlledShutdown") == 0 else 1)
+    elif name in ("FenceBrokerRecord", "UnfenceBrokerRecord"):
+        row["fenced"] = int(name == "FenceBrokerRecord")
+    elif name == "ProducerIdsRecord":
+        row["next_producer_id"] = g("NextProducerId")
 
 
 def _remote(row: dict, name: str, data: dict) -> None:

@@ -45,3 +45,21 @@ def test_kaudit_txn_listing_takes_the_clusters_version(tmp_path):
     assert rows and {r["transaction_version"] for r in rows} == {"0/1"}
     _, rows = list_transactions([str(_log_dir(tmp_path / "b", 2))])
     assert rows and {r["transaction_version"] for r in rows} == {None}
+
+
+def test_a_bootstrap_checkpoint_below_2_decides_nothing(tmp_path, txn_path):
+    from fixtures.builder.metadata import snapshot_checkpoint
+    from fixtures.encoder import metadata as me
+    from kaudit.engine.plan import cluster_transaction_version
+
+    boot = [{"source": "d/bootstrap.checkpoint", "offset": 1, "record_type": "FEATURE_LEVEL_RECORD",
+             "issue": None, "feature": "transaction.version", "feature_level": 1}]
+    assert cluster_transaction_version(boot, False) is None            # may have been raised since
+    assert cluster_transaction_version([dict(boot[0], feature_level=2)], False) == 2
+    ld = logdir(tmp_path)
+    ld.add_file("bootstrap.checkpoint", snapshot_checkpoint([me.feature_level_record("transaction.version", 1)],
+                                                            end_offset=0)[1])
+    pb = ld.partition("t", 0)
+    pb.append_batch(values=[b"a"], producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
+    pb.append_control(7, 1, "ABORT")
+    assert audit(ld.write(), rules=RULES) == []

@@ -148,3 +148,20 @@ def test_missing_segments_not_claimed_without_proof(tmp_path):
     # DeleteRecords to a segment boundary: no log start entry, but the epoch cache moved with it
     assert audit(_kept_forever(tmp_path / "g", configs={"retention.ms": "-1"}, epochs_from=5), rules=rules) == []
     assert audit(_kept_forever(tmp_path / "h", configs={"retention.ms": "-1"}, epochs_from=None), rules=rules) == []
+
+
+def test_a_stale_dir_of_a_deleted_topic_is_not_a_replica_of_the_new_one(tmp_path):
+    old = "b2xkLWluY2FybmF0aW9uAA"
+
+    def build(ld, node):
+        if node == 1:
+            md = MetadataLog(ld)
+            md.topic("orders", old, {0: [1, 2]})
+            md.remove_topic("orders")
+            md.topic("orders", TID, {0: [2, 1]})
+        pb = ld.partition("orders", 0, topic_id=old if node == 1 else TID)
+        pb.set_leader_epoch(3 if node == 1 else 0)
+        for i in range(5):
+            pb.append_batch(values=[b"%d-%d" % (node, i)])
+    roots = write_replicas(tmp_path / "cluster", build, nodes=(1, 2))
+    assert audit(roots, rules=RULES) == []
