@@ -63,7 +63,7 @@ class Facts:
         self.kinds: dict[str, set] = {}
         self.captures: dict = {}   # capture path -> PcapSummary
         self.errors: list[tuple[int, str]] = []   # (split, "path: reason")
-        self.stitched: dict = {}   # capture path -> [connections, kafka connections] stitched in
+        self.stitched: dict = {}   # capture path -> [connections, kafka connections, {TLS outcome: n}] stitched in
         self.tap: list[dict] = []
         self.features: list[dict] = []   # KRaft FeatureLevelRecords (disk), for the context
         self.metadata_complete = False   # a metadata log from offset 0, or a KRaft snapshot
@@ -92,9 +92,11 @@ class Facts:
             self.kinds.setdefault(name, set()).update(kinds)
         self.captures.update(other.captures)
         self.errors.extend(other.errors)
-        for source, (conns, kafka) in other.stitched.items():
-            have = self.stitched.setdefault(source, [0, 0])
+        for source, (conns, kafka, tls) in other.stitched.items():
+            have = self.stitched.setdefault(source, [0, 0, {}])
             have[0], have[1] = have[0] + conns, have[1] + kafka
+            for status, n in tls.items():
+                have[2][status] = have[2].get(status, 0) + n
         self.tap.extend(other.tap)
         self.features.extend(other.features)
         self.metadata_complete |= other.metadata_complete
@@ -104,10 +106,12 @@ class Facts:
     def summaries(self) -> dict:
         """The capture summaries, the connections stitched across files counted in their first
         file's (once)."""
-        for source, (conns, kafka) in self.stitched.items():
+        for source, (conns, kafka, tls) in self.stitched.items():
             if source in self.captures:
                 self.captures[source].connections += conns
                 self.captures[source].kafka_connections += kafka
+                for status, n in tls.items():
+                    self.captures[source].tls[status] = self.captures[source].tls.get(status, 0) + n
         self.stitched = {}
         return self.captures
 

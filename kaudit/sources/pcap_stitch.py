@@ -170,7 +170,7 @@ class _Replay:
         self.reassembler = Reassembler()
         self.session = Session("", options, rows)
         self.rows = rows
-        self.counts = counts  # source -> [connections, kafka connections]
+        self.counts = counts  # source -> [connections, kafka connections, {TLS outcome: n}]
         self.file = None  # the file being fed (its file_index) and its path
         self.path = None
         self.base = 0  # the key's frame number of the packet before this file's first
@@ -258,12 +258,16 @@ class _Replay:
                 conv = session.convs.get(ev.conn_id)
                 session.event(ev)
                 if conv is not None:
-                    self.counts.setdefault(place[0], [0, 0])[1] += conv.protocol == "kafka"
+                    have = self.counts.setdefault(place[0], [0, 0, {}])
+                    have[1] += conv.protocol == "kafka"
+                    if conv.tls is not None and conv.tls.status is not None and (
+                            conv.port_client is not None or conv.protocol == "kafka"):
+                        have[2][conv.tls.status] = have[2].get(conv.tls.status, 0) + 1
             else:
                 session.event(ev)
                 if t is ConnOpen:
                     session.convs[ev.conn_id].conn_id = STITCHED_CONN_ID + ev.frame
-                    self.counts.setdefault(place[0], [0, 0])[0] += 1
+                    self.counts.setdefault(place[0], [0, 0, {}])[0] += 1
 
     def finish(self) -> None:
         """The capture of the key is over: close what is open (as at the end of a capture),
@@ -333,11 +337,13 @@ class Stitcher:
         yield from self._finish_all()
         yield from self.rows.tables()
         if summaries is not None:
-            for source, (conns, kafka) in self.counts.items():
+            for source, (conns, kafka, tls) in self.counts.items():
                 s = summaries.get(source)
                 if s is not None:
                     s.connections += conns
                     s.kafka_connections += kafka
+                    for status, n in tls.items():
+                        s.tls[status] = s.tls.get(status, 0) + n
             self.counts = {}
 
 

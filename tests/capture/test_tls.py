@@ -287,3 +287,25 @@ def _small_flights(req):
     if "small" not in _CACHE:
         _CACHE["small"] = transcript([(0, len(req).to_bytes(4, "big") + req), (1, b"\x00\x00\x00\x08\x00\x00\x00\x07" + bytes(4))])
     return _CACHE["small"]
+
+
+def test_sasl_ssl_credentials_stay_redacted(tmp_path):
+    """SASL_SSL: the SASL exchanges of tests/sources/pcap/test_pcap_sasl.py inside TLS decrypt
+    to the same redaction: user names in the rows, the password and SCRAM secrets nowhere."""
+    from tests.capture.craft import Flow, write_pcap
+    from tests.sources.pcap.test_pcap_sasl import FORBIDDEN, _conversations
+
+    pkts, keys = [], ""
+    for i, conv in enumerate(_conversations()[:4]):
+        fl, text = transcript(conv, "1.2" if i % 2 else "1.3", TLS12[0] if i % 2 else None)
+        keys += text
+        f = Flow(c=("10.0.0.1", 40000 + i), s=("10.0.0.2", 9092))
+        pkts += f.handshake() + [f.send(d, data) for d, data in fl] + [f.fin(0), f.fin(1), f.ack(0)]
+    path = tmp_path / "sasl-ssl.pcap"
+    path.write_bytes(write_pcap([(1.0 + i / 1000, p) for i, p in enumerate(pkts)]))
+    rows, s = _decode(path, keys)
+    assert s.tls == {"decrypted": 4}
+    blob = repr(rows).encode()
+    assert b"alice" in blob
+    assert not [f for f in FORBIDDEN if f in blob]
+    assert any(r["issue"] == "sasl-token" for r in rows["decode_issue"])
