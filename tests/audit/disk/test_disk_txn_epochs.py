@@ -230,3 +230,17 @@ def test_generated_histories(tmp_path_factory, tv, steps, zombie, exposed):
     assert (z["topic"], z["first_offset"]) == ("d", injected.base_offset)
     assert z["severity"] == ("critical" if exposed else "error")
     assert {f["rule"] for f in serious(fs)} <= {"write-after-epoch-end", "mixed-epoch-transaction"}, brief(fs)
+
+
+def test_resent_marker_without_coordinator_records_is_explained(tmp_path):
+    ld = logdir(tmp_path, start_time_ms=T0)
+    a = ld.partition("a", 0)
+    p = ld.producer(9, 0, transactional=True)
+    p.send([b"1"], partition=a)
+    a.append_control(9, 0, "COMMIT", 0)
+    a.append_control(9, 0, "COMMIT", 1)
+    ld.write()
+    fs = audit(ld.root)
+    (s,) = of(fs, "stray-marker")
+    assert s["severity"] == "info" and details(s)["resent"] and "re-sent" in s["message"]
+    assert serious(fs) == []
