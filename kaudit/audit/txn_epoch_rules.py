@@ -141,7 +141,13 @@ def _stale_finding(j, part: Part, batches: list[dict], why: str, outcome: str) -
         verb = "accepted (error 0)" if pt.coverage.source == "wire" else "created"
         text = f"{verb} after {ended}"
     severity = None
-    if outcome == "committed":
+    own = [t for t in pt.view.txns if t.epoch == e and part.tp in t.partitions]
+    if outcome == "committed" and any(t.result == "COMMIT" for t in own):
+        # its own transaction listed the partition and committed: read as decided, its own marker
+        # is what is missing there
+        said = (f"the COMMIT at {_at(m)} (epoch {m.epoch}) took it in; its own transaction (epoch {e}) "
+                f"had committed it, so consumers read it as decided, but its own marker there is missing")
+    elif outcome == "committed":
         severity = "critical"
         said = f"the COMMIT at {_at(m)} (epoch {m.epoch}) exposed it to read_committed consumers"
     elif outcome == "aborted":

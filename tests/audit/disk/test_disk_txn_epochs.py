@@ -244,3 +244,25 @@ def test_resent_marker_without_coordinator_records_is_explained(tmp_path):
     (s,) = of(fs, "stray-marker")
     assert s["severity"] == "info" and details(s)["resent"] and "re-sent" in s["message"]
     assert serious(fs) == []
+
+
+def test_lost_marker_of_a_committed_transaction_is_not_an_exposure(tmp_path):
+    """TV2: the first transaction committed but its marker on a-0 is missing; the next one's
+    COMMIT takes its data in. Reported (another epoch's marker ends it), but consumers read it as
+    the coordinator decided: not critical."""
+    ld = logdir(tmp_path, start_time_ms=T0)
+    ts = ld.partition("__transaction_state", 0)
+    a, b = ld.partition("a", 0), ld.partition("b", 0)
+    p = ld.producer(7, 0, transactional_id="tx", txn_state=ts, transaction_version=2)
+    p.send([b"1"], partition=a); p.send([b"2"], partition=b)
+    p._state("PrepareCommit", p.txn_partitions, producer_epoch=1)
+    b.append_control(7, 1, "COMMIT", 0)            # a-0's marker is lost
+    p._state("CompleteCommit", {}, producer_epoch=1)
+    p.txn_members, p.txn_partitions, p.producer_epoch = [], {}, 1
+    p.sequences.clear()
+    p.send([b"3"], partition=a)
+    p.commit()
+    ld.write()
+    fs = audit(ld.root)
+    (z,) = of(fs, "write-after-epoch-end")
+    assert z["severity"] == "error" and "had committed it" in z["message"]
