@@ -141,7 +141,8 @@ def _stale_finding(j, part: Part, batches: list[dict], why: str, outcome: str) -
         verb = "accepted (error 0)" if pt.coverage.source == "wire" else "created"
         text = f"{verb} after {ended}"
     severity = None
-    own = [t for t in pt.view.txns if t.epoch == e and part.tp in t.partitions]
+    # its own transaction: begun and ended at its epoch (TV0/1: e, or e + 1 for an abort; TV2: e + 1)
+    own = [t for t in pt.view.txns if t.epoch == e and part.tp in t.partitions and t.prepare_epoch in (e, e + 1)]
     if outcome == "committed" and any(t.result == "COMMIT" for t in own):
         # its own transaction listed the partition and committed: read as decided, its own marker
         # is what is missing there
