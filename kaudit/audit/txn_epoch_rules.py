@@ -128,15 +128,27 @@ def _stale_finding(j, part: Part, batches: list[dict], why: str, outcome: str) -
     ended = ""
     if span is not None and span.ended_ms is not None:
         ended = f"epoch {e} was {span.how} at {iso_ms(span.ended_ms)}"
+    wire = pt.coverage.source == "wire"
+    after = span is not None and span.ended_ms is not None and any(_after(b, span.ended_ms, wire) for b in batches)
+    # "after" only where the batches' own times show it; else the end, and that the order is not shown
+    when = (f", {'accepted' if wire else 'created'} after {ended}" if after else
+            f"; {ended} (whether before or after, the evidence does not show)" if ended else "")
     if why == "inside":
-        text = f"stored inside a transaction of epoch {max(part.epochs)}" + (f" after {ended}" if ended else "")
+        text = f"stored inside a transaction of epoch {max(part.epochs)}{when}"
     elif why == "marker":
-        text = f"ended by a marker of epoch {m.epoch}, not of its own" + (f"; {ended}" if ended else "")
+        text = f"ended by a marker of epoch {m.epoch}, not of its own{when}"
     else:
         verb = "accepted (error 0)" if pt.coverage.source == "wire" else "created"
         text = f"{verb} after {ended}"
     severity = None
-    if outcome == "committed":
+    # its own transaction: begun and ended at its epoch (TV0/1: e, or e + 1 for an abort; TV2: e + 1)
+    own = [t for t in pt.view.txns if t.epoch == e and part.tp in t.partitions and t.prepare_epoch in (e, e + 1)]
+    if outcome == "committed" and any(t.result == "COMMIT" for t in own):
+        # its own transaction listed the partition and committed: read as decided, its own marker
+        # is what is missing there
+        said = (f"the COMMIT at {_at(m)} (epoch {m.epoch}) took it in; its own transaction (epoch {e}) "
+                f"had committed it, so consumers read it as decided, but its own marker there is missing")
+    elif outcome == "committed":
         severity = "critical"
         said = f"the COMMIT at {_at(m)} (epoch {m.epoch}) exposed it to read_committed consumers"
     elif outcome == "aborted":
@@ -154,7 +166,7 @@ def _stale_finding(j, part: Part, batches: list[dict], why: str, outcome: str) -
     details = j.say.details(part, None, {
         "epoch": e, "current_epoch": max(part.epochs),
         "epoch_ended_ms": span.ended_ms if span else None, "epoch_end": span.how if span else None,
-        "how_known": why, "outcome": outcome, "exposed": outcome == "committed",
+        "how_known": why, "after_end_shown": after, "outcome": outcome, "exposed": outcome == "committed",
         "stale_offsets": [[b["base_offset"], b["last_offset"]] for b in batches],
         "accepted": all(b.get("response_error", 0) == 0 for b in batches)})
     lo = next((b["base_offset"] for b in batches if b["base_offset"] is not None), None)

@@ -245,14 +245,14 @@ class _Say:
         for r in ranges:   # per partition: its damaged stretch's outcome, else its data's, else its marker's
             if r in damaged and (r.tp not in results or results[r.tp] == decided):
                 results[r.tp] = r.result
-            elif r.first is not None and r.tp not in results:
+            elif r.has_data and r.tp not in results:
                 results[r.tp] = r.result
         for r in ranges:
             results.setdefault(r.tp, r.result)
         if decided is not None and any(v not in (None, decided) for v in results.values()):
             results.setdefault("(coordinator)", decided)
-        with_data = {r.tp for r in ranges if r.first is not None}
-        nothing = [self._ends_nothing(r, ranges) for r in ranges if r.first is None and r.marker is not None
+        with_data = {r.tp for r in ranges if r.has_data}
+        nothing = [self._ends_nothing(r, ranges) for r in ranges if not r.has_data and r.marker is not None
                    and r.tp in with_data]
         start = f" started at {iso_ms(t.start_ms)}" if t.start_ms is not None else ""
         tid = t.transactional_id or self.tid
@@ -261,17 +261,17 @@ class _Say:
         if decided is not None:
             how = f" ({c.ended_by}: {c.end_detail})" if c.ended_by and c.end_detail else ""
             text += f"the coordinator decided {decided}{how}, but " + "; ".join(self._range(r, c) for r in damaged)
-            kept = [r for r in ranges if r.first is not None and r not in damaged]
+            kept = [r for r in ranges if r.has_data and r not in damaged]
             if kept:
                 text += f"; as decided: " + ", ".join(f"{r.tp} {r.offsets}" for r in kept)
         else:
-            text += "; ".join(self._range(r, None) for r in ranges if r.first is not None or r.result)
+            text += "; ".join(self._range(r, None) for r in ranges if r.has_data or r.result)
         notes = [n for n in nothing if n["why"] != "registered, never written"]
         if notes:
             text += ". " + "; ".join(f"{n['tp']}: its {n['result']} marker at {n['at']} {n['why']}"
                                      for n in notes)
         ev, reps = [], []
-        for r in damaged + [r for r in ranges if r.first is None and r not in damaged]:
+        for r in damaged + [r for r in ranges if not r.has_data and r not in damaged]:
             for rep, cp in sorted(r.part.copies.items(), key=lambda kv: str(kv[0])) or [(None, r.part)]:
                 for e in self.evidence(cp):
                     if len(ev) < 16:
@@ -283,12 +283,12 @@ class _Say:
             "ranges": [[r.tp, r.first, r.last, r.result, r.marker.offset if r.marker else None] for r in ranges],
             "ends_nothing": nothing, "topic_partitions": sorted({r.tp for r in ranges}),
             # per partition, its damaged stretch's marker (else its data's)
-            "markers": {r.tp: r.marker.offset for r in ranges + damaged if r.marker is not None and r.first is not None},
+            "markers": {r.tp: r.marker.offset for r in ranges + damaged if r.marker is not None and r.has_data},
             "writers": {r.tp: r.marker.writer for r in ranges + damaged if r.marker is not None and r.marker.writer},
             "evidence_replicas": reps})
         fields = self.fields(lead.part, producer_epoch=t.epoch, first_ts_ms=t.start_ms, last_ts_ms=t.end_ms,
                              transactional_id=t.transactional_id or self.tid)
-        if lead.first is None:
+        if not lead.has_data:
             fields.update(first_offset=lead.marker.offset, last_offset=lead.marker.offset)
         else:
             fields.update(first_offset=lead.first, last_offset=lead.last)
@@ -314,7 +314,7 @@ class _Say:
         """Why a marker of the transaction ends no data on its partition."""
         m = r.marker
         at = m.offset if m.offset is not None else 1 << 62
-        before = [x for x in ranges if x.tp == r.tp and x.first is not None and x.marker is not None
+        before = [x for x in ranges if x.tp == r.tp and x.has_data and x.marker is not None
                   and (x.marker.offset if x.marker.offset is not None else -1) < at]
         prev = r.part.previous
         if before:

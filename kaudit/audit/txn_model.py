@@ -485,9 +485,15 @@ class Range:
         return self.part.marker
 
     @property
+    def has_data(self) -> bool:
+        return bool(self.part.data)
+
+    @property
     def offsets(self) -> str:
-        if self.first is None:
+        if not self.has_data:
             return "no data"
+        if self.first is None:   # the wire: data whose offsets the answers did not give
+            return f"{len(self.part.data)} batch(es) at unknown offsets"
         return f"offset {self.first}" if self.last in (None, self.first) else f"offsets {self.first}-{self.last}"
 
 

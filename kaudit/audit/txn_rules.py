@@ -62,9 +62,14 @@ def _check_stray(j):
     for part in j.pt.all_parts():
         if stray_marker(part):
             m = part.marker
+            prev = part.previous.marker if part.previous is not None else None
+            again = prev is not None and prev.result == m.result and prev.epoch == m.epoch
+            why = (f": the {m.result} at {_at(prev)} re-sent (a coordinator or leader failover makes the coordinator "
+                   "write a completed transaction's markers again): not an anomaly") if again else ""
             yield j.say.part("stray-marker", part, f"{m.result} marker of producer {part.producer_id} at {_at(m)} "
-                             "with no transactional data before it" + j.say.writer(m),
-                             {"coordinator_epoch": m.coordinator_epoch, "writer": m.writer})
+                             "with no transactional data before it" + j.say.writer(m) + why,
+                             dict({"coordinator_epoch": m.coordinator_epoch, "writer": m.writer},
+                                  **({"resent": True} if again else {})))
 
 
 def _check_ce(j):
@@ -192,9 +197,9 @@ def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
     be other transactions' the evidence could not tell apart: on the wire the offsets group's
     markers come without its data)."""
     out, bare = [], set()
-    with_data = {r.tp for r in t.ranges() if r.first is not None}
+    with_data = {r.tp for r in t.ranges() if r.has_data}
     for r in t.ranges():
-        if r.first is not None:
+        if r.has_data:
             if r.result is not None or pt.coverage.sees_marker(r.tp):
                 out.append(r)
         elif r.tp not in with_data and r.tp not in bare:

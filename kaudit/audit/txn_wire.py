@@ -94,13 +94,22 @@ def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, 
     events = [t for k, t in items if k == "txn_event"]
     if events:
         rows = pa.concat_tables(events).to_pylist()
-        pid_of = {}
-        for r in rows:
-            if r["transactional_id"] and r["producer_id"] is not None and r["producer_id"] >= 0:
-                pid_of.setdefault(r["transactional_id"], r["producer_id"])
-        for r in rows:
-            if (r["producer_id"] is None or r["producer_id"] < 0) and r["transactional_id"] in pid_of:
-                r["producer_id"] = pid_of[r["transactional_id"]]
+        # a failed request names no producer id: it is the one its transactional id obtains next
+        # (else the last it had), in time order
+        nxt: dict = {}
+        for r in sorted(rows, key=lambda r: (r["ts"] or 0.0, r["position"] or 0), reverse=True):
+            tid = r["transactional_id"]
+            if tid and r["producer_id"] is not None and r["producer_id"] >= 0:
+                nxt[tid] = r["producer_id"]
+            elif tid and tid in nxt:
+                r["producer_id"] = nxt[tid]
+        last: dict = {}
+        for r in sorted(rows, key=lambda r: (r["ts"] or 0.0, r["position"] or 0)):
+            tid = r["transactional_id"]
+            if tid and r["producer_id"] is not None and r["producer_id"] >= 0:
+                last[tid] = r["producer_id"]
+            elif tid in last:
+                r["producer_id"] = last[tid]
             f = frames.get((r["source"], r["connection"], r["position"]), {})
             r.update(response_ts=f.get("response_ts"), client_id=f.get("client_id"),
                      api_version=f.get("api_version"), partition_errors=f.get("partition_errors"),

@@ -115,12 +115,16 @@ class WireFeed:
         self.produce_hosts: dict[str, str] = {}   # tp -> the leader its data went to
         self.known_from: float | None = None      # from here on the capture shows every registration
         self._seen: set[tuple] = set()
+        self.top_epoch: int | None = None         # the highest epoch the coordinator's records reached
 
     # -- the producer's story ---------------------------------------------------------------
     def step(self, ts: float, position, text) -> None:
         self.timeline.append((ts, position, text))
 
     def record(self, state: str, ts: float, r: dict, t: _Txn, *, epoch=None, cause=None, detail=None) -> None:
+        e = t.epoch if epoch is None else epoch
+        if e is not None and (self.top_epoch is None or e > self.top_epoch):
+            self.top_epoch = e
         self.records.append({
             "topic": None, "partition": 0, "replica": None, "offset": len(self.records),
             "source": r["source"], "position": r["position"], "transactional_id": t.tid or self.tid,
@@ -392,6 +396,9 @@ class WireFeed:
         transaction all the same: its EndTxn ends it."""
         t = self.open_txn()
         epoch = r["producer_epoch"]
+        if epoch is not None and self.top_epoch is not None and epoch < self.top_epoch \
+                and (t is None or t.epoch != epoch):
+            return   # an ended epoch's data (a zombie's) joins no transaction: nothing registers it
         if t is None or _newer(epoch, t.epoch):
             t = self._new(ts, epoch)
         if tp not in t.partitions:

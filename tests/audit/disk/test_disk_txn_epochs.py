@@ -178,3 +178,91 @@ def test_admin_abort_of_two_partitions_then_commit(tmp_path, tv):
         assert all(f"/node{node}/" in e["source"] for e in place["evidence"]), place
     shown = story.shown_sources(inc)
     assert any(v == "node2/torn-1/00000000000000000000.log" for v in shown.values()), shown
+
+
+# ---- generated histories -------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+STEP = st.sampled_from(["commit", "abort", "fence"])
+
+
+@settings(max_examples=12, deadline=None)
+@given(tv=st.sampled_from([0, 2]), steps=st.lists(STEP, min_size=1, max_size=5),
+       zombie=st.one_of(st.none(), st.integers(0, 4)), exposed=st.booleans())
+def test_generated_histories(tmp_path_factory, tv, steps, zombie, exposed):
+    """Transactions that commit, abort or are fenced by a new instance, on partitions a-0..c-0;
+    optionally, after the fencing at step `zombie`, the fenced epoch writes to d-0 (never
+    registered before): exactly that write is reported, critical when the next transaction
+    commits d-0, and nothing else reaches warning."""
+    root = tmp_path_factory.mktemp("gen")
+    ld = logdir(root, start_time_ms=T0)
+    ts = ld.partition("__transaction_state", 0)
+    ps = [ld.partition(t, 0) for t in "abc"]
+    d = ld.partition("d", 0)
+    p = ld.producer(7, 0, transactional_id="tx", txn_state=ts, transaction_version=tv)
+    injected = None
+    for i, step in enumerate(steps):
+        p.send([b"v%d" % i], partition=ps[i % 3]); p.send([b"w%d" % i], partition=ps[(i + 1) % 3])
+        if step == "fence":
+            old = p.producer_epoch
+            p.producer_epoch = old + 1 if tv < 2 else old
+            p.abort()
+            p.bump_epoch(p.producer_epoch + 1)
+            if zombie is not None and injected is None and i >= zombie:
+                ld.tick(5_000)
+                injected = d.append_batch(values=[b"z"], producer_id=7, producer_epoch=old, base_sequence=5,
+                                          is_transactional=True)
+                p.send([b"n"], partition=d)
+                (p.commit if exposed else p.abort)()
+        else:
+            (p.commit if step == "commit" else p.abort)()
+        ld.tick(1_000)
+    ld.write()
+    fs = audit(ld.root, now_ms=ld.clock + 1_000)
+    stale = of(fs, "write-after-epoch-end")
+    if injected is None:
+        assert serious(fs) == [], brief(fs)
+        assert stale == []
+        return
+    (z,) = stale
+    assert (z["topic"], z["first_offset"]) == ("d", injected.base_offset)
+    assert z["severity"] == ("critical" if exposed else "error")
+    assert {f["rule"] for f in serious(fs)} <= {"write-after-epoch-end", "mixed-epoch-transaction"}, brief(fs)
+
+
+def test_resent_marker_without_coordinator_records_is_explained(tmp_path):
+    ld = logdir(tmp_path, start_time_ms=T0)
+    a = ld.partition("a", 0)
+    p = ld.producer(9, 0, transactional=True)
+    p.send([b"1"], partition=a)
+    a.append_control(9, 0, "COMMIT", 0)
+    a.append_control(9, 0, "COMMIT", 1)
+    ld.write()
+    fs = audit(ld.root)
+    (s,) = of(fs, "stray-marker")
+    assert s["severity"] == "info" and details(s)["resent"] and "re-sent" in s["message"]
+    assert serious(fs) == []
+
+
+def test_lost_marker_of_a_committed_transaction_is_not_an_exposure(tmp_path):
+    """TV2: the first transaction committed but its marker on a-0 is missing; the next one's
+    COMMIT takes its data in. Reported (another epoch's marker ends it), but consumers read it as
+    the coordinator decided: not critical."""
+    ld = logdir(tmp_path, start_time_ms=T0)
+    ts = ld.partition("__transaction_state", 0)
+    a, b = ld.partition("a", 0), ld.partition("b", 0)
+    p = ld.producer(7, 0, transactional_id="tx", txn_state=ts, transaction_version=2)
+    p.send([b"1"], partition=a); p.send([b"2"], partition=b)
+    p._state("PrepareCommit", p.txn_partitions, producer_epoch=1)
+    b.append_control(7, 1, "COMMIT", 0)            # a-0's marker is lost
+    p._state("CompleteCommit", {}, producer_epoch=1)
+    p.txn_members, p.txn_partitions, p.producer_epoch = [], {}, 1
+    p.sequences.clear()
+    p.send([b"3"], partition=a)
+    p.commit()
+    ld.write()
+    fs = audit(ld.root)
+    (z,) = of(fs, "write-after-epoch-end")
+    assert z["severity"] == "error" and "had committed it" in z["message"]

@@ -154,3 +154,19 @@ def test_two_phase_commit_prepared_transaction_is_not_hanging(tmp_path, tv):
     fs = run(tmp_path, s, now_ms=T0_MS + 20 * 60_000)
     assert serious(fs) == [], [(f["rule"], f["message"]) for f in serious(fs)]
     assert by_rule(fs, "coordinator-abort") == []
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_zombie_on_unregistered_partition_left_open(tmp_path, tv):
+    """The zombie's accepted Produce on a partition nothing registered, no later commit: stored
+    after its epoch was fenced, no marker ends it; its data joins no transaction of the
+    coordinator (a fenced epoch opens none)."""
+    s = Story(tv)
+    s.send(0, 0)
+    fence(s, 40, tv)
+    s.on("client", send(50, batch(PID, 0, 1, 1, transactional=True), partition=1, offset=0, txn_id="tx-wire"))
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    (z,) = by_rule(fs, "write-after-epoch-end")
+    assert (z["severity"], z["partition"], details(z)["outcome"], details(z)["how_known"]) == ("error", 1, "open", "time")
+    assert "accepted (error 0) after epoch 0 was fenced" in z["message"]
+    assert {f["rule"] for f in serious(fs)} >= {"write-after-epoch-end", "hanging-transaction"}
