@@ -46,6 +46,13 @@ def _keep(kind: str, h) -> None:
     """KAUDIT_SIM_SAVE=1: keep the shrunk failing history as a regression fixture."""
     if h is None or not os.environ.get("KAUDIT_SIM_SAVE"):
         return
+    import hashlib
+
+    from tests.sim.check import failures, verdicts
+
+    text = json.dumps(h, sort_keys=True)
+    name = f"{kind.replace(':', '-')}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+    found = failures(verdicts(h)[1])
     REGRESSIONS.mkdir(exist_ok=True)
-    name = kind.replace(":", "-")
-    (REGRESSIONS / f"{name}.json").write_text(json.dumps({"kind": kind, "history": h}, indent=1) + "\n")
+    (REGRESSIONS / f"{name}.json").write_text(
+        json.dumps({"kind": kind, "history": h, "failures_when_kept": found}, indent=1) + "\n")
