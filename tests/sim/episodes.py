@@ -30,7 +30,7 @@ def run_history(sim: Sim, history: dict) -> None:
 
 def idem(sim: Sim, i: int, ep: dict) -> None:
     fault, at = ep["fault"], ep["at"] % max(1, ep["batches"])
-    topic = f"e{i}"
+    topic = ep.get("topic") or f"e{i}"
     start = 5000 if fault == "seq_wrap" else 0
     parts = [sim.partition(topic, p, start_offset=start) for p in range(ep["parts"])]
     c = Client(sim, f"idem-{i}", idempotent=fault != "noidem_retry")
