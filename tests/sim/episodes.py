@@ -7,7 +7,8 @@ Idempotent faults: none, retry (same connection), retry_new_conn, leader_failove
 bump and sequence reset after an unresolved batch), split (MESSAGE_TOO_LARGE, split and re-sent),
 seq_wrap (sequences past 2^31-1 after retention), unknown_pid (retention deleted the producer's
 last batches and its state), expiry_dup (state expired, the retry stored again), restart_dup (a
-restarted application resends under a new producer id), noidem_retry (no idempotence, a retry).
+restarted application resends under a new producer id), noidem_retry (no idempotence, a retry),
+app_repeat (the application sends the same values again an hour later: not a duplicate).
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ def run_history(sim: Sim, history: dict) -> None:
 
 def idem(sim: Sim, i: int, ep: dict) -> None:
     fault, at = ep["fault"], ep["at"] % max(1, ep["batches"])
-    topic = f"e{i}"
+    topic = ep.get("topic") or f"e{i}"
     start = 5000 if fault == "seq_wrap" else 0
     parts = [sim.partition(topic, p, start_offset=start) for p in range(ep["parts"])]
-    c = Client(sim, f"idem-{i}", idempotent=fault != "noidem_retry")
+    c = Client(sim, f"idem-{i}", idempotent=fault not in ("noidem_retry", "noidem_repeat"))
     c.init()
     if fault == "seq_wrap":      # retention removed the first 2^31 records' segments and the state
         for p in parts:
@@ -128,6 +129,14 @@ def _noidem(sim, c, p, vals, i, j):
     sim.expect("possible-duplicate", p, off, off + len(vals) - 1, -1, feeds=("pcap", "audit"))
 
 
+def _app_repeat(sim, c, p, vals, i, j):
+    """The application itself sends the same values again an hour later, every send answered:
+    no sign of a failed send, so no duplicate an SRE must chase (at most a low-severity note)."""
+    c.send(p, vals)
+    sim.wait(3_600_000)
+    c.send(p, vals)
+
+
 IDEM_FAULTS = {
     "retry": _retry,
     "retry_new_conn": lambda *a: _retry(*a, new_conn=True),
@@ -138,6 +147,8 @@ IDEM_FAULTS = {
     "expiry_dup": _expiry_dup,
     "restart_dup": _restart_dup,
     "noidem_retry": _noidem,
+    "app_repeat": _app_repeat,
+    "noidem_repeat": _app_repeat,      # the same, from a producer without idempotence (pid -1)
 }
 IDEM_FAULT_NAMES = ("none", "seq_wrap") + tuple(IDEM_FAULTS)
 

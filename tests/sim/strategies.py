@@ -54,3 +54,28 @@ def history(kind: str):
                                       + ([bg] if bg and not before else []), "retransmit_every": rt},
         st.sampled_from(["3.0", "4.1"]), target, st.none() | background, st.booleans(),
         st.sampled_from([0, 0, 3, 7])).map(_fix)
+
+
+# faults that move a partition's log start (retention): kept on their own topic in a mix
+_OWN_TOPIC = ("seq_wrap", "unknown_pid")
+
+
+def mix(passing):
+    """Several faulted episodes in one history, of the kinds the auditor passes (`passing`): the
+    oracle is the union of theirs. `shared`: the producers share one topic's partitions (their
+    batches, markers and transactions interleave in each partition's log)."""
+    def share(h, shared):
+        if shared:
+            for ep in h["episodes"]:
+                if ep["fault"] not in _OWN_TOPIC:
+                    ep["topic"] = "shared"
+        h["shared"] = shared
+        return h
+
+    def episode(kind):
+        family, fault = kind.split(":")
+        return idem_episode(fault) if family == "idem" else txn_episode(fault)
+
+    eps = st.lists(st.sampled_from(sorted(passing)).flatmap(episode), min_size=2, max_size=3)
+    return st.builds(lambda b, e, sh, rt: share({"broker": b, "episodes": e, "retransmit_every": rt}, sh),
+                     st.sampled_from(["3.0", "4.1"]), eps, st.booleans(), st.sampled_from([0, 3])).map(_fix)

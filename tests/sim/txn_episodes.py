@@ -22,7 +22,7 @@ ZOMBIES = ("registered", "unregistered", "race")
 def txn(sim: Sim, i: int, ep: dict) -> None:
     fault, txns = ep["fault"], ep["txns"]
     at = ep["at"] % len(txns)
-    topic = f"e{i}"
+    topic = ep.get("topic") or f"e{i}"
     parts = [sim.partition(topic, p) for p in range(ep["parts"] + 1)]   # the last one: for zombies
     name, txn_id = f"txn-{i}", f"tx-{i}"
     if fault == "exhaust":            # __transaction_state compacted down to an id near the end of its epochs
