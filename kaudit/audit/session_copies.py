@@ -110,7 +110,8 @@ class SessionCopies:
             for k in np.flatnonzero(hi > lo).tolist():
                 h = int(heads[k])
                 cand = r.order[lo[k]:hi[k]]
-                ok = (r.code[cand] != run.code[h]) & (r.row[cand] < run.row[h])
+                ok = ((r.code[cand] != run.code[h]) & (r.row[cand] < run.row[h])
+                      & (r.row[cand] >= run.row[h] - RECENT_ROWS))   # the window, whatever the chunking
                 both = (r.ts[cand] >= 0) & (run.ts[h] >= 0)
                 gap = run.ts[h] - r.ts[cand]
                 ok &= ~both | ((gap <= RESTART_WINDOW_MS) & (gap >= -RESTART_WINDOW_MS))
