@@ -60,7 +60,7 @@ def relative(ms: int | float | None, reference_ms: int | float | None,
              reference: str = "the end of the evidence") -> str:
     """Where `ms` lies from the reference time, in words ("3 min 2 s before the end of the
     evidence"); "" when either is unknown."""
-    if ms is None or reference_ms is None:
+    if ms is None or reference_ms is None or ms < 0 or reference_ms < 0:
         return ""
     delta = reference_ms - ms
     if abs(delta) < 1000:
@@ -72,8 +72,10 @@ def when(first_ms: int | float | None, last_ms: int | float | None = None,
          reference_ms: int | float | None = None) -> str:
     """An instant or a span for people: "2026-11-24T22:26:35.123Z (3 min before the end of the
     evidence)", or "from A to B (12 s; 3 min before the end of the evidence)"."""
+    untimed = any(t is not None and t < 0 for t in (first_ms, last_ms))   # NO_TIMESTAMP (-1)
+    first_ms, last_ms = (None if t is None or t < 0 else t for t in (first_ms, last_ms))
     if first_ms is None and last_ms is None:
-        return "unknown time"
+        return "no timestamp" if untimed else "unknown time"
     if first_ms is None or last_ms is None or abs(last_ms - first_ms) < 1:
         t = first_ms if first_ms is not None else last_ms
         rel = relative(t, reference_ms)
