@@ -59,6 +59,10 @@ class Fold:
     # (given the settled context), so an engine may share the keys out; else it sees them all.
     prepare: Callable[[list, Context], list] | None = None
     prepare_by_key: bool = False
+    # Optional, for a buffered fold in a live capture: (fold) -> its Settler, which says which of
+    # its keys nothing can change any more, so the live executor folds them before the stream
+    # ends. None: its selection is kept to the end (a streamed fold needs none: see engine/live.py).
+    live: Callable[["Fold"], "Settler"] | None = None
 
     def bind(self, replicated, clusters: dict | None = None) -> "Fold":
         """The fold for inputs that hold the (topic, partition) pairs `replicated` in several log
@@ -176,6 +180,30 @@ def _sort_keys(col) -> list[np.ndarray] | None:
                     col.fill_null(False if pa.types.is_boolean(typ) else 0).to_numpy(zero_copy_only=False)]
         return [col.to_numpy(zero_copy_only=False)]
     return None
+
+
+class Settler:
+    """How a live capture settles one buffered fold's keys before the stream ends (`Fold.live`).
+    The live executor hands it every chunk of the fold's selection (`note`), then at each
+    checkpoint the selection kept so far (`settle`): it returns the chunks of the keys that
+    nothing later can change, removing them from `items`, which the executor folds alone with
+    `context`. It may also make `items` smaller without changing the findings. `finish` runs
+    before the final fold over what is left; `counters` go to the report's coverage `live`."""
+
+    def note(self, kind: str, table: pa.Table) -> None:
+        pass
+
+    def settle(self, items: list, now: float) -> list:
+        return []
+
+    def context(self, ctx: Context, now: float, now_ms: int | None) -> Context:
+        return ctx
+
+    def finish(self, items: list) -> None:
+        pass
+
+    def counters(self) -> dict:
+        return {}
 
 
 class FoldState:

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.txn_model import ProducerTxns
+from kaudit.audit.txn_settle import TxnSettle
 from kaudit.audit.txn_wire_feed import WireFeed
 
 KEY = ("producer_id",)
@@ -143,4 +144,4 @@ FOLD = Fold("wire-txn", {"txn_event": TXN_COLUMNS, "batch": BATCH_COLUMNS, "fram
                    "txn_event": lambda t: pc.invert(pc.equal(t.column("event"), "STATE")),
                    "frame": lambda t: pc.is_in(t.column("api_key"),
                                                pa.array(TXN_APIS + ADMIN_APIS, t.column("api_key").type))},
-            prepare=prepare)
+            prepare=prepare, live=lambda fold: TxnSettle(fold, ADMIN_APIS))

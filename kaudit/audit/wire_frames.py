@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_indices
 from kaudit.audit.disk_sequences import fenced_epoch  # noqa: F401  (the rule this module also reports)
+from kaudit.audit.live_settle import ConnectionSettle
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.model import view
 from kaudit.timefmt import duration, iso_s
@@ -376,4 +377,4 @@ def _ms(ts):
 FOLD = Fold("wire-frames", {"frame": FRAME_COLUMNS, "connection": CONNECTION_COLUMNS,
                             "decode_issue": ISSUE_COLUMNS},
             KEY, ("request_ts",), lambda ctx: KeyedState(KEY, lambda k: ConnectionGroup(k, ctx)),
-            where={"decode_issue": lambda t: pc.is_valid(t.column("connection"))})
+            where={"decode_issue": lambda t: pc.is_valid(t.column("connection"))}, live=ConnectionSettle)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_mask
+from kaudit.audit.live_settle import ReaderSettle
 from kaudit.audit.log_chunks import TablesByKind
 from kaudit.audit.reader_replay import Outcomes, delivered_aborted, parse_aborted
 from kaudit.audit.registry import evidence, finding, rule
@@ -237,4 +238,4 @@ FOLD = Fold("wire-readers", {"fetch_partition": FETCH_COLUMNS, "batch": BATCH_CO
             KEY, ORDER, lambda ctx: KeyedState(KEY, ReaderPartition),
             where={"fetch_partition": _fetch_where, "batch": _batch_where,
                    "txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "WRITE_MARKERS"), False)},
-            prepare=prepare)
+            prepare=prepare, live=ReaderSettle)

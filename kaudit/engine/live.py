@@ -10,10 +10,10 @@ changes is when each part of the input is known to be complete ("settled"), by c
   on any connection, less REORDER_S for bytes still in flight (TCP holes, frames in several
   segments) - and each group stays open across checkpoints. A row that arrives after the
   watermark passed its time is fed late and counted (coverage `live.late_rows`).
-- wire-frames (keyed by connection) settles a connection once its connection row has come (the
-  reassembler forgot it after its close, or it was idle for capture.live.CONN_IDLE_S): its rows
-  are folded alone and dropped.
-- the other folds (transactions across frames, readers) keep their selection to the end.
+- a buffered fold settles the keys its own Settler (`Fold.live`, audit/folds.py) says nothing
+  can change any more - wire-frames a closed connection, the transactions a producer idle past its
+  timeout - and they are folded alone and dropped; a fold without one keeps its selection to the
+  end (its settler may still make it smaller, as the readers' does).
 The groups of a streamed fold forget a producer idle for PRODUCER_IDLE_S (counted in
 `live.producers_forgotten`). A finding is emitted once; the final report holds every finding.
 """
@@ -27,8 +27,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, KeyedState, split_by_key
-from kaudit.audit.reader_compact import compact, merge_cover
-from kaudit.engine.live_txn import TxnSettle
 from kaudit.engine.plan import Audit, AuditRun, Work, fold_selection
 from kaudit.sources.topics import TopicNames
 
@@ -38,7 +36,6 @@ REORDER_S = 30.0
 # A producer's sequence state in a streamed fold is dropped after this long without a batch:
 # the fold's own retry memory (wire_produce.RETRY_WINDOW_S) is as long.
 PRODUCER_IDLE_S = 900.0
-COMPACT_ROWS = 4096   # the readers' new rows compacted together (fewer, bigger tables)
 CHECK_EVERY_S = 0.5   # wall-clock seconds between checkpoints while bytes keep coming
 
 
@@ -154,12 +151,10 @@ class LiveAudit:
         self.emit = emit
         self.work = Work(audit)
         self.streamed = {f.name: _Streamed(f, self.work.ctx) for f in audit.buffered if streamable(f)}
-        self.readers_done = 0   # the readers' chunks compacted so far (audit/reader_compact.py)
-        self.reader_cover = None   # their batches that only count for the covered offsets, merged
-        txn = [f for f in audit.buffered if f.name == "wire-txn"]
-        self.txn = TxnSettle(txn[0]) if txn else None
+        # the buffered folds that say how their keys settle before the end (Fold.live)
+        self.settlers = {f.name: (f, f.live(f)) for f in audit.buffered
+                         if f.name not in self.streamed and f.live is not None}
         self.found: list[dict] = []      # findings settled before the end (emitted)
-        self.connections_settled = 0
         self.checked_at = 0.0
         self.dirty = False   # rows added since the last checkpoint
 
@@ -175,8 +170,8 @@ class LiveAudit:
                 s.waiting.append(sel)
             else:
                 self.work.selected[f.name].append((kind, sel))
-                if self.txn is not None and f is self.txn.fold:
-                    self.txn.note(kind, sel)
+                if f.name in self.settlers:
+                    self.settlers[f.name][1].note(kind, sel)
             self.work.facts.kinds.setdefault(f.name, set()).add(kind)
 
     def due(self) -> bool:
@@ -195,69 +190,23 @@ class LiveAudit:
             # rows ordered by send time wait for the requests in flight; by response time, not
             out.extend(s.feed(upto if s.time_col == "request_ts" else now - REORDER_S, names))
             s.forget(now - PRODUCER_IDLE_S)
-        out.extend(self._settle_connections(names))
-        out.extend(self._settle_producers(now, names))
-        self._compact_readers()
+        for fold, settler in self.settlers.values():
+            out.extend(self._settle(fold, settler, now, names))
         self._found(out)
         _give_back()
 
-    def _settle_connections(self, names: TopicNames) -> list[dict]:
-        """wire-frames over the connections whose connection row has come."""
-        from kaudit.audit import wire_frames
-
-        items = self.work.selected.get(wire_frames.FOLD.name)
+    def _settle(self, fold, settler, now: float, names: TopicNames) -> list[dict]:
+        """The findings of the keys of one buffered fold that its settler says are complete."""
+        items = self.work.selected.get(fold.name)
         if not items:
             return []
-        done = set()
-        for kind, t in items:
-            if kind == "connection":
-                done.update(zip(t.column("source").to_pylist(), t.column("connection").to_pylist()))
-        if not done:
-            return []
-        keys = pa.array([f"{s}\x00{c}" for s, c in done])
-        settled, rest = [], []
-        for kind, t in items:
-            joined = pc.binary_join_element_wise(t.column("source"), t.column("connection"), "\x00")
-            mask = pc.fill_null(pc.is_in(joined, keys), False)
-            a, b = t.filter(mask), t.filter(pc.invert(mask))
-            if a.num_rows:
-                settled.append((kind, a))
-            if b.num_rows:
-                rest.append((kind, b))
-        items[:] = rest
-        self.connections_settled += len(done)
-        ctx = self.audit.context(self.work.ctx, self.work.facts, wire_frames.FOLD)
-        ctx.topic_names = names.names
-        return list(fold_selection(wire_frames.FOLD, settled, ctx, self.work.internal))
-
-    def _settle_producers(self, now: float, names: TopicNames) -> list[dict]:
-        """wire-txn over the producers settled at capture time `now` (engine/live_txn.py)."""
-        t = self.txn
-        if t is None or not t.due(now):
-            return []
-        items = self.work.selected.get(t.fold.name)
-        settled, kept = t.split(items or [], now)
+        settled = settler.settle(items, now)
         if not settled:
             return []
-        items[:] = kept
-        ctx = self.audit.context(self.work.ctx, self.work.facts, t.fold)
+        ctx = self.audit.context(self.work.ctx, self.work.facts, fold)
         ctx.topic_names = names.names
-        ctx.reference_time_ms = self.audit.now_ms if self.audit.now_ms is not None else int(now * 1000)
-        return list(fold_selection(t.fold, settled, ctx, self.work.internal))
-
-    def _compact_readers(self) -> None:
-        """The readers' selection, kept to the end, made smaller as it grows (reader_compact:
-        the same findings)."""
-        items = self.work.selected.get("wire-readers")
-        if not items:
-            return
-        new = items[self.readers_done:]
-        if sum(t.num_rows for _, t in new) < COMPACT_ROWS:
-            return
-        kept, cover = compact(new)
-        items[self.readers_done:] = kept
-        self.readers_done = len(items)
-        self.reader_cover = merge_cover([self.reader_cover, cover])
+        ctx = settler.context(ctx, now, self.audit.now_ms)
+        return list(fold_selection(fold, settled, ctx, self.work.internal))
 
     def _found(self, findings: list[dict]) -> None:
         keep = self.audit.keep
@@ -279,17 +228,16 @@ class LiveAudit:
             if s.waiting:
                 s.waiting = [names.label(t) for t in s.waiting]
             out.extend(f for f in s.finish() if self.audit.keep(f))
-        if self.reader_cover is not None:
-            work.selected["wire-readers"].append(("batch", self.reader_cover))
+        for fold, settler in self.settlers.values():
+            settler.finish(work.selected[fold.name])
         out.extend(work.finish())
         run = self.audit.result(self.found + out, work.facts, errors, internal=work.internal)
-        cov = run.coverage
-        cov["live"] = {"connections_settled": self.connections_settled,
-                       "late_rows": sum(s.late for s in self.streamed.values()),
-                       "producers_forgotten": sum(s.forgotten for s in self.streamed.values()),
-                       "findings_before_end": len(self.found),
-                       "txn_producers_settled": self.txn.count if self.txn else 0,
-                       "txn_producers_back": len(self.txn.back) if self.txn else 0}
+        live = {"late_rows": sum(s.late for s in self.streamed.values()),
+                "producers_forgotten": sum(s.forgotten for s in self.streamed.values()),
+                "findings_before_end": len(self.found)}
+        for _, settler in self.settlers.values():
+            live.update(settler.counters())
+        run.coverage["live"] = live
         return run
 
 

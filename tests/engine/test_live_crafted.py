@@ -16,6 +16,7 @@ import tests.audit.wire.test_wire_readers as readers
 import tests.audit.wire.test_wire_txn_crafted as txn_crafted
 from tests.audit.wire import wirecraft
 
+from kaudit.audit import live_settle
 from kaudit.engine import live
 from kaudit.engine.local import audit_pcaps
 from kaudit.sources.pcap import PcapOptions
@@ -47,6 +48,6 @@ CASES = [(m, name) for m in MODULES for name, fn in vars(m).items()
 @pytest.mark.parametrize("module,name", CASES, ids=[f"{m.__name__.rsplit('.', 1)[-1]}::{n}" for m, n in CASES])
 def test_crafted_case_live(module, name, tmp_path, monkeypatch):
     monkeypatch.setattr(live, "CHECK_EVERY_S", 0.0)
-    monkeypatch.setattr(live, "COMPACT_ROWS", 1)
+    monkeypatch.setattr(live_settle, "COMPACT_ROWS", 1)
     monkeypatch.setattr(module, "audit", live_audit)
     getattr(module, name)(tmp_path)

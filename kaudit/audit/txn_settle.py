@@ -1,4 +1,4 @@
-"""The live executor's settling of the wire transaction fold (txn_wire, keyed by producer id): a
+"""A live capture's settling of the wire transaction fold (txn_wire, keyed by producer id): a
 producer's rows are judged alone, and dropped, once nothing can change its verdict any more.
 
 txn_wire needs a producer's rows together (its prepare joins the transaction events to their
@@ -21,18 +21,21 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kaudit.audit.folds import Context, Settler
+
 TXN_MARGIN_S = 60.0
 DEFAULT_TIMEOUT_S = 900.0
 SWEEP_S = 30.0        # capture seconds between two looks
 FRAME_KEEP_S = 60.0   # a frame no event of the selection names is dropped once this old
 
 
-class TxnSettle:
+class TxnSettle(Settler):
     """What the settling knows across checkpoints: each transactional id's first producer id
     (txn_wire.prepare's pid_of, in decode order), the producers settled and those that came back."""
 
-    def __init__(self, fold):
+    def __init__(self, fold, admin_apis: tuple = ()):
         self.fold = fold
+        self.admin_apis = admin_apis   # the frames every producer's judgement reads (txn_wire)
         self.tid_pid: dict[str, int] = {}
         self.settled: set = set()
         self.back: set = set()
@@ -51,6 +54,22 @@ class TxnSettle:
             for pid in pc.unique(t.column("producer_id")).to_pylist():
                 if pid in self.settled:
                     self.back.add(pid)
+
+    def settle(self, items: list, now: float) -> list:
+        if not items or not self.due(now):
+            return []
+        settled, kept = self.split(items, now)
+        if settled:
+            items[:] = kept
+        return settled
+
+    def context(self, ctx: Context, now: float, now_ms: int | None) -> Context:
+        # a producer settled at `now` is judged as the file's audit would judge it then
+        ctx.reference_time_ms = now_ms if now_ms is not None else int(now * 1000)
+        return ctx
+
+    def counters(self) -> dict:
+        return {"txn_producers_settled": self.count, "txn_producers_back": len(self.back)}
 
     def due(self, now: float) -> bool:
         if self.swept_at is not None and now - self.swept_at < SWEEP_S:
@@ -94,11 +113,9 @@ class TxnSettle:
     def _frames(self, t, named, still, now, settled, kept) -> None:
         """A frame goes with the settled producers' events that name it; an admin frame with every
         settling and kept; a frame no kept event names is dropped once FRAME_KEEP_S old."""
-        from kaudit.audit.txn_wire import ADMIN_APIS
-
         keys = list(zip(t.column("source").to_pylist(), t.column("connection").to_pylist(),
                         t.column("request_frame").to_pylist()))
-        admin = pc.fill_null(pc.is_in(t.column("api_key"), pa.array(ADMIN_APIS, t.column("api_key").type)),
+        admin = pc.fill_null(pc.is_in(t.column("api_key"), pa.array(self.admin_apis, t.column("api_key").type)),
                              False).to_pylist()
         ts = t.column("response_ts").to_pylist()
         to_settled = [a or k in named for k, a in zip(keys, admin)]
