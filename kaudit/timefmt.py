@@ -82,11 +82,10 @@ def when(first_ms: int | float | None, last_ms: int | float | None = None,
     """An instant or a span for people: "2026-11-24T22:26:35.123Z (3 min before the end of the
     evidence)", or "from A to B (12 s; 3 min before the end of the evidence)"; "no timestamp"
     when the evidence has only Kafka's -1."""
-    if first_ms is not None and last_ms is not None and first_ms < 0 and last_ms < 0:
-        return NO_TIMESTAMP
+    untimed = any(t is not None and t < 0 for t in (first_ms, last_ms))   # NO_TIMESTAMP (-1)
     first_ms, last_ms = known(first_ms), known(last_ms)
     if first_ms is None and last_ms is None:
-        return "unknown time"
+        return NO_TIMESTAMP if untimed else "unknown time"
     if first_ms is None or last_ms is None or abs(last_ms - first_ms) < 1:
         t = first_ms if first_ms is not None else last_ms
         rel = relative(t, reference_ms)

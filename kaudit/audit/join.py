@@ -20,7 +20,7 @@ from kaudit.audit.registry import evidence, finding, rule
 PRODUCE_COLUMNS = ("source", "position", "connection", "correlation_id", "request_ts", "topic", "topic_id",
                    "partition", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
                    "record_count", "crc", "acks", "is_transactional", "transactional_id",
-                   "response_error", "response_base_offset", "client_id")
+                   "response_error", "response_base_offset", "client_id", "max_timestamp_ms", "response_ts")
 DISK_COLUMNS = ("source", "position", "replica", "topic", "partition", "base_offset",
                 "last_offset", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
                 "record_count", "crc", "is_control", "control_type")
@@ -137,8 +137,11 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
         if key[0] == "crc" and r["crc"] is None:
             continue
         groups[key].append(r)
+    chains = []
     for key, attempts in groups.items():
         attempts.sort(key=lambda r: (r["request_ts"] or 0, r["position"] or 0))
+        chains.extend((key, c) for c in (_sends(attempts) if key[0] == "crc" else [attempts]))
+    for key, attempts in chains:
         r0 = attempts[0]
         reps = stored.get(key, {})
         holders = _holders(inp.ranges, r0["topic"], r0["partition"])
@@ -169,6 +172,23 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
                 cov["resolved"] += 1
     out.extend(_end_txn(inp, stored, cov))
     return out, cov
+
+
+def _sends(attempts: list[dict]) -> list[list[dict]]:
+    """The attempts of one non-idempotent batch's bytes split into the application's separate
+    sends: a batch without a timestamp (-1) sent again after every earlier copy was acknowledged
+    is a new send of the same values (a client retries only a failed or unanswered send), not
+    another attempt of the first (repeated-records; issue 27)."""
+    out = [[attempts[0]]]
+    for r in attempts[1:]:
+        untimed = r.get("max_timestamp_ms") in (-1, None)
+        answered = all(a["response_error"] == 0 and a.get("response_ts") is not None and r["request_ts"] is not None
+                       and a["response_ts"] <= r["request_ts"] for a in out[-1])
+        if untimed and answered:
+            out.append([r])
+        else:
+            out[-1].append(r)
+    return out
 
 
 # errors after which the broker has not appended the batch (the others, e.g. REQUEST_TIMED_OUT or

@@ -44,6 +44,10 @@ def repeated_records(original: dict, repeat: dict) -> bool:
     return original["fp"] == repeat["fp"]
 
 
+def _span(a: int, b: int) -> str:
+    return f"{a}" if a == b else f"{a}-{b}"
+
+
 def _mix(z: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         z = (z ^ (z >> np.uint64(30))) * _K1
@@ -156,8 +160,8 @@ class Repetitions:
             who = "producer id -1 (no idempotence)" if q < 0 else f"producer {q}"
             out.append(finding(
                 "repeated-records", f"{where}: {s['n']} batch(es) of {who} at offsets {fb}-{ll} repeat the "
-                f"records (keys, values, headers) of earlier batches - first offsets {fb}-{fl}, the same as "
-                f"offsets {ob}-{ol}. The batches carry no timestamp, so a client's retry cannot be told from "
+                f"records (keys, values, headers) of earlier batches - first offset(s) {_span(fb, fl)}, the same as "
+                f"offset(s) {_span(ob, ol)}. The batches carry no timestamp, so a client's retry cannot be told from "
                 f"the application sending the same values again, and nothing shows a failed send: most "
                 f"likely the application's own repetition (consumers read every copy)",
                 evidence=[evidence(self.sources[fs], fp_, "batch", "first repeat"),

@@ -35,7 +35,10 @@ EPOCHS = 1 << 16
 
 
 class _Run:
-    __slots__ = ("t", "idx", "row", "code", "ts", "fp", "order", "max_row")
+    """One chunk's rows of the fold; their fingerprints, and the rows sorted by them (equal ones
+    in log order), computed when a new session's first batches are first compared with it."""
+
+    __slots__ = ("t", "idx", "row", "code", "ts", "fp", "order", "s_fp", "s_row", "s_code", "s_ts", "max_row")
 
     def __init__(self, t, idx, row, code, ts):
         self.t, self.idx, self.row, self.code, self.ts = t, idx, row, code, ts
@@ -47,8 +50,28 @@ class _Run:
             mask = np.zeros(self.t.num_rows, dtype=bool)
             mask[self.idx] = True
             self.fp = content_fingerprints(self.t, mask)
-            self.order = np.argsort(self.fp, kind="stable")
+            o = self.order = np.argsort(self.fp, kind="stable")
+            self.s_fp, self.s_row, self.s_code, self.s_ts = self.fp[o], self.row[o], self.code[o], self.ts[o]
         return self.fp
+
+    def latest(self, fp: int, row: int, code: int, ts: int, steps: int = 64) -> int:
+        """The index (in this run) of the latest row before `row` holding the same records, of
+        another session, in the window; -1 if none within `steps` rows of the same records."""
+        lo = int(np.searchsorted(self.s_fp, fp, "left"))
+        hi = int(np.searchsorted(self.s_fp, fp, "right"))
+        if hi == lo:
+            return -1
+        j = lo + int(np.searchsorted(self.s_row[lo:hi], row, "left")) - 1
+        while j >= lo and steps:
+            r = int(self.s_row[j])
+            if r < row - RECENT_ROWS:
+                return -1
+            t = int(self.s_ts[j])
+            if int(self.s_code[j]) != code and (t < 0 or ts < 0 or abs(ts - t) <= RESTART_WINDOW_MS):
+                return int(self.order[j])
+            j -= 1
+            steps -= 1
+        return -1
 
 
 class SessionCopies:
@@ -82,44 +105,39 @@ class SessionCopies:
         ts = np_col(t, "max_timestamp_ms", -1, np.int64)[idx]
         uniq, fi, cnt = np.unique(code, return_index=True, return_counts=True)
         li = code.size - 1 - np.unique(code[::-1], return_index=True)[1]
-        young = []
-        for c, a, z, k in zip(uniq.tolist(), fi.tolist(), li.tolist(), cnt.tolist()):
+        young = []   # (index of the session in uniq, how many of its rows are heads)
+        for u, (c, a, z, k) in enumerate(zip(uniq.tolist(), fi.tolist(), li.tolist(), cnt.tolist())):
             seen = self.count.get(c, 0)
             if seen == 0:
                 self.first[c] = int(row[a])
             if seen < HEAD:
-                young.append((c, HEAD - seen))
+                young.append((u, min(HEAD - seen, k)))
             self.last[c] = int(row[z])
             self.count[c] = seen + k
         run = _Run(t, idx, row, code, ts)
         self.runs.append(run)
         if young:
-            heads = np.concatenate([np.flatnonzero(code == c)[:k] for c, k in young])
+            # each session's rows in log order are one slice of a stable sort by session
+            order = np.argsort(code, kind="stable")
+            starts = np.r_[0, np.cumsum(cnt)[:-1]]
+            heads = np.concatenate([order[starts[u]:starts[u] + k] for u, k in young])
             self._match(run, np.sort(heads))
         self.runs = [r for r in self.runs if r.max_row >= self.rows - RECENT_ROWS]
 
     def _match(self, run: _Run, heads: np.ndarray) -> None:
         """Pairs each head row with the latest earlier batch of another session holding the same
-        records within the restart window."""
+        records within the window (newest run first)."""
         fp = run.prints()[heads]
-        best = {}   # head -> (row, run, index in run)
         for r in self.runs:
-            f = r.prints()
-            lo = np.searchsorted(f[r.order], fp, "left")
-            hi = np.searchsorted(f[r.order], fp, "right")
-            for k in np.flatnonzero(hi > lo).tolist():
-                h = int(heads[k])
-                cand = r.order[lo[k]:hi[k]]
-                ok = (r.code[cand] != run.code[h]) & (r.row[cand] < run.row[h])
-                both = (r.ts[cand] >= 0) & (run.ts[h] >= 0)
-                gap = run.ts[h] - r.ts[cand]
-                ok &= ~both | ((gap <= RESTART_WINDOW_MS) & (gap >= -RESTART_WINDOW_MS))
-                if ok.any():
-                    j = int(cand[ok][np.argmax(r.row[cand[ok]])])
-                    if h not in best or r.row[j] > best[h][0]:
-                        best[h] = (int(r.row[j]), r, j)
-        for h, (_, r, j) in sorted(best.items()):
-            self.pairs.append((self._facts(run, h), self._facts(r, j)))
+            r.prints()
+        for k, h in enumerate(heads.tolist()):
+            for r in reversed(self.runs):
+                if r.max_row < run.row[h] - RECENT_ROWS:
+                    break
+                j = r.latest(int(fp[k]), int(run.row[h]), int(run.code[h]), int(run.ts[h]))
+                if j >= 0:
+                    self.pairs.append((self._facts(run, h), self._facts(r, j)))
+                    break
 
     def _facts(self, r: _Run, j: int) -> dict:
         i = int(r.idx[j])

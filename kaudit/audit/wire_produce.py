@@ -14,6 +14,7 @@ from kaudit.audit.folds import Fold, KeyedState, np_mask
 from kaudit.audit.producer_state import BatchView, ProducerState
 from kaudit.audit.wire_attempts import MAX_ANON_KEYS, MAX_REFUSED, Attempts, Pid
 from kaudit.audit.wire_clean import apply_clean, clean_rows
+from kaudit.audit.wire_resends import Resends
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.model import view
 from kaudit.timefmt import iso_s
@@ -24,7 +25,7 @@ COLUMNS = KEY + ORDER + (
     "connection", "correlation_id", "client_id", "transactional_id", "acks", "api_version",
     "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count", "crc",
     "batch_size", "base_timestamp_ms", "max_timestamp_ms", "is_control", "response_ts",
-    "response_error", "response_base_offset", "topic_id", "attributes",
+    "response_error", "response_base_offset", "topic_id", "attributes", "magic", "base_offset", "last_offset",
 )
 Row = view("batch", COLUMNS)   # a Produce batch as this fold reads it (fields checked at import)
 ERRORS = {45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
@@ -104,8 +105,11 @@ class WirePartition:
         self.pids: dict[int, Pid] = {}
         self.anon = Attempts(MAX_ANON_KEYS)
         self.out: list[dict] = []
+        self.resends = Resends(self.topic, self.partition)
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
+        # records a new producer session sent again after a failed send (vectorised, all rows)
+        self.out.extend(self.resends.feed(t))
         # the producers' clean batches first (no finding, only state), then the rest in order:
         # producers are independent, so the findings and the state come out as row by row
         if self.clean_pass:

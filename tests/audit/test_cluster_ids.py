@@ -25,6 +25,12 @@ def build(root: Path, cluster_id: str, node_id: int = 1) -> Path:
     ev = ld.partition("events", 0)
     ev.append_batch(values=[b"x"], timestamp=2_000)
     ev.append_batch(values=[b"x"], timestamp=2_000)
+    old = ld.partition("legacy", 0)          # repeated-records: no timestamps
+    for i in range(9):
+        old.append_batch(values=[b"v%d" % (i % 3)], timestamp=-1)
+    rs = ld.partition("resent", 0)           # duplicate-records across producer sessions
+    rs.producer(20, 0).send([b"r1", b"r2"], timestamp=3_000)
+    rs.producer(21, 0).send([b"r1", b"r2"], timestamp=3_500)
     return ld.write()
 
 

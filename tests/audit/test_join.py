@@ -137,3 +137,15 @@ def test_corpus_agrees(corpus, tmp_path):
     # both audits are in the report
     rules = {f["rule"] for f in fs}
     assert {"duplicate-records", "fenced-epoch", "coordinator-abort", "retried-batch"} <= rules
+
+
+def test_values_without_timestamp_sent_again_are_separate_sends():
+    """Issue 27: a non-idempotent batch without a timestamp acknowledged, then the same bytes sent
+    and acknowledged again: two sends of the application (each stored once), not a retry stored
+    twice. The twin - the first attempt unanswered - stays a retry whose outcome is resolved."""
+    def w(ts, **kw):
+        return dict(wire(-1, pid=-1, epoch=-1, ts=ts, **kw), max_timestamp_ms=-1,
+                    response_ts=None if kw.get("err", 0) is None else ts + 0.01)
+    rows = [disk(-1, 5, pid=-1, epoch=-1), disk(-1, 9, pid=-1, epoch=-1)]
+    assert run([w(1.0, offset=5), w(2.0, offset=9)], rows) == []
+    assert brief(run([w(1.0, err=None), w(2.0, offset=9)], rows)) == [("produce-outcome", "warning", "stored twice")]

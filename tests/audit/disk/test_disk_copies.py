@@ -120,3 +120,24 @@ def test_a_producer_that_bumped_its_epoch_and_wrote_on_did_not_stop(tmp_path):
     pb.producer(8, 0).send([b"a", b"b"], timestamp=1_002)
     p.send([b"e"], timestamp=1_003)
     assert audit(ld.write(), rules=("duplicate-records",)) == []
+
+
+def test_session_copies_whatever_the_chunking(tmp_path, monkeypatch):
+    """Many sessions, some re-sending their predecessor's last records: the same findings in
+    chunks of 3 batches as in one chunk."""
+    from diskcraft import small_chunks
+
+    ld = logdir(tmp_path)
+    pb = ld.partition("orders", 0)
+    for s in range(12):
+        p = pb.producer(100 + s, 0)
+        if s % 3 == 2:   # re-sends the previous session's last batch first
+            p.send([b"s%d-last" % (s - 1)], timestamp=1_000 * s)
+        for i in range(4):
+            p.send([b"s%d-%d" % (s, i)] if i < 3 else [b"s%d-last" % s], timestamp=1_000 * s + i)
+    root = ld.write()
+    whole = audit(root, rules=("duplicate-records",))
+    with small_chunks(monkeypatch, 3):
+        chunked = audit(root, rules=("duplicate-records",))
+    assert len(whole) == 4 and [f["id"] for f in whole] == [f["id"] for f in chunked]
+    assert all(details(f)["original_producer_id"] == f["producer_id"] - 1 for f in whole)

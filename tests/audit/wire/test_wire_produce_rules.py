@@ -366,3 +366,31 @@ def test_incident_ids_carry_the_capture_cluster_id(tmp_path):
     a, b, none = runs.values()
     assert a.keys() == b.keys() == none.keys()
     assert not set(a.values()) & set(b.values()) and not set(a.values()) & set(none.values())
+
+
+def _records(pid, epoch, seq, values, ts=1_700_000_000_000):
+    from fixtures import kafka_encoder as ke
+
+    return ke.encode_record_batch_v2(0, [{"key": b"k", "value": v, "timestamp_delta": i} for i, v in enumerate(values)],
+                                     producer_id=pid, producer_epoch=epoch, base_sequence=seq, base_timestamp=ts)
+
+
+def test_records_resent_by_a_new_producer_after_an_unanswered_send(tmp_path):
+    """Issue 27: producer 4001's send gets no answer; producer 4002 (a restarted application)
+    sends the same records, acknowledged: a warning that they may be stored twice. Twins: other
+    records; the same producer's retry (the sequence rules' case)."""
+    vals = [b"order-1", b"order-2"]
+    conns = [Conn(send(1, _records(PID, 0, 0, vals), error=None)),
+             Conn(send(1, _records(PID + 1, 0, 0, vals, ts=1_700_000_030_000), offset=7), client=("10.0.0.1", 40002))]
+    (tmp_path / "a").mkdir()
+    f = one(audit(tmp_path / "a", conns), "duplicate-records")
+    assert (f["severity"], f["producer_id"], f["first_offset"], f["last_offset"]) == ("warning", PID + 1, 7, 8)
+    assert details(f)["original_producer_id"] == PID and "got no answer" in f["message"]
+    other = [Conn(send(1, _records(PID, 0, 0, vals), error=None)),
+             Conn(send(1, _records(PID + 1, 0, 0, [b"order-1", b"order-3"]), offset=7), client=("10.0.0.1", 40002))]
+    (tmp_path / "b").mkdir()
+    assert not by_rule(audit(tmp_path / "b", other), "duplicate-records")
+    same = [Conn(send(1, _records(PID, 0, 0, vals), error=None)),
+            Conn(send(1, _records(PID, 0, 0, vals), offset=7), client=("10.0.0.1", 40002))]
+    (tmp_path / "c").mkdir()
+    assert not by_rule(audit(tmp_path / "c", same), "duplicate-records")
