@@ -32,6 +32,7 @@ PLACES = {
     "b.pcap": "pcaps/02-retry-noidem-confluent.pcap",
     "my-topic-0/00000000000000000000.log": "fixtures/logdirs/demo/demo-payments-0/00000000000000000000.log",
     "/var/tmp/kafka.pcap": "pcaps/05-fence-java.pcap",
+    "keys.log": "fixtures/tls/docs-example.keylog",
 }
 FALLBACK = {"capture.pcap": "pcaps/05-fence-java.pcap"}
 EDITS = {"--follow-idle 60": "--follow-idle 0.2"}   # a wait the docs give a person, shortened
