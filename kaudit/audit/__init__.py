@@ -1,10 +1,16 @@
 """kaudit.audit: pure analysis over rows (docs/architecture.md §1, §4). Importing it registers every rule."""
 
-from kaudit.audit import disk_sequences, duplicate_records, index_check, integrity, wire_frames, wire_produce
-from kaudit.audit import join, txn_wire, wire_lso  # noqa: F401  (join: the rules of `kaudit audit`)
-from kaudit.audit import coordinator_state, transactions, txn_rules  # noqa: F401  (registers the transaction rules)
-from kaudit.audit import incidents
-from kaudit.audit import leader_epochs, leadership, replicas, segment_loss, state_files, wire_readers  # noqa: F401
+from kaudit.audit.producers import disk_sequences, duplicate_records, wire_produce
+from kaudit.audit.consistency import index_check, integrity
+from kaudit.audit.wire import wire_frames
+from kaudit.audit.joint import join  # noqa: F401  (join: the rules of `kaudit audit`)
+from kaudit.audit.txn import txn_wire
+from kaudit.audit.wire import wire_lso
+from kaudit.audit.txn import coordinator_state, transactions, txn_rules  # noqa: F401  (registers the transaction rules)
+from kaudit.audit.stories import incidents
+from kaudit.audit.consistency import leader_epochs, replicas, segment_loss, state_files  # noqa: F401
+from kaudit.audit.cluster import leadership
+from kaudit.audit.wire import wire_readers
 from kaudit.audit.folds import Context, Fold
 from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
 

@@ -14,9 +14,10 @@ Each function returns a figure (or None when the rows hold nothing to draw)."""
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
 
 from kaudit.report.chart_rows import capture_place, incident_partitions, is_capture
+from kaudit.report.chart_style import iso_time as _t
+from kaudit.report.chart_style import layout as _layout
 
 SEV_COLOR = {"critical": "#8b0000", "error": "#d62728", "warning": "#ff7f0e", "info": "#1f77b4"}
 PALETTE = ("#1f77b4", "#9467bd", "#2ca02c", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
@@ -27,18 +28,6 @@ ANSWER_STYLE = {   # answer -> (trace suffix, marker, line?)
     "no answer": (" no answer", {"symbol": "circle-open", "size": 10, "color": "#7f7f7f"}, False),
 }
 WIRE_KINDS = ("request", "response", "produce", "packet", "fetch", "end_txn")
-
-
-def _t(ms):
-    return None if ms is None or ms < 0 else datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc).isoformat()
-
-
-def _layout(fig, title: str, height: int = 420) -> None:
-    # the legend below the last x axis's tick labels and title (pixels as a fraction of the plot)
-    height += 60
-    plot = max(height - 60 - 110, 100)
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height, margin={"l": 60, "r": 20, "t": 60, "b": 110},
-                      legend={"orientation": "h", "y": -70 / plot, "yanchor": "top"}, template="plotly_white")
 
 
 def _panels(inc: dict, findings: list[dict], data: dict) -> tuple[list, dict]:

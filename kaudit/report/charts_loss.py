@@ -6,7 +6,7 @@ names their byte positions."""
 
 from __future__ import annotations
 
-from kaudit.report.charts import _layout
+from kaudit.report.chart_style import layout as _layout
 
 RULE_COLOR = {"missing-offsets": "#d62728", "corrupt-batch": "#8c564b", "crc-mismatch": "#ff7f0e",
               "truncated-tail": "#9467bd", "replica-divergence": "#1f77b4", "checkpoint-mismatch": "#17becf",

@@ -14,7 +14,8 @@ so none can overlap."""
 from __future__ import annotations
 
 from kaudit.report.chart_rows import incident_partitions, is_capture
-from kaudit.report.charts import _layout, _t
+from kaudit.report.chart_style import iso_time as _t
+from kaudit.report.chart_style import layout as _layout
 
 RESULT_COLOR = {"COMMIT": "#2ca02c", "ABORT": "#d62728", None: "#ff7f0e"}
 WRITER_SYMBOL = {"client": "circle", "coordinator": "diamond", "admin": "square", "unknown": "triangle-up"}
@@ -22,7 +23,7 @@ COORDINATOR = "coordinator"
 
 
 def _details(f: dict) -> dict:
-    from kaudit.audit.incidents import details_of
+    from kaudit.audit.stories.incidents import details_of
 
     return details_of(f)
 

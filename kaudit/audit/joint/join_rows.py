@@ -1,0 +1,156 @@
+"""What the joins of `kaudit audit` take from the rows (audit/joint/join.py, audit/joint/reader_join.py), as
+taps both engines run on their decode pass: the wire's selections (a few columns of the Produce
+batches, the EndTxn events, read_committed Fetch responses and their batches) and the log's (the
+batches of the producer ids seen on the wire, the non-idempotent ones whose CRC or offset a
+capture names, the transaction markers of the wire's transactional producer ids, the readers'
+partitions' batches and .txnindex entries, and each partition's offset range per replica).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.joint import join as J
+from kaudit.audit.joint import reader_join as RJ
+from kaudit.audit.wire import wire_readers as WR
+from kaudit.audit.folds import Fold, Tap, constant
+
+
+def _produce_where(t: pa.Table):
+    return pc.and_(pc.fill_null(pc.equal(t.column("source_kind"), "produce"), False),
+                   pc.invert(pc.fill_null(t.column("is_control"), False)))
+
+
+# What the join takes from the wire, as selections (no rule runs them): both engines select with
+# them, the Spark engine in its tasks.
+PRODUCE_TAP = Fold("join-produce", {"batch": J.PRODUCE_COLUMNS}, (), (), None, where={"batch": _produce_where})
+END_TXN_TAP = Fold("join-end-txn", {"txn_event": J.END_TXN_COLUMNS}, (), (), None,
+                   where={"txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "END_TXN"), False)})
+# the readers' join: read_committed consumer responses and their transactional/control batches
+READER_FETCH_TAP = Fold("join-reader-fetch", {"fetch_partition": WR.FETCH_COLUMNS}, (), (), None,
+                        where={"fetch_partition": WR.FOLD.where["fetch_partition"]})
+READER_BATCH_TAP = Fold("join-reader-batch", {"batch": WR.BATCH_COLUMNS}, (), (), None,
+                        where={"batch": lambda t: pc.and_(
+                            pc.fill_null(pc.equal(t.column("source_kind"), "fetch"), False),
+                            pc.fill_null(pc.or_(t.column("is_transactional"), t.column("is_control")), False))})
+WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP)
+
+
+class WireTap(Tap):
+    """The wire's selections for the join, one list per tap (`of(tap name)`)."""
+
+    def __call__(self, kind: str, t: pa.Table) -> None:
+        for tap in WIRE_TAPS:
+            sel = tap.select(kind, t)
+            if sel is not None:
+                self.out.append((tap.name, sel))
+
+
+class DiskTap(Tap):
+    """The log's batches the join can use (of the wire's producer ids, the markers of its
+    transactional ones, non-idempotent batches a capture names by CRC or offset: `of("rows")`),
+    the readers' join's batches and .txnindex entries (`of("reader")`, `of("txnindex")`), and
+    each partition's offset range per replica and cleaner checkpoint (its facts)."""
+
+    def __init__(self, produce: list[dict], readers: list[dict] = ()):
+        super().__init__()
+        sets = self.sets_of(produce, readers)
+        self.pids, self.txn_pids, self.crcs, self.offsets, self.reader_pids = (
+            pa.array(sets.get(k, []), pa.int64()) for k in ("pids", "txn_pids", "crcs", "offsets", "reader_pids"))
+        self.reader_tps = {tuple(x) for x in sets.get("reader_tps", [])}
+        self.ranges: dict = {}
+        self.cleaned: dict = {}   # (replica, topic, partition) -> cleaner-offset-checkpoint offset
+
+    def fresh(self) -> "DiskTap":
+        tap = super().fresh()
+        tap.ranges, tap.cleaned = {}, {}
+        return tap
+
+    def facts(self) -> dict:
+        return {"ranges": dict(self.ranges), "cleaned": dict(self.cleaned)}
+
+    def merge(self, facts: dict) -> None:
+        merge_ranges(self.ranges, [(*k, lo, hi) for k, (lo, hi) in facts["ranges"].items()])
+        for k, off in facts["cleaned"].items():
+            self.cleaned[k] = max(off, self.cleaned.get(k, -1))
+
+    @staticmethod
+    def sets_of(produce: list[dict], readers: list[dict] = ()) -> dict:
+        anon = [r for r in produce if r["producer_id"] is None or r["producer_id"] < 0]
+        return {
+            "reader_pids": sorted({r["producer_id"] for r in readers if r["producer_id"] is not None
+                                   and r["producer_id"] >= 0}),
+            "reader_tps": sorted({(r["topic"], r["partition"]) for r in readers if r["topic"] is not None}),
+            "pids": sorted({r["producer_id"] for r in produce if r["producer_id"] is not None and r["producer_id"] >= 0}),
+            "txn_pids": sorted({r["producer_id"] for r in produce if r["is_transactional"]
+                                and r["producer_id"] is not None and r["producer_id"] >= 0}),
+            "crcs": sorted({r["crc"] for r in anon if r["crc"] is not None}),
+            "offsets": sorted({r["response_base_offset"] for r in anon
+                               if r["response_base_offset"] is not None and r["response_base_offset"] >= 0}),
+        }
+
+    def __call__(self, kind: str, t: pa.Table) -> None:
+        if not t.num_rows:
+            return
+        if kind == "checkpoint_entry":
+            for rep, top, part, name, off in zip(*(t.column(c).to_pylist() for c in
+                                                   ("replica", "topic", "partition", "checkpoint", "offset"))):
+                if name == "cleaner-offset-checkpoint" and off is not None:
+                    self.cleaned[(rep, top, part)] = max(off, self.cleaned.get((rep, top, part), -1))
+            return
+        if kind == "txnindex_entry" and self.reader_tps:
+            t = _of_partitions(t, self.reader_tps)
+            if t is not None:
+                self.out.append(("txnindex", t.select(list(RJ.TXNINDEX_COLUMNS))))
+            return
+        if kind != "batch":
+            return
+        t = t.filter(pc.and_(pc.fill_null(pc.equal(t.column("source_kind"), "log"), False),
+                             pc.invert(pc.ends_with(t.column("source"), ".checkpoint"))))
+        if not t.num_rows:
+            return
+        g = t.group_by(["replica", "topic", "partition"]).aggregate(
+            [("base_offset", "min"), ("last_offset", "max")])
+        merge_ranges(self.ranges, zip(*(g.column(c).to_pylist() for c in
+                                        ("replica", "topic", "partition", "base_offset_min", "last_offset_max"))))
+        pid = t.column("producer_id").cast(pa.int64())
+        control = pc.fill_null(t.column("is_control"), False)
+        data = pc.and_(pc.invert(control), pc.is_in(pid, value_set=self.pids))
+        marker = pc.and_(control, pc.is_in(pid, value_set=self.txn_pids))
+        anon = pc.and_(pc.invert(control), pc.fill_null(pc.less(pid, 0), True))
+        anon = pc.and_(anon, pc.or_(pc.is_in(t.column("crc").cast(pa.int64()), value_set=self.crcs),
+                                    pc.is_in(t.column("base_offset"), value_set=self.offsets)))
+        if self.reader_tps:
+            self._readers(t, pid, control)
+        keep = pc.fill_null(pc.or_(pc.or_(data, marker), anon), False)
+        t = t.filter(keep)
+        if t.num_rows:
+            self.out.append(("rows", t.select(list(J.DISK_COLUMNS))))
+
+    def _readers(self, t: pa.Table, pid, control) -> None:
+        mine = pc.and_(pc.is_in(pid, value_set=self.reader_pids),
+                       pc.fill_null(pc.or_(t.column("is_transactional"), control), False))
+        t = t.filter(mine)
+        if t.num_rows:
+            t = _of_partitions(t, self.reader_tps)
+            if t is not None:
+                self.out.append(("reader", t.select(list(RJ.DISK_COLUMNS))))
+
+
+def _of_partitions(t: pa.Table, tps: set) -> pa.Table | None:
+    """The rows of `t` in the (topic, partition) pairs `tps` (a chunk is one file: one pair)."""
+    ok_t, topic = constant(t.column("topic"))
+    ok_p, part = constant(t.column("partition"))
+    if ok_t and ok_p:
+        return t if (topic, part) in tps else None
+    keep = [(a, b) in tps for a, b in zip(t.column("topic").to_pylist(), t.column("partition").to_pylist())]
+    t = t.filter(pa.array(keep))
+    return t if t.num_rows else None
+
+
+def merge_ranges(into: dict, ranges) -> dict:
+    for rep, top, part, lo, hi in ranges:
+        rng = into.setdefault((rep, top, part), [lo, hi])
+        rng[0], rng[1] = min(rng[0], lo), max(rng[1], hi)
+    return into

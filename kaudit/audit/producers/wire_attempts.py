@@ -1,0 +1,109 @@
+"""What the wire's sequence fold remembers of each producer id in one partition: its attempts
+(for retries), the sequence ranges the broker refused, its last batches (for timelines). Shared by
+the checked path (audit/producers/wire_produce.py) and the clean-producer pass (audit/producers/wire_clean.py)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from kaudit.audit.producers.producer_state import ProducerState
+from kaudit.audit.thresholds import RETRY_WINDOW_S
+
+MAX_ATTEMPT_KEYS = 4096     # batches remembered per producer id and partition
+MAX_ANON_KEYS = 65536       # batches of producer id -1 remembered per partition
+MAX_REFUSED = 64
+
+
+class Chunk:
+    """The accepted batches of a chunk table that the clean-producer pass remembers: their times and
+    offsets as lists, the rows built only when asked (a finding needs more than time and answer)."""
+
+    __slots__ = ("view", "table", "ts", "off", "rows")
+
+    def __init__(self, view: type, table, ts: list, off: list):
+        self.view, self.table, self.ts, self.off, self.rows = view, table, ts, off, {}
+
+    def row(self, i: int):
+        r = self.rows.get(i)
+        if r is None:
+            r = self.rows[i] = self.view._make(self.table.column(c)[i].as_py() for c in self.view._fields)
+        return r
+
+
+class LazyRow(tuple):
+    """(chunk, row index): an accepted batch row of a chunk, read only when a finding needs it."""
+
+    __slots__ = ()
+    request_ts = property(lambda s: s[0].ts[s[1]])
+    response_base_offset = property(lambda s: s[0].off[s[1]])
+    response_error = 0   # only accepted batches are remembered this way
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self[0].row(self[1]), name)
+
+
+class Attempts:
+    """The attempts of each batch (by key) sent in the last RETRY_WINDOW_S seconds, at most
+    `cap` keys: a retry follows its original within the producer's delivery.timeout.ms (2 min by
+    default), so older batches are forgotten and memory stays bounded on long captures.
+    `unsettled` holds the keys with an attempt the broker did not accept (refused or
+    unanswered): while there is none, a batch that follows the state cannot be a retry."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.by_key: dict = {}
+        self.order: deque = deque()   # (request_ts, key), oldest first
+        self.unsettled: set = set()
+
+    def get(self, key) -> list:
+        return self.by_key.get(key, [])
+
+    def add(self, key, row) -> None:
+        ts = row.request_ts or 0.0
+        self.by_key.setdefault(key, []).append(row)
+        if row.response_error != 0:
+            self.unsettled.add(key)
+        self.order.append((ts, key))
+        self._expire(ts - RETRY_WINDOW_S)
+
+    def add_new(self, keys: list, rows: list, times: list) -> None:
+        """`add` of accepted attempts whose keys are not held, `times` their request_ts."""
+        by_key, order, cap = self.by_key, self.order, self.cap
+        for key, row, ts in zip(keys, rows, times):
+            by_key[key] = [row]
+            ts = ts or 0.0
+            order.append((ts, key))
+            if len(by_key) > cap or order[0][0] < ts - RETRY_WINDOW_S:
+                self._expire(ts - RETRY_WINDOW_S)
+
+    def _expire(self, horizon: float) -> None:
+        by_key, order = self.by_key, self.order
+        while order and (order[0][0] < horizon or len(by_key) > self.cap):
+            _, old = order.popleft()
+            rows = by_key.get(old)
+            if rows is not None and ((rows[-1].request_ts or 0.0) < horizon or len(by_key) > self.cap):
+                del by_key[old]
+                self.unsettled.discard(old)
+
+
+@dataclass
+class Pid:
+    state: ProducerState | None = None   # the broker's view: last accepted (or unanswered) batch
+    attempts: Attempts = field(default_factory=lambda: Attempts(MAX_ATTEMPT_KEYS))
+    recent: list = field(default_factory=list)   # the last 4 batch rows
+    # sequence ranges the broker refused (epoch, lo, hi), newest last: an in-flight batch that
+    # follows one of them is answered OUT_OF_ORDER_SEQUENCE_NUMBER and retried (benign)
+    refused: list = field(default_factory=list)
+
+    def covered_by_refused(self, epoch: int, lo: int, hi: int) -> bool:
+        """True when every sequence of [lo, hi] was in a batch the broker refused."""
+        need = lo
+        for e, a, b in sorted(r for r in self.refused if r[0] == epoch):
+            if a <= need <= b:
+                need = b + 1
+            if need > hi:
+                return True
+        return need > hi

@@ -1,0 +1,1 @@
+"""Findings into incidents: what links findings into one story, and the cluster identity incident ids carry."""

@@ -1,0 +1,532 @@
+"""One transaction model for wire and disk evidence (docs/architecture.md §4; KIP-98, KIP-890).
+
+Both feeds build the same facts for one producer id: its data and end markers per partition
+(`Part`: the data of one transaction on one partition, up to the COMMIT/ABORT marker that ends
+it), the coordinator's transactions (`coordinator_state.CoordTxn`: registered partitions, states
+with epochs and times, the result, who ended it) and what the evidence covers. On disk the facts
+come from the log's batches and `__transaction_state` (transactions.py), on the wire from the
+requests and responses (txn_wire.py); `Transaction` groups the parts of one transaction, and the
+rules (txn_rules.py) and the `kaudit txn` view (`describe`) read only these.
+
+Order within a partition: on disk the offset; on the wire the order the broker appended in -
+a batch by its request, a marker by its answer (data sent before a marker was answered may
+have landed before it); rows carry it as `rank`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from kaudit.audit.txn.coordinator_state import CoordTxn, CoordView
+from kaudit.audit.thresholds import MARKER_CLUSTER_MS, MATCH_WINDOW_MS
+
+# Writers of markers (`Marker.writer`)
+COORDINATOR, ADMIN = "coordinator", "admin"
+
+
+@dataclass
+class Marker:
+    offset: int | None
+    result: str               # COMMIT | ABORT
+    epoch: int
+    coordinator_epoch: int | None
+    ts: int | None
+    source: str
+    position: int
+    writer: str | None = None       # coordinator | admin | None (unknown: a log holds no writer)
+    client_id: str | None = None    # the WriteTxnMarkers sender (wire)
+    connection: str | None = None
+
+
+@dataclass
+class Part:
+    """One producer's transaction on one partition (merged over the replicas that hold it)."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    replicas: list = field(default_factory=list)
+    data: list[dict] = field(default_factory=list)          # transactional data batches
+    # non-transactional writes inside it: one row per stretch (none of its transactional batches
+    # between), `batches` counting them
+    nontxn: list[dict] = field(default_factory=list)
+    marker: Marker | None = None
+    replicas_without_marker: list = field(default_factory=list)
+    coord: CoordTxn | None = None                           # matched coordinator transaction
+    previous: "Part | None" = None                          # the part before it on the partition
+    copies: dict = field(default_factory=dict)              # replica -> its own Part (its files)
+    key: object = None                                      # the rank of its first row
+    tp: str = field(init=False, default="")                 # "topic-partition"
+
+    def __post_init__(self):
+        self.tp = f"{self.topic}-{self.partition}"
+
+    @property
+    def start_offset(self) -> int | None:
+        return self.data[0]["base_offset"] if self.data else (self.marker.offset if self.marker else None)
+
+    @property
+    def last_data_offset(self) -> int | None:
+        for b in reversed(self.data):
+            if b["last_offset"] is not None:
+                return b["last_offset"]
+        return None
+
+    @property
+    def epochs(self) -> list[int]:
+        """The distinct producer epochs of its data, in order of appearance."""
+        return list(dict.fromkeys(b["producer_epoch"] for b in self.data if b["producer_epoch"] is not None))
+
+    @property
+    def data_epoch(self) -> int | None:
+        return self.data[-1]["producer_epoch"] if self.data else None
+
+    @property
+    def first_epoch(self) -> int | None:
+        return self.data[0]["producer_epoch"] if self.data else None
+
+    @property
+    def first_ts(self) -> int | None:
+        ts = [b["base_timestamp_ms"] for b in self.data if b["base_timestamp_ms"] is not None]
+        return min(ts) if ts else (self.marker.ts if self.marker else None)
+
+    @property
+    def last_ts(self) -> int | None:
+        ts = [b["max_timestamp_ms"] for b in self.data if b["max_timestamp_ms"] is not None]
+        if self.marker and self.marker.ts is not None:
+            ts.append(self.marker.ts)
+        return max(ts) if ts else None
+
+
+def _marker(b: dict) -> Marker:
+    return Marker(b["base_offset"], b["control_type"], b["producer_epoch"], b["coordinator_epoch"],
+                  b["base_timestamp_ms"], b["source"], b["position"], b.get("writer"),
+                  b.get("client_id"), b.get("connection"))
+
+
+def assemble_replica(batches: list[dict]) -> list[Part]:
+    """The parts of one producer on one replica of one partition, batches in log order."""
+    parts: list[Part] = []
+    cur: Part | None = None
+    plain = False   # the previous batch was a non-transactional write inside `cur`
+    for b in batches:
+        was_plain, plain = plain, False
+        if b["is_control"]:
+            if b["control_type"] not in ("COMMIT", "ABORT"):
+                continue
+            if cur is None:
+                cur = Part(b["topic"], b["partition"], b["producer_id"], [b["replica"]], key=_rank(b))
+            cur.marker = _marker(b)
+            parts.append(cur)
+            cur = None
+        elif b["is_transactional"]:
+            if cur is None:
+                cur = Part(b["topic"], b["partition"], b["producer_id"], [b["replica"]], key=_rank(b))
+            cur.data.append(b)
+        elif cur is not None and cur.data:
+            if was_plain:   # one stretch: its rows may come as runs cut anywhere (txn_rows.runs)
+                prev = cur.nontxn[-1]
+                cur.nontxn[-1] = dict(prev, last_offset=b["last_offset"],
+                                      batches=prev.get("batches", 1) + b.get("batches", 1))
+            else:
+                cur.nontxn.append(b)
+            plain = True
+    if cur is not None:
+        parts.append(cur)
+    return parts
+
+
+def _rank(b: dict):
+    r = b.get("rank")
+    return b["base_offset"] if r is None else r
+
+
+def merge_replicas(per_replica: dict) -> list[Part]:
+    """One list of parts per partition: parts starting at the same place on several replicas are
+    one part; a replica missing a marker another replica holds is noted (a lagging replica)."""
+    merged: dict = {}
+    for rep in sorted(per_replica, key=str):
+        for p in per_replica[rep]:
+            m = merged.get(p.key)
+            if m is None:
+                merged[p.key] = p
+                p.copies = {rep: p}
+                if p.marker is None:
+                    p.replicas_without_marker = [rep]
+                continue
+            m.replicas.append(rep)
+            m.copies[rep] = p
+            if p.marker is None:
+                m.replicas_without_marker.append(rep)
+            elif m.marker is None:
+                m.marker = p.marker
+            if len(p.data) > len(m.data):
+                m.data, m.nontxn = p.data, p.nontxn
+    out = [merged[k] for k in sorted(merged)]
+    for a, b in zip(out, out[1:]):
+        b.previous = a
+    for p in out:
+        if p.marker is not None and len(p.replicas_without_marker) == len(p.replicas):
+            p.replicas_without_marker = []
+    return out
+
+
+def match_markers(parts: list[Part], view: CoordView) -> None:
+    """Each part with a marker gets the coordinator transaction that wrote it: one listing its
+    partition, with the marker's result, whose [PrepareX, CompleteX] window is nearest the
+    marker's time (the first such in the coordinator's order on a tie; a transaction with
+    another result only when none has the marker's; none further than MATCH_WINDOW_MS). A part
+    without marker gets the coordinator's open transaction if it lists the partition."""
+    by_tp: dict[str, list[CoordTxn]] = {}   # the coordinator transactions listing each partition, in order
+    for t in view.txns:
+        for tp in t.partitions:
+            by_tp.setdefault(tp, []).append(t)
+    matchers: dict[tuple, _Nearest] = {}
+    for p in parts:
+        tp = p.tp
+        if p.marker is None:
+            t = view.open_txn
+            if t is not None and tp in t.partitions:
+                p.coord = t
+            else:
+                p.coord = _ended_with(by_tp.get(tp), p.first_ts)
+            continue
+        cands = by_tp.get(tp)
+        if not cands:
+            continue
+        key = (tp, p.marker.result)
+        m = matchers.get(key)
+        if m is None:
+            # a marker whose result differs from its transaction's is still its (torn)
+            same = [t for t in cands if t.result is None or t.result == p.marker.result]
+            m = matchers[key] = _Nearest(same or cands)
+        best, d = m.nearest(p.marker.ts)
+        if d <= MATCH_WINDOW_MS:
+            p.coord = best
+
+
+def _ended_with(cands: list[CoordTxn] | None, ts: int | None) -> CoordTxn | None:
+    """The ended coordinator transaction (in Prepare or Complete) listing a partition whose data,
+    created at `ts`, has no marker: the last one open at that time (its data may be created up
+    to MATCH_WINDOW_MS before the coordinator registered the partition, never after its end)."""
+    if not cands or ts is None:
+        return None
+    for t in reversed(cands):
+        if t.prepare_ts is None or t.start_ms is None:
+            continue
+        if t.start_ms - MATCH_WINDOW_MS <= ts <= t.prepare_ts:
+            return t
+    return None
+
+
+def _window(t: CoordTxn) -> tuple[int | None, int | None]:
+    return (t.prepare_ts if t.prepare_ts is not None else t.start_ms), t.complete_ts
+
+
+def _distance(t: CoordTxn, ts: int | None) -> int:
+    lo, hi = _window(t)
+    if ts is None or lo is None:
+        return 0
+    if ts < lo:
+        return lo - ts
+    if hi is not None and ts > hi:
+        return ts - hi
+    return 0
+
+
+class _Nearest:
+    """The first transaction (in the coordinator's order) whose window is nearest a time. When
+    the windows follow each other without overlap (each ends before the next starts, only the
+    last may be open) the nearest is one of the two around the time (bisect); else a scan."""
+
+    def __init__(self, txns: list[CoordTxn]):
+        self.txns = txns
+        w = [_window(t) for t in txns]
+        self.los = [lo for lo, _ in w]
+        self.sorted = all(lo is not None for lo in self.los) and all(
+            (hi is not None or i == len(w) - 1) and (hi is None or lo <= hi)
+            and (i == len(w) - 1 or (hi is not None and hi < w[i + 1][0]))
+            for i, (lo, hi) in enumerate(w))
+
+    def nearest(self, ts: int | None) -> tuple[CoordTxn, int]:
+        if ts is None:
+            return self.txns[0], 0
+        if self.sorted:
+            j = bisect_right(self.los, ts) - 1
+            around = [i for i in (j, j + 1) if 0 <= i < len(self.txns)]
+        else:
+            around = range(len(self.txns))
+        best, dist = None, None
+        for i in around:
+            d = _distance(self.txns[i], ts)
+            if dist is None or d < dist:
+                best, dist = self.txns[i], d
+        return best, dist
+
+
+@dataclass
+class Coverage:
+    """What the evidence of one producer shows, so that a rule never reads an absence of evidence
+    as an absence of the event. Disk: the log and, when present, `__transaction_state`. Wire:
+    what the capture holds of the client's coordinator traffic, of the partition leaders' KIP-890
+    registrations and of the coordinator's WriteTxnMarkers."""
+
+    source: str = "disk"                 # disk | wire
+    coordinator: bool = False            # the coordinator's view of the producer is known
+    registrations: bool = False          # every partition registration would show
+    markers: bool = True                 # the markers written would show
+    slack_ms: int = 100                  # clock slack between data times and coordinator times
+
+    def sees_registration(self, tp: str, ts_ms: int | None) -> bool:
+        """Whether a registration of `tp` for data at `ts_ms` would be in the evidence."""
+        return self.registrations
+
+    def sees_marker(self, tp: str) -> bool:
+        """Whether a marker written to `tp` would be in the evidence."""
+        return self.markers
+
+
+@dataclass
+class ProducerTxns:
+    """Everything known about one producer id's transactions."""
+
+    producer_id: int
+    partitions: dict[str, list[Part]]            # tp -> parts in log order
+    view: CoordView
+    coverage: Coverage = field(default_factory=Coverage)
+    version: str | None = None                   # "2" | "0/1" | "mixed" | None (see transaction_version)
+    timeline: list[str] = field(default_factory=list)   # wire: the producer's story, for findings
+
+    @property
+    def coordinator_known(self) -> bool:
+        return self.coverage.coordinator
+
+    def all_parts(self) -> list[Part]:
+        return [p for ps in self.partitions.values() for p in ps]
+
+    @cached_property
+    def epochs(self) -> dict:
+        """Epoch -> txn_history.EpochSpan: when each epoch began and ended at the coordinator."""
+        from kaudit.audit.txn.txn_history import epochs
+
+        return epochs(self.view)
+
+
+def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
+             coordinator_known: bool | None = None, coverage: Coverage | None = None,
+             cluster_tv: int | None = None) -> ProducerTxns:
+    """The facts of one producer from its batch rows (data and markers, any replica; `rank`
+    orders wire rows) and coordinator records (`__transaction_state` rows, or the wire's)."""
+    from kaudit.audit.txn import coordinator_state
+
+    by_rep: dict[tuple, list[dict]] = {}
+    for b in batches:
+        by_rep.setdefault((b["topic"], b["partition"], b["replica"]), []).append(b)
+    per_tp: dict[tuple, dict] = {}
+    for (t, p, rep), bs in by_rep.items():
+        bs.sort(key=_rank)
+        per_tp.setdefault((t, p), {})[rep] = assemble_replica(bs)
+    view = coordinator_state.build(txn_log, check=coverage is None or coverage.source == "disk")
+    partitions = {}
+    for (t, p) in sorted(per_tp):
+        parts = merge_replicas(per_tp[(t, p)])
+        if parts:
+            partitions[f"{t}-{p}"] = parts
+    if coverage is None:
+        coverage = Coverage(coordinator=bool(txn_log) if coordinator_known is None else coordinator_known,
+                            registrations=bool(txn_log) if coordinator_known is None else coordinator_known)
+    pt = ProducerTxns(producer_id, partitions, view, coverage)
+    match_markers(pt.all_parts(), view)
+    pt.version = transaction_version(pt, cluster_tv)
+    return pt
+
+
+def transaction_version(pt: ProducerTxns, cluster_tv: int | None = None) -> str | None:
+    """The producer's transaction version as the evidence shows it (KIP-890): "2" when its
+    epoch is bumped at the end of every transaction, "0/1" when it is not, "mixed" when both
+    show, None when nothing tells. The coordinator's records say it when they carry
+    ClientTransactionVersion (flexible TransactionLogValue: 2 and above is "2"; the wire: EndTxn
+    v5 and the leaders' AddPartitionsToTxn); else the markers do: a COMMIT marker with its
+    data's epoch is "0/1", with that epoch + 1 is "2" (an ABORT with epoch + 1 tells nothing:
+    the coordinator bumps the epoch when it aborts, whatever the version).
+    `cluster_tv`: the cluster's finalized transaction.version from its KRaft metadata
+    (FeatureLevelRecord), when the inputs hold it: below 2 no producer can run TV2 (the
+    coordinator refuses it), so it is "0/1" whatever the markers suggest; at 2 each producer's
+    own evidence still decides (a client without EndTxn v5 keeps TV1 on a TV2 cluster)."""
+    if cluster_tv is not None and cluster_tv < 2:
+        return "0/1"
+    ctv = pt.view.client_transaction_version
+    if ctv is not None:
+        return "2" if ctv >= 2 else "0/1"
+    seen = set()
+    for p in pt.all_parts():
+        m = p.marker
+        if m is not None and m.result == "COMMIT" and p.data and m.epoch is not None and p.data_epoch is not None:
+            if m.epoch == p.data_epoch:
+                seen.add("0/1")
+            elif m.epoch == p.data_epoch + 1:
+                seen.add("2")
+    return "mixed" if len(seen) > 1 else next(iter(seen), None)
+
+
+# -- transactions: the parts of one transaction together ---------------------------------------
+
+@dataclass
+class Transaction:
+    """One transaction of a producer: the coordinator's (when its records or requests are in the
+    evidence) with the parts it wrote markers for or lists, or parts grouped by their markers."""
+
+    producer_id: int
+    coord: CoordTxn | None
+    parts: list[Part]
+    transactional_id: str | None = None
+
+    @property
+    def results(self) -> dict[str, str | None]:
+        """Per partition, the result of the marker that ended the transaction's data there
+        (None: no marker yet); a partition with no data, its marker's result."""
+        out: dict[str, str | None] = {}
+        for p in self.parts:
+            if p.data:
+                out[p.tp] = p.marker.result if p.marker is not None else None
+        for p in self.parts:
+            if not p.data and p.marker is not None:
+                out.setdefault(p.tp, p.marker.result)
+        return out
+
+    def ranges(self) -> list["Range"]:
+        """Per partition, in offset order, what ended each stretch of the transaction's data:
+        one Range per part (data up to its marker; a marker after data already ended ends
+        nothing there and is a Range without data)."""
+        return [Range(p.tp, p.start_offset if p.data else None, p.last_data_offset,
+                      p.marker.result if p.marker is not None else None, p)
+                for p in sorted(self.parts, key=lambda p: (p.tp, _order(p)))]
+
+    @property
+    def outcome(self) -> str:
+        res = self.results
+        if len(set(v for v in res.values() if v is not None)) > 1 or \
+                len({r.result for r in self.ranges() if r.result is not None}) > 1:
+            return "torn"
+        if any(v is None for v in res.values()):
+            return "open"
+        done = {v for v in res.values()}
+        if done:
+            return done.pop()
+        t = self.coord
+        if t is not None:
+            return t.result if t.complete else (t.last_state if t.result is None else t.result)
+        return "open"
+
+    @property
+    def epoch(self) -> int | None:
+        """The producer epoch of its data (of the coordinator's first record without data)."""
+        for p in self.parts:
+            if p.data:
+                return p.first_epoch
+        if self.coord is not None:
+            return self.coord.epoch
+        m = next((p.marker for p in self.parts if p.marker is not None), None)
+        return None if m is None else m.epoch
+
+    @property
+    def start_ms(self) -> int | None:
+        if self.coord is not None and self.coord.start_ms is not None:
+            return self.coord.start_ms
+        ts = [p.first_ts for p in self.parts if p.first_ts is not None]
+        return min(ts) if ts else None
+
+    @property
+    def end_ms(self) -> int | None:
+        ts = [p.marker.ts for p in self.parts if p.marker is not None and p.marker.ts is not None]
+        if self.coord is not None and self.coord.complete_ts is not None:
+            ts.append(self.coord.complete_ts)
+        return max(ts) if ts else None
+
+    @property
+    def key(self) -> str:
+        """A stable name of the transaction, the same from wire and disk evidence (incidents
+        group on it): producer id, data epoch, and its first data (or marker) by partition and
+        offset, else its start time."""
+        first = min((p for p in self.parts if p.start_offset is not None), default=None,
+                    key=lambda p: (p.tp, p.start_offset))
+        where = f"{first.tp}@{first.start_offset}" if first is not None else f"t{self.start_ms}"
+        return f"{self.producer_id}/{self.epoch}/{where}"
+
+    def ended_by(self) -> tuple[str | None, str | None]:
+        """(who ended it, how) from the evidence: "client" (its EndTxn), "coordinator" (a
+        timeout, or fencing by a new InitProducerId), "admin" (WriteTxnMarkers not from the
+        coordinator: kafka-transactions.sh abort), None when nothing tells."""
+        admin = [p.marker for p in self.parts if p.marker is not None and p.marker.writer == ADMIN]
+        if admin:
+            return ADMIN, f"WriteTxnMarkers from client {admin[0].client_id!r}" + (
+                f" on {admin[0].connection}" if admin[0].connection else "")
+        t = self.coord
+        if t is not None and t.ended_by is not None:
+            return t.ended_by, t.end_detail
+        return None, None
+
+
+@dataclass
+class Range:
+    """One stretch of a transaction on one partition and the marker that ended it."""
+
+    tp: str
+    first: int | None          # its data's offsets (None: a marker that ends no data)
+    last: int | None
+    result: str | None         # COMMIT | ABORT | None (no marker)
+    part: Part
+
+    @property
+    def marker(self) -> Marker | None:
+        return self.part.marker
+
+    @property
+    def has_data(self) -> bool:
+        return bool(self.part.data)
+
+    @property
+    def offsets(self) -> str:
+        if not self.has_data:
+            return "no data"
+        if self.first is None:   # the wire: data whose offsets the answers did not give
+            return f"{len(self.part.data)} batch(es) at unknown offsets"
+        return f"offset {self.first}" if self.last in (None, self.first) else f"offsets {self.first}-{self.last}"
+
+
+def group(pt: ProducerTxns) -> list[Transaction]:
+    """The producer's transactions: one per coordinator transaction (with the parts matched to
+    it), then the parts no coordinator transaction claims - ended ones grouped by their markers
+    (written together: moments apart, same epoch and coordinator epoch, one per partition), open
+    ones alone - in time order."""
+    by_coord: dict[int, list[Part]] = {}
+    loose: list[Part] = []
+    for p in pt.all_parts():
+        if p.coord is not None:
+            by_coord.setdefault(id(p.coord), []).append(p)
+        else:
+            loose.append(p)
+    tid = next(iter(pt.view.transactional_ids), None) if len(pt.view.transactional_ids) == 1 else None
+    out = [Transaction(pt.producer_id, t, sorted(by_coord.get(id(t), []), key=lambda p: (p.tp, _order(p))),
+                       t.transactional_id)
+           for t in pt.view.txns]
+    ended = sorted((p for p in loose if p.marker is not None), key=lambda p: (p.marker.ts or 0, p.tp))
+    cluster: list[Part] = []
+    for p in ended:
+        if cluster and (p.tp in {q.tp for q in cluster}
+                        or (p.marker.ts or 0) - (cluster[0].marker.ts or 0) > MARKER_CLUSTER_MS
+                        or p.marker.epoch != cluster[0].marker.epoch
+                        or p.marker.coordinator_epoch != cluster[0].marker.coordinator_epoch):
+            out.append(Transaction(pt.producer_id, None, cluster, tid))
+            cluster = []
+        cluster.append(p)
+    if cluster:
+        out.append(Transaction(pt.producer_id, None, cluster, tid))
+    out.extend(Transaction(pt.producer_id, None, [p], tid) for p in loose if p.marker is None)
+    return sorted(out, key=lambda t: (t.start_ms is None, t.start_ms or 0, t.key))
+
+
+def _order(p: Part):
+    return p.key if p.key is not None else -1

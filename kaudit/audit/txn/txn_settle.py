@@ -1,0 +1,152 @@
+"""A live capture's settling of the wire transaction fold (txn_wire, keyed by producer id): a
+producer's rows are judged alone, and dropped, once nothing can change its verdict any more.
+
+txn_wire needs a producer's rows together (its prepare joins the transaction events to their
+frames and gives a failed InitProducerId the producer id its transactional id has elsewhere),
+and judges open transactions against the reference time. A producer is settled when it had no
+row for its transaction timeout (its InitProducerId's, else transaction.max.timeout.ms, 15 min)
+plus TXN_MARGIN_S: by then the coordinator has aborted a transaction left open (it looks every
+10 s and writes the markers at once), so a transaction still open is hanging at the settling
+time as at any later one. Its rows - events (the producer id resolved as prepare resolves it:
+the first producer id of the transactional id, in decode order), batches, and the frames of
+those events - are folded alone with the reference time at the settling, then dropped. The
+administration frames (DescribeProducers ...), which every producer's judgement reads, are kept.
+
+Rows of a producer that come after it was settled start it over (coverage
+`live.txn_producers_back`): the file's audit would have judged them with the earlier ones.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.folds import Context, Settler
+from kaudit.audit.thresholds import DEFAULT_TIMEOUT_S, TXN_MARGIN_S
+
+SWEEP_S = 30.0        # capture seconds between two looks
+FRAME_KEEP_S = 60.0   # a frame no event of the selection names is dropped once this old
+
+
+class TxnSettle(Settler):
+    """What the settling knows across checkpoints: each transactional id's first producer id
+    (txn_wire.prepare's pid_of, in decode order), the producers settled and those that came back."""
+
+    def __init__(self, fold, admin_apis: tuple = ()):
+        self.fold = fold
+        self.admin_apis = admin_apis   # the frames every producer's judgement reads (txn_wire)
+        self.tid_pid: dict[str, int] = {}
+        self.settled: set = set()
+        self.back: set = set()
+        self.swept_at: float | None = None
+        self.count = 0
+
+    def note(self, kind: str, t: pa.Table) -> None:
+        """A chunk of the fold's selection, in decode order."""
+        if kind == "txn_event":
+            for tid, pid in zip(t.column("transactional_id").to_pylist(), t.column("producer_id").to_pylist()):
+                if tid and pid is not None and pid >= 0:
+                    self.tid_pid.setdefault(tid, pid)
+                    if pid in self.settled:
+                        self.back.add(pid)
+        elif kind == "batch" and self.settled:
+            for pid in pc.unique(t.column("producer_id")).to_pylist():
+                if pid in self.settled:
+                    self.back.add(pid)
+
+    def settle(self, items: list, now: float) -> list:
+        if not items or not self.due(now):
+            return []
+        settled, kept = self.split(items, now)
+        if settled:
+            items[:] = kept
+        return settled
+
+    def context(self, ctx: Context, now: float, now_ms: int | None) -> Context:
+        # a producer settled at `now` is judged as the file's audit would judge it then
+        ctx.reference_time_ms = now_ms if now_ms is not None else int(now * 1000)
+        return ctx
+
+    def counters(self) -> dict:
+        return {"txn_producers_settled": self.count, "txn_producers_back": len(self.back)}
+
+    def due(self, now: float) -> bool:
+        if self.swept_at is not None and now - self.swept_at < SWEEP_S:
+            return False
+        self.swept_at = now
+        return True
+
+    def split(self, items: list, now: float) -> tuple[list, list]:
+        """(the rows of the producers settled at capture time `now`, the rows kept)."""
+        pids_of, last, timeout = self._producers(items)
+        done = {p for p, ts in last.items()
+                if ts < now - (timeout.get(p) or DEFAULT_TIMEOUT_S) - TXN_MARGIN_S}
+        if not done:
+            return [], items
+        self.settled |= done
+        self.count += len(done)
+        done_arr = pa.array(sorted(done), pa.int64())
+        settled, kept, named = [], [], set()
+        for (kind, t), pids in zip(items, pids_of):
+            if kind == "frame":
+                continue
+            mask = pc.fill_null(pc.is_in(pids, done_arr), False)
+            a, b = t.filter(mask), t.filter(pc.invert(mask))
+            if kind == "txn_event" and a.num_rows:
+                named.update(zip(a.column("source").to_pylist(), a.column("connection").to_pylist(),
+                                 a.column("position").to_pylist()))
+            if a.num_rows:
+                settled.append((kind, a))
+            if b.num_rows:
+                kept.append((kind, b))
+        still = set()
+        for kind, t in kept:
+            if kind == "txn_event":
+                still.update(zip(t.column("source").to_pylist(), t.column("connection").to_pylist(),
+                                 t.column("position").to_pylist()))
+        for kind, t in items:
+            if kind == "frame":
+                self._frames(t, named, still, now, settled, kept)
+        return settled, kept
+
+    def _frames(self, t, named, still, now, settled, kept) -> None:
+        """A frame goes with the settled producers' events that name it; an admin frame with every
+        settling and kept; a frame no kept event names is dropped once FRAME_KEEP_S old."""
+        keys = list(zip(t.column("source").to_pylist(), t.column("connection").to_pylist(),
+                        t.column("request_frame").to_pylist()))
+        admin = pc.fill_null(pc.is_in(t.column("api_key"), pa.array(self.admin_apis, t.column("api_key").type)),
+                             False).to_pylist()
+        ts = t.column("response_ts").to_pylist()
+        to_settled = [a or k in named for k, a in zip(keys, admin)]
+        to_kept = [a or k in still or k not in named and (r is None or r >= now - FRAME_KEEP_S)
+                   for k, a, r in zip(keys, admin, ts)]
+        if any(to_settled):
+            settled.append(("frame", t.filter(pa.array(to_settled))))
+        if any(to_kept):
+            kept.append(("frame", t.filter(pa.array(to_kept))))
+
+    def _producers(self, items):
+        """Per chunk, its rows' producer ids (as prepare resolves them); each producer's newest
+        row time and its transaction timeout (s)."""
+        pids_of, last, timeout = [], {}, {}
+        for kind, t in items:
+            if kind == "txn_event":
+                pids = [p if p is not None and p >= 0 else self.tid_pid.get(tid)
+                        for p, tid in zip(t.column("producer_id").to_pylist(),
+                                          t.column("transactional_id").to_pylist())]
+                times = t.column("ts").to_pylist()
+                for p, ms in zip(pids, t.column("timeout_ms").to_pylist()):
+                    if p is not None and ms:
+                        timeout[p] = ms / 1000.0
+                pids_of.append(pa.array(pids, pa.int64()))
+            elif kind == "batch":
+                pids = t.column("producer_id").to_pylist()
+                times = t.column("request_ts").to_pylist()
+                pids_of.append(pa.array(pids, pa.int64()))
+            else:
+                pids_of.append(None)
+                continue
+            for p, ts in zip(pids, times):
+                if p is not None and p >= 0 and ts is not None and ts > last.get(p, float("-inf")):
+                    last[p] = ts
+        return pids_of, last, timeout

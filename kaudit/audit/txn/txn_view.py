@@ -1,0 +1,82 @@
+"""The `kaudit txn` view: a producer's transactions as plain rows, from the same facts and the
+same grouping the rules judge (txn_model.group), whether the evidence was a log dir or a capture
+(or both: `merge_rows` follows one transactional id through them)."""
+
+from __future__ import annotations
+
+from kaudit.audit.txn.txn_model import Part, ProducerTxns, Transaction, group
+from kaudit.timefmt import iso_ms
+
+
+def _part_row(p: Part, wire: bool) -> dict:
+    m = p.marker
+    return {"partition": p.tp, "replicas": [r for r in p.replicas if r is not None],
+            "first_offset": p.start_offset, "last_data_offset": p.last_data_offset,
+            "data_batches": len(p.data), "producer_epoch": p.data_epoch,
+            "first_data": iso_ms(p.first_ts) if p.data and p.first_ts is not None else None,
+            "evidence": [{"source": b["source"], "position": b["position"]} for b in p.data[:1]],
+            "marker": None if m is None else {
+                "offset": m.offset, "result": m.result, "epoch": m.epoch,
+                "coordinator_epoch": m.coordinator_epoch, "ts_ms": m.ts, "time": iso_ms(m.ts),
+                "writer": m.writer, "client_id": m.client_id,
+                "evidence": {"source": m.source, "position": m.position}}}
+
+
+def _row(pt: ProducerTxns, t: Transaction) -> dict:
+    c = t.coord
+    wire = pt.coverage.source == "wire"
+    who, how = t.ended_by()
+    return {
+        "producer_id": pt.producer_id, "transactional_id": t.transactional_id,
+        "transaction": t.key, "source": pt.coverage.source,
+        "transaction_version": pt.version,
+        "producer_epoch": c.epoch if c is not None else t.epoch,
+        "start_ms": t.start_ms, "start": iso_ms(t.start_ms) if t.start_ms is not None else None,
+        "timeout_ms": c.timeout_ms if c is not None else None,
+        "registered_partitions": sorted(c.partitions) if c is not None else None,
+        "outcome": t.outcome, "ended_by": who if how is None else f"{who} ({how})" if who else None,
+        "coordinator_states": [{"state": s["state"], "epoch": s["epoch"], "ts_ms": s["ts"], "time": iso_ms(s["ts"]),
+                                "offset": None if wire else s["offset"], "partitions": s["partitions"]}
+                               for s in (c.states if c is not None else ())],
+        "parts": [_part_row(p, wire) for p in sorted(t.parts, key=lambda p: (p.tp, p.key))],
+    }
+
+
+def describe(pt: ProducerTxns) -> list[dict]:
+    """The transactions of one producer as plain rows: one per coordinator transaction (its
+    records, or on the wire its requests), then the parts none claims, in time order. Each row
+    carries the producer's `transaction_version` (txn_model.transaction_version) and who ended
+    the transaction where the evidence tells."""
+    coord = [t for t in group(pt) if t.coord is not None]
+    loose = [t for t in group(pt) if t.coord is None]
+    order = {id(c): i for i, c in enumerate(pt.view.txns)}
+    coord.sort(key=lambda t: order.get(id(t.coord), 0))
+    return [_row(pt, t) for t in coord + loose]
+
+
+def follow(rows: list[dict], transactional_id: str | None) -> list[dict]:
+    """Rows of one transactional id across its producer ids (a new instance, or the id moved to
+    a new producer id when its epoch ran out): the producer ids its rows name, and the rows of
+    those producer ids no coordinator record names."""
+    if transactional_id is None:
+        return rows
+    pids = {r["producer_id"] for r in rows if r["transactional_id"] == transactional_id}
+    return [r for r in rows if r["producer_id"] in pids and r["transactional_id"] in (transactional_id, None)]
+
+
+def merge_rows(disk: list[dict], wire: list[dict]) -> list[dict]:
+    """Disk and wire rows of the same transactions side by side: a wire row whose transaction
+    (`transaction` key: producer id, epoch, first data) the log also holds is attached to the
+    log's row as `wire`; the others stay on their own (the capture saw what the log dirs given
+    do not hold, or the reverse)."""
+    by_key = {r["transaction"]: r for r in disk}
+    out = list(disk)
+    for w in wire:
+        d = by_key.get(w["transaction"])
+        if d is not None:
+            d["wire"] = {k: w[k] for k in ("outcome", "ended_by", "coordinator_states", "parts")}
+            if d.get("ended_by") is None:
+                d["ended_by"] = w["ended_by"]
+        else:
+            out.append(w)
+    return sorted(out, key=lambda r: (r["start_ms"] is None, r["start_ms"] or 0, r["producer_id"]))

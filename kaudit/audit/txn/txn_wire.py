@@ -1,0 +1,156 @@
+"""Transactions on the wire: one producer id's requests and responses turned into the facts of
+txn_model - its data and end markers per partition, and the coordinator's transactions as the
+requests show them - which the same rules as the log's judge (txn_findings.judge).
+
+What each request says (KIP-98, KIP-890; Kafka's TransactionCoordinator, AddPartitionsToTxnManager,
+TransactionMarkerChannelManager):
+- InitProducerId (answered): the id's Empty state at the new epoch; asked while a transaction is
+  open, it fences it: the coordinator aborts it (ABORT markers at epoch + 1) before it answers.
+- AddPartitionsToTxn: from the client (v0-3, transaction version 0/1) it registers partitions;
+  from a partition leader (v4+, client id AddPartitionsManager-client-N) with verifyOnly=false it
+  registers the partition of a version-2 producer's Produce (or TxnOffsetCommit v5), with
+  verifyOnly=true it checks a version 0/1 producer registered it. Only answered partitions count.
+- AddOffsetsToTxn / TxnOffsetCommit: the group's `__consumer_offsets` partition joins the
+  transaction (its number shows in the markers).
+- EndTxn (answered): PrepareCommit/PrepareAbort, by the client; v5 answers the bumped epoch
+  (version 2) - the markers then carry it.
+- WriteTxnMarkers: the coordinator's (client id broker-N-txn-marker-sender) end the transaction
+  on each partition answered; any other sender is an admin (kafka-transactions.sh abort). A
+  coordinator's ABORT without an EndTxn before it is its own: a fencing when a new instance's
+  InitProducerId came, else a timeout.
+- Produce: accepted (or unanswered) transactional batches are the data; the broker appended
+  them at their request, a marker at its answer (`rank`).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.folds import Context, Fold, KeyedState
+from kaudit.audit.txn.txn_model import ProducerTxns
+from kaudit.audit.txn.txn_settle import TxnSettle
+from kaudit.audit.txn.txn_wire_feed import WireFeed
+
+KEY = ("producer_id",)
+TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id", "producer_id",
+               "producer_epoch", "partitions", "result", "coordinator_epoch", "timeout_ms", "group_id",
+               "new_producer_id", "new_producer_epoch", "error_codes", "transaction_version", "enable_2pc",
+               "keep_prepared_txn")
+BATCH_COLUMNS = ("source", "connection", "position", "request_ts", "response_ts", "topic", "topic_id", "partition",
+                 "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count",
+                 "transactional_id", "response_error", "response_base_offset", "correlation_id", "client_id")
+FRAME_COLUMNS = ("source", "connection", "request_frame", "response_ts", "api_key", "client_id", "api_version",
+                 "partition_errors", "markers")
+TXN_APIS = (22, 24, 25, 26, 27, 28)
+ADMIN_APIS = (61, 65, 66)   # DescribeProducers, DescribeTransactions, ListTransactions (KIP-664)
+
+
+class ProducerWire:
+    """Fold group of one producer id: its rows, judged in `finish`."""
+
+    def __init__(self, key: tuple, ctx: Context):
+        self.pid = key[0]
+        self.ctx = ctx
+        self.rows: list[tuple[float, int, str, dict]] = []
+
+    def feed(self, kind: str, table: pa.Table) -> list[dict]:
+        for r in table.to_pylist():
+            ts = r["ts"] if kind == "txn_event" else r["request_ts"]
+            self.rows.append((ts or 0.0, r["position"] or 0, kind, r))
+        return []
+
+    def finish(self) -> list[dict]:
+        from kaudit.audit.txn import txn_findings
+
+        if self.pid is None or self.pid < 0:
+            return []
+        return txn_findings.judge(producer_facts(self.pid, self.rows, self.ctx), self.ctx.reference_time_ms)
+
+
+def producer_facts(pid: int, rows: list[tuple], ctx: Context) -> ProducerTxns:
+    """The facts of one producer id from its (ts, position, kind, row) tuples."""
+    feed = WireFeed(pid, ctx)
+    for ts, _, kind, r in sorted(rows, key=lambda x: (x[0], x[1])):
+        (feed.event if kind == "txn_event" else feed.batch)(ts, r)
+    return feed.facts()
+
+
+def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
+    """The fold needs the txn_event rows' response times, senders and per-partition answers
+    (from their frames) and the producer id of failed InitProducerId requests (from their
+    transactional id): added before sorting, from the whole selection."""
+    frames = {}
+    admins = set()
+    for kind, t in items:
+        if kind == "frame":
+            cols = [t.column(n).to_pylist() for n in FRAME_COLUMNS]
+            for vals in zip(*cols):
+                f = dict(zip(FRAME_COLUMNS, vals))
+                frames[(f["source"], f["connection"], f["request_frame"])] = f
+                if f["api_key"] in ADMIN_APIS and f["client_id"]:
+                    admins.add(f["client_id"])
+    out = []
+    events = [t for k, t in items if k == "txn_event"]
+    if events:
+        rows = pa.concat_tables(events).to_pylist()
+        # a failed request names no producer id: it is the one its transactional id obtains next
+        # (else the last it had), in time order
+        nxt: dict = {}
+        for r in sorted(rows, key=lambda r: (r["ts"] or 0.0, r["position"] or 0), reverse=True):
+            tid = r["transactional_id"]
+            if tid and r["producer_id"] is not None and r["producer_id"] >= 0:
+                nxt[tid] = r["producer_id"]
+            elif tid and tid in nxt:
+                r["producer_id"] = nxt[tid]
+        last: dict = {}
+        for r in sorted(rows, key=lambda r: (r["ts"] or 0.0, r["position"] or 0)):
+            tid = r["transactional_id"]
+            if tid and r["producer_id"] is not None and r["producer_id"] >= 0:
+                last[tid] = r["producer_id"]
+            elif tid in last:
+                r["producer_id"] = last[tid]
+            f = frames.get((r["source"], r["connection"], r["position"]), {})
+            r.update(response_ts=f.get("response_ts"), client_id=f.get("client_id"),
+                     api_version=f.get("api_version"), partition_errors=f.get("partition_errors"),
+                     markers=f.get("markers"),
+                     admin_clients=sorted(admins) if r["event"] == "WRITE_MARKERS" else None)
+        out.append(("txn_event", pa.Table.from_pylist(rows)))
+    out.extend((k, t) for k, t in items if k == "batch")
+    return out
+
+
+def listed(items: list[tuple[str, pa.Table]], ctx: Context, producer_id: int | None = None,
+           transactional_id: str | None = None) -> list[dict]:
+    """`kaudit txn` on captures: each producer's transactions as its requests show them
+    (txn_view rows), from the fold's whole selection (`items`, topics named)."""
+    from collections import defaultdict
+
+    from kaudit.audit.txn import txn_view
+
+    rows: dict = defaultdict(list)
+    for kind, t in prepare(items, ctx):
+        for r in t.to_pylist():
+            if r["producer_id"] is not None and r["producer_id"] >= 0:
+                ts = r["ts"] if kind == "txn_event" else r["request_ts"]
+                rows[r["producer_id"]].append((ts or 0.0, r["position"] or 0, kind, r))
+    out = []
+    for pid in sorted(rows):
+        if producer_id is None or pid == producer_id:
+            out.extend(txn_view.describe(producer_facts(pid, rows[pid], ctx)))
+    return txn_view.follow(out, transactional_id)
+
+
+def _txn_batch_where(t: pa.Table):
+    return pc.and_(pc.equal(t.column("source_kind"), "produce"),
+                   pc.fill_null(pc.equal(t.column("is_transactional"), True), False))
+
+
+FOLD = Fold("wire-txn", {"txn_event": TXN_COLUMNS, "batch": BATCH_COLUMNS, "frame": FRAME_COLUMNS},
+            KEY, ("ts", "request_ts", "position"),
+            lambda ctx: KeyedState(KEY, lambda k: ProducerWire(k, ctx)),
+            where={"batch": _txn_batch_where,
+                   "txn_event": lambda t: pc.invert(pc.equal(t.column("event"), "STATE")),
+                   "frame": lambda t: pc.is_in(t.column("api_key"),
+                                               pa.array(TXN_APIS + ADMIN_APIS, t.column("api_key").type))},
+            prepare=prepare, live=lambda fold: TxnSettle(fold, ADMIN_APIS))

@@ -1,0 +1,462 @@
+"""The wire feed of the transaction model: one producer id's requests and responses, replayed
+in time order, turned into the facts of txn_model (see txn_wire.py for what each request says).
+`WireFeed` replays; `WireCoverage` says what the capture can show of that producer."""
+
+from __future__ import annotations
+
+import json
+import re
+from bisect import bisect_right
+
+from kaudit.audit.txn.coordinator_state import partition_names
+from kaudit.audit.folds import Context
+from kaudit.audit.registry import evidence
+from kaudit.audit.txn.txn_model import ADMIN, COORDINATOR, Coverage, ProducerTxns, assemble
+from kaudit.timefmt import iso_s
+from kaudit.audit.thresholds import NO_TIMEOUT_MS
+
+FENCED = {47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
+MARKER_SENDER = re.compile(r"^broker-\d+-txn-marker-sender$")   # TransactionMarkerChannelManager
+ADMIN_CLIENT = re.compile(r"^adminclient-\d+$")                  # KafkaAdminClient's default client id
+
+
+def marker_writer(client_id: str | None, admin_clients: frozenset = frozenset()) -> str | None:
+    """Who sent a WriteTxnMarkers: the coordinator (its marker sender's fixed client id), an
+    admin (Kafka's admin client id, or a client that also sent the admin APIs of KIP-664 -
+    kafka-transactions.sh abort asks DescribeProducers first), else unknown."""
+    cid = client_id or ""
+    if MARKER_SENDER.match(cid):
+        return COORDINATOR
+    if ADMIN_CLIENT.match(cid) or cid in admin_clients:
+        return ADMIN
+    return None
+
+
+def nonzero(s) -> list[int]:
+    """The non-zero error codes of an `error_codes` cell ("0,47" or "0;47")."""
+    codes = (x.strip() for x in str(s or "").replace(";", ",").split(","))
+    return [e for e in (int(x) for x in codes if x.lstrip("-").isdigit()) if e != 0]
+
+
+def _newer(a: int | None, b: int | None) -> bool:
+    """Whether epoch `a` is known and above `b` (an unknown `b` is below any known epoch)."""
+    return a is not None and (b is None or a > b)
+
+
+def _host(conn: str | None, side: int) -> str | None:
+    """The address (no port) of a connection's client (0) or server (1)."""
+    if not conn or " -> " not in conn:
+        return None
+    return conn.split(" -> ")[side].rsplit(":", 1)[0]
+
+
+def _produce_text(r: dict) -> str:
+    err = r["response_error"]
+    answer = ("no response" if err is None else f"accepted at offset {r['response_base_offset']}" if err == 0
+              else f"rejected {FENCED.get(err, err)}")
+    text = (f"Produce {r['topic']}-{r['partition']} epoch {r['producer_epoch']} seq {r['base_sequence']}-"
+            f"{r['last_sequence']} ({r['record_count']} records) -> {answer}")
+    return text + " (a zombie: its epoch was fenced)" if err in FENCED else text
+
+
+class Story(list):
+    """A producer's timeline: (time, frame, text or a Produce row) steps, written out as lines only
+    when read (a finding takes its last few; most producers have none)."""
+
+    def __getitem__(self, i):
+        got = super().__getitem__(i)
+        return [_line(x) for x in got] if isinstance(i, slice) else _line(got)
+
+    def __iter__(self):
+        return (_line(x) for x in super().__iter__())
+
+
+def _line(step: tuple) -> str:
+    ts, position, text = step
+    return f"{iso_s(ts)} frame {position}: {text if isinstance(text, str) else _produce_text(text)}"
+
+
+class _Txn:
+    """The coordinator's transaction as the requests show it."""
+
+    def __init__(self, tid, epoch, ts, timeout_ms):
+        self.tid, self.epoch, self.start, self.timeout_ms = tid, epoch, ts, timeout_ms
+        self.partitions: list[str] = []
+        self.groups: set[str] = set()
+        self.prepared: str | None = None     # COMMIT | ABORT once its end is known
+        self.prepare_epoch: int | None = None
+        self.marked: set[str] = set()        # partitions whose marker was answered
+        self.complete = False
+        self.fence_request: float | None = None   # a new instance's InitProducerId while open
+        self.fence_row: dict | None = None
+
+
+class WireFeed:
+    """Builds the facts of one producer id from its rows in time order (`rows()`)."""
+
+    def __init__(self, pid: int, ctx: Context):
+        self.pid = pid
+        self.ctx = ctx
+        self.data: list[dict] = []
+        self.markers: list[dict] = []
+        self.records: list[dict] = []
+        self.timeline = Story()
+        self.cur: _Txn | None = None
+        self.txns: list[_Txn] = []
+        self.tid: str | None = None
+        self.timeout_ms: int | None = None
+        self.seen_init = False
+        self.client_coordinator = False      # the client's own coordinator requests show
+        self.version: int | None = None      # 2: EndTxn v5 / the leaders' adds (KIP-890)
+        self.tv1_adds = False
+        self.tv2_adds = False
+        self.add_hosts: set[str] = set()     # leaders whose AddPartitionsToTxn the capture holds
+        self.marker_hosts: set[str] = set()  # leaders whose WriteTxnMarkers the capture holds
+        self.produce_hosts: dict[str, str] = {}   # tp -> the leader its data went to
+        self.known_from: float | None = None      # from here on the capture shows every registration
+        self._seen: set[tuple] = set()
+        self.top_epoch: int | None = None         # the highest epoch the coordinator's records reached
+
+    # -- the producer's story ---------------------------------------------------------------
+    def step(self, ts: float, position, text) -> None:
+        self.timeline.append((ts, position, text))
+
+    def record(self, state: str, ts: float, r: dict, t: _Txn, *, epoch=None, cause=None, detail=None) -> None:
+        e = t.epoch if epoch is None else epoch
+        if e is not None and (self.top_epoch is None or e > self.top_epoch):
+            self.top_epoch = e
+        self.records.append({
+            "topic": None, "partition": 0, "replica": None, "offset": len(self.records),
+            "source": r["source"], "position": r["position"], "transactional_id": t.tid or self.tid,
+            "producer_id": self.pid, "producer_epoch": t.epoch if epoch is None else epoch,
+            "state": state, "state_id": None, "partitions": ",".join(t.partitions) or None,
+            "timestamp_ms": int(ts * 1000), "start_ms": int(t.start * 1000),
+            "transaction_timeout_ms": t.timeout_ms, "tombstone": False,
+            "client_transaction_version": self.version, "end_cause": cause, "end_detail": detail,
+            "evidence": [evidence(r["source"], r["position"], "request", f"{state} on {r['connection']}")]})
+
+    def open_txn(self) -> _Txn | None:
+        t = self.cur
+        return t if t is not None and t.prepared is None and not t.complete else None
+
+    def _new(self, ts: float, epoch: int) -> _Txn:
+        self.cur = _Txn(self.tid, epoch, ts, self.timeout_ms)
+        self.txns.append(self.cur)
+        return self.cur
+
+    def _boundary(self, ts: float) -> None:
+        """A transaction boundary the capture shows (InitProducerId, an answered EndTxn): every
+        registration after it is in the capture too."""
+        if self.known_from is None:
+            self.known_from = ts
+
+    # -- events -------------------------------------------------------------------------------
+    def event(self, ts: float, r: dict) -> None:
+        ev = r["event"]
+        if r["transactional_id"]:
+            self.tid = r["transactional_id"]
+        if ev in ("END_TXN", "WRITE_MARKERS") and r["result"] not in ("COMMIT", "ABORT"):
+            return   # a result the decoder could not tell: nothing to replay
+        handler = {"INIT_PRODUCER_ID": self._init, "ADD_PARTITIONS": self._add, "ADD_OFFSETS": self._offsets,
+                   "TXN_OFFSET_COMMIT": self._offsets, "END_TXN": self._end,
+                   "WRITE_MARKERS": self._markers}.get(ev)
+        if handler is not None:
+            handler(ts, r, nonzero(r["error_codes"]))
+
+    def _init(self, ts: float, r: dict, errs: list[int]) -> None:
+        epoch = r["producer_epoch"]
+        ok = not errs and epoch is not None and epoch >= 0 and r["error_codes"] is not None
+        if r["timeout_ms"]:
+            self.timeout_ms = r["timeout_ms"]
+        if r.get("enable_2pc"):
+            self.timeout_ms = NO_TIMEOUT_MS   # KIP-939: the coordinator never times it out
+        keep = bool(r.get("keep_prepared_txn"))
+        text = (f"InitProducerId transactional id {r['transactional_id']!r}"
+                + (" (two-phase commit, KIP-939)" if r.get("enable_2pc") else "")
+                + (" keeping its prepared transaction" if keep else "")
+                + (f" -> producer id {self.pid} epoch {epoch}" if ok else
+                   f" -> error {','.join(map(str, errs))}" if errs else " -> no response"))
+        t = None if keep else self.open_txn()   # KIP-939 keeps a prepared transaction: no fencing
+        if t is not None and (not ok or _newer(epoch, t.epoch)):
+            if t.fence_request is None:
+                t.fence_request, t.fence_row = ts, r
+            text += f" (a new instance: fences the open transaction of epoch {t.epoch})"
+        self.step(ts, r["position"], text)
+        if not ok:
+            return
+        self.client_coordinator = self.seen_init = True
+        self._boundary(ts)
+        if t is not None and _newer(epoch, t.epoch):
+            # TransactionCoordinator.handleInitProducerId aborted it before answering
+            bumped = None if t.epoch is None else t.epoch + 1
+            self.record("PrepareAbort", t.fence_request or ts, t.fence_row or r, t, epoch=bumped,
+                        cause=COORDINATOR, detail="fencing")
+            t.prepared, t.prepare_epoch = "ABORT", bumped
+            self._maybe_complete(t, ts, r, force=True)
+        if keep and self.open_txn() is not None:
+            return   # KIP-939: the new instance takes the prepared transaction over, still open
+        self.cur = None
+        self.record("Empty", ts, r, _Txn(self.tid, epoch, ts, self.timeout_ms))
+
+    def _add(self, ts: float, r: dict, errs: list[int]) -> None:
+        broker = r.get("api_version") is not None and r["api_version"] >= 4
+        verify = r["result"] == "VERIFY"
+        tps = self._answered(r)
+        who = (f"leader {r.get('client_id')} " if broker else "") + ("verifies" if verify else "AddPartitionsToTxn")
+        err = f" -> error {','.join(map(str, errs))}" if errs else ""
+        self.step(ts, r["position"], f"epoch {r['producer_epoch']} {who} {r['partitions']}{err}")
+        if broker:
+            self.add_hosts.add(_host(r["connection"], 0))
+            if verify:
+                self.version = self.version or 1
+            else:
+                self.version, self.tv2_adds = 2, True
+        else:
+            self.tv1_adds = self.client_coordinator = True
+        if not tps:
+            return
+        t = self.open_txn()
+        epoch = r["producer_epoch"]
+        if t is None or _newer(epoch, t.epoch):
+            t = self._new(ts, epoch)
+        new = [tp for tp in tps if tp not in t.partitions]
+        if new:
+            t.partitions.extend(new)
+            self.record("Ongoing", ts, r, t)
+
+    def _answered(self, r: dict) -> list[str]:
+        """The partitions of an AddPartitionsToTxn its answer accepted."""
+        if r["error_codes"] is None:
+            return []
+        errs = r.get("partition_errors")
+        if errs:
+            try:
+                rows = json.loads(errs)
+                return [f"{row[1]}-{row[2]}" for row in rows if len(row) > 3 and row[3] == 0]
+            except (ValueError, TypeError, IndexError):
+                pass
+        return [] if nonzero(r["error_codes"]) else list(partition_names(r["partitions"]))
+
+    def _offsets(self, ts: float, r: dict, errs: list[int]) -> None:
+        what = "AddOffsetsToTxn" if r["event"] == "ADD_OFFSETS" else f"TxnOffsetCommit {r['partitions'] or ''}"
+        err = f" -> error {','.join(map(str, errs))}" if errs else ""
+        self.step(ts, r["position"], f"epoch {r['producer_epoch']} {what} group {r['group_id']}{err}")
+        if errs or r["error_codes"] is None:
+            return
+        self.client_coordinator = self.client_coordinator or r["event"] == "ADD_OFFSETS"
+        t = self.open_txn() or self._new(ts, r["producer_epoch"])
+        if r["group_id"]:
+            t.groups.add(r["group_id"])
+
+    def _end(self, ts: float, r: dict, errs: list[int]) -> None:
+        result = r["result"]
+        v5 = r.get("api_version") is not None and r["api_version"] >= 5
+        err = f" -> error {','.join(map(str, errs))}" if errs else ""
+        new = ""
+        if r["new_producer_epoch"] is not None and r["new_producer_epoch"] >= 0:
+            new = f" -> epoch {r['new_producer_epoch']}"
+            if r["new_producer_id"] not in (None, -1, self.pid):
+                new = (f" -> producer id {r['new_producer_id']} epoch {r['new_producer_epoch']} (the epoch ran "
+                       "out: the transactional id moves to a new producer id)")
+        text = f"epoch {r['producer_epoch']} EndTxn {result}{err}{new}"
+        if errs and set(errs) & set(FENCED):
+            text += " (a zombie: its epoch was fenced)"
+        self.step(ts, r["position"], text)
+        if errs or r["error_codes"] is None:
+            return
+        self.client_coordinator = True
+        self._boundary(ts)
+        if v5:
+            self.version = 2
+        t = self.open_txn()
+        if t is None:
+            return   # an empty transaction's EndTxn, or a retry: nothing to end
+        new_epoch = r["new_producer_epoch"]
+        epoch = new_epoch if v5 and new_epoch is not None and new_epoch >= 0 else r["producer_epoch"]
+        if r["new_producer_id"] not in (None, -1, self.pid):
+            epoch = None if t.epoch is None else t.epoch + 1   # the markers carry the old id's last epoch
+        t.prepared, t.prepare_epoch = result, epoch
+        self.record("Prepare" + result.capitalize(), ts, r, t, epoch=epoch, cause="client", detail=f"EndTxn {result.lower()}")
+        self._maybe_complete(t, ts, r)
+
+    def _markers(self, ts: float, r: dict, errs: list[int]) -> None:
+        writer = marker_writer(r.get("client_id"), r.get("admin_clients") or frozenset())
+        if writer != ADMIN and (r.get("transaction_version") or 0) >= 2:
+            self.version = 2   # KIP-1228: the coordinator says the transaction's version
+        answers = self._marker_answers(r)
+        resp = r.get("response_ts")
+        err = f" -> error {','.join(map(str, errs))}" if errs else ""
+        by = f" from {r.get('client_id')!r} (not the coordinator: an admin)" if writer == ADMIN else ""
+        self.step(ts, r["position"], f"WriteTxnMarkers {r['result']} epoch {r['producer_epoch']} coordinator epoch "
+                                     f"{r['coordinator_epoch']} to {r['partitions']}{by}{err}")
+        self.marker_hosts.add(_host(r["connection"], 1))
+        t = self._marker_txn(r) if writer != ADMIN else None
+        for tp in partition_names(r["partitions"]):
+            code = answers.get(tp, 0 if r["error_codes"] is not None and not errs else None)
+            if code not in (0, None):
+                continue
+            topic, _, part = tp.rpartition("-")
+            self.markers.append({
+                "topic": topic, "partition": int(part), "replica": None, "producer_id": self.pid,
+                "producer_epoch": r["producer_epoch"], "base_offset": None, "last_offset": None,
+                "is_transactional": True, "is_control": True, "control_type": r["result"],
+                "coordinator_epoch": r["coordinator_epoch"], "base_timestamp_ms": int(ts * 1000),
+                "max_timestamp_ms": int(ts * 1000), "source": r["source"], "position": r["position"],
+                "writer": writer, "client_id": r.get("client_id"), "connection": r["connection"],
+                "rank": (resp if resp is not None else ts, r["position"]), "sent": ts})
+            if t is not None and code == 0:
+                if tp.startswith("__consumer_offsets-") and t.groups and tp not in t.partitions:
+                    t.partitions.append(tp)   # AddOffsetsToTxn named the group, the marker its partition
+                t.marked.add(tp)
+        if t is not None and t.prepared is None and not t.complete:
+            self._coordinator_end(t, ts, r)
+        if t is not None:
+            self._maybe_complete(t, resp if resp is not None else ts, r)
+
+    def _marker_txn(self, r: dict) -> _Txn | None:
+        """The transaction a coordinator's markers end: the latest one ending with this result
+        at this epoch whose markers are still out, else the open one."""
+        tps = set(partition_names(r["partitions"]))
+        for t in reversed(self.txns[-16:]):   # markers follow their end within moments
+            if (t.prepared == r["result"] and t.prepare_epoch == r["producer_epoch"] and not t.complete
+                    and (tps & set(t.partitions) or any(tp.startswith("__consumer_offsets-") for tp in tps))):
+                return t
+        return self.open_txn()
+
+    def _coordinator_end(self, t: _Txn, ts: float, r: dict) -> None:
+        """Markers with no EndTxn before them: the coordinator ended the transaction itself."""
+        if t.fence_request is not None:
+            cause, detail = COORDINATOR, "fencing"
+        elif not self.client_coordinator:
+            cause, detail = None, None      # the client's requests are not in the capture
+        elif r["result"] == "ABORT" and t.timeout_ms and (ts - t.start) * 1000 >= t.timeout_ms:
+            cause, detail = COORDINATOR, "timeout"
+        elif r["result"] == "ABORT":
+            cause, detail = COORDINATOR, "timeout or fencing"
+        else:
+            cause, detail = None, None
+        t.prepared, t.prepare_epoch = r["result"], r["producer_epoch"]
+        self.record("Prepare" + r["result"].capitalize(), ts, t.fence_row or r, t, epoch=r["producer_epoch"],
+                    cause=cause, detail=detail)
+
+    @staticmethod
+    def _marker_answers(r: dict) -> dict:
+        out = {}
+        if r.get("markers"):
+            try:
+                for m in json.loads(r["markers"]):
+                    if m[0] == r["producer_id"] and m[6] is not None:
+                        out[f"{m[4]}-{m[5]}"] = m[6]
+            except (ValueError, TypeError, IndexError):
+                pass
+        return out
+
+    def _maybe_complete(self, t: _Txn, ts: float, r: dict, force: bool = False) -> None:
+        """CompleteX once every registered partition's marker was answered (or, `force`, when a
+        later answer shows the coordinator completed it: a new epoch after a fencing)."""
+        if t.complete or t.prepared is None:
+            return
+        if force or (t.partitions and set(t.partitions) <= t.marked):
+            t.complete = True
+            self.record("Complete" + t.prepared.capitalize(), ts, r, t, epoch=t.prepare_epoch)
+
+    # -- data -------------------------------------------------------------------------------------
+    def batch(self, ts: float, r: dict) -> None:
+        tp = f"{r['topic']}-{r['partition']}"
+        err = r["response_error"]
+        self.step(ts, r["position"], r)   # told in words only if a finding shows it (Story)
+        if err not in (0, None):
+            return
+        key = (tp, r["producer_epoch"], r["base_sequence"])
+        if key in self._seen:
+            return      # a retry of a batch already counted: the broker stored it once
+        self._seen.add(key)
+        if tp not in self.produce_hosts:
+            self.produce_hosts[tp] = _host(r["connection"], 1)
+        if self.version == 2 or not self.tv1_adds:
+            self._implicit_add(ts, r, tp)
+        base = r["response_base_offset"]
+        base = base if err == 0 and base is not None and base >= 0 else None
+        n = r["record_count"] or 1
+        self.data.append({
+            "topic": r["topic"], "partition": r["partition"], "replica": None, "producer_id": self.pid,
+            "producer_epoch": r["producer_epoch"], "base_offset": base,
+            "last_offset": None if base is None else base + n - 1, "is_transactional": True,
+            "is_control": False, "control_type": None, "coordinator_epoch": None,
+            "base_timestamp_ms": int(ts * 1000), "max_timestamp_ms": int(ts * 1000),
+            "source": r["source"], "position": r["position"], "connection": r["connection"],
+            "client_id": r["client_id"], "correlation_id": r["correlation_id"], "base_sequence": r["base_sequence"],
+            "last_sequence": r["last_sequence"], "response_error": err, "rank": (ts, r["position"]),
+            "answered": r.get("response_ts")})
+
+    def _implicit_add(self, ts: float, r: dict, tp: str) -> None:
+        """Data on a partition whose registration the capture cannot show (a version-2 producer's
+        leader registers it with the Produce - once per transaction and partition; a version 0/1
+        producer's AddPartitionsToTxn before the capture or outside it) is in the producer's
+        transaction all the same: its EndTxn ends it."""
+        t = self.open_txn()
+        epoch = r["producer_epoch"]
+        if epoch is not None and self.top_epoch is not None and epoch < self.top_epoch \
+                and (t is None or t.epoch != epoch):
+            return   # an ended epoch's data (a zombie's) joins no transaction: nothing registers it
+        if t is None or _newer(epoch, t.epoch):
+            t = self._new(ts, epoch)
+        if tp not in t.partitions:
+            t.partitions.append(tp)
+            self.record("Ongoing", ts, r, t)
+
+    def _order_races(self) -> None:
+        """Data whose Produce was in flight while a marker was on its way (the marker sent before
+        the data was answered: a version-2 leader holds the Produce until the coordinator, busy
+        writing the previous transaction's markers, verifies it) landed after that marker when
+        its offset leaves a gap after the data before it (a marker takes an offset)."""
+        markers: dict[tuple, list[dict]] = {}
+        for m in self.markers:
+            markers.setdefault((m["topic"], m["partition"]), []).append(m)
+        data: dict[tuple, list[dict]] = {}
+        for d in self.data:
+            data.setdefault((d["topic"], d["partition"]), []).append(d)
+        for tp, ms in markers.items():
+            ms = sorted(ms, key=lambda m: m["sent"])
+            sent = [m["sent"] for m in ms]
+            top = -1   # the highest last offset of the partition's data sent before
+            for d in sorted(data.get(tp, ()), key=lambda d: d["rank"]):
+                done = d.get("answered") or d["rank"][0]
+                k = bisect_right(sent, max(done, d["rank"][0])) - 1   # the last marker sent by its answer
+                m = ms[k] if k >= 0 else None
+                if (m is not None and d["rank"][0] < m["rank"][0] and d["base_offset"] is not None
+                        and top >= 0 and d["base_offset"] > top + 1):
+                    d["rank"] = (m["rank"][0], m["position"], d["position"])
+                if d["last_offset"] is not None:
+                    top = max(top, d["last_offset"])
+
+    def facts(self) -> ProducerTxns:
+        self._order_races()
+        coverage = WireCoverage(source="wire", coordinator=self.client_coordinator or self.tv2_adds,
+                                registrations=self.tv2_adds if self.version == 2 else self.tv1_adds,
+                                markers=bool(self.marker_hosts), slack_ms=0, feed=self)
+        pt = assemble(self.pid, self.data + self.markers, self.records, coverage=coverage)
+        pt.timeline = self.timeline
+        return pt
+
+
+class WireCoverage(Coverage):
+    """What a capture shows of one producer: a partition's registration only when the capture
+    holds its leader's KIP-890 adds (version 2) or the client's own AddPartitionsToTxn (0/1),
+    after a transaction boundary it shows (a capture may start mid-transaction); a marker only
+    when it holds WriteTxnMarkers to that partition's leader."""
+
+    def __init__(self, *, feed: WireFeed, **kw):
+        super().__init__(**kw)
+        self.feed = feed
+
+    def sees_registration(self, tp: str, ts_ms: int | None) -> bool:
+        f = self.feed
+        if not self.registrations or f.known_from is None or ts_ms is None or ts_ms < f.known_from * 1000:
+            return False
+        if f.version == 2:
+            return f.produce_hosts.get(tp) in f.add_hosts
+        return f.tv1_adds
+
+    def sees_marker(self, tp: str) -> bool:
+        return self.feed.produce_hosts.get(tp) in self.feed.marker_hosts

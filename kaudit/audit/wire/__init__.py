@@ -1,0 +1,1 @@
+"""Frame-level and reader rules on captures: requests and responses, read_committed consumers, the last stable offset."""
