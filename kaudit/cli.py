@@ -374,7 +374,7 @@ def list_transactions(
     transaction says so and exits 3."""
     import json
 
-    from kaudit.audit.txn_view import merge_rows
+    from kaudit.audit.txn.txn_view import merge_rows
     from kaudit.engine.local import list_transactions as list_transactions_of
     from kaudit.engine.local import wire_transactions
     from kaudit.report.transactions import select_transactions

@@ -397,7 +397,7 @@ TOPIC_NAME = pa.schema([
     ("api_key", I16),
     ("topic_id", S),
     ("topic", S),
-    ("cluster_id", S),       # Metadata v2+: the cluster's id (incident ids, audit/clusters.py)
+    ("cluster_id", S),       # Metadata v2+: the cluster's id (incident ids, audit/stories/clusters.py)
 ])
 
 CONNECTION = pa.schema([
@@ -454,7 +454,7 @@ FINDING = pa.schema([
     ("timeline", pa.list_(S)),  # the producer's batches around the finding, oldest first
     ("topic_id", S),         # the topic's id where a row named it (KIP-516)
     ("client_id", S),        # the client that sent the request (wire findings)
-    ("incident", S),         # stable id of the incident the finding belongs to (audit/incidents.py)
+    ("incident", S),         # stable id of the incident the finding belongs to (audit/stories/incidents.py)
 ])
 
 @dataclass(frozen=True)

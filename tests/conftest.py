@@ -29,7 +29,7 @@ def txn_path(request, monkeypatch):
     """Runs a transaction test on the fast path (txn_clean certifies producers through the
     rules' own predicates) and on the reference path (every producer judged exactly): the same
     findings either way."""
-    from kaudit.audit import txn_rows
+    from kaudit.audit.txn import txn_rows
 
     monkeypatch.setattr(txn_rows, "FAST_PATH", request.param == "fast")
     return request.param

@@ -1,6 +1,6 @@
-"""`kaudit audit`: the wire audit and the disk audit in one run, and their join (audit/join.py).
+"""`kaudit audit`: the wire audit and the disk audit in one run, and their join (audit/joint/join.py).
 
-The captures are audited first, with a tap on their decode (audit/join_rows.py: their selection
+The captures are audited first, with a tap on their decode (audit/joint/join_rows.py: their selection
 is small); the log dirs then, with a tap keeping only the batches the join can use. Either
 engine runs both audits.
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kaudit.audit import join as J
-from kaudit.audit import reader_join as RJ
+from kaudit.audit.joint import join as J
+from kaudit.audit.joint import reader_join as RJ
 from kaudit.audit import sort_findings
-from kaudit.audit.join_rows import END_TXN_TAP, PRODUCE_TAP, READER_BATCH_TAP, READER_FETCH_TAP, DiskTap, WireTap
+from kaudit.audit.joint.join_rows import END_TXN_TAP, PRODUCE_TAP, READER_BATCH_TAP, READER_FETCH_TAP, DiskTap, WireTap
 from kaudit.engine import local
 from kaudit.engine.plan import AuditRun, keep_rules
 from kaudit.sources.logdir import plan
@@ -31,7 +31,7 @@ def _rows(tables: list[pa.Table], names: TopicNames | None = None) -> list[dict]
 
 def _readers(wire_tap: WireTap, disk_tap: DiskTap, names: TopicNames, wire_findings: list[dict],
              jcov: dict) -> list[dict]:
-    """The readers' join (audit/reader_join.py); an aborted read the wire audit already reported
+    """The readers' join (audit/joint/reader_join.py); an aborted read the wire audit already reported
     from the capture's own evidence is not reported again."""
     inp = RJ.ReaderInput(fetch=_rows(wire_tap.of(READER_FETCH_TAP.name), names),
                          batches=_rows(wire_tap.of(READER_BATCH_TAP.name), names),

@@ -72,7 +72,7 @@ def list_transactions(paths: list[str], *, transactional_id: str | None = None,
                       producer_id: int | None = None, selected=None) -> tuple[Plan, list[dict]]:
     """(plan, transactions) for `kaudit txn` (transactions.listed) from the log dirs; `selected`:
     the transactions fold's selection, when another engine decoded it."""
-    from kaudit.audit import transactions
+    from kaudit.audit.txn import transactions
     from kaudit.sources.cluster_metadata import transaction_version
 
     if selected is None:
@@ -87,7 +87,7 @@ def wire_transactions(pcaps: list[str], options, *, transactional_id: str | None
                       producer_id: int | None = None, topic_names: dict | None = None) -> tuple[list[str], list[dict]]:
     """(unreadable inputs, transactions) of captures for `kaudit txn`: each producer's
     transactions as its requests show them (txn_wire.listed)."""
-    from kaudit.audit import txn_wire
+    from kaudit.audit.txn import txn_wire
 
     audit = wire_audit(pcaps, options, tap=Rows(txn_wire.FOLD), names=topic_names, folds=())
     summaries: dict = {}

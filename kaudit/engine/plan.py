@@ -218,7 +218,7 @@ class Audit:
     def clusters(self, facts: Facts):
         """The inputs' cluster ids: each log dir's meta.properties; each capture's Metadata
         responses (Facts.cluster_ids)."""
-        from kaudit.audit import clusters
+        from kaudit.audit.stories import clusters
 
         if self.side == "disk":
             return clusters.from_layout(self.layout)

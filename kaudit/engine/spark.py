@@ -368,7 +368,7 @@ def decoded_tables(fmt: str, paths: list[str], opts: dict, spark_options: SparkO
 def transactions_selection(paths: list[str], spark_options: SparkOptions | None = None
                            ) -> list[tuple[str, pa.Table]]:
     """What the transactions fold selects from log dirs (`kaudit txn`), decoded by the tasks."""
-    from kaudit.audit import transactions
+    from kaudit.audit.txn import transactions
 
     tap = Rows(transactions.FOLD)
     _decode("kafka-segments", paths, {}, spark_options, tap)

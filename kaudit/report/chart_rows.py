@@ -33,7 +33,7 @@ def is_capture(where: str) -> bool:
 
 
 def _details(f: dict) -> dict:
-    from kaudit.audit.incidents import details_of
+    from kaudit.audit.stories.incidents import details_of
 
     return details_of(f)
 

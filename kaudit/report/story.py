@@ -1,4 +1,4 @@
-"""Incidents for people: the findings of one incident (audit/incidents.py) summed up as one
+"""Incidents for people: the findings of one incident (audit/stories/incidents.py) summed up as one
 story - who, what, when, the impact on consumers and what to run - ranked by severity and
 impact. Every report format reads these dicts (`incidents(findings, reference_ms)`)."""
 
@@ -8,8 +8,8 @@ import os
 from collections import Counter, defaultdict
 
 from kaudit.audit import RULES, SEVERITY_RANK
-from kaudit.audit.incidents import CONSUMER_RULES, INTEGRITY_RULES, is_coverage, is_wire_evidence
-from kaudit.audit.incidents import details_of as details
+from kaudit.audit.stories.incidents import CONSUMER_RULES, INTEGRITY_RULES, is_coverage, is_wire_evidence
+from kaudit.audit.stories.incidents import details_of as details
 from kaudit.timefmt import duration, iso_ms, when
 
 KIND_TITLES = {"leadership": "Records lost to the partition's leadership", "zombie": "Zombie producer", "hanging": "Stalled read_committed consumers",
@@ -106,7 +106,7 @@ def _damaged(fs) -> list[str]:
 def shown_sources(inc: dict) -> dict[str, str]:
     """How a report names each evidence file of an incident: its path below the files' common
     folder, with at least the partition folder (`node2/torn-1/00000000000000000000.log`)."""
-    from kaudit.audit.incidents import LOG_FILE
+    from kaudit.audit.stories.incidents import LOG_FILE
 
     srcs = sorted({e["source"] for p in inc.get("places") or () for e in p["evidence"]
                    if e.get("source") and not is_wire_evidence(e) and LOG_FILE.search(str(e["source"]))})

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "disk"))
 
 from diskcraft import audit, logdir  # noqa: E402
 
-from kaudit.audit.clusters import ClusterMap  # noqa: E402
+from kaudit.audit.stories.clusters import ClusterMap  # noqa: E402
 
 
 def build(root: Path, cluster_id: str, node_id: int = 1) -> Path:
@@ -65,7 +65,7 @@ def test_the_same_input_keeps_its_ids_wherever_it_lies(tmp_path):
 
 
 def test_without_a_cluster_id_the_ids_are_as_before(tmp_path):
-    from kaudit.audit import incidents
+    from kaudit.audit.stories import incidents
 
     fs = audit(build(tmp_path / "a", "Q2x1c3Rlci1BLUFBQUFBQQ"), rules=())
     before = [dict(f, incident=None) for f in fs]

@@ -40,7 +40,7 @@ def _runs(corpus, scn):
 @pytest.fixture(scope="module", params=["fast", "reference"])
 def runs(corpus, request):
     """Every scenario's three audits, on the transactions' fast path and on the reference path."""
-    from kaudit.audit import txn_rows
+    from kaudit.audit.txn import txn_rows
 
     saved = txn_rows.FAST_PATH
     txn_rows.FAST_PATH = request.param == "fast"

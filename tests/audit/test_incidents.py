@@ -1,4 +1,4 @@
-"""Incidents (audit/incidents.py): the findings of one anomaly - on several replicas, on the wire
+"""Incidents (audit/stories/incidents.py): the findings of one anomaly - on several replicas, on the wire
 and on disk, under several rules - make one incident with a stable id."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from kaudit.audit import incidents, sort_findings
+from kaudit.audit.stories import incidents
+from kaudit.audit import sort_findings
 from kaudit.cli import app
 from tests.audit.disk.diskcraft import logdir
 from tests.audit.wire.wirecraft import batch, send

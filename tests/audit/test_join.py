@@ -1,4 +1,4 @@
-"""kaudit audit: the wire/disk join (audit/join.py) on crafted rows, a crafted capture + log dir,
+"""kaudit audit: the wire/disk join (audit/joint/join.py) on crafted rows, a crafted capture + log dir,
 and the real corpus."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from kaudit.audit.join import JoinInput, join
+from kaudit.audit.joint.join import JoinInput, join
 
 T, P = "orders", 0
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kaudit.audit import producer_state as ps
-from kaudit.audit.producer_state import INT32_MAX, BatchView, ProducerState, Runs, sequence_parts
+from kaudit.audit.producers import producer_state as ps
+from kaudit.audit.producers.producer_state import INT32_MAX, BatchView, ProducerState, Runs, sequence_parts
 
 
 def _view(epoch: int, lo: int, n: int, offset: int) -> BatchView:

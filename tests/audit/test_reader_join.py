@@ -1,4 +1,4 @@
-"""kaudit audit: read_committed Fetch responses against the log dirs (audit/reader_join.py) - a
+"""kaudit audit: read_committed Fetch responses against the log dirs (audit/joint/reader_join.py) - a
 crafted capture beside a crafted log dir, each case with its negative twin."""
 
 from __future__ import annotations

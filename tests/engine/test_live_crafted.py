@@ -16,7 +16,7 @@ import tests.audit.wire.test_wire_readers as readers
 import tests.audit.wire.test_wire_txn_crafted as txn_crafted
 from tests.audit.wire import wirecraft
 
-from kaudit.audit import live_settle
+from kaudit.audit.wire import live_settle
 from kaudit.engine import live
 from kaudit.engine.local import audit_pcaps
 from kaudit.sources.pcap import PcapOptions

@@ -15,8 +15,10 @@ import pytest
 from kaudit import model
 from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, registry
 from kaudit.audit import folds as F
-from kaudit.audit import txn_wire, wire_produce, wire_readers
-from kaudit.audit.join_rows import WIRE_TAPS
+from kaudit.audit.txn import txn_wire
+from kaudit.audit.producers import wire_produce
+from kaudit.audit.wire import wire_readers
+from kaudit.audit.joint.join_rows import WIRE_TAPS
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.engine import local as L
 from kaudit.engine import spark as S

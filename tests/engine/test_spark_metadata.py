@@ -1,5 +1,5 @@
 """Spark against the local engine on the KRaft metadata: the crafted unclean election and
-divergence clusters (audit/leadership.py) and a cluster's transaction.version - identical
+divergence clusters (audit/cluster/leadership.py) and a cluster's transaction.version - identical
 findings, coverage and metadata_record tables."""
 
 from __future__ import annotations

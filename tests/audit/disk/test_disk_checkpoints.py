@@ -1,4 +1,4 @@
-"""checkpoint-mismatch (audit/replicas.py): a log dir's offset checkpoints against its segments."""
+"""checkpoint-mismatch (audit/consistency/replicas.py): a log dir's offset checkpoints against its segments."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from diskcraft import audit, brief, details, logdir, small_chunks
 
-from kaudit.audit import disk_sequences
+from kaudit.audit.producers import disk_sequences
 
 CHUNK_SIZES = (1, 2, 3, 7, 16, 61)
 

@@ -89,7 +89,7 @@ def test_duplicate_across_chunks_and_segments(tmp_path, monkeypatch):
 
 
 def _window_log(tmp_path):
-    from kaudit.audit.duplicate_records import WINDOW_MS
+    from kaudit.audit.producers.duplicate_records import WINDOW_MS
 
     ld = logdir(tmp_path)
     pb = ld.partition("events", 0)
@@ -113,7 +113,7 @@ def test_retry_window_whatever_the_chunking(tmp_path, monkeypatch, chunk, recent
     delivery timeout, 2 minutes by default) or lies at most RECENT_ROWS batches back (a producer
     whose clock lags the others'). The window applies to each pair, so the chunking of the local
     engine (or Spark's) does not change the findings."""
-    from kaudit.audit import duplicate_records
+    from kaudit.audit.producers import duplicate_records
 
     monkeypatch.setattr(duplicate_records, "RECENT_ROWS", recent)
     root = _window_log(tmp_path)
@@ -132,7 +132,7 @@ def test_retry_window_whatever_the_chunking(tmp_path, monkeypatch, chunk, recent
 def test_retry_of_a_producer_with_a_lagging_clock(tmp_path):
     """Another producer's clock is ahead by more than the window: the retry right behind its
     original is still paired (it is among the last RECENT_ROWS batches)."""
-    from kaudit.audit.duplicate_records import WINDOW_MS
+    from kaudit.audit.producers.duplicate_records import WINDOW_MS
 
     ld = logdir(tmp_path)
     pb = ld.partition("events", 0)
@@ -151,7 +151,7 @@ def test_pairs_are_the_brute_force_ones_across_evictions(seed, monkeypatch):
     import numpy as np
     import pyarrow as pa
 
-    from kaudit.audit import duplicate_records as D
+    from kaudit.audit.producers import duplicate_records as D
 
     monkeypatch.setattr(D, "RECENT_ROWS", 40)
     monkeypatch.setattr(D, "WINDOW_MS", 50)
@@ -194,7 +194,7 @@ def test_fingerprints_tell_a_timestamp_from_its_negative():
     import numpy as np
     import pyarrow as pa
 
-    from kaudit.audit.duplicate_records import fingerprints
+    from kaudit.audit.producers.duplicate_records import fingerprints
 
     ts = np.array([19, -19, 1, -1, 7, -7], dtype=np.int64)
     t = pa.table({"crc": np.full(6, 4, np.uint32), "batch_size": np.full(6, 80, np.int32),
@@ -208,7 +208,7 @@ def test_log_order_is_a_stable_sort(seed):
     sort gives, with many, few or no equal fingerprints."""
     import numpy as np
 
-    from kaudit.audit.duplicate_records import log_order
+    from kaudit.audit.producers.duplicate_records import log_order
 
     rng = np.random.default_rng(seed)
     for n in (0, 1, 2, 7, 1000, 20000):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kaudit.audit.disk_sequences import COLUMNS, PartitionTimeline
+from kaudit.audit.producers.disk_sequences import COLUMNS, PartitionTimeline
 from kaudit.model import SCHEMAS
 from tests.audit.chunks import fed
 

@@ -1,4 +1,4 @@
-"""leader-epoch-mismatch (audit/leader_epochs.py): leader-epoch-checkpoint against the batches."""
+"""leader-epoch-mismatch (audit/consistency/leader_epochs.py): leader-epoch-checkpoint against the batches."""
 
 from __future__ import annotations
 

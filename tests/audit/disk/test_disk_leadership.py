@@ -1,4 +1,4 @@
-"""unclean-leader-election and unexplained-divergence (audit/leadership.py): a crafted 3-node
+"""unclean-leader-election and unexplained-divergence (audit/cluster/leadership.py): a crafted 3-node
 cluster whose node 1 keeps the KRaft metadata log, built with the fixture builders from Kafka's
 specs; each case against its negative twin."""
 

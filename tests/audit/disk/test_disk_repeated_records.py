@@ -74,7 +74,7 @@ def test_a_retry_with_its_create_time_stays_an_error(tmp_path):
 @pytest.mark.parametrize("chunk", [3, 64])
 def test_repeats_are_the_brute_force_ones(tmp_path, monkeypatch, chunk):
     """Counted with the window in log order, whatever the chunking."""
-    from kaudit.audit import repeated_records as R
+    from kaudit.audit.producers import repeated_records as R
 
     monkeypatch.setattr(R, "RECENT_ROWS", 5)
     ld = logdir(tmp_path)

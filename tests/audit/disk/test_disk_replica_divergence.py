@@ -1,4 +1,4 @@
-"""replica-divergence (audit/replicas.py, replica_compare.py): crafted brokers' log dirs holding
+"""replica-divergence (audit/consistency/replicas.py, replica_compare.py): crafted brokers' log dirs holding
 the same partition, built with the fixture builder; each case against its negative twin."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from diskcraft import audit, brief
 
 from fixtures.builder import corrupt_file, truncate_file
 from fixtures.builder.replicas import write_replicas
-from kaudit.audit import replicas
+from kaudit.audit.consistency import replicas
 from kaudit.sources.logdir import plan, replicated_partitions
 
 RULES = ("replica-divergence", "checkpoint-mismatch")

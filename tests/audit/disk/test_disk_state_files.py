@@ -1,4 +1,4 @@
-"""txnindex-mismatch and snapshot-mismatch on disk (audit/state_files.py, producer_replay.py,
+"""txnindex-mismatch and snapshot-mismatch on disk (audit/consistency/state_files.py, producer_replay.py,
 txnindex_check.py): a replica's .txnindex and .snapshot files against its own log."""
 
 from __future__ import annotations

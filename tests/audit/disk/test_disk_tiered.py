@@ -1,4 +1,4 @@
-"""Tiered storage from __remote_log_metadata (audit/tiered.py): a partition whose old segments
+"""Tiered storage from __remote_log_metadata (audit/cluster/tiered.py): a partition whose old segments
 were copied to remote storage and deleted locally, with and without its remote segments; a copy
 abandoned for a retry under another segment id."""
 

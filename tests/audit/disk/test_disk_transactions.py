@@ -8,8 +8,8 @@ from diskcraft import brief, details, logdir, of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kaudit.audit import coordinator_state
-from kaudit.audit.coordinator_state import STATES, VALID_PREVIOUS, illegal_state_transition
+from kaudit.audit.txn import coordinator_state
+from kaudit.audit.txn.coordinator_state import STATES, VALID_PREVIOUS, illegal_state_transition
 from kaudit.engine.local import audit_segments
 
 # every test on the fast path and on the reference path (tests/conftest.py: txn_path)

@@ -1,4 +1,4 @@
-"""The transactions fold's certification (kaudit/audit/txn_clean.py) never hides a finding: on
+"""The transactions fold's certification (kaudit/audit/txn/txn_clean.py) never hides a finding: on
 random transactional log dirs (replicas, with or without the coordinator's records, KIP-890
 epoch bumps, coordinator aborts, registered partitions without data) and on random mutations of
 their rows (epochs, timestamps around every threshold, states, partition lists, replicas that
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from diskcraft import logdir
 
-from kaudit.audit import transactions, txn_clean, txn_rows
+from kaudit.audit.txn import transactions, txn_clean, txn_rows
 from kaudit.audit.folds import Context
 from kaudit.engine.local import decode_segments, sorted_stream
 

@@ -13,7 +13,8 @@ import re
 
 from diskcraft import details
 
-from kaudit.audit import at_or_above, transactions
+from kaudit.audit import at_or_above
+from kaudit.audit.txn import transactions
 from kaudit.engine.local import audit_segments, decode_segments
 
 # every test on the fast path and on the reference path (tests/conftest.py: txn_path)

@@ -14,7 +14,7 @@ import pytest
 from diskcraft import brief, details, logdir, of
 
 from fixtures.builder.replicas import write_replicas
-from kaudit.audit import incidents
+from kaudit.audit.stories import incidents
 from kaudit.engine.local import audit_segments
 from kaudit.report import story
 

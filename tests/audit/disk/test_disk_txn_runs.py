@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from diskcraft import logdir, small_chunks
 
-from kaudit.audit import txn_rows
+from kaudit.audit.txn import txn_rows
 from kaudit.engine.local import audit_segments
 
 T0 = 1_700_000_000_000

@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 from diskcraft import logdir
 
-from kaudit.audit.record_content import records_crc
+from kaudit.audit.producers.record_content import records_crc
 from kaudit.protocol.crc import crc32c
 from kaudit.sources.logdir import plan
 from kaudit.sources.segments import Options, decode_target

@@ -1,4 +1,4 @@
-"""The wire sequence fold's clean-producer pass (audit/wire_clean.py) against the checked path
+"""The wire sequence fold's clean-producer pass (audit/producers/wire_clean.py) against the checked path
 alone: the same findings (messages, details, evidence, timelines) and the same state afterwards,
 on generated Produce streams - mostly clean producers with retries, refusals, unanswered and acks=0
 requests, gaps, regressions, epoch bumps, stale epochs, sequence wrap, producer id -1 - cut into
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kaudit.audit.wire_produce import COLUMNS, WirePartition
+from kaudit.audit.producers.wire_produce import COLUMNS, WirePartition
 from kaudit.model import SCHEMAS
 from tests.audit.chunks import fed
 

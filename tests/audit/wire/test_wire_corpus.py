@@ -14,7 +14,7 @@ from tests.audit.wire.corpus_audit import PORTS, findings, pcap  # noqa: F401
 
 pytestmark = pytest.mark.corpus
 
-# the rules of the wire folds (audit/wire_produce.py, audit/wire_frames.py)
+# the rules of the wire folds (audit/producers/wire_produce.py, audit/wire/wire_frames.py)
 WIRE_RULES = {"retried-batch", "duplicate-batch", "duplicate-records", "out-of-order-sequence",
               "fenced-epoch", "unanswered-request", "producer-error", "stream-gap", "undecodable-frame"}
 

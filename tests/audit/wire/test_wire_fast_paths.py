@@ -1,4 +1,4 @@
-"""The wire folds' fast paths - wire-produce's clean-producer pass (audit/wire_clean.py),
+"""The wire folds' fast paths - wire-produce's clean-producer pass (audit/producers/wire_clean.py),
 wire-frames' runs of plain frames, wire-readers' pre-check before its join - against the row-by-row
 paths on every capture of the corpus (3.0.2, 3.0.2-extra, 4.1.0, public, librdkafka-mock) and on
 generated frame streams: the very same findings."""
@@ -10,9 +10,9 @@ import random
 import pyarrow as pa
 import pytest
 
-from kaudit.audit import wire_readers
-from kaudit.audit.wire_frames import FRAME_COLUMNS, ConnectionGroup
-from kaudit.audit.wire_produce import WirePartition
+from kaudit.audit.wire import wire_readers
+from kaudit.audit.wire.wire_frames import FRAME_COLUMNS, ConnectionGroup
+from kaudit.audit.producers.wire_produce import WirePartition
 from kaudit.engine.local import audit_pcaps
 from kaudit.model import SCHEMAS
 from kaudit.sources.pcap import PcapOptions

@@ -1,4 +1,4 @@
-"""The frame rules on the wire (audit/wire_frames.py) on crafted captures: unanswered-request,
+"""The frame rules on the wire (audit/wire/wire_frames.py) on crafted captures: unanswered-request,
 producer-error, fenced-epoch of transaction requests, stream-gap and undecodable-frame."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sequence rules on the wire (audit/wire_produce.py) on crafted captures: retried-batch with
+"""The sequence rules on the wire (audit/producers/wire_produce.py) on crafted captures: retried-batch with
 each outcome, duplicate-records of a non-idempotent retry, out-of-order-sequence and fenced-epoch
 with what the broker answered, and the benign cases that must give nothing."""
 

@@ -1,4 +1,4 @@
-"""aborted-read and read-past-lso on the wire (audit/wire_readers.py, reader_replay.py): crafted
+"""aborted-read and read-past-lso on the wire (audit/wire/wire_readers.py, reader_replay.py): crafted
 read_committed Fetch responses, each case against its negative twin."""
 
 from __future__ import annotations

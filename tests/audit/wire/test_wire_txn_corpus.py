@@ -1,4 +1,4 @@
-"""Transactions on the wire (audit/wire_txn.py, audit/wire_lso.py) on the real captures of the
+"""Transactions on the wire (audit/wire_txn.py, audit/wire/wire_lso.py) on the real captures of the
 shared corpus. Skipped without the corpus."""
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def test_producer_abort_is_not_coordinator_abort(tmp_path, marker_epoch):
     assert fs == []
 
 
-# ---- lso-stuck (audit/wire_lso.py) ---------------------------------------------------------------
+# ---- lso-stuck (audit/wire/wire_lso.py) ---------------------------------------------------------------
 
 def fetch(corr: int, hw: int, lso: int, *, partition: int = 2, fetch_offset: int = 10,
           isolation: int = 1, client_id: str = "wire-consumer"):

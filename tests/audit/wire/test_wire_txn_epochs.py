@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kaudit.audit import incidents
+from kaudit.audit.stories import incidents
 from kaudit.report import story as stories
 from tests.audit.wire.test_wire_txn_versions import PID, T0_MS, Story, run
 from tests.audit.wire.wirecraft import batch, by_rule, details, init_producer_id, send

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kaudit.audit import txn_findings, txn_view, txn_wire
+from kaudit.audit.txn import txn_findings, txn_view, txn_wire
 from kaudit.audit.folds import Context
 
 EVENTS = ("INIT_PRODUCER_ID", "ADD_PARTITIONS", "ADD_OFFSETS", "TXN_OFFSET_COMMIT", "END_TXN", "WRITE_MARKERS")
