@@ -5,6 +5,7 @@ from kaudit.audit import join, txn_wire, wire_lso  # noqa: F401  (join: the rule
 from kaudit.audit import coordinator_state, transactions, txn_rules  # noqa: F401  (registers the transaction rules)
 from kaudit.audit import incidents
 from kaudit.audit import leader_epochs, leadership, replicas, segment_loss, state_files, wire_readers  # noqa: F401
+from kaudit.audit.consumers import fold as consumers_fold
 from kaudit.audit.folds import Context, Fold
 from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
 
@@ -13,7 +14,8 @@ from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
 # inputs' replicated partitions: Fold.bind).
 DISK_FOLDS: tuple[Fold, ...] = (disk_sequences.FOLD, integrity.FOLD, index_check.FOLD, segment_loss.FOLD,
                                 state_files.FOLD, transactions.FOLD, replicas.FOLD, leadership.FOLD)
-WIRE_FOLDS: tuple[Fold, ...] = (wire_produce.FOLD, wire_frames.FOLD, txn_wire.FOLD, wire_lso.FOLD, wire_readers.FOLD)
+WIRE_FOLDS: tuple[Fold, ...] = (wire_produce.FOLD, wire_frames.FOLD, txn_wire.FOLD, wire_lso.FOLD, wire_readers.FOLD,
+                                consumers_fold.FOLD)
 
 __all__ = ["Context", "Fold", "RULES", "SEVERITIES", "SEVERITY_RANK", "at_or_above",
            "DISK_FOLDS", "WIRE_FOLDS", "sort_findings"]

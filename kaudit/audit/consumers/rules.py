@@ -1,0 +1,227 @@
+"""The consumer rules: what the group's members were served and committed, judged from the
+timelines (timeline.py). `judge` runs them all over one capture."""
+
+from __future__ import annotations
+
+from kaudit.audit.consumers.timeline import OFFSET_OUT_OF_RANGE, Timelines
+from kaudit.audit.registry import evidence, finding, fold_rules, rule
+
+FOLD_NAME = "consumers"
+
+MAX_FINDINGS = 50   # per rule and capture
+
+
+def _ms(ts) -> int | None:
+    return None if ts is None else int(ts * 1000)
+
+
+def _tp(tp) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+@rule("consumer-redelivery", "warning", "wire",
+      "a partition's next owner was served records its previous owner had been served past its last commit",
+      "Records in the range were handed to two members: with at-least-once processing their effects "
+      "happened twice. Commit before giving a partition up (onPartitionsRevoked / a rebalance callback), "
+      "commit more often, keep members alive (max.poll.interval.ms, session.timeout.ms), or make "
+      "processing idempotent; check the range's downstream effects.", fold=FOLD_NAME)
+def check_redelivery(tl: Timelines) -> list[dict]:
+    """Invariant: a group's committed offset is where the next owner of a partition starts
+    (ConsumerCoordinator.onJoinComplete -> OffsetFetch; KIP-848 the same). Records a member was
+    served past the group's commit when it stopped owning the partition (LeaveGroup, fenced,
+    session timeout, revoked) are served again to the next owner.
+    Benign causes: at-least-once delivery is the consumer's contract, so the rule is a warning; a
+    member that was served records it never processed (prefetch) redelivers nothing in effect.
+    Members committing with TxnOffsetCommit (exactly-once) are left to eos-double-commit."""
+    out = []
+    for (group, tp), stints in tl.stints.items():
+        for a, b in zip(stints, stints[1:]):
+            if a.member is b.member or any(c.txn for c in a.member.commits):
+                continue
+            a_served = [s for s in a.serves if s.data_end is not None]
+            b_served = [s for s in b.serves if s.data_end is not None]
+            if not a_served or not b_served:
+                continue
+            a_lo, a_hi = min(s.data_first for s in a_served), max(s.data_end for s in a_served)
+            b_first = b_served[0]
+            b_lo, b_hi = min(s.data_first for s in b_served), max(s.data_end for s in b_served)
+            lo, hi = max(a_lo, b_lo), min(a_hi, b_hi)
+            committed = _committed(tl, group, tp, b_first.ts)
+            if committed is not None:
+                lo = max(lo, committed)
+            if lo >= hi:
+                continue
+            ev = [evidence(a_served[-1].source, a_served[-1].position, "fetch", "first member served"),
+                  evidence(b_first.source, b_first.position, "fetch", "next owner served again")]
+            out.append(finding(
+                "consumer-redelivery",
+                f"group {group}, {_tp(tp)}: offsets {lo}-{hi - 1} ({hi - lo} record offsets) were served to member "
+                f"{a.member.label} and again to {b.member.label}; the first member stopped owning the partition "
+                f"because: {a.cause or 'unknown'}; the group's committed offset then was "
+                f"{'none seen' if committed is None else committed}",
+                evidence=ev, topic=tp[0], partition=tp[1], connection=b_first.connection, first_offset=lo,
+                last_offset=hi - 1, first_ts_ms=_ms(a.end or b.start), last_ts_ms=_ms(b_first.ts),
+                client_id=b.member.client_id,
+                details={"group": group, "first_member": a.member.member_id, "next_member": b.member.member_id,
+                         "cause": a.cause, "committed": committed, "first_member_served_to": a_hi - 1}))
+    return out
+
+
+def _committed(tl: Timelines, group: str, tp: tuple, before: float) -> int | None:
+    best = None
+    for c in tl.commits:
+        ts = c.outcome_ts if c.txn else c.ts
+        if c.group == group and c.tp == tp and c.effective and ts is not None and ts <= before:
+            best = c.offset
+    return best
+
+
+@rule("consumer-commit-beyond-served", "error", "wire",
+      "a group committed a position beyond anything it was served or looked up for the partition",
+      "The records between what the group was served and the committed position will never be read by "
+      "the group: find the code path that commits positions it did not consume (a manual commit of a "
+      "computed offset, a seek), and re-consume the range.", fold=FOLD_NAME)
+def check_commit_beyond(tl: Timelines) -> list[dict]:
+    """Invariant: a consumer commits the position after the records it was served (the next offset
+    to read: KafkaConsumer.commitSync with its position(), librdkafka's stored offsets); positions
+    it may also start from are the group's previous commits and the offsets it looked up
+    (OffsetFetch, ListOffsets). A commit past all of them skips the records in between.
+    Benign causes: a capture that missed some of the group's Fetch connections (only judged when
+    the capture holds the group's Fetch responses for the partition before the commit); an
+    application seek to a position computed elsewhere."""
+    out = []
+    for c in tl.commits:
+        if not c.effective:
+            continue
+        served = [s for s in tl.serves if s.tp == c.tp and s.end is not None and s.ts <= c.ts
+                  and s.member is not None and s.member.group == c.group]
+        if not served:
+            continue
+        known = max(s.end for s in served)
+        for s in tl.serves:   # fetch positions (empty answers included) of the group's members
+            if s.tp == c.tp and s.ts <= c.ts and s.member is not None and s.member.group == c.group \
+                    and s.fetch_offset is not None:
+                known = max(known, s.fetch_offset)
+        for p in tl.positions:
+            if p["tp"] == c.tp and (p.get("response_ts") or p["ts"]) <= c.ts and \
+                    (p.get("group_id") == c.group or p["event"] == "LIST_OFFSETS"):
+                known = max(known, p["offset"])
+        for o in tl.commits:
+            if o is not c and o.group == c.group and o.tp == c.tp and o.ts < c.ts and o.effective:
+                known = max(known, o.offset)
+        if c.offset <= known:
+            continue
+        out.append(finding(
+            "consumer-commit-beyond-served",
+            f"group {c.group}, {_tp(c.tp)}: member {c.member_id} committed offset {c.offset}, but the group had "
+            f"been served and had looked up positions only up to {known}: offsets {known}-{c.offset - 1} are "
+            "skipped by the group", evidence=[evidence(c.source, c.position, "commit")],
+            topic=c.tp[0], partition=c.tp[1], first_offset=known, last_offset=c.offset - 1,
+            first_ts_ms=_ms(c.ts), client_id=c.client[1] if c.client else None,
+            transactional_id=c.txn[0] if c.txn else None,
+            details={"group": c.group, "member": c.member_id, "committed": c.offset, "known": known}))
+    return out[:MAX_FINDINGS]
+
+
+@rule("consumer-reset-skip", "error", "wire",
+      "a consumer reset its position to the log end and jumped over records",
+      "auto.offset.reset=latest skipped the records between the old position and the log end: re-consume "
+      "them (seek) and prefer auto.offset.reset=earliest or none for data that must not be lost; find why "
+      "the position was out of range (retention, an unclean leader election, committed offsets expiring).", fold=FOLD_NAME)
+def check_reset(tl: Timelines) -> list[dict]:
+    """Invariant: a consumer whose position is out of range (Fetch OFFSET_OUT_OF_RANGE) or whose
+    group has no committed offset resets by auto.offset.reset (SubscriptionState.resetStrategy):
+    to the log end (ListOffsets timestamp -1) it skips every record between its position (or the
+    log start) and that end.
+    Benign causes: a new group configured with latest on purpose (reported as info); records below
+    the log start were already deleted by retention."""
+    out = []
+    for p in tl.positions:
+        if p["event"] != "LIST_OFFSETS" or p.get("timestamp") != -1:
+            continue
+        tp, client, ts, end = p["tp"], p["client"], p["ts"], p["offset"]
+        errs = [s for s in tl.serves if s.client == client and s.tp == tp and s.ts <= ts
+                and s.error == OFFSET_OUT_OF_RANGE and s.fetch_offset is not None]
+        if errs:
+            e = errs[-1]
+            lo = max(e.fetch_offset, e.log_start or 0)
+            if end > lo:
+                out.append(_reset(p, lo, end, "error", f"its Fetch at offset {e.fetch_offset} was answered "
+                                  f"OFFSET_OUT_OF_RANGE (log start {e.log_start}), and it reset to the log end",
+                                  [evidence(e.source, e.position, "fetch", "out of range")]))
+            continue
+        fetched = [q for q in tl.positions if q["event"] == "OFFSET_FETCH" and q["tp"] == tp
+                   and q["client"] == client and q["ts"] <= ts]
+        start = _log_start(tl, tp)
+        if not fetched and start is None:
+            continue
+        if start is not None and end > start:
+            out.append(_reset(p, start, end, "info", "it had no committed position (a new group or expired "
+                              "offsets) and auto.offset.reset=latest started it at the log end", []))
+    return out[:MAX_FINDINGS]
+
+
+def _log_start(tl: Timelines, tp) -> int | None:
+    for p in tl.positions:
+        if p["event"] == "LIST_OFFSETS" and p["tp"] == tp and p.get("timestamp") == -2:
+            return p["offset"]
+    starts = [s.log_start for s in tl.serves if s.tp == tp and s.log_start is not None and s.log_start >= 0]
+    return min(starts) if starts else None
+
+
+def _reset(p, lo, end, severity, why, ev) -> dict:
+    return finding(
+        "consumer-reset-skip", f"{_tp(p['tp'])}: client {p['client'][1]} ({p['connection']}) looked up the log "
+        f"end {end}: {why}; offsets {lo}-{end - 1} are never served to it", severity=severity,
+        evidence=ev + [evidence(p["source"], p["position"], "list_offsets")], topic=p["tp"][0],
+        partition=p["tp"][1], connection=p["connection"], first_offset=lo, last_offset=end - 1,
+        first_ts_ms=_ms(p["ts"]), client_id=p["client"][1], details={"log_end": end, "from": lo})
+
+
+@rule("consumer-start-beyond-commit", "error", "wire",
+      "a member started reading a partition beyond its group's committed position",
+      "The records between the group's committed offset and where the member started were skipped by "
+      "the group: look for an application seek or a custom offset store, and re-consume the range.", fold=FOLD_NAME)
+def check_start_beyond(tl: Timelines) -> list[dict]:
+    """Invariant: a member given a partition starts at its group's committed offset (OffsetFetch
+    after the assignment; ConsumerCoordinator.refreshCommittedOffsets), or resets by
+    auto.offset.reset where there is none (then it sends ListOffsets). Its first Fetch at a higher
+    offset skips the records in between.
+    Benign causes: an application seek (invisible on the wire: the rule says so) and offsets kept
+    outside Kafka."""
+    out = []
+    for (group, tp), stints in tl.stints.items():
+        for st in stints:
+            first = next((s for s in st.serves if s.fetch_offset is not None), None)
+            if first is None:
+                continue
+            looked = [p for p in tl.positions if p["tp"] == tp and p["ts"] <= first.ts and
+                      p["ts"] >= st.start - 1e-6 and p["client"] == st.member.client]
+            if any(p["event"] == "LIST_OFFSETS" for p in looked):
+                continue
+            fetched = [p for p in looked if p["event"] == "OFFSET_FETCH" and p.get("group_id") == group]
+            committed = fetched[-1]["offset"] if fetched else _committed(tl, group, tp, first.ts)
+            if committed is None or first.fetch_offset <= committed:
+                continue
+            out.append(finding(
+                "consumer-start-beyond-commit",
+                f"group {group}, {_tp(tp)}: member {st.member.label} started fetching at offset {first.fetch_offset} "
+                f"while the group's committed offset was {committed}: offsets {committed}-{first.fetch_offset - 1} "
+                "were skipped (unless the application sought there on purpose)",
+                evidence=[evidence(first.source, first.position, "fetch")], topic=tp[0], partition=tp[1],
+                connection=first.connection, first_offset=committed, last_offset=first.fetch_offset - 1,
+                first_ts_ms=_ms(first.ts), client_id=st.member.client_id,
+                details={"group": group, "member": st.member.member_id, "committed": committed,
+                         "fetch_offset": first.fetch_offset}))
+    return out[:MAX_FINDINGS]
+
+
+def judge(tl: Timelines, batches: list[dict]) -> list[dict]:
+    """Every consumer rule over one capture's timelines, in registration order."""
+    from kaudit.audit.consumers import rules_poll  # noqa: F401  (registers the rest)
+
+    tl.batches = batches
+    out: list[dict] = []
+    for r in fold_rules(FOLD_NAME):
+        out.extend(((r.check or r.fn)(tl))[:MAX_FINDINGS])
+    return out
