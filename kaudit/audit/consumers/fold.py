@@ -70,7 +70,7 @@ def _delivered(s: Serve, batches: list[dict], aborted: str | None) -> None:
                 gone[int(pid)] = min(gone.get(int(pid), 1 << 62), int(first))
     ends = {}   # producer -> its ABORT marker's offset, which ends its aborted run
     for b in batches:
-        if b["is_control"] and b["control_type"] == 0:
+        if b["is_control"] and b["control_type"] == "ABORT":
             ends.setdefault(b["producer_id"], []).append(b["base_offset"])
     lo = hi = None
     for b in batches:

@@ -183,9 +183,9 @@ def check_uncommitted_read(tl: Timelines) -> list[dict]:
     batches = tl.batches
     markers: dict[tuple, list] = {}
     for b in batches:
-        if b.get("is_control") and b.get("control_type") in (0, 1):
+        if b.get("is_control") and b.get("control_type") in ("ABORT", "COMMIT"):
             markers.setdefault((b["topic"], b["partition"], b["producer_id"]), []).append(
-                (b["base_offset"], "ABORT" if b["control_type"] == 0 else "COMMIT"))
+                (b["base_offset"], b["control_type"]))
     if not markers:
         return []
     ru = {(s.connection, s.position, s.tp) for s in tl.serves
