@@ -14,10 +14,10 @@ KEY = ("source",)
 GROUP_COLUMNS = ("source", "connection", "position", "ts", "response_ts", "client_id", "event", "group_id",
                  "member_id", "generation", "reason", "partitions", "topic", "topic_id", "partition", "offset",
                  "timestamp", "error_code", "transactional_id", "producer_id", "producer_epoch")
-FETCH_COLUMNS = ("source", "connection", "position", "response_ts", "client_id", "topic", "partition",
+FETCH_COLUMNS = ("source", "connection", "position", "response_ts", "client_id", "topic", "topic_id", "partition",
                  "isolation_level", "replica_id", "fetch_offset", "error_code", "high_watermark",
                  "last_stable_offset", "log_start_offset", "aborted_transactions")
-BATCH_COLUMNS = ("source_kind", "source", "connection", "position", "topic", "partition", "base_offset",
+BATCH_COLUMNS = ("source_kind", "source", "connection", "position", "topic", "topic_id", "partition", "base_offset",
                  "last_offset", "producer_id", "producer_epoch", "is_transactional", "is_control",
                  "control_type")
 TXN_COLUMNS = ("source", "position", "ts", "event", "producer_id", "producer_epoch", "partitions", "result",
@@ -35,6 +35,7 @@ def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[list[Se
     if batches is not None and batches.num_rows:
         blist = batches.to_pylist()
         for b in blist:
+            b["topic"] = b["topic"] or b["topic_id"]   # Fetch v13+: topic ids (named by the timelines)
             k = (b["connection"], b["position"], b["topic"], b["partition"])
             by_key.setdefault(k, []).append(b)
             lo, hi = ends.get(k, (None, None))
@@ -42,6 +43,7 @@ def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[list[Se
                        b["last_offset"] if hi is None else max(hi, b["last_offset"]))
     out = []
     for r in fetch.to_pylist():
+        r["topic"] = r["topic"] or r["topic_id"]
         s = Serve(r["response_ts"] or 0.0, r["position"], r["source"], r["connection"],
                   (host(r["connection"]), r["client_id"]), r["client_id"], (r["topic"], r["partition"]),
                   r["isolation_level"], r["fetch_offset"], r["error_code"], r["high_watermark"],

@@ -192,7 +192,7 @@ def check_uncommitted_read(tl: Timelines) -> list[dict]:
           if s.isolation == "read_uncommitted" and s.end is not None}
     seen, out = set(), []
     for b in batches:
-        k = (b["connection"], b["position"], (b["topic"], b["partition"]))
+        k = (b["connection"], b["position"], (tl.names.get(b["topic"], b["topic"]), b["partition"]))
         if k not in ru or not b.get("is_transactional") or b.get("is_control"):
             continue
         after = sorted(m for m in markers.get((b["topic"], b["partition"], b["producer_id"]), ())

@@ -115,6 +115,8 @@ class Timelines:
         self.positions: list[dict] = []   # OFFSET_FETCH and LIST_OFFSETS answers
         self.lookups: list[tuple] = []    # (client, tp, ts) of every look-up
         self.serves = serves
+        for s in serves:
+            s.tp = self._tp(*s.tp)
         self.stints: dict[tuple, list[Stint]] = {}   # (group, tp) -> stints in time order
         self._outcomes = _outcomes(txn_rows)
         self.batches: list[dict] = []   # the fetched batches (set by the fold)
