@@ -131,8 +131,8 @@ def check_commit_beyond(tl: Timelines) -> list[dict]:
 def check_reset(tl: Timelines) -> list[dict]:
     """Invariant: a consumer whose position is out of range (Fetch OFFSET_OUT_OF_RANGE) or whose
     group has no committed offset resets by auto.offset.reset (SubscriptionState.resetStrategy):
-    to the log end (ListOffsets timestamp -1) it skips every record between its position (or the
-    log start) and that end.
+    to the log end (ListOffsets timestamp -1, then its next Fetch from there) it skips every record
+    between its position (or the log start) and that end.
     Benign causes: a new group configured with latest on purpose (reported as info); records below
     the log start were already deleted by retention."""
     out = []
@@ -140,6 +140,12 @@ def check_reset(tl: Timelines) -> list[dict]:
         if p["event"] != "LIST_OFFSETS" or p.get("timestamp") != -1:
             continue
         tp, client, ts, end = p["tp"], p["client"], p["ts"], p["offset"]
+        # a look-up is a reset only when the client's next Fetch starts there (librdkafka's and
+        # kafka-python's watermark queries look the end up too, and read on from where they were)
+        nxt = next((s for s in tl.serves if s.client == client and s.tp == tp and s.ts > ts
+                    and s.fetch_offset is not None), None)
+        if nxt is None or nxt.fetch_offset < end:
+            continue
         errs = [s for s in tl.serves if s.client == client and s.tp == tp and s.ts <= ts
                 and s.error == OFFSET_OUT_OF_RANGE and s.fetch_offset is not None]
         if errs:
