@@ -119,8 +119,16 @@ def timelines_of(tables: dict[str, pa.Table], topic_names: dict | None = None) -
     return Timelines([] if g is None else g.to_pylist(), serves, [] if t is None else t.to_pylist(), topic_names)
 
 
+# Fetch v15+ moved the replica id into a tagged ReplicaState the rows do not keep: a follower is
+# then known by the client id Kafka's replica fetchers use (ReplicaFetcherThread)
+FOLLOWER = r"^broker-[0-9]+-fetcher-[0-9]+$"
+
+
 def _fetch_where(t: pa.Table):
-    return pc.fill_null(pc.less(t.column("replica_id"), 0), True)   # a follower's fetch is no consumer
+    """A consumer's Fetch: replica id -1, or none with a client id that is no broker's fetcher."""
+    rid = t.column("replica_id")
+    follower_name = pc.fill_null(pc.match_substring_regex(t.column("client_id"), FOLLOWER), False)
+    return pc.if_else(pc.is_null(rid), pc.invert(follower_name), pc.fill_null(pc.less(rid, 0), False))
 
 
 def _batch_where(t: pa.Table):
