@@ -148,19 +148,27 @@ def check_reset(tl: Timelines) -> list[dict]:
             continue
         errs = [s for s in tl.serves if s.client == client and s.tp == tp and s.ts <= ts
                 and s.error == OFFSET_OUT_OF_RANGE and s.fetch_offset is not None]
-        if errs:
+        if errs and not any(s.client == client and s.tp == tp and errs[-1].ts < s.ts <= ts
+                            and s.error in (0, None) for s in tl.serves):
             e = errs[-1]
             lo = max(e.fetch_offset, e.log_start or 0)
             if end > lo:
                 out.append(_reset(p, lo, end, "error", f"its Fetch at offset {e.fetch_offset} was answered "
                                   f"OFFSET_OUT_OF_RANGE (log start {e.log_start}), and it reset to the log end",
                                   [evidence(e.source, e.position, "fetch", "out of range")]))
+        if errs:
             continue
+        if any(s.client == client and s.tp == tp and s.ts <= ts for s in tl.serves):
+            continue   # it was reading the partition already: a watermark query, not a start
         fetched = [q for q in tl.positions if q["event"] == "OFFSET_FETCH" and q["tp"] == tp
                    and q["client"] == client and q["ts"] <= ts]
-        start = _log_start(tl, tp)
-        if not fetched and start is None:
+        if fetched and fetched[-1].get("group_id") and end > fetched[-1]["offset"]:
+            c = fetched[-1]["offset"]
+            out.append(_reset(p, c, end, "error", f"its group {fetched[-1]['group_id']} had committed offset {c}, "
+                              "yet it reset to the log end", [evidence(fetched[-1]["source"], fetched[-1]["position"],
+                                                                       "offset_fetch")]))
             continue
+        start = _log_start(tl, tp)
         if start is not None and end > start:
             out.append(_reset(p, start, end, "info", "it had no committed position (a new group or expired "
                               "offsets) and auto.offset.reset=latest started it at the log end", []))

@@ -91,11 +91,21 @@ def test_reset_to_the_log_end_after_out_of_range(tmp_path):
     assert audit(tmp_path, clean, select=RULES, name="earliest.pcap") == []
 
 
+def test_reset_to_the_log_end_over_a_committed_offset(tmp_path):
+    a = _member("app-a", MA, 1, 5) + g.list_offsets(4, "app-a", -1, 50) + g.fetch(5, "app-a", 50, b"", hw=50)
+    fs = audit(tmp_path, Conn(a, **A), select=RULES)
+    assert _brief(fs) == [("consumer-reset-skip", "error", "orders", 0, 5, 49)]
+
+
 def test_a_watermark_query_is_no_reset(tmp_path):
     """librdkafka's query_watermark_offsets looks the end up; the consumer reads on from 0."""
     a = (_member("app-a", MA, 1, -1) + g.list_offsets(4, "app-a", -1, 50)
          + g.fetch(5, "app-a", 0, g.records(0, 5), hw=50, log_start=0))
     assert audit(tmp_path, Conn(a, **A), select=RULES) == []
+    reading = (_member("app-a", MA, 1, 0) + g.fetch(4, "app-a", 0, g.records(0, 50), hw=50)
+               + g.list_offsets(5, "app-a", -2, 0) + g.list_offsets(6, "app-a", -1, 50)
+               + g.fetch(7, "app-a", 50, b"", hw=50))
+    assert audit(tmp_path, Conn(reading, **A), select=RULES, name="reading.pcap") == []
 
 
 def test_a_new_group_starting_at_the_log_end_is_info(tmp_path):
