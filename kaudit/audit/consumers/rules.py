@@ -3,6 +3,8 @@ timelines (timeline.py). `judge` runs them all over one capture."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from kaudit.audit.consumers.timeline import OFFSET_OUT_OF_RANGE, Timelines
 from kaudit.audit.registry import evidence, finding, fold_rules, rule
 
@@ -89,26 +91,14 @@ def check_commit_beyond(tl: Timelines) -> list[dict]:
     Benign causes: a capture that missed some of the group's Fetch connections (only judged when
     the capture holds the group's Fetch responses for the partition before the commit); an
     application seek to a position computed elsewhere."""
+    known_of = _known_positions(tl)
     out = []
     for c in tl.commits:
         if not c.effective:
             continue
-        served = [s for s in tl.serves if s.tp == c.tp and s.end is not None and s.ts <= c.ts
-                  and s.member is not None and s.member.group == c.group]
+        served, known = known_of(c)
         if not served:
             continue
-        known = max(s.end for s in served)
-        for s in tl.serves:   # fetch positions (empty answers included) of the group's members
-            if s.tp == c.tp and s.ts <= c.ts and s.member is not None and s.member.group == c.group \
-                    and s.fetch_offset is not None:
-                known = max(known, s.fetch_offset)
-        for p in tl.positions:
-            if p["tp"] == c.tp and (p.get("response_ts") or p["ts"]) <= c.ts and \
-                    (p.get("group_id") == c.group or p["event"] == "LIST_OFFSETS"):
-                known = max(known, p["offset"])
-        for o in tl.commits:
-            if o is not c and o.group == c.group and o.tp == c.tp and o.ts < c.ts and o.effective:
-                known = max(known, o.offset)
         if c.offset <= known:
             continue
         out.append(finding(
@@ -121,6 +111,39 @@ def check_commit_beyond(tl: Timelines) -> list[dict]:
             transactional_id=c.txn[0] if c.txn else None,
             details={"group": c.group, "member": c.member_id, "committed": c.offset, "known": known}))
     return out[:MAX_FINDINGS]
+
+
+def _known_positions(tl: Timelines):
+    """commit -> (whether the group was served the partition before it, the highest position the
+    group knew then: served ends, fetch offsets, looked-up offsets, earlier effective commits)."""
+    events: dict[tuple, list] = {}
+    for s in tl.serves:
+        if s.member is not None:
+            v = max(s.end if s.end is not None else -1, s.fetch_offset if s.fetch_offset is not None else -1)
+            events.setdefault((s.member.group, s.tp), []).append((s.ts, 0, v, s.end is not None))
+    groups = {c.group for c in tl.commits}
+    for p in tl.positions:
+        for grp in ([p.get("group_id")] if p["event"] == "OFFSET_FETCH" else groups):
+            events.setdefault((grp, p["tp"]), []).append((p.get("response_ts") or p["ts"], 0, p["offset"], False))
+    for o in tl.commits:
+        if o.effective:
+            events.setdefault((o.group, o.tp), []).append((o.ts, 1, o.offset, False))   # strictly before a commit
+    index = {}
+    for k, ev in events.items():
+        ev.sort(key=lambda e: (e[0], e[1]))
+        times, known, served, hi, any_served = [], [], [], -1, False
+        for ts, _, v, has in ev:
+            hi, any_served = max(hi, v), any_served or has
+            times.append(ts)
+            known.append(hi)
+            served.append(any_served)
+        index[k] = (times, known, served)
+
+    def of(c):
+        times, known, served = index.get((c.group, c.tp), ([], [], []))
+        i = bisect_left(times, c.ts) - 1   # what happened before the commit was sent
+        return (served[i], known[i]) if i >= 0 else (False, -1)
+    return of
 
 
 @rule("consumer-reset-skip", "error", "wire",
@@ -142,14 +165,13 @@ def check_reset(tl: Timelines) -> list[dict]:
         tp, client, ts, end = p["tp"], p["client"], p["ts"], p["offset"]
         # a look-up is a reset only when the client's next Fetch starts there (librdkafka's and
         # kafka-python's watermark queries look the end up too, and read on from where they were)
-        nxt = next((s for s in tl.serves if s.client == client and s.tp == tp and s.ts > ts
-                    and s.fetch_offset is not None), None)
+        nxt = next((s for s in tl.client_serves(client, tp, ts, open_start=True) if s.fetch_offset is not None),
+                   None)
         if nxt is None or nxt.fetch_offset < end:
             continue
-        errs = [s for s in tl.serves if s.client == client and s.tp == tp and s.ts <= ts
-                and s.error == OFFSET_OUT_OF_RANGE and s.fetch_offset is not None]
-        if errs and not any(s.client == client and s.tp == tp and errs[-1].ts < s.ts <= ts
-                            and s.error in (0, None) for s in tl.serves):
+        before = tl.client_serves(client, tp, until=ts)
+        errs = [s for s in before if s.error == OFFSET_OUT_OF_RANGE and s.fetch_offset is not None]
+        if errs and not any(errs[-1].ts < s.ts and s.error in (0, None) for s in before):
             e = errs[-1]
             lo = max(e.fetch_offset, e.log_start or 0)
             if end > lo:
@@ -158,7 +180,7 @@ def check_reset(tl: Timelines) -> list[dict]:
                                   [evidence(e.source, e.position, "fetch", "out of range")]))
         if errs:
             continue
-        if any(s.client == client and s.tp == tp and s.ts <= ts for s in tl.serves):
+        if before:
             continue   # it was reading the partition already: a watermark query, not a start
         fetched = [q for q in tl.positions if q["event"] == "OFFSET_FETCH" and q["tp"] == tp
                    and q["client"] == client and q["ts"] <= ts]
@@ -179,7 +201,7 @@ def _log_start(tl: Timelines, tp) -> int | None:
     for p in tl.positions:
         if p["event"] == "LIST_OFFSETS" and p["tp"] == tp and p.get("timestamp") == -2:
             return p["offset"]
-    starts = [s.log_start for s in tl.serves if s.tp == tp and s.log_start is not None and s.log_start >= 0]
+    starts = [s.log_start for s in tl.by_tp.get(tp, ()) if s.log_start is not None and s.log_start >= 0]
     return min(starts) if starts else None
 
 

@@ -3,6 +3,8 @@ and poll skip), on exactly-once commits, and on read_uncommitted reads of aborte
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from kaudit.audit.consumers.timeline import Timelines
 from kaudit.audit.registry import evidence, finding, rule
 
@@ -20,16 +22,20 @@ def _tp(tp) -> str:
 
 
 def _resets(tl: Timelines) -> dict:
-    """(client, tp) -> times where the consumer's position may legitimately move: offset
+    """(client, tp) -> sorted times where the consumer's position may legitimately move: offset
     look-ups, assignments, joins and exits of its members."""
     out: dict[tuple, list] = {}
     for client, tp, ts in tl.lookups:
         out.setdefault((client, tp), []).append(ts)
+    tps_of: dict[str, set] = {}
+    for group, tp in tl.stints:
+        tps_of.setdefault(group, set()).add(tp)
     for m in tl.members.values():
         times = [ts for ts, _, _ in m.assignments] + [ts for ts, _ in m.events]
-        for st_key in tl.stints:
-            if st_key[0] == m.group:
-                out.setdefault((m.client, st_key[1]), []).extend(times)
+        for tp in tps_of.get(m.group, ()):
+            out.setdefault((m.client, tp), []).extend(times)
+    for v in out.values():
+        v.sort()
     return out
 
 
@@ -40,16 +46,15 @@ def _poll_pairs(tl: Timelines):
     by_key: dict[tuple, list] = {}
     for s in tl.serves:
         by_key.setdefault((s.connection, s.tp), []).append(s)
-    by_client: dict[tuple, list] = {}
-    for s in tl.serves:
-        by_client.setdefault((s.client, s.tp), []).append(s)
     for (conn, tp), serves in by_key.items():
         prev = None
         for s in serves:
             if prev is not None and prev.end is not None and s.fetch_offset is not None \
                     and prev.error in (0, None) and s.error in (0, None) and s.isolation == prev.isolation:
-                quiet = not any(prev.ts <= t <= s.ts for t in resets.get((s.client, tp), ())) and not any(
-                    o.connection != conn and prev.ts <= o.ts <= s.ts for o in by_client[(s.client, tp)])
+                times = resets.get((s.client, tp), ())
+                i = bisect_left(times, prev.ts)
+                quiet = not (i < len(times) and times[i] <= s.ts) and not any(
+                    o.connection != conn for o in tl.client_serves(s.client, tp, prev.ts, s.ts))
                 if quiet:
                     yield prev, s
             if s.end is not None or s.error not in (0, None) or s.fetch_offset is not None:
@@ -163,8 +168,8 @@ def _transactions(tl: Timelines) -> dict:
         if c.outcome != "COMMIT":
             continue
         m = by_member.get((c.group, c.member_id))
-        served = [s.first for s in tl.serves if s.tp == c.tp and s.first is not None and since < s.ts <= c.ts
-                  and m is not None and s.client == m.client]
+        served = [] if m is None else [s.first for s in tl.client_serves(m.client, c.tp, since, c.ts, open_start=True)
+                                       if s.first is not None]
         lo = min(served) if served else c.offset
         out.setdefault((c.group, c.tp), []).append((c, min(lo, c.offset)))
     return out

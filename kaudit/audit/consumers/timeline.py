@@ -11,6 +11,7 @@ ties no Fetch (the served ranges stay the connection's own).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from kaudit.protocol.wire.summary import error_name
@@ -124,6 +125,22 @@ class Timelines:
             self._event(r)
         self._build_stints()
         self._attribute()
+        # indexes: the rules look serves up by client and partition, in time order
+        self.by_client_tp: dict[tuple, list[Serve]] = {}
+        self.by_tp: dict[tuple, list[Serve]] = {}
+        for sv in serves:
+            self.by_client_tp.setdefault((sv.client, sv.tp), []).append(sv)
+            self.by_tp.setdefault(sv.tp, []).append(sv)
+        self._times = {k: [sv.ts for sv in v] for k, v in self.by_client_tp.items()}
+
+    def client_serves(self, client, tp, after: float = float("-inf"), until: float = float("inf"),
+                      open_start: bool = False) -> list[Serve]:
+        """The client's responses for tp with after <= ts <= until (after < ts with open_start)."""
+        times = self._times.get((client, tp))
+        if not times:
+            return []
+        lo = (bisect_right if open_start else bisect_left)(times, after)
+        return self.by_client_tp[(client, tp)][lo:bisect_right(times, until)]
 
     # ---- membership --------------------------------------------------------------------------
     def _member(self, r: dict) -> Member | None:
