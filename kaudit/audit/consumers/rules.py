@@ -58,9 +58,9 @@ def check_redelivery(tl: Timelines) -> list[dict]:
             out.append(finding(
                 "consumer-redelivery",
                 f"group {group}, {_tp(tp)}: offsets {lo}-{hi - 1} ({hi - lo} record offsets) were served to member "
-                f"{a.member.label} and again to {b.member.label}; the first member stopped owning the partition "
-                f"because: {a.cause or 'unknown'}; the group's committed offset then was "
-                f"{'none seen' if committed is None else committed}",
+                f"{a.member.label} and again to {b.member.label}: whatever the first member processed of them was "
+                f"processed twice; it stopped owning the partition because: {a.cause or 'unknown'}; the group's "
+                f"committed offset then was {'none seen' if committed is None else committed}",
                 evidence=ev, topic=tp[0], partition=tp[1], connection=b_first.connection, first_offset=lo,
                 last_offset=hi - 1, first_ts_ms=_ms(a.end or b.start), last_ts_ms=_ms(b_first.ts),
                 client_id=b.member.client_id,

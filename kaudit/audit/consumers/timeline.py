@@ -69,6 +69,7 @@ class Member:
     events: list = field(default_factory=list)        # (ts, text)
     assignments: list = field(default_factory=list)   # (ts, generation, frozenset of tps)
     commits: list = field(default_factory=list)       # Commit
+    leaves: list = field(default_factory=list)        # (ts, cause) of each exit
 
     @property
     def label(self) -> str:
@@ -202,9 +203,12 @@ class Timelines:
                              f" (generation {gen})"))
 
     def _leave(self, m: Member, ts, cause: str) -> None:
-        if m.left_ts is None:
-            m.left_ts, m.cause = ts, cause
-            m.events.append((ts, cause))
+        """Each exit closes the member's stints; a KIP-848 member fenced rejoins with its id."""
+        if m.left_ts is not None and not any(a[0] > m.left_ts for a in m.assignments):
+            return   # already out: its later errors say the same
+        m.left_ts, m.cause = ts, cause
+        m.leaves.append((ts, cause))
+        m.events.append((ts, cause))
 
     def _commit(self, r: dict, m: Member | None) -> None:
         if r.get("error_code") not in (OK, None) or r.get("offset") is None or r["partition"] is None:
@@ -237,17 +241,16 @@ class Timelines:
     def _build_stints(self) -> None:
         for m in self.members.values():
             open_: dict[tuple, Stint] = {}
-            for ts, _, tps in m.assignments:
+            steps = [(ts, 0, tps, None) for ts, _, tps in m.assignments] + [(ts, 1, None, c) for ts, c in m.leaves]
+            for ts, _, tps, cause in sorted(steps, key=lambda e: (e[0], e[1])):
                 for tp in list(open_):
-                    if tp not in tps:
+                    if tps is None or tp not in tps:
                         s = open_.pop(tp)
-                        s.end, s.cause = ts, "revoked by a rebalance"
-                for tp in tps:
+                        s.end, s.cause = ts, cause or "revoked by a rebalance"
+                for tp in tps or ():
                     if tp not in open_:
                         open_[tp] = Stint(m, tp, ts)
                         self.stints.setdefault((m.group, tp), []).append(open_[tp])
-            for s in open_.values():
-                s.end, s.cause = m.left_ts, m.cause
         for key, stints in self.stints.items():
             stints.sort(key=lambda s: s.start)
             for a, b in zip(stints, stints[1:]):

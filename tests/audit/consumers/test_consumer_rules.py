@@ -183,3 +183,16 @@ def test_read_uncommitted_reader_of_an_aborted_transaction(tmp_path):
     assert audit(tmp_path, Conn(g.fetch(1, "ru", 0, committed, hw=3), **A), select=RULES, name="ok.pcap") == []
     rc = g.fetch(1, "rc", 0, data, hw=3, isolation=1, aborted=[(9, 0)])
     assert audit(tmp_path, Conn(rc, **B), select=RULES, name="rc.pcap") == []
+
+
+def test_kip848_member_fenced_then_rejoining_with_its_id(tmp_path):
+    """FENCED_MEMBER_EPOCH, then epoch 0 again with the same member id: a new stint of the same member."""
+    def story(restart_at):
+        return (g.metadata_ids(1, "app-a") + g.cg_heartbeat(2, "app-a", MA, 0, answer_epoch=1, partitions=[0])
+                + g.offset_fetch(3, "app-a", 0) + g.fetch(4, "app-a", 0, g.records(0, 5), hw=20)
+                + g.commit(5, "app-a", MA, 1, 5) + g.cg_heartbeat(6, "app-a", MA, 1, error=110)
+                + g.cg_heartbeat(7, "app-a", MA, 0, answer_epoch=3, partitions=[0]) + g.offset_fetch(8, "app-a", 5)
+                + g.fetch(9, "app-a", restart_at, g.records(restart_at, 3), hw=20))
+    assert audit(tmp_path, Conn(story(5), **A), select=RULES) == []
+    fs = audit(tmp_path, Conn(story(12), **A), select=RULES, name="skip.pcap")
+    assert _brief(fs) == [("consumer-start-beyond-commit", "error", "orders", 0, 5, 11)]
