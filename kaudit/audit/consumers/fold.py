@@ -24,67 +24,100 @@ TXN_COLUMNS = ("source", "position", "ts", "event", "producer_id", "producer_epo
                "error_codes")
 
 
+RESPONSE = ["connection", "position", "topic", "partition"]
+
+
+def _named(t: pa.Table) -> pa.Table:
+    """topic <- topic id where a row has no name (Fetch v13+; the timelines name them)."""
+    return t.set_column(t.schema.get_field_index("topic"), "topic",
+                        pc.coalesce(t.column("topic"), t.column("topic_id").cast(pa.string())))
+
+
+def _ranges(batches: pa.Table, suffix: str) -> pa.Table:
+    """Per response and partition: the lowest base offset and the highest last offset."""
+    agg = batches.group_by(RESPONSE).aggregate([("base_offset", "min"), ("last_offset", "max")])
+    return agg.rename_columns(RESPONSE + [f"lo{suffix}", f"hi{suffix}"])
+
+
 def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[list[Serve], list[dict]]:
-    """The consumers' served ranges per response and partition, and the fetched batches (for the
-    transaction outcomes of what was served)."""
+    """The consumers' served ranges per response and partition, and the fetched transactional and
+    control batches (for the outcomes of what was served). Per-response ranges are aggregated in
+    Arrow; only responses listing aborted transactions are replayed batch by batch."""
     if fetch is None:
         return [], []
-    ends: dict[tuple, tuple] = {}
+    fetch = _named(fetch)
     blist: list[dict] = []
     by_key: dict[tuple, list] = {}
     if batches is not None and batches.num_rows:
-        blist = batches.to_pylist()
+        batches = _named(batches)
+        data = batches.filter(pc.invert(pc.fill_null(batches.column("is_control"), False)))
+        fetch = fetch.join(_ranges(batches, ""), RESPONSE, join_type="left outer")
+        fetch = fetch.join(_ranges(data, "_data"), RESPONSE, join_type="left outer")
+        txn = batches.filter(pc.or_(pc.fill_null(batches.column("is_transactional"), False),
+                                    pc.fill_null(batches.column("is_control"), False)))
+        blist = txn.to_pylist()
         for b in blist:
-            b["topic"] = b["topic"] or b["topic_id"]   # Fetch v13+: topic ids (named by the timelines)
-            k = (b["connection"], b["position"], b["topic"], b["partition"])
-            by_key.setdefault(k, []).append(b)
-            lo, hi = ends.get(k, (None, None))
-            ends[k] = (b["base_offset"] if lo is None else min(lo, b["base_offset"]),
-                       b["last_offset"] if hi is None else max(hi, b["last_offset"]))
+            by_key.setdefault((b["connection"], b["position"], b["topic"], b["partition"]), []).append(b)
     out = []
-    for r in fetch.to_pylist():
-        r["topic"] = r["topic"] or r["topic_id"]
+    have = "lo" in fetch.column_names
+    keep = [c for c in fetch.column_names if c not in ("topic_id", "replica_id")]
+    clients: dict = {}
+    for r in fetch.select(keep).to_pylist():
+        client = clients.get((r["connection"], r["client_id"]))
+        if client is None:
+            client = clients[(r["connection"], r["client_id"])] = (host(r["connection"]), r["client_id"])
         s = Serve(r["response_ts"] or 0.0, r["position"], r["source"], r["connection"],
-                  (host(r["connection"]), r["client_id"]), r["client_id"], (r["topic"], r["partition"]),
+                  client, r["client_id"], (r["topic"], r["partition"]),
                   r["isolation_level"], r["fetch_offset"], r["error_code"], r["high_watermark"],
                   r["last_stable_offset"], r["log_start_offset"])
-        lo_hi = ends.get((r["connection"], r["position"], r["topic"], r["partition"]))
-        if lo_hi is not None and s.error in (0, None):
-            lo, hi = lo_hi
-            start = lo if s.fetch_offset is None else max(lo, s.fetch_offset)
-            if hi >= start:
-                s.first, s.end = start, hi + 1
-                _delivered(s, by_key[(r["connection"], r["position"], r["topic"], r["partition"])],
-                           r["aborted_transactions"])
+        if have and r["lo"] is not None and s.error in (0, None):
+            start = r["lo"] if s.fetch_offset is None else max(r["lo"], s.fetch_offset)
+            if r["hi"] >= start:
+                s.first, s.end = start, r["hi"] + 1
+                if r["aborted_transactions"] and s.isolation == "read_committed":
+                    key = (r["connection"], r["position"], r["topic"], r["partition"])
+                    _delivered(s, by_key.get(key, []), r["aborted_transactions"], r["lo_data"], r["hi_data"])
+                elif r["lo_data"] is not None and r["hi_data"] >= s.first:
+                    s.data_first, s.data_end = max(r["lo_data"], s.first), r["hi_data"] + 1
         out.append(s)
     out.sort(key=lambda s: (s.ts, s.position))
     return out, blist
 
 
-def _delivered(s: Serve, batches: list[dict], aborted: str | None) -> None:
-    """The records the client delivers of a response: no control batch, and under read_committed
-    no batch of a transaction the response lists as aborted (CompletedFetch's filtering)."""
+def _delivered(s: Serve, txn_batches: list[dict], aborted: str, lo_data, hi_data) -> None:
+    """The records a read_committed client delivers of a response listing aborted transactions
+    (CompletedFetch: a producer's batches are dropped from its listed first offset to its ABORT
+    marker). `txn_batches`: the response's transactional and control batches; the others are
+    delivered, their range is (lo_data, hi_data)."""
     gone: dict[int, int] = {}
-    if s.isolation == "read_committed":
-        for a in (aborted or "").split(","):
-            pid, _, first = a.partition("@")
-            if pid.lstrip("-").isdigit() and first.lstrip("-").isdigit():
-                gone[int(pid)] = min(gone.get(int(pid), 1 << 62), int(first))
-    ends = {}   # producer -> its ABORT marker's offset, which ends its aborted run
-    for b in batches:
+    for a in aborted.split(","):
+        pid, _, first = a.partition("@")
+        if pid.lstrip("-").isdigit() and first.lstrip("-").isdigit():
+            gone[int(pid)] = min(gone.get(int(pid), 1 << 62), int(first))
+    ends: dict[int, list] = {}   # producer -> its ABORT markers' offsets, which end its aborted runs
+    for b in txn_batches:
         if b["is_control"] and b["control_type"] == "ABORT":
             ends.setdefault(b["producer_id"], []).append(b["base_offset"])
-    lo = hi = None
-    for b in batches:
+    kept = []
+    for b in txn_batches:
         if b["is_control"] or b["last_offset"] < s.first:
             continue
         pid = b["producer_id"]
-        if b["is_transactional"] and pid in gone and b["base_offset"] >= gone[pid] and not any(
+        if pid in gone and b["base_offset"] >= gone[pid] and not any(
                 gone[pid] <= e < b["base_offset"] for e in ends.get(pid, ())):
             continue
-        lo = max(b["base_offset"], s.first) if lo is None else min(lo, max(b["base_offset"], s.first))
-        hi = b["last_offset"] + 1 if hi is None else max(hi, b["last_offset"] + 1)
-    s.data_first, s.data_end = lo, hi
+        kept.append((b["base_offset"], b["last_offset"]))
+    plain = [(lo_data, hi_data)] if lo_data is not None and not txn_batches else []
+    if lo_data is not None and txn_batches:
+        # the non-transactional batches' range is not kept apart: count it only where no
+        # transactional batch was dropped (a mixed partition is rare under read_committed)
+        dropped = sum(1 for b in txn_batches if not b["is_control"]) - len(kept)
+        if dropped == 0:
+            plain = [(lo_data, hi_data)]
+    runs = [r for r in kept + plain if r[1] >= s.first]
+    if runs:
+        s.data_first = max(min(r[0] for r in runs), s.first)
+        s.data_end = max(r[1] for r in runs) + 1
 
 
 class CaptureConsumers(TablesByKind):
