@@ -168,6 +168,9 @@ def _transactions(tl: Timelines) -> dict:
         if c.outcome != "COMMIT":
             continue
         m = by_member.get((c.group, c.member_id))
+        if m is None:   # TxnOffsetCommit v0-v2 name no member: the partition's owner then
+            m = next((st.member for st in tl.stints.get((c.group, c.tp), ())
+                      if st.start <= c.ts and (st.end is None or c.ts <= st.end)), None)
         served = [] if m is None else [s.first for s in tl.client_serves(m.client, c.tp, since, c.ts, open_start=True)
                                        if s.first is not None]
         lo = min(served) if served else c.offset

@@ -190,7 +190,9 @@ class Timelines:
             self._leave(m, r["ts"], f"fenced: the coordinator answered {FENCING[err]} (the member was removed: "
                                     "session or rebalance timeout, or a newer member took its place)")
         elif ev == "HEARTBEAT" and err == REBALANCE_IN_PROGRESS:
-            m.events.append((ts, "rebalance announced (heartbeat REBALANCE_IN_PROGRESS)"))
+            text = "rebalance announced (heartbeat REBALANCE_IN_PROGRESS)"
+            if not m.events or m.events[-1][1] != text:   # one per rebalance, not per heartbeat
+                m.events.append((ts, text))
         elif ev in ("LEAVE", "CG_LEAVE"):
             why = f"LeaveGroup{' (' + r['reason'] + ')' if r.get('reason') else ''}" if ev == "LEAVE" \
                 else "left (ConsumerGroupHeartbeat, member epoch -1)"

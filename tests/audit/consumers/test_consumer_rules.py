@@ -196,3 +196,16 @@ def test_kip848_member_fenced_then_rejoining_with_its_id(tmp_path):
     assert audit(tmp_path, Conn(story(5), **A), select=RULES) == []
     fs = audit(tmp_path, Conn(story(12), **A), select=RULES, name="skip.pcap")
     assert _brief(fs) == [("consumer-start-beyond-commit", "error", "orders", 0, 5, 11)]
+
+
+def test_same_inputs_twice_before_kip447(tmp_path):
+    """TxnOffsetCommit v2 names no member: the partition's owner at the commit is the consumer."""
+    def ctp(client, member, gen, txn_id, pid):
+        consumer = _member(client, member, gen, 0) + g.fetch(4, client, 0, g.records(0, 5), hw=5, isolation=1)
+        producer = (g.txn_offset_commit_v2(1, client + "-producer", txn_id, pid, 0, 5)
+                    + g.end_txn(2, client + "-producer", txn_id, pid, 0, True))
+        return consumer, producer
+    ca, pa = ctp("ctp-a", MA, 1, "t-a", 7)
+    cb, pb = ctp("ctp-b", MB, 2, "t-b", 8)
+    fs = audit(tmp_path, [Conn(ca, **A), Conn(pa, **A2), Conn(cb, **B), Conn(pb, **B2)], select=RULES)
+    assert _brief(fs) == [("eos-double-commit", "critical", "orders", 0, 0, 4)]

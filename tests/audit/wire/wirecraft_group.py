@@ -170,3 +170,12 @@ def cg_heartbeat(corr: int, client: str, member: str, epoch: int, *, answer_epoc
     resp = (response_header(corr, True) + i32(0) + i16(error) + cstring(None) + cstring(member)
             + i32(epoch if answer_epoch is None else answer_epoch) + i32(3000) + assigned + TAGS0)
     return _x(req, resp)
+
+
+def txn_offset_commit_v2(corr: int, client: str, txn_id: str, pid: int, epoch: int, offset: int,
+                         *, partition: int = 0, group: str = GROUP):
+    """TxnOffsetCommit v2: no member id, no generation (before KIP-447)."""
+    req = (request_header(28, 2, corr, client, False) + string(txn_id) + string(group) + i64(pid) + i16(epoch)
+           + array(1) + string(TOPIC) + array(1) + i32(partition) + i64(offset) + i32(-1) + string(None))
+    resp = response_header(corr, False) + i32(0) + array(1) + string(TOPIC) + array(1) + i32(partition) + i16(0)
+    return _x(req, resp)
