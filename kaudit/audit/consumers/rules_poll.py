@@ -41,24 +41,35 @@ def _resets(tl: Timelines) -> dict:
 
 def _poll_pairs(tl: Timelines):
     """(previous, next) responses of one connection and partition with no position change allowed
-    in between (no look-up, rebalance, error, nor a Fetch of that partition elsewhere by the client)."""
+    in between (no look-up, rebalance, error, nor a Fetch of that partition elsewhere by the
+    client). `previous` is the last response that says where the client stood: one with records,
+    or an empty one at a known fetch offset (its position did not move)."""
     resets = _resets(tl)
     by_key: dict[tuple, list] = {}
     for s in tl.serves:
         by_key.setdefault((s.connection, s.tp), []).append(s)
     for (conn, tp), serves in by_key.items():
-        prev = None
+        prev = last = None   # last: the last response with records
         for s in serves:
-            if prev is not None and prev.end is not None and s.fetch_offset is not None \
-                    and prev.error in (0, None) and s.error in (0, None) and s.isolation == prev.isolation:
+            if prev is not None and s.fetch_offset is not None and prev.error in (0, None) \
+                    and s.error in (0, None) and s.isolation == prev.isolation:
                 times = resets.get((s.client, tp), ())
                 i = bisect_left(times, prev.ts)
                 quiet = not (i < len(times) and times[i] <= s.ts) and not any(
                     o.connection != conn for o in tl.client_serves(s.client, tp, prev.ts, s.ts))
                 if quiet:
-                    yield prev, s
+                    yield prev, s, last
             if s.end is not None or s.error not in (0, None) or s.fetch_offset is not None:
                 prev = s
+            if s.end is not None:
+                last = s
+            elif s.error not in (0, None):
+                last = None
+
+
+def _expected(prev) -> int | None:
+    """Where the client's next Fetch starts: past the records it was served, else where it was."""
+    return prev.end if prev.end is not None else prev.fetch_offset
 
 
 @rule("consumer-nonmonotonic-poll", "warning", "wire",
@@ -74,14 +85,20 @@ def check_nonmonotonic(tl: Timelines) -> list[dict]:
     Benign causes: an application seek (invisible on the wire); clients that drop the buffered
     records of a paused partition and fetch them again (the application saw them once)."""
     out = []
-    for prev, s in _poll_pairs(tl):
-        if prev.data_end is not None and 0 <= s.fetch_offset < prev.data_end:
-            hi = prev.data_end - 1
+    for prev, s, last in _poll_pairs(tl):
+        # the records delivered below where the client stood: those of `prev`, or of the last
+        # response with records when `prev` was empty
+        if prev.end is not None:
+            limit = prev.data_end
+        else:
+            limit = None if last is None or last.data_end is None else min(last.data_end, prev.fetch_offset)
+        if limit is not None and 0 <= s.fetch_offset < limit:
+            hi = limit - 1
             out.append(finding(
                 "consumer-nonmonotonic-poll",
                 f"{_tp(s.tp)}: client {s.client_id} ({s.connection}) was served offsets up to {hi} (frame "
                 f"{prev.position}), then fetched again from offset {s.fetch_offset} (frame {s.position}) with no "
-                f"seek, offset look-up or rebalance seen: offsets {s.fetch_offset}-{hi} were served twice",
+                f"seek, offset look-up or rebalance seen: offsets {s.fetch_offset}-{hi} are fetched a second time",
                 evidence=[evidence(prev.source, prev.position, "fetch", "served"),
                           evidence(s.source, s.position, "fetch", "fetched again")],
                 topic=s.tp[0], partition=s.tp[1], connection=s.connection, first_offset=s.fetch_offset,
@@ -100,16 +117,17 @@ def check_poll_skip(tl: Timelines) -> list[dict]:
     not). A jump forward with no seek, offset reset or rebalance skips the records in between.
     Benign causes: an application seek (invisible on the wire)."""
     out = []
-    for prev, s in _poll_pairs(tl):
-        if s.fetch_offset > prev.end:
+    for prev, s, _ in _poll_pairs(tl):
+        expected = _expected(prev)
+        if expected is not None and s.fetch_offset > expected:
             out.append(finding(
                 "consumer-poll-skip",
-                f"{_tp(s.tp)}: client {s.client_id} ({s.connection}) was served offsets up to {prev.end - 1} "
-                f"(frame {prev.position}), then fetched from offset {s.fetch_offset} (frame {s.position}) with no "
-                f"seek, offset look-up or rebalance seen: offsets {prev.end}-{s.fetch_offset - 1} were skipped",
+                f"{_tp(s.tp)}: client {s.client_id} ({s.connection}) stood at offset {expected} after the response "
+                f"of frame {prev.position}, then fetched from offset {s.fetch_offset} (frame {s.position}) with no "
+                f"seek, offset look-up or rebalance seen: offsets {expected}-{s.fetch_offset - 1} were skipped",
                 evidence=[evidence(prev.source, prev.position, "fetch", "served"),
                           evidence(s.source, s.position, "fetch", "jumped")],
-                topic=s.tp[0], partition=s.tp[1], connection=s.connection, first_offset=prev.end,
+                topic=s.tp[0], partition=s.tp[1], connection=s.connection, first_offset=expected,
                 last_offset=s.fetch_offset - 1, first_ts_ms=_ms(prev.ts), last_ts_ms=_ms(s.ts),
                 client_id=s.client_id, details={"member": s.member.member_id if s.member else None}))
     return out[:MAX_FINDINGS]
