@@ -90,7 +90,8 @@ def check_commit_beyond(tl: Timelines) -> list[dict]:
     (OffsetFetch, ListOffsets). A commit past all of them skips the records in between.
     Benign causes: a capture that missed some of the group's Fetch connections (only judged when
     the capture holds the group's Fetch responses for the partition before the commit); an
-    application seek to a position computed elsewhere."""
+    application seek to a position computed elsewhere; an administrator's offset reset (a commit
+    with no member id, named so in the finding: the records are skipped all the same)."""
     known_of = _known_positions(tl)
     out = []
     for c in tl.commits:
@@ -101,9 +102,12 @@ def check_commit_beyond(tl: Timelines) -> list[dict]:
             continue
         if c.offset <= known:
             continue
+        who = f"member {c.member_id}" if c.member_id else (
+            "a client outside the group (no member id; admin tools such as kafka-consumer-groups "
+            "--reset-offsets commit that way)")
         out.append(finding(
             "consumer-commit-beyond-served",
-            f"group {c.group}, {_tp(c.tp)}: member {c.member_id} committed offset {c.offset}, but the group had "
+            f"group {c.group}, {_tp(c.tp)}: {who} committed offset {c.offset}, but the group had "
             f"been served and had looked up positions only up to {known}: offsets {known}-{c.offset - 1} are "
             "skipped by the group", evidence=[evidence(c.source, c.position, "commit")],
             topic=c.tp[0], partition=c.tp[1], first_offset=known, last_offset=c.offset - 1,
@@ -121,9 +125,12 @@ def _known_positions(tl: Timelines):
         if s.member is not None:
             v = max(s.end if s.end is not None else -1, s.fetch_offset if s.fetch_offset is not None else -1)
             events.setdefault((s.member.group, s.tp), []).append((s.ts, 0, v, s.end is not None))
-    groups = {c.group for c in tl.commits}
-    for p in tl.positions:
-        for grp in ([p.get("group_id")] if p["event"] == "OFFSET_FETCH" else groups):
+    groups_of_client: dict = {}
+    for m in tl.members.values():
+        groups_of_client.setdefault(m.client, set()).add(m.group)
+    for p in tl.positions:   # a look-up counts for its group, or for the groups of its client's members
+        grps = [p.get("group_id")] if p["event"] == "OFFSET_FETCH" else groups_of_client.get(p["client"], ())
+        for grp in grps:
             events.setdefault((grp, p["tp"]), []).append((p.get("response_ts") or p["ts"], 0, p["offset"], False))
     for o in tl.commits:
         if o.effective:
