@@ -460,6 +460,8 @@ def list_consumers(
         err(f"[red]error:[/red] no consumer group {', '.join(group)} in the input: it holds "
             f"{', '.join(r['group'] for r in rows) or 'none'}")
         raise typer.Exit(EXIT_UNREADABLE)
+    if not out:
+        err("no consumer group and no consumer Fetch in the input")
     if format == "json":
         typer.echo(json.dumps(out, indent=1))
     elif format == "ndjson":

@@ -67,3 +67,13 @@ def test_the_corpus_groups_are_listed(corpus, capture, group, commits):
     assert len(row["commits"]) == commits and row["members"]
     served = [s for m in row["members"] for p in m["partitions"] for s in p["served"]]
     assert served, "the members' Fetch responses are tied to them"
+
+
+def test_no_capture_and_no_group(tmp_path):
+    bad = tmp_path / "not.pcap"
+    bad.write_text("hello")
+    assert run("consumers", bad).exit_code == 3
+    empty = tmp_path / "empty.pcap"
+    write_capture(empty, Conn(g.list_offsets(1, "tool", -1, 5)))
+    r = run("consumers", empty)
+    assert r.exit_code == 0 and "no consumer group" in r.output
