@@ -26,6 +26,8 @@ def consumer_assignment(raw) -> list[tuple[str, int]] | None:
     if raw is None:
         return None
     buf = bytes(raw)
+    if not buf:
+        return []   # the leader gave this member nothing
     try:
         _, o = read_int16(buf, 0)
         n, o = read_array_len(buf, o)

@@ -28,6 +28,7 @@ def test_any_bytes_give_a_list_or_none(raw):
 
 def test_truncated_and_lying_lengths():
     good = assignment([("orders", [0, 1, 2])])
-    assert all(consumer_assignment(good[:n]) is None for n in range(len(good) - 4))
+    assert all(consumer_assignment(good[:n]) is None for n in range(1, len(good) - 4))
     assert consumer_assignment(i16(0) + array(2_000_000_000)) is None
     assert consumer_assignment(None) is None and MAX_ASSIGNED > 1000
+    assert consumer_assignment(b"") == []   # no assignment for this member
