@@ -193,6 +193,10 @@ class Timelines:
             text = "rebalance announced (heartbeat REBALANCE_IN_PROGRESS)"
             if not m.events or m.events[-1][1] != text:   # one per rebalance, not per heartbeat
                 m.events.append((ts, text))
+        elif ev in ("HEARTBEAT", "CG_HEARTBEAT", "JOIN", "SYNC") and err not in (None, OK, 79):
+            text = f"{ev.lower().replace('_', ' ')} answered {error_label(err)}"
+            if not m.events or m.events[-1][1] != text:   # 79: MEMBER_ID_REQUIRED, the first join's step
+                m.events.append((ts, text))
         elif ev in ("LEAVE", "CG_LEAVE"):
             why = f"LeaveGroup{' (' + r['reason'] + ')' if r.get('reason') else ''}" if ev == "LEAVE" \
                 else "left (ConsumerGroupHeartbeat, member epoch -1)"
