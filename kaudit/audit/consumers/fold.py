@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.consumers.timeline import Serve, Timelines, host
-from kaudit.audit.folds import Fold, KeyedState
+from kaudit.audit.folds import Fold, KeyedState, Settler
 from kaudit.audit.log_chunks import TablesByKind
 
 KEY = ("source",)
@@ -168,9 +168,22 @@ def _batch_where(t: pa.Table):
     return pc.fill_null(pc.equal(t.column("source_kind"), "fetch"), False)
 
 
+class ConsumersSettle(Settler):
+    """In a live capture the consumers' timelines span the whole stream (one key per capture):
+    nothing settles before its end. Only the consumers' rows are kept (followers' Fetches and
+    every Produce are not in the selection)."""
+
+    def __init__(self, fold=None):
+        self.fold = fold
+
+    def settle(self, items: list, now: float) -> list:
+        return []
+
+
 FOLD = Fold("consumers", {"group_event": GROUP_COLUMNS, "fetch_partition": FETCH_COLUMNS, "batch": BATCH_COLUMNS,
                           "txn_event": TXN_COLUMNS},
             KEY, ("position",), lambda ctx: KeyedState(KEY, lambda k: CaptureConsumers(k, ctx)),
             where={"fetch_partition": _fetch_where, "batch": _batch_where,
                    "txn_event": lambda t: pc.fill_null(pc.is_in(t.column("event"),
-                                                                pa.array(["END_TXN", "WRITE_MARKERS"])), False)})
+                                                                pa.array(["END_TXN", "WRITE_MARKERS"])), False)},
+            live=ConsumersSettle)
