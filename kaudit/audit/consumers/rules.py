@@ -226,8 +226,9 @@ def _reset(p, lo, end, severity, why, ev) -> dict:
       "The records between the group's committed offset and where the member started were skipped by "
       "the group: look for an application seek or a custom offset store, and re-consume the range.", fold=FOLD_NAME)
 def check_start_beyond(tl: Timelines) -> list[dict]:
-    """Invariant: a member given a partition starts at its group's committed offset (OffsetFetch
-    after the assignment; ConsumerCoordinator.refreshCommittedOffsets), or resets by
+    """Invariant: a member given a partition starts at its group's committed offset as the
+    coordinator answered its OffsetFetch after the assignment (ConsumerCoordinator.
+    refreshCommittedOffsets; only then is it judged), or resets by
     auto.offset.reset where there is none (then it sends ListOffsets). Its first Fetch at a higher
     offset skips the records in between.
     Benign causes: an application seek (invisible on the wire: the rule says so) and offsets kept
@@ -243,7 +244,9 @@ def check_start_beyond(tl: Timelines) -> list[dict]:
             if any(p["event"] == "LIST_OFFSETS" for p in looked):
                 continue
             fetched = [p for p in looked if p["event"] == "OFFSET_FETCH" and p.get("group_id") == group]
-            committed = fetched[-1]["offset"] if fetched else _committed(tl, group, tp, first.ts)
+            # the position the coordinator gave it (OffsetFetch): commits seen elsewhere may not be the
+            # last ones (a capture that missed one would accuse the member of a skip)
+            committed = fetched[-1]["offset"] if fetched else None
             if committed is None or first.fetch_offset <= committed:
                 continue
             out.append(finding(
