@@ -428,6 +428,49 @@ def list_transactions(
         write_transactions_table(out)
 
 
+@app.command("consumers")
+def list_consumers(
+    paths: CapturesArg,
+    group: Annotated[Optional[list[str]], typer.Option("--group", "-g", help="Only this consumer group "
+                                                       "(repeatable).")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="json, ndjson or table.")] = "table",
+    kafka_port: KafkaPortOpt = None,
+    tls_keylog: TlsKeylogOpt = None,
+):
+    """List the consumer groups of captures: per group, member and partition, the records each
+    member was served, the offsets it committed (TxnOffsetCommit with its transaction's outcome),
+    and its membership with times (joins, assignments, rebalances, and why it left). Consumers
+    with no group member in the capture are listed under "(no group)". A --group that matches
+    nothing says so and exits 3."""
+    import json
+
+    from kaudit.report.consumers import describe, select_groups, write_consumers_table
+    from kaudit.sources.consumers_input import capture_timelines
+
+    if format not in ("json", "ndjson", "table"):
+        err(f"[red]error:[/red] unknown format {format!r} (json, ndjson, table)")
+        raise typer.Exit(EXIT_USAGE)
+    options = pcap_options(kafka_port, MAX_BATCH_BYTES, MAX_FRAME_BYTES, tls_keylog=tls_keylog)
+    errors, timelines = capture_timelines(captures_of(paths), options)
+    if errors and not timelines:
+        exit_unreadable(errors)
+    rows = [r for tl in timelines for r in describe(tl)]
+    out = select_groups(rows, group)
+    if group and not out:
+        err(f"[red]error:[/red] no consumer group {', '.join(group)} in the input: it holds "
+            f"{', '.join(r['group'] for r in rows) or 'none'}")
+        raise typer.Exit(EXIT_UNREADABLE)
+    if not out:
+        err("no consumer group and no consumer Fetch in the input")
+    if format == "json":
+        typer.echo(json.dumps(out, indent=1))
+    elif format == "ndjson":
+        for r in out:
+            typer.echo(json.dumps(r))
+    else:
+        write_consumers_table(out)
+
+
 @app.command("rules")
 def list_rules(
     format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",

@@ -361,6 +361,42 @@ TXN_EVENT = pa.schema([
     ("keep_prepared_txn", B),
 ])
 
+# Consumer-group coordination (audit/consumers): one row per membership exchange (JoinGroup,
+# SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat) and per partition of an offset
+# exchange (OffsetCommit, TxnOffsetCommit, OffsetFetch, a consumer's ListOffsets)
+GROUP_EVENT = pa.schema([
+    ("source", S),
+    ("connection", S),
+    ("position", I64),       # request frame
+    ("ts", F64),             # request time
+    ("response_ts", F64),
+    ("api_version", I16),
+    ("correlation_id", I32),
+    ("client_id", S),
+    ("event", S),            # JOIN | SYNC | HEARTBEAT | LEAVE | CG_HEARTBEAT | CG_LEAVE | OFFSET_COMMIT | ...
+    ("group_id", S),
+    ("member_id", S),
+    ("instance_id", S),
+    ("generation", I32),     # generation id, or the KIP-848 member epoch
+    ("request_epoch", I32),  # ConsumerGroupHeartbeat: the epoch the member sent
+    ("protocol", S),
+    ("leader", S),
+    ("timeout_ms", I32),
+    ("reason", S),
+    ("partitions", S),       # the member's assignment: topic-partition,... (KIP-848: topic id-partition)
+    ("topic", S),
+    ("topic_id", S),
+    ("partition", I32),
+    ("offset", I64),         # committed, fetched back, or listed
+    ("leader_epoch", I32),
+    ("timestamp", I64),      # ListOffsets: the target time (-1 latest, -2 earliest)
+    ("isolation_level", I8),
+    ("error_code", I16),
+    ("transactional_id", S),
+    ("producer_id", I64),
+    ("producer_epoch", I16),
+])
+
 FETCH_PARTITION = pa.schema([
     ("source", S),
     ("connection", S),
@@ -520,7 +556,7 @@ for _name, _schema, _tags in (
         ("index_entry", INDEX_ENTRY, "dp"), ("leader_epoch_entry", LEADER_EPOCH_ENTRY, "dp"),
         ("checkpoint_entry", CHECKPOINT_ENTRY, "d"), ("partition_metadata", PARTITION_METADATA, "dp"),
         ("metadata_record", METADATA_RECORD, "d"),
-        ("log_dir", LOG_DIR, "d"), ("frame", FRAME, "w"), ("txn_event", TXN_EVENT, "w"),
+        ("log_dir", LOG_DIR, "d"), ("frame", FRAME, "w"), ("txn_event", TXN_EVENT, "w"), ("group_event", GROUP_EVENT, "w"),
         ("fetch_partition", FETCH_PARTITION, "w"), ("topic_name", TOPIC_NAME, "w"),
         ("connection", CONNECTION, "w"), ("decode_issue", DECODE_ISSUE, "dwp"), ("skipped", SKIPPED, "d"),
         ("finding", FINDING, "")):

@@ -25,6 +25,7 @@ from kaudit.protocol.record_batch import (
 )
 from kaudit.protocol.codecs import codec_name
 from kaudit.protocol.wire import apis
+from kaudit.protocol.wire.group_events import GROUP_APIS, group_events
 from kaudit.protocol.wire.summary import error_codes, error_name, frame_fields
 from kaudit.protocol.wire.summary_batches import (
     ISOLATION,
@@ -217,6 +218,11 @@ class WireRows:
             ev = {k: v for k, v in ev.items() if k in _TXN_NAMES}
             ev.update(source=self.source, connection=conv.name, position=x.request_frame, ts=x.request_ts)
             self.add("txn_event", ev)
+        if req.api_key in GROUP_APIS:
+            for ev in group_events(req, resp):
+                ev.update(source=self.source, connection=conv.name, position=x.request_frame,
+                          ts=x.request_ts, response_ts=x.response_ts)
+                self.add("group_event", ev)
 
     def _fetch_batch(self, b: dict, position, ctx: dict) -> None:
         place = {"source": self.source, "replica": None, "log_dir": None,

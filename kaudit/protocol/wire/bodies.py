@@ -30,8 +30,9 @@ FULLY_DECODED = frozenset({
 })
 
 # Decoded where kio knows the version, opaque (not an error) where it does not: CreateTopics names
-# topic ids from v7 on; its versions 0-1, removed in Kafka 4.0, carry none.
-DECODED_WHEN_KNOWN = frozenset({apis.CREATE_TOPICS})
+# topic ids from v7 on; its versions 0-1, removed in Kafka 4.0, carry none. The classic group
+# protocol's membership APIs feed the consumers' timelines (protocol/wire/group_events.py).
+DECODED_WHEN_KNOWN = frozenset({apis.CREATE_TOPICS, 11, 12, 13, 14})   # JoinGroup, Heartbeat, LeaveGroup, SyncGroup
 
 KIO, HAND, OPAQUE = "kio", "hand", "opaque"
 

@@ -129,14 +129,15 @@ def test_who_decodes_what():
     assert body_decoder(0, 2, "request") == "hand" and body_decoder(0, 3, "request") == "kio"
     assert body_decoder(1, 3, "response") == "hand" and body_decoder(1, 16, "response") == "kio"
     assert body_decoder(27, 0, "request") == "hand" and body_decoder(27, 1, "request") == "kio"
-    assert body_decoder(12, 4, "request") == "opaque"  # Heartbeat: not a decoded API
+    assert body_decoder(12, 4, "request") == "kio"  # Heartbeat: the consumers' timelines read it
+    assert body_decoder(15, 5, "request") == "opaque"  # DescribeGroups: not a decoded API
     assert body_decoder(0, 99, "request") == "opaque"
 
 
 def test_opaque_bodies_and_unknown_versions():
-    heartbeat = request_header(12, 4, 9, "c", True) + cstring("g") + i32(1) + cstring("m") + b"\x00" + TAGS0
-    r = req(heartbeat)
-    assert r.body is None and r.decoder == "opaque" and r.api_name == "Heartbeat"
+    describe = request_header(15, 5, 9, "c", True) + b"\x02" + cstring("g") + b"\x00" + TAGS0
+    r = req(describe)
+    assert r.body is None and r.decoder == "opaque" and r.api_name == "DescribeGroups"
     with pytest.raises(UnsupportedVersion):
         decode_request(request_header(0, 99, 1, "c", False) + b"\x00" * 8)
     r, _ = decode_request(request_header(0, 99, 1, "c", False) + b"\x00" * 8, strict=False)

@@ -1,0 +1,4 @@
+"""The consumers' room: consumer-group timelines from the wire (timeline.py), the rules that
+judge them (rules.py, rules_poll.py) and their fold (fold.py); `kaudit consumers` prints them."""
+
+from kaudit.audit.consumers import rules, rules_poll  # noqa: F401  (registers the rules)

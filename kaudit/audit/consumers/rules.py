@@ -1,0 +1,273 @@
+"""The consumer rules: what the group's members were served and committed, judged from the
+timelines (timeline.py). `judge` runs them all over one capture."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from kaudit.audit.consumers.timeline import OFFSET_OUT_OF_RANGE, Timelines
+from kaudit.audit.registry import evidence, finding, fold_rules, rule
+
+FOLD_NAME = "consumers"
+
+MAX_FINDINGS = 50   # per rule and capture
+
+
+def _ms(ts) -> int | None:
+    return None if ts is None else int(ts * 1000)
+
+
+def _tp(tp) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+@rule("consumer-redelivery", "warning", "wire",
+      "a partition's next owner was served records its previous owner had been served past its last commit",
+      "Records in the range were handed to two members: with at-least-once processing their effects "
+      "happened twice. Commit before giving a partition up (onPartitionsRevoked / a rebalance callback), "
+      "commit more often, keep members alive (max.poll.interval.ms, session.timeout.ms), or make "
+      "processing idempotent; check the range's downstream effects.", fold=FOLD_NAME)
+def check_redelivery(tl: Timelines) -> list[dict]:
+    """Invariant: a group's committed offset is where the next owner of a partition starts
+    (ConsumerCoordinator.onJoinComplete -> OffsetFetch; KIP-848 the same). Records a member was
+    served past the group's commit when it stopped owning the partition (LeaveGroup, fenced,
+    session timeout, revoked) are served again to the next owner.
+    Benign causes: at-least-once delivery is the consumer's contract, so the rule is a warning; a
+    member that was served records it never processed (prefetch) redelivers nothing in effect.
+    Members committing with TxnOffsetCommit (exactly-once) are left to eos-double-commit."""
+    out = []
+    for (group, tp), stints in tl.stints.items():
+        for a, b in zip(stints, stints[1:]):
+            if a.member is b.member or any(c.txn for c in a.member.commits):
+                continue
+            a_served = [s for s in a.serves if s.data_end is not None]
+            b_served = [s for s in b.serves if s.data_end is not None]
+            if not a_served or not b_served:
+                continue
+            a_lo, a_hi = min(s.data_first for s in a_served), max(s.data_end for s in a_served)
+            b_first = b_served[0]
+            b_lo, b_hi = min(s.data_first for s in b_served), max(s.data_end for s in b_served)
+            lo, hi = max(a_lo, b_lo), min(a_hi, b_hi)
+            committed = _committed(tl, group, tp, b_first.ts)
+            if committed is not None:
+                lo = max(lo, committed)
+            if lo >= hi:
+                continue
+            ev = [evidence(a_served[-1].source, a_served[-1].position, "fetch", "first member served"),
+                  evidence(b_first.source, b_first.position, "fetch", "next owner served again")]
+            out.append(finding(
+                "consumer-redelivery",
+                f"group {group}, {_tp(tp)}: offsets {lo}-{hi - 1} ({hi - lo} record offsets) were served to member "
+                f"{a.member.label} and again to {b.member.label}: whatever the first member processed of them was "
+                f"processed twice; it stopped owning the partition because: {a.cause or 'unknown'}; the group's "
+                f"committed offset then was {'none seen' if committed is None else committed}",
+                evidence=ev, topic=tp[0], partition=tp[1], connection=b_first.connection, first_offset=lo,
+                last_offset=hi - 1, first_ts_ms=_ms(a.end or b.start), last_ts_ms=_ms(b_first.ts),
+                client_id=b.member.client_id,
+                details={"group": group, "first_member": a.member.member_id, "next_member": b.member.member_id,
+                         "cause": a.cause, "committed": committed, "first_member_served_to": a_hi - 1}))
+    return out
+
+
+def _committed(tl: Timelines, group: str, tp: tuple, before: float) -> int | None:
+    best = None
+    for c in tl.commits:
+        ts = c.outcome_ts if c.txn else c.ts
+        if c.group == group and c.tp == tp and c.effective and ts is not None and ts <= before:
+            best = c.offset
+    return best
+
+
+@rule("consumer-commit-beyond-served", "error", "wire",
+      "a group committed a position beyond anything it was served or looked up for the partition",
+      "The records between what the group was served and the committed position will never be read by "
+      "the group: find the code path that commits positions it did not consume (a manual commit of a "
+      "computed offset, a seek), and re-consume the range.", fold=FOLD_NAME)
+def check_commit_beyond(tl: Timelines) -> list[dict]:
+    """Invariant: a consumer commits the position after the records it was served (the next offset
+    to read: KafkaConsumer.commitSync with its position(), librdkafka's stored offsets); positions
+    it may also start from are the group's previous commits and the offsets it looked up
+    (OffsetFetch, ListOffsets). A commit past all of them skips the records in between.
+    Benign causes: a capture that missed some of the group's Fetch connections (only judged when
+    the capture holds the group's Fetch responses for the partition before the commit); an
+    application seek to a position computed elsewhere; an administrator's offset reset (a commit
+    with no member id, named so in the finding: the records are skipped all the same)."""
+    known_of = _known_positions(tl)
+    out = []
+    for c in tl.commits:
+        if not c.effective:
+            continue
+        served, known = known_of(c)
+        if not served:
+            continue
+        if c.offset <= known:
+            continue
+        who = f"member {c.member_id}" if c.member_id else (
+            "a client outside the group (no member id; admin tools such as kafka-consumer-groups "
+            "--reset-offsets commit that way)")
+        out.append(finding(
+            "consumer-commit-beyond-served",
+            f"group {c.group}, {_tp(c.tp)}: {who} committed offset {c.offset}, but the group had "
+            f"been served and had looked up positions only up to {known}: offsets {known}-{c.offset - 1} are "
+            "skipped by the group", evidence=[evidence(c.source, c.position, "commit")],
+            topic=c.tp[0], partition=c.tp[1], first_offset=known, last_offset=c.offset - 1,
+            first_ts_ms=_ms(c.ts), client_id=c.client[1] if c.client else None,
+            transactional_id=c.txn[0] if c.txn else None,
+            details={"group": c.group, "member": c.member_id, "committed": c.offset, "known": known}))
+    return out[:MAX_FINDINGS]
+
+
+def _known_positions(tl: Timelines):
+    """commit -> (whether the group was served the partition before it, the highest position the
+    group knew then: served ends, fetch offsets, looked-up offsets, earlier effective commits)."""
+    events: dict[tuple, list] = {}
+    for s in tl.serves:
+        if s.member is not None:
+            v = max(s.end if s.end is not None else -1, s.fetch_offset if s.fetch_offset is not None else -1)
+            events.setdefault((s.member.group, s.tp), []).append((s.ts, 0, v, s.end is not None))
+    groups_of_client: dict = {}
+    for m in tl.members.values():
+        groups_of_client.setdefault(m.client, set()).add(m.group)
+    for p in tl.positions:   # a look-up counts for its group, or for the groups of its client's members
+        grps = [p.get("group_id")] if p["event"] == "OFFSET_FETCH" else groups_of_client.get(p["client"], ())
+        for grp in grps:
+            events.setdefault((grp, p["tp"]), []).append((p.get("response_ts") or p["ts"], 0, p["offset"], False))
+    for o in tl.commits:
+        if o.effective:
+            events.setdefault((o.group, o.tp), []).append((o.ts, 1, o.offset, False))   # strictly before a commit
+    index = {}
+    for k, ev in events.items():
+        ev.sort(key=lambda e: (e[0], e[1]))
+        times, known, served, hi, any_served = [], [], [], -1, False
+        for ts, _, v, has in ev:
+            hi, any_served = max(hi, v), any_served or has
+            times.append(ts)
+            known.append(hi)
+            served.append(any_served)
+        index[k] = (times, known, served)
+
+    def of(c):
+        times, known, served = index.get((c.group, c.tp), ([], [], []))
+        i = bisect_left(times, c.ts) - 1   # what happened before the commit was sent
+        return (served[i], known[i]) if i >= 0 else (False, -1)
+    return of
+
+
+@rule("consumer-reset-skip", "error", "wire",
+      "a consumer reset its position to the log end and jumped over records",
+      "auto.offset.reset=latest skipped the records between the old position and the log end: re-consume "
+      "them (seek) and prefer auto.offset.reset=earliest or none for data that must not be lost; find why "
+      "the position was out of range (retention, an unclean leader election, committed offsets expiring).", fold=FOLD_NAME)
+def check_reset(tl: Timelines) -> list[dict]:
+    """Invariant: a consumer whose position is out of range (Fetch OFFSET_OUT_OF_RANGE) or whose
+    group has no committed offset resets by auto.offset.reset (SubscriptionState.resetStrategy):
+    to the log end (ListOffsets timestamp -1, then its next Fetch from there) it skips every record
+    between its position (or the log start) and that end.
+    Benign causes: a new group configured with latest on purpose (reported as info); records below
+    the log start were already deleted by retention."""
+    out = []
+    for p in tl.positions:
+        if p["event"] != "LIST_OFFSETS" or p.get("timestamp") != -1:
+            continue
+        tp, client, ts, end = p["tp"], p["client"], p["ts"], p["offset"]
+        # a look-up is a reset only when the client's next Fetch starts there (librdkafka's and
+        # kafka-python's watermark queries look the end up too, and read on from where they were)
+        nxt = next((s for s in tl.client_serves(client, tp, ts, open_start=True) if s.fetch_offset is not None),
+                   None)
+        if nxt is None or nxt.fetch_offset < end:
+            continue
+        before = tl.client_serves(client, tp, until=ts)
+        errs = [s for s in before if s.error == OFFSET_OUT_OF_RANGE and s.fetch_offset is not None]
+        if errs and not any(errs[-1].ts < s.ts and s.error in (0, None) for s in before):
+            e = errs[-1]
+            lo = max(e.fetch_offset, e.log_start or 0)
+            if end > lo:
+                out.append(_reset(p, lo, end, "error", f"its Fetch at offset {e.fetch_offset} was answered "
+                                  f"OFFSET_OUT_OF_RANGE (log start {e.log_start}), and it reset to the log end",
+                                  [evidence(e.source, e.position, "fetch", "out of range")]))
+        if errs:
+            continue
+        if before:
+            continue   # it was reading the partition already: a watermark query, not a start
+        fetched = [q for q in tl.positions if q["event"] == "OFFSET_FETCH" and q["tp"] == tp
+                   and q["client"] == client and q["ts"] <= ts]
+        if fetched and fetched[-1].get("group_id") and end > fetched[-1]["offset"]:
+            c = fetched[-1]["offset"]
+            out.append(_reset(p, c, end, "error", f"its group {fetched[-1]['group_id']} had committed offset {c}, "
+                              "yet it reset to the log end", [evidence(fetched[-1]["source"], fetched[-1]["position"],
+                                                                       "offset_fetch")]))
+            continue
+        start = _log_start(tl, tp)
+        if start is not None and end > start:
+            out.append(_reset(p, start, end, "info", "it had no committed position (a new group or expired "
+                              "offsets) and auto.offset.reset=latest started it at the log end", []))
+    return out[:MAX_FINDINGS]
+
+
+def _log_start(tl: Timelines, tp) -> int | None:
+    for p in tl.positions:
+        if p["event"] == "LIST_OFFSETS" and p["tp"] == tp and p.get("timestamp") == -2:
+            return p["offset"]
+    starts = [s.log_start for s in tl.by_tp.get(tp, ()) if s.log_start is not None and s.log_start >= 0]
+    return min(starts) if starts else None
+
+
+def _reset(p, lo, end, severity, why, ev) -> dict:
+    return finding(
+        "consumer-reset-skip", f"{_tp(p['tp'])}: client {p['client'][1]} ({p['connection']}) looked up the log "
+        f"end {end}: {why}; offsets {lo}-{end - 1} are never served to it", severity=severity,
+        evidence=ev + [evidence(p["source"], p["position"], "list_offsets")], topic=p["tp"][0],
+        partition=p["tp"][1], connection=p["connection"], first_offset=lo, last_offset=end - 1,
+        first_ts_ms=_ms(p["ts"]), client_id=p["client"][1], details={"log_end": end, "from": lo})
+
+
+@rule("consumer-start-beyond-commit", "error", "wire",
+      "a member started reading a partition beyond its group's committed position",
+      "The records between the group's committed offset and where the member started were skipped by "
+      "the group: look for an application seek or a custom offset store, and re-consume the range.", fold=FOLD_NAME)
+def check_start_beyond(tl: Timelines) -> list[dict]:
+    """Invariant: a member given a partition starts at its group's committed offset as the
+    coordinator answered its OffsetFetch after the assignment (ConsumerCoordinator.
+    refreshCommittedOffsets; only then is it judged), or resets by
+    auto.offset.reset where there is none (then it sends ListOffsets). Its first Fetch at a higher
+    offset skips the records in between.
+    Benign causes: an application seek (invisible on the wire: the rule says so) and offsets kept
+    outside Kafka."""
+    out = []
+    for (group, tp), stints in tl.stints.items():
+        for st in stints:
+            first = next((s for s in st.serves if s.fetch_offset is not None), None)
+            if first is None:
+                continue
+            looked = [p for p in tl.positions if p["tp"] == tp and p["ts"] <= first.ts and
+                      p["ts"] >= st.start - 1e-6 and p["client"] == st.member.client]
+            if any(p["event"] == "LIST_OFFSETS" for p in looked):
+                continue
+            fetched = [p for p in looked if p["event"] == "OFFSET_FETCH" and p.get("group_id") == group]
+            # the position the coordinator gave it (OffsetFetch): commits seen elsewhere may not be the
+            # last ones (a capture that missed one would accuse the member of a skip)
+            committed = fetched[-1]["offset"] if fetched else None
+            if committed is None or first.fetch_offset <= committed:
+                continue
+            out.append(finding(
+                "consumer-start-beyond-commit",
+                f"group {group}, {_tp(tp)}: member {st.member.label} started fetching at offset {first.fetch_offset} "
+                f"while the group's committed offset was {committed}: offsets {committed}-{first.fetch_offset - 1} "
+                "were skipped (unless the application sought there on purpose)",
+                evidence=[evidence(first.source, first.position, "fetch")], topic=tp[0], partition=tp[1],
+                connection=first.connection, first_offset=committed, last_offset=first.fetch_offset - 1,
+                first_ts_ms=_ms(first.ts), client_id=st.member.client_id,
+                details={"group": group, "member": st.member.member_id, "committed": committed,
+                         "fetch_offset": first.fetch_offset}))
+    return out[:MAX_FINDINGS]
+
+
+def judge(tl: Timelines, batches: list[dict]) -> list[dict]:
+    """Every consumer rule over one capture's timelines, in registration order."""
+    from kaudit.audit.consumers import rules_poll  # noqa: F401  (registers the rest)
+
+    tl.batches = batches
+    out: list[dict] = []
+    for r in fold_rules(FOLD_NAME):
+        out.extend(((r.check or r.fn)(tl))[:MAX_FINDINGS])
+    return out

@@ -1,0 +1,240 @@
+"""The consumer rules on the order of what one consumer was served (Jepsen's nonmonotonic poll
+and poll skip), on exactly-once commits, and on read_uncommitted reads of aborted data."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from kaudit.audit.consumers.timeline import Timelines
+from kaudit.audit.registry import evidence, finding, rule
+
+FOLD_NAME = "consumers"
+
+MAX_FINDINGS = 50
+
+
+def _ms(ts) -> int | None:
+    return None if ts is None else int(ts * 1000)
+
+
+def _tp(tp) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+def _resets(tl: Timelines) -> dict:
+    """(client, tp) -> sorted times where the consumer's position may legitimately move: offset
+    look-ups, assignments, joins and exits of its members."""
+    out: dict[tuple, list] = {}
+    for client, tp, ts in tl.lookups:
+        out.setdefault((client, tp), []).append(ts)
+    tps_of: dict[str, set] = {}
+    for group, tp in tl.stints:
+        tps_of.setdefault(group, set()).add(tp)
+    for m in tl.members.values():
+        times = [ts for ts, _, _ in m.assignments] + [ts for ts, _ in m.events]
+        for tp in tps_of.get(m.group, ()):
+            out.setdefault((m.client, tp), []).extend(times)
+    for v in out.values():
+        v.sort()
+    return out
+
+
+def _poll_pairs(tl: Timelines):
+    """(previous, next) responses of one connection and partition with no position change allowed
+    in between (no look-up, rebalance, error, nor a Fetch of that partition elsewhere by the
+    client). `previous` is the last response that says where the client stood: one with records,
+    or an empty one at a known fetch offset (its position did not move)."""
+    resets = _resets(tl)
+    by_key: dict[tuple, list] = {}
+    for s in tl.serves:
+        by_key.setdefault((s.connection, s.tp), []).append(s)
+    for (conn, tp), serves in by_key.items():
+        prev = last = None   # last: the last response with records
+        for s in serves:
+            if prev is not None and s.fetch_offset is not None and prev.error in (0, None) \
+                    and s.error in (0, None) and s.isolation == prev.isolation:
+                times = resets.get((s.client, tp), ())
+                i = bisect_left(times, prev.ts)
+                quiet = not (i < len(times) and times[i] <= s.ts) and not any(
+                    o.connection != conn for o in tl.client_serves(s.client, tp, prev.ts, s.ts))
+                if quiet:
+                    yield prev, s, last
+            if s.end is not None or s.error not in (0, None) or s.fetch_offset is not None:
+                prev = s
+            if s.end is not None:
+                last = s
+            elif s.error not in (0, None):
+                last = None
+
+
+def _expected(prev) -> int | None:
+    """Where the client's next Fetch starts: past the records it was served, else where it was."""
+    return prev.end if prev.end is not None else prev.fetch_offset
+
+
+@rule("consumer-nonmonotonic-poll", "warning", "wire",
+      "a consumer was served a partition's records again, going backwards with no seek or rebalance seen",
+      "The consumer read records it had already been served: if its application processed both deliveries, "
+      "their effects happened twice. Look for a seek in the application, a paused partition whose buffered "
+      "records were dropped, or a client bug.", fold=FOLD_NAME)
+def check_nonmonotonic(tl: Timelines) -> list[dict]:
+    """Invariant: within one assignment, a consumer's position only moves forward: each Fetch of a
+    partition starts where the records it was served last ended (Fetcher: nextFetchOffset of the
+    last batch; librdkafka the same); only a seek, a reset or a rebalance moves it back (Jepsen's
+    nonmonotonic poll).
+    Benign causes: an application seek (invisible on the wire); clients that drop the buffered
+    records of a paused partition and fetch them again (the application saw them once)."""
+    out = []
+    for prev, s, last in _poll_pairs(tl):
+        # the records delivered below where the client stood: those of `prev`, or of the last
+        # response with records when `prev` was empty
+        if prev.end is not None:
+            limit = prev.data_end
+        else:
+            limit = None if last is None or last.data_end is None else min(last.data_end, prev.fetch_offset)
+        if limit is not None and 0 <= s.fetch_offset < limit:
+            hi = limit - 1
+            out.append(finding(
+                "consumer-nonmonotonic-poll",
+                f"{_tp(s.tp)}: client {s.client_id} ({s.connection}) was served offsets up to {hi} (frame "
+                f"{prev.position}), then fetched again from offset {s.fetch_offset} (frame {s.position}) with no "
+                f"seek, offset look-up or rebalance seen: offsets {s.fetch_offset}-{hi} are fetched a second time",
+                evidence=[evidence(prev.source, prev.position, "fetch", "served"),
+                          evidence(s.source, s.position, "fetch", "fetched again")],
+                topic=s.tp[0], partition=s.tp[1], connection=s.connection, first_offset=s.fetch_offset,
+                last_offset=hi, first_ts_ms=_ms(prev.ts), last_ts_ms=_ms(s.ts), client_id=s.client_id,
+                details={"member": s.member.member_id if s.member else None}))
+    return out[:MAX_FINDINGS]
+
+
+@rule("consumer-poll-skip", "error", "wire",
+      "a consumer's next Fetch of a partition jumped past records it was never served",
+      "The consumer never read the records in the gap: look for an application seek or a client bug, "
+      "and re-consume the range.", fold=FOLD_NAME)
+def check_poll_skip(tl: Timelines) -> list[dict]:
+    """Invariant: a consumer's next Fetch of a partition starts where the records it was last
+    served ended (the position after the last batch returned; Jepsen's poll skip when it does
+    not). A jump forward with no seek, offset reset or rebalance skips the records in between.
+    Benign causes: an application seek (invisible on the wire)."""
+    out = []
+    for prev, s, _ in _poll_pairs(tl):
+        expected = _expected(prev)
+        if expected is not None and s.fetch_offset > expected:
+            out.append(finding(
+                "consumer-poll-skip",
+                f"{_tp(s.tp)}: client {s.client_id} ({s.connection}) stood at offset {expected} after the response "
+                f"of frame {prev.position}, then fetched from offset {s.fetch_offset} (frame {s.position}) with no "
+                f"seek, offset look-up or rebalance seen: offsets {expected}-{s.fetch_offset - 1} were skipped",
+                evidence=[evidence(prev.source, prev.position, "fetch", "served"),
+                          evidence(s.source, s.position, "fetch", "jumped")],
+                topic=s.tp[0], partition=s.tp[1], connection=s.connection, first_offset=expected,
+                last_offset=s.fetch_offset - 1, first_ts_ms=_ms(prev.ts), last_ts_ms=_ms(s.ts),
+                client_id=s.client_id, details={"member": s.member.member_id if s.member else None}))
+    return out[:MAX_FINDINGS]
+
+
+@rule("eos-double-commit", "critical", "wire",
+      "the same input offsets were committed by two committed transactions",
+      "Two committed transactions consumed the same input records: the outputs derived from them were "
+      "produced twice (exactly-once broken). Check that the application fences zombies (one "
+      "transactional.id per input partition, or KIP-447's group metadata in sendOffsetsToTransaction) "
+      "and that it seeks to the committed offsets after an abort; remove the duplicate outputs.", fold=FOLD_NAME)
+def check_eos_double(tl: Timelines) -> list[dict]:
+    """Invariant: in consume-transform-produce, a transaction commits with TxnOffsetCommit the
+    position after the inputs its outputs came from, and its input range starts at the group's
+    committed position (KIP-98, KIP-447: the coordinator fences stale generations). Two COMMITTED
+    transactions whose input ranges overlap produced the outputs of those inputs twice. A
+    transaction's input range is [the lowest offset its consumer was served since its previous
+    transaction ended, the offset it committed).
+    Benign causes: an aborted transaction followed by a committed one over the same inputs (the
+    aborted outputs are never read by read_committed consumers) is normal and not reported."""
+    txns = _transactions(tl)
+    out = []
+    for (group, tp), items in txns.items():
+        items.sort(key=lambda x: x[0].outcome_ts)
+        for i, (c2, lo2) in enumerate(items):
+            for c1, lo1 in items[:i]:
+                lo, hi = max(lo1, lo2), min(c1.offset, c2.offset)
+                if lo >= hi or c1.txn == c2.txn:
+                    continue
+                out.append(finding(
+                    "eos-double-commit",
+                    f"group {group}, {_tp(tp)}: input offsets {lo}-{hi - 1} were consumed by two committed "
+                    f"transactions: {c1.txn[0]} (producer {c1.txn[1]}, epoch {c1.txn[2]}) committed offset "
+                    f"{c1.offset} and {c2.txn[0]} (producer {c2.txn[1]}, epoch {c2.txn[2]}) committed offset "
+                    f"{c2.offset}: the outputs of those inputs were produced twice",
+                    evidence=[evidence(c1.source, c1.position, "txn_offset_commit", "first"),
+                              evidence(c2.source, c2.position, "txn_offset_commit", "second")],
+                    topic=tp[0], partition=tp[1], first_offset=lo, last_offset=hi - 1,
+                    producer_id=c2.txn[1], producer_epoch=c2.txn[2], transactional_id=c2.txn[0],
+                    first_ts_ms=_ms(c1.ts), last_ts_ms=_ms(c2.ts),
+                    details={"group": group, "first": list(c1.txn), "second": list(c2.txn)}))
+                break
+    return out[:MAX_FINDINGS]
+
+
+def _transactions(tl: Timelines) -> dict:
+    """(group, tp) -> [(committed TxnOffsetCommit, start of its input range)]."""
+    out: dict[tuple, list] = {}
+    prev_end: dict[tuple, float] = {}
+    by_member = {(m.group, m.member_id): m for m in tl.members.values()}
+    for c in sorted((c for c in tl.commits if c.txn), key=lambda c: c.ts):
+        key = (c.txn[0], c.txn[1], c.tp)
+        since = prev_end.get(key, float("-inf"))
+        if c.outcome_ts is not None:
+            prev_end[key] = c.outcome_ts
+        if c.outcome != "COMMIT":
+            continue
+        m = by_member.get((c.group, c.member_id))
+        if m is None:   # TxnOffsetCommit v0-v2 name no member: the partition's owner then
+            m = next((st.member for st in tl.stints.get((c.group, c.tp), ())
+                      if st.start <= c.ts and (st.end is None or c.ts <= st.end)), None)
+        served = [] if m is None else [s.first for s in tl.client_serves(m.client, c.tp, since, c.ts, open_start=True)
+                                       if s.first is not None]
+        lo = min(served) if served else c.offset
+        out.setdefault((c.group, c.tp), []).append((c, min(lo, c.offset)))
+    return out
+
+
+@rule("uncommitted-aborted-read", "info", "wire",
+      "a read_uncommitted consumer was served records of a transaction that later aborted",
+      "Expected for isolation.level=read_uncommitted: the consumer saw records that were rolled back. "
+      "If it must never act on them, use read_committed.", fold=FOLD_NAME)
+def check_uncommitted_read(tl: Timelines) -> list[dict]:
+    """Invariant: read_uncommitted Fetches return every record up to the high watermark, whatever
+    its transaction's outcome (FetchIsolation.HIGH_WATERMARK; KIP-98): the consumer sees records of
+    transactions that abort later. The outcome is the producer's next ABORT or COMMIT marker in the
+    partition, as some Fetch response of the capture returned it.
+    Benign causes: this is the isolation level's contract (info)."""
+    batches = tl.batches
+    markers: dict[tuple, list] = {}
+    for b in batches:
+        if b.get("is_control") and b.get("control_type") in ("ABORT", "COMMIT"):
+            markers.setdefault((b["topic"], b["partition"], b["producer_id"]), []).append(
+                (b["base_offset"], b["control_type"]))
+    if not markers:
+        return []
+    ru = {(s.connection, s.position, s.tp) for s in tl.serves
+          if s.isolation == "read_uncommitted" and s.end is not None}
+    seen, out = set(), []
+    for b in batches:
+        k = (b["connection"], b["position"], (tl.names.get(b["topic"], b["topic"]), b["partition"]))
+        if k not in ru or not b.get("is_transactional") or b.get("is_control"):
+            continue
+        after = sorted(m for m in markers.get((b["topic"], b["partition"], b["producer_id"]), ())
+                       if m[0] > b["last_offset"])
+        if not after or after[0][1] != "ABORT":
+            continue
+        key = (b["connection"], b["topic"], b["partition"], b["producer_id"], after[0][0])
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(finding(
+            "uncommitted-aborted-read",
+            f"{b['topic']}-{b['partition']}: a read_uncommitted consumer ({b['connection']}) was served producer "
+            f"{b['producer_id']}'s records at offsets {b['base_offset']}-{b['last_offset']} (frame {b['position']}) "
+            f"of a transaction that aborted (ABORT marker at offset {after[0][0]})",
+            evidence=[evidence(b.get("source"), b["position"], "fetch")], topic=b["topic"],
+            partition=b["partition"], connection=b["connection"], producer_id=b["producer_id"],
+            producer_epoch=b["producer_epoch"], first_offset=b["base_offset"], last_offset=b["last_offset"]))
+    return out[:MAX_FINDINGS]

@@ -1,0 +1,320 @@
+"""Consumer timelines from the wire: per group, member and partition, what was served, fetched
+back, committed, and when and why ownership changed.
+
+Inputs are the rows of one capture: `group_event` (protocol/wire/group_events.py), the consumers'
+`fetch_partition` rows (replica id -1) with the `batch` rows of their responses, and the
+transaction outcomes (`txn_event` END_TXN and WRITE_MARKERS). A consumer's Fetch connections are
+not its coordinator connection: a Fetch is tied to a member by its client (host address and
+client id) and the member's assignment at that time; a client id that several live members share
+ties no Fetch (the served ranges stay the connection's own).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+
+from kaudit.protocol.wire.summary import error_name
+
+OK = 0
+OFFSET_OUT_OF_RANGE = 1
+# Heartbeat/ConsumerGroupHeartbeat answers that say the coordinator no longer knows the member
+# as it thinks it is: it was removed (session or rebalance timeout) or fenced
+FENCING = {25: "UNKNOWN_MEMBER_ID", 22: "ILLEGAL_GENERATION", 82: "FENCED_INSTANCE_ID",
+           110: "FENCED_MEMBER_EPOCH", 111: "UNRELEASED_INSTANCE_ID"}
+REBALANCE_IN_PROGRESS = 27
+CONSUMER_OFFSETS = "__consumer_offsets"
+
+
+def host(connection: str | None) -> str:
+    """The client's address of "client:port -> server:port"."""
+    c = (connection or "").split(" -> ")[0]
+    return c.rsplit(":", 1)[0]
+
+
+@dataclass
+class Serve:
+    """One consumer Fetch response's answer for one partition."""
+    ts: float
+    position: int
+    source: str
+    connection: str
+    client: tuple
+    client_id: str | None
+    tp: tuple
+    isolation: str | None
+    fetch_offset: int | None
+    error: int | None
+    hw: int | None
+    lso: int | None
+    log_start: int | None
+    first: int | None = None   # lowest offset served at or past the fetch offset
+    end: int | None = None     # one past the last offset served (None: no records)
+    data_first: int | None = None   # the records the client delivers (no control batch, no aborted
+    data_end: int | None = None     # one under read_committed): their first offset and one past the last
+    member: "Member | None" = None
+
+
+@dataclass
+class Member:
+    group: str
+    member_id: str
+    client: tuple | None = None         # (host, client id) of its coordinator connection
+    client_id: str | None = None
+    connection: str | None = None
+    generation: int | None = None
+    first_ts: float | None = None
+    left_ts: float | None = None
+    cause: str | None = None            # why it left (LeaveGroup, fenced, ...)
+    events: list = field(default_factory=list)        # (ts, text)
+    assignments: list = field(default_factory=list)   # (ts, generation, frozenset of tps)
+    commits: list = field(default_factory=list)       # Commit
+    leaves: list = field(default_factory=list)        # (ts, cause) of each exit
+
+    @property
+    def label(self) -> str:
+        return f"{self.member_id} (client {self.client_id}, {self.connection})"
+
+
+@dataclass
+class Commit:
+    ts: float
+    position: int
+    source: str
+    group: str
+    member_id: str | None
+    tp: tuple
+    offset: int
+    generation: int | None
+    txn: tuple | None = None          # (transactional id, producer id, producer epoch)
+    outcome: str | None = None        # COMMIT | ABORT | None (unknown) for TxnOffsetCommit
+    outcome_ts: float | None = None
+    client: tuple | None = None
+
+    @property
+    def effective(self) -> bool:
+        """Whether the group's position became this offset."""
+        return self.txn is None or self.outcome == "COMMIT"
+
+
+@dataclass
+class Stint:
+    """A member's ownership of one partition: from its assignment to its revocation or exit."""
+    member: Member
+    tp: tuple
+    start: float
+    end: float | None = None
+    cause: str | None = None
+    serves: list = field(default_factory=list)
+
+
+class Timelines:
+    def __init__(self, group_rows: list[dict], serves: list[Serve], txn_rows: list[dict],
+                 topic_names: dict | None = None):
+        self.names = topic_names or {}
+        self.members: dict[tuple, Member] = {}
+        self.commits: list[Commit] = []
+        self.positions: list[dict] = []   # OFFSET_FETCH and LIST_OFFSETS answers
+        self.lookups: list[tuple] = []    # (client, tp, ts) of every look-up
+        self.serves = serves
+        for s in serves:
+            s.tp = self._tp(*s.tp)
+        self.stints: dict[tuple, list[Stint]] = {}   # (group, tp) -> stints in time order
+        self._outcomes = _outcomes(txn_rows)
+        self.batches: list[dict] = []   # the fetched batches (set by the fold)
+        for r in sorted(group_rows, key=lambda r: (r["ts"] or 0, r["position"] or 0)):
+            self._event(r)
+        self._build_stints()
+        self._attribute()
+        # indexes: the rules look serves up by client and partition, in time order
+        self.by_client_tp: dict[tuple, list[Serve]] = {}
+        self.by_tp: dict[tuple, list[Serve]] = {}
+        for sv in serves:
+            self.by_client_tp.setdefault((sv.client, sv.tp), []).append(sv)
+            self.by_tp.setdefault(sv.tp, []).append(sv)
+        self._times = {k: [sv.ts for sv in v] for k, v in self.by_client_tp.items()}
+
+    def client_serves(self, client, tp, after: float = float("-inf"), until: float = float("inf"),
+                      open_start: bool = False) -> list[Serve]:
+        """The client's responses for tp with after <= ts <= until (after < ts with open_start)."""
+        times = self._times.get((client, tp))
+        if not times:
+            return []
+        lo = (bisect_right if open_start else bisect_left)(times, after)
+        return self.by_client_tp[(client, tp)][lo:bisect_right(times, until)]
+
+    # ---- membership --------------------------------------------------------------------------
+    def _member(self, r: dict) -> Member | None:
+        if not r.get("group_id") or not r.get("member_id"):
+            return None
+        key = (r["group_id"], r["member_id"])
+        m = self.members.get(key)
+        if m is None:
+            m = self.members[key] = Member(r["group_id"], r["member_id"], first_ts=r["ts"])
+        if r["event"] != "TXN_OFFSET_COMMIT" and m.client is None:
+            m.client = (host(r["connection"]), r.get("client_id"))
+            m.client_id, m.connection = r.get("client_id"), r["connection"]
+        return m
+
+    def _tp(self, topic, partition) -> tuple:
+        return (self.names.get(topic, topic), partition)
+
+    def _event(self, r: dict) -> None:
+        ev, err, ts = r["event"], r.get("error_code"), r.get("response_ts") or r["ts"]
+        if ev in ("OFFSET_FETCH", "LIST_OFFSETS"):
+            # any look-up, answered or not, may precede a seek: a position change is allowed there
+            self.lookups.append(((host(r["connection"]), r.get("client_id")),
+                                 self._tp(r.get("topic") or r.get("topic_id"), r["partition"]), r["ts"]))
+            if err in (None, OK) and r.get("offset") is not None and r["offset"] >= 0:
+                self.positions.append(dict(r, tp=self._tp(r.get("topic") or r.get("topic_id"), r["partition"]),
+                                           client=(host(r["connection"]), r.get("client_id"))))
+            return
+        m = self._member(r)
+        if ev in ("OFFSET_COMMIT", "TXN_OFFSET_COMMIT"):
+            return self._commit(r, m)
+        if m is None:
+            return
+        gen = r.get("generation")
+        if ev == "JOIN" and err == OK:
+            m.generation = gen
+            m.events.append((ts, f"joined, generation {gen}"))
+        elif ev == "SYNC" and err == OK and r.get("partitions") is not None:
+            self._assign(m, ts, gen, r["partitions"])
+        elif ev == "CG_HEARTBEAT" and err == OK:
+            if m.generation != gen:
+                m.events.append((ts, f"member epoch {gen}"))
+            m.generation = gen
+            if r.get("partitions") is not None:
+                self._assign(m, ts, gen, r["partitions"])
+        elif ev in ("HEARTBEAT", "CG_HEARTBEAT", "SYNC", "JOIN") and err in FENCING:
+            self._leave(m, r["ts"], f"fenced: the coordinator answered {FENCING[err]} (the member was removed: "
+                                    "session or rebalance timeout, or a newer member took its place)")
+        elif ev == "HEARTBEAT" and err == REBALANCE_IN_PROGRESS:
+            text = "rebalance announced (heartbeat REBALANCE_IN_PROGRESS)"
+            if not m.events or m.events[-1][1] != text:   # one per rebalance, not per heartbeat
+                m.events.append((ts, text))
+        elif ev in ("HEARTBEAT", "CG_HEARTBEAT", "JOIN", "SYNC") and err not in (None, OK, 79):
+            text = f"{ev.lower().replace('_', ' ')} answered {error_label(err)}"
+            if not m.events or m.events[-1][1] != text:   # 79: MEMBER_ID_REQUIRED, the first join's step
+                m.events.append((ts, text))
+        elif ev in ("LEAVE", "CG_LEAVE"):
+            why = f"LeaveGroup{' (' + r['reason'] + ')' if r.get('reason') else ''}" if ev == "LEAVE" \
+                else "left (ConsumerGroupHeartbeat, member epoch -1)"
+            self._leave(m, r["ts"], why)
+
+    def _assign(self, m: Member, ts, gen, parts: str) -> None:
+        tps = frozenset(self._tp(*_split_tp(s)) for s in parts.split(",") if s and _split_tp(s)[0])
+        m.assignments.append((ts, gen, tps))
+        m.events.append((ts, f"assigned {', '.join(f'{t}-{p}' for t, p in sorted(tps)) or 'nothing'}"
+                             f" (generation {gen})"))
+
+    def _leave(self, m: Member, ts, cause: str) -> None:
+        """Each exit closes the member's stints; a KIP-848 member fenced rejoins with its id."""
+        if m.left_ts is not None and not any(a[0] > m.left_ts for a in m.assignments):
+            return   # already out: its later errors say the same
+        m.left_ts, m.cause = ts, cause
+        m.leaves.append((ts, cause))
+        m.events.append((ts, cause))
+
+    def _commit(self, r: dict, m: Member | None) -> None:
+        if r.get("error_code") not in (OK, None) or r.get("offset") is None or r["partition"] is None:
+            return
+        txn = None
+        outcome = outcome_ts = None
+        if r["event"] == "TXN_OFFSET_COMMIT":
+            txn = (r.get("transactional_id"), r.get("producer_id"), r.get("producer_epoch"))
+            outcome, outcome_ts = self._outcome(r)
+        c = Commit(r["ts"], r["position"], r["source"], r["group_id"], r.get("member_id"),
+                   self._tp(r.get("topic") or r.get("topic_id"), r["partition"]), r["offset"],
+                   r.get("generation"), txn, outcome, outcome_ts, (host(r["connection"]), r.get("client_id")))
+        self.commits.append(c)
+        if m is not None:
+            m.commits.append(c)
+
+    def _outcome(self, r: dict):
+        """The transaction's end: the first successful EndTxn of its producer id and epoch after the
+        commit, or the first WriteTxnMarkers of that producer to __consumer_offsets after it."""
+        best = None
+        for ts, pid, epoch, result, offsets_marker in self._outcomes.get(r.get("producer_id"), ()):
+            if ts < r["ts"]:
+                continue
+            if (offsets_marker and epoch >= (r.get("producer_epoch") or 0)) or epoch == r.get("producer_epoch"):
+                best = (result, ts)
+                break
+        return best or (None, None)
+
+    # ---- ownership ---------------------------------------------------------------------------
+    def _build_stints(self) -> None:
+        for m in self.members.values():
+            open_: dict[tuple, Stint] = {}
+            steps = [(ts, 0, tps, None) for ts, _, tps in m.assignments] + [(ts, 1, None, c) for ts, c in m.leaves]
+            for ts, _, tps, cause in sorted(steps, key=lambda e: (e[0], e[1])):
+                for tp in list(open_):
+                    if tps is None or tp not in tps:
+                        s = open_.pop(tp)
+                        s.end, s.cause = ts, cause or "revoked by a rebalance"
+                for tp in tps or ():
+                    if tp not in open_:
+                        open_[tp] = Stint(m, tp, ts)
+                        self.stints.setdefault((m.group, tp), []).append(open_[tp])
+        for key, stints in self.stints.items():
+            stints.sort(key=lambda s: s.start)
+            for a, b in zip(stints, stints[1:]):
+                if a.end is None or a.end > b.start:
+                    a.end = b.start
+                    a.cause = a.cause or ("no LeaveGroup seen: the partition went to another member (session "
+                                          "timeout, lost process, or a rebalance the capture does not show)")
+
+    def _attribute(self) -> None:
+        """Each Fetch to the member of its client that owned the partition then."""
+        by_client: dict[tuple, list[Member]] = {}
+        for m in self.members.values():
+            if m.client is not None:
+                by_client.setdefault(m.client, []).append(m)
+        for s in self.serves:
+            for m in by_client.get(s.client, ()):
+                st = self.stint_of(m, s.tp, s.ts)
+                if st is not None:
+                    s.member = m
+                    st.serves.append(s)
+                    break
+
+    def stint_of(self, m: Member, tp: tuple, ts: float) -> Stint | None:
+        for st in self.stints.get((m.group, tp), ()):
+            if st.member is m and st.start <= ts and (st.end is None or ts <= st.end + 1e-6):
+                return st
+        return None
+
+    def groups(self) -> dict[str, list[Member]]:
+        out: dict[str, list[Member]] = {}
+        for m in self.members.values():
+            out.setdefault(m.group, []).append(m)
+        for c in self.commits:
+            out.setdefault(c.group, [])
+        return out
+
+
+def _split_tp(s: str) -> tuple:
+    t, _, p = s.rpartition("-")
+    return (t, int(p)) if t and p.lstrip("-").isdigit() else (None, None)
+
+
+def _outcomes(rows: list[dict]) -> dict:
+    out: dict[int, list] = {}
+    for r in rows:
+        if r.get("producer_id") is None:
+            continue
+        ok = r.get("error_codes") in ("", "0", None) or set((r.get("error_codes") or "0").split(",")) <= {"0"}
+        if r["event"] == "END_TXN" and ok and r.get("error_codes") is not None:
+            out.setdefault(r["producer_id"], []).append(
+                (r["ts"], r["producer_id"], r.get("producer_epoch"), r.get("result"), False))
+        elif r["event"] == "WRITE_MARKERS" and CONSUMER_OFFSETS in (r.get("partitions") or ""):
+            out.setdefault(r["producer_id"], []).append(
+                (r["ts"], r["producer_id"], r.get("producer_epoch") or 0, r.get("result"), True))
+    for v in out.values():
+        v.sort(key=lambda e: e[0])
+    return out
+
+
+def error_label(code) -> str:
+    return error_name(int(code)) if code is not None else "?"
