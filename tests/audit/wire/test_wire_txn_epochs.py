@@ -75,6 +75,42 @@ def test_produce_accepted_after_fencing_began_is_told(tmp_path, tv):
     assert "refused" not in inc["narrative"]["impact"]
 
 
+def _fencing_answered_concurrent(s: Story, *, produce_first: bool):
+    """Kafka's order: the new instance's InitProducerId is answered CONCURRENT_TRANSACTIONS once the
+    coordinator has written PrepareAbort (handleInitProducerId); the fencing's ABORT markers go out;
+    the retry gets epoch 2. The zombie's Produce (epoch 0, registered orders-0) is accepted before
+    the new instance's request (`produce_first`) or after it, before the markers."""
+    init = init_producer_id(40, -1, -1, txn_id="tx-wire", error=51, client_id="wire-producer-2")
+    zombie = send(41, batch(PID, 0, 1, 1, transactional=True), partition=0, offset=1, txn_id="tx-wire")
+    s.on("client" if produce_first else "client2", zombie if produce_first else init[:1])
+    s.on("client2" if produce_first else "client", init[:1] if produce_first else zombie)
+    s.on("coord", markers(42, PID, 1, committed=False, parts=[("orders", 0)]))
+    s.on("client2", init[1:])
+    s.on("client2", init_producer_id(43, PID, 2, txn_id="tx-wire", client_id="wire-producer-2"))
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_produce_accepted_while_init_producer_id_waits_on_the_fencing_is_told(tmp_path, tv):
+    """The fencing began with the new instance's request, not with the markers: a Produce the
+    leader accepted in between is told at info, aborted by the fencing's marker."""
+    s = Story(tv)
+    s.send(0, 0)
+    _fencing_answered_concurrent(s, produce_first=False)
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    (z,) = by_rule(fs, "write-after-epoch-end")
+    assert (z["severity"], z["first_offset"], details(z)["outcome"]) == ("info", 1, "aborted")
+    assert serious(fs) == [], [(f["rule"], f["message"]) for f in serious(fs)]
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_produce_accepted_before_the_new_instance_asked_is_not_stale(tmp_path, tv):
+    s = Story(tv)
+    s.send(0, 0)
+    _fencing_answered_concurrent(s, produce_first=True)
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    assert by_rule(fs, "write-after-epoch-end") == []
+
+
 @pytest.mark.parametrize("tv", [1, 2])
 def test_clean_fencing_is_quiet(tmp_path, tv):
     s = Story(tv)

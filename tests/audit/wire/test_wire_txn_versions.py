@@ -88,6 +88,7 @@ class Story:
                 self.pid, self.epoch = new_pid, 0
 
     ENDS = {"client": dict(client=("10.0.0.1", 40001), server=("10.0.0.2", 9092)),
+            "client2": dict(client=("10.0.0.5", 40002), server=("10.0.0.2", 9092)),   # a new instance
             "leader": LEADER, "coord": COORDINATOR, "admin": ADMIN}
 
 
