@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kaudit.audit import txn_clean
 from kaudit.audit.registry import rule
+from kaudit.audit.txn_epoch_rules import EPOCH_SLACK_MS
 from kaudit.audit.txn_model import Part, ProducerTxns, Range, Transaction
 from kaudit.timefmt import duration
 
@@ -158,7 +159,29 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
         reasons.append(f"the coordinator's transaction for this producer is already complete ({view.last_state})")
     elif t is None and view.open_txn is not None and pt.coverage.sees_registration(part.tp, part.first_ts):
         reasons.append(f"the coordinator's open transaction does not list {part.tp}")
+    elif t is None:
+        ended = _ended_epoch(part, pt)
+        if ended is not None:
+            reasons.append(ended)
     return reasons
+
+
+def _ended_epoch(part: Part, pt: ProducerTxns) -> str | None:
+    """Data of an epoch the coordinator has moved past (fenced, aborted, ended under TV2) that no
+    transaction of the coordinator lists: a fenced epoch begins no transaction (its registrations
+    are refused) and its fencing marks only the partitions registered before, so no marker will
+    ever end this part - where the evidence shows every registration, or the part's first data
+    came after the epoch ended (a registration before it would have had no data yet)."""
+    spans = [pt.epochs.get(e) for e in part.epochs]
+    if not spans or any(s is None or s.ended_ms is None for s in spans):
+        return None
+    s = spans[-1]
+    slack = 0 if pt.coverage.source == "wire" else EPOCH_SLACK_MS
+    after = part.first_ts is not None and part.first_ts > max(x.ended_ms for x in spans) + slack
+    if not (after or pt.coverage.sees_registration(part.tp, part.first_ts)):
+        return None
+    return (f"its epoch {s.epoch} was {s.how} and no transaction of the coordinator lists {part.tp}: "
+            "no marker will end it")
 
 
 @rule("torn-transaction", "critical", "both",

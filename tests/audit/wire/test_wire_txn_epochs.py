@@ -13,7 +13,7 @@ import pytest
 from kaudit.audit import incidents
 from kaudit.report import story as stories
 from tests.audit.wire.test_wire_txn_versions import PID, T0_MS, Story, run
-from tests.audit.wire.wirecraft import batch, by_rule, details, init_producer_id, send
+from tests.audit.wire.wirecraft import add_partitions, batch, by_rule, details, init_producer_id, send
 from tests.audit.wire.wirecraft_txn import describe_producers, markers
 
 
@@ -206,3 +206,32 @@ def test_zombie_on_unregistered_partition_left_open(tmp_path, tv):
     assert (z["severity"], z["partition"], details(z)["outcome"], details(z)["how_known"]) == ("error", 1, "open", "time")
     assert "accepted (error 0) after epoch 0 was fenced" in z["message"]
     assert {f["rule"] for f in serious(fs)} >= {"write-after-epoch-end", "hanging-transaction"}
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_zombie_data_on_a_leader_no_marker_reached_is_hanging(tmp_path, tv):
+    """The zombie's Produce to a partition led by another broker, which no marker of the capture
+    reached: its epoch was fenced and no transaction of the coordinator lists the partition, so
+    nothing will end it - hanging (not 'still open at the coordinator'), within its timeout."""
+    s = Story(tv)
+    s.send(0, 0)
+    fence(s, 40, tv)
+    s.on("client-b3", send(50, batch(PID, 0, 1, 1, transactional=True), partition=1, offset=0, txn_id="tx-wire"))
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    (h,) = by_rule(fs, "hanging-transaction")
+    assert (h["severity"], h["partition"]) == ("critical", 1)
+    assert "its epoch 0 was fenced" in h["message"]
+    assert by_rule(fs, "dangling-transaction") == []
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_open_data_of_the_live_epoch_on_another_leader_is_dangling(tmp_path, tv):
+    """The twin: the producer's own open transaction (epoch 0, not fenced) on that leader, within
+    its timeout: dangling, not hanging."""
+    s = Story(tv)
+    s.send(0, 0)
+    if tv == 1:
+        s.on("client", add_partitions(49, PID, 0, partition=1, txn_id="tx-wire"))
+    s.on("client-b3", send(50, batch(PID, 0, 0, 1, transactional=True), partition=1, offset=0, txn_id="tx-wire"))
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    assert by_rule(fs, "hanging-transaction") == []

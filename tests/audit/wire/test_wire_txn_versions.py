@@ -89,6 +89,7 @@ class Story:
 
     ENDS = {"client": dict(client=("10.0.0.1", 40001), server=("10.0.0.2", 9092)),
             "client2": dict(client=("10.0.0.5", 40002), server=("10.0.0.2", 9092)),   # a new instance
+            "client-b3": dict(client=("10.0.0.1", 40003), server=("10.0.0.3", 9092)),  # to another leader
             "leader": LEADER, "coord": COORDINATOR, "admin": ADMIN}
 
 
