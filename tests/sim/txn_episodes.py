@@ -102,7 +102,10 @@ def _fence(sim, c, ep, t, written, parts, i, j):
         else:
             then = ep.get("zombie_then", "commit")
             if then == "none":
-                sim.expect("zombie-write-stored", u, off, off, c.pid)
+                # the log dirs date the batch by the zombie's clock, 5 ms after the coordinator's
+                # fencing record: within the clocks' slack (EPOCH_SLACK_MS) nothing on disk orders
+                # them; the capture's one clock does. On disk its hanging part tells the damage.
+                sim.expect("zombie-write-stored", u, off, off, c.pid, feeds=("pcap", "audit"))
                 sim.expect("hanging-transaction", u, off, off, c.pid)
             else:
                 new_write = write(new, [u], 1, i, j + 100)
