@@ -13,6 +13,7 @@ before the registry has them (none now).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from kaudit.audit.registry import SEVERITY_RANK
@@ -77,20 +78,42 @@ INVARIANTS = {
 }
 
 
-def _overlaps(e, f) -> bool:
-    if e.first is None or f.get("first_offset") is None:
+def _span_overlaps(e, first, last) -> bool:
+    if e.first is None or first is None:
         return True
-    last = f.get("last_offset") if f.get("last_offset") is not None else f["first_offset"]
-    return not (last < e.first or f["first_offset"] > e.last)
+    last = first if last is None else last
+    return not (last < e.first or first > e.last)
+
+
+def _damaged(f) -> list:
+    """[(tp, first, last)] a finding about several partitions names (torn-transaction's
+    details.damaged: one finding per transaction, each damaged partition with its offsets)."""
+    d = f.get("details")
+    if isinstance(d, str):
+        try:
+            d = json.loads(d)
+        except ValueError:
+            return []
+    rows = d.get("damaged") if isinstance(d, dict) else None
+    return [(r[0], r[1], r[2]) for r in rows or () if isinstance(r, list) and len(r) >= 3]
+
+
+def _overlaps(e, f) -> bool:
+    if any(tp == f"{e.topic}-{e.partition}" for tp, _, _ in _damaged(f)):
+        return any(_span_overlaps(e, a, b) for tp, a, b in _damaged(f) if tp == f"{e.topic}-{e.partition}")
+    return _span_overlaps(e, f.get("first_offset"), f.get("last_offset"))
 
 
 def _on(e, f, *, strict: bool = True) -> bool:
-    """The finding is about the expectation's partition. A finding without a partition (about a
-    request, or a whole transaction) is about the expectation's producer: it reports a request-level
-    expectation, and (not strict) it may restate a partition-level one."""
+    """The finding is about the expectation's partition (its own, or one of the damaged partitions
+    it names). A finding without a partition (about a request, or a whole transaction) is about the
+    expectation's producer: it reports a request-level expectation, and (not strict) it may restate
+    a partition-level one."""
     same_pid = e.producer_id is None or f.get("producer_id") == e.producer_id
     if f.get("topic") is None:
         return same_pid and (e.topic is None or not strict)
+    if any(tp == f"{e.topic}-{e.partition}" for tp, _, _ in _damaged(f)):
+        return True
     return f.get("topic") == e.topic and f.get("partition") == e.partition
 
 
