@@ -235,3 +235,31 @@ def test_open_data_of_the_live_epoch_on_another_leader_is_dangling(tmp_path, tv)
     s.on("client-b3", send(50, batch(PID, 0, 0, 1, transactional=True), partition=1, offset=0, txn_id="tx-wire"))
     fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
     assert by_rule(fs, "hanging-transaction") == []
+
+
+def _one_partition_story(tv: int, admin: bool) -> Story:
+    """A one-partition transaction (an admin's abort of it while open, or none), written again and
+    committed; the next transaction on the same partition aborts."""
+    s = Story(tv)
+    s.send(0, 0)
+    if admin:
+        s.on("admin", markers(91, PID, 0, committed=False, parts=[("orders", 0)], client_id="adminclient-1"))
+    s.send(0, 2 if admin else 1)
+    s.end(True)
+    s.send(0, 4 if admin else 3)
+    s.end(False)
+    return s
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_admin_abort_of_a_one_partition_transaction_then_commit(tmp_path, tv):
+    fs = run(tmp_path, _one_partition_story(tv, True), now_ms=T0_MS + 5_000)
+    (t,) = by_rule(fs, "torn-transaction")
+    assert (t["topic"], t["partition"], t["first_offset"]) == ("orders", 0, 0)
+    assert [x[0] for x in details(t)["damaged"]] == ["orders-0"]
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_commit_then_abort_on_one_partition_is_quiet(tmp_path, tv):
+    fs = run(tmp_path, _one_partition_story(tv, False), now_ms=T0_MS + 5_000)
+    assert serious(fs) == [], [(f["rule"], f["message"]) for f in serious(fs)]
