@@ -71,7 +71,11 @@ def _kip360(sim, c, p, vals, i, j):
     node = sim.coord.node
     from tests.sim import wire
     c.exchange(node, wire.init_producer_id(c.corr(node), c.pid, c.epoch, txn_id=None, client_id=c.name))
-    c.send(p, vals)
+    _, off = c.send(p, vals)
+    # the capture alone cannot tell whether the unanswered first send was stored: if it was, the
+    # bumped epoch's re-send (sequence 0, a new session to the broker) is a second copy
+    sim.expect("possible-duplicate", p, off, off + len(vals) - 1, c.pid, feeds=("pcap",),
+               note="unanswered, then re-sent under the bumped epoch")
 
 
 def _split(sim, c, p, vals, i, j):
@@ -117,6 +121,11 @@ def _restart_dup(sim, c, p, vals, i, j):
     _, off = c.send(p, vals)
     sim.expect("duplicate-records-resent", p, off, off + len(vals) - 1, c.pid, feeds=("segments", "audit"),
                note=f"copy of offsets {first}-{first + len(vals) - 1} after an unanswered send")
+    # the capture alone: an unanswered send, the same records under a new producer id - whether the
+    # first was stored it cannot tell (the log dirs can)
+    # (no producer id: the unanswered send is the old id's, the copy the new one's)
+    sim.expect("possible-duplicate", p, off, off + len(vals) - 1, None, feeds=("pcap",),
+               note="unanswered, then re-sent by the restarted application")
 
 
 def _noidem(sim, c, p, vals, i, j):

@@ -3,26 +3,22 @@ reported (INVARIANTS: the rule ids that state it, the least severity that tells 
 auditor's findings at warning or above must be exactly those: each expectation found on each feed
 whose evidence shows it, on its partition and offsets; no other finding.
 
-PROVISIONAL rule ids are the ones issue 27 asks for and that the current registry lacks (the
-txn27 helper adds them): kept here, in one table, so the integrator aligns them with the names the
-registry ends up with. A finding of a provisional id counts exactly like an existing one.
+The rule ids are the registry's. Issue 27's invariants landed as `write-after-epoch-end` (a
+zombie's data stored after its epoch was fenced or ended, on any partition; critical where a later
+COMMIT exposed it; on the wire also a Produce acknowledged after the coordinator began fencing,
+told at info when the fencing's ABORT discarded it) and `mixed-epoch-transaction` (a part of two
+epochs, or a marker epoch its data's does not allow). PROVISIONAL stays for ids an oracle needs
+before the registry has them (none now).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from kaudit.audit.registry import SEVERITY_RANK
 
-# provisional rule id -> the invariant of issue 27 it states
-PROVISIONAL = {
-    "zombie-write": "a batch of an epoch stored after that epoch was fenced or ended, on any partition, "
-                    "registered or not (error; critical where a later COMMIT exposed it)",
-    "mixed-epoch-part": "a transaction part holding batches of more than one epoch, or whose marker epoch is "
-                        "not what the data's epoch allows (TV1: same or +1 for a fencing abort; TV2: +1)",
-    "acked-after-fencing": "on the wire, a Produce answered without error for an epoch whose fencing had "
-                           "already begun at the coordinator",
-}
+PROVISIONAL: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -30,6 +26,7 @@ class Invariant:
     rules: tuple          # a finding of any of these rules reports it
     severity: str         # the least severity that tells it right
     also: tuple = ()      # other rules that may truly report the same damage (allowed, not required)
+    ceiling: str = "critical"   # the most severity the evidence allows (a louder report is a false alarm)
 
 
 INVARIANTS = {
@@ -46,20 +43,23 @@ INVARIANTS = {
     # a zombie's write the broker refused (it did its job): a warning on the wire
     "fenced-write-refused": Invariant(("fenced-epoch",), "warning", also=("producer-error",)),
     # a zombie's write stored after its epoch was fenced, aborted or never ended
-    "zombie-write-stored": Invariant(("zombie-write", "fenced-epoch"), "error",
-                                     also=("unregistered-partition", "mixed-epoch-part", "late-transactional-write")),
+    "zombie-write-stored": Invariant(("write-after-epoch-end",), "error",
+                                     also=("fenced-epoch", "unregistered-partition", "mixed-epoch-transaction",
+                                           "late-transactional-write")),
     # ... and exposed to read_committed consumers by a later COMMIT
-    "zombie-write-committed": Invariant(("zombie-write", "fenced-epoch"), "critical",
-                                        also=("unregistered-partition", "mixed-epoch-part",
+    "zombie-write-committed": Invariant(("write-after-epoch-end",), "critical",
+                                        also=("fenced-epoch", "unregistered-partition", "mixed-epoch-transaction",
                                               "late-transactional-write", "torn-transaction")),
     # one transaction part on a partition holding batches of two epochs (a zombie's and its successor's)
-    "mixed-epoch-part": Invariant(("mixed-epoch-part",), "error",
-                                  also=("zombie-write", "fenced-epoch", "unregistered-partition", "torn-transaction")),
-    # a Produce acknowledged after the coordinator began fencing its epoch
-    "acked-after-fencing": Invariant(("acked-after-fencing",), "warning", also=("fenced-epoch",)),
+    "mixed-epoch-part": Invariant(("mixed-epoch-transaction",), "error",
+                                  also=("write-after-epoch-end", "fenced-epoch", "unregistered-partition", "torn-transaction")),
+    # a Produce acknowledged after the coordinator began fencing its epoch (PrepareAbort written,
+    # the markers on their way): the race every fencing has; the fencing's ABORT discards the data,
+    # so it is told at info with what became of it, never louder
+    "acked-after-fencing": Invariant(("write-after-epoch-end",), "info", ceiling="info"),
     # partitions whose outcome differs from the coordinator's decision (admin abort)
     "torn-transaction": Invariant(("torn-transaction",), "critical",
-                                  also=("stray-marker", "mixed-epoch-part", "outcome-mismatch")),
+                                  also=("stray-marker", "mixed-epoch-transaction", "outcome-mismatch")),
     # data of a transaction stored after that transaction's marker, ended by a later transaction
     "late-write": Invariant(("late-transactional-write",), "error", also=("outcome-mismatch", "torn-transaction")),
     # data no marker will ever end
@@ -74,54 +74,85 @@ INVARIANTS = {
     "delayed-request": Invariant((), "info", also=("unanswered-request",)),
     "hanging-transaction": Invariant(("hanging-transaction",), "critical",
                                      also=("unregistered-partition", "late-transactional-write", "dangling-transaction",
-                                           "zombie-write", "fenced-epoch")),
+                                           "write-after-epoch-end", "fenced-epoch")),
 }
 
 
-def _overlaps(e, f) -> bool:
-    if e.first is None or f.get("first_offset") is None:
+def _span_overlaps(e, first, last) -> bool:
+    if e.first is None or first is None:
         return True
-    last = f.get("last_offset") if f.get("last_offset") is not None else f["first_offset"]
-    return not (last < e.first or f["first_offset"] > e.last)
+    last = first if last is None else last
+    return not (last < e.first or first > e.last)
+
+
+def _damaged(f) -> list:
+    """[(tp, first, last)] a finding about several partitions names (torn-transaction's
+    details.damaged: one finding per transaction, each damaged partition with its offsets)."""
+    d = f.get("details")
+    if isinstance(d, str):
+        try:
+            d = json.loads(d)
+        except ValueError:
+            return []
+    rows = d.get("damaged") if isinstance(d, dict) else None
+    return [(r[0], r[1], r[2]) for r in rows or () if isinstance(r, list) and len(r) >= 3]
+
+
+def _overlaps(e, f) -> bool:
+    if any(tp == f"{e.topic}-{e.partition}" for tp, _, _ in _damaged(f)):
+        return any(_span_overlaps(e, a, b) for tp, a, b in _damaged(f) if tp == f"{e.topic}-{e.partition}")
+    return _span_overlaps(e, f.get("first_offset"), f.get("last_offset"))
 
 
 def _on(e, f, *, strict: bool = True) -> bool:
-    """The finding is about the expectation's partition. A finding without a partition (about a
-    request, or a whole transaction) is about the expectation's producer: it reports a request-level
-    expectation, and (not strict) it may restate a partition-level one."""
+    """The finding is about the expectation's partition (its own, or one of the damaged partitions
+    it names). A finding without a partition (about a request, or a whole transaction) is about the
+    expectation's producer: it reports a request-level expectation, and (not strict) it may restate
+    a partition-level one."""
     same_pid = e.producer_id is None or f.get("producer_id") == e.producer_id
     if f.get("topic") is None:
         return same_pid and (e.topic is None or not strict)
+    if any(tp == f"{e.topic}-{e.partition}" for tp, _, _ in _damaged(f)):
+        return True
     return f.get("topic") == e.topic and f.get("partition") == e.partition
+
+
+def _rank(f: dict) -> int:
+    return SEVERITY_RANK[f["severity"]]
 
 
 def judge(findings: list[dict], oracle, feed: str) -> dict:
     """{'missed': [expectation], 'false_alarms': [finding], 'weak': [(expectation, finding)]} of one
-    feed: weak = found, at a lower severity than the invariant's."""
-    loud = [f for f in findings if SEVERITY_RANK[f["severity"]] >= SEVERITY_RANK["warning"]]
+    feed: weak = found, at a lower severity than the invariant's. Only findings at warning or above
+    can be false alarms; an invariant told at info (its severity) is looked for among all, and a
+    report louder than its ceiling explains nothing (a false alarm if it is at warning or above)."""
+    warn = SEVERITY_RANK["warning"]
     expected = [e for e in oracle if feed in e.feeds]
     missed, weak, explained = [], [], set()
     for e in expected:
         inv = INVARIANTS[e.invariant]
         if not inv.rules:
             continue
-        hits = [i for i, f in enumerate(loud) if f["rule"] in inv.rules and _on(e, f) and _overlaps(e, f)]
+        floor, top = min(SEVERITY_RANK[inv.severity], warn), SEVERITY_RANK[inv.ceiling]
+        hits = [i for i, f in enumerate(findings) if f["rule"] in inv.rules and floor <= _rank(f) <= top
+                and _on(e, f) and _overlaps(e, f)]
         if not hits:
             missed.append(e)
             continue
         explained.update(hits)
-        best = max(hits, key=lambda i: SEVERITY_RANK[loud[i]["severity"]])
-        if SEVERITY_RANK[loud[best]["severity"]] < SEVERITY_RANK[inv.severity]:
-            weak.append((e, loud[best]))
-    for i, f in enumerate(loud):
-        if i in explained:
+        best = max(hits, key=lambda i: _rank(findings[i]))
+        if _rank(findings[best]) < SEVERITY_RANK[inv.severity]:
+            weak.append((e, findings[best]))
+    for i, f in enumerate(findings):
+        if i in explained or _rank(f) < warn:
             continue
         for e in expected:   # another true statement of an injected damage is no false alarm
             inv = INVARIANTS[e.invariant]
-            if f["rule"] in inv.rules + inv.also and _on(e, f, strict=False):
+            if f["rule"] in inv.rules + inv.also and _rank(f) <= SEVERITY_RANK[inv.ceiling] \
+                    and _on(e, f, strict=False):
                 explained.add(i)
                 break
-    false = [f for i, f in enumerate(loud) if i not in explained]
+    false = [f for i, f in enumerate(findings) if i not in explained and _rank(f) >= warn]
     return {"missed": missed, "false_alarms": false, "weak": weak}
 
 

@@ -53,3 +53,21 @@ def test_every_rule_id_is_registered_or_provisional():
 
     ids = {r for inv in INVARIANTS.values() for r in inv.rules + inv.also}
     assert ids - set(RULES) <= set(PROVISIONAL)
+
+
+def test_an_invariant_told_at_info_is_looked_for_at_info_and_no_louder():
+    raced = Expect("acked-after-fencing", "t", 0, 0, 1, 7, feeds=("pcap",))
+    assert judge([f("write-after-epoch-end", "info")], [raced], "pcap") == {"missed": [], "false_alarms": [],
+                                                                            "weak": []}
+    assert judge([], [raced], "pcap")["missed"] == [raced]
+    loud = f("write-after-epoch-end", "error")
+    r = judge([loud], [raced], "pcap")
+    assert r["missed"] == [raced] and r["false_alarms"] == [loud]
+
+
+def test_a_finding_about_several_partitions_reports_each_damaged_one():
+    both = dict(f("torn-transaction", "critical"), details='{"damaged": [["t-0", 0, 1, "ABORT", 2], ["t-1", 4, 5, "ABORT", 6]]}')
+    other = Expect("torn-transaction", "t", 1, 4, 5, 7)
+    assert judge([both], [TORN, other], "segments") == {"missed": [], "false_alarms": [], "weak": []}
+    elsewhere = Expect("torn-transaction", "t", 1, 9, 9, 7)
+    assert judge([both], [TORN, elsewhere], "segments")["missed"] == [elsewhere]

@@ -196,6 +196,10 @@ def match_markers(parts: list[Part], view: CoordView) -> None:
         cands = by_tp.get(tp)
         if not cands:
             continue
+        inside = _ended_early(cands, p)
+        if inside is not None:
+            p.coord = inside
+            continue
         key = (tp, p.marker.result)
         m = matchers.get(key)
         if m is None:
@@ -205,6 +209,26 @@ def match_markers(parts: list[Part], view: CoordView) -> None:
         best, d = m.nearest(p.marker.ts)
         if d <= MATCH_WINDOW_MS:
             p.coord = best
+
+
+def _ended_early(cands: list[CoordTxn], p: Part) -> CoordTxn | None:
+    """The coordinator transaction a part's data belongs to when its marker came while that
+    transaction was still running - after it registered the partition, before its PrepareX:
+    not the coordinator's marker of it (an admin's abort, kafka-transactions.sh) but the end of
+    its data there all the same, whatever the result (torn-transaction judges it). The next
+    transaction cannot register the partition before the previous one's markers are written
+    (CONCURRENT_TRANSACTIONS), so a marker inside that window is no earlier transaction's - on
+    disk, where the window is the coordinator's records'; on the wire, whose registrations are
+    the requests' times (a version-2 leader's is held until the previous markers are written),
+    only for a marker whose sender shows it is an admin's."""
+    ts, first = p.marker.ts, p.first_ts
+    if ts is None or first is None or not p.data or p.marker.writer not in (None, ADMIN):
+        return None
+    for t in cands:
+        if (t.start_ms is not None and t.prepare_ts is not None and t.start_ms <= ts < t.prepare_ts
+                and t.start_ms - MATCH_WINDOW_MS <= first <= ts):
+            return t
+    return None
 
 
 def _ended_with(cands: list[CoordTxn] | None, ts: int | None) -> CoordTxn | None:

@@ -9,7 +9,7 @@ from kaudit.audit.txn import txn_clean
 from kaudit.audit.registry import rule
 from kaudit.audit.txn.txn_model import Part, ProducerTxns, Range, Transaction
 from kaudit.timefmt import duration
-from kaudit.audit.thresholds import DEFAULT_MAX_TIMEOUT_MS, LATE_SLACK_MS, NO_TIMEOUT_MS
+from kaudit.audit.thresholds import DEFAULT_MAX_TIMEOUT_MS, EPOCH_SLACK_MS, LATE_SLACK_MS, NO_TIMEOUT_MS
 
 
 ABORT_HINT = ("kafka-transactions.sh --bootstrap-server <broker> abort --topic {topic} "
@@ -152,7 +152,29 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
         reasons.append(f"the coordinator's transaction for this producer is already complete ({view.last_state})")
     elif t is None and view.open_txn is not None and pt.coverage.sees_registration(part.tp, part.first_ts):
         reasons.append(f"the coordinator's open transaction does not list {part.tp}")
+    elif t is None:
+        ended = _ended_epoch(part, pt)
+        if ended is not None:
+            reasons.append(ended)
     return reasons
+
+
+def _ended_epoch(part: Part, pt: ProducerTxns) -> str | None:
+    """Data of an epoch the coordinator has moved past (fenced, aborted, ended under TV2) that no
+    transaction of the coordinator lists: a fenced epoch begins no transaction (its registrations
+    are refused) and its fencing marks only the partitions registered before, so no marker will
+    ever end this part - where the evidence shows every registration, or the part's first data
+    came after the epoch ended (a registration before it would have had no data yet)."""
+    spans = [pt.epochs.get(e) for e in part.epochs]
+    if not spans or any(s is None or s.ended_ms is None for s in spans):
+        return None
+    s = spans[-1]
+    slack = 0 if pt.coverage.source == "wire" else EPOCH_SLACK_MS
+    after = part.first_ts is not None and part.first_ts > max(x.ended_ms for x in spans) + slack
+    if not (after or pt.coverage.sees_registration(part.tp, part.first_ts)):
+        return None
+    return (f"its epoch {s.epoch} was {s.how} and no transaction of the coordinator lists {part.tp}: "
+            "no marker will end it")
 
 
 @rule("torn-transaction", "critical", "both",
@@ -321,7 +343,7 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
             return "it opens a transaction no coordinator knows", part.data
         return None
     t = part.coord
-    if t is None or prev.coord is None or not pt.view.follows(prev.coord, t):
+    if t is None or prev.coord is None or not _next_on(pt, prev.coord, t, part.tp):
         return None
     reg = t.registered_at.get(part.tp)
     slack = pt.coverage.slack_ms
@@ -330,6 +352,19 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
         return (f"it was {'committed' if part.marker.result == 'COMMIT' else 'aborted'} by the next "
                 f"transaction's {part.marker.result} at {_at(part.marker)}", late or part.data[:1])
     return None
+
+
+def _next_on(pt: ProducerTxns, a, b, tp: str) -> bool:
+    """`b` is the producer's next transaction after `a` - on the wire, whose registrations are
+    the requests' own times, its next on partition `tp`: after transactions that never
+    registered `tp` too (KAFKA-17754: the late write waits while the producer's next transaction
+    writes elsewhere). On disk only the very next: client create times against a compacted
+    coordinator log called the real 3.0.2 corpus's next-but-one transactions late."""
+    if pt.view.follows(a, b):
+        return True
+    if pt.coverage.source != "wire" or a.index < 0 or b.index <= a.index:
+        return False
+    return all(tp not in t.partitions for t in pt.view.txns[a.index + 1:b.index])
 
 
 def _at(m) -> str:

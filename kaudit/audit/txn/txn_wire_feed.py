@@ -336,7 +336,10 @@ class WireFeed:
         else:
             cause, detail = None, None
         t.prepared, t.prepare_epoch = r["result"], r["producer_epoch"]
-        self.record("Prepare" + r["result"].capitalize(), ts, t.fence_row or r, t, epoch=r["producer_epoch"],
+        # a fencing began with the new instance's InitProducerId (answered CONCURRENT_TRANSACTIONS
+        # once the PrepareAbort was written), before its markers: as _init dates it
+        at = t.fence_request if t.fence_request is not None and detail == "fencing" else ts
+        self.record("Prepare" + r["result"].capitalize(), at, t.fence_row or r, t, epoch=r["producer_epoch"],
                     cause=cause, detail=detail)
 
     @staticmethod

@@ -180,6 +180,41 @@ def test_admin_abort_of_two_partitions_then_commit(tmp_path, tv):
     assert any(v == "node2/torn-1/00000000000000000000.log" for v in shown.values()), shown
 
 
+def admin_torn_one(ld, node, tv, admin=True):
+    """A one-partition transaction an admin aborted while open; the producer writes again and
+    commits; its next transaction aborts (a coordinator ABORT on the same partition later on)."""
+    ts = ld.partition("__transaction_state", 0)
+    q = ld.partition("torn", 0)
+    p = ld.producer(7, 0, transactional_id="tx", txn_state=ts, transaction_version=tv)
+    p.send([b"a", b"b"], partition=q)
+    if admin:
+        q.append_control(7, 0, "ABORT", 0)   # kafka-transactions.sh abort, at the data's epoch
+    p.send([b"c"], partition=q)
+    p.commit()
+    p.send([b"n"], partition=q)
+    p.abort()
+
+
+@pytest.mark.parametrize("tv", [0, 2])
+def test_admin_abort_of_a_one_partition_transaction_then_commit(tmp_path, tv):
+    """The admin's ABORT came after the coordinator registered the partition and before its
+    PrepareCommit: it ends that transaction's first data (torn), not the later aborted one's."""
+    roots = write_replicas(tmp_path / "cluster", lambda ld, n: admin_torn_one(ld, n, tv), nodes=(1, 2, 3),
+                           start_time_ms=T0)
+    fs = audit(roots)
+    (t,) = of(fs, "torn-transaction")
+    assert (t["topic"], t["partition"], t["first_offset"], t["last_offset"]) == ("torn", 0, 0, 1)
+    assert details(t)["damaged"] == [["torn-0", 0, 1, "ABORT", 2]]
+
+
+@pytest.mark.parametrize("tv", [0, 2])
+def test_commit_then_abort_on_one_partition_is_clean(tmp_path, tv):
+    roots = write_replicas(tmp_path / "cluster", lambda ld, n: admin_torn_one(ld, n, tv, admin=False),
+                           nodes=(1, 2, 3), start_time_ms=T0)
+    fs = audit(roots)
+    assert serious(fs) == [], [brief(f) for f in serious(fs)]
+
+
 # ---- generated histories -------------------------------------------------------------------
 
 from hypothesis import given, settings  # noqa: E402

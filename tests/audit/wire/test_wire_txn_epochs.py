@@ -13,7 +13,7 @@ import pytest
 from kaudit.audit.stories import incidents
 from kaudit.report import story as stories
 from tests.audit.wire.test_wire_txn_versions import PID, T0_MS, Story, run
-from tests.audit.wire.wirecraft import batch, by_rule, details, init_producer_id, send
+from tests.audit.wire.wirecraft import add_partitions, batch, by_rule, details, init_producer_id, send
 from tests.audit.wire.wirecraft_txn import describe_producers, markers
 
 
@@ -73,6 +73,42 @@ def test_produce_accepted_after_fencing_began_is_told(tmp_path, tv):
     incidents.assign(fs)
     (inc,) = [i for i in stories.incidents(fs, None) if i["kind"] == "zombie"]
     assert "refused" not in inc["narrative"]["impact"]
+
+
+def _fencing_answered_concurrent(s: Story, *, produce_first: bool):
+    """Kafka's order: the new instance's InitProducerId is answered CONCURRENT_TRANSACTIONS once the
+    coordinator has written PrepareAbort (handleInitProducerId); the fencing's ABORT markers go out;
+    the retry gets epoch 2. The zombie's Produce (epoch 0, registered orders-0) is accepted before
+    the new instance's request (`produce_first`) or after it, before the markers."""
+    init = init_producer_id(40, -1, -1, txn_id="tx-wire", error=51, client_id="wire-producer-2")
+    zombie = send(41, batch(PID, 0, 1, 1, transactional=True), partition=0, offset=1, txn_id="tx-wire")
+    s.on("client" if produce_first else "client2", zombie if produce_first else init[:1])
+    s.on("client2" if produce_first else "client", init[:1] if produce_first else zombie)
+    s.on("coord", markers(42, PID, 1, committed=False, parts=[("orders", 0)]))
+    s.on("client2", init[1:])
+    s.on("client2", init_producer_id(43, PID, 2, txn_id="tx-wire", client_id="wire-producer-2"))
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_produce_accepted_while_init_producer_id_waits_on_the_fencing_is_told(tmp_path, tv):
+    """The fencing began with the new instance's request, not with the markers: a Produce the
+    leader accepted in between is told at info, aborted by the fencing's marker."""
+    s = Story(tv)
+    s.send(0, 0)
+    _fencing_answered_concurrent(s, produce_first=False)
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    (z,) = by_rule(fs, "write-after-epoch-end")
+    assert (z["severity"], z["first_offset"], details(z)["outcome"]) == ("info", 1, "aborted")
+    assert serious(fs) == [], [(f["rule"], f["message"]) for f in serious(fs)]
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_produce_accepted_before_the_new_instance_asked_is_not_stale(tmp_path, tv):
+    s = Story(tv)
+    s.send(0, 0)
+    _fencing_answered_concurrent(s, produce_first=True)
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    assert by_rule(fs, "write-after-epoch-end") == []
 
 
 @pytest.mark.parametrize("tv", [1, 2])
@@ -170,3 +206,60 @@ def test_zombie_on_unregistered_partition_left_open(tmp_path, tv):
     assert (z["severity"], z["partition"], details(z)["outcome"], details(z)["how_known"]) == ("error", 1, "open", "time")
     assert "accepted (error 0) after epoch 0 was fenced" in z["message"]
     assert {f["rule"] for f in serious(fs)} >= {"write-after-epoch-end", "hanging-transaction"}
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_zombie_data_on_a_leader_no_marker_reached_is_hanging(tmp_path, tv):
+    """The zombie's Produce to a partition led by another broker, which no marker of the capture
+    reached: its epoch was fenced and no transaction of the coordinator lists the partition, so
+    nothing will end it - hanging (not 'still open at the coordinator'), within its timeout."""
+    s = Story(tv)
+    s.send(0, 0)
+    fence(s, 40, tv)
+    s.on("client-b3", send(50, batch(PID, 0, 1, 1, transactional=True), partition=1, offset=0, txn_id="tx-wire"))
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    (h,) = by_rule(fs, "hanging-transaction")
+    assert (h["severity"], h["partition"]) == ("critical", 1)
+    assert "its epoch 0 was fenced" in h["message"]
+    assert by_rule(fs, "dangling-transaction") == []
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_open_data_of_the_live_epoch_on_another_leader_is_dangling(tmp_path, tv):
+    """The twin: the producer's own open transaction (epoch 0, not fenced) on that leader, within
+    its timeout: dangling, not hanging."""
+    s = Story(tv)
+    s.send(0, 0)
+    if tv == 1:
+        s.on("client", add_partitions(49, PID, 0, partition=1, txn_id="tx-wire"))
+    s.on("client-b3", send(50, batch(PID, 0, 0, 1, transactional=True), partition=1, offset=0, txn_id="tx-wire"))
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    assert by_rule(fs, "hanging-transaction") == []
+
+
+def _one_partition_story(tv: int, admin: bool) -> Story:
+    """A one-partition transaction (an admin's abort of it while open, or none), written again and
+    committed; the next transaction on the same partition aborts."""
+    s = Story(tv)
+    s.send(0, 0)
+    if admin:
+        s.on("admin", markers(91, PID, 0, committed=False, parts=[("orders", 0)], client_id="adminclient-1"))
+    s.send(0, 2 if admin else 1)
+    s.end(True)
+    s.send(0, 4 if admin else 3)
+    s.end(False)
+    return s
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_admin_abort_of_a_one_partition_transaction_then_commit(tmp_path, tv):
+    fs = run(tmp_path, _one_partition_story(tv, True), now_ms=T0_MS + 5_000)
+    (t,) = by_rule(fs, "torn-transaction")
+    assert (t["topic"], t["partition"], t["first_offset"]) == ("orders", 0, 0)
+    assert [x[0] for x in details(t)["damaged"]] == ["orders-0"]
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_commit_then_abort_on_one_partition_is_quiet(tmp_path, tv):
+    fs = run(tmp_path, _one_partition_story(tv, False), now_ms=T0_MS + 5_000)
+    assert serious(fs) == [], [(f["rule"], f["message"]) for f in serious(fs)]

@@ -88,6 +88,8 @@ class Story:
                 self.pid, self.epoch = new_pid, 0
 
     ENDS = {"client": dict(client=("10.0.0.1", 40001), server=("10.0.0.2", 9092)),
+            "client2": dict(client=("10.0.0.5", 40002), server=("10.0.0.2", 9092)),   # a new instance
+            "client-b3": dict(client=("10.0.0.1", 40003), server=("10.0.0.3", 9092)),  # to another leader
             "leader": LEADER, "coord": COORDINATOR, "admin": ADMIN}
 
 
@@ -179,6 +181,26 @@ def test_late_write_after_abort_taken_in_by_next_commit_tv1(tmp_path):
     s.end(True)
     (f,) = by_rule(txn(run(tmp_path, s)), "late-transactional-write")
     assert (f["partition"], f["first_offset"]) == (0, 2) and "COMMIT" in f["message"]
+
+
+@pytest.mark.parametrize("late", [True, False])
+def test_late_write_ended_by_a_later_transaction_past_one_on_another_partition_tv1(tmp_path, late):
+    """Version 0/1 (KAFKA-17754's shape): the late Produce on orders-0 after its transaction's
+    ABORT; the producer's next transaction writes only orders-1; the one after registers
+    orders-0 and its COMMIT ends the late data: still late (the transaction between never
+    registered orders-0). Without the late Produce: nothing."""
+    s = Story(1)
+    s.send(0, 0)
+    s.end(False)
+    if late:
+        s.send(0, 2, register=False)
+    s.open = []
+    s.send(1, 0)
+    s.end(True)
+    s.send(0, 3 if late else 2)
+    s.end(True)
+    fs = by_rule(txn(run(tmp_path, s)), "late-transactional-write")
+    assert [(f["partition"], f["first_offset"]) for f in fs] == ([(0, 2)] if late else [])
 
 
 def test_late_write_of_an_older_epoch_tv2(tmp_path):
