@@ -45,8 +45,10 @@ browser:
 	@command -v chromium >/dev/null || ./.ci/install-chromium || \
 	  echo "chromium not installed: the browser test will skip (and fail under CI)"
 
+# Two test processes (pytest-xdist), each file kept in one of them (its module fixtures built
+# once); the slowest files are handed out first (tests/conftest.py) so both end together.
 test: compile browser
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 bench: compile
 	$(PY) benchmarks/bench_segments.py

@@ -33,3 +33,16 @@ def txn_path(request, monkeypatch):
 
     monkeypatch.setattr(txn_rows, "FAST_PATH", request.param == "fast")
     return request.param
+
+
+# `make test` runs two processes, each taking whole files in collection order: the slowest files
+# (a Spark cluster, tshark over the corpus, the Spark engine) go first so that neither process
+# is left alone with one of them at the end. Files keep their own order; alone, nothing changes.
+SLOW_FIRST = ("tests/engine/test_cluster.py", "tests/corpus/test_wireshark_agree.py",
+              "tests/engine/test_spark_parity.py", "tests/engine/test_spark_memory.py",
+              "tests/audit/disk/test_disk_txn_runs.py", "tests/engine/test_cli_engine.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {path: i for i, path in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
