@@ -372,8 +372,6 @@ def list_transactions(
     one transaction seen on the wire and in the log is one row (`wire` holds the capture's view);
     --transactional-id follows the id across its producer ids. A selection that matches no
     transaction says so and exits 3."""
-    import json
-
     from kaudit.audit.txn.txn_view import merge_rows
     from kaudit.engine.local import list_transactions as list_transactions_of
     from kaudit.engine.local import wire_transactions
@@ -417,15 +415,23 @@ def list_transactions(
         err(f"[red]error:[/red] no transaction matches the selection ({sel.text()}): the input holds "
             f"{len(every)} transaction(s)" + (f" of transactional ids {', '.join(known[:12])}" if known else ""))
         raise typer.Exit(EXIT_UNREADABLE)
-    if format == "json":
-        typer.echo(json.dumps(out, indent=1))
-    elif format == "ndjson":
-        for t in out:
-            typer.echo(json.dumps(t))
-    else:
+    if format == "table":
         from kaudit.report.transactions import write_transactions_table
 
         write_transactions_table(out)
+    else:
+        _echo_rows(out, format)
+
+
+def _echo_rows(rows: list[dict], format: str) -> None:
+    """A listing's rows to stdout: one JSON array, or one JSON object a line (ndjson)."""
+    import json
+
+    if format == "json":
+        typer.echo(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            typer.echo(json.dumps(r))
 
 
 @app.command("consumers")
@@ -442,8 +448,6 @@ def list_consumers(
     and its membership with times (joins, assignments, rebalances, and why it left). Consumers
     with no group member in the capture are listed under "(no group)". A --group that matches
     nothing says so and exits 3."""
-    import json
-
     from kaudit.report.consumers import describe, select_groups, write_consumers_table
     from kaudit.sources.consumers_input import capture_timelines
 
@@ -462,13 +466,10 @@ def list_consumers(
         raise typer.Exit(EXIT_UNREADABLE)
     if not out:
         err("no consumer group and no consumer Fetch in the input")
-    if format == "json":
-        typer.echo(json.dumps(out, indent=1))
-    elif format == "ndjson":
-        for r in out:
-            typer.echo(json.dumps(r))
-    else:
+    if format == "table":
         write_consumers_table(out)
+    else:
+        _echo_rows(out, format)
 
 
 @app.command("rules")

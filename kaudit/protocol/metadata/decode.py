@@ -170,36 +170,35 @@ def _value(f: Field, buf, off: int, end: int, version: int, flexible: bool, unkn
     return _scalar(t, f, buf, off, end, flexible, nullable)
 
 
+def _sized(kind: str, f: Field, buf, off: int, end: int, flexible: bool, nullable: bool, read_fixed):
+    """A length-prefixed value's raw bytes (None for a null): a compact length (n + 1) in flexible
+    versions, else `read_fixed`'s; a length past `end` is a cut record, never an allocation."""
+    if flexible:
+        n, off = read_uvarint(buf, off)
+        n -= 1
+    else:
+        n, off = read_fixed(buf, off)
+    if n < 0:
+        if n == -1 and nullable:
+            return None, off
+        raise DecodeError(f"{f.name}: {kind} length {n}", off)
+    if off + n > end:
+        raise Truncated(f"{f.name}: " + (f"string of {n} bytes cut" if kind == "string" else f"{n} bytes cut"), off, n)
+    return read_raw(buf, off, n, f.name)
+
+
 def _scalar(t: str, f: Field, buf, off: int, end: int, flexible: bool, nullable: bool):
     if t == "bytes":
-        n, off = read_uvarint(buf, off) if flexible else read_int32(buf, off)
-        if flexible:
-            n -= 1
-        if n < 0:
-            if n == -1 and nullable:
-                return None, off
-            raise DecodeError(f"{f.name}: bytes length {n}", off)
-        if off + n > end:
-            raise Truncated(f"{f.name}: {n} bytes cut", off, n)
-        raw, off = read_raw(buf, off, n, f.name)
-        return base64.b64encode(bytes(raw)).decode("ascii"), off
+        raw, off = _sized("bytes", f, buf, off, end, flexible, nullable, read_int32)
+        return (None if raw is None else base64.b64encode(bytes(raw)).decode("ascii")), off
     if t == "string":
-        if flexible:
-            n, off = read_uvarint(buf, off)
-            n -= 1
-        else:
-            n, off = read_int16(buf, off)
-        if n < 0:
-            if n == -1 and nullable:
-                return None, off
-            raise DecodeError(f"{f.name}: string length {n}", off)
-        if off + n > end:
-            raise Truncated(f"{f.name}: string of {n} bytes cut", off, n)
-        raw, off = read_raw(buf, off, n, f.name)
+        raw, off = _sized("string", f, buf, off, end, flexible, nullable, read_int16)
+        if raw is None:
+            return None, off
         try:
             return bytes(raw).decode("utf-8"), off
         except UnicodeDecodeError as e:
-            raise DecodeError(f"{f.name}: invalid UTF-8 ({e.reason})", off - n) from None
+            raise DecodeError(f"{f.name}: invalid UTF-8 ({e.reason})", off - len(raw)) from None
     reader, size = _FIXED.get(t, (None, None))
     if size is None:
         raise DecodeError(f"{f.name}: type {t} unknown to the decoder", off)
