@@ -50,16 +50,18 @@ def test_unanswered_resolved_once_twice_never():
     assert run([wire(0, err=None)], [], ranges={}) == []
 
 
-def test_acknowledged_missing_is_outcome_mismatch():
+def test_acknowledged_missing_is_acknowledged_write_lost():
+    """acks=all, no transaction: the leader answered once the high watermark passed it (critical)."""
     fs = run([wire(0, offset=5)], [])
-    assert brief(fs) == [("outcome-mismatch", "error", None)]
+    assert brief(fs) == [("acknowledged-write-lost", "critical", None)]
     assert fs[0]["first_offset"] == 5 and "acknowledged at offset 5" in fs[0]["message"]
     # stored (on any replica): agreement
     assert run([wire(0, offset=5)], [disk(0, 5, replica="2")], ranges={("1", T, P): [0, 9], ("2", T, P): [0, 9]}) == []
     # the log starts after the acknowledged offset (retention): not covered, no finding
     assert run([wire(0, offset=5)], [], ranges={("1", T, P): [50, 100]}) == []
-    # acks=1: a warning
-    assert brief(run([wire(0, offset=5, acks=1)], [])) == [("outcome-mismatch", "warning", None)]
+    # acks=1: a warning; a transaction's acks=all write whose commit the capture did not see: error
+    assert brief(run([wire(0, offset=5, acks=1)], [])) == [("acknowledged-write-lost", "warning", None)]
+    assert brief(run([wire(0, offset=5, txn=True)], [])) == [("acknowledged-write-lost", "error", None)]
 
 
 def test_refused_but_stored_is_outcome_mismatch():
@@ -103,8 +105,8 @@ def test_crafted_capture_and_logdir(tmp_path):
     root = b.write()
     r = audit_both([str(pcap)], [str(root)], PcapOptions())
     assert not r.errors
-    joined = [f for f in r.findings if f["rule"] in ("produce-outcome", "outcome-mismatch")]
-    assert brief(joined) == [("outcome-mismatch", "error", None), ("produce-outcome", "info", "stored once")]
+    joined = [f for f in r.findings if f["rule"] in ("produce-outcome", "outcome-mismatch", "acknowledged-write-lost")]
+    assert brief(joined) == [("acknowledged-write-lost", "critical", None), ("produce-outcome", "info", "stored once")]
     assert set(r.coverage) == {"wire", "disk", "join"}
 
 

@@ -8,13 +8,16 @@ partitions' batches and .txnindex entries, and each partition's offset range per
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kaudit.audit.joint import acked_loss as AL
 from kaudit.audit.joint import join as J
 from kaudit.audit.joint import reader_join as RJ
 from kaudit.audit.wire import wire_readers as WR
-from kaudit.audit.folds import Fold, Tap, constant
+from kaudit.audit.folds import Fold, Tap, constant, np_col, np_mask
+from kaudit.audit.producers.acked_writes import acked_batches
 
 
 def _produce_where(t: pa.Table):
@@ -59,6 +62,9 @@ class DiskTap(Tap):
         self.pids, self.txn_pids, self.crcs, self.offsets, self.reader_pids = (
             pa.array(sets.get(k, []), pa.int64()) for k in ("pids", "txn_pids", "crcs", "offsets", "reader_pids"))
         self.reader_tps = {tuple(x) for x in sets.get("reader_tps", [])}
+        # (topic, partition) -> (starts, ends): the acknowledged offsets, merged and sorted
+        self.acked = {(t, p): (np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64))
+                      for t, p, lo, hi in sets.get("acked", [])}
         self.ranges: dict = {}
         self.cleaned: dict = {}   # (replica, topic, partition) -> cleaner-offset-checkpoint offset
 
@@ -88,6 +94,7 @@ class DiskTap(Tap):
             "crcs": sorted({r["crc"] for r in anon if r["crc"] is not None}),
             "offsets": sorted({r["response_base_offset"] for r in anon
                                if r["response_base_offset"] is not None and r["response_base_offset"] >= 0}),
+            "acked": acked_ranges(produce),
         }
 
     def __call__(self, kind: str, t: pa.Table) -> None:
@@ -123,6 +130,8 @@ class DiskTap(Tap):
                                     pc.is_in(t.column("base_offset"), value_set=self.offsets)))
         if self.reader_tps:
             self._readers(t, pid, control)
+        if self.acked:
+            self._at_acked(t)
         keep = pc.fill_null(pc.or_(pc.or_(data, marker), anon), False)
         t = t.filter(keep)
         if t.num_rows:
@@ -136,6 +145,53 @@ class DiskTap(Tap):
             t = _of_partitions(t, self.reader_tps)
             if t is not None:
                 self.out.append(("reader", t.select(list(RJ.DISK_COLUMNS))))
+
+
+    def _at_acked(self, t: pa.Table) -> None:
+        """Every stored batch (any producer) overlapping an acknowledged offset range."""
+        ok_t, topic = constant(t.column("topic"))
+        ok_p, part = constant(t.column("partition"))
+        base, last = np_col(t, "base_offset", -1, np.int64), np_col(t, "last_offset", -1, np.int64)
+        if ok_t and ok_p:
+            iv = self.acked.get((topic, part))
+            if iv is None:
+                return
+            mask = _overlap(base, last, *iv)
+        else:
+            mask = np.zeros(t.num_rows, dtype=bool)
+            tps = list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist()))
+            for tp in set(tps):
+                iv = self.acked.get(tp)
+                if iv is not None:
+                    rows = np.array([i for i, x in enumerate(tps) if x == tp], dtype=np.int64)
+                    mask[rows] = _overlap(base[rows], last[rows], *iv)
+        if mask.any():
+            self.out.append(("acked", t.filter(np_mask(mask)).select(list(AL.AT_COLUMNS))))
+
+
+def _overlap(base: np.ndarray, last: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Rows [base, last] overlapping one of the disjoint sorted intervals [starts, ends]."""
+    i = np.searchsorted(starts, last, side="right") - 1
+    return (i >= 0) & (ends[np.maximum(i, 0)] >= base)
+
+
+def acked_ranges(produce: list[dict]) -> list:
+    """[(topic, partition, starts, ends)]: each partition's acknowledged offsets, merged."""
+    spans: dict = {}
+    for w in acked_batches(produce):
+        spans.setdefault((w.row["topic"], w.row["partition"]), []).append((w.lo, w.hi))
+    out = []
+    for (t, p), iv in spans.items():
+        iv.sort()
+        lo, hi = [iv[0][0]], [iv[0][1]]
+        for a, b in iv[1:]:
+            if a <= hi[-1] + 1:
+                hi[-1] = max(hi[-1], b)
+            else:
+                lo.append(a)
+                hi.append(b)
+        out.append((t, p, lo, hi))
+    return out
 
 
 def _of_partitions(t: pa.Table, tps: set) -> pa.Table | None:

@@ -76,7 +76,7 @@ def batch_of(r: dict, lo: int, content: int | None) -> Batch:
     span = r["last_offset"] - r["base_offset"] if r.get("last_offset") is not None and r.get("base_offset") is not None \
         else max((r.get("record_count") or 1) - 1, 0)
     pid = r.get("producer_id")
-    return Batch(lo, lo + max(span, 0), -1 if pid is None else pid, r.get("producer_epoch") or -1,
+    return Batch(lo, lo + max(span, 0), -1 if pid is None else pid, _or(r.get("producer_epoch"), -1),
                  -1 if r.get("base_sequence") is None else r["base_sequence"], r.get("record_count") or 0,
                  content, r.get("codec"), 2 if r.get("magic") is None else r["magic"], r)
 
@@ -94,6 +94,8 @@ def same_write(a: Batch, b: Batch, stored: bool = True) -> bool | None:
         return False
     if a.count != b.count:
         return None if stored and b.count < a.count else False
+    if a.row.get("crc") is not None and a.row.get("crc") == b.row.get("crc"):
+        return True    # the batch's bytes from attributes on: the very batch
     if (a.codec and b.codec and a.codec != b.codec) or None in (a.content, b.content):
         return None
     return a.content == b.content
@@ -151,6 +153,10 @@ def committed_state(acks, transactional: bool, seen: str | None) -> str:
     return f"acknowledged by the leader alone ({acks_words(acks)})"
 
 
+def _or(v, default):
+    return default if v is None else v
+
+
 def _ms(ts) -> int | None:
     return None if ts is None else int(ts * 1000)
 
@@ -162,11 +168,12 @@ def ms(ts) -> int | None:
 def acked_batches(rows: list[dict]) -> list[Batch]:
     """The acknowledged writes among Produce batch rows, at their absolute offsets: the k-th batch
     of one partition in one request starts where the previous ones' records end."""
-    rows = [r for r in rows if r.get("response_error") == 0 and (r.get("response_base_offset") or -1) >= 0
+    rows = [r for r in rows if r.get("response_error") == 0 and _or(r.get("response_base_offset"), -1) >= 0
             and not r.get("is_control")]
     out, nxt = [], {}
     for r, c in zip(rows, contents(rows)):
-        k = (r.get("source"), r.get("connection"), r.get("position"), r.get("topic"), r.get("partition"))
+        k = (r.get("source"), r.get("connection"), r.get("position"), r.get("correlation_id"), r.get("topic"),
+             r.get("partition"), r["response_base_offset"])
         lo = nxt.get(k, r["response_base_offset"])
         b = batch_of(r, lo, c)
         nxt[k] = b.hi + 1

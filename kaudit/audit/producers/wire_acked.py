@@ -222,7 +222,7 @@ def _note_read(w: A.Batch, r: dict, resp: dict | None, seen: dict) -> None:
         return
     at = iso_ms(A.ms(r.get("response_ts")))
     lso, hw = resp.get("last_stable_offset"), resp.get("high_watermark")
-    if resp.get("isolation_level") == "read_committed" and (resp.get("replica_id") or -1) < 0 and \
+    if resp.get("isolation_level") == "read_committed" and A._or(resp.get("replica_id"), -1) < 0 and \
             lso is not None and lso > w.hi:
         seen[id(w)] = f"committed: read by read_committed consumer {resp.get('client_id') or '?'} at {at}"
     elif hw is not None and hw > w.hi and not w.row.get("is_transactional"):

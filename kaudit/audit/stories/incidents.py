@@ -302,6 +302,35 @@ def _leadership(findings: list[dict], primary: list[int], uf) -> None:
             uf.union(head, i)
 
 
+# Acknowledged writes lost (wire and join) and the findings on the same partition's offsets that
+# tell how they were lost: one incident per loss.
+ACKED_LOSS_RULES = frozenset({"acknowledged-write-lost", "offset-acknowledged-twice", "acknowledged-records-replaced"})
+LOSS_CAUSE_RULES = frozenset({"unclean-leader-election", "unexplained-divergence", "missing-offsets",
+                              "missing-segments"})
+
+
+def _acked_losses(findings: list[dict], primary: list[int], uf) -> None:
+    """An acknowledged write lost joins every loss finding of its partition whose offsets overlap
+    its own (the unclean election that cost it, the segment that lost it, the wire's view)."""
+    by_tp: dict[tuple, list[int]] = defaultdict(list)
+    for i in primary:
+        f = findings[i]
+        if f["rule"] in ACKED_LOSS_RULES or f["rule"] in LOSS_CAUSE_RULES:
+            if f.get("first_offset") is not None:
+                by_tp[(f["topic"], f["partition"])].append(i)
+    for members in by_tp.values():
+        for i in members:
+            if findings[i]["rule"] not in ACKED_LOSS_RULES:
+                continue
+            a = findings[i]
+            a_hi = a["last_offset"] if a.get("last_offset") is not None else a["first_offset"]
+            for j in members:
+                b = findings[j]
+                b_hi = b["last_offset"] if b.get("last_offset") is not None else b["first_offset"]
+                if j != i and a["first_offset"] <= b_hi and b["first_offset"] <= a_hi:
+                    uf.union(i, j)
+
+
 def assign(findings: list[dict], cluster_of=None) -> list[dict]:
     """Sets every finding's `incident` (in place) and returns the findings. The findings that
     tell a story are linked first; a finding that only accompanies one (an error answer, a
@@ -338,6 +367,7 @@ def _assign(findings: list[dict], cluster: str) -> list[dict]:
     primary = [i for i in story if findings[i]["rule"] not in SECONDARY_RULES]
     first, spans = _link(findings, primary, uf, keys, tids)
     _leadership(findings, primary, uf)
+    _acked_losses(findings, primary, uf)
     sev = {}
     for i in primary:
         r = uf.find(i)

@@ -1,0 +1,267 @@
+"""`kaudit audit`: acknowledged writes against what every replica now stores at their offsets.
+
+For each write a Produce response acknowledged (acked_writes.py), each replica whose log covers
+its offset is looked at there: it holds the write (same producer id, epoch, sequence, or the same
+records), other records, or nothing (a hole, or a log that ends before it). The write is lost
+when no replica holds it, or when the replicas that hold it hold it in an earlier leader epoch
+than the other records a replica holds there (the partition's later leader wrote over it: a
+deposed leader's copy, truncated when it rejoins). Then the leadership and loss findings of the
+same partition (unclean-leader-election, unexplained-divergence, missing-offsets,
+missing-segments) are told which of their offsets were acknowledged to clients (`annotate`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from kaudit.audit.producers import acked_writes as A
+from kaudit.audit.registry import evidence, finding, rule
+from kaudit.timefmt import iso_ms
+
+# the stored batches at acknowledged offsets the engine keeps (join_rows.DiskTap "acked")
+AT_COLUMNS = tuple(dict.fromkeys(
+    ("source", "position", "replica", "topic", "partition", "base_offset", "last_offset", "producer_id",
+     "producer_epoch", "base_sequence", "last_sequence", "record_count", "crc", "is_control", "control_type",
+     "partition_leader_epoch", "is_transactional") + A.CONTENT_COLUMNS))
+ANNOTATED = ("unclean-leader-election", "unexplained-divergence", "missing-offsets", "missing-segments")
+
+
+@rule("acknowledged-write-lost", "error", "both",
+      "an acknowledged write whose offsets now hold other records, or nothing, in every replica",
+      "The write is lost unless a replica named in the finding still holds it (a deposed leader: "
+      "copy its partition dir before it rejoins and truncates). Find the cause in the same "
+      "incident (unclean-leader-election, missing-offsets, replica-divergence), keep "
+      "unclean.leader.election.enable=false and min.insync.replicas >= 2 with acks=all, and "
+      "replay the lost records from their source.")
+def acknowledged_write_lost(holders: dict, others: dict, absent: list, reached: dict) -> bool:
+    """Invariant: with acks=all an acknowledged offset holds that write forever in every in-sync
+    replica (Partition.appendRecordsToLeader waits for the ISR, min.insync.replicas), unless
+    retention, compaction or DeleteRecords removed it; replicas copy the leader's batches as
+    they are (UnifiedLog.appendAsFollower) and truncate only what lies above the high watermark
+    (KIP-101, KIP-279). So a replica whose log covers the acknowledged offset holds the same
+    batch there - same producer id, epoch and base sequence, or without idempotence the same
+    records. Flagged: no covering replica holds it (other records, or none, at its offsets),
+    or every replica that holds it holds it in an earlier leader epoch than another replica's
+    log reached at or before those offsets (the partition's later leader wrote over it or
+    truncated it: the holder truncates to that epoch's boundary when it follows again).
+    Severity: critical once the write reached a committed state (acks=all without a
+    transaction, a transaction the client was told committed), error for acks=all data of a
+    transaction whose outcome is unknown, warning for acks=1 (a leader change may lose it: the
+    producer's documented risk).
+    Benign causes: retention or compaction removed it (offsets below a replica's log start and
+    below its cleaner-offset-checkpoint are not judged); the log dirs given are not the cluster
+    the capture saw, or not its current replicas; the topic deleted and created again."""
+    if not holders:
+        return bool(others or absent)
+    return max(reached.values(), default=-1) > max(holders.values())
+
+
+def stored_rows(disk: list[dict], at_acked: list[dict]) -> dict:
+    """(topic, partition) -> replica -> stored batches (data and control) sorted by offset; a
+    row of `at_acked` (with record content) wins over the same batch in `disk`."""
+    seen, out = set(), defaultdict(lambda: defaultdict(list))
+    for rows in (at_acked, disk):
+        fresh = [r for r in rows if (r["replica"], r["source"], r["position"]) not in seen]
+        for r, c in zip(fresh, A.contents(fresh)):
+            seen.add((r["replica"], r["source"], r["position"]))
+            out[(r["topic"], r["partition"])][r["replica"]].append(A.batch_of(r, r["base_offset"], c))
+    for reps in out.values():
+        for v in reps.values():
+            v.sort(key=lambda b: b.lo)
+    return out
+
+
+def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: dict, cleaned: dict,
+          end_txn: list[dict], cov: dict) -> tuple[list[dict], list[dict]]:
+    """(findings, the verdict of every acknowledged write the logs cover)."""
+    acked = A.acked_batches(sorted(produce, key=lambda r: (r.get("response_ts") or 0, r["source"], r["position"])))
+    stored = stored_rows(disk, at_acked)
+    keys = {(d["topic"], d["partition"], d["producer_id"], d["producer_epoch"], d["base_sequence"])
+            for d in disk if d["producer_id"] is not None and d["producer_id"] >= 0 and not d["is_control"]}
+    commits = _commits(end_txn)
+    by_tp: dict = defaultdict(list)
+    for w in acked:
+        by_tp[(w.row["topic"], w.row["partition"])].append(w)
+    out, verdicts = [], []
+    for (topic, part), ws in sorted(by_tp.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
+        holders_rng = {rep: rng for (rep, t, p), rng in ranges.items() if t == topic and p == part}
+        judged = []
+        for w in ws:
+            v = _verdict(w, holders_rng, stored.get((topic, part), {}), cleaned, topic, part)
+            if v is None:
+                cov["acknowledged_not_covered"] = cov.get("acknowledged_not_covered", 0) + 1
+                continue
+            if v["lost"] is None:
+                continue
+            if v["lost"] and w.idempotent and not v["holders"] and \
+                    (topic, part, w.pid, w.epoch, w.seq) in keys:
+                v["lost"] = False   # stored, at another offset than acknowledged
+            v["committed"] = _committed(w, commits, v)
+            judged.append((w, v))
+            verdicts.append(dict(v, write=w))
+        for run in _runs(judged):
+            out.append(_finding(topic, part, run))
+    cov["acknowledged_lost"] = sum(1 for v in verdicts if v["lost"])
+    return out, verdicts
+
+
+def _verdict(w: A.Batch, rngs: dict, reps: dict, cleaned: dict, topic, part) -> dict | None:
+    covering = {rep: rng for rep, rng in rngs.items() if rng[0] <= w.lo}
+    if not covering or any(w.lo < cleaned.get((rep, topic, part), -1) for rep in covering):
+        return None    # below a log start (retention) or the cleaner's reach (compaction): not judged
+    holders, others, absent, unknown = {}, {}, [], False
+    other_rows = defaultdict(list)
+    for rep in sorted(covering, key=str):
+        at = [b for b in reps.get(rep, ()) if A.overlaps(w, b)]
+        if not at:
+            absent.append(rep)
+            continue
+        for b in at:
+            same = A.same_write(w, b) if not b.row.get("is_control") else False
+            epoch = _epoch(b)
+            if same is True:
+                holders[rep] = max(holders.get(rep, -1), epoch)
+            elif same is False:
+                others[rep] = max(others.get(rep, -1), epoch)
+                other_rows[rep].append(b)
+            else:
+                unknown = True
+    # the latest leader epoch each other replica's log reached at or before the write's offsets
+    reached = {rep: max((_epoch(b) for b in reps.get(rep, ()) if b.lo <= w.hi), default=-1)
+               for rep in covering if rep not in holders}
+    lost = None if unknown and not holders else acknowledged_write_lost(holders, others, absent, reached)
+    return {"lost": lost, "holders": holders, "reached": reached, "others": others, "absent": absent, "other_rows": other_rows,
+            "ranges": {rep: list(rng) for rep, rng in covering.items()}}
+
+
+def _epoch(b: A.Batch) -> int:
+    e = b.row.get("partition_leader_epoch")
+    return -1 if e is None else e
+
+
+def _commits(end_txn: list[dict]) -> dict:
+    """(producer id, epoch) -> [(time, result)] of the EndTxn calls answered without error."""
+    out = defaultdict(list)
+    for e in end_txn:
+        if e.get("error_codes") == "" and e.get("producer_id") is not None:
+            out[(e["producer_id"], e["producer_epoch"])].append((e.get("ts") or 0, e.get("result")))
+    for v in out.values():
+        v.sort()
+    return out
+
+
+def _committed(w: A.Batch, commits: dict, v: dict) -> str | None:
+    """Why the write reached a committed state, from the capture: its transaction's EndTxn."""
+    if not w.row.get("is_transactional"):
+        return None
+    sent = w.row.get("request_ts") or 0
+    end = next(((ts, res) for ts, res in commits.get((w.pid, w.epoch), ()) if ts > sent), None)
+    if end is not None and end[1] == "COMMIT":
+        return f"committed: the client was told its transaction committed (EndTxn) at {iso_ms(int(end[0] * 1000))}"
+    return None
+
+
+def _runs(judged: list) -> list[list]:
+    """Lost writes in offset order, cut where an acknowledged write that survived lies between."""
+    runs: list[list] = [[]]
+    for w, v in sorted(judged, key=lambda x: (x[0].lo, x[0].row.get("response_ts") or 0)):
+        if v["lost"]:
+            runs[-1].append((w, v))
+        elif runs[-1]:
+            runs.append([])
+    return [r for r in runs if r]
+
+
+def _finding(topic, part, run: list) -> dict:
+    ws = [w for w, _ in run]
+    lo, hi = min(w.lo for w in ws), max(w.hi for w in ws)
+    states = [A.committed_state(w.row.get("acks"), bool(w.row.get("is_transactional")), v["committed"]) for w, v in run]
+    sev = max((A.loss_severity(w.row.get("acks"), bool(w.row.get("is_transactional")), v["committed"] is not None)
+               for w, v in run), key=["warning", "error", "critical"].index)
+    holders = sorted({rep for _, v in run for rep in v["holders"]}, key=str)
+    others: dict = defaultdict(list)
+    for _, v in run:
+        for rep, bs in v["other_rows"].items():
+            others[rep].extend(bs)
+    absent = sorted({rep for _, v in run for rep in v["absent"]}, key=str)
+    n = f"{len(ws)} acknowledged writes" if len(ws) > 1 else "an acknowledged write"
+    parts = []
+    if others:
+        parts.append("; ".join(f"replica {rep} now holds other records there ({_others(bs)})"
+                               for rep, bs in sorted(others.items(), key=lambda kv: str(kv[0]))))
+    if absent:
+        parts.append(f"replica{'s' if len(absent) > 1 else ''} {', '.join(map(str, absent))} "
+                     f"hold{'s' if len(absent) == 1 else ''} nothing at {'those offsets' if len(ws) > 1 else 'its offsets'}")
+    if holders:
+        held = max(e for _, v in run for e in v["holders"].values())
+        reached = max((e for _, v in run for e in v["reached"].values()), default=-1)
+        parts.append(f"replica{'s' if len(holders) > 1 else ''} {', '.join(map(str, holders))} still "
+                     f"hold{'s' if len(holders) == 1 else ''} {'them' if len(ws) > 1 else 'it'} in leader epoch {held}, "
+                     f"older than the epoch {reached} the other replicas' logs reached there (a deposed leader's "
+                     "copy: truncated when it follows again)")
+    msg = (f"{topic}-{part}: {n} at offsets {lo}-{hi} {'are' if len(ws) > 1 else 'is'} lost: {A.ack_text(ws[0])}"
+           + (f" and {len(ws) - 1} more" if len(ws) > 1 else "") + "; " + "; ".join(parts) + f" ({states[0]})")
+    ev = [A.ack_evidence(w) for w in ws[:A.MAX_LISTED]]
+    for rep, bs in sorted(others.items(), key=lambda kv: str(kv[0])):
+        for b in bs[:A.MAX_LISTED]:
+            ev.append(evidence(b.row["source"], b.row["position"], "batch", f"replica {rep}: {b.who()} at {b.lo}-{b.hi}"))
+    pids = {w.pid for w in ws}
+    clients = {w.row.get("client_id") for w in ws}
+    return finding(
+        "acknowledged-write-lost", msg, severity=sev,
+        evidence=list({(e["source"], e["position"], e["kind"]): e for e in ev}.values()),
+        topic=topic, partition=part, topic_id=ws[0].row.get("topic_id"), first_offset=lo, last_offset=hi,
+        replica=",".join(map(str, holders)) or None, first_ts_ms=A.ms(ws[0].row.get("response_ts")),
+        producer_id=pids.pop() if len(pids) == 1 else None, client_id=clients.pop() if len(clients) == 1 else None,
+        details={"lost": [A.ack_detail(w, s) for w, s in zip(ws[:A.MAX_LISTED], states)], "lost_writes": len(ws),
+                 "still_on": holders, "other_records_on": sorted(map(str, others)), "nothing_on": absent,
+                 "log_ranges": {str(rep): rng for _, v in run for rep, rng in v["ranges"].items()}})
+
+
+def _others(bs: list[A.Batch]) -> str:
+    b = bs[0]
+    epoch = b.row.get("partition_leader_epoch")
+    text = ("a control batch" if b.row.get("is_control") else b.who()) + f" at {b.lo}-{b.hi}"
+    if epoch is not None and epoch >= 0:
+        text += f" of leader epoch {epoch}"
+    return text + (f", and {len(bs) - 1} more batches" if len(bs) > 1 else "")
+
+
+def annotate(findings: list[dict], verdicts: list[dict], produce: list[dict]) -> None:
+    """Tells each leadership or loss finding of a partition which of its offsets were
+    acknowledged to clients in the captures (and when, to which client, whether lost); in place."""
+    by_tp = defaultdict(list)
+    for v in verdicts:
+        w = v["write"]
+        by_tp[(w.row["topic"], w.row["partition"])].append(v)
+    produced = {(r.get("topic"), r.get("partition")) for r in produce if r.get("response_error") == 0}
+    for f in findings:
+        if f["rule"] not in ANNOTATED or f.get("first_offset") is None:
+            continue
+        tp = (f["topic"], f["partition"])
+        if tp not in produced:
+            continue   # the captures hold no acknowledged write of the partition: nothing to say
+        lo, hi = f["first_offset"], f["last_offset"] if f.get("last_offset") is not None else f["first_offset"]
+        hit = [v for v in by_tp.get(tp, ()) if v["write"].lo <= hi and lo <= v["write"].hi]
+        d = json.loads(f["details"]) if f.get("details") else {}
+        d["acknowledged"] = [dict(A.ack_detail(v["write"]), lost=bool(v["lost"]), still_on=sorted(map(str, v["holders"])))
+                             for v in hit[:A.MAX_LISTED]]
+        f["details"] = json.dumps(d, sort_keys=True, default=str)
+        f["message"] += _told(hit, lo, hi)
+
+
+def _told(hit: list[dict], lo: int, hi: int) -> str:
+    if not hit:
+        return (f". The captures acknowledged none of offsets {lo}-{hi} to a client (they may not hold "
+                "every producer's traffic)")
+    lost = [v for v in hit if v["lost"]]
+    w = (lost or hit)[0]["write"]
+    first, last = min(v["write"].lo for v in hit), max(v["write"].hi for v in hit)
+    text = (f". Acknowledged to clients: {len(hit)} write{'s' if len(hit) > 1 else ''} at offsets {first}-{last}, "
+            f"e.g. {A.ack_text(w)}")
+    if lost:
+        text += f"; {len(lost)} of them lost (acknowledged-write-lost)"
+    else:
+        text += "; every one still held by a replica at its offset"
+    return text
