@@ -461,3 +461,16 @@ def test_crafted_losses(spark, tmp_path, monkeypatch, fold_in_tasks):
     _segments([r.parent for r in roots])
     assert len([f for f in L.audit_segments([str(r.parent) for r in roots]).findings
                 if f["rule"] == "missing-offsets"]) == 3
+
+
+def test_acknowledged_writes_lost_to_an_unclean_election(spark, tmp_path):
+    """acknowledged-write-lost (the DiskTap's batches at acknowledged offsets, shipped from the
+    tasks) and the unclean election told which offsets were acknowledged: the same on Spark."""
+    from kaudit.engine.joint import audit_both
+    from tests.audit.test_acked_loss import _capture, _cluster
+
+    pcap = _capture(tmp_path, range(10))
+    logs = [str(r) for r in _cluster(tmp_path, election="unclean")]
+    got = audit_both([pcap], logs, PcapOptions(), spark_options=SPARK)
+    _same(got, audit_both([pcap], logs, PcapOptions()))
+    assert {f["rule"] for f in got.findings} >= {"acknowledged-write-lost", "unclean-leader-election"}

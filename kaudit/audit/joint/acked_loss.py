@@ -186,13 +186,7 @@ def _finding(topic, part, run: list) -> dict:
             others[rep].extend(bs)
     absent = sorted({rep for _, v in run for rep in v["absent"]}, key=str)
     n = f"{len(ws)} acknowledged writes" if len(ws) > 1 else "an acknowledged write"
-    parts = []
-    if others:
-        parts.append("; ".join(f"replica {rep} now holds other records there ({_others(bs)})"
-                               for rep, bs in sorted(others.items(), key=lambda kv: str(kv[0]))))
-    if absent:
-        parts.append(f"replica{'s' if len(absent) > 1 else ''} {', '.join(map(str, absent))} "
-                     f"hold{'s' if len(absent) == 1 else ''} nothing at {'those offsets' if len(ws) > 1 else 'its offsets'}")
+    parts = [_replica_text(rep, run, others.get(rep, ())) for rep in sorted(set(others) | set(absent), key=str)]
     if holders:
         held = max(e for _, v in run for e in v["holders"].values())
         reached = max((e for _, v in run for e in v["reached"].values()), default=-1)
@@ -219,10 +213,33 @@ def _finding(topic, part, run: list) -> dict:
                  "log_ranges": {str(rep): rng for _, v in run for rep, rng in v["ranges"].items()}})
 
 
+def _replica_text(rep, run: list, bs) -> str:
+    """What one replica holds at the lost writes' offsets: other records, and where nothing."""
+    out = []
+    if bs:
+        lo, hi = min(b.lo for b in bs), max(b.hi for b in bs)
+        out.append(f"other records at {lo}-{hi} ({_others(list(bs))})")
+    empty = [w for w, v in run if rep in v["absent"]]
+    if empty:
+        out.append(f"nothing at {_spans([(w.lo, w.hi) for w in empty])}")
+    return f"replica {rep} holds " + " and ".join(out)
+
+
+def _spans(iv: list) -> str:
+    iv = sorted(iv)
+    merged = [list(iv[0])]
+    for a, b in iv[1:]:
+        if a <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return ", ".join(f"{a}-{b}" for a, b in merged)
+
+
 def _others(bs: list[A.Batch]) -> str:
     b = bs[0]
     epoch = b.row.get("partition_leader_epoch")
-    text = ("a control batch" if b.row.get("is_control") else b.who()) + f" at {b.lo}-{b.hi}"
+    text = "a control batch" if b.row.get("is_control") else b.who()
     if epoch is not None and epoch >= 0:
         text += f" of leader epoch {epoch}"
     return text + (f", and {len(bs) - 1} more batches" if len(bs) > 1 else "")

@@ -147,7 +147,7 @@ def committed_state(acks, transactional: bool, seen: str | None) -> str:
     if seen:
         return seen
     if acks == -1 and not transactional:
-        return "committed: acknowledged with acks=all (the high watermark had passed it)"
+        return "committed: acknowledged with acks=all, so the high watermark had passed it"
     if acks == -1:
         return "acknowledged with acks=all, its transaction's outcome not seen"
     return f"acknowledged by the leader alone ({acks_words(acks)})"

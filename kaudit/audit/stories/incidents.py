@@ -63,7 +63,9 @@ CONSUMER_RULES = frozenset({"duplicate-batch", "duplicate-records", "hanging-tra
                             # what readers are given, and the replicas they read from (issue 20)
                             "aborted-read", "read-past-lso", "replica-divergence", "txnindex-mismatch",
                             "snapshot-mismatch", "missing-offsets", "write-after-epoch-end",
-                            "mixed-epoch-transaction"})
+                            "mixed-epoch-transaction",
+                            # acknowledged data the partition no longer holds (issue 30)
+                            "acknowledged-write-lost", "offset-acknowledged-twice", "acknowledged-records-replaced"})
 FENCED_CODES = frozenset({"47", "90"})
 
 
