@@ -93,6 +93,7 @@ def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: d
                 cov["acknowledged_not_covered"] = cov.get("acknowledged_not_covered", 0) + 1
                 continue
             if v["lost"] is None:
+                cov["acknowledged_not_comparable"] = cov.get("acknowledged_not_comparable", 0) + 1
                 continue
             if v["lost"] and w.idempotent and not v["holders"] and \
                     (topic, part, w.pid, w.epoch, w.seq) in keys:
@@ -103,6 +104,7 @@ def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: d
         for run in _runs(judged):
             out.append(_finding(topic, part, run))
     cov["acknowledged_lost"] = sum(1 for v in verdicts if v["lost"])
+    cov["acknowledged_held"] = sum(1 for v in verdicts if not v["lost"])
     return out, verdicts
 
 

@@ -166,8 +166,9 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
                 out.append(f)
                 cov["resolved"] += 1
     out.extend(_end_txn(inp, stored, cov))
-    lost, verdicts = acked_loss.judge(inp.produce, inp.disk, inp.at_acked, inp.ranges, inp.cleaned, inp.end_txn, {})
-    cov["acknowledged_lost"] = sum(1 for v in verdicts if v["lost"])
+    acov: dict = {}
+    lost, verdicts = acked_loss.judge(inp.produce, inp.disk, inp.at_acked, inp.ranges, inp.cleaned, inp.end_txn, acov)
+    cov.update({k: acov.get(k, 0) for k in ("acknowledged_lost", "acknowledged_held", "acknowledged_not_comparable")})
     out.extend(lost)
     inp.verdicts = verdicts
     return out, cov

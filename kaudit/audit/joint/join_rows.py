@@ -17,7 +17,7 @@ from kaudit.audit.joint import join as J
 from kaudit.audit.joint import reader_join as RJ
 from kaudit.audit.wire import wire_readers as WR
 from kaudit.audit.folds import Fold, Tap, constant, np_col, np_mask
-from kaudit.audit.producers.acked_writes import acked_batches
+from kaudit.audit.producers.acked_writes import acked_batches, merged, overlap_mask
 
 
 def _produce_where(t: pa.Table):
@@ -156,7 +156,7 @@ class DiskTap(Tap):
             iv = self.acked.get((topic, part))
             if iv is None:
                 return
-            mask = _overlap(base, last, *iv)
+            mask = overlap_mask(base, last, *iv)
         else:
             mask = np.zeros(t.num_rows, dtype=bool)
             tps = list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist()))
@@ -164,15 +164,9 @@ class DiskTap(Tap):
                 iv = self.acked.get(tp)
                 if iv is not None:
                     rows = np.array([i for i, x in enumerate(tps) if x == tp], dtype=np.int64)
-                    mask[rows] = _overlap(base[rows], last[rows], *iv)
+                    mask[rows] = overlap_mask(base[rows], last[rows], *iv)
         if mask.any():
             self.out.append(("acked", t.filter(np_mask(mask)).select(list(AL.AT_COLUMNS))))
-
-
-def _overlap(base: np.ndarray, last: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Rows [base, last] overlapping one of the disjoint sorted intervals [starts, ends]."""
-    i = np.searchsorted(starts, last, side="right") - 1
-    return (i >= 0) & (ends[np.maximum(i, 0)] >= base)
 
 
 def acked_ranges(produce: list[dict]) -> list:
@@ -180,18 +174,7 @@ def acked_ranges(produce: list[dict]) -> list:
     spans: dict = {}
     for w in acked_batches(produce):
         spans.setdefault((w.row["topic"], w.row["partition"]), []).append((w.lo, w.hi))
-    out = []
-    for (t, p), iv in spans.items():
-        iv.sort()
-        lo, hi = [iv[0][0]], [iv[0][1]]
-        for a, b in iv[1:]:
-            if a <= hi[-1] + 1:
-                hi[-1] = max(hi[-1], b)
-            else:
-                lo.append(a)
-                hi.append(b)
-        out.append((t, p, lo, hi))
-    return out
+    return [(t, p, *(x.tolist() for x in merged(iv))) for (t, p), iv in spans.items()]
 
 
 def _of_partitions(t: pa.Table, tps: set) -> pa.Table | None:

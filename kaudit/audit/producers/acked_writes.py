@@ -71,6 +71,42 @@ def contents(rows: list[dict]) -> list[int | None]:
     return out
 
 
+def table_contents(t: pa.Table) -> list[int | None]:
+    """records_crc of each row of a batch table (None where it lacks a CRC or size)."""
+    if not t.num_rows:
+        return []
+    ok = np.ones(t.num_rows, dtype=bool)
+    for c in ("crc", "batch_size", "magic", "attributes"):
+        if c not in t.column_names:
+            return [None] * t.num_rows
+        ok &= ~t.column(c).is_null().to_numpy(zero_copy_only=False)
+    out: list[int | None] = [None] * t.num_rows
+    if ok.any():
+        for i, v in zip(np.flatnonzero(ok).tolist(), records_crc(t, ok).tolist()):
+            out[i] = int(v)
+    return out
+
+
+def merged(spans) -> tuple[np.ndarray, np.ndarray]:
+    """Offset ranges [(lo, hi)] merged: (starts, ends), sorted and disjoint."""
+    lo, hi = [], []
+    for a, b in sorted(spans):
+        if lo and a <= hi[-1] + 1:
+            hi[-1] = max(hi[-1], b)
+        else:
+            lo.append(a)
+            hi.append(b)
+    return np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
+
+
+def overlap_mask(base: np.ndarray, last: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Rows [base, last] overlapping one of the disjoint sorted ranges [starts, ends]."""
+    if not starts.size:
+        return np.zeros(base.size, dtype=bool)
+    i = np.searchsorted(starts, last, side="right") - 1
+    return (i >= 0) & (ends[np.maximum(i, 0)] >= base)
+
+
 def batch_of(r: dict, lo: int, content: int | None) -> Batch:
     """The batch of row `r` placed at absolute offset `lo` (its own last offset delta kept)."""
     span = r["last_offset"] - r["base_offset"] if r.get("last_offset") is not None and r.get("base_offset") is not None \

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import bisect
 
+import numpy as np
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.consistency.log_chunks import TablesByKind
-from kaudit.audit.folds import Fold, KeyedState
+from kaudit.audit.folds import Fold, KeyedState, np_col, np_mask
 from kaudit.audit.producers import acked_writes as A
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.timefmt import iso_ms
@@ -89,13 +91,13 @@ class AckedPartition(TablesByKind):
         b = self.concat("batch")
         if b is None or self.topic is None:
             return []
-        rows = b.to_pylist()
-        produce = sorted((r for r in rows if r["source_kind"] == "produce"),
+        kind = b.column("source_kind")
+        produce = sorted(b.filter(pc.equal(kind, "produce")).to_pylist(),
                          key=lambda r: (r["response_ts"] or 0, r["source"], r["position"]))
         acked = A.acked_batches(produce)
         if not acked:
             return []
-        fetched = [r for r in rows if r["source_kind"] == "fetch"]
+        fetched = _near(b.filter(pc.equal(kind, "fetch")), acked)
         fp = self.concat("fetch_partition")
         responses = {} if fp is None else {(r["source"], r["connection"], r["position"]): r for r in fp.to_pylist()}
         lost: dict[int, list] = {}     # id(acked write) -> [(kind, replacing batch)]
@@ -169,6 +171,23 @@ def _replacer(x: A.Batch, kind: str) -> dict:
             "partition_leader_epoch": r.get("partition_leader_epoch")}
 
 
+def _near(t: pa.Table, acked: list[A.Batch]) -> list[dict]:
+    """The fetched batches overlapping an acknowledged write, and the COMMIT markers, as rows
+    with their record content (`content`): most of a capture's fetches are not compared."""
+
+    if not t.num_rows:
+        return []
+    starts, ends = A.merged([(w.lo, w.hi) for w in acked])
+    base = np_col(t, "base_offset", -1, np.int64)
+    last = np_col(t, "last_offset", -1, np.int64)
+    commit = pc.fill_null(pc.equal(t.column("control_type"), "COMMIT"), False).to_numpy(zero_copy_only=False)
+    t = t.filter(np_mask(A.overlap_mask(base, last, starts, ends) | commit))
+    rows = t.to_pylist()
+    for r, c in zip(rows, A.table_contents(t)):
+        r["content"] = c
+    return rows
+
+
 def _same_topic(a: A.Batch, b: A.Batch) -> bool:
     """Not two incarnations of a topic (deleted and created again): topic ids, where both have one."""
     x, y = a.row.get("topic_id"), b.row.get("topic_id")
@@ -197,8 +216,8 @@ def _refetched(acked: list[A.Batch], fetched: list[dict], responses: dict, lost:
     span = max((w.hi - w.lo for w in order), default=0)
     data = [r for r in fetched if not r.get("is_control")]
     markers = [r for r in fetched if r.get("is_control") and r.get("control_type") == "COMMIT"]
-    for r, c in zip(data, A.contents(data)):
-        x = A.batch_of(r, r["base_offset"], c)
+    for r in data:
+        x = A.batch_of(r, r["base_offset"], r.get("content"))
         i = bisect.bisect_left(los, x.lo - span)
         j = bisect.bisect_right(los, x.hi)
         for w in order[i:j]:
