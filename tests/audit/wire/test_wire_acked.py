@@ -17,12 +17,12 @@ P2 = dict(client=("10.0.0.5", 41002), server=("10.0.0.3", 9092))
 READER = dict(client=("10.0.0.6", 41003), server=("10.0.0.3", 9092))
 
 
-def at(base: int, pid: int, epoch: int, seq: int, n: int = 3, tag: str = "") -> bytes:
+def at(base: int, pid: int, epoch: int, seq: int, n: int = 3, tag: str = "", **kw) -> bytes:
     """wirecraft.batch's records (the same bytes a producer sent) stored at offset `base`."""
     recs = [{"key": f"k{i}".encode(), "value": f"v{tag}-{seq}-{i}".encode(), "timestamp_delta": i}
             for i in range(n)]
     return ke.encode_record_batch_v2(base, recs, producer_id=pid, producer_epoch=epoch if pid >= 0 else -1,
-                                     base_sequence=seq if pid >= 0 else -1, base_timestamp=TS)
+                                     base_sequence=seq if pid >= 0 else -1, base_timestamp=TS, **kw)
 
 
 def fetch(corr: int, records: bytes, *, hw: int, isolation: int = 1, fetch_offset: int = 0):
@@ -105,3 +105,12 @@ def test_non_idempotent_other_records_in_a_fetch(tmp_path):
     acked = Conn(send(1, wc.batch(-1, -1, 0), offset=5, acks=1), **P1)
     other = Conn(fetch(1, at(5, -1, -1, 0, tag="z"), hw=8, fetch_offset=5), **READER)
     assert _brief(run(tmp_path, [acked, other])) == [("acknowledged-records-replaced", "warning", 5, 7)]
+
+
+def test_broker_rewritten_header_or_codec_is_not_other_records(tmp_path):
+    """Non-idempotent: the broker stamps LogAppendTime into the header (same records, another CRC:
+    the records' own checksum decides), or recompresses to the topic's codec (not comparable)."""
+    acked = Conn(send(1, wc.batch(-1, -1, 0), offset=5) + send(2, wc.batch(-1, -1, 3), offset=8), **P1)
+    reader = Conn(fetch(1, at(5, -1, -1, 0, timestamp_type="log_append", max_timestamp=TS + 5000)
+                        + at(8, -1, -1, 3, tag="recompressed", codec="gzip"), hw=11, fetch_offset=5), **READER)
+    assert run(tmp_path, [acked, reader]) == []
