@@ -22,13 +22,13 @@ LOSS = ("acknowledged-write-lost", "unclean-leader-election", "missing-offsets",
         "offset-acknowledged-twice", "acknowledged-records-replaced", "outcome-mismatch")
 
 
-def _cluster(tmp_path, *, election: str, old_hw: int = 10):
+def _cluster(tmp_path, *, election: str, old_hw: int = 10, metadata_on=(1,)):
     """orders-0: broker 1 led epoch 0 and holds producer 7's one-record batches at 0-9; brokers 2
     and 3 hold 0-4 of them, then broker 2 led epoch 1 and wrote producer 9's batches at 5-7.
     `election`: "unclean" (broker 2 outside the ISR, RECOVERING) or "clean" (2 back in the ISR
     first: broker 1's 5-9 were above the high watermark)."""
     def build(ld, node):
-        if node == 1:
+        if node in metadata_on:
             md = MetadataLog(ld)
             md.feature("metadata.version", 7)
             md.topic("orders", TID, {0: [1, 2, 3]})
@@ -127,11 +127,17 @@ def test_clean_election_losing_an_acks1_tail(tmp_path):
 def test_acknowledged_offsets_holding_other_records_in_every_replica(tmp_path):
     """Without the deposed leader's log dir: the acknowledged batches at 5-7 are other records on
     both replicas given, 8-9 are past their logs - every acknowledged write from 5 on is lost."""
-    roots = _cluster(tmp_path, election="unclean")
+    roots = _cluster(tmp_path, election="unclean", metadata_on=(1, 2, 3))
     fs = _audit(_capture(tmp_path, range(10)), roots[1:]).findings
-    assert _brief(fs) == [("acknowledged-write-lost", "critical", 5, 9, None)]
+    assert _brief(fs) == [("acknowledged-write-lost", "critical", 5, 9, None),
+                          ("unclean-leader-election", "critical", None, None, None)]
+    lost = next(f for f in fs if f["rule"] == "acknowledged-write-lost")
     assert ("replica 2 holds other records at 5-7 (producer 9 epoch 0 sequences 0-0 of leader epoch 1, and 2 "
-            "more batches) and nothing at 8-9") in fs[0]["message"]
+            "more batches) and nothing at 8-9") in lost["message"]
+    # the election, whose lost records no replica given still holds, still names what it cost
+    unclean = next(f for f in fs if f["rule"] == "unclean-leader-election")
+    assert [a["offsets"][0] for a in _details(unclean)["acknowledged"]] == [5, 6, 7, 8, 9]
+    assert lost["incident"] == unclean["incident"]
 
 
 def test_missing_offsets_say_whether_they_held_acknowledged_writes(tmp_path):

@@ -16,7 +16,7 @@ import json
 from collections import defaultdict
 
 from kaudit.audit.producers import acked_writes as A
-from kaudit.audit.registry import evidence, finding, rule
+from kaudit.audit.registry import SEVERITY_RANK, evidence, finding, rule
 from kaudit.timefmt import iso_ms
 
 # the stored batches at acknowledged offsets the engine keeps (join_rows.DiskTap "acked")
@@ -247,6 +247,22 @@ def _others(bs: list[A.Batch]) -> str:
     return text + (f", and {len(bs) - 1} more batches" if len(bs) > 1 else "")
 
 
+OPEN_END = 2**63 - 1
+
+
+def loss_span(f: dict) -> tuple[int, int] | None:
+    """The offsets a leadership or loss finding says were lost: its own range, or for an unclean
+    election whose lost records no replica of the inputs still holds, everything from the new
+    leader's start offset on."""
+    if f.get("first_offset") is not None:
+        return f["first_offset"], f["last_offset"] if f.get("last_offset") is not None else f["first_offset"]
+    if f["rule"] == "unclean-leader-election":
+        start = (json.loads(f["details"]) if f.get("details") else {}).get("new_leader_start_offset")
+        if start is not None:
+            return start, OPEN_END
+    return None
+
+
 def annotate(findings: list[dict], verdicts: list[dict], produce: list[dict]) -> None:
     """Tells each leadership or loss finding of a partition which of its offsets were
     acknowledged to clients in the captures (and when, to which client, whether lost); in place."""
@@ -256,23 +272,31 @@ def annotate(findings: list[dict], verdicts: list[dict], produce: list[dict]) ->
         by_tp[(w.row["topic"], w.row["partition"])].append(v)
     produced = {(r.get("topic"), r.get("partition")) for r in produce if r.get("response_error") == 0}
     for f in findings:
-        if f["rule"] not in ANNOTATED or f.get("first_offset") is None:
-            continue
+        span = loss_span(f) if f["rule"] in ANNOTATED else None
         tp = (f["topic"], f["partition"])
-        if tp not in produced:
+        if span is None or tp not in produced:
             continue   # the captures hold no acknowledged write of the partition: nothing to say
-        lo, hi = f["first_offset"], f["last_offset"] if f.get("last_offset") is not None else f["first_offset"]
+        lo, hi = span
         hit = [v for v in by_tp.get(tp, ()) if v["write"].lo <= hi and lo <= v["write"].hi]
+        if hi == OPEN_END:
+            hit = [v for v in hit if v["lost"]]   # past the new leader's start: its own writes are held
         d = json.loads(f["details"]) if f.get("details") else {}
         d["acknowledged"] = [dict(A.ack_detail(v["write"]), lost=bool(v["lost"]), still_on=sorted(map(str, v["holders"])))
                              for v in hit[:A.MAX_LISTED]]
         f["details"] = json.dumps(d, sort_keys=True, default=str)
         f["message"] += _told(hit, lo, hi)
+        if f["rule"] == "unclean-leader-election":
+            # the capture proves what the logs alone could not count: the election cost these writes
+            sev = [A.loss_severity(v["write"].row.get("acks"), bool(v["write"].row.get("is_transactional")),
+                                   v.get("committed") is not None) for v in hit if v["lost"]]
+            worst = max(sev + [f["severity"]], key=SEVERITY_RANK.get)
+            f["severity"] = worst
 
 
 def _told(hit: list[dict], lo: int, hi: int) -> str:
+    where = f"offsets {lo}-{hi}" if hi != OPEN_END else f"the offsets from {lo} on that the new leader lacks"
     if not hit:
-        return (f". The captures acknowledged none of offsets {lo}-{hi} to a client (they may not hold "
+        return (f". The captures acknowledged none of {where} to a client (they may not hold "
                 "every producer's traffic)")
     lost = [v for v in hit if v["lost"]]
     w = (lost or hit)[0]["write"]

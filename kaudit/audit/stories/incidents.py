@@ -314,22 +314,21 @@ LOSS_CAUSE_RULES = frozenset({"unclean-leader-election", "unexplained-divergence
 def _acked_losses(findings: list[dict], primary: list[int], uf) -> None:
     """An acknowledged write lost joins every loss finding of its partition whose offsets overlap
     its own (the unclean election that cost it, the segment that lost it, the wire's view)."""
-    by_tp: dict[tuple, list[int]] = defaultdict(list)
+    from kaudit.audit.joint.acked_loss import loss_span
+
+    by_tp: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
     for i in primary:
         f = findings[i]
         if f["rule"] in ACKED_LOSS_RULES or f["rule"] in LOSS_CAUSE_RULES:
-            if f.get("first_offset") is not None:
-                by_tp[(f["topic"], f["partition"])].append(i)
+            span = loss_span(f)
+            if span is not None:
+                by_tp[(f["topic"], f["partition"])].append((i, *span))
     for members in by_tp.values():
-        for i in members:
+        for i, lo, hi in members:
             if findings[i]["rule"] not in ACKED_LOSS_RULES:
                 continue
-            a = findings[i]
-            a_hi = a["last_offset"] if a.get("last_offset") is not None else a["first_offset"]
-            for j in members:
-                b = findings[j]
-                b_hi = b["last_offset"] if b.get("last_offset") is not None else b["first_offset"]
-                if j != i and a["first_offset"] <= b_hi and b["first_offset"] <= a_hi:
+            for j, lo2, hi2 in members:
+                if j != i and lo <= hi2 and lo2 <= hi:
                     uf.union(i, j)
 
 
