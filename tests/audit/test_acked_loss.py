@@ -8,9 +8,13 @@ from __future__ import annotations
 import json
 import os
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fixtures.builder import LogDirBuilder
 from fixtures.builder.metadata import MetadataLog
 from fixtures.builder.replicas import write_replicas
+from kaudit.audit.joint.join import JoinInput, join
 from kaudit.engine.joint import audit_both
 from kaudit.sources.pcap import PcapOptions
 from tests.audit.wire import wirecraft as wc
@@ -161,3 +165,51 @@ def test_missing_offsets_say_whether_they_held_acknowledged_writes(tmp_path):
     fs = _audit(_capture(tmp_path, range(6), name="d.pcap"), [root]).findings
     assert _brief(fs) == [("missing-offsets", "error", 6, 11, "1")]
     assert "The captures acknowledged none of offsets 6-11" in fs[0]["message"]
+
+
+# ---- generated: a log rewritten from a write on, in every combination of replicas given --------
+
+
+def _row(lo, n, pid, seq, crc, replica, epoch, **kw):
+    return dict({"source": f"n{replica}/orders-0/0.log", "position": lo * 100 + epoch, "replica": replica,
+                 "topic": "orders", "partition": 0, "base_offset": lo, "last_offset": lo + n - 1, "producer_id": pid,
+                 "producer_epoch": 0 if pid >= 0 else -1, "base_sequence": seq, "last_sequence": seq + n - 1,
+                 "record_count": n, "crc": crc, "is_control": False, "control_type": None,
+                 "partition_leader_epoch": epoch}, **kw)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.booleans()), min_size=1, max_size=6), st.data())
+def test_lost_exactly_from_the_rewrite_on(writes, data):
+    """Writes acknowledged at consecutive offsets; replica 1 (epoch 0) keeps them all, replica 2
+    keeps the first `cut` and then holds other records of epoch 1 (or nothing) from there. Lost:
+    exactly the writes from `cut` on - with replica 1 given too, only when replica 2 wrote over
+    them in a later epoch (else it is a follower behind); none with replica 1 alone."""
+    cut = data.draw(st.integers(0, len(writes)))
+    other_len = data.draw(st.integers(0, 4))
+    produce, old, new, lo = [], [], [], 0
+    for i, (n, idem) in enumerate(writes):
+        pid, seq = (7, lo) if idem else (-1, -1)
+        produce.append(dict(_row(lo, n, pid, seq, 1000 + i, None, 0), position=i, connection="c", correlation_id=i,
+                            request_ts=float(i), response_ts=i + 0.5, acks=-1, is_transactional=False,
+                            transactional_id=None, response_error=0, response_base_offset=lo, client_id="app",
+                            base_offset=0, last_offset=n - 1, topic_id=None))
+        old.append(_row(lo, n, pid, seq, 1000 + i, "1", 0))
+        if i < cut:
+            new.append(_row(lo, n, pid, seq, 1000 + i, "2", 0))
+        lo += n
+    start = sum(n for n, _ in writes[:cut])
+    if other_len:
+        new.append(_row(start, other_len, 9, 0, 5, "2", 1))
+    expect = set(range(start, lo)) if cut < len(writes) else set()
+    for given_reps, want in ((("1", "2"), expect if other_len else set()), (("2",), expect if new else set()),
+                             (("1",), set())):
+        rows = [r for r in old + new if r["replica"] in given_reps]
+        ranges = {}
+        for r in rows:
+            rng = ranges.setdefault((r["replica"], "orders", 0), [r["base_offset"], r["last_offset"]])
+            rng[0], rng[1] = min(rng[0], r["base_offset"]), max(rng[1], r["last_offset"])
+        fs = join(JoinInput(produce=produce, disk=rows, at_acked=rows, ranges=ranges))[0]
+        got = {o for f in fs if f["rule"] == "acknowledged-write-lost"
+               for d in json.loads(f["details"])["lost"] for o in range(d["offsets"][0], d["offsets"][1] + 1)}
+        assert got == want, (given_reps, cut, writes, other_len)

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.consistency.log_chunks import TablesByKind
-from kaudit.audit.folds import Fold, KeyedState, np_col, np_mask
+from kaudit.audit.folds import Fold, KeyedState, Settler, np_col, np_mask
 from kaudit.audit.producers import acked_writes as A
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.timefmt import iso_ms
@@ -31,7 +31,7 @@ BATCH_COLUMNS = tuple(dict.fromkeys(
      "control_type", "crc_ok", "last_sequence", "partition_leader_epoch", "response_error", "response_base_offset")
     + A.CONTENT_COLUMNS))
 FETCH_COLUMNS = ("source", "connection", "position", "response_ts", "topic", "partition", "isolation_level",
-                 "replica_id", "error_code", "high_watermark", "last_stable_offset", "client_id")
+                 "replica_id", "error_code", "fetch_offset", "high_watermark", "last_stable_offset", "client_id")
 REMEDIATION = ("Records acknowledged to the client are not what the partition now holds at their offsets: "
                "they are lost unless a deposed leader's log dir still holds them (copy its partition dir "
                "before it rejoins and truncates). Check the leadership history (`kaudit audit` with the "
@@ -274,7 +274,67 @@ def _runs(acked: list[A.Batch], lost: dict) -> list[list[A.Batch]]:
     return [r for r in runs if r]
 
 
+class AckedSettle(Settler):
+    """A live capture keeps, of this fold's selection, the acknowledged writes and only the Fetch
+    rows that can meet one: a fetched batch is compared with the writes acknowledged before it
+    was requested, which the stream has already delivered, so one overlapping none of them (and
+    not a COMMIT marker) never matters. Compacted every COMPACT_ROWS new rows; same findings."""
+
+    COMPACT_ROWS = 4096
+
+    def __init__(self, fold):
+        self.fold = fold
+        self.spans: dict = {}     # partition -> [(lo, hi)] acknowledged (any topic: names may come later)
+        self.done = 0
+        self.dropped = 0
+
+    def note(self, kind: str, table: pa.Table) -> None:
+        if kind != "batch" or not table.num_rows:
+            return
+        t = table.filter(pc.equal(table.column("source_kind"), "produce"))
+        for w in A.acked_batches(t.to_pylist()) if t.num_rows else ():
+            self.spans.setdefault(w.row["partition"], []).append((w.lo, w.hi))
+
+    def settle(self, items: list, now: float) -> list:
+        new = items[self.done:]
+        if sum(t.num_rows for _, t in new) < self.COMPACT_ROWS:
+            return []
+        ranges = {p: A.merged(v) for p, v in self.spans.items()}
+        kept = []
+        for kind, t in new:
+            k = _keep(kind, t, ranges)
+            self.dropped += t.num_rows - k.num_rows
+            if k.num_rows:
+                kept.append((kind, k))
+        items[self.done:] = kept
+        self.done = len(items)
+        return []
+
+    def counters(self) -> dict:
+        return {"acked_rows_dropped": self.dropped}
+
+
+def _keep(kind: str, t: pa.Table, ranges: dict) -> pa.Table:
+    """The rows of a chunk that can still meet an acknowledged write (AckedSettle)."""
+    parts = np_col(t, "partition", -1, np.int64)
+    if kind == "batch":
+        lo, hi = np_col(t, "base_offset", -1, np.int64), np_col(t, "last_offset", -1, np.int64)
+        keep = pc.equal(t.column("source_kind"), "produce").to_numpy(zero_copy_only=False)
+        keep = keep | pc.fill_null(pc.equal(t.column("control_type"), "COMMIT"), False).to_numpy(zero_copy_only=False)
+    else:
+        lo = np_col(t, "fetch_offset", -1, np.int64) if "fetch_offset" in t.column_names else np.zeros(t.num_rows, np.int64)
+        hi = np_col(t, "high_watermark", -1, np.int64) - 1
+        keep = np.zeros(t.num_rows, dtype=bool)
+    for p in np.unique(parts).tolist():
+        iv = ranges.get(p)
+        if iv is not None:
+            rows = parts == p
+            keep[rows] |= A.overlap_mask(lo[rows], hi[rows], *iv)
+    return t if keep.all() else t.filter(np_mask(keep))
+
+
 FOLD = Fold("wire-acked", {"batch": BATCH_COLUMNS, "fetch_partition": FETCH_COLUMNS}, KEY, ORDER,
             lambda ctx: KeyedState(KEY, AckedPartition),
             where={"batch": _batch_where,
-                   "fetch_partition": lambda t: pc.fill_null(pc.equal(t.column("error_code"), 0), False)})
+                   "fetch_partition": lambda t: pc.fill_null(pc.equal(t.column("error_code"), 0), False)},
+            live=AckedSettle)
