@@ -68,7 +68,8 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
     disk = engine.audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
                                  max_batch_bytes=max_batch_bytes, tap=disk_tap, **disk_kw)
     inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.of(END_TXN_TAP.name)), disk=_rows(disk_tap.of("rows")),
-                      ranges=disk_tap.ranges, cleaned=disk_tap.cleaned, at_acked=_rows(disk_tap.of("acked")))
+                      ranges=disk_tap.ranges, cleaned=disk_tap.cleaned, at_acked=_rows(disk_tap.of("acked")),
+                      epoch_starts=disk_tap.epoch_starts)
     joined, jcov = J.join(inp)
     # the partition's leadership and loss findings told which of their offsets clients were given
     AL.annotate(disk.findings, inp.verdicts, produce)

@@ -213,3 +213,12 @@ def test_lost_exactly_from_the_rewrite_on(writes, data):
         got = {o for f in fs if f["rule"] == "acknowledged-write-lost"
                for d in json.loads(f["details"])["lost"] for o in range(d["offsets"][0], d["offsets"][1] + 1)}
         assert got == want, (given_reps, cut, writes, other_len)
+
+
+def test_acknowledged_tail_past_the_new_leaders_log_end(tmp_path):
+    """Only 8-9 were acknowledged (5-7 sent but not answered): the new leader's epoch-1 batches
+    at 5-7 overlap no acknowledged write, yet its log reached epoch 1 before 8 - replica 1's copy
+    of 8-9 in epoch 0 is a deposed leader's, and both writes are lost."""
+    r = _audit(_capture(tmp_path, range(8, 10), unanswered=range(5, 8)), _cluster(tmp_path, election="unclean"))
+    lost = [f for f in r.findings if f["rule"] == "acknowledged-write-lost"]
+    assert _brief(lost) == [("acknowledged-write-lost", "critical", 8, 9, "1")]

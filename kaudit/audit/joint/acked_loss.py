@@ -73,7 +73,7 @@ def stored_rows(disk: list[dict], at_acked: list[dict]) -> dict:
 
 
 def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: dict, cleaned: dict,
-          end_txn: list[dict], cov: dict) -> tuple[list[dict], list[dict]]:
+          end_txn: list[dict], cov: dict, epoch_starts: dict | None = None) -> tuple[list[dict], list[dict]]:
     """(findings, the verdict of every acknowledged write the logs cover)."""
     acked = A.acked_batches(sorted(produce, key=lambda r: (r.get("response_ts") or 0, r["source"], r["position"])))
     stored = stored_rows(disk, at_acked)
@@ -88,7 +88,7 @@ def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: d
         holders_rng = {rep: rng for (rep, t, p), rng in ranges.items() if t == topic and p == part}
         judged = []
         for w in ws:
-            v = _verdict(w, holders_rng, stored.get((topic, part), {}), cleaned, topic, part)
+            v = _verdict(w, holders_rng, stored.get((topic, part), {}), cleaned, topic, part, epoch_starts or {})
             if v is None:
                 cov["acknowledged_not_covered"] = cov.get("acknowledged_not_covered", 0) + 1
                 continue
@@ -108,7 +108,7 @@ def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: d
     return out, verdicts
 
 
-def _verdict(w: A.Batch, rngs: dict, reps: dict, cleaned: dict, topic, part) -> dict | None:
+def _verdict(w: A.Batch, rngs: dict, reps: dict, cleaned: dict, topic, part, epoch_starts: dict) -> dict | None:
     covering = {rep: rng for rep, rng in rngs.items() if rng[0] <= w.lo}
     if not covering or any(w.lo < cleaned.get((rep, topic, part), -1) for rep in covering):
         return None    # below a log start (retention) or the cleaner's reach (compaction): not judged
@@ -130,7 +130,8 @@ def _verdict(w: A.Batch, rngs: dict, reps: dict, cleaned: dict, topic, part) -> 
             else:
                 unknown = True
     # the latest leader epoch each other replica's log reached at or before the write's offsets
-    reached = {rep: max((_epoch(b) for b in reps.get(rep, ()) if b.lo <= w.hi), default=-1)
+    reached = {rep: max([_epoch(b) for b in reps.get(rep, ()) if b.lo <= w.hi]
+                        + [e for e, lo in epoch_starts.get((rep, topic, part), {}).items() if lo <= w.hi], default=-1)
                for rep in covering if rep not in holders}
     lost = None if unknown and not holders else acknowledged_write_lost(holders, others, absent, reached)
     return {"lost": lost, "holders": holders, "reached": reached, "others": others, "absent": absent, "other_rows": other_rows,

@@ -81,6 +81,8 @@ class JoinInput:
     # the stored batches (any producer) at the offsets the captures acknowledged, with their
     # record content and leader epoch (acked_loss.AT_COLUMNS)
     at_acked: list[dict] = field(default_factory=list)
+    # (replica, topic, partition) -> {leader epoch: first offset}: the epoch a log reached by an offset
+    epoch_starts: dict = field(default_factory=dict)
     verdicts: list[dict] = field(default_factory=list)   # set by join: each acknowledged write judged
 
 
@@ -167,7 +169,8 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
                 cov["resolved"] += 1
     out.extend(_end_txn(inp, stored, cov))
     acov: dict = {}
-    lost, verdicts = acked_loss.judge(inp.produce, inp.disk, inp.at_acked, inp.ranges, inp.cleaned, inp.end_txn, acov)
+    lost, verdicts = acked_loss.judge(inp.produce, inp.disk, inp.at_acked, inp.ranges, inp.cleaned, inp.end_txn, acov,
+                                      inp.epoch_starts)
     cov.update({k: acov.get(k, 0) for k in ("acknowledged_lost", "acknowledged_held", "acknowledged_not_comparable")})
     out.extend(lost)
     inp.verdicts = verdicts

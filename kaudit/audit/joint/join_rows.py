@@ -67,19 +67,24 @@ class DiskTap(Tap):
                       for t, p, lo, hi in sets.get("acked", [])}
         self.ranges: dict = {}
         self.cleaned: dict = {}   # (replica, topic, partition) -> cleaner-offset-checkpoint offset
+        # (replica, topic, partition) -> {leader epoch: its first offset in that log}, for the
+        # partitions the captures acknowledged writes to: which epoch a log reached by an offset
+        self.epoch_starts: dict = {}
 
     def fresh(self) -> "DiskTap":
         tap = super().fresh()
-        tap.ranges, tap.cleaned = {}, {}
+        tap.ranges, tap.cleaned, tap.epoch_starts = {}, {}, {}
         return tap
 
     def facts(self) -> dict:
-        return {"ranges": dict(self.ranges), "cleaned": dict(self.cleaned)}
+        return {"ranges": dict(self.ranges), "cleaned": dict(self.cleaned), "epoch_starts": dict(self.epoch_starts)}
 
     def merge(self, facts: dict) -> None:
         merge_ranges(self.ranges, [(*k, lo, hi) for k, (lo, hi) in facts["ranges"].items()])
         for k, off in facts["cleaned"].items():
             self.cleaned[k] = max(off, self.cleaned.get(k, -1))
+        for k, starts in facts.get("epoch_starts", {}).items():
+            merge_epochs(self.epoch_starts.setdefault(k, {}), starts.items())
 
     @staticmethod
     def sets_of(produce: list[dict], readers: list[dict] = ()) -> dict:
@@ -132,6 +137,7 @@ class DiskTap(Tap):
             self._readers(t, pid, control)
         if self.acked:
             self._at_acked(t)
+            self._epochs(t)
         keep = pc.fill_null(pc.or_(pc.or_(data, marker), anon), False)
         t = t.filter(keep)
         if t.num_rows:
@@ -146,6 +152,14 @@ class DiskTap(Tap):
             if t is not None:
                 self.out.append(("reader", t.select(list(RJ.DISK_COLUMNS))))
 
+
+    def _epochs(self, t: pa.Table) -> None:
+        g = t.group_by(["replica", "topic", "partition", "partition_leader_epoch"]).aggregate([("base_offset", "min")])
+        for rep, top, part, epoch, lo in zip(*(g.column(c).to_pylist() for c in
+                                               ("replica", "topic", "partition", "partition_leader_epoch",
+                                                "base_offset_min"))):
+            if epoch is not None and epoch >= 0 and (top, part) in self.acked:
+                merge_epochs(self.epoch_starts.setdefault((rep, top, part), {}), [(epoch, lo)])
 
     def _at_acked(self, t: pa.Table) -> None:
         """Every stored batch (any producer) overlapping an acknowledged offset range."""
@@ -186,6 +200,11 @@ def _of_partitions(t: pa.Table, tps: set) -> pa.Table | None:
     keep = [(a, b) in tps for a, b in zip(t.column("topic").to_pylist(), t.column("partition").to_pylist())]
     t = t.filter(pa.array(keep))
     return t if t.num_rows else None
+
+
+def merge_epochs(into: dict, starts) -> None:
+    for epoch, lo in starts:
+        into[epoch] = min(lo, into.get(epoch, lo))
 
 
 def merge_ranges(into: dict, ranges) -> dict:
