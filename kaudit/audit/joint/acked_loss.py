@@ -197,6 +197,10 @@ def _finding(topic, part, run: list) -> dict:
                      f"hold{'s' if len(holders) == 1 else ''} {'them' if len(ws) > 1 else 'it'} in leader epoch {held}, "
                      f"older than the epoch {reached} the other replicas' logs reached there (a deposed leader's "
                      "copy: truncated when it follows again)")
+    short = not others and not holders and all(v["ranges"][rep][1] < w.lo for w, v in run for rep in v["absent"])
+    if short:
+        parts.append("every log given ends before them (lost, unless these log dirs were copied before the "
+                     "acknowledgement: compare the copy's time)")
     msg = (f"{topic}-{part}: {n} at offsets {lo}-{hi} {'are' if len(ws) > 1 else 'is'} lost: {A.ack_text(ws[0])}"
            + (f" and {len(ws) - 1} more" if len(ws) > 1 else "") + "; " + "; ".join(parts) + f" ({states[0]})")
     ev = [A.ack_evidence(w) for w in ws[:A.MAX_LISTED]]
