@@ -12,6 +12,7 @@ missing-segments) are told which of their offsets were acknowledged to clients (
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections import defaultdict
 
@@ -57,19 +58,66 @@ def acknowledged_write_lost(holders: dict, others: dict, absent: list, reached: 
     return max(reached.values(), default=-1) > max(holders.values())
 
 
+class _Log:
+    """One replica's stored batches of a partition near the acknowledged offsets, by offset: the
+    batches overlapping a range, and the latest leader epoch reached by an offset."""
+
+    def __init__(self, batches: list[A.Batch]):
+        self.batches = sorted(batches, key=lambda b: b.lo)
+        self.los = [b.lo for b in self.batches]
+        self.span = max((b.hi - b.lo for b in self.batches), default=0)
+        self.reach, top = [], -1
+        for b in self.batches:
+            top = max(top, _epoch(b))
+            self.reach.append(top)
+
+    def overlapping(self, w: A.Batch) -> list[A.Batch]:
+        i, j = bisect.bisect_left(self.los, w.lo - self.span), bisect.bisect_right(self.los, w.hi)
+        return [b for b in self.batches[i:j] if A.overlaps(w, b)]
+
+    def epoch_by(self, offset: int) -> int:
+        """The latest leader epoch of a batch starting at or before `offset`."""
+        i = bisect.bisect_right(self.los, offset)
+        return self.reach[i - 1] if i else -1
+
+
+def _exact(r: dict, replica) -> tuple:
+    """A batch's identity at its offsets: what an exact copy of an acknowledged write shares."""
+    pid = r.get("producer_id")
+    if pid is not None and pid >= 0:
+        return (replica, r["base_offset"], r["last_offset"], pid, r.get("producer_epoch"), r.get("base_sequence"))
+    return (replica, r["base_offset"], r["last_offset"], "crc", r.get("crc"))
+
+
+class _Stored:
+    """The stored rows of one partition: exact copies by identity (the common case: every
+    replica holds the write as acknowledged), each replica's _Log built when a write needs it."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = rows
+        self.exact = {_exact(r, r["replica"]) for r in rows if not r.get("is_control")}
+        self._logs: dict | None = None
+
+    def logs(self) -> dict:
+        if self._logs is None:
+            by_rep = defaultdict(list)
+            for r, c in zip(self.rows, A.contents(self.rows)):
+                by_rep[r["replica"]].append(A.batch_of(r, r["base_offset"], c))
+            self._logs = {rep: _Log(v) for rep, v in by_rep.items()}
+        return self._logs
+
+
 def stored_rows(disk: list[dict], at_acked: list[dict]) -> dict:
-    """(topic, partition) -> replica -> stored batches (data and control) sorted by offset; a
-    row of `at_acked` (with record content) wins over the same batch in `disk`."""
-    seen, out = set(), defaultdict(lambda: defaultdict(list))
+    """(topic, partition) -> its _Stored (data and control batches); a row of `at_acked` (with
+    record content and leader epoch) wins over the same batch in `disk`."""
+    seen, out = set(), defaultdict(list)
     for rows in (at_acked, disk):
-        fresh = [r for r in rows if (r["replica"], r["source"], r["position"]) not in seen]
-        for r, c in zip(fresh, A.contents(fresh)):
-            seen.add((r["replica"], r["source"], r["position"]))
-            out[(r["topic"], r["partition"])][r["replica"]].append(A.batch_of(r, r["base_offset"], c))
-    for reps in out.values():
-        for v in reps.values():
-            v.sort(key=lambda b: b.lo)
-    return out
+        for r in rows:
+            k = (r["replica"], r["source"], r["position"])
+            if k not in seen:
+                seen.add(k)
+                out[(r["topic"], r["partition"])].append(r)
+    return {tp: _Stored(v) for tp, v in out.items()}
 
 
 def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: dict, cleaned: dict,
@@ -83,12 +131,17 @@ def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: d
     by_tp: dict = defaultdict(list)
     for w in acked:
         by_tp[(w.row["topic"], w.row["partition"])].append(w)
+    rng_of: dict = defaultdict(dict)
+    for (rep, t, p), rng in ranges.items():
+        rng_of[(t, p)][rep] = rng
     out, verdicts = [], []
+    empty = _Stored([])
     for (topic, part), ws in sorted(by_tp.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
-        holders_rng = {rep: rng for (rep, t, p), rng in ranges.items() if t == topic and p == part}
+        holders_rng = rng_of.get((topic, part), {})
+        st = stored.get((topic, part), empty)
         judged = []
         for w in ws:
-            v = _verdict(w, holders_rng, stored.get((topic, part), {}), cleaned, topic, part, epoch_starts or {})
+            v = _verdict(w, holders_rng, st, cleaned, topic, part, epoch_starts or {})
             if v is None:
                 cov["acknowledged_not_covered"] = cov.get("acknowledged_not_covered", 0) + 1
                 continue
@@ -108,14 +161,19 @@ def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: d
     return out, verdicts
 
 
-def _verdict(w: A.Batch, rngs: dict, reps: dict, cleaned: dict, topic, part, epoch_starts: dict) -> dict | None:
+def _verdict(w: A.Batch, rngs: dict, st: _Stored, cleaned: dict, topic, part, epoch_starts: dict) -> dict | None:
     covering = {rep: rng for rep, rng in rngs.items() if rng[0] <= w.lo}
     if not covering or any(w.lo < cleaned.get((rep, topic, part), -1) for rep in covering):
         return None    # below a log start (retention) or the cleaner's reach (compaction): not judged
+    if all(_exact(w.row | {"base_offset": w.lo, "last_offset": w.hi}, rep) in st.exact for rep in covering):
+        # every covering replica holds it as acknowledged: held (the fast, common case)
+        return {"lost": False, "holders": dict.fromkeys(covering, -1), "reached": {}, "others": {}, "absent": [],
+                "other_rows": {}, "ranges": {rep: list(rng) for rep, rng in covering.items()}}
+    reps = st.logs()
     holders, others, absent, unknown = {}, {}, [], False
     other_rows = defaultdict(list)
     for rep in sorted(covering, key=str):
-        at = [b for b in reps.get(rep, ()) if A.overlaps(w, b)]
+        at = reps[rep].overlapping(w) if rep in reps else []
         if not at:
             absent.append(rep)
             continue
@@ -130,8 +188,8 @@ def _verdict(w: A.Batch, rngs: dict, reps: dict, cleaned: dict, topic, part, epo
             else:
                 unknown = True
     # the latest leader epoch each other replica's log reached at or before the write's offsets
-    reached = {rep: max([_epoch(b) for b in reps.get(rep, ()) if b.lo <= w.hi]
-                        + [e for e, lo in epoch_starts.get((rep, topic, part), {}).items() if lo <= w.hi], default=-1)
+    reached = {rep: max([reps[rep].epoch_by(w.hi) if rep in reps else -1]
+                        + [e for e, lo in epoch_starts.get((rep, topic, part), {}).items() if lo <= w.hi])
                for rep in covering if rep not in holders}
     lost = None if unknown and not holders else acknowledged_write_lost(holders, others, absent, reached)
     return {"lost": lost, "holders": holders, "reached": reached, "others": others, "absent": absent, "other_rows": other_rows,
