@@ -97,12 +97,13 @@ class AckedPartition(TablesByKind):
         acked = A.acked_batches(produce)
         if not acked:
             return []
-        fetched = _near(b.filter(pc.equal(kind, "fetch")), acked)
-        fp = self.concat("fetch_partition")
-        responses = {} if fp is None else {(r["source"], r["connection"], r["position"]): r for r in fp.to_pylist()}
         lost: dict[int, list] = {}     # id(acked write) -> [(kind, replacing batch)]
         seen: dict[int, str] = {}      # id(acked write) -> why it reached a committed state
         _twice(acked, lost)
+        contested = A.merged([(w.lo, w.hi) for w in acked if id(w) in lost])
+        fetched = _near(b.filter(pc.equal(kind, "fetch")), acked, contested)
+        fp = self.concat("fetch_partition")
+        responses = {} if fp is None else {(r["source"], r["connection"], r["position"]): r for r in fp.to_pylist()}
         _refetched(acked, fetched, responses, lost, seen)
         if not lost:
             return []
@@ -171,9 +172,11 @@ def _replacer(x: A.Batch, kind: str) -> dict:
             "partition_leader_epoch": r.get("partition_leader_epoch")}
 
 
-def _near(t: pa.Table, acked: list[A.Batch]) -> list[dict]:
+def _near(t: pa.Table, acked: list[A.Batch], contested: tuple) -> list[dict]:
     """The fetched batches overlapping an acknowledged write, and the COMMIT markers, as rows
-    with their record content (`content`): most of a capture's fetches are not compared."""
+    with their record content (`content`): most of a capture's fetches are not compared, nor
+    exact copies of writes already known committed - unless at offsets acknowledged twice
+    (`contested`: there a copy of the later write is other records for the earlier one)."""
 
     if not t.num_rows:
         return []
@@ -182,10 +185,25 @@ def _near(t: pa.Table, acked: list[A.Batch]) -> list[dict]:
     last = np_col(t, "last_offset", -1, np.int64)
     commit = pc.fill_null(pc.equal(t.column("control_type"), "COMMIT"), False).to_numpy(zero_copy_only=False)
     t = t.filter(np_mask(A.overlap_mask(base, last, starts, ends) | commit))
+    # an exact copy of a write already known committed (acks=all, no transaction) tells nothing more
+    settled = {_identity(w.lo, w.hi, w.pid, w.epoch, w.seq, w.row.get("crc")) for w in acked
+               if w.row.get("acks") == -1 and not w.row.get("is_transactional")}
+    if settled and t.num_rows:
+        ids = zip(*(t.column(c).to_pylist() for c in ("base_offset", "last_offset", "producer_id", "producer_epoch",
+                                                       "base_sequence", "crc")))
+        keep = np.array([_identity(*x) not in settled for x in ids], dtype=bool)
+        keep |= A.overlap_mask(np_col(t, "base_offset", -1, np.int64), np_col(t, "last_offset", -1, np.int64),
+                               *contested)
+        if not keep.all():
+            t = t.filter(np_mask(keep))
     rows = t.to_pylist()
     for r, c in zip(rows, A.table_contents(t)):
         r["content"] = c
     return rows
+
+
+def _identity(lo, hi, pid, epoch, seq, crc) -> tuple:
+    return (lo, hi, pid, epoch, seq) if pid is not None and pid >= 0 else (lo, hi, "crc", crc)
 
 
 def _same_topic(a: A.Batch, b: A.Batch) -> bool:

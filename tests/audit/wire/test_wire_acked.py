@@ -114,3 +114,14 @@ def test_broker_rewritten_header_or_codec_is_not_other_records(tmp_path):
     reader = Conn(fetch(1, at(5, -1, -1, 0, timestamp_type="log_append", max_timestamp=TS + 5000)
                         + at(8, -1, -1, 3, tag="recompressed", codec="gzip"), hw=11, fetch_offset=5), **READER)
     assert run(tmp_path, [acked, reader]) == []
+
+
+def test_fetch_of_the_later_write_at_an_offset_acknowledged_twice(tmp_path):
+    """A Fetch returning the second write is other records for the first: both views told."""
+    first = Conn(send(1, wc.batch(7, 0, 0), offset=5), **P1)
+    later = Conn(send(1, wc.batch(8, 0, 0), offset=5), **P2)
+    reader = Conn(fetch(1, at(5, 8, 0, 0), hw=8, fetch_offset=5), **READER)
+    fs = run(tmp_path, [first, later, reader])
+    assert _brief(fs) == [("acknowledged-records-replaced", "critical", 5, 7),
+                          ("offset-acknowledged-twice", "critical", 5, 7)]
+    assert len({f["incident"] for f in fs}) == 1
