@@ -165,7 +165,8 @@ def _verdict(w: A.Batch, rngs: dict, st: _Stored, cleaned: dict, topic, part, ep
     covering = {rep: rng for rep, rng in rngs.items() if rng[0] <= w.lo}
     if not covering or any(w.lo < cleaned.get((rep, topic, part), -1) for rep in covering):
         return None    # below a log start (retention) or the cleaner's reach (compaction): not judged
-    if all(_exact(w.row | {"base_offset": w.lo, "last_offset": w.hi}, rep) in st.exact for rep in covering):
+    me = _exact(dict(w.row, base_offset=w.lo, last_offset=w.hi), None)[1:]
+    if all((rep, *me) in st.exact for rep in covering):
         # every covering replica holds it as acknowledged: held (the fast, common case)
         return {"lost": False, "holders": dict.fromkeys(covering, -1), "reached": {}, "others": {}, "absent": [],
                 "other_rows": {}, "ranges": {rep: list(rng) for rep, rng in covering.items()}}

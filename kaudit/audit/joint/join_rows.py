@@ -152,8 +152,11 @@ class DiskTap(Tap):
             if t is not None:
                 self.out.append(("reader", t.select(list(RJ.DISK_COLUMNS))))
 
-
     def _epochs(self, t: pa.Table) -> None:
+        ok_t, topic = constant(t.column("topic"))
+        ok_p, part = constant(t.column("partition"))
+        if ok_t and ok_p and (topic, part) not in self.acked:
+            return   # a chunk is one file: one partition, most of them never acknowledged on the wire
         g = t.group_by(["replica", "topic", "partition", "partition_leader_epoch"]).aggregate([("base_offset", "min")])
         for rep, top, part, epoch, lo in zip(*(g.column(c).to_pylist() for c in
                                                ("replica", "topic", "partition", "partition_leader_epoch",
