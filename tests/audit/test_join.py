@@ -151,3 +151,23 @@ def test_values_without_timestamp_sent_again_are_separate_sends():
     rows = [disk(-1, 5, pid=-1, epoch=-1), disk(-1, 9, pid=-1, epoch=-1)]
     assert run([w(1.0, offset=5), w(2.0, offset=9)], rows) == []
     assert brief(run([w(1.0, err=None), w(2.0, offset=9)], rows)) == [("produce-outcome", "warning", "stored twice")]
+
+
+def test_lost_transactional_write_is_critical_once_committed():
+    """A transaction's acks=all write lost (replica 2 wrote over it in epoch 1; replica 1, the
+    deposed leader, still holds it): error while its outcome is unknown, critical once replica 1
+    holds its COMMIT marker or the client was told it committed."""
+    def ep(row, epoch):
+        return dict(row, partition_leader_epoch=epoch)
+    held = ep(disk(0, 5, replica="1"), 0)
+    other = ep(disk(0, 5, pid=9, replica="2"), 1)
+    commit = ep(disk(-1, 8, replica="1", n=1, control="COMMIT"), 0)
+    ranges = {("1", T, P): [0, 8], ("2", T, P): [0, 7]}
+    produce = [dict(wire(0, offset=5, txn=True), response_ts=1.5)]
+    assert brief(run(produce, [held, other], ranges=ranges)) == [("acknowledged-write-lost", "error", None)]
+    fs = run(produce, [held, other, commit], ranges=ranges)
+    assert brief(fs) == [("acknowledged-write-lost", "critical", None)]
+    assert "COMMIT marker at offset 8" in fs[0]["message"]
+    end = {"source": "c.pcap", "connection": "a->b", "position": 9, "ts": 5.0, "event": "END_TXN",
+           "transactional_id": "tx", "producer_id": 7, "producer_epoch": 0, "result": "COMMIT", "error_codes": ""}
+    assert brief(run(produce, [held, other], ranges=ranges, end_txn=[end])) == [("acknowledged-write-lost", "critical", None)]

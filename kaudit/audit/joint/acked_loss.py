@@ -47,7 +47,8 @@ def acknowledged_write_lost(holders: dict, others: dict, absent: list, reached: 
     log reached at or before those offsets (the partition's later leader wrote over it or
     truncated it: the holder truncates to that epoch's boundary when it follows again).
     Severity: critical once the write reached a committed state (acks=all without a
-    transaction, a transaction the client was told committed), error for acks=all data of a
+    transaction, a transaction the client was told committed or whose COMMIT marker a replica
+    still holding the write holds), error for acks=all data of a
     transaction whose outcome is unknown, warning for acks=1 (a leader change may lose it: the
     producer's documented risk).
     Benign causes: retention or compaction removed it (offsets below a replica's log start and
@@ -127,7 +128,7 @@ def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: d
     stored = stored_rows(disk, at_acked)
     keys = {(d["topic"], d["partition"], d["producer_id"], d["producer_epoch"], d["base_sequence"])
             for d in disk if d["producer_id"] is not None and d["producer_id"] >= 0 and not d["is_control"]}
-    commits = _commits(end_txn)
+    commits, markers = _commits(end_txn), _markers(disk)
     by_tp: dict = defaultdict(list)
     for w in acked:
         by_tp[(w.row["topic"], w.row["partition"])].append(w)
@@ -151,7 +152,7 @@ def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: d
             if v["lost"] and w.idempotent and not v["holders"] and \
                     (topic, part, w.pid, w.epoch, w.seq) in keys:
                 v["lost"] = False   # stored, at another offset than acknowledged
-            v["committed"] = _committed(w, commits, v)
+            v["committed"] = _committed(w, commits, v, markers)
             judged.append((w, v))
             verdicts.append(dict(v, write=w))
         for run in _runs(judged):
@@ -213,14 +214,32 @@ def _commits(end_txn: list[dict]) -> dict:
     return out
 
 
-def _committed(w: A.Batch, commits: dict, v: dict) -> str | None:
-    """Why the write reached a committed state, from the capture: its transaction's EndTxn."""
+def _markers(disk: list[dict]) -> dict:
+    """(replica, producer id) -> [(offset, COMMIT|ABORT)] by offset: the stored markers of the
+    wire's transactional producers (the join's disk rows)."""
+    out = defaultdict(list)
+    for d in disk:
+        if d.get("is_control") and d.get("control_type") in ("COMMIT", "ABORT"):
+            out[(d["replica"], d["producer_id"])].append((d["base_offset"], d["control_type"]))
+    for v in out.values():
+        v.sort()
+    return out
+
+
+def _committed(w: A.Batch, commits: dict, v: dict, markers: dict) -> str | None:
+    """Why a transactional write reached a committed state: the client was told its transaction
+    committed (EndTxn), or a replica that still holds it holds its producer's next marker after
+    it, a COMMIT (the transaction's outcome on that log)."""
     if not w.row.get("is_transactional"):
         return None
     sent = w.row.get("request_ts") or 0
     end = next(((ts, res) for ts, res in commits.get((w.pid, w.epoch), ()) if ts > sent), None)
     if end is not None and end[1] == "COMMIT":
         return f"committed: the client was told its transaction committed (EndTxn) at {iso_ms(int(end[0] * 1000))}"
+    for rep in sorted(v["holders"], key=str):
+        m = next((m for m in markers.get((rep, w.pid), ()) if m[0] > w.hi), None)
+        if m is not None and m[1] == "COMMIT":
+            return f"committed: replica {rep} holds its transaction's COMMIT marker at offset {m[0]}"
     return None
 
 
