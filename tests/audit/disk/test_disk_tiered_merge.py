@@ -1,0 +1,120 @@
+"""Remote (tiered) segments and the local log audited as ONE log (sources/remote.py): overlap is no
+finding, a sequence or a transaction is judged across the boundary, a gap beside a remote
+segment is lost unless __remote_log_metadata lists it as copied (then: not read, in coverage)."""
+
+from __future__ import annotations
+
+from diskcraft import brief
+
+from fixtures.builder.logdir import LogDirBuilder
+from fixtures.builder.metadata import MetadataLog
+from fixtures.builder.tiered import COPY_FINISHED, remote_log_metadata, tier
+from kaudit.engine.local import audit_segments
+
+TID = "dGllcmVkLXRvcGljLWlkAA"
+SEG = {0: "c2VnbWVudC1hLWlkLTAwMA", 100: "c2VnbWVudC1iLWlkLTAwMA", 200: "c2VnbWVudC1jLWlkLTAwMA"}
+END = 300
+
+
+def _fill(ld, pb, rolls, *, seq_jump_at=None):
+    """300 offsets: an idempotent producer's one-record batches, and a transaction of another
+    producer from offset 140 (data) to 160 (its commit marker)."""
+    p1 = ld.producer(1, partition=pb)
+    p2 = ld.producer(2, transactional_id="tx", partition=pb)
+    while pb.next_offset < END:
+        off = pb.next_offset
+        if off in rolls:
+            pb.roll_segment()
+        if off == 140:
+            p2.send(values=[b"t"])
+        elif off == 160:
+            p2.commit()
+        else:
+            seq = p1.sequences.get((pb.topic, pb.partition), 0) + (5 if off == seq_jump_at else 0)
+            p1.send(values=[b"r%d" % off], base_sequence=seq)
+
+
+def _cluster(tmp_path, *, copied=(0, 100), remote=(0, 100), local_from=150, metadata=True, seq_jump_at=None):
+    """A leader's log rolled at 100 and 200, its segments `remote` copied to a remote folder; the
+    local replica (node 1) rolled at `local_from` and 250 holds the log from `local_from`;
+    `copied`: the segments __remote_log_metadata lists as COPY_SEGMENT_FINISHED."""
+    src = LogDirBuilder(tmp_path / "leader", node_id=9)
+    _fill(src, src.partition("tiered", 0, topic_id=TID), {100, 200})
+    src_root = src.write()
+    ld = LogDirBuilder(tmp_path / "node1", node_id=1)
+    pb = ld.partition("tiered", 0, topic_id=TID)
+    _fill(ld, pb, {local_from, 250}, seq_jump_at=seq_jump_at)
+    if metadata:
+        md = MetadataLog(ld)
+        md.topic("tiered", TID, {0: [1]}, configs={"remote.storage.enable": "true"})
+        ends = {0: 99, 100: 199, 200: 299}
+        remote_log_metadata(ld, "tiered", TID, [(SEG[b], b, ends[b], [COPY_FINISHED]) for b in copied])
+    root = ld.write()
+    out = tmp_path / "remote"
+    tier(src_root / "tiered-0", out, TID, {b: SEG[b] for b in remote}, local_from=END)
+    tier(root / "tiered-0", tmp_path / "unused", TID, {}, local_from=local_from, log_start=0)
+    return [str(root), str(out)]
+
+
+def _run(roots, **kw):
+    return audit_segments(roots, **kw)
+
+
+def test_overlapping_remote_copy_is_one_log_without_findings(tmp_path):
+    run = _run(_cluster(tmp_path))
+    assert run.findings == [], [(f["rule"], f["message"]) for f in run.findings]
+    assert "remote_not_read" not in run.coverage
+
+
+def test_remote_segments_join_the_local_replica_clipped_at_its_first_segment(tmp_path):
+    from kaudit.sources.logdir import plan
+    from kaudit.sources.segments import Options, decode_target
+
+    p = plan(_cluster(tmp_path))
+    logs = [t for t in p.targets if t.topic == "tiered" and t.kind == "log"]
+    assert [t.log_dir.replica for t in logs] == ["1"] * len(logs)
+    assert [t.base_offset for t in logs] == [0, 100, 150, 250] and logs[1].stop_offset == 150
+    offsets = [o for t in logs for k, tb in decode_target(t, Options()) if k == "batch"
+               for o in tb.column("base_offset").to_pylist()]
+    assert offsets == sorted(offsets) and len(offsets) == len(set(offsets)) and offsets[0] == 0
+    skipped = {t.reason.split(" (")[0] for t in p.targets if t.kind == "skipped" and "-c2Vn" in t.path}
+    assert "a remote segment's producer snapshot" in skipped
+
+
+def test_a_sequence_gap_at_the_boundary_is_judged_across_it(tmp_path):
+    fs = _run(_cluster(tmp_path, seq_jump_at=150), select=("out-of-order-sequence",)).findings
+    assert [(f["rule"], f["replica"], f["first_offset"]) for f in fs] == [("out-of-order-sequence", "1", 150)]
+
+
+def test_a_remote_segment_not_in_the_inputs_is_not_read_not_lost(tmp_path):
+    run = _run(_cluster(tmp_path, remote=(100,)))
+    assert run.findings == [], [(f["rule"], f["message"]) for f in run.findings]
+    assert run.coverage["remote_not_read"] == [
+        {"topic": "tiered", "partition": 0, "topic_id": TID, "segment_id": SEG[0], "state": "COPY_SEGMENT_FINISHED",
+         "first_offset": 0, "last_offset": 99}]
+
+
+def test_without_the_remote_folder_the_copied_ranges_are_not_read(tmp_path):
+    roots = _cluster(tmp_path)[:1]
+    run = _run(roots)
+    # the transaction's data (offset 140) is among the ranges not read: its marker alone is info
+    assert [(f["rule"], f["severity"]) for f in run.findings] == [("stray-marker", "info")]
+    assert [(r["segment_id"], r["first_offset"], r["last_offset"]) for r in run.coverage["remote_not_read"]] \
+        == [(SEG[0], 0, 99), (SEG[100], 100, 149)]
+
+
+def test_a_middle_remote_segment_missing_is_not_read_when_copied(tmp_path):
+    run = _run(_cluster(tmp_path, copied=(0, 100, 200), remote=(0, 200), local_from=250))
+    assert run.findings == [], [(f["rule"], f["message"]) for f in run.findings]
+    assert [(r["first_offset"], r["last_offset"]) for r in run.coverage["remote_not_read"]] == [(100, 199)]
+
+
+def test_a_middle_remote_segment_missing_without_a_copy_record_is_lost(tmp_path):
+    fs = _run(_cluster(tmp_path, copied=(0, 200), remote=(0, 200), local_from=250)).findings
+    assert brief(fs) == [("missing-offsets", "error", "tiered-0", 100, 199)]
+    assert "remote (tiered) segment borders the gap" in fs[0]["message"]
+
+
+def test_a_middle_remote_segment_missing_without_any_metadata_is_lost(tmp_path):
+    fs = _run(_cluster(tmp_path, remote=(0, 200), local_from=250, metadata=False)).findings
+    assert brief(fs) == [("missing-offsets", "error", "tiered-0", 100, 199)]
