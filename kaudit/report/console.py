@@ -148,7 +148,14 @@ def _coverage(c, report: dict, members: dict) -> None:
     if len(lost) > LOSS_LINES:
         c.print(f"  … and {len(lost) - LOSS_LINES} more range(s) lost or unreadable (--format json lists them)")
     unread = sum(int(v.get(k) or 0) for v in sides.values() for k in UNREAD_COUNTERS)
-    if not by_rule and not lost and not unread:
+    tiered = [r for v in sides.values() for r in v.get("remote_not_read") or ()]
+    for r in tiered[:LOSS_LINES]:
+        c.print(f"  [yellow]not read (tiered):[/yellow] {escape(str(r['topic']))}-{r['partition']}: offsets "
+                f"{r['first_offset']}-{r['last_offset']} - remote segment {escape(r['segment_id'])} "
+                f"({r['state']} in __remote_log_metadata) is in no input")
+    if len(tiered) > LOSS_LINES:
+        c.print(f"  … and {len(tiered) - LOSS_LINES} more remote segment(s) not read (--format json lists them)")
+    if not by_rule and not lost and not unread and not tiered:
         c.print("  [green]nothing missing: every byte read was decoded[/green]")
     elif unread and not by_rule and not lost:
         c.print("  [yellow]not everything read was decoded[/yellow] (the counters above; --format json "
