@@ -6,54 +6,14 @@ from __future__ import annotations
 
 from diskcraft import brief
 
-from fixtures.builder.logdir import LogDirBuilder
-from fixtures.builder.metadata import MetadataLog
-from fixtures.builder.tiered import COPY_FINISHED, remote_log_metadata, tier
+from fixtures.builder.tiered import SEGMENT_IDS, TIERED_TID as TID, build_tiered
 from kaudit.engine.local import audit_segments
 
-TID = "dGllcmVkLXRvcGljLWlkAA"
-SEG = {0: "c2VnbWVudC1hLWlkLTAwMA", 100: "c2VnbWVudC1iLWlkLTAwMA", 200: "c2VnbWVudC1jLWlkLTAwMA"}
-END = 300
+SEG = SEGMENT_IDS
 
 
-def _fill(ld, pb, rolls, *, seq_jump_at=None):
-    """300 offsets: an idempotent producer's one-record batches, and a transaction of another
-    producer from offset 140 (data) to 160 (its commit marker)."""
-    p1 = ld.producer(1, partition=pb)
-    p2 = ld.producer(2, transactional_id="tx", partition=pb)
-    while pb.next_offset < END:
-        off = pb.next_offset
-        if off in rolls:
-            pb.roll_segment()
-        if off == 140:
-            p2.send(values=[b"t"])
-        elif off == 160:
-            p2.commit()
-        else:
-            seq = p1.sequences.get((pb.topic, pb.partition), 0) + (5 if off == seq_jump_at else 0)
-            p1.send(values=[b"r%d" % off], base_sequence=seq)
-
-
-def _cluster(tmp_path, *, copied=(0, 100), remote=(0, 100), local_from=150, metadata=True, seq_jump_at=None):
-    """A leader's log rolled at 100 and 200, its segments `remote` copied to a remote folder; the
-    local replica (node 1) rolled at `local_from` and 250 holds the log from `local_from`;
-    `copied`: the segments __remote_log_metadata lists as COPY_SEGMENT_FINISHED."""
-    src = LogDirBuilder(tmp_path / "leader", node_id=9)
-    _fill(src, src.partition("tiered", 0, topic_id=TID), {100, 200})
-    src_root = src.write()
-    ld = LogDirBuilder(tmp_path / "node1", node_id=1)
-    pb = ld.partition("tiered", 0, topic_id=TID)
-    _fill(ld, pb, {local_from, 250}, seq_jump_at=seq_jump_at)
-    if metadata:
-        md = MetadataLog(ld)
-        md.topic("tiered", TID, {0: [1]}, configs={"remote.storage.enable": "true"})
-        ends = {0: 99, 100: 199, 200: 299}
-        remote_log_metadata(ld, "tiered", TID, [(SEG[b], b, ends[b], [COPY_FINISHED]) for b in copied])
-    root = ld.write()
-    out = tmp_path / "remote"
-    tier(src_root / "tiered-0", out, TID, {b: SEG[b] for b in remote}, local_from=END)
-    tier(root / "tiered-0", tmp_path / "unused", TID, {}, local_from=local_from, log_start=0)
-    return [str(root), str(out)]
+def _cluster(tmp_path, **kw):
+    return [str(p) for p in build_tiered(tmp_path, **kw)]
 
 
 def _run(roots, **kw):
@@ -118,3 +78,18 @@ def test_a_middle_remote_segment_missing_without_a_copy_record_is_lost(tmp_path)
 def test_a_middle_remote_segment_missing_without_any_metadata_is_lost(tmp_path):
     fs = _run(_cluster(tmp_path, remote=(0, 200), local_from=250, metadata=False)).findings
     assert brief(fs) == [("missing-offsets", "error", "tiered-0", 100, 199)]
+
+
+def test_the_committed_sample_is_current(tmp_path):
+    from fixtures.builder.tiered import TIERED_ROOT
+
+    if not TIERED_ROOT.is_dir():
+        import pytest
+
+        pytest.skip("fixtures/logdirs/tiered not generated")
+    build_tiered(tmp_path)
+
+    def tree(root):
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    assert tree(tmp_path) == tree(TIERED_ROOT), "fixtures/logdirs/tiered is stale: run `python -m fixtures.builder tiered`"
