@@ -26,8 +26,8 @@ KEPT = re.compile(r"^(log\.|node\.id$|broker\.id$|remote\.log\.|process\.roles$)
 _SPLIT = re.compile(r"\s*[=:]\s*|\s+")
 
 
-def parse(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _entries(text: str):
+    """(key, the rest of the logical line) of each property."""
     lines = iter(text.splitlines())
     for line in lines:
         line = line.lstrip()
@@ -36,10 +36,12 @@ def parse(text: str) -> dict[str, str]:
         while line.endswith("\\") and not line.endswith("\\\\"):
             line = line[:-1] + next(lines, "").lstrip()
         parts = _SPLIT.split(line, maxsplit=1)
-        key, value = parts[0], parts[1].strip() if len(parts) > 1 else ""
-        if KEPT.match(key):   # only what the audit reads: no credentials, ever
-            out[key] = value
-    return out
+        yield parts[0], parts[1] if len(parts) > 1 else ""
+
+
+def parse(text: str) -> dict[str, str]:
+    """The properties the audit reads (KEPT): no credential's value is ever kept."""
+    return {k: v.strip() for k, v in _entries(text) if KEPT.match(k)}
 
 
 def _read(path: str) -> dict[str, str] | None:
@@ -48,9 +50,8 @@ def _read(path: str) -> dict[str, str] | None:
             text = f.read(MAX_BYTES).decode("utf-8", "replace")
     except OSError:
         return None
-    props = parse(text)
-    raw_keys = {m.split("=", 1)[0].split(":", 1)[0].strip() for m in text.splitlines()}
-    return props if raw_keys & set(BROKER_KEYS) else None
+    keys = {k for k, _ in _entries(text)}
+    return parse(text) if keys & set(BROKER_KEYS) else None
 
 
 def _candidates(d: str) -> list[str]:

@@ -38,6 +38,7 @@ SKIP_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 # Files a log dir holds that kaudit does not decode (yet): listed as skipped, with the reason.
 LOG_DIR_FILES = {
     ".lock": "lock file",
+    "server.properties": "a broker's static config (read for retention: sources/broker_config.py)",
 }
 MAX_DEPTH = 8
 

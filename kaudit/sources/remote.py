@@ -101,22 +101,36 @@ def _first_base(ts: list[Target]) -> int | None:
 
 
 def _placed(rts: list[Target], first: int | None, log_dir: LogDir, topic_id: str | None) -> list[Target]:
-    """The remote targets as the receiving replica's: below its first local segment, clipped at
-    it, in offset order; the rest skipped."""
+    """The remote targets as the receiving replica's: below its first local segment, each
+    clipped at the next segment's base offset (remote or local), in offset order; the rest
+    skipped."""
+    rts = sorted(rts, key=lambda t: (t.base_offset is None, t.base_offset or 0, os.path.basename(t.path)))
+    # one segment per base offset (a second copy of a range - a re-copy after a leadership
+    # change - is not read twice: the first by segment id is kept)
+    keep: dict[int, str] = {}
+    for t in rts:
+        if t.kind == "log" and t.base_offset is not None:
+            keep.setdefault(t.base_offset, segment_id(t.path))
+    bases = sorted(keep)
     out = []
-    for t in sorted(rts, key=lambda t: (t.base_offset is None, t.base_offset or 0, os.path.basename(t.path))):
+    for t in rts:
         ext = os.path.basename(t.path).rsplit(".", 1)[-1]
         if t.kind == "skipped" or ext in SKIP_REASONS or t.kind not in SEGMENT_KINDS:
             reason = SKIP_REASONS.get(ext, t.reason or "not a remote segment file")
             out.append(dataclasses.replace(t, kind="skipped", reason=reason))
-            continue
-        if first is not None and t.base_offset is not None and t.base_offset >= first:
+        elif first is not None and t.base_offset is not None and t.base_offset >= first:
             out.append(dataclasses.replace(t, kind="skipped", reason=(
                 f"a remote segment at or above the first local segment ({first}) of replica "
                 f"{log_dir.replica}: the local log holds its offsets")))
-            continue
-        out.append(dataclasses.replace(t, log_dir=log_dir, stop_offset=first,
-                                       topic_id=t.topic_id or topic_id))
+        elif t.base_offset in keep and keep[t.base_offset] != segment_id(t.path):
+            out.append(dataclasses.replace(t, kind="skipped", reason=(
+                f"another remote segment ({keep.get(t.base_offset)}) starts at offset {t.base_offset}: "
+                "not read twice")))
+        else:
+            nxt = next((b for b in bases if b > t.base_offset), None)
+            stops = [x for x in (nxt, first) if x is not None]
+            out.append(dataclasses.replace(t, log_dir=log_dir, stop_offset=min(stops) if stops else None,
+                                           topic_id=t.topic_id or topic_id))
     return out
 
 

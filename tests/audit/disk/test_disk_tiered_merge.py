@@ -93,3 +93,20 @@ def test_the_committed_sample_is_current(tmp_path):
         return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
     assert tree(tmp_path) == tree(TIERED_ROOT), "fixtures/logdirs/tiered is stale: run `python -m fixtures.builder tiered`"
+
+
+def test_a_second_copy_of_a_remote_range_is_not_read_twice(tmp_path):
+    import shutil
+
+    node1, remote = build_tiered(tmp_path)
+    folder = next(remote.iterdir())
+    other = "c2Vjb25kLWNvcHktb2YtMDA"
+    for p in list(folder.iterdir()):
+        if p.name.startswith("0-"):   # the same range re-copied under another id
+            shutil.copy(p, folder / p.name.replace(SEG[0], other))
+    run = _run([str(node1), str(remote)])
+    assert run.findings == [], [(f["rule"], f["message"]) for f in run.findings]
+    from kaudit.sources.logdir import plan
+
+    twice = [t for t in plan([str(node1), str(remote)]).targets if "not read twice" in (t.reason or "")]
+    assert {t.path.rsplit("/", 1)[1].split(".")[0] for t in twice} == {f"0-{other}"} and len(twice) == 4
