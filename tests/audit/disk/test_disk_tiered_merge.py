@@ -100,7 +100,7 @@ def test_a_second_copy_of_a_remote_range_is_not_read_twice(tmp_path):
 
     node1, remote = build_tiered(tmp_path)
     folder = next(remote.iterdir())
-    other = "c2Vjb25kLWNvcHktb2YtMDA"
+    other = "c2Vjb25kLWNvcHktb2YtMA"
     for p in list(folder.iterdir()):
         if p.name.startswith("0-"):   # the same range re-copied under another id
             shutil.copy(p, folder / p.name.replace(SEG[0], other))
@@ -109,4 +109,4 @@ def test_a_second_copy_of_a_remote_range_is_not_read_twice(tmp_path):
     from kaudit.sources.logdir import plan
 
     twice = [t for t in plan([str(node1), str(remote)]).targets if "not read twice" in (t.reason or "")]
-    assert {t.path.rsplit("/", 1)[1].split(".")[0] for t in twice} == {f"0-{other}"} and len(twice) == 4
+    assert {t.path.rsplit("/", 1)[1].split(".")[0] for t in twice} == {f"0-{max(other, SEG[0])}"} and len(twice) == 3   # .log, .index, .timeindex
