@@ -110,3 +110,20 @@ def test_a_second_copy_of_a_remote_range_is_not_read_twice(tmp_path):
 
     twice = [t for t in plan([str(node1), str(remote)]).targets if "not read twice" in (t.reason or "")]
     assert {t.path.rsplit("/", 1)[1].split(".")[0] for t in twice} == {f"0-{max(other, SEG[0])}"} and len(twice) == 3   # .log, .index, .timeindex
+
+
+def test_an_aborted_transaction_across_the_boundary(tmp_path):
+    run = _run(_cluster(tmp_path, abort=True))
+    assert run.findings == [], [(f["rule"], f["message"]) for f in run.findings]
+
+
+def test_followers_with_their_own_local_start(tmp_path):
+    node1, remote = build_tiered(tmp_path, followers=((2, 200), (3, 120)))
+    roots = [str(node1), str(remote), str(tmp_path / "node2"), str(tmp_path / "node3")]
+    run = _run(roots)
+    # the remote segments go to the replica whose local log starts lowest (node 3, from 120)
+    assert [(f["rule"], f["severity"]) for f in run.findings if f["severity"] != "info"] == []
+    from kaudit.sources.logdir import plan
+
+    merged = {t.log_dir.replica for t in plan(roots).targets if t.kind == "log" and "c2Vn" in t.path}
+    assert merged == {"3"}
