@@ -127,3 +127,15 @@ def test_followers_with_their_own_local_start(tmp_path):
 
     merged = {t.log_dir.replica for t in plan(roots).targets if t.kind == "log" and "c2Vn" in t.path}
     assert merged == {"3"}
+
+
+def test_the_reports_say_not_read(tmp_path):
+    from typer.testing import CliRunner
+
+    from kaudit.cli import app
+
+    node1, _ = build_tiered(tmp_path)
+    r = CliRunner().invoke(app, ["segments", str(node1)])
+    assert r.exit_code in (0, 1) and f"not read (tiered): tiered-0: offsets 0-99 - remote segment {SEG[0]}" in r.output
+    r = CliRunner().invoke(app, ["segments", str(node1), "--format", "html", "-o", str(tmp_path / "r.html")])
+    assert "not read (tiered):</b> tiered-0: offsets 100-149" in (tmp_path / "r.html").read_text()
