@@ -139,3 +139,31 @@ def test_the_reports_say_not_read(tmp_path):
     assert r.exit_code in (0, 1) and f"not read (tiered): tiered-0: offsets 0-99 - remote segment {SEG[0]}" in r.output
     r = CliRunner().invoke(app, ["segments", str(node1), "--format", "html", "-o", str(tmp_path / "r.html")])
     assert "not read (tiered):</b> tiered-0: offsets 100-149" in (tmp_path / "r.html").read_text()
+
+
+def test_generated_splits_of_one_log(tmp_path_factory):
+    """Any local start and any subset of the remote segments in the inputs: the merged log reads
+    each offset once, in order; nothing is a finding (every segment was copied); the segments
+    not given are exactly the ranges said not read."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from kaudit.sources.logdir import plan
+    from kaudit.sources.segments import Options, decode_target
+
+    @settings(max_examples=4, deadline=None)
+    @given(st.integers(101, 249), st.sets(st.sampled_from((0, 100, 200))))
+    def check(local_from, remote):
+        tmp = tmp_path_factory.mktemp("gen")
+        roots = _cluster(tmp, copied=(0, 100, 200), remote=tuple(sorted(remote)), local_from=local_from)
+        p = plan(roots)
+        offsets = [o for t in p.targets if t.topic == "tiered" and t.kind == "log" and t.log_dir.replica == "1"
+                   for k, tb in decode_target(t, Options()) if k == "batch" for o in tb.column("base_offset").to_pylist()]
+        assert offsets == sorted(set(offsets))
+        run = _run(roots)
+        assert [f["rule"] for f in run.findings if f["severity"] != "info"] == []
+        ends = {0: 99, 100: 199, 200: 299}
+        want = [(b, min(ends[b], local_from - 1)) for b in (0, 100, 200) if b < local_from and b not in remote]
+        assert [(r["first_offset"], r["last_offset"]) for r in run.coverage.get("remote_not_read", [])] == want
+
+    check()
