@@ -67,3 +67,14 @@ def test_tiered_merged_parity(spark, tmp_path):
     assert [(f["rule"], f["first_offset"]) for f in want.findings if f["severity"] != "info"] \
         == [("out-of-order-sequence", 150)]
     assert [r["first_offset"] for r in want.coverage["remote_not_read"]] == [0]
+
+
+def test_retention_from_server_properties_parity(spark, tmp_path):
+    """missing-segments judged with the broker's server.properties (bound to the leadership fold
+    on the driver, audit/cluster/retention.py): the same finding on both engines."""
+    from test_disk_retention import FOREVER, _log_dir
+
+    roots = [str(_log_dir(tmp_path, props="node.id=1\n" + FOREVER))]
+    got, want = S.audit_segments(roots, spark_options=SPARK), L.audit_segments(roots)
+    assert got.findings == want.findings
+    assert [f["rule"] for f in want.findings if f["severity"] != "info"] == ["missing-segments"]
