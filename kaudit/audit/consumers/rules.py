@@ -5,20 +5,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from kaudit.audit.consumers.found import FOLD_NAME, MAX_FINDINGS, consumer_finding
+from kaudit.audit.consumers.found import tp_name as _tp
 from kaudit.audit.consumers.timeline import OFFSET_OUT_OF_RANGE, Timelines
-from kaudit.audit.registry import evidence, finding, fold_rules, rule
-
-FOLD_NAME = "consumers"
-
-MAX_FINDINGS = 50   # per rule and capture
-
-
-def _ms(ts) -> int | None:
-    return None if ts is None else int(ts * 1000)
-
-
-def _tp(tp) -> str:
-    return f"{tp[0]}-{tp[1]}"
+from kaudit.audit.registry import evidence, fold_rules, rule
 
 
 @rule("consumer-redelivery", "warning", "wire",
@@ -55,14 +45,13 @@ def check_redelivery(tl: Timelines) -> list[dict]:
                 continue
             ev = [evidence(a_served[-1].source, a_served[-1].position, "fetch", "first member served"),
                   evidence(b_first.source, b_first.position, "fetch", "next owner served again")]
-            out.append(finding(
+            out.append(consumer_finding(
                 "consumer-redelivery",
                 f"group {group}, {_tp(tp)}: offsets {lo}-{hi - 1} ({hi - lo} record offsets) were served to member "
                 f"{a.member.label} and again to {b.member.label}: whatever the first member processed of them was "
                 f"processed twice; it stopped owning the partition because: {a.cause or 'unknown'}; the group's "
                 f"committed offset then was {'none seen' if committed is None else committed}",
-                evidence=ev, topic=tp[0], partition=tp[1], connection=b_first.connection, first_offset=lo,
-                last_offset=hi - 1, first_ts_ms=_ms(a.end or b.start), last_ts_ms=_ms(b_first.ts),
+                tp, lo, hi - 1, ev, start=a.end or b.start, end=b_first.ts, connection=b_first.connection,
                 client_id=b.member.client_id,
                 details={"group": group, "first_member": a.member.member_id, "next_member": b.member.member_id,
                          "cause": a.cause, "committed": committed, "first_member_served_to": a_hi - 1}))
@@ -105,13 +94,12 @@ def check_commit_beyond(tl: Timelines) -> list[dict]:
         who = f"member {c.member_id}" if c.member_id else (
             "a client outside the group (no member id; admin tools such as kafka-consumer-groups "
             "--reset-offsets commit that way)")
-        out.append(finding(
+        out.append(consumer_finding(
             "consumer-commit-beyond-served",
             f"group {c.group}, {_tp(c.tp)}: {who} committed offset {c.offset}, but the group had "
             f"been served and had looked up positions only up to {known}: offsets {known}-{c.offset - 1} are "
-            "skipped by the group", evidence=[evidence(c.source, c.position, "commit")],
-            topic=c.tp[0], partition=c.tp[1], first_offset=known, last_offset=c.offset - 1,
-            first_ts_ms=_ms(c.ts), client_id=c.client[1] if c.client else None,
+            "skipped by the group", c.tp, known, c.offset - 1, [evidence(c.source, c.position, "commit")],
+            start=c.ts, client_id=c.client[1] if c.client else None,
             transactional_id=c.txn[0] if c.txn else None,
             details={"group": c.group, "member": c.member_id, "committed": c.offset, "known": known}))
     return out[:MAX_FINDINGS]
@@ -213,12 +201,11 @@ def _log_start(tl: Timelines, tp) -> int | None:
 
 
 def _reset(p, lo, end, severity, why, ev) -> dict:
-    return finding(
+    return consumer_finding(
         "consumer-reset-skip", f"{_tp(p['tp'])}: client {p['client'][1]} ({p['connection']}) looked up the log "
-        f"end {end}: {why}; offsets {lo}-{end - 1} are never served to it", severity=severity,
-        evidence=ev + [evidence(p["source"], p["position"], "list_offsets")], topic=p["tp"][0],
-        partition=p["tp"][1], connection=p["connection"], first_offset=lo, last_offset=end - 1,
-        first_ts_ms=_ms(p["ts"]), client_id=p["client"][1], details={"log_end": end, "from": lo})
+        f"end {end}: {why}; offsets {lo}-{end - 1} are never served to it", p["tp"], lo, end - 1,
+        ev + [evidence(p["source"], p["position"], "list_offsets")], start=p["ts"], severity=severity,
+        connection=p["connection"], client_id=p["client"][1], details={"log_end": end, "from": lo})
 
 
 @rule("consumer-start-beyond-commit", "error", "wire",
@@ -249,14 +236,13 @@ def check_start_beyond(tl: Timelines) -> list[dict]:
             committed = fetched[-1]["offset"] if fetched else None
             if committed is None or first.fetch_offset <= committed:
                 continue
-            out.append(finding(
+            out.append(consumer_finding(
                 "consumer-start-beyond-commit",
                 f"group {group}, {_tp(tp)}: member {st.member.label} started fetching at offset {first.fetch_offset} "
                 f"while the group's committed offset was {committed}: offsets {committed}-{first.fetch_offset - 1} "
                 "were skipped (unless the application sought there on purpose)",
-                evidence=[evidence(first.source, first.position, "fetch")], topic=tp[0], partition=tp[1],
-                connection=first.connection, first_offset=committed, last_offset=first.fetch_offset - 1,
-                first_ts_ms=_ms(first.ts), client_id=st.member.client_id,
+                tp, committed, first.fetch_offset - 1, [evidence(first.source, first.position, "fetch")],
+                start=first.ts, connection=first.connection, client_id=st.member.client_id,
                 details={"group": group, "member": st.member.member_id, "committed": committed,
                          "fetch_offset": first.fetch_offset}))
     return out[:MAX_FINDINGS]
