@@ -10,61 +10,8 @@ from kaudit.audit.consumers.found import tp_name as _tp
 from kaudit.audit.consumers.timeline import OFFSET_OUT_OF_RANGE, Timelines
 from kaudit.audit.registry import evidence, fold_rules, rule
 
-
-@rule("consumer-redelivery", "warning", "wire",
-      "a partition's next owner was served records its previous owner had been served past its last commit",
-      "Records in the range were handed to two members: with at-least-once processing their effects "
-      "happened twice. Commit before giving a partition up (onPartitionsRevoked / a rebalance callback), "
-      "commit more often, keep members alive (max.poll.interval.ms, session.timeout.ms), or make "
-      "processing idempotent; check the range's downstream effects.", fold=FOLD_NAME)
-def check_redelivery(tl: Timelines) -> list[dict]:
-    """Invariant: a group's committed offset is where the next owner of a partition starts
-    (ConsumerCoordinator.onJoinComplete -> OffsetFetch; KIP-848 the same). Records a member was
-    served past the group's commit when it stopped owning the partition (LeaveGroup, fenced,
-    session timeout, revoked) are served again to the next owner.
-    Benign causes: at-least-once delivery is the consumer's contract, so the rule is a warning; a
-    member that was served records it never processed (prefetch) redelivers nothing in effect.
-    Members committing with TxnOffsetCommit (exactly-once) are left to eos-double-commit."""
-    out = []
-    for (group, tp), stints in tl.stints.items():
-        for a, b in zip(stints, stints[1:]):
-            if a.member is b.member or any(c.txn for c in a.member.commits):
-                continue
-            a_served = [s for s in a.serves if s.data_end is not None]
-            b_served = [s for s in b.serves if s.data_end is not None]
-            if not a_served or not b_served:
-                continue
-            a_lo, a_hi = min(s.data_first for s in a_served), max(s.data_end for s in a_served)
-            b_first = b_served[0]
-            b_lo, b_hi = min(s.data_first for s in b_served), max(s.data_end for s in b_served)
-            lo, hi = max(a_lo, b_lo), min(a_hi, b_hi)
-            committed = _committed(tl, group, tp, b_first.ts)
-            if committed is not None:
-                lo = max(lo, committed)
-            if lo >= hi:
-                continue
-            ev = [evidence(a_served[-1].source, a_served[-1].position, "fetch", "first member served"),
-                  evidence(b_first.source, b_first.position, "fetch", "next owner served again")]
-            out.append(consumer_finding(
-                "consumer-redelivery",
-                f"group {group}, {_tp(tp)}: offsets {lo}-{hi - 1} ({hi - lo} record offsets) were served to member "
-                f"{a.member.label} and again to {b.member.label}: whatever the first member processed of them was "
-                f"processed twice; it stopped owning the partition because: {a.cause or 'unknown'}; the group's "
-                f"committed offset then was {'none seen' if committed is None else committed}",
-                tp, lo, hi - 1, ev, start=a.end or b.start, end=b_first.ts, connection=b_first.connection,
-                client_id=b.member.client_id,
-                details={"group": group, "first_member": a.member.member_id, "next_member": b.member.member_id,
-                         "cause": a.cause, "committed": committed, "first_member_served_to": a_hi - 1}))
-    return out
-
-
-def _committed(tl: Timelines, group: str, tp: tuple, before: float) -> int | None:
-    best = None
-    for c in tl.commits:
-        ts = c.outcome_ts if c.txn else c.ts
-        if c.group == group and c.tp == tp and c.effective and ts is not None and ts <= before:
-            best = c.offset
-    return best
+# the redelivery rule first: the order the rules have always been registered (and run) in
+from kaudit.audit.consumers import rules_redelivery  # noqa: F401,E402
 
 
 @rule("consumer-commit-beyond-served", "error", "wire",
