@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,7 +12,7 @@ import typer
 from kaudit.cli_common import (
     EXIT_UNREADABLE, EXIT_USAGE, MAX_BATCH_BYTES, MAX_FRAME_BYTES, CapturesArg, KafkaPortOpt, PartitionOpt, PathsArg,
     ProducerIdOpt, SinceOpt, TlsKeylogOpt, TopicOpt, TxnIdOpt, UntilOpt, captures_of, check_log_plan, err,
-    exit_unreadable, pcap_options, selection,
+    exit_unreadable, inside, pcap_options, selection,
 )
 from kaudit.cli_engine import Engine, EngineOpt, MasterOpt, SparkConfOpt, SparkUiOpt, ThresholdOpt, choose
 
@@ -102,20 +103,26 @@ def list_consumers(
     paths: CapturesArg,
     group: Annotated[Optional[list[str]], typer.Option("--group", "-g", help="Only this consumer group "
                                                        "(repeatable).")] = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="json, ndjson or table.")] = "table",
+    format: Annotated[str, typer.Option("--format", "-f", help="json, ndjson, table or html (charts: each "
+                                        "member's served ranges and commits against time, rebalances "
+                                        "marked, the consumer rules' findings shaded).")] = "table",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the listing here.")] = None,
     kafka_port: KafkaPortOpt = None,
     tls_keylog: TlsKeylogOpt = None,
 ):
     """List the consumer groups of captures: per group, member and partition, the records each
     member was served, the offsets it committed (TxnOffsetCommit with its transaction's outcome),
     and its membership with times (joins, assignments, rebalances, and why it left). Consumers
-    with no group member in the capture are listed under "(no group)". A --group that matches
-    nothing says so and exits 3."""
-    from kaudit.report.consumers import describe, select_groups, write_consumers_table
+    with no group member in the capture are listed under "(no group)". A --group the capture
+    does not hold says so, names the groups it holds, and exits 0."""
+    from kaudit.report.consumers import describe, select_groups
     from kaudit.sources.consumers_input import capture_timelines
 
-    if format not in ("json", "ndjson", "table"):
-        err(f"[red]error:[/red] unknown format {format!r} (json, ndjson, table)")
+    if format not in CONSUMER_FORMATS:
+        err(f"[red]error:[/red] unknown format {format!r} ({', '.join(CONSUMER_FORMATS)})")
+        raise typer.Exit(EXIT_USAGE)
+    if output is not None and inside(output, [p for p in paths if p.exists()]):
+        err("[red]error:[/red] --output is inside an input: kaudit never writes to what it reads")
         raise typer.Exit(EXIT_USAGE)
     options = pcap_options(kafka_port, MAX_BATCH_BYTES, MAX_FRAME_BYTES, tls_keylog=tls_keylog)
     errors, timelines = capture_timelines(captures_of(paths), options)
@@ -124,12 +131,56 @@ def list_consumers(
     rows = [r for tl in timelines for r in describe(tl)]
     out = select_groups(rows, group)
     if group and not out:
-        err(f"[red]error:[/red] no consumer group {', '.join(group)} in the input: it holds "
-            f"{', '.join(r['group'] for r in rows) or 'none'}")
-        raise typer.Exit(EXIT_UNREADABLE)
-    if not out:
+        # exit 0, not 3 (unreadable input) nor 2 (usage): the capture was read and the command is
+        # well formed; that the group did nothing in this capture is the answer (a script asking
+        # each capture about one group must not take it for a failure). The message names the
+        # groups the capture holds, for a misspelt name.
+        err(f"no consumer group {', '.join(group)} in the input: it holds "
+            f"{', '.join(r['group'] for r in rows) or 'no consumer group'}")
+    elif not out:
         err("no consumer group and no consumer Fetch in the input")
+    stream = sys.stdout if output is None else open(output, "w", encoding="utf-8")
+    try:
+        if format == "html":
+            _consumers_html(timelines, out, paths, stream)
+        else:
+            _write_rows(out, format, stream)
+    finally:
+        if output is not None:
+            stream.close()
+
+
+CONSUMER_FORMATS = ("json", "ndjson", "table", "html")
+
+
+def _write_rows(rows: list[dict], format: str, stream) -> None:
+    import json
+
+    from kaudit.report.consumers import write_consumers_table
+
     if format == "table":
-        write_consumers_table(out)
+        write_consumers_table(rows, stream)
+    elif format == "json":
+        stream.write(json.dumps(rows, indent=1) + "\n")
     else:
-        _echo_rows(out, format)
+        stream.writelines(json.dumps(r) + "\n" for r in rows)
+    stream.flush()
+
+
+def _consumers_html(timelines: list, rows: list[dict], paths, stream) -> None:
+    """The page of `rows`' groups: their partitions' charts, with the consumer rules' findings."""
+    from kaudit.audit.consumers import rules
+    from kaudit.report.charts_consumers import finding_key, panels
+    from kaudit.report.consumers_html import write_consumers_html
+
+    wanted = {r["group"] for r in rows}
+    every, findings, keys = [], [], {}
+    for tl in timelines:
+        fs = rules.judge(tl, tl.batches)
+        for f in fs:
+            k = finding_key(tl, f)
+            if k is not None and k[0] in wanted:
+                keys[f["id"]] = (k[0], f"{k[1][0]}-{k[1][1]}")
+                findings.append(f)
+        every += [p for p in panels(tl) if p["group"] in wanted]
+    write_consumers_html(rows, every, findings, keys, [str(p) for p in paths], stream)

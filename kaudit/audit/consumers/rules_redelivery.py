@@ -98,6 +98,8 @@ def _redelivered(tl: Timelines, group: str, tp: tuple, a: Hold, b: Hold) -> dict
     if lo >= hi:
         return None
     same = a.member is b.member
+    # the time begins at the first member's first response holding the range
+    began = next((s.ts for s in a.serves if s.data_first < hi and s.data_end > lo), a.end or b.start)
     ev = [evidence(a.serves[-1].source, a.serves[-1].position, "fetch", "first member served"),
           evidence(b_first.source, b_first.position, "fetch",
                    "served again after the rebalance" if same else "next owner served again")]
@@ -109,7 +111,7 @@ def _redelivered(tl: Timelines, group: str, tp: tuple, a: Hold, b: Hold) -> dict
         f"group {group}, {_tp(tp)}: offsets {lo}-{hi - 1} ({hi - lo} record offsets) were served {whom}: "
         f"whatever {who} processed of them was processed twice; it stopped holding the partition because: "
         f"{a.cause or 'unknown'}; the group's committed offset then was {'none seen' if committed is None else committed}",
-        tp, lo, hi - 1, ev, start=a.end or b.start, end=b_first.ts, connection=b_first.connection,
+        tp, lo, hi - 1, ev, start=began, end=b_first.ts, connection=b_first.connection,
         client_id=b.member.client_id,
         details={"group": group, "first_member": a.member.member_id, "next_member": b.member.member_id,
                  "cause": a.cause, "committed": committed, "first_member_served_to": a_hi - 1,
