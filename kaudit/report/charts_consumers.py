@@ -141,11 +141,11 @@ def consumer_chart(panel: dict, findings: list[dict] = ()):
     times = [t for m in panel["members"] for t in [s[0] for s in m["serves"]] + [c[0] for c in m["commits"]]
              if t is not None] + [e[0] for e in panel["events"] if e[0] is not None]
     span = (max(times) - min(times)) if times else 0
+    for f in findings:   # first: the members' marks are drawn over the shading
+        _damage(fig, go, tp, f, max(span * 0.01, 1))
     for i, m in enumerate(panel["members"]):
         _member(fig, go, tp, m, PALETTE[i % len(PALETTE)])
     _events(fig, go, tp, panel["events"], lo - 0.5, hi + 0.5)
-    for f in findings:
-        _damage(fig, go, tp, f, max(span * 0.01, 1))
     fig.update_xaxes(type="date", title="time (capture)")
     fig.update_yaxes(title="offset", tickformat="d")
     _layout(fig, f"Consumer group {panel['group']}: {tp} - records served and commits by member", 420)
