@@ -3,6 +3,7 @@
 Exit codes: 0 clean, 1 findings at or above --fail-on (audit commands), 2 usage, 3 unreadable input,
 input holding nothing kaudit can read (a folder with no Kafka data, a capture with no Kafka
 traffic) or a selection that matches nothing in the input; the message says what was expected.
+(`kaudit consumers --group` naming a group a readable capture does not hold exits 0: cli_lists.py.)
 Machine output goes to stdout or --output; human messages and progress to stderr.
 """
 

@@ -116,3 +116,10 @@ def test_consumers_html_draws_every_partition_of_the_group(captures, tmp_path):
     assert p.findings == 1 and "consumer-redelivery" in out.read_text()
     r = runner.invoke(app, ["consumers", str(captures["coop"]), "-f", "html", "--group", "nope"])
     assert r.exit_code == 0 and "it holds billing" in r.output
+
+
+def test_every_consumer_rule_has_its_impact_in_words():
+    from kaudit.audit.registry import fold_rules
+    from kaudit.report.story import CONSUMED
+
+    assert set(CONSUMED) == {r.id for r in fold_rules("consumers")}
