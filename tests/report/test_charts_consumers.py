@@ -92,12 +92,18 @@ class _Charts(HTMLParser):
             self.findings += 1
 
 
-def test_pcap_html_report_draws_the_consumer_incidents_partition(captures, tmp_path):
-    out = tmp_path / "r.html"
-    r = runner.invoke(app, ["pcap", str(captures["coop"]), "-f", "html", "-o", str(out)])
+def _page(tmp_path, *args) -> tuple[_Charts, str]:
+    """The HTML page `kaudit args -f html` writes, parsed."""
+    out = tmp_path / "page.html"
+    r = runner.invoke(app, [*map(str, args), "-f", "html", "-o", str(out)])
     assert r.exit_code == 0, r.output
     p = _Charts()
     p.feed(out.read_text())
+    return p, out.read_text()
+
+
+def test_pcap_html_report_draws_the_consumer_incidents_partition(captures, tmp_path):
+    p, _ = _page(tmp_path, "pcap", captures["coop"])
     assert p.charts.count(("consumer-timeline", None)) == 1      # the incident's partition only
     js = tmp_path / "r.json"
     runner.invoke(app, ["pcap", str(captures["coop"]), "-f", "json", "-o", str(js)])
@@ -106,14 +112,10 @@ def test_pcap_html_report_draws_the_consumer_incidents_partition(captures, tmp_p
 
 
 def test_consumers_html_draws_every_partition_of_the_group(captures, tmp_path):
-    out = tmp_path / "c.html"
-    r = runner.invoke(app, ["consumers", str(captures["coop"]), "-f", "html", "-o", str(out)])
-    assert r.exit_code == 0, r.output
-    p = _Charts()
-    p.feed(out.read_text())
+    p, text = _page(tmp_path, "consumers", captures["coop"])
     assert p.groups == ["billing"]
     assert sorted(p.charts) == [("consumer-timeline", "orders-0"), ("consumer-timeline", "orders-1")]
-    assert p.findings == 1 and "consumer-redelivery" in out.read_text()
+    assert p.findings == 1 and "consumer-redelivery" in text
     r = runner.invoke(app, ["consumers", str(captures["coop"]), "-f", "html", "--group", "nope"])
     assert r.exit_code == 0 and "it holds billing" in r.output
 
