@@ -105,7 +105,8 @@ def panels(tl: Timelines, keys: list[tuple] | None = None) -> list[dict]:
 
 def finding_key(tl: Timelines, f: dict) -> tuple | None:
     """The (group, tp) panel a consumer finding belongs on: its group, else its member's, else the
-    group whose member of that client held the partition, else the loose consumers'."""
+    group of the member its Fetch connection served, else the group whose member of that client
+    held the partition, else the loose consumers'."""
     from kaudit.audit.stories.incidents import details_of
 
     if f.get("topic") is None or f.get("partition") is None:
@@ -118,6 +119,11 @@ def finding_key(tl: Timelines, f: dict) -> tuple | None:
     for m in tl.members.values():
         if member and m.member_id == member:
             return (m.group, tp)
+    # the member the finding's Fetch connection served (the read_uncommitted reader's)
+    conn = f.get("connection")
+    served = next((s.member for s in tl.by_tp.get(tp, ()) if conn and s.connection == conn and s.member), None)
+    if served is not None:
+        return (served.group, tp)
     for (group, t), stints in tl.stints.items():
         if t == tp and any(st.member.client_id == f.get("client_id") for st in stints):
             return (group, tp)

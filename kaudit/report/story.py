@@ -420,7 +420,8 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
         lines.append(f"consumers fetching offsets around {f.get('first_offset')} of {f.get('topic')}-{f.get('partition')} "
                      "(replica " + str(f.get("replica")) + ") fail on corrupt bytes (CorruptRecordException)")
     for f in [f for f in fs if f["rule"] in CONSUMED][:3]:
-        lines.append(f"group {details(f).get('group') or '(none named)'}, {f['topic']}-{f['partition']}: offsets "
+        group = details(f).get("group")
+        lines.append(f"{'group ' + group + ', ' if group else ''}{f['topic']}-{f['partition']}: offsets "
                      f"{_offsets(f['first_offset'], f.get('last_offset'))} {CONSUMED[f['rule']]}")
     if not lines:
         refused = [f for f in fs if f["rule"] == "out-of-order-sequence"]

@@ -17,13 +17,16 @@ class ConsumerTables:
         self.tables: dict[str, list[pa.Table]] = {}
 
     def add(self, kind: str, t: pa.Table) -> None:
-        if kind in KINDS and t.num_rows:
-            if kind == "batch":   # only the fetched batches: the consumers' records
-                import pyarrow.compute as pc
+        if kind not in KINDS or not t.num_rows:
+            return
+        from kaudit.audit.consumers import fold
 
-                t = t.filter(pc.fill_null(pc.equal(t.column("source_kind"), "fetch"), False))
-                if not t.num_rows:
-                    return
+        # only what the timelines read: the consumers' Fetch responses and fetched batches
+        if kind == "fetch_partition":
+            t = t.filter(fold._fetch_where(t)).select(list(fold.FETCH_COLUMNS))
+        elif kind == "batch":
+            t = t.filter(fold._batch_where(t)).select(list(fold.BATCH_COLUMNS))
+        if t.num_rows:
             self.tables.setdefault(kind, []).append(t)
 
     def __bool__(self) -> bool:

@@ -204,7 +204,7 @@ def check_uncommitted_read(tl: Timelines) -> list[dict]:
                 (b["base_offset"], b["control_type"]))
     if not markers:
         return []
-    ru = {(s.connection, s.position, s.tp) for s in tl.serves
+    ru = {(s.connection, s.position, s.tp): s.ts for s in tl.serves
           if s.isolation == "read_uncommitted" and s.end is not None}
     seen, out = set(), []
     for b in batches:
@@ -225,6 +225,6 @@ def check_uncommitted_read(tl: Timelines) -> list[dict]:
             f"{b['producer_id']}'s records at offsets {b['base_offset']}-{b['last_offset']} (frame {b['position']}) "
             f"of a transaction that aborted (ABORT marker at offset {after[0][0]})",
             (b["topic"], b["partition"]), b["base_offset"], b["last_offset"],
-            [evidence(b.get("source"), b["position"], "fetch")], connection=b["connection"],
+            [evidence(b.get("source"), b["position"], "fetch")], start=ru[k], connection=b["connection"],
             producer_id=b["producer_id"], producer_epoch=b["producer_epoch"]))
     return out[:MAX_FINDINGS]
