@@ -125,3 +125,23 @@ def test_every_consumer_rule_has_its_impact_in_words():
     from kaudit.report.story import CONSUMED
 
     assert set(CONSUMED) == {r.id for r in fold_rules("consumers")}
+
+
+def test_eos_double_commit_panel_shades_the_inputs_committed_twice(tmp_path):
+    """Two committed transactions (t-a by member A, t-b by member B) over input offsets 0-4: both
+    members' transactional commits on the group's partition, the inputs shaded."""
+    from kaudit.audit.consumers import rules
+    from kaudit.report.charts_consumers import finding_key
+    from tests.audit.consumers.test_consumer_rules import A2, B, B2, _ctp
+
+    ca, pa = _ctp("ctp-a", MA, 1, "t-a", 7, True)
+    cb, pb = _ctp("ctp-b", MB, 2, "t-b", 8, True)
+    path = tmp_path / "eos.pcap"
+    write_capture(path, [Conn(ca, **A), Conn(pa, **A2), Conn(cb, **B), Conn(pb, **B2)])
+    tl = _timelines(path)
+    [f] = [f for f in rules.judge(tl, tl.batches) if f["rule"] == "eos-double-commit"]
+    [p] = panels(tl, [finding_key(tl, f)])
+    fig = consumer_chart(p, [f])
+    assert {(m, first) for _, m, first, _, _, _ in _marks(fig, "commit")} == {(MA, 5), (MB, 5)}
+    assert {(first, last) for _, _, first, last, _, _ in _marks(fig, "eos-double-commit")} == {(0, 4)}
+    assert any("in transaction t-b: COMMIT" in h for h in _hover(fig, "commit"))
