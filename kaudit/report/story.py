@@ -33,6 +33,16 @@ _KINDS = (("leadership", {"unclean-leader-election", "unexplained-divergence", "
           ("errors", {"producer-error"}), ("request", {"unanswered-request"}))
 
 
+# The consumer rules (audit/consumers): what their offsets were to the group's consumers
+CONSUMED = {"consumer-redelivery": "served twice: possibly processed twice",
+            "consumer-commit-beyond-served": "skipped: committed over, never served to the group",
+            "consumer-reset-skip": "skipped: the consumer reset past them", "consumer-start-beyond-commit":
+            "skipped: the member started past them", "consumer-poll-skip": "skipped: the consumer fetched past them",
+            "consumer-nonmonotonic-poll": "fetched a second time by the same consumer",
+            "eos-double-commit": "consumed by two committed transactions: their outputs were produced twice",
+            "uncommitted-aborted-read": "read by a read_uncommitted consumer, then aborted"}
+
+
 def _kind(rules: set[str], all_coverage: bool) -> str:
     """What the incident is, from its rules, the most telling first."""
     if all_coverage:
@@ -124,7 +134,8 @@ def summarise(iid: str, fs: list[dict], reference_ms: int | None) -> dict:
     cov = all(is_coverage(f) for f in fs)
     lead = fs[0]
     ts = [t for f in fs for t in (f.get("first_ts_ms"), f.get("last_ts_ms")) if t is not None]
-    consumer = [f for f in fs if f["rule"] in CONSUMER_RULES and _sev_rank(f) >= SEVERITY_RANK["error"]]
+    consumer = [f for f in fs if (f["rule"] in CONSUMER_RULES or f["rule"] in CONSUMED)
+                and _sev_rank(f) >= SEVERITY_RANK["error"]]
     records = max(((f["last_offset"] - f["first_offset"] + 1) for f in consumer
                    if f.get("first_offset") is not None and f.get("last_offset") is not None), default=0)
     inc = {
@@ -408,6 +419,10 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
     for f in (by.get("crc-mismatch", []) + by.get("corrupt-batch", []))[:1]:
         lines.append(f"consumers fetching offsets around {f.get('first_offset')} of {f.get('topic')}-{f.get('partition')} "
                      "(replica " + str(f.get("replica")) + ") fail on corrupt bytes (CorruptRecordException)")
+    for f in [f for f in fs if f["rule"] in CONSUMED][:3]:
+        group = details(f).get("group")
+        lines.append(f"{'group ' + group + ', ' if group else ''}{f['topic']}-{f['partition']}: offsets "
+                     f"{_offsets(f['first_offset'], f.get('last_offset'))} {CONSUMED[f['rule']]}")
     if not lines:
         refused = [f for f in fs if f["rule"] == "out-of-order-sequence"]
         lines.append("the broker refused these batches: nothing was stored" if refused else
