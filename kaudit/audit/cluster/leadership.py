@@ -283,13 +283,14 @@ def _remote_enabled(history, topic: str) -> bool:
 
 
 def _kept(history, topic: str, tid: str, part: "Partition", brokers: dict) -> dict:
-    """replica -> why its broker keeps every record of the topic (retention.keeps_everything),
-    for the replicas whose broker does."""
+    """replica -> (why its broker keeps every record of the topic, its server.properties when
+    that says so) for the replicas whose broker does (retention.keeps_everything)."""
     out = {}
-    for rep, log_dir in sorted({(r.replica, r.log_dir) for r in part.runs}):
-        ok, why = keeps_everything(history, topic, tid, brokers.get(log_dir) or Broker())
+    for rep, log_dir in sorted({(r.replica, r.log_dir) for r in part.runs}, key=str):
+        broker = brokers.get(log_dir) or Broker()
+        ok, why = keeps_everything(history, topic, tid, broker)
         if ok:
-            out[rep] = why
+            out[rep] = (why, broker.path if broker.path and broker.path in why else None)
     return out
 
 
@@ -405,16 +406,18 @@ class Partition:
             first_entry = min(entries, key=lambda e: e["start_offset"])
             ev.append(evidence(first_entry["source"], first_entry["position"], "leader_epoch_entry",
                                f"epoch {first_entry['leader_epoch']} starts at {epoch_start}"))
+            if kept[rep][1]:
+                ev.append(evidence(kept[rep][1], None, "file", "the broker's static retention"))
             out.append(finding(
                 "missing-segments", f"{self.topic}-{self.partition} (replica {rep}): the log starts at offset "
-                f"{r.first}, yet the topic keeps every record on this broker ({kept[rep]}) and "
+                f"{r.first}, yet the topic keeps every record on this broker ({kept[rep][0]}) and "
                 + (f"the log-start-offset-checkpoint says {ck_offset}" if ck is not None else
                    "no log-start-offset-checkpoint entry (DeleteRecords) moved its start")
                 + f", and its leader-epoch-checkpoint still starts at {epoch_start} (the broker never "
                 f"moved its log start): offsets {max(lo, epoch_start)}-{r.first - 1} are missing from its segments",
                 topic=self.topic, partition=self.partition, replica=rep, topic_id=self.topic_id,
                 first_offset=max(lo, epoch_start), last_offset=r.first - 1, evidence=ev,
-                details={"first_offset_on_disk": r.first, "log_start_offset_checkpoint": ck_offset, "retention": kept[rep],
+                details={"first_offset_on_disk": r.first, "log_start_offset_checkpoint": ck_offset, "retention": kept[rep][0],
                          "leader_epoch_checkpoint_start": epoch_start}))
         return out
 

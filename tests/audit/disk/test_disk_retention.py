@@ -43,6 +43,7 @@ def test_retention_forever_only_in_server_properties_is_judged(tmp_path):
     fs = audit(_log_dir(tmp_path, props="node.id=1\n" + FOREVER), rules=RULES)
     assert brief(fs) == [("missing-segments", "error", "keep-0", 0, 4)]
     assert "server.properties log.retention.ms" in fs[0]["message"]
+    assert any(e["source"].endswith("logs/server.properties") for e in fs[0]["evidence"])
 
 
 def test_server_properties_beside_the_log_dir(tmp_path):
