@@ -46,25 +46,25 @@ def is_remote(t: Target) -> bool:
 def merge(targets: list[Target]) -> list[Target]:
     """The plan's targets with each partition's remote segments merged into one local replica's
     group (grouped targets in, grouped targets out)."""
-    remote: dict[tuple, list[Target]] = {}
+    remote: dict[tuple, list[Target]] = {}   # (topic, partition, topic id) -> its remote files
     for t in targets:
         if is_remote(t) and t.topic is not None:
-            remote.setdefault((t.topic, t.partition), []).append(t)
+            remote.setdefault((t.topic, t.partition, t.topic_id), []).append(t)
     if not remote:
         return targets
-    local: dict[tuple, dict[str, list[Target]]] = {}
+    local: dict[tuple, dict[str, list[Target]]] = {}   # (topic, partition) -> log dir -> files
     for t in targets:
-        if t.log_dir is not None and not t.log_dir.remote and (t.topic, t.partition) in remote:
+        if t.log_dir is not None and not t.log_dir.remote and t.topic is not None:
             local.setdefault((t.topic, t.partition), {}).setdefault(t.log_dir.path, []).append(t)
-    into: dict[str, list[Target]] = {}    # local log dir path + partition -> the remote targets before it
+    into: dict[tuple, list[Target]] = {}    # (local log dir, topic, partition) -> the remote files before it
     moved: set[int] = set()
-    for key, rts in remote.items():
-        ld = _receiver(rts, local.get(key, {}))
-        if ld is None:
-            continue
-        first = _first_base(local[key][ld])
-        placed = _placed(rts, first, local[key][ld][0].log_dir, local[key][ld][0].topic_id)
-        into[(ld, *key)] = placed
+    for (topic, partition, _), rts in remote.items():
+        replicas = local.get((topic, partition), {})
+        ld = _receiver(rts, replicas)
+        if ld is None or (ld, topic, partition) in into:
+            continue   # no local replica (or one already given another incarnation's): a replica of its own
+        placed = _placed(rts, _first_base(replicas[ld]), replicas[ld][0].log_dir, replicas[ld][0].topic_id)
+        into[(ld, topic, partition)] = placed
         moved.update(id(t) for t in rts)
     out: list[Target] = []
     done: set = set()

@@ -167,3 +167,13 @@ def test_generated_splits_of_one_log(tmp_path_factory):
         assert [(r["first_offset"], r["last_offset"]) for r in run.coverage.get("remote_not_read", [])] == want
 
     check()
+
+
+def test_remote_segments_of_another_topic_incarnation_are_not_merged(tmp_path):
+    from kaudit.sources.logdir import plan
+
+    node1, remote = build_tiered(tmp_path)
+    folder = next(remote.iterdir())
+    folder.rename(remote / "tiered-0-b3RoZXItaW5jYXJuYXRpb24")   # the topic deleted and created again
+    logs = [t for t in plan([str(node1), str(remote)]).targets if t.kind == "log" and "c2Vn" in t.path]
+    assert logs and {t.log_dir.replica for t in logs} == {"remote:" + str(remote)}
