@@ -174,6 +174,6 @@ def test_remote_segments_of_another_topic_incarnation_are_not_merged(tmp_path):
 
     node1, remote = build_tiered(tmp_path)
     folder = next(remote.iterdir())
-    folder.rename(remote / "tiered-0-b3RoZXItaW5jYXJuYXRpb24")   # the topic deleted and created again
+    folder.rename(remote / "tiered-0-b3RoZXItaW5jYXJuYXRpbw")   # the topic deleted and created again
     logs = [t for t in plan([str(node1), str(remote)]).targets if t.kind == "log" and "c2Vn" in t.path]
     assert logs and {t.log_dir.replica for t in logs} == {"remote:" + str(remote)}
