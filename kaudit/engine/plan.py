@@ -233,6 +233,8 @@ class Audit:
         if self.side == "disk":
             cov["files"] = sum(1 for t in self.layout.targets if t.kind != "skipped")
             cov["bytes"] = self.layout.total_bytes
+            if self.layout.remote_not_read:
+                cov["remote_not_read"] = [dict(r) for r in self.layout.remote_not_read]
         else:
             findings = facts.names.name_findings(findings)
             coverage.note_names(cov, facts.names.names)
@@ -264,6 +266,11 @@ def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None,
     clusters = log_dir_clusters(layout)
     replicated = replicated_partitions(layout, clusters)
     bound = tuple(f.bind(replicated, clusters) for f in (DISK_FOLDS if folds is None else folds))
+    if layout.remote_not_read:   # tiered ranges no input holds: not read, not lost (sources.remote)
+        from kaudit.sources.remote import unread_spans
+
+        spans = unread_spans(layout.remote_not_read)
+        bound = tuple(f.bind_unread(spans) if hasattr(f, "bind_unread") else f for f in bound)
     return Audit("disk", paths, bound, now_ms, keep_rules(select, ignore), tap, layout,
                  Options(deep=deep, max_batch_bytes=max_batch_bytes))
 

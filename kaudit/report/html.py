@@ -150,10 +150,12 @@ def _coverage(report: dict, members: dict) -> str:
         flat = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in counters.items()
                          if not isinstance(v, (dict, list)) and not k.startswith("_"))
         rows.append(f"<li>{_e(side + ': ' if side else '')}read {_e(flat)}</li>")
-    from kaudit.report.console import losses
+    from kaudit.report.console import losses, not_read
 
     for line in losses(report["findings"]):
         rows.append(f"<li class='lost'><b>lost or unreadable:</b> {_e(line)}</li>")
+    for line in not_read(cov):
+        rows.append(f"<li><b>not read (tiered):</b> {_e(line)}</li>")
     for i in report["incidents"]:
         if i["kind"] == "coverage":
             rows.append(f"<li>{_e(', '.join(f'{r} ×{n}' for r, n in i['rules'].items()))}: "
