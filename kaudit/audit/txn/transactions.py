@@ -66,6 +66,7 @@ class ProducerGroup:
         pt = assemble(self.producer_id, batches, txn_log,
                       coordinator_known=bool(txn_log) or bool(self.ctx.txn_state_seen),
                       cluster_tv=self.ctx.cluster_transaction_version)
+        pt.lineage = (self.ctx.producer_lineage or {}).get(self.producer_id)
         return txn_findings.judge(pt, self.ctx.reference_time_ms)
 
 

@@ -59,6 +59,8 @@ class _Say:
         self.wire = pt.coverage.source == "wire"
         ids = sorted(i for i in pt.view.transactional_ids if i)
         self.tid = ids[0] if len(ids) == 1 else None
+        if self.tid is None and not ids and pt.lineage is not None:
+            self.tid = pt.lineage.transactional_id   # its records gone: the id's lineage names it
 
     def where(self, part: Part) -> str:
         if self.wire:

@@ -73,7 +73,9 @@ def producer_facts(pid: int, rows: list[tuple], ctx: Context) -> ProducerTxns:
     feed = WireFeed(pid, ctx)
     for ts, _, kind, r in sorted(rows, key=lambda x: (x[0], x[1])):
         (feed.event if kind == "txn_event" else feed.batch)(ts, r)
-    return feed.facts()
+    pt = feed.facts()
+    pt.lineage = (ctx.producer_lineage or {}).get(pid)
+    return pt
 
 
 def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
