@@ -78,8 +78,9 @@ def disk_links(table: pa.Table) -> list[dict]:
                                  if n in table.column_names])
     if t.num_rows == 0:
         return []
-    t = t.set_column(t.schema.get_field_index("source"), "source", t.column("source").cast(pa.string())) \
-        if pa.types.is_dictionary(t.schema.field("source").type) else t
+    for i, f in enumerate(t.schema):   # a fold's selection is dictionary-encoded (txn_rows.lean)
+        if pa.types.is_dictionary(f.type):
+            t = t.set_column(i, f.name, t.column(i).cast(f.type.value_type))
     g = t.group_by(["transactional_id", "producer_id", "source"]).aggregate(
         [("timestamp_ms", "min"), ("timestamp_ms", "max"), ("producer_epoch", "max"), ("position", "min")])
     out = [{"tid": r["transactional_id"], "pid": r["producer_id"], "first": r["timestamp_ms_min"],
@@ -198,3 +199,52 @@ def _move(tid: str, old: int, new: int, pids: dict, link: dict | None) -> Move:
     row = pids[new]["row"] or {}
     return Move(tid, old, new, pids[new]["first"], _HOW.get(row.get("via"), _HOW["record"]), row.get("source"),
                 row.get("position"), last_epoch)
+
+
+# -- `kaudit txn`: one history per transactional id ----------------------------------------------
+
+def annotate(rows: list[dict], lineage: dict[int, Lineage]) -> list[dict]:
+    """The `kaudit txn` rows (txn_view) with each transactional id's history together
+    (`together`): each row of a producer id with a lineage carries `producer_ids` (its
+    transactional id's, in order), and the first row under a newer producer id
+    `producer_id_change` (from, to, when, how, the evidence)."""
+    if not lineage:
+        return rows
+    seen: set = set()
+    for r in rows:
+        lin = lineage.get(r["producer_id"])
+        if lin is None:
+            continue
+        r["producer_ids"] = list(lin.producer_ids)
+        m = lin.previous_move(r["producer_id"])
+        if m is not None and r["producer_id"] not in seen:
+            r["producer_id_change"] = {"from": m.old, "to": m.new, "ts_ms": m.ts_ms, "how": m.how,
+                                       "evidence": {"source": m.source, "position": m.position}}
+        seen.add(r["producer_id"])
+    return together(rows)
+
+
+def together(rows: list[dict]) -> list[dict]:
+    """Rows of one transactional id's producer ids (same `producer_ids`) one after the other,
+    where its first row was, oldest producer id first (each id's rows in their order); the
+    other rows keep their places."""
+    groups: dict[tuple, list[dict]] = {}
+    out: list = []
+    for r in rows:
+        ids = tuple(r.get("producer_ids") or ())
+        if not ids:
+            out.append(r)
+            continue
+        if ids not in groups:
+            groups[ids] = []
+            out.append(groups[ids])
+        groups[ids].append(r)
+    flat: list[dict] = []
+    for x in out:
+        if isinstance(x, list):
+            rank = {p: i for i, p in enumerate(x[0]["producer_ids"])}
+            x.sort(key=lambda r: rank.get(r["producer_id"], 0))
+            flat.extend(x)
+        else:
+            flat.append(x)
+    return flat
