@@ -39,7 +39,7 @@ class Move:
 
     @property
     def text(self) -> str:
-        return f"transactional id {self.transactional_id!r} moved from producer id {self.old} to {self.new} ({self.how})"
+        return f"transactional id {self.transactional_id!r} moved from producer id {self.old} to producer id {self.new} ({self.how})"
 
 
 @dataclass
