@@ -222,7 +222,13 @@ class Audit:
             ctx.topic_names = facts.names.names
 
     def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
-        return dataclasses.replace(ctx, selected_kinds=frozenset(facts.kinds.get(fold.name, ())))
+        """The context a buffered fold runs with; a live audit's, before `settle`, with the
+        transactional ids' lineage known so far."""
+        lineage = ctx.producer_lineage
+        if lineage is None and facts.links:
+            lineage = txn_lineage.build(facts.links) or None
+        return dataclasses.replace(ctx, selected_kinds=frozenset(facts.kinds.get(fold.name, ())),
+                                   producer_lineage=lineage)
 
     def clusters(self, facts: Facts):
         """The inputs' cluster ids: each log dir's meta.properties; each capture's Metadata

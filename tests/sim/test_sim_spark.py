@@ -49,7 +49,7 @@ def _budget():
 
 
 def test_spark_engine_reports_exactly_the_injected_anomalies_of_wide_histories():
-    """Every passing fault kind, a few per history, on the Spark engine: the union of their
+    """One episode of every passing fault kind per history, on the Spark engine: the union of their
     oracles on each feed, nothing else."""
     pytest.importorskip("pyspark")
     passing = [k for k in KINDS if k not in KNOWN_FAILING]
