@@ -101,3 +101,13 @@ def test_kaudit_txn_shows_one_history_across_the_producer_ids(tmp_path, tv):
         else "InitProducerId" in change["how"] or "records show" in change["how"]
     table = CliRunner().invoke(app, ["txn", str(ld.root), "--transactional-id", "tx"])
     assert "moved from producer id 7 to 8" in table.stdout
+
+
+def test_the_zombie_incident_names_the_transactional_id_and_both_producer_ids(tmp_path):
+    ld = moved(tmp_path, 1, zombie=True)
+    r = CliRunner().invoke(app, ["segments", str(ld.root), "-f", "json"])
+    (inc,) = json.loads(r.stdout)["incidents"]
+    assert inc["kind"] == "zombie" and inc["topic_partitions"] == ["z-0"]
+    assert "'tx'" in inc["title"] and "moved to producer id 8" in inc["title"]
+    assert "fenced by epoch" not in inc["title"]    # nothing fenced it: its producer id was left behind
+    assert "(its producer ids: 7 -> 8)" in inc["narrative"]["impact"]
