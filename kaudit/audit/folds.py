@@ -46,8 +46,8 @@ class Context:
     # inputs (FeatureLevelRecord), settled before any buffered fold runs; None: not in the inputs
     cluster_transaction_version: int | None = None
     # producer id -> txn_lineage.Lineage: its transactional id's producer ids across the whole
-    # input (epoch exhaustion, a lost id), settled before any buffered fold runs; None: no
-    # transactional id of the input has more than one
+    # input (epoch exhaustion, a lost id), settled before any buffered fold runs; None or {}:
+    # no transactional id of the input has more than one
     producer_lineage: dict | None = None
 
 

@@ -217,7 +217,7 @@ class Audit:
         if facts.features or facts.metadata_complete:
             ctx.cluster_transaction_version = cluster_transaction_version(facts.features, facts.metadata_complete)
         if facts.links:
-            ctx.producer_lineage = txn_lineage.build(facts.links) or None
+            ctx.producer_lineage = txn_lineage.build(facts.links)   # {}: built, nothing to link
         if self.side == "wire":
             ctx.topic_names = facts.names.names
 
