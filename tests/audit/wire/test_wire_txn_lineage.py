@@ -100,3 +100,15 @@ def test_kaudit_txn_on_the_capture_shows_the_move(tmp_path, tv):
     change = rows[1]["producer_id_change"]
     assert (change["from"], change["to"]) == (PID, PID + 1)
     assert ("EndTxn answered a new producer id" in change["how"]) if tv == 2 else ("InitProducerId" in change["how"])
+
+
+def test_kaudit_txn_rows_of_one_transactional_id_follow_each_other():
+    rows = [{"producer_id": 2, "transactional_id": "a", "n": 1}, {"producer_id": 9, "transactional_id": "b", "n": 2},
+            {"producer_id": 1, "transactional_id": "a", "n": 3}, {"producer_id": 2, "transactional_id": None, "n": 4}]
+    lin = txn_lineage.build([
+        {"tid": "a", "pid": 1, "first": 1, "last": 5, "epoch": 32766, "source": "s", "position": 1, "via": "record"},
+        {"tid": "a", "pid": 2, "first": 6, "last": 9, "epoch": 0, "source": "s", "position": 2, "via": "init"}])
+    out = txn_lineage.annotate(rows, lin)
+    assert [r["n"] for r in out] == [3, 1, 4, 2]     # producer id 1's row first, then 2's, then "b"
+    assert out[1]["producer_id_change"]["from"] == 1 and "producer_id_change" not in out[2]
+    assert "producer_ids" not in out[3]
