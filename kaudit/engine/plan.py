@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, sort_findings
 from kaudit.audit.folds import Context, Fold, run_selection
+from kaudit.audit.txn import txn_lineage
 from kaudit.engine import coverage
 from kaudit.model import ROW_KINDS
 from kaudit.protocol.metadata.history import latest_features
@@ -68,6 +69,7 @@ class Facts:
         self.features: list[dict] = []   # KRaft FeatureLevelRecords (disk), for the context
         self.metadata_complete = False   # a metadata log from offset 0, or a KRaft snapshot
         self.cluster_ids: dict[str, set] = {}   # capture path -> Metadata cluster ids
+        self.links: list[dict] = []   # txn_lineage's link rows (transactional id -> producer ids)
 
     def add(self, kind: str, table: pa.Table) -> None:
         if self.side == "disk":
@@ -75,7 +77,11 @@ class Facts:
             if kind == "metadata_record":
                 self.features.extend(feature_rows(table))
                 self.metadata_complete |= complete_metadata(table)
+            elif kind == "txn_log":
+                self.links.extend(txn_lineage.disk_links(table))
         else:
+            if kind == "txn_event":
+                self.links.extend(txn_lineage.wire_links(table))
             coverage.add_wire(self.cov, kind, table)
             if kind == "topic_name" and "cluster_id" in table.column_names and table.column("cluster_id").null_count < table.num_rows:
                 for src, cid in set(zip(table.column("source").to_pylist(), table.column("cluster_id").to_pylist())):
@@ -100,6 +106,7 @@ class Facts:
         self.tap.extend(other.tap)
         self.features.extend(other.features)
         self.metadata_complete |= other.metadata_complete
+        self.links.extend(getattr(other, "links", ()))
         for src, ids in getattr(other, "cluster_ids", {}).items():
             self.cluster_ids.setdefault(src, set()).update(ids)
 
@@ -209,11 +216,19 @@ class Audit:
         ctx.reference_time_ms = self.now_ms if self.now_ms is not None else facts.reference_time()
         if facts.features or facts.metadata_complete:
             ctx.cluster_transaction_version = cluster_transaction_version(facts.features, facts.metadata_complete)
+        if facts.links:
+            ctx.producer_lineage = txn_lineage.build(facts.links)   # {}: built, nothing to link
         if self.side == "wire":
             ctx.topic_names = facts.names.names
 
     def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
-        return dataclasses.replace(ctx, selected_kinds=frozenset(facts.kinds.get(fold.name, ())))
+        """The context a buffered fold runs with; a live audit's, before `settle`, with the
+        transactional ids' lineage known so far."""
+        lineage = ctx.producer_lineage
+        if lineage is None and facts.links:
+            lineage = txn_lineage.build(facts.links) or None
+        return dataclasses.replace(ctx, selected_kinds=frozenset(facts.kinds.get(fold.name, ())),
+                                   producer_lineage=lineage)
 
     def clusters(self, facts: Facts):
         """The inputs' cluster ids: each log dir's meta.properties; each capture's Metadata

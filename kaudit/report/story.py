@@ -211,9 +211,13 @@ def _title(inc: dict, fs: list[dict]) -> str:
         return f"{KIND_TITLES[kind]}{where}: {who or RULES[fs[0]['rule']].title}"
     if kind == "zombie":
         cur = [details(f).get("current_epoch") for f in fs if details(f).get("current_epoch") is not None]
-        stale = min((f["producer_epoch"] for f in fs if f["rule"] == "fenced-epoch"
+        stale = min((f["producer_epoch"] for f in fs if f["rule"] in ("fenced-epoch", "write-after-epoch-end")
                      and f.get("producer_epoch") is not None), default=None)
         newer = f", fenced by epoch {max(cur)}" if cur and (stale is None or max(cur) > stale) else ""
+        moved = next((details(f)["next_producer_id"] for f in fs if f["rule"] == "write-after-epoch-end"
+                      and details(f).get("next_producer_id") is not None), None)
+        if moved is not None and not newer:   # its producer id left behind (txn_lineage)
+            newer = f", after its transactional id moved to producer id {moved}"
         return f"{KIND_TITLES[kind]}: {who}{newer}{where}"
     if kind == "integrity":
         reps = ", ".join(inc["replicas"][:3])
@@ -300,6 +304,7 @@ def _zombie_impact(by: dict) -> list[str]:
                        "them (read_uncommitted consumers read them)")
         else:
             out.append(f"the zombie's writes at {where} were stored after its epoch ended and no marker ends them")
+    out += _moved(stale)
     fenced = by.get("fenced-epoch", [])
     stored = [f for f in fenced if f["severity"] in ("error", "critical")]
     if stored:
@@ -316,6 +321,20 @@ def _zombie_impact(by: dict) -> list[str]:
         out.append(f"the coordinator aborted its open transaction ({details(f).get('cause') or 'fencing'}): "
                    "read_committed consumers skip that data")
     return out
+
+
+def _moved(stale: list[dict]) -> list[str]:
+    """The transactional id's move to a newer producer id (txn_lineage), told once: the zombie's
+    producer id and its successor are one application's history."""
+    for f in stale:
+        d = details(f)
+        hist = d.get("transactional_id_history") or {}
+        if d.get("next_producer_id") is not None and hist:
+            chain = " -> ".join(map(str, hist.get("producer_ids") or ()))
+            return [f"producer id {f['producer_id']} was transactional id {hist.get('transactional_id')!r}'s until it "
+                    f"moved to producer id {d['next_producer_id']} (its producer ids: {chain}); a writer still "
+                    f"holding {f['producer_id']} is a zombie of that application"]
+    return []
 
 
 def _torn_impact(d: dict) -> list[str]:
