@@ -5,7 +5,7 @@ from kaudit.audit.cluster import leadership
 from kaudit.audit.consistency import index_check, integrity, leader_epochs, replicas, segment_loss, state_files
 from kaudit.audit.consumers import fold as consumers_fold
 from kaudit.audit.joint import join  # noqa: F401  (the rules of `kaudit audit`)
-from kaudit.audit.producers import disk_sequences, duplicate_records, wire_produce
+from kaudit.audit.producers import disk_sequences, duplicate_records, wire_acked, wire_produce
 from kaudit.audit.stories import incidents
 from kaudit.audit.txn import coordinator_state, transactions, txn_rules, txn_wire  # noqa: F401
 from kaudit.audit.wire import wire_frames, wire_lso, wire_readers
@@ -18,7 +18,7 @@ from kaudit.audit.registry import RULES, SEVERITIES, SEVERITY_RANK, at_or_above
 DISK_FOLDS: tuple[Fold, ...] = (disk_sequences.FOLD, integrity.FOLD, index_check.FOLD, segment_loss.FOLD,
                                 state_files.FOLD, transactions.FOLD, replicas.FOLD, leadership.FOLD)
 WIRE_FOLDS: tuple[Fold, ...] = (wire_produce.FOLD, wire_frames.FOLD, txn_wire.FOLD, wire_lso.FOLD, wire_readers.FOLD,
-                                consumers_fold.FOLD)
+                                consumers_fold.FOLD, wire_acked.FOLD)
 
 __all__ = ["Context", "Fold", "RULES", "SEVERITIES", "SEVERITY_RANK", "at_or_above",
            "DISK_FOLDS", "WIRE_FOLDS", "sort_findings"]

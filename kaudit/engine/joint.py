@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from kaudit.audit.joint import acked_loss as AL
 from kaudit.audit.joint import join as J
 from kaudit.audit.joint import reader_join as RJ
 from kaudit.audit import sort_findings
@@ -67,8 +68,11 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
     disk = engine.audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
                                  max_batch_bytes=max_batch_bytes, tap=disk_tap, **disk_kw)
     inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.of(END_TXN_TAP.name)), disk=_rows(disk_tap.of("rows")),
-                      ranges=disk_tap.ranges, cleaned=disk_tap.cleaned)
+                      ranges=disk_tap.ranges, cleaned=disk_tap.cleaned, at_acked=_rows(disk_tap.of("acked")),
+                      epoch_starts=disk_tap.epoch_starts)
     joined, jcov = J.join(inp)
+    # the partition's leadership and loss findings told which of their offsets clients were given
+    AL.annotate(disk.findings, inp.verdicts, produce)
     joined += _readers(wire_tap, disk_tap, names, wire.findings, jcov)
     joined = names.name_findings(joined)
     keep = keep_rules(select, ignore)
@@ -77,6 +81,7 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
     run.clusters = disk.clusters.merge(wire.clusters) if disk.clusters is not None else wire.clusters
     run.findings = sort_findings(wire.findings + disk.findings + [f for f in joined if keep(f)], run.clusters)
     jcov["disk_batches_kept"] = len(inp.disk)
+    jcov["disk_batches_at_acknowledged_offsets"] = len(inp.at_acked)
     run.coverage = {"wire": wire.coverage, "disk": disk.coverage, "join": jcov}
     refs = [r for r in (wire.reference_time_ms, disk.reference_time_ms) if r is not None]
     run.reference_time_ms = now_ms if now_ms is not None else (max(refs) if refs else None)

@@ -10,7 +10,13 @@ from kaudit.report.chart_style import layout as _layout
 
 RULE_COLOR = {"missing-offsets": "#d62728", "corrupt-batch": "#8c564b", "crc-mismatch": "#ff7f0e",
               "truncated-tail": "#9467bd", "replica-divergence": "#1f77b4", "checkpoint-mismatch": "#17becf",
-              "index-mismatch": "#bcbd22", "offset-overlap": "#e377c2"}
+              "index-mismatch": "#bcbd22", "offset-overlap": "#e377c2",
+              # acknowledged writes lost, and the election that cost them (where the lost records still are)
+              "acknowledged-write-lost": "#b00020", "offset-acknowledged-twice": "#e7298a",
+              "acknowledged-records-replaced": "#7570b3", "unclean-leader-election": "#666666"}
+
+
+WIRE_ONLY = frozenset({"offset-acknowledged-twice", "acknowledged-records-replaced"})
 
 
 def loss_map(inc: dict, findings: list[dict]):
@@ -23,7 +29,8 @@ def loss_map(inc: dict, findings: list[dict]):
     fig = go.Figure()
     rows, seen = [], set()
     for f in sorted(marks, key=lambda f: (f["topic"], f["partition"], str(f.get("replica")), f["first_offset"])):
-        row = f"{f['topic']}-{f['partition']} replica {f.get('replica')}"
+        row = f"{f['topic']}-{f['partition']} " + (f"replica {f['replica']}" if f.get("replica") else
+                                                   "capture" if f["rule"] in WIRE_ONLY else "every replica given")
         if row not in rows:
             rows.append(row)
         lo, hi = f["first_offset"], f["last_offset"] if f.get("last_offset") is not None else f["first_offset"]

@@ -78,7 +78,7 @@ def _charts_for(i: dict, members: list[dict], data: dict, ref, counter: list[int
         figs.append(("sequence-timeline", charts.sequence_timeline(i, members, data)))
     if i["kind"] in ("transaction", "hanging", "torn", "zombie"):
         figs.append(("transaction-gantt", charts.transaction_gantt(i, members, data, ref)))
-    if i["kind"] in ("integrity", "other"):
+    if i["kind"] in ("integrity", "other", "acknowledged", "leadership"):
         from kaudit.report.charts_loss import loss_map
 
         figs.append(("loss-map", loss_map(i, members)))

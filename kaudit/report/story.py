@@ -12,7 +12,8 @@ from kaudit.audit.stories.incidents import CONSUMER_RULES, INTEGRITY_RULES, is_c
 from kaudit.audit.stories.incidents import details_of as details
 from kaudit.timefmt import duration, iso_ms, when
 
-KIND_TITLES = {"leadership": "Records lost to the partition's leadership", "zombie": "Zombie producer", "hanging": "Stalled read_committed consumers",
+KIND_TITLES = {"leadership": "Records lost to the partition's leadership",
+               "acknowledged": "Acknowledged writes lost", "zombie": "Zombie producer", "hanging": "Stalled read_committed consumers",
                "torn": "Torn transaction", "transaction": "Transaction anomaly",
                "duplicate": "Records stored twice", "repeated": "Records repeated", "sequence": "Out-of-order sequences",
                "integrity": "Damaged log data", "outcome": "Write outcome", "retry": "Retried batch",
@@ -21,6 +22,7 @@ KIND_TITLES = {"leadership": "Records lost to the partition's leadership", "zomb
 
 
 _KINDS = (("leadership", {"unclean-leader-election", "unexplained-divergence", "missing-segments"}),
+          ("acknowledged", {"acknowledged-write-lost", "offset-acknowledged-twice", "acknowledged-records-replaced"}),
           ("zombie", {"fenced-epoch", "write-after-epoch-end"}), ("torn", {"torn-transaction"}),
           ("hanging", {"hanging-transaction", "lso-stuck"}),
           ("duplicate", {"duplicate-batch", "duplicate-records"}), ("repeated", {"repeated-records"}),

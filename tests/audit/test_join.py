@@ -50,16 +50,18 @@ def test_unanswered_resolved_once_twice_never():
     assert run([wire(0, err=None)], [], ranges={}) == []
 
 
-def test_acknowledged_missing_is_outcome_mismatch():
+def test_acknowledged_missing_is_acknowledged_write_lost():
+    """acks=all, no transaction: the leader answered once the high watermark passed it (critical)."""
     fs = run([wire(0, offset=5)], [])
-    assert brief(fs) == [("outcome-mismatch", "error", None)]
+    assert brief(fs) == [("acknowledged-write-lost", "critical", None)]
     assert fs[0]["first_offset"] == 5 and "acknowledged at offset 5" in fs[0]["message"]
     # stored (on any replica): agreement
     assert run([wire(0, offset=5)], [disk(0, 5, replica="2")], ranges={("1", T, P): [0, 9], ("2", T, P): [0, 9]}) == []
     # the log starts after the acknowledged offset (retention): not covered, no finding
     assert run([wire(0, offset=5)], [], ranges={("1", T, P): [50, 100]}) == []
-    # acks=1: a warning
-    assert brief(run([wire(0, offset=5, acks=1)], [])) == [("outcome-mismatch", "warning", None)]
+    # acks=1: a warning; a transaction's acks=all write whose commit the capture did not see: error
+    assert brief(run([wire(0, offset=5, acks=1)], [])) == [("acknowledged-write-lost", "warning", None)]
+    assert brief(run([wire(0, offset=5, txn=True)], [])) == [("acknowledged-write-lost", "error", None)]
 
 
 def test_refused_but_stored_is_outcome_mismatch():
@@ -103,8 +105,8 @@ def test_crafted_capture_and_logdir(tmp_path):
     root = b.write()
     r = audit_both([str(pcap)], [str(root)], PcapOptions())
     assert not r.errors
-    joined = [f for f in r.findings if f["rule"] in ("produce-outcome", "outcome-mismatch")]
-    assert brief(joined) == [("outcome-mismatch", "error", None), ("produce-outcome", "info", "stored once")]
+    joined = [f for f in r.findings if f["rule"] in ("produce-outcome", "outcome-mismatch", "acknowledged-write-lost")]
+    assert brief(joined) == [("acknowledged-write-lost", "critical", None), ("produce-outcome", "info", "stored once")]
     assert set(r.coverage) == {"wire", "disk", "join"}
 
 
@@ -149,3 +151,23 @@ def test_values_without_timestamp_sent_again_are_separate_sends():
     rows = [disk(-1, 5, pid=-1, epoch=-1), disk(-1, 9, pid=-1, epoch=-1)]
     assert run([w(1.0, offset=5), w(2.0, offset=9)], rows) == []
     assert brief(run([w(1.0, err=None), w(2.0, offset=9)], rows)) == [("produce-outcome", "warning", "stored twice")]
+
+
+def test_lost_transactional_write_is_critical_once_committed():
+    """A transaction's acks=all write lost (replica 2 wrote over it in epoch 1; replica 1, the
+    deposed leader, still holds it): error while its outcome is unknown, critical once replica 1
+    holds its COMMIT marker or the client was told it committed."""
+    def ep(row, epoch):
+        return dict(row, partition_leader_epoch=epoch)
+    held = ep(disk(0, 5, replica="1"), 0)
+    other = ep(disk(0, 5, pid=9, replica="2"), 1)
+    commit = ep(disk(-1, 8, replica="1", n=1, control="COMMIT"), 0)
+    ranges = {("1", T, P): [0, 8], ("2", T, P): [0, 7]}
+    produce = [dict(wire(0, offset=5, txn=True), response_ts=1.5)]
+    assert brief(run(produce, [held, other], ranges=ranges)) == [("acknowledged-write-lost", "error", None)]
+    fs = run(produce, [held, other, commit], ranges=ranges)
+    assert brief(fs) == [("acknowledged-write-lost", "critical", None)]
+    assert "COMMIT marker at offset 8" in fs[0]["message"]
+    end = {"source": "c.pcap", "connection": "a->b", "position": 9, "ts": 5.0, "event": "END_TXN",
+           "transactional_id": "tx", "producer_id": 7, "producer_epoch": 0, "result": "COMMIT", "error_codes": ""}
+    assert brief(run(produce, [held, other], ranges=ranges, end_txn=[end])) == [("acknowledged-write-lost", "critical", None)]

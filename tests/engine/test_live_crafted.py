@@ -10,18 +10,20 @@ import json
 
 import pytest
 
+import tests.audit.wire.test_wire_acked as acked
 import tests.audit.wire.test_wire_frame_rules as frame_rules
 import tests.audit.wire.test_wire_produce_rules as produce_rules
 import tests.audit.wire.test_wire_readers as readers
 import tests.audit.wire.test_wire_txn_crafted as txn_crafted
 from tests.audit.wire import wirecraft
 
+from kaudit.audit.producers import wire_acked
 from kaudit.audit.wire import live_settle
 from kaudit.engine import live
 from kaudit.engine.local import audit_pcaps
 from kaudit.sources.pcap import PcapOptions
 
-MODULES = (frame_rules, produce_rules, readers, txn_crafted)
+MODULES = (frame_rules, produce_rules, readers, txn_crafted, acked)
 
 
 def live_audit(tmp_path, conns, *, name: str = "wire.pcap", now_ms=None, select=(), ignore=(),
@@ -49,5 +51,6 @@ CASES = [(m, name) for m in MODULES for name, fn in vars(m).items()
 def test_crafted_case_live(module, name, tmp_path, monkeypatch):
     monkeypatch.setattr(live, "CHECK_EVERY_S", 0.0)
     monkeypatch.setattr(live_settle, "COMPACT_ROWS", 1)
+    monkeypatch.setattr(wire_acked.AckedSettle, "COMPACT_ROWS", 1)
     monkeypatch.setattr(module, "audit", live_audit)
     getattr(module, name)(tmp_path)

@@ -461,3 +461,31 @@ def test_crafted_losses(spark, tmp_path, monkeypatch, fold_in_tasks):
     _segments([r.parent for r in roots])
     assert len([f for f in L.audit_segments([str(r.parent) for r in roots]).findings
                 if f["rule"] == "missing-offsets"]) == 3
+
+
+def test_acknowledged_writes_lost_to_an_unclean_election(spark, tmp_path):
+    """acknowledged-write-lost (the DiskTap's batches at acknowledged offsets, shipped from the
+    tasks) and the unclean election told which offsets were acknowledged: the same on Spark."""
+    from kaudit.engine.joint import audit_both
+    from tests.audit.test_acked_loss import _capture, _cluster
+
+    pcap = _capture(tmp_path, range(10))
+    logs = [str(r) for r in _cluster(tmp_path, election="unclean")]
+    got = audit_both([pcap], logs, PcapOptions(), spark_options=SPARK)
+    _same(got, audit_both([pcap], logs, PcapOptions()))
+    assert {f["rule"] for f in got.findings} >= {"acknowledged-write-lost", "unclean-leader-election"}
+
+
+def test_acknowledged_writes_lost_on_the_wire(spark, tmp_path):
+    """wire-acked: an offset acknowledged twice and a Fetch returning other records there."""
+    from tests.audit.wire import wirecraft as wc
+    from tests.audit.wire.test_wire_acked import P1, P2, READER, at, fetch
+    from tests.sources.pcap.craft import Conn
+
+    conns = [Conn(wc.send(1, wc.batch(7, 0, 0), offset=5), **P1), Conn(wc.send(1, wc.batch(8, 0, 0), offset=5), **P2),
+             Conn(fetch(1, at(5, -1, -1, 0, tag="z"), hw=8, fetch_offset=5), **READER)]
+    path = tmp_path / "acked.pcap"
+    wc.write_capture(path, conns)
+    _pcaps([path], PcapOptions())
+    rules = {f["rule"] for f in L.audit_pcaps([str(path)], PcapOptions()).findings}
+    assert {"offset-acknowledged-twice", "acknowledged-records-replaced"} <= rules

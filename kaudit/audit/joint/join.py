@@ -14,13 +14,15 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from kaudit.audit.joint import acked_loss
 from kaudit.audit.registry import evidence, finding, rule
 
 # columns the engine collects
 PRODUCE_COLUMNS = ("source", "position", "connection", "correlation_id", "request_ts", "topic", "topic_id",
                    "partition", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
                    "record_count", "crc", "acks", "is_transactional", "transactional_id",
-                   "response_error", "response_base_offset", "client_id", "max_timestamp_ms", "response_ts")
+                   "response_error", "response_base_offset", "client_id", "max_timestamp_ms", "response_ts",
+                   "magic", "batch_size", "attributes", "base_offset", "last_offset", "base_timestamp_ms", "codec")
 DISK_COLUMNS = ("source", "position", "replica", "topic", "partition", "base_offset",
                 "last_offset", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
                 "record_count", "crc", "is_control", "control_type")
@@ -76,6 +78,12 @@ class JoinInput:
     # (replica, topic, partition) -> the offset the log cleaner has compacted up to
     # (cleaner-offset-checkpoint): below it, a batch the log lacks may have been compacted away
     cleaned: dict = field(default_factory=dict)
+    # the stored batches (any producer) at the offsets the captures acknowledged, with their
+    # record content and leader epoch (acked_loss.AT_COLUMNS)
+    at_acked: list[dict] = field(default_factory=list)
+    # (replica, topic, partition) -> {leader epoch: first offset}: the epoch a log reached by an offset
+    epoch_starts: dict = field(default_factory=dict)
+    verdicts: list[dict] = field(default_factory=list)   # set by join: each acknowledged write judged
 
 
 def wire_key(r: dict):
@@ -120,10 +128,6 @@ def _holders(ranges: dict, topic: str, partition: int) -> dict:
 def join(inp: JoinInput) -> tuple[list[dict], dict]:
     """(findings, coverage counts) of the join."""
     stored = _stored(inp.disk)
-    disk_at = defaultdict(list)          # (replica, topic, partition, base_offset) -> disk rows
-    for d in inp.disk:
-        if not d["is_control"]:
-            disk_at[(d["replica"], d["topic"], d["partition"], d["base_offset"])].append(d)
     where_of = {}                         # key -> a disk row, for evidence
     for d in inp.disk:
         if not d["is_control"]:
@@ -156,14 +160,7 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
                 if not covering:
                     cov["acknowledged_not_covered"] += 1
                     continue
-                cov["acknowledged_checked"] += 1
-                if reps:
-                    continue
-                if key[0] == "crc" and any(
-                        d["record_count"] == r["record_count"]
-                        for rep in covering for d in disk_at.get((rep, r["topic"], r["partition"], off), ())):
-                    continue  # recompressed by the broker: another CRC at the acknowledged offset
-                out.append(_lost(r, off, covering))
+                cov["acknowledged_checked"] += 1   # judged by acked_loss.judge
         errs = [r["response_error"] for r in attempts]
         if holders and (None in errs or len(attempts) > 1 or any(e not in (None, 0) for e in errs)):
             f = _resolve(attempts, key, reps, holders, where_of)
@@ -171,6 +168,12 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
                 out.append(f)
                 cov["resolved"] += 1
     out.extend(_end_txn(inp, stored, cov))
+    acov: dict = {}
+    lost, verdicts = acked_loss.judge(inp.produce, inp.disk, inp.at_acked, inp.ranges, inp.cleaned, inp.end_txn, acov,
+                                      inp.epoch_starts)
+    cov.update({k: acov.get(k, 0) for k in ("acknowledged_lost", "acknowledged_held", "acknowledged_not_comparable")})
+    out.extend(lost)
+    inp.verdicts = verdicts
     return out, cov
 
 
@@ -238,7 +241,7 @@ def _resolve(attempts, key, reps, holders, where_of):
         outcome = "never stored"
         start = min(rng[0] for rng in holders.values())
         if 0 in errs:
-            return None   # acknowledged and missing: _lost reported it (when the log covers it)
+            return None   # acknowledged and missing: acked_loss.judge tells it
         if None not in errs:
             sev, text = "info", "never stored, as the broker's answer said"
         elif start > 0:
@@ -258,22 +261,6 @@ def _resolve(attempts, key, reps, holders, where_of):
         severity=sev, evidence=ev, details=details,
         first_offset=offsets[0] if offsets else None, last_offset=offsets[-1] if offsets else None,
         **_fields(r))
-
-
-def _lost(r, off, covering) -> dict:
-    acks = r.get("acks")
-    pid = r["producer_id"]
-    who = f"producer {pid} epoch {r['producer_epoch']} sequences {r['base_sequence']}-{r['last_sequence']}" \
-        if pid is not None and pid >= 0 else f"non-idempotent batch crc {r['crc']}"
-    reps = ", ".join(f"{rep} [{rng[0]}, {rng[1]}]" for rep, rng in sorted(covering.items(), key=lambda kv: str(kv[0])))
-    return finding(
-        "outcome-mismatch", f"{_where(r)}: Produce of {who} acknowledged at offset {off} (acks={acks}) "
-        f"is in no replica's log (replicas and offset ranges: {reps})",
-        severity="error" if acks == -1 else "warning",
-        evidence=[_wire_ev(r, f"acknowledged at offset {off}")],
-        details={"told": "acknowledged", "stored": "missing", "acknowledged_offset": off, "acks": acks,
-                 "log_ranges": {str(rep): list(rng) for rep, rng in covering.items()}},
-        first_offset=off, last_offset=off + max((r["record_count"] or 1) - 1, 0), **_fields(r))
 
 
 def _end_txn(inp: JoinInput, stored: dict, cov: dict) -> list[dict]:

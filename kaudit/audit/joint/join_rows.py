@@ -8,13 +8,16 @@ partitions' batches and .txnindex entries, and each partition's offset range per
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kaudit.audit.joint import acked_loss as AL
 from kaudit.audit.joint import join as J
 from kaudit.audit.joint import reader_join as RJ
 from kaudit.audit.wire import wire_readers as WR
-from kaudit.audit.folds import Fold, Tap, constant
+from kaudit.audit.folds import Fold, Tap, constant, np_col, np_mask
+from kaudit.audit.producers.acked_writes import acked_batches, merged, overlap_mask
 
 
 def _produce_where(t: pa.Table):
@@ -59,21 +62,29 @@ class DiskTap(Tap):
         self.pids, self.txn_pids, self.crcs, self.offsets, self.reader_pids = (
             pa.array(sets.get(k, []), pa.int64()) for k in ("pids", "txn_pids", "crcs", "offsets", "reader_pids"))
         self.reader_tps = {tuple(x) for x in sets.get("reader_tps", [])}
+        # (topic, partition) -> (starts, ends): the acknowledged offsets, merged and sorted
+        self.acked = {(t, p): (np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64))
+                      for t, p, lo, hi in sets.get("acked", [])}
         self.ranges: dict = {}
         self.cleaned: dict = {}   # (replica, topic, partition) -> cleaner-offset-checkpoint offset
+        # (replica, topic, partition) -> {leader epoch: its first offset in that log}, for the
+        # partitions the captures acknowledged writes to: which epoch a log reached by an offset
+        self.epoch_starts: dict = {}
 
     def fresh(self) -> "DiskTap":
         tap = super().fresh()
-        tap.ranges, tap.cleaned = {}, {}
+        tap.ranges, tap.cleaned, tap.epoch_starts = {}, {}, {}
         return tap
 
     def facts(self) -> dict:
-        return {"ranges": dict(self.ranges), "cleaned": dict(self.cleaned)}
+        return {"ranges": dict(self.ranges), "cleaned": dict(self.cleaned), "epoch_starts": dict(self.epoch_starts)}
 
     def merge(self, facts: dict) -> None:
         merge_ranges(self.ranges, [(*k, lo, hi) for k, (lo, hi) in facts["ranges"].items()])
         for k, off in facts["cleaned"].items():
             self.cleaned[k] = max(off, self.cleaned.get(k, -1))
+        for k, starts in facts.get("epoch_starts", {}).items():
+            merge_epochs(self.epoch_starts.setdefault(k, {}), starts.items())
 
     @staticmethod
     def sets_of(produce: list[dict], readers: list[dict] = ()) -> dict:
@@ -88,6 +99,7 @@ class DiskTap(Tap):
             "crcs": sorted({r["crc"] for r in anon if r["crc"] is not None}),
             "offsets": sorted({r["response_base_offset"] for r in anon
                                if r["response_base_offset"] is not None and r["response_base_offset"] >= 0}),
+            "acked": acked_ranges(produce),
         }
 
     def __call__(self, kind: str, t: pa.Table) -> None:
@@ -123,6 +135,9 @@ class DiskTap(Tap):
                                     pc.is_in(t.column("base_offset"), value_set=self.offsets)))
         if self.reader_tps:
             self._readers(t, pid, control)
+        if self.acked:
+            self._at_acked(t)
+            self._epochs(t)
         keep = pc.fill_null(pc.or_(pc.or_(data, marker), anon), False)
         t = t.filter(keep)
         if t.num_rows:
@@ -137,6 +152,47 @@ class DiskTap(Tap):
             if t is not None:
                 self.out.append(("reader", t.select(list(RJ.DISK_COLUMNS))))
 
+    def _epochs(self, t: pa.Table) -> None:
+        ok_t, topic = constant(t.column("topic"))
+        ok_p, part = constant(t.column("partition"))
+        if ok_t and ok_p and (topic, part) not in self.acked:
+            return   # a chunk is one file: one partition, most of them never acknowledged on the wire
+        g = t.group_by(["replica", "topic", "partition", "partition_leader_epoch"]).aggregate([("base_offset", "min")])
+        for rep, top, part, epoch, lo in zip(*(g.column(c).to_pylist() for c in
+                                               ("replica", "topic", "partition", "partition_leader_epoch",
+                                                "base_offset_min"))):
+            if epoch is not None and epoch >= 0 and (top, part) in self.acked:
+                merge_epochs(self.epoch_starts.setdefault((rep, top, part), {}), [(epoch, lo)])
+
+    def _at_acked(self, t: pa.Table) -> None:
+        """Every stored batch (any producer) overlapping an acknowledged offset range."""
+        ok_t, topic = constant(t.column("topic"))
+        ok_p, part = constant(t.column("partition"))
+        base, last = np_col(t, "base_offset", -1, np.int64), np_col(t, "last_offset", -1, np.int64)
+        if ok_t and ok_p:
+            iv = self.acked.get((topic, part))
+            if iv is None:
+                return
+            mask = overlap_mask(base, last, *iv)
+        else:
+            mask = np.zeros(t.num_rows, dtype=bool)
+            tps = list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist()))
+            for tp in set(tps):
+                iv = self.acked.get(tp)
+                if iv is not None:
+                    rows = np.array([i for i, x in enumerate(tps) if x == tp], dtype=np.int64)
+                    mask[rows] = overlap_mask(base[rows], last[rows], *iv)
+        if mask.any():
+            self.out.append(("acked", t.filter(np_mask(mask)).select(list(AL.AT_COLUMNS))))
+
+
+def acked_ranges(produce: list[dict]) -> list:
+    """[(topic, partition, starts, ends)]: each partition's acknowledged offsets, merged."""
+    spans: dict = {}
+    for w in acked_batches(produce):
+        spans.setdefault((w.row["topic"], w.row["partition"]), []).append((w.lo, w.hi))
+    return [(t, p, *(x.tolist() for x in merged(iv))) for (t, p), iv in spans.items()]
+
 
 def _of_partitions(t: pa.Table, tps: set) -> pa.Table | None:
     """The rows of `t` in the (topic, partition) pairs `tps` (a chunk is one file: one pair)."""
@@ -147,6 +203,11 @@ def _of_partitions(t: pa.Table, tps: set) -> pa.Table | None:
     keep = [(a, b) in tps for a, b in zip(t.column("topic").to_pylist(), t.column("partition").to_pylist())]
     t = t.filter(pa.array(keep))
     return t if t.num_rows else None
+
+
+def merge_epochs(into: dict, starts) -> None:
+    for epoch, lo in starts:
+        into[epoch] = min(lo, into.get(epoch, lo))
 
 
 def merge_ranges(into: dict, ranges) -> dict:

@@ -63,7 +63,9 @@ CONSUMER_RULES = frozenset({"duplicate-batch", "duplicate-records", "hanging-tra
                             # what readers are given, and the replicas they read from (issue 20)
                             "aborted-read", "read-past-lso", "replica-divergence", "txnindex-mismatch",
                             "snapshot-mismatch", "missing-offsets", "write-after-epoch-end",
-                            "mixed-epoch-transaction"})
+                            "mixed-epoch-transaction",
+                            # acknowledged data the partition no longer holds (issue 30)
+                            "acknowledged-write-lost", "offset-acknowledged-twice", "acknowledged-records-replaced"})
 FENCED_CODES = frozenset({"47", "90"})
 
 
@@ -302,6 +304,34 @@ def _leadership(findings: list[dict], primary: list[int], uf) -> None:
             uf.union(head, i)
 
 
+# Acknowledged writes lost (wire and join) and the findings on the same partition's offsets that
+# tell how they were lost: one incident per loss.
+ACKED_LOSS_RULES = frozenset({"acknowledged-write-lost", "offset-acknowledged-twice", "acknowledged-records-replaced"})
+LOSS_CAUSE_RULES = frozenset({"unclean-leader-election", "unexplained-divergence", "missing-offsets",
+                              "missing-segments"})
+
+
+def _acked_losses(findings: list[dict], primary: list[int], uf) -> None:
+    """An acknowledged write lost joins every loss finding of its partition whose offsets overlap
+    its own (the unclean election that cost it, the segment that lost it, the wire's view)."""
+    from kaudit.audit.joint.acked_loss import loss_span
+
+    by_tp: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
+    for i in primary:
+        f = findings[i]
+        if f["rule"] in ACKED_LOSS_RULES or f["rule"] in LOSS_CAUSE_RULES:
+            span = loss_span(f)
+            if span is not None:
+                by_tp[(f["topic"], f["partition"])].append((i, *span))
+    for members in by_tp.values():
+        for i, lo, hi in members:
+            if findings[i]["rule"] not in ACKED_LOSS_RULES:
+                continue
+            for j, lo2, hi2 in members:
+                if j != i and lo <= hi2 and lo2 <= hi:
+                    uf.union(i, j)
+
+
 def assign(findings: list[dict], cluster_of=None) -> list[dict]:
     """Sets every finding's `incident` (in place) and returns the findings. The findings that
     tell a story are linked first; a finding that only accompanies one (an error answer, a
@@ -338,6 +368,7 @@ def _assign(findings: list[dict], cluster: str) -> list[dict]:
     primary = [i for i in story if findings[i]["rule"] not in SECONDARY_RULES]
     first, spans = _link(findings, primary, uf, keys, tids)
     _leadership(findings, primary, uf)
+    _acked_losses(findings, primary, uf)
     sev = {}
     for i in primary:
         r = uf.find(i)

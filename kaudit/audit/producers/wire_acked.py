@@ -1,0 +1,358 @@
+"""Acknowledged writes lost, from a capture alone: per topic partition, the offsets the Produce
+responses gave (acked_writes.py) against what later took those offsets - another acknowledged
+write (`offset-acknowledged-twice`) or a Fetch response's batches
+(`acknowledged-records-replaced`).
+
+A loss is told once per partition and run of lost writes (writes next to each other in offset
+order, not separated by an acknowledged write that survived), with each lost write's client,
+time and acks and what replaced it.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.consistency.log_chunks import TablesByKind
+from kaudit.audit.folds import Fold, KeyedState, Settler, np_col, np_mask
+from kaudit.audit.producers import acked_writes as A
+from kaudit.audit.registry import evidence, finding, rule
+from kaudit.timefmt import iso_ms
+
+KEY = ("topic", "partition")
+ORDER = ("response_ts", "source", "position")
+BATCH_COLUMNS = tuple(dict.fromkeys(
+    ("source_kind", "source", "connection", "position", "request_ts", "response_ts", "topic", "topic_id",
+     "partition", "correlation_id", "client_id", "acks", "transactional_id", "is_transactional", "is_control",
+     "control_type", "crc_ok", "last_sequence", "partition_leader_epoch", "response_error", "response_base_offset")
+    + A.CONTENT_COLUMNS))
+FETCH_COLUMNS = ("source", "connection", "position", "response_ts", "topic", "partition", "isolation_level",
+                 "replica_id", "error_code", "fetch_offset", "high_watermark", "last_stable_offset", "client_id")
+REMEDIATION = ("Records acknowledged to the client are not what the partition now holds at their offsets: "
+               "they are lost unless a deposed leader's log dir still holds them (copy its partition dir "
+               "before it rejoins and truncates). Check the leadership history (`kaudit audit` with the "
+               "brokers' log dirs and their __cluster_metadata: unclean-leader-election), "
+               "unclean.leader.election.enable, min.insync.replicas and the producer's acks; replay the "
+               "lost records from their source.")
+
+
+@rule("offset-acknowledged-twice", "error", "wire",
+      "one partition offset acknowledged to two different writes: the first is lost", REMEDIATION)
+def offset_acknowledged_twice(first: A.Batch, later: A.Batch) -> bool:
+    """Invariant: the leader assigns each offset once (UnifiedLog.append takes the log end
+    offset); an offset acknowledged to a write (ProduceResponse base offset + the batch's
+    records) holds that write for as long as retention keeps it, so a later acknowledgement at
+    the same offset is of the same write (an idempotent retry answered with the original offset,
+    ProducerStateManager.findDuplicateBatch) - same producer id, epoch and sequence, or without
+    idempotence the same records. Two different writes acknowledged at one offset mean the log
+    was truncated below the first one's end and written again: acks=1 data a leader change
+    lost, or acks=all data lost to an unclean leader election or a broker that lost its disk.
+    Benign causes: the topic was deleted and created again with the same name (offsets restart;
+    Produce v13+ rows carry the topic id, and ids that differ are not compared); a capture of
+    two clusters with the same topic name."""
+    return A.same_write(first, later, stored=False) is False
+
+
+@rule("acknowledged-records-replaced", "error", "wire",
+      "a Fetch response returned other records at an acknowledged offset", REMEDIATION)
+def acknowledged_records_replaced(acked: A.Batch, fetched: A.Batch) -> bool:
+    """Invariant: as above, an acknowledged offset holds its write for as long as retention keeps
+    it, and every replica serves the batch as the producer sent it (the broker keeps a v2 batch's
+    offsets, producer fields and record bytes; the cleaner only drops records). A Fetch
+    response - a consumer's or a follower's - requested after the acknowledgement that returns,
+    at the acknowledged offsets, a batch of another producer, epoch or sequence, or without
+    idempotence other records, shows the partition's log no longer holds the write.
+    Benign causes: the topic deleted and created again (as above); a deposed leader still
+    answering a consumer that does not send its leader epoch (its own, uncommitted tail). Not
+    judged: old message formats, another compression codec than the producer's (the broker
+    may recompress), a non-idempotent batch with fewer records (compaction)."""
+    return A.same_write(acked, fetched) is False
+
+
+def _batch_where(t: pa.Table):
+    kind = t.column("source_kind")
+    ok0 = pc.fill_null(pc.equal(t.column("response_error"), 0), False)
+    acked = pc.and_(pc.fill_null(pc.equal(kind, "produce"), False),
+                    pc.and_(ok0, pc.fill_null(pc.greater_equal(t.column("response_base_offset"), 0), False)))
+    fetched = pc.and_(pc.fill_null(pc.equal(kind, "fetch"), False), pc.fill_null(t.column("crc_ok"), True))
+    return pc.or_(acked, fetched)
+
+
+class AckedPartition(TablesByKind):
+    def __init__(self, key: tuple):
+        super().__init__()
+        self.topic, self.partition = key
+
+    def finish(self) -> list[dict]:
+        b = self.concat("batch")
+        if b is None or self.topic is None:
+            return []
+        kind = b.column("source_kind")
+        produce = sorted(b.filter(pc.equal(kind, "produce")).to_pylist(),
+                         key=lambda r: (r["response_ts"] or 0, r["source"], r["position"]))
+        acked = A.acked_batches(produce)
+        if not acked:
+            return []
+        lost: dict[int, list] = {}     # id(acked write) -> [(kind, replacing batch)]
+        seen: dict[int, str] = {}      # id(acked write) -> why it reached a committed state
+        _twice(acked, lost)
+        contested = A.merged([(w.lo, w.hi) for w in acked if id(w) in lost])
+        fetched = _near(b.filter(pc.equal(kind, "fetch")), acked, contested)
+        fp = self.concat("fetch_partition")
+        responses = {} if fp is None else {(r["source"], r["connection"], r["position"]): r for r in fp.to_pylist()}
+        _refetched(acked, fetched, responses, lost, seen)
+        if not lost:
+            return []
+        return [f for group in _runs(acked, lost) for f in self._findings(group, lost, seen)]
+
+    def _findings(self, group: list[A.Batch], lost: dict, seen: dict) -> list[dict]:
+        out = []
+        for rule_id, kind in (("offset-acknowledged-twice", "produce"), ("acknowledged-records-replaced", "fetch")):
+            ws = [w for w in group if any(k == kind for k, _ in lost[id(w)])]
+            if ws:
+                out.append(self._finding(rule_id, kind, ws, lost, seen))
+        return out
+
+    def _finding(self, rule_id: str, kind: str, ws: list[A.Batch], lost: dict, seen: dict) -> dict:
+        states = {id(w): A.committed_state(w.row.get("acks"), bool(w.row.get("is_transactional")), seen.get(id(w)))
+                  for w in ws}
+        sev = max((A.loss_severity(w.row.get("acks"), bool(w.row.get("is_transactional")), id(w) in seen) for w in ws),
+                  key=lambda s: ("warning", "error", "critical").index(s))
+        lo, hi = min(w.lo for w in ws), max(w.hi for w in ws)
+        reps = [(w, x) for w in ws for k, x in lost[id(w)] if k == kind]
+        first_w, first_x = reps[0]
+        how = ("acknowledged again to " + _other(first_x) if kind == "produce"
+               else "returned by a Fetch as " + _fetched_text(first_x))
+        where = f"{self.topic}-{self.partition}"
+        n = f"{len(ws)} acknowledged writes" if len(ws) > 1 else "an acknowledged write"
+        msg = (f"{where}: offsets {lo}-{hi} held {n} that the partition's log no longer holds there: "
+               f"{A.ack_text(first_w)}; offset {max(first_w.lo, first_x.lo)} was later {how}"
+               + (f" (and {len(reps) - 1} more)" if len(reps) > 1 else "")
+               + f". Lost ({states[id(first_w)]})")
+        ev = []
+        for w, x in reps[:A.MAX_LISTED]:
+            ev.append(A.ack_evidence(w))
+            ev.append(evidence(x.row.get("source"), x.row.get("position"), kind,
+                               f"{'acknowledged' if kind == 'produce' else 'fetched'} at offsets {x.lo}-{x.hi}: "
+                               f"{x.who()}"))
+        pids = {w.pid for w in ws}
+        clients = {w.row.get("client_id") for w in ws}
+        return finding(
+            rule_id, msg, severity=sev, evidence=list({(e["source"], e["position"], e["kind"]): e for e in ev}.values()),
+            topic=self.topic, partition=self.partition, topic_id=first_w.row.get("topic_id"),
+            first_offset=lo, last_offset=hi, first_ts_ms=A.ms(first_w.row.get("response_ts")),
+            producer_id=pids.pop() if len(pids) == 1 else None,
+            client_id=clients.pop() if len(clients) == 1 else None,
+            details={"lost": [A.ack_detail(w, states[id(w)]) for w in ws[:A.MAX_LISTED]], "lost_writes": len(ws),
+                     "replaced_by": [_replacer(x, kind) for _, x in reps[:A.MAX_LISTED]]})
+
+
+def _other(x: A.Batch) -> str:
+    r = x.row
+    return (f"{x.who()} (client {r.get('client_id') or '?'}, at {iso_ms(A.ms(r.get('response_ts')))}, "
+            f"offsets {x.lo}-{x.hi})")
+
+
+def _fetched_text(x: A.Batch) -> str:
+    r = x.row
+    epoch = r.get("partition_leader_epoch")
+    return (f"{x.who()} at offsets {x.lo}-{x.hi}" + (f" of leader epoch {epoch}" if epoch is not None and epoch >= 0 else "")
+            + f" (client {r.get('client_id') or '?'}, at {iso_ms(A.ms(r.get('response_ts')))})")
+
+
+def _replacer(x: A.Batch, kind: str) -> dict:
+    r = x.row
+    return {"kind": kind, "offsets": [x.lo, x.hi], "ts_ms": A.ms(r.get("response_ts")), "client_id": r.get("client_id"),
+            "connection": r.get("connection"), "producer_id": x.pid if x.idempotent else None,
+            "producer_epoch": x.epoch if x.idempotent else None, "base_sequence": x.seq if x.idempotent else None,
+            "partition_leader_epoch": r.get("partition_leader_epoch")}
+
+
+def _near(t: pa.Table, acked: list[A.Batch], contested: tuple) -> list[dict]:
+    """The fetched batches overlapping an acknowledged write, and the COMMIT markers, as rows
+    with their record content (`content`): most of a capture's fetches are not compared, nor
+    exact copies of writes already known committed - unless at offsets acknowledged twice
+    (`contested`: there a copy of the later write is other records for the earlier one)."""
+
+    if not t.num_rows:
+        return []
+    starts, ends = A.merged([(w.lo, w.hi) for w in acked])
+    base = np_col(t, "base_offset", -1, np.int64)
+    last = np_col(t, "last_offset", -1, np.int64)
+    commit = pc.fill_null(pc.equal(t.column("control_type"), "COMMIT"), False).to_numpy(zero_copy_only=False)
+    t = t.filter(np_mask(A.overlap_mask(base, last, starts, ends) | commit))
+    # an exact copy of a write already known committed (acks=all, no transaction) tells nothing more
+    settled = {_identity(w.lo, w.hi, w.pid, w.epoch, w.seq, w.row.get("crc")) for w in acked
+               if w.row.get("acks") == -1 and not w.row.get("is_transactional")}
+    if settled and t.num_rows:
+        ids = zip(*(t.column(c).to_pylist() for c in ("base_offset", "last_offset", "producer_id", "producer_epoch",
+                                                       "base_sequence", "crc")))
+        keep = np.array([_identity(*x) not in settled for x in ids], dtype=bool)
+        keep |= A.overlap_mask(np_col(t, "base_offset", -1, np.int64), np_col(t, "last_offset", -1, np.int64),
+                               *contested)
+        if not keep.all():
+            t = t.filter(np_mask(keep))
+    rows = t.to_pylist()
+    for r, c in zip(rows, A.table_contents(t)):
+        r["content"] = c
+    return rows
+
+
+def _identity(lo, hi, pid, epoch, seq, crc) -> tuple:
+    return (lo, hi, pid, epoch, seq) if pid is not None and pid >= 0 else (lo, hi, "crc", crc)
+
+
+def _same_topic(a: A.Batch, b: A.Batch) -> bool:
+    """Not two incarnations of a topic (deleted and created again): topic ids, where both have one."""
+    x, y = a.row.get("topic_id"), b.row.get("topic_id")
+    return x is None or y is None or x == y
+
+
+def _twice(acked: list[A.Batch], lost: dict) -> None:
+    """Pairs of different writes acknowledged at overlapping offsets: the earlier one is lost."""
+    order = sorted(acked, key=lambda w: (w.lo, w.hi))
+    active: list[A.Batch] = []
+    for w in order:
+        active = [a for a in active if a.hi >= w.lo]
+        for a in active:
+            if not _same_topic(a, w):
+                continue
+            first, later = (a, w) if (a.row.get("response_ts") or 0) <= (w.row.get("response_ts") or 0) else (w, a)
+            if offset_acknowledged_twice(first, later):
+                lost.setdefault(id(first), []).append(("produce", later))
+        active.append(w)
+
+
+def _refetched(acked: list[A.Batch], fetched: list[dict], responses: dict, lost: dict, seen: dict) -> None:
+    """Fetched batches at acknowledged offsets, requested after the acknowledgement."""
+    order = sorted(acked, key=lambda w: w.lo)
+    los = [w.lo for w in order]
+    span = max((w.hi - w.lo for w in order), default=0)
+    data = [r for r in fetched if not r.get("is_control")]
+    markers = [r for r in fetched if r.get("is_control") and r.get("control_type") == "COMMIT"]
+    for r in data:
+        x = A.batch_of(r, r["base_offset"], r.get("content"))
+        i = bisect.bisect_left(los, x.lo - span)
+        j = bisect.bisect_right(los, x.hi)
+        for w in order[i:j]:
+            if not A.overlaps(w, x) or not _same_topic(w, x):
+                continue
+            asked = r.get("request_ts")
+            if asked is None or w.row.get("response_ts") is None or asked <= w.row["response_ts"]:
+                continue
+            same = A.same_write(w, x)
+            if same is False and acknowledged_records_replaced(w, x):
+                lost.setdefault(id(w), []).append(("fetch", x))
+            elif same is True:
+                _note_read(w, r, responses.get((r["source"], r["connection"], r["position"])), seen)
+    _note_commits(acked, markers, seen)
+
+
+def _note_read(w: A.Batch, r: dict, resp: dict | None, seen: dict) -> None:
+    """The write itself, fetched: committed once a response's high watermark passed it, or a
+    read_committed consumer was given it (below its last stable offset)."""
+    if resp is None or id(w) in seen:
+        return
+    at = iso_ms(A.ms(r.get("response_ts")))
+    lso, hw = resp.get("last_stable_offset"), resp.get("high_watermark")
+    if resp.get("isolation_level") == "read_committed" and A._or(resp.get("replica_id"), -1) < 0 and \
+            lso is not None and lso > w.hi:
+        seen[id(w)] = f"committed: read by read_committed consumer {resp.get('client_id') or '?'} at {at}"
+    elif hw is not None and hw > w.hi and not w.row.get("is_transactional"):
+        seen[id(w)] = f"committed: a Fetch response at {at} gave the high watermark {hw} past it"
+
+
+def _note_commits(acked: list[A.Batch], markers: list[dict], seen: dict) -> None:
+    by_pid: dict = {}
+    for m in markers:
+        by_pid.setdefault((m.get("producer_id"), m.get("producer_epoch")), []).append(m)
+    for w in acked:
+        if not w.row.get("is_transactional") or id(w) in seen:
+            continue
+        after = [m for m in by_pid.get((w.pid, w.epoch), ()) if m["base_offset"] > w.hi]
+        if after:
+            m = min(after, key=lambda m: m["base_offset"])
+            seen[id(w)] = f"committed: its transaction's COMMIT marker at offset {m['base_offset']} was fetched"
+
+
+def _runs(acked: list[A.Batch], lost: dict) -> list[list[A.Batch]]:
+    """The lost writes in offset order, cut where an acknowledged write that survived lies between
+    two of them (the writes that replaced them do not cut)."""
+    replacers = {id(x) for v in lost.values() for _, x in v}
+    runs: list[list[A.Batch]] = [[]]
+    for w in sorted(acked, key=lambda w: (w.lo, w.row.get("response_ts") or 0)):
+        if id(w) in lost:
+            runs[-1].append(w)
+        elif id(w) not in replacers and runs[-1]:
+            runs.append([])
+    return [r for r in runs if r]
+
+
+class AckedSettle(Settler):
+    """A live capture keeps, of this fold's selection, the acknowledged writes and only the Fetch
+    rows that can meet one: a fetched batch is compared with the writes acknowledged before it
+    was requested, which the stream has already delivered, so one overlapping none of them (and
+    not a COMMIT marker) never matters. Compacted every COMPACT_ROWS new rows; same findings."""
+
+    COMPACT_ROWS = 4096
+
+    def __init__(self, fold):
+        self.fold = fold
+        self.spans: dict = {}     # partition -> [(lo, hi)] acknowledged (any topic: names may come later)
+        self.done = 0
+        self.dropped = 0
+
+    def note(self, kind: str, table: pa.Table) -> None:
+        if kind != "batch" or not table.num_rows:
+            return
+        t = table.filter(pc.equal(table.column("source_kind"), "produce"))
+        for w in A.acked_batches(t.to_pylist()) if t.num_rows else ():
+            self.spans.setdefault(w.row["partition"], []).append((w.lo, w.hi))
+
+    def settle(self, items: list, now: float) -> list:
+        new = items[self.done:]
+        if sum(t.num_rows for _, t in new) < self.COMPACT_ROWS:
+            return []
+        ranges = {p: A.merged(v) for p, v in self.spans.items()}
+        kept = []
+        for kind, t in new:
+            k = _keep(kind, t, ranges)
+            self.dropped += t.num_rows - k.num_rows
+            if k.num_rows:
+                kept.append((kind, k))
+        items[self.done:] = kept
+        self.done = len(items)
+        return []
+
+    def counters(self) -> dict:
+        return {"acked_rows_dropped": self.dropped}
+
+
+def _keep(kind: str, t: pa.Table, ranges: dict) -> pa.Table:
+    """The rows of a chunk that can still meet an acknowledged write (AckedSettle)."""
+    parts = np_col(t, "partition", -1, np.int64)
+    if kind == "batch":
+        lo, hi = np_col(t, "base_offset", -1, np.int64), np_col(t, "last_offset", -1, np.int64)
+        keep = pc.equal(t.column("source_kind"), "produce").to_numpy(zero_copy_only=False)
+        keep = keep | pc.fill_null(pc.equal(t.column("control_type"), "COMMIT"), False).to_numpy(zero_copy_only=False)
+    else:
+        lo = np_col(t, "fetch_offset", -1, np.int64) if "fetch_offset" in t.column_names else np.zeros(t.num_rows, np.int64)
+        hi = np_col(t, "high_watermark", -1, np.int64) - 1
+        keep = np.zeros(t.num_rows, dtype=bool)
+    for p in np.unique(parts).tolist():
+        iv = ranges.get(p)
+        if iv is not None:
+            rows = parts == p
+            keep[rows] |= A.overlap_mask(lo[rows], hi[rows], *iv)
+    return t if keep.all() else t.filter(np_mask(keep))
+
+
+FOLD = Fold("wire-acked", {"batch": BATCH_COLUMNS, "fetch_partition": FETCH_COLUMNS}, KEY, ORDER,
+            lambda ctx: KeyedState(KEY, AckedPartition),
+            where={"batch": _batch_where,
+                   "fetch_partition": lambda t: pc.fill_null(pc.equal(t.column("error_code"), 0), False)},
+            live=AckedSettle)
