@@ -10,7 +10,10 @@ from tests.sim.episodes import IDEM_FAULT_NAMES
 
 TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "admin_abort", "coord_failover",
              "timeout", "late_endtxn", "two_pc", "exhaust")
-KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS)
+GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "start_beyond", "commit_beyond", "uncommitted_read",
+               "eos", "eos_double")
+KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
+    + tuple(f"group:{f}" for f in GROUP_KINDS)
 
 
 def idem_episode(fault: str):
@@ -46,6 +49,8 @@ def _fix(h: dict) -> dict:
 
 def history(kind: str):
     family, fault = kind.split(":")
+    if family == "group":
+        return group_history(fault)
     target = idem_episode(fault) if family == "idem" else txn_episode(fault)
     background = st.one_of(idem_episode("none"), txn_episode("none"))
     # retransmit_every: TCP segments sent twice in the capture (the wire must not count them twice)
@@ -76,6 +81,38 @@ def mix(passing):
         family, fault = kind.split(":")
         return idem_episode(fault) if family == "idem" else txn_episode(fault)
 
-    eps = st.lists(st.sampled_from(sorted(passing)).flatmap(episode), min_size=2, max_size=3)
+    producers = sorted(k for k in passing if not k.startswith("group:"))
+    eps = st.lists(st.sampled_from(producers).flatmap(episode), min_size=2, max_size=3)
     return st.builds(lambda b, e, sh, rt: share({"broker": b, "episodes": e, "retransmit_every": rt}, sh),
                      st.sampled_from(["3.0", "4.1"]), eps, st.booleans(), st.sampled_from([0, 3])).map(_fix)
+
+
+# ---- consumers (issue 31) ----------------------------------------------------------------------
+
+def group_episode(fault: str):
+    return st.fixed_dictionaries({
+        "kind": st.just("group"), "protocol": st.sampled_from(["eager", "cooperative", "848"]),
+        "members": st.integers(1, 3), "isolation": st.sampled_from(["read_committed", "read_uncommitted"]),
+        "commit": st.sampled_from(["after", "before"]), "fault": st.just(fault), "at": st.integers(0, 3),
+        "victim": st.integers(0, 2), "change": st.sampled_from(["none", "leave", "join"]),
+        "fetch": st.integers(1, 2), "input": st.integers(0, 3)})
+
+
+def _aborting(ep: dict) -> dict:
+    """A transactional producer with at least one aborted transaction (what read_uncommitted
+    consumers may read)."""
+    ep["txns"][0]["commit"] = False
+    return ep
+
+
+def group_history(fault: str):
+    """Producers (clean) write; a consumer group reads one of their topics with the fault."""
+    if fault == "uncommitted_read":
+        producers = st.lists(txn_episode("none").map(_aborting), min_size=1, max_size=1)
+    else:
+        producers = st.lists(st.one_of(idem_episode("none"), txn_episode("none")), min_size=1, max_size=2)
+
+    def build(b, ps, g, rt):
+        h = {"broker": "4.1" if g["protocol"] == "848" else b, "episodes": ps + [g], "retransmit_every": rt}
+        return _fix(h)
+    return st.builds(build, st.sampled_from(["3.0", "4.1"]), producers, group_episode(fault), st.sampled_from([0, 0, 5]))
