@@ -178,7 +178,9 @@ class Member:
         pos = self.position[tp]
         s, f = serve(part, pos, self.isolation, self.max_batches)
         data = b"".join(b.data for b in s.batches)
-        self.leader(part, lambda c: wg.fetch(c, self.client_id, part.topic, part.partition, pos, data, hw=f["hw"],
+        # KIP-848 era clients fetch by topic id (Fetch v13+: named by the members' Metadata)
+        fetch = wg.fetch_v13 if self.group.protocol == "848" else wg.fetch
+        self.leader(part, lambda c: fetch(c, self.client_id, part.topic, part.partition, pos, data, hw=f["hw"],
                                              lso=f["lso"], isolation=self.isolation, log_start=f["log_start"],
                                              aborted=f["aborted"], error=f["error"]))
         if f["error"] == OFFSET_OUT_OF_RANGE:   # auto.offset.reset

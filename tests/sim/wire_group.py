@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-from tests.protocol.wire.wirebytes import (TAGS0, array, boolean, carray, cstring, frame, i8, i16, i32, i64, nbytes,
+from tests.protocol.wire.wirebytes import (TAGS0, array, boolean, carray, cbytes, cstring, frame, i8, i16, i32, i64, nbytes,
                                            request_header, response_header, string)
 
 
@@ -30,6 +30,21 @@ def fetch(corr: int, client: str, topic: str, partition: int, fetch_offset: int,
     resp = (response_header(corr, False) + i32(0) + array(1) + string(topic) + array(1) + i32(partition)
             + i16(error) + i64(hw) + i64(lso) + i64(log_start)
             + array(len(aborted)) + b"".join(i64(p) + i64(o) for p, o in aborted) + nbytes(data))
+    return _x(req, resp)
+
+
+def fetch_v13(corr: int, client: str, topic: str, partition: int, fetch_offset: int, data: bytes, *, hw: int,
+              lso: int, isolation: str, log_start: int = 0, aborted=(), error: int = 0):
+    """Fetch v13 (flexible, topics by id: what KIP-848 era clients send) of one partition."""
+    tid = topic_id(topic).bytes
+    req = (request_header(1, 13, corr, client, True) + i32(-1) + i32(500) + i32(1) + i32(52428800)
+           + i8(1 if isolation == "read_committed" else 0) + i32(0) + i32(-1)
+           + carray(1) + tid + carray(1) + i32(partition) + i32(0) + i64(fetch_offset) + i32(-1) + i64(-1)
+           + i32(1048576) + TAGS0 + TAGS0 + carray(0) + cstring("") + TAGS0)
+    resp = (response_header(corr, True) + i32(0) + i16(0) + i32(0)
+            + carray(1) + tid + carray(1) + i32(partition) + i16(error) + i64(hw) + i64(lso) + i64(log_start)
+            + carray(len(aborted)) + b"".join(i64(p) + i64(o) + TAGS0 for p, o in aborted)
+            + i32(-1) + cbytes(data) + TAGS0 + TAGS0 + TAGS0)
     return _x(req, resp)
 
 
