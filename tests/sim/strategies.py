@@ -61,6 +61,9 @@ def history(kind: str):
         st.sampled_from([0, 0, 3, 7])).map(_fix)
 
 
+# consumer faults a mix may hold (uncommitted_read's producer is the mix's own)
+MIX_GROUP = tuple(f for f in GROUP_KINDS if f != "uncommitted_read")
+
 # faults that move a partition's log start (retention): kept on their own topic in a mix
 _OWN_TOPIC = ("seq_wrap", "unknown_pid")
 
@@ -83,8 +86,21 @@ def mix(passing):
 
     producers = sorted(k for k in passing if not k.startswith("group:"))
     eps = st.lists(st.sampled_from(producers).flatmap(episode), min_size=2, max_size=3)
-    return st.builds(lambda b, e, sh, rt: share({"broker": b, "episodes": e, "retransmit_every": rt}, sh),
-                     st.sampled_from(["3.0", "4.1"]), eps, st.booleans(), st.sampled_from([0, 3])).map(_fix)
+    # and often a consumer group reading one of their topics (zombie writes, hanging transactions
+    # holding the last stable offset, aborts and retention under its Fetches)
+    consumers = sorted(k for k in passing if k.startswith("group:") and k.split(":")[1] in MIX_GROUP)
+    group = st.none() | (st.sampled_from(consumers).flatmap(lambda k: group_episode(k.split(":")[1]))
+                         if consumers else st.none())
+
+    def build(b, e, sh, rt, g):
+        h = share({"broker": b, "episodes": e, "retransmit_every": rt}, sh)
+        if g is not None:
+            h["episodes"].append(g)
+            if g["protocol"] == "848":
+                h["broker"] = "4.1"
+        return h
+    return st.builds(build, st.sampled_from(["3.0", "4.1"]), eps, st.booleans(), st.sampled_from([0, 3]),
+                     group).map(_fix)
 
 
 # ---- consumers (issue 31) ----------------------------------------------------------------------
@@ -108,11 +124,17 @@ def _aborting(ep: dict) -> dict:
 def group_history(fault: str):
     """Producers (clean) write; a consumer group reads one of their topics with the fault."""
     if fault == "uncommitted_read":
-        producers = st.lists(txn_episode("none").map(_aborting), min_size=1, max_size=1)
+        producers = st.tuples(txn_episode("none").map(_aborting), st.none() | idem_episode("none")).map(
+            lambda t: [e for e in t if e is not None])
     else:
-        producers = st.lists(st.one_of(idem_episode("none"), txn_episode("none")), min_size=1, max_size=2)
+        producers = st.lists(st.one_of(idem_episode("none"), txn_episode("none")), min_size=1,
+                             max_size=2)
 
-    def build(b, ps, g, rt):
+    def build(b, ps, g, rt, shared):
+        if shared:   # the producers interleave in one topic's partitions (plain, idempotent and transactional batches)
+            for ep in ps:
+                ep["topic"] = "shared"
         h = {"broker": "4.1" if g["protocol"] == "848" else b, "episodes": ps + [g], "retransmit_every": rt}
         return _fix(h)
-    return st.builds(build, st.sampled_from(["3.0", "4.1"]), producers, group_episode(fault), st.sampled_from([0, 0, 5]))
+    return st.builds(build, st.sampled_from(["3.0", "4.1"]), producers, group_episode(fault), st.sampled_from([0, 0, 5]),
+                     st.booleans())
