@@ -54,15 +54,17 @@ def group(sim: Sim, i: int, ep: dict) -> None:
         members[ep["victim"] % n].seek = ep["at"] + 1
     g.rebalance(joining=members)
     victim = members[ep["victim"] % n]
-    at = ep["at"]
+    at, live = ep["at"], _live(sim, i, g, ep)
     for rnd in range(MAX_ROUNDS):
+        if rnd < ep.get("live", 0) and live:
+            live(rnd)
         if rnd == at and fault in FAULTS:
             FAULTS[fault](sim, g, victim, ep)
         elif rnd == at and fault == "none" and ep["change"] != "none":
             _change(g, victim, ep, iso)
         else:
             _round(g, ep["commit"])
-        if rnd >= at and _done(g):
+        if rnd >= max(at, ep.get("live", 0)) and _done(g):
             break
         sim.wait(100)
     if fault == "reset_range":
@@ -72,8 +74,22 @@ def group(sim: Sim, i: int, ep: dict) -> None:
     g.expect()
 
 
+def _live(sim: Sim, i: int, g: Group, ep: dict):
+    """A producer still writing to the group's input while it reads (one batch a round): new
+    records for partitions the members had caught up on (a fetch session answers them unasked)."""
+    if not ep.get("live") or ep["fault"] == "reset_range":
+        return None
+    c = Client(sim, f"live-{i}")
+    c.init()
+    parts = sorted(g.parts.values(), key=lambda p: p.partition)
+
+    def write(rnd: int) -> None:
+        c.send(parts[rnd % len(parts)], [f"live{i}-{rnd}-{k}".encode() for k in range(2)])
+    return write
+
+
 def _new(g: Group, k: int, iso: str, ep: dict, **kw) -> Member:
-    m = g.member(k, iso, max_batches=ep["fetch"], **kw)
+    m = g.member(k, iso, max_batches=ep["fetch"], sessions={} if ep.get("session") else None, **kw)
     if g.protocol == "848":   # topic ids: the member's metadata (its assignments name topics by id)
         nodes = list(g.sim.nodes)
         parts: dict = {}
@@ -94,10 +110,9 @@ def _round(g: Group, mode: str, skip=None) -> None:
     for m in g.alive():
         if m is skip:
             continue
-        for tp in sorted(m.owned):
-            m.poll(tp)
-            if mode == "before":      # commit the position first, then process
-                m.commit(tp)
+        m.poll()
+        if mode == "before":          # commit the positions first, then process
+            m.commit_all()
         g.sim.wait(5)                 # processing
         if mode == "after":
             m.commit_all()
@@ -133,10 +148,9 @@ def _die(sim: Sim, g: Group, victim: Member, ep: dict, *, stall: bool = False) -
     them (committing first under commit-before-processing); after the session timeout the group
     gives its partitions to the others (or to a restarted instance)."""
     _round(g, ep["commit"], skip=victim)
-    for tp in sorted(victim.owned):
-        victim.poll(tp)
-        if ep["commit"] == "before":
-            victim.commit(tp)
+    victim.poll()
+    if ep["commit"] == "before":
+        victim.commit_all()
     late = dict(victim.position)
     g.drop(victim)
     sim.wait(SESSION_MS + 500)
@@ -195,7 +209,7 @@ def _reset_range(sim: Sim, g: Group, ep: dict, iso: str) -> None:
     m = _new(g, len(g.members), iso, ep, reset="latest")
     g.rebalance(joining=[m])
     start, end = p.log_start, p.next_offset
-    m.poll(tp)    # OFFSET_OUT_OF_RANGE, then the reset to the log end
+    m.poll()      # OFFSET_OUT_OF_RANGE, then the reset to the log end
     if m.position[tp] == end and end > start:
         sim.expect("reset-skip", p, start, end - 1, feeds=("pcap", "audit"),
                    note=f"group {g.name}: committed {g.committed.get(tp)} below the log start {start}")
@@ -219,11 +233,7 @@ class App:
     def step(self, *, commit: bool = True, end: bool = True) -> dict:
         """One transaction: poll each owned partition once, produce the outputs, commit the input
         positions in the transaction. Returns {tp: (delivered offsets, position)} (empty: nothing read)."""
-        read = {}
-        for tp in sorted(self.m.owned):
-            s = self.m.poll(tp)
-            if s.delivered:
-                read[tp] = (s.delivered, self.m.position[tp])
+        read = {tp: (s.delivered, self.m.position[tp]) for tp, s in sorted(self.m.poll().items()) if s.delivered}
         if not read:
             return read
         for tp, (offs, _) in read.items():

@@ -74,8 +74,8 @@ def serve(part, offset: int, isolation: str, max_batches: int) -> tuple[Served, 
     lso = min(open_.values(), default=hw)
     upper = lso if isolation == "read_committed" else hw
     if offset < part.log_start or offset > hw:
-        return Served([], offset, [], []), dict(hw=hw, lso=lso, log_start=part.log_start, error=OFFSET_OUT_OF_RANGE,
-                                                 aborted=())
+        # ReplicaManager.createLogReadResult(e): the error's watermarks and log start are -1
+        return Served([], offset, [], []), dict(hw=-1, lso=-1, log_start=-1, error=OFFSET_OUT_OF_RANGE, aborted=())
     out = [b for b in batches if b.last >= offset and b.base < upper][:max_batches]
     end = out[-1].last + 1 if out else offset
     aborts = [(pid, first, m) for pid, first, m, kind in ended if kind == "ABORT"]
@@ -110,6 +110,7 @@ class Member:
     alive: bool = True
     reset: str = "earliest"          # auto.offset.reset
     max_batches: int = 1
+    sessions: dict | None = None     # node -> (fetch session id, next epoch, {tp: offset last sent}); None: Fetch v5
     seek: int = 0                    # start_beyond: the application seeks this many batches past the commit
     delivered: dict = field(default_factory=dict)   # tp -> offsets delivered in this ownership
 
@@ -172,24 +173,52 @@ class Member:
                                                     self.isolation))
         return off
 
-    def poll(self, tp) -> Served:
-        """One Fetch of `tp` from the member's position."""
-        part = self.group.parts[tp]
-        pos = self.position[tp]
-        s, f = serve(part, pos, self.isolation, self.max_batches)
-        data = b"".join(b.data for b in s.batches)
-        # KIP-848 era clients fetch by topic id (Fetch v13+: named by the members' Metadata)
-        fetch = wg.fetch_v13 if self.group.protocol == "848" else wg.fetch
-        self.leader(part, lambda c: fetch(c, self.client_id, part.topic, part.partition, pos, data, hw=f["hw"],
-                                             lso=f["lso"], isolation=self.isolation, log_start=f["log_start"],
-                                             aborted=f["aborted"], error=f["error"]))
-        if f["error"] == OFFSET_OUT_OF_RANGE:   # auto.offset.reset
-            self.position[tp] = self.look_up(tp, -1 if self.reset == "latest" else -2)
-            return s
-        self.position[tp] = s.position
-        self.delivered.setdefault(tp, []).extend(s.delivered)
-        self.group.note_served(self, tp, s)
-        return s
+    def poll(self, tps=None) -> dict:
+        """One Fetch per leader of the owned partitions (or `tps`), as a consumer sends them:
+        {tp: Served} of the partitions the responses answered."""
+        tps = sorted(self.owned if tps is None else tps)
+        by_node: dict = {}
+        for tp in tps:
+            by_node.setdefault(self.group.parts[tp].leader, []).append(tp)
+        out = {}
+        for node, group in sorted(by_node.items()):
+            out.update(self._fetch(node, group))
+        return out
+
+    def _fetch(self, node: int, tps: list) -> dict:
+        g = self.group
+        answers = {tp: serve(g.parts[tp], self.position[tp], self.isolation, self.max_batches) for tp in tps}
+        asked, answered, session, answer_session = list(tps), list(tps), (0, -1), 0
+        # KIP-848 era clients fetch by topic id (Fetch v13+, named by the members' Metadata)
+        version = 13 if g.protocol == "848" else (12 if self.sessions is not None else 5)
+        if self.sessions is not None:   # KIP-227: only what changed goes in either direction
+            sid, epoch, sent = self.sessions.get(node, (0, 0, {}))
+            if set(sent) - set(tps):    # a partition given up: a new full session
+                sid, epoch, sent = 0, 0, {}
+            full = epoch == 0
+            asked = [tp for tp in tps if full or sent.get(tp) != self.position[tp]]
+            answered = [tp for tp in tps if full or answers[tp][0].batches or answers[tp][1]["error"]]
+            session, answer_session = (sid, epoch), (sid or 1000 + g.index * 10 + self.k)
+            self.sessions[node] = (answer_session, epoch + 1, {**sent, **{tp: self.position[tp] for tp in asked}})
+        rows_q = [(tp[0], tp[1], self.position[tp]) for tp in asked]
+        rows_a = []
+        for tp in answered:
+            s, f = answers[tp]
+            rows_a.append((tp[0], tp[1], f["error"], f["hw"], f["lso"], f["log_start"], f["aborted"],
+                           b"".join(b.data for b in s.batches)))
+        self.exchange(node, wg.fetch(self.corr(f"n{node}"), self.client_id, version, self.isolation, rows_q, rows_a,
+                                     session=session, answer_session=answer_session), f"n{node}")
+        out = {}
+        for tp in answered:
+            s, f = answers[tp]
+            out[tp] = s
+            if f["error"] == OFFSET_OUT_OF_RANGE:   # auto.offset.reset
+                self.position[tp] = self.look_up(tp, -1 if self.reset == "latest" else -2)
+                continue
+            self.position[tp] = s.position
+            self.delivered.setdefault(tp, []).extend(s.delivered)
+            g.note_served(self, tp, s)
+        return out
 
     def commit(self, tp, offset: int | None = None, *, error: int = 0) -> None:
         g, part = self.group, self.group.parts[tp]

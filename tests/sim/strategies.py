@@ -10,8 +10,8 @@ from tests.sim.episodes import IDEM_FAULT_NAMES
 
 TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "admin_abort", "coord_failover",
              "timeout", "late_endtxn", "two_pc", "exhaust")
-GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "start_beyond", "commit_beyond", "uncommitted_read",
-               "eos", "eos_double")
+GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
+               "uncommitted_read", "eos", "eos_double")
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
     + tuple(f"group:{f}" for f in GROUP_KINDS)
 
@@ -62,7 +62,7 @@ def history(kind: str):
 
 
 # consumer faults a mix may hold (uncommitted_read's producer is the mix's own)
-MIX_GROUP = tuple(f for f in GROUP_KINDS if f != "uncommitted_read")
+MIX_GROUP = tuple(f for f in GROUP_KINDS if f not in ("uncommitted_read", "reset_range_session"))
 
 # faults that move a partition's log start (retention): kept on their own topic in a mix
 _OWN_TOPIC = ("seq_wrap", "unknown_pid")
@@ -105,13 +105,17 @@ def mix(passing):
 
 # ---- consumers (issue 31) ----------------------------------------------------------------------
 
-def group_episode(fault: str):
+def group_episode(kind: str):
+    # reset_range_session: the reset under a KIP-227 fetch session (reset_range: Fetch v5, or
+    # KIP-848's v13 - a session too)
+    fault = "reset_range" if kind == "reset_range_session" else kind
+    session = {"reset_range_session": st.just(True), "reset_range": st.just(False)}.get(kind, st.booleans())
     return st.fixed_dictionaries({
         "kind": st.just("group"), "protocol": st.sampled_from(["eager", "cooperative", "848"]),
         "members": st.integers(1, 3), "isolation": st.sampled_from(["read_committed", "read_uncommitted"]),
         "commit": st.sampled_from(["after", "before"]), "fault": st.just(fault), "at": st.integers(0, 3),
         "victim": st.integers(0, 2), "change": st.sampled_from(["none", "leave", "join"]),
-        "fetch": st.integers(1, 2), "input": st.integers(0, 3)})
+        "fetch": st.integers(1, 2), "input": st.integers(0, 3), "session": session, "live": st.integers(0, 3)})
 
 
 def _aborting(ep: dict) -> dict:

@@ -20,31 +20,59 @@ def topic_id(topic: str) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"kaudit-sim/{topic}")
 
 
-def fetch(corr: int, client: str, topic: str, partition: int, fetch_offset: int, data: bytes, *, hw: int, lso: int,
-          isolation: str, log_start: int = 0, aborted=(), error: int = 0):
-    """Fetch v5 of one partition (replica id -1: a consumer) and its response: `data` the stored
-    batches as the leader returns them, `aborted` [(producer id, first offset)]."""
-    req = (request_header(1, 5, corr, client, False) + i32(-1) + i32(500) + i32(1) + i32(52428800)
-           + i8(1 if isolation == "read_committed" else 0) + array(1) + string(topic) + array(1) + i32(partition)
-           + i64(fetch_offset) + i64(0) + i32(1048576))
-    resp = (response_header(corr, False) + i32(0) + array(1) + string(topic) + array(1) + i32(partition)
-            + i16(error) + i64(hw) + i64(lso) + i64(log_start)
-            + array(len(aborted)) + b"".join(i64(p) + i64(o) for p, o in aborted) + nbytes(data))
-    return _x(req, resp)
+def fetch(corr: int, client: str, version: int, isolation: str, asked, answered, *, session=(0, -1),
+          answer_session: int = 0):
+    """A consumer Fetch (replica id -1) and its response, of several partitions: v5 (no fetch
+    session), v12 (flexible, topic names) or v13 (flexible, topic ids), with a KIP-227 fetch session
+    (`session` (id, epoch) of the request; an incremental request lists only the partitions whose
+    position changed, the response only those with something new).
+    asked [(topic, partition, fetch offset)]; answered [(topic, partition, error, hw, lso, log start,
+    [(pid, first offset)] aborted, records)]."""
+    flex = version >= 12
+    arr = carray if flex else array
+    tags = TAGS0 if flex else b""
 
+    def name(t):
+        return topic_id(t).bytes if version >= 13 else (cstring(t) if flex else string(t))
 
-def fetch_v13(corr: int, client: str, topic: str, partition: int, fetch_offset: int, data: bytes, *, hw: int,
-              lso: int, isolation: str, log_start: int = 0, aborted=(), error: int = 0):
-    """Fetch v13 (flexible, topics by id: what KIP-848 era clients send) of one partition."""
-    tid = topic_id(topic).bytes
-    req = (request_header(1, 13, corr, client, True) + i32(-1) + i32(500) + i32(1) + i32(52428800)
-           + i8(1 if isolation == "read_committed" else 0) + i32(0) + i32(-1)
-           + carray(1) + tid + carray(1) + i32(partition) + i32(0) + i64(fetch_offset) + i32(-1) + i64(-1)
-           + i32(1048576) + TAGS0 + TAGS0 + carray(0) + cstring("") + TAGS0)
-    resp = (response_header(corr, True) + i32(0) + i16(0) + i32(0)
-            + carray(1) + tid + carray(1) + i32(partition) + i16(error) + i64(hw) + i64(lso) + i64(log_start)
-            + carray(len(aborted)) + b"".join(i64(p) + i64(o) + TAGS0 for p, o in aborted)
-            + i32(-1) + cbytes(data) + TAGS0 + TAGS0 + TAGS0)
+    def by_topic(rows):
+        out: dict = {}
+        for r in rows:
+            out.setdefault(r[0], []).append(r)
+        return sorted(out.items())
+
+    req = (request_header(1, version, corr, client, flex) + i32(-1) + i32(500) + i32(1) + i32(52428800)
+           + i8(1 if isolation == "read_committed" else 0))
+    if version >= 7:
+        req += i32(session[0]) + i32(session[1])
+    topics = by_topic(asked)
+    req += arr(len(topics))
+    for t, rows in topics:
+        req += name(t) + arr(len(rows))
+        for _, p, off in rows:
+            req += i32(p) + (i32(0) if version >= 9 else b"") + i64(off) + (i32(-1) if version >= 12 else b"") \
+                + i64(-1) + i32(1048576) + tags
+        req += tags
+    if version >= 7:
+        req += arr(0)     # forgotten topics (a session drops a partition by not asking it again here)
+    if version >= 11:
+        req += cstring("") if flex else string("")
+    req += tags
+    resp = response_header(corr, flex) + i32(0)
+    if version >= 7:
+        resp += i16(0) + i32(answer_session)
+    topics = by_topic(answered)
+    resp += arr(len(topics))
+    for t, rows in topics:
+        resp += name(t) + arr(len(rows))
+        for _, p, err, hw, lso, start, aborted, data in rows:
+            resp += i32(p) + i16(err) + i64(hw) + i64(lso) + i64(start) + arr(len(aborted)) + b"".join(
+                i64(pid) + i64(o) + tags for pid, o in aborted)
+            if version >= 11:
+                resp += i32(-1)
+            resp += (cbytes(data) if flex else nbytes(data)) + tags
+        resp += tags
+    resp += tags
     return _x(req, resp)
 
 
