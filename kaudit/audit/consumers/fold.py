@@ -86,25 +86,28 @@ def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[list[Se
 
 def _delivered(s: Serve, txn_batches: list[dict], aborted: str, lo_data, hi_data) -> None:
     """The records a read_committed client delivers of a response listing aborted transactions
-    (CompletedFetch: a producer's batches are dropped from its listed first offset to its ABORT
-    marker). `txn_batches`: the response's transactional and control batches; the others are
-    delivered, their range is (lo_data, hi_data)."""
-    gone: dict[int, int] = {}
+    (CompletedFetch: the listed aborted transactions in order of their first offset; a batch at
+    or past one's first offset puts its producer among the aborting ones, that producer's ABORT
+    marker takes it out again, and its transactional batches in between are dropped - a
+    producer may have several aborted transactions in one response). `txn_batches`: the
+    response's transactional and control batches; the others are delivered, their range is
+    (lo_data, hi_data)."""
+    listed = []
     for a in aborted.split(","):
         pid, _, first = a.partition("@")
         if pid.lstrip("-").isdigit() and first.lstrip("-").isdigit():
-            gone[int(pid)] = min(gone.get(int(pid), 1 << 62), int(first))
-    ends: dict[int, list] = {}   # producer -> its ABORT markers' offsets, which end its aborted runs
-    for b in txn_batches:
-        if b["is_control"] and b["control_type"] == "ABORT":
-            ends.setdefault(b["producer_id"], []).append(b["base_offset"])
-    kept = []
-    for b in txn_batches:
-        if b["is_control"] or b["last_offset"] < s.first:
+            listed.append((int(first), int(pid)))
+    listed.sort()
+    kept, aborting, i = [], set(), 0
+    for b in sorted(txn_batches, key=lambda b: b["base_offset"]):
+        while i < len(listed) and listed[i][0] <= b["last_offset"]:
+            aborting.add(listed[i][1])
+            i += 1
+        if b["is_control"]:
+            if b["control_type"] == "ABORT":
+                aborting.discard(b["producer_id"])
             continue
-        pid = b["producer_id"]
-        if pid in gone and b["base_offset"] >= gone[pid] and not any(
-                gone[pid] <= e < b["base_offset"] for e in ends.get(pid, ())):
+        if b["producer_id"] in aborting or b["last_offset"] < s.first:
             continue
         kept.append((b["base_offset"], b["last_offset"]))
     plain = [(lo_data, hi_data)] if lo_data is not None and not txn_batches else []
