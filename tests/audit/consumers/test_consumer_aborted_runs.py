@@ -44,3 +44,29 @@ def test_the_second_aborted_transaction_of_a_producer_is_not_delivered(tmp_path)
 def test_its_committed_twin_is_delivered_and_redelivered(tmp_path):
     fs = audit(tmp_path, _owners(second_aborted=False), select=RULES, name="committed.pcap")
     assert [(f["rule"], f["first_offset"], f["last_offset"]) for f in fs] == [("consumer-redelivery", 9, 10)]
+
+
+def _mixed(plain: bool):
+    """One partition, two producers: an idempotent one's batch at 0 (or a transactional committed
+    one's), a transactional one's aborted batch at 1-2 (listed), its ABORT marker at 3. A is served
+    0-3 from the committed offset 0 and dies; B is served the same."""
+    first = (g.records(0, 1, pid=PID + 1, epoch=0, seq=0) if plain
+             else g.records(0, 1, pid=PID + 1, epoch=0, txn=True, seq=0))
+    data = first + g.records(1, 2, pid=PID, epoch=0, txn=True, seq=0) + g.marker(3, "ABORT", PID)
+    if not plain:
+        data += g.marker(4, "COMMIT", PID + 1)
+
+    def served(corr, client):
+        return g.fetch(corr, client, 0, data, hw=5, isolation=1, aborted=[(PID, 1)])
+    a = _member("app-a", "m-a", 1, 0) + served(4, "app-a")
+    b = _member("app-b", "m-b", 2, 0) + served(4, "app-b")
+    return [Conn(a, **A), Conn(b, **B)]
+
+
+def test_a_plain_batch_beside_an_aborted_transaction_is_delivered(tmp_path):
+    """The idempotent producer's record 0 was delivered to both members: a redelivery (the fold
+    counted no record of a response where a transactional batch was dropped)."""
+    fs = audit(tmp_path, _mixed(plain=True), select=RULES)
+    assert [(f["rule"], f["first_offset"], f["last_offset"]) for f in fs] == [("consumer-redelivery", 0, 0)]
+    fs = audit(tmp_path, _mixed(plain=False), select=RULES, name="txn.pcap")
+    assert [(f["rule"], f["first_offset"], f["last_offset"]) for f in fs] == [("consumer-redelivery", 0, 0)]
