@@ -391,9 +391,10 @@ class Group:
                                               sorted(target[m]), topics=self.topics))
             self._take(m, target[m])
 
-    def leave(self, m: Member) -> None:
-        """A member leaves (LeaveGroup / heartbeat epoch -1) after committing."""
-        m.commit_all()
+    def leave(self, m: Member, *, commit: bool = True) -> None:
+        """A member leaves (LeaveGroup / heartbeat epoch -1), after committing its positions."""
+        if commit:
+            m.commit_all()
         if self.protocol == "848":
             m.coord(lambda c: wg.cg_heartbeat(c, m.client_id, self.name, m.member_id, -1, -1, None,
                                               topics=self.topics))

@@ -140,5 +140,5 @@ def group_history(fault: str):
                 ep["topic"] = "shared"
         h = {"broker": "4.1" if g["protocol"] == "848" else b, "episodes": ps + [g], "retransmit_every": rt}
         return _fix(h)
-    return st.builds(build, st.sampled_from(["3.0", "4.1"]), producers, group_episode(fault), st.sampled_from([0, 0, 5]),
-                     st.booleans())
+    return st.builds(build, st.sampled_from(["3.0", "4.1"]), producers, group_episode(fault),
+                     st.sampled_from([0, 0, 5]), st.booleans())

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import uuid
 
-from tests.protocol.wire.wirebytes import (TAGS0, array, boolean, carray, cbytes, cstring, frame, i8, i16, i32, i64, nbytes,
-                                           request_header, response_header, string)
+from tests.protocol.wire.wirebytes import (TAGS0, array, boolean, carray, cbytes, cstring, frame, i8, i16, i32, i64,
+                                           nbytes, request_header, response_header, string)
 
 
 def _x(req: bytes, resp: bytes | None):
