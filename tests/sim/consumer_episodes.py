@@ -160,6 +160,11 @@ def _die(sim: Sim, g: Group, victim: Member, ep: dict, *, stall: bool = False) -
             victim.position[tp] = off
             victim.commit(tp, error=UNKNOWN_MEMBER_ID)
         victim.heartbeat(error=FENCED_MEMBER_EPOCH if g.protocol == "848" else UNKNOWN_MEMBER_ID)
+        if ep.get("rejoin"):   # it joins again: KIP-848 with its member id at epoch 0, classic with a new id
+            victim.alive, victim.generation = True, 0
+            if g.protocol != "848":
+                victim.member_id += "-r"
+            g.rebalance(joining=[victim])
 
 
 def _commit_beyond(sim: Sim, g: Group, victim: Member, ep: dict) -> None:

@@ -115,7 +115,8 @@ def group_episode(kind: str):
         "members": st.integers(1, 3), "isolation": st.sampled_from(["read_committed", "read_uncommitted"]),
         "commit": st.sampled_from(["after", "before"]), "fault": st.just(fault), "at": st.integers(0, 3),
         "victim": st.integers(0, 2), "change": st.sampled_from(["none", "leave", "join"]),
-        "fetch": st.integers(1, 2), "input": st.integers(0, 3), "session": session, "live": st.integers(0, 3)})
+        "fetch": st.integers(1, 2), "input": st.integers(0, 3), "session": session, "live": st.integers(0, 3),
+        "rejoin": st.booleans()})
 
 
 def _aborting(ep: dict) -> dict:
