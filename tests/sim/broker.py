@@ -56,6 +56,9 @@ class Partition:
                     for n in nodes}
         self.state: dict[int, PState] = {}
         self.next_offset = start_offset
+        self.log_start = start_offset
+        self.log: list[bytes] = []     # the leader's stored batches, in order (what a Fetch serves)
+        self.markers: dict[int, str] = {}   # offset -> COMMIT | ABORT of each marker stored
 
     @property
     def name(self) -> str:
@@ -67,6 +70,7 @@ class Partition:
         for pb in self.pbs.values():
             pb.set_leader_epoch(self.leader_epoch)
             pb.append_raw(data)
+        self.log.append(data)
         n = struct.unpack(">i", batch[23:27])[0] + 1   # last offset delta + 1
         self.next_offset += n
         return off
@@ -126,6 +130,7 @@ class Partition:
                 return TXN_COORDINATOR_FENCED, -1
         data = ke.encode_control_batch(0, pid, epoch, "COMMIT" if committed else "ABORT", coordinator_epoch, ts)
         off = self._store(data)
+        self.markers[off] = "COMMIT" if committed else "ABORT"
         if st is None:
             st = self.state[pid] = PState(epoch)
         if epoch != st.epoch:
@@ -147,3 +152,4 @@ class Partition:
             for seg in list(pb.segments[:-1]):
                 if seg.base_offset < offset:
                     pb.segments.remove(seg)
+        self.log_start = max(self.log_start, offset)

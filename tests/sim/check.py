@@ -13,8 +13,20 @@ def verdicts(history: dict, *, feeds=FEEDS, spark: bool = False) -> tuple[list, 
     """(oracle, {feed: judge result}) of a history."""
     with tempfile.TemporaryDirectory(prefix="kaudit-sim-") as d:
         sim, dirs, pcap, end = simulate(history, d)
-        out = {feed: judge(audit(feed, dirs, pcap, end, spark=spark), sim.oracle, feed) for feed in feeds}
+        out = {}
+        for feed in feeds:
+            found = audit(feed, dirs, pcap, end, spark=spark)
+            out[feed] = judge(found, sim.oracle, feed)
+            if feed == "segments":   # the consumer rules read the wire only: the log dirs hold no consumer
+                out[feed]["wire_only"] = [f for f in found if f["rule"] in _consumer_rules()]
     return sim.oracle, out
+
+
+def _consumer_rules() -> set:
+    from kaudit.audit.consumers import rules, rules_poll  # noqa: F401  (registers them)
+    from kaudit.audit.registry import fold_rules
+
+    return {r.id for r in fold_rules(rules.FOLD_NAME)}
 
 
 def failures(out: dict) -> list[str]:
@@ -24,6 +36,7 @@ def failures(out: dict) -> list[str]:
                   for e in r["missed"]]
         lines += [f"{feed}: false alarm {brief(f)}" for f in r["false_alarms"]]
         lines += [f"{feed}: too weak for {e.invariant}: {brief(f)}" for e, f in r["weak"]]
+        lines += [f"{feed}: a consumer rule on the log dirs: {brief(f)}" for f in r.get("wire_only", ())]
     return lines
 
 

@@ -165,7 +165,9 @@ IDEM_FAULT_NAMES = ("none", "seq_wrap") + tuple(IDEM_FAULTS)
 def _txn_kinds():
     from tests.sim import txn_episodes
 
-    return {"txn": txn_episodes.txn}
+    from tests.sim import consumer_episodes
+
+    return {"txn": txn_episodes.txn, "group": consumer_episodes.group}
 
 
 KINDS = {"idem": idem}

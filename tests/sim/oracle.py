@@ -72,6 +72,25 @@ INVARIANTS = {
     "prepared-2pc-disk": Invariant((), "info", also=("hanging-transaction", "dangling-transaction")),
     # a request delayed in the broker (KAFKA-17754): truly unanswered on its connection
     "delayed-request": Invariant((), "info", also=("unanswered-request",)),
+    # ---- consumers (issue 31): wire-only rules, expected on pcap and audit ----
+    # a partition's next owner served records its previous owner was delivered past the group's commit
+    "redelivered": Invariant(("consumer-redelivery",), "warning"),
+    # a commit past anything the group was served or looked up
+    "commit-beyond-served": Invariant(("consumer-commit-beyond-served",), "error"),
+    # OFFSET_OUT_OF_RANGE (committed offset below the log start), reset to the log end over records
+    "reset-skip": Invariant(("consumer-reset-skip",), "error"),
+    # a new group with auto.offset.reset=latest starting at the log end: the configuration's choice
+    "reset-new-group": Invariant(("consumer-reset-skip",), "info", ceiling="info"),
+    # a member's first Fetch beyond the committed offset the coordinator gave it (a seek)
+    "start-beyond-commit": Invariant(("consumer-start-beyond-commit",), "error"),
+    # the same inputs committed by two committed transactions (pre-KIP-447 TxnOffsetCommit names no
+    # member: the takeover is also a true redelivery)
+    "eos-double-commit": Invariant(("eos-double-commit",), "critical", also=("consumer-redelivery",)),
+    # ... whose outputs were produced twice: the same values under two producers (allowed, not required)
+    "eos-duplicate-output": Invariant((), "info", also=("duplicate-records",)),
+    # a read_uncommitted consumer served a transaction's records that later aborted: the isolation
+    # level's contract, told at info
+    "uncommitted-aborted-read": Invariant(("uncommitted-aborted-read",), "info", ceiling="info"),
     "hanging-transaction": Invariant(("hanging-transaction",), "critical",
                                      also=("unregistered-partition", "late-transactional-write", "dangling-transaction",
                                            "write-after-epoch-end", "fenced-epoch")),

@@ -10,7 +10,10 @@ from tests.sim.episodes import IDEM_FAULT_NAMES
 
 TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "admin_abort", "coord_failover",
              "timeout", "late_endtxn", "two_pc", "exhaust")
-KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS)
+GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
+               "uncommitted_read", "eos", "eos_double")
+KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
+    + tuple(f"group:{f}" for f in GROUP_KINDS)
 
 
 def idem_episode(fault: str):
@@ -46,6 +49,8 @@ def _fix(h: dict) -> dict:
 
 def history(kind: str):
     family, fault = kind.split(":")
+    if family == "group":
+        return group_history(fault)
     target = idem_episode(fault) if family == "idem" else txn_episode(fault)
     background = st.one_of(idem_episode("none"), txn_episode("none"))
     # retransmit_every: TCP segments sent twice in the capture (the wire must not count them twice)
@@ -55,6 +60,9 @@ def history(kind: str):
         st.sampled_from(["3.0", "4.1"]), target, st.none() | background, st.booleans(),
         st.sampled_from([0, 0, 3, 7])).map(_fix)
 
+
+# consumer faults a mix may hold (uncommitted_read's producer is the mix's own)
+MIX_GROUP = tuple(f for f in GROUP_KINDS if f not in ("uncommitted_read", "reset_range_session"))
 
 # faults that move a partition's log start (retention): kept on their own topic in a mix
 _OWN_TOPIC = ("seq_wrap", "unknown_pid")
@@ -76,9 +84,65 @@ def mix(passing):
         family, fault = kind.split(":")
         return idem_episode(fault) if family == "idem" else txn_episode(fault)
 
-    eps = st.lists(st.sampled_from(sorted(passing)).flatmap(episode), min_size=2, max_size=3)
-    return st.builds(lambda b, e, sh, rt: share({"broker": b, "episodes": e, "retransmit_every": rt}, sh),
-                     st.sampled_from(["3.0", "4.1"]), eps, st.booleans(), st.sampled_from([0, 3])).map(_fix)
+    producers = sorted(k for k in passing if not k.startswith("group:"))
+    eps = st.lists(st.sampled_from(producers).flatmap(episode), min_size=2, max_size=3)
+    # and often a consumer group reading one of their topics (zombie writes, hanging transactions
+    # holding the last stable offset, aborts and retention under its Fetches)
+    consumers = sorted(k for k in passing if k.startswith("group:") and k.split(":")[1] in MIX_GROUP)
+    group = st.none() | (st.sampled_from(consumers).flatmap(lambda k: group_episode(k.split(":")[1]))
+                         if consumers else st.none())
+
+    def build(b, e, sh, rt, g):
+        h = share({"broker": b, "episodes": e, "retransmit_every": rt}, sh)
+        if g is not None:
+            h["episodes"].append(g)
+            if g["protocol"] == "848":
+                h["broker"] = "4.1"
+        return h
+    return st.builds(build, st.sampled_from(["3.0", "4.1"]), eps, st.booleans(), st.sampled_from([0, 3]),
+                     group).map(_fix)
+
+
+# ---- consumers (issue 31) ----------------------------------------------------------------------
+
+def group_episode(kind: str):
+    # reset_range_session: the reset under a KIP-227 fetch session (reset_range: Fetch v5, or
+    # KIP-848's v13 - a session too)
+    fault = "reset_range" if kind == "reset_range_session" else kind
+    session = {"reset_range_session": st.just(True), "reset_range": st.just(False)}.get(kind, st.booleans())
+    return st.fixed_dictionaries({
+        "kind": st.just("group"), "protocol": st.sampled_from(["eager", "cooperative", "848"]),
+        "members": st.integers(1, 3), "isolation": st.sampled_from(["read_committed", "read_uncommitted"]),
+        "commit": st.sampled_from(["after", "before"]), "fault": st.just(fault), "at": st.integers(0, 3),
+        "victim": st.integers(0, 2), "change": st.sampled_from(["none", "leave", "join"]),
+        "fetch": st.integers(1, 2), "input": st.integers(0, 3), "session": session, "live": st.integers(0, 3),
+        "rejoin": st.booleans()})
+
+
+def _aborting(ep: dict) -> dict:
+    """A transactional producer with at least one aborted transaction (what read_uncommitted
+    consumers may read)."""
+    ep["txns"][0]["commit"] = False
+    return ep
+
+
+def group_history(fault: str):
+    """Producers (clean) write; a consumer group reads one of their topics with the fault."""
+    if fault == "uncommitted_read":
+        producers = st.tuples(txn_episode("none").map(_aborting), st.none() | idem_episode("none")).map(
+            lambda t: [e for e in t if e is not None])
+    else:
+        producers = st.lists(st.one_of(idem_episode("none"), txn_episode("none")), min_size=1,
+                             max_size=2)
+
+    def build(b, ps, g, rt, shared):
+        if shared:   # the producers interleave in one topic's partitions (plain, idempotent and transactional batches)
+            for ep in ps:
+                ep["topic"] = "shared"
+        h = {"broker": "4.1" if g["protocol"] == "848" else b, "episodes": ps + [g], "retransmit_every": rt}
+        return _fix(h)
+    return st.builds(build, st.sampled_from(["3.0", "4.1"]), producers, group_episode(fault),
+                     st.sampled_from([0, 0, 5]), st.booleans())
 
 
 def wide(passing, size: int | None = None):
@@ -98,7 +162,9 @@ def wide(passing, size: int | None = None):
                 ep["topic"] = "shared"
         return _fix(h)
 
-    kinds = st.permutations(sorted(passing)).map(lambda ks: ks[:size] if size else ks)
+    # producers only: the consumer groups (group:*) are judged on the local engine
+    producers = sorted(k for k in passing if not k.startswith("group:"))
+    kinds = st.permutations(producers).map(lambda ks: ks[:size] if size else ks)
     return kinds.flatmap(lambda ks: st.builds(
         build, st.sampled_from(["3.0", "4.1"]), st.tuples(*[episode(k) for k in ks]).map(list),
         st.booleans(), st.sampled_from([0, 3])))

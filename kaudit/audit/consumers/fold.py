@@ -58,6 +58,9 @@ def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[list[Se
         blist = txn.to_pylist()
         for b in blist:
             by_key.setdefault((b["connection"], b["position"], b["topic"], b["partition"]), []).append(b)
+        # the other batches of the responses that list aborted transactions (replayed with them)
+        for b in _plain_of_listing(fetch, batches):
+            by_key.setdefault((b["connection"], b["position"], b["topic"], b["partition"]), []).append(b)
     out = []
     have = "lo" in fetch.column_names
     keep = [c for c in fetch.column_names if c not in ("topic_id", "replica_id")]
@@ -76,7 +79,7 @@ def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[list[Se
                 s.first, s.end = start, r["hi"] + 1
                 if r["aborted_transactions"] and s.isolation == "read_committed":
                     key = (r["connection"], r["position"], r["topic"], r["partition"])
-                    _delivered(s, by_key.get(key, []), r["aborted_transactions"], r["lo_data"], r["hi_data"])
+                    _delivered(s, by_key.get(key, []), r["aborted_transactions"])
                 elif r["lo_data"] is not None and r["hi_data"] >= s.first:
                     s.data_first, s.data_end = max(r["lo_data"], s.first), r["hi_data"] + 1
         out.append(s)
@@ -84,40 +87,50 @@ def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[list[Se
     return out, blist
 
 
-def _delivered(s: Serve, txn_batches: list[dict], aborted: str, lo_data, hi_data) -> None:
+def _plain_of_listing(fetch: pa.Table, batches: pa.Table) -> list[dict]:
+    """The non-transactional data batches of the read_committed responses that list aborted
+    transactions (rare: only those responses are replayed batch by batch)."""
+    listing = fetch.filter(pc.and_(
+        pc.fill_null(pc.greater(pc.utf8_length(fetch.column("aborted_transactions").cast(pa.string())), 0), False),
+        pc.fill_null(pc.equal(fetch.column("isolation_level"), "read_committed"), False)))
+    if not listing.num_rows:
+        return []
+    keys = set(zip(listing.column("connection").to_pylist(), listing.column("position").to_pylist()))
+    plain = batches.filter(pc.and_(
+        pc.is_in(batches.column("position"), pa.array(sorted({p for _, p in keys}), batches.column("position").type)),
+        pc.invert(pc.or_(pc.fill_null(batches.column("is_transactional"), False),
+                         pc.fill_null(batches.column("is_control"), False)))))
+    return [b for b in plain.to_pylist() if (b["connection"], b["position"]) in keys]
+
+
+def _delivered(s: Serve, batches: list[dict], aborted: str) -> None:
     """The records a read_committed client delivers of a response listing aborted transactions
-    (CompletedFetch: a producer's batches are dropped from its listed first offset to its ABORT
-    marker). `txn_batches`: the response's transactional and control batches; the others are
-    delivered, their range is (lo_data, hi_data)."""
-    gone: dict[int, int] = {}
+    (CompletedFetch: the listed aborted transactions in order of their first offset; a batch at
+    or past one's first offset puts its producer among the aborting ones, that producer's ABORT
+    marker takes it out again, and its transactional batches in between are dropped - a
+    producer may have several aborted transactions in one response; non-transactional batches
+    are always delivered). `batches`: every batch of the response's partition."""
+    listed = []
     for a in aborted.split(","):
         pid, _, first = a.partition("@")
         if pid.lstrip("-").isdigit() and first.lstrip("-").isdigit():
-            gone[int(pid)] = min(gone.get(int(pid), 1 << 62), int(first))
-    ends: dict[int, list] = {}   # producer -> its ABORT markers' offsets, which end its aborted runs
-    for b in txn_batches:
-        if b["is_control"] and b["control_type"] == "ABORT":
-            ends.setdefault(b["producer_id"], []).append(b["base_offset"])
-    kept = []
-    for b in txn_batches:
-        if b["is_control"] or b["last_offset"] < s.first:
+            listed.append((int(first), int(pid)))
+    listed.sort()
+    kept, aborting, i = [], set(), 0
+    for b in sorted(batches, key=lambda b: b["base_offset"]):
+        while i < len(listed) and listed[i][0] <= b["last_offset"]:
+            aborting.add(listed[i][1])
+            i += 1
+        if b["is_control"]:
+            if b["control_type"] == "ABORT":
+                aborting.discard(b["producer_id"])
             continue
-        pid = b["producer_id"]
-        if pid in gone and b["base_offset"] >= gone[pid] and not any(
-                gone[pid] <= e < b["base_offset"] for e in ends.get(pid, ())):
+        if (b["is_transactional"] and b["producer_id"] in aborting) or b["last_offset"] < s.first:
             continue
         kept.append((b["base_offset"], b["last_offset"]))
-    plain = [(lo_data, hi_data)] if lo_data is not None and not txn_batches else []
-    if lo_data is not None and txn_batches:
-        # the non-transactional batches' range is not kept apart: count it only where no
-        # transactional batch was dropped (a mixed partition is rare under read_committed)
-        dropped = sum(1 for b in txn_batches if not b["is_control"]) - len(kept)
-        if dropped == 0:
-            plain = [(lo_data, hi_data)]
-    runs = [r for r in kept + plain if r[1] >= s.first]
-    if runs:
-        s.data_first = max(min(r[0] for r in runs), s.first)
-        s.data_end = max(r[1] for r in runs) + 1
+    if kept:
+        s.data_first = max(min(r[0] for r in kept), s.first)
+        s.data_end = max(r[1] for r in kept) + 1
 
 
 class CaptureConsumers(TablesByKind):

@@ -115,10 +115,14 @@ def check_reset(tl: Timelines) -> list[dict]:
         errs = [s for s in before if s.error == OFFSET_OUT_OF_RANGE and s.fetch_offset is not None]
         if errs and not any(errs[-1].ts < s.ts and s.error in (0, None) for s in before):
             e = errs[-1]
-            lo = max(e.fetch_offset, e.log_start or 0)
+            # Kafka answers OFFSET_OUT_OF_RANGE with log start -1 (ReplicaManager.createLogReadResult):
+            # the log start is then the one of the answer at the log end (records under it were
+            # deleted by retention, not skipped by the reset)
+            start = e.log_start if e.log_start is not None and e.log_start >= 0 else nxt.log_start
+            lo = max(e.fetch_offset, start if start is not None and start >= 0 else 0)
             if end > lo:
                 out.append(_reset(p, lo, end, "error", f"its Fetch at offset {e.fetch_offset} was answered "
-                                  f"OFFSET_OUT_OF_RANGE (log start {e.log_start}), and it reset to the log end",
+                                  f"OFFSET_OUT_OF_RANGE (log start {start}), and it reset to the log end",
                                   [evidence(e.source, e.position, "fetch", "out of range")]))
         if errs:
             continue
