@@ -281,8 +281,10 @@ class WireFeed:
 
     def _markers(self, ts: float, r: dict, errs: list[int]) -> None:
         writer = marker_writer(r.get("client_id"), r.get("admin_clients") or frozenset())
-        if writer != ADMIN and (r.get("transaction_version") or 0) >= 2:
-            self.version = 2   # KIP-1228: the coordinator says the transaction's version
+        tv = r.get("transaction_version")   # WriteTxnMarkers v2+ only (KIP-1228)
+        if writer != ADMIN and tv is not None:
+            # KIP-1228: the coordinator says the transaction's version
+            self.version = 2 if tv >= 2 else (self.version or 1)
         answers = self._marker_answers(r)
         resp = r.get("response_ts")
         err = f" -> error {','.join(map(str, errs))}" if errs else ""
@@ -303,7 +305,8 @@ class WireFeed:
                 "coordinator_epoch": r["coordinator_epoch"], "base_timestamp_ms": int(ts * 1000),
                 "max_timestamp_ms": int(ts * 1000), "source": r["source"], "position": r["position"],
                 "writer": writer, "client_id": r.get("client_id"), "connection": r["connection"],
-                "rank": (resp if resp is not None else ts, r["position"]), "sent": ts})
+                "rank": (resp if resp is not None else ts, r["position"]), "sent": ts,
+                "transaction_version": tv if writer != ADMIN else None})
             if t is not None and code == 0:
                 if tp.startswith("__consumer_offsets-") and t.groups and tp not in t.partitions:
                     t.partitions.append(tp)   # AddOffsetsToTxn named the group, the marker its partition
