@@ -325,6 +325,11 @@ class ProducerTxns:
     coverage: Coverage = field(default_factory=Coverage)
     version: str | None = None                   # "2" | "0/1" | "mixed" | None (see transaction_version)
     timeline: list[str] = field(default_factory=list)   # wire: the producer's story, for findings
+    # wire: the coordinator's WriteTxnMarkers per partition with its answer (txn_wire_feed: tp,
+    # epoch, result, code - None unanswered -, ts, frame), and the client's requests answered
+    # CONCURRENT_TRANSACTIONS (ts, frame, event)
+    marker_writes: list[dict] = field(default_factory=list)
+    busy: list[tuple] = field(default_factory=list)
 
     @property
     def coordinator_known(self) -> bool:

@@ -65,3 +65,124 @@ def test_marker_version_names_the_producers_version(tmp_path):
     s.on("coord", markers(s._c(), PID, 1, committed=True, parts=[("orders", 0)], version=2, transaction_version=2))
     fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
     assert by_rule(fs, "mixed-epoch-transaction") == []
+
+
+# -- the coordinator's markers refused again and again (KAFKA-19999) ------------------------------
+
+def _prepared(tv: int = 2) -> Story:
+    """A producer's transaction on orders-0 and orders-1, committed by the client (EndTxn)."""
+    from tests.audit.wire.wirecraft import end_txn
+    from tests.audit.wire.wirecraft_txn import end_txn_v5
+
+    s = Story(tv)
+    s.send(0, 0)
+    s.send(1, 0)
+    end = end_txn_v5 if tv == 2 else end_txn
+    s.on("client", end(s._c(), PID, 0, committed=True, txn_id=s.txn_id))
+    return s
+
+
+def _mk(s: Story, parts, error: int = 0, epoch: int = 1):
+    s.on("coord", markers(s._c(), PID, epoch, committed=True, parts=[("orders", p) for p in parts], version=2,
+                          transaction_version=2, error=error))
+
+
+def test_markers_refused_again_and_again_leave_a_partition_open(tmp_path):
+    """orders-0's marker lands; orders-1's is refused INVALID_PRODUCER_EPOCH, then again after a
+    coordinator reload; the producer's InitProducerId is answered CONCURRENT_TRANSACTIONS."""
+    from tests.audit.wire.wirecraft import init_producer_id
+
+    s = _prepared()
+    _mk(s, [0])
+    _mk(s, [1], error=47)
+    _mk(s, [1], error=47)
+    s.on("client", init_producer_id(s._c(), PID, 1, txn_id=s.txn_id, error=51))
+    fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
+    (f,) = by_rule(fs, "txn-markers-refused")
+    d = details(f)
+    assert (f["topic"], f["partition"], f["producer_id"], f["producer_epoch"]) == ("orders", 1, PID, 1)
+    assert (d["partitions"], d["error_codes"], d["refusals"], d["concurrent_transactions"]) == (
+        ["orders-1"], [47], 2, 1)
+    assert d["read_committed_stops"] == {"orders-1": 0} and f["severity"] == "critical"
+    assert "INVALID_PRODUCER_EPOCH (47)" in f["message"] and "read_committed consumers stop at offset 0" in f["message"]
+    assert d["marker_transaction_version"] == 2
+
+
+def test_a_landed_marker_refused_when_re_sent_is_kafka_19999(tmp_path):
+    s = _prepared()
+    _mk(s, [0, 1])
+    _mk(s, [1], error=47)   # a coordinator reload re-sends it: the leader's strict TV2 check refuses
+    _mk(s, [1], error=47)
+    (f,) = by_rule(run(tmp_path, s, now_ms=T0_MS + 5_000), "txn-markers-refused")
+    assert "had landed" in f["message"] and "KAFKA-19999" in f["message"]
+    assert details(f)["read_committed_stops"] == {} and f["severity"] == "error"
+
+
+@pytest.mark.parametrize("code", [6, 19])
+def test_a_retriable_refusal_then_accepted_is_clean(tmp_path, code):
+    s = _prepared()
+    _mk(s, [0])
+    _mk(s, [1], error=code)
+    _mk(s, [1], error=code)
+    _mk(s, [1])
+    assert by_rule(run(tmp_path, s, now_ms=T0_MS + 5_000), "txn-markers-refused") == []
+
+
+def test_one_refusal_without_consequence_is_clean(tmp_path):
+    """A zombie coordinator's re-sent marker refused once after the marker landed: nothing stuck."""
+    s = _prepared()
+    _mk(s, [0, 1])
+    _mk(s, [1], error=52)
+    assert by_rule(run(tmp_path, s, now_ms=T0_MS + 5_000), "txn-markers-refused") == []
+
+
+def test_refusals_before_a_later_end_accepted_are_clean(tmp_path):
+    """The refused transaction was completed after all: the producer's next transaction ended."""
+    s = _prepared()
+    _mk(s, [0, 1])
+    _mk(s, [1], error=47)
+    _mk(s, [1], error=47)
+    s.epoch, s.open, s.seq = 1, [], {}
+    s.send(0, 2)
+    s.end(True)
+    assert by_rule(run(tmp_path, s, now_ms=T0_MS + 5_000), "txn-markers-refused") == []
+
+
+# -- a transaction open at the epoch's limit (KAFKA-20090) ---------------------------------------
+
+def _at_limit(tv: int, epoch: int = 32767) -> Story:
+    from tests.audit.wire.wirecraft import init_producer_id
+
+    s = Story(tv)
+    s.epoch = epoch
+    s.on("client", init_producer_id(s._c(), PID, epoch, txn_id=s.txn_id))
+    s.send(0, 0)
+    return s
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_open_at_the_limit_past_its_timeout(tmp_path, tv):
+    s = _at_limit(tv)
+    fs = run(tmp_path, s, now_ms=T0_MS + 120_000)
+    (f,) = by_rule(fs, "epoch-exhausted-transaction")
+    d = details(f)
+    assert (f["partition"], f["producer_epoch"], d["read_committed_stops"]) == (0, 32767, {"orders-0": 0})
+    assert "cannot abort it" in f["message"] and "KAFKA-20090" in f["message"]
+
+
+def test_open_at_the_limit_within_its_timeout_is_not_flagged(tmp_path):
+    fs = run(tmp_path, _at_limit(1), now_ms=T0_MS + 5_000)
+    assert by_rule(fs, "epoch-exhausted-transaction") == []
+
+
+@pytest.mark.parametrize("tv", [1, 2])
+def test_open_below_the_limit_is_not_flagged(tmp_path, tv):
+    fs = run(tmp_path, _at_limit(tv, epoch=32765), now_ms=T0_MS + 120_000)
+    assert by_rule(fs, "epoch-exhausted-transaction") == []
+    assert by_rule(fs, "hanging-transaction")   # an ordinary hanging transaction
+
+
+def test_committed_at_the_limit_is_clean(tmp_path):
+    s = _at_limit(1)
+    s.end(True)
+    assert by_rule(run(tmp_path, s, now_ms=T0_MS + 120_000), "epoch-exhausted-transaction") == []
