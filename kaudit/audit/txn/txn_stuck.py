@@ -164,7 +164,8 @@ def _refused_finding(pt: ProducerTxns, epoch: int, result: str, stuck: dict, bus
             f"({iso_ms(int(lo * 1000))} to {iso_ms(int(hi * 1000))}) with {names} on {', '.join(stuck)}, never "
             f"accepted there after: the coordinator cannot complete the transaction")
     if busy:
-        text += f"; the producer's requests were answered CONCURRENT_TRANSACTIONS {len(busy)} times after"
+        text += (f"; the producer's requests were answered CONCURRENT_TRANSACTIONS {len(busy)} "
+                 f"time{'s' if len(busy) > 1 else ''} after")
     text += ". " + "; ".join(notes)
     lead = next(iter(stuck))
     topic, _, part = lead.rpartition("-")
@@ -304,9 +305,12 @@ def _exhausted_finding(pt: ProducerTxns, e: int, t: CoordTxn | None, parts: list
     if pt.version == "2":
         why = ("transaction version 2 moves the id to a new producer id when an end reaches epoch 32767 "
                f"(KIP-890); this transaction of epoch {e} was left open without one, as KAFKA-20090 describes")
+    elif pt.version is not None:
+        why = (f"transaction version {pt.version}: its abort would need epoch {e + 1}, past Short.MAX_VALUE, "
+               "which the coordinator refuses (KAFKA-20090)")
     else:
-        why = (f"transaction version {pt.version or 'unknown (0/1 assumed)'}: its abort would need epoch "
-               f"{e + 1}, past Short.MAX_VALUE, which the coordinator refuses (KAFKA-20090)")
+        why = (f"the evidence does not show its transaction version; under 0/1 its abort would need epoch {e + 1}, "
+               "past Short.MAX_VALUE, which the coordinator refuses (KAFKA-20090)")
     text = (f"producer {pt.producer_id} epoch {e} (the limit is 32767): a transaction open since {iso_ms(start)}, "
             f"{duration(ref - start)} before the end of the evidence, past its timeout of {duration(timeout)}: "
             f"the coordinator cannot abort it - {why}")
