@@ -39,7 +39,7 @@ BATCH_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_of
 TXN_LOG_COLUMNS = ("replica", "topic", "partition", "source", "position", "offset", "timestamp_ms",
                    "transactional_id", "tombstone", "producer_id", "producer_epoch",
                    "transaction_timeout_ms", "state", "state_id", "partitions", "start_ms",
-                   "client_transaction_version")
+                   "client_transaction_version", "next_producer_id")
 
 
 class ProducerGroup:

@@ -194,7 +194,8 @@ def _prepared_only(t: CoordTxn) -> bool:
 
 
 def _rotates(t: CoordTxn) -> bool:
-    """Transaction version 2 at the epoch's end: the Complete record is the next producer id's."""
+    """Transaction version 2 at the epoch's end: the Complete record is the next producer id's
+    (prepared there with no next producer id: epoch-exhausted-transaction's)."""
     return t.prepare_epoch == MAX_EPOCH and (t.client_version or 0) >= 2
 
 
@@ -252,14 +253,21 @@ def _check_exhausted(j):
     limit = {MAX_EPOCH, MAX_EPOCH - 1} if tv2 else {MAX_EPOCH}
     t = pt.view.txns[-1] if pt.view.txns else None
     coord = t if t is not None and open_at_limit(t, ref, tv2) else None
-    epochs = {coord.epoch} if coord is not None else set()
     timeout = _timeout(coord, pt)
-    parts = [p for ps in pt.partitions.values() for p in ps if p.data and p.marker is None
-             and p.data_epoch in limit and p.first_ts is not None and ref - p.first_ts > timeout]
-    epochs |= {p.data_epoch for p in parts}
-    for e in sorted(epochs):
-        yield _exhausted_finding(pt, e, coord if coord is not None and coord.epoch == e else None,
-                                 [p for p in parts if p.data_epoch == e], ref, timeout)
+    opened = [p for ps in pt.partitions.values() for p in ps if p.data and p.marker is None]
+    groups: dict[int, tuple] = {}
+    if coord is not None:
+        groups[_epoch(coord)] = (coord, [p for p in opened if p.tp in coord.partitions or p.data_epoch == coord.epoch])
+    taken = {id(p) for _, ps in groups.values() for p in ps}
+    for p in opened:
+        if id(p) not in taken and p.data_epoch in limit and p.first_ts is not None and ref - p.first_ts > timeout:
+            groups.setdefault(p.data_epoch, (None, []))[1].append(p)
+    for e in sorted(groups):
+        yield _exhausted_finding(pt, e, groups[e][0], groups[e][1], ref, timeout)
+
+
+def _epoch(t: CoordTxn) -> int:
+    return t.prepare_epoch if t.prepare_epoch is not None else t.epoch
 
 
 def _timeout(t: CoordTxn | None, pt: ProducerTxns) -> int:
@@ -284,13 +292,19 @@ def open_at_limit(t: CoordTxn, reference_ms: int, tv2: bool) -> bool:
     (KAFKA-20090, fixed in Kafka 4.2: the coordinator rotates then too and leaders accept
     markers at 32767). Flagged: the producer id's last coordinator transaction, begun at the
     limit (version 2: at 32766 or 32767), still open (no Prepare or Complete record) past its
-    timeout at the end of the evidence; or its data at that epoch with no marker past the timeout.
+    timeout at the end of the evidence; version 2, its Prepare record at 32767 naming no next
+    producer id (NextProducerId -1) with no Complete record PREPARE_STUCK_MS later; or its data
+    at that epoch with no marker past the timeout.
     Benign causes: none past the timeout; a transaction at the limit still within its timeout is
     dangling-transaction's (the client may still end it); a KIP-939 two-phase-commit transaction
     has no timeout and is not judged by age."""
     states = {s["state"] for s in t.states}
-    if states & {"PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort"}:
+    if states & {"CompleteCommit", "CompleteAbort"}:
         return False
+    if states & {"PrepareCommit", "PrepareAbort"}:
+        # version 2, prepared at the limit with no next producer id: nothing completes it
+        return (tv2 and t.prepare_epoch == MAX_EPOCH and t.next_producer_id == -1 and t.prepare_ts is not None
+                and reference_ms - t.prepare_ts > PREPARE_STUCK_MS)
     limit = {MAX_EPOCH, MAX_EPOCH - 1} if tv2 else {MAX_EPOCH}
     timeout = t.timeout_ms or DEFAULT_MAX_TIMEOUT_MS
     return (t.epoch in limit and t.start_ms is not None and timeout < NO_TIMEOUT_MS
@@ -311,9 +325,16 @@ def _exhausted_finding(pt: ProducerTxns, e: int, t: CoordTxn | None, parts: list
     else:
         why = (f"the evidence does not show its transaction version; under 0/1 its abort would need epoch {e + 1}, "
                "past Short.MAX_VALUE, which the coordinator refuses (KAFKA-20090)")
-    text = (f"producer {pt.producer_id} epoch {e} (the limit is 32767): a transaction open since {iso_ms(start)}, "
-            f"{duration(ref - start)} before the end of the evidence, past its timeout of {duration(timeout)}: "
-            f"the coordinator cannot abort it - {why}")
+    if t is not None and t.prepare_epoch == e and t.prepare_ts is not None:
+        text = (f"producer {pt.producer_id} epoch {e} (the limit is 32767): the coordinator's Prepare{t.result.capitalize()} "
+                f"at {iso_ms(t.prepare_ts)} names no next producer id and no Complete record follows "
+                f"({duration(ref - t.prepare_ts)} before the end of the evidence): the coordinator cannot complete it - "
+                "transaction version 2 moves the id to a new producer id when an end reaches epoch 32767 (KIP-890), "
+                "this end did not (KAFKA-20090)")
+    else:
+        text = (f"producer {pt.producer_id} epoch {e} (the limit is 32767): a transaction open since {iso_ms(start)}, "
+                f"{duration(ref - start)} before the end of the evidence, past its timeout of {duration(timeout)}: "
+                f"the coordinator cannot abort it - {why}")
     if stops:
         text += "; read_committed consumers stop at " + ", ".join(f"{tp} offset {o}" for tp, o in sorted(stops.items()))
     lead = sorted(stops)[0] if stops else (tps[0] if tps else None)

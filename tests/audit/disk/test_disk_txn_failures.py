@@ -125,3 +125,18 @@ def test_committed_at_the_limit_is_clean(tmp_path):
     p.commit()
     ld.write()
     assert audit(ld.root, now_ms=ld.clock + 600_000) == []
+
+
+def test_version_2_prepared_at_the_limit_without_a_next_producer_id(tmp_path):
+    """KAFKA-20090: the end that reaches 32767 names no next producer id (NextProducerId -1) and
+    nothing completes it; told once, by epoch-exhausted-transaction."""
+    ld, _, p = setup(tmp_path, 2, 32766)
+    a = ld.partition("a", 0)
+    p.send([b"1"], partition=a)
+    _prepare_only(p, land=())
+    ld.write()
+    fs = audit(ld.root, now_ms=ld.clock + 600_000)
+    assert of(fs, "txn-markers-refused") == []
+    (f,) = of(fs, "epoch-exhausted-transaction")
+    assert (f["producer_epoch"], details(f)["read_committed_stops"]) == (32767, {"a-0": 0})
+    assert "names no next producer id" in f["message"]
