@@ -72,6 +72,11 @@ INVARIANTS = {
     "prepared-2pc-disk": Invariant((), "info", also=("hanging-transaction", "dangling-transaction")),
     # a request delayed in the broker (KAFKA-17754): truly unanswered on its connection
     "delayed-request": Invariant((), "info", also=("unanswered-request",)),
+    # the coordinator's markers refused again and again (KAFKA-19999): the transaction stays
+    # prepared and the partition's open data holds read_committed consumers back
+    "markers-refused": Invariant(("txn-markers-refused",), "critical",
+                                 also=("hanging-transaction", "torn-transaction", "fenced-epoch", "producer-error",
+                                       "dangling-transaction", "lso-stuck")),
     "hanging-transaction": Invariant(("hanging-transaction",), "critical",
                                      also=("unregistered-partition", "late-transactional-write", "dangling-transaction",
                                            "write-after-epoch-end", "fenced-epoch")),
