@@ -98,7 +98,8 @@ def markers_refused(writes: list[dict]) -> bool:
     Wire: one producer id and epoch whose coordinator markers to a partition were refused twice
     or more, or once with an error that cancels them (then only with its consequence in the
     capture: the producer answered CONCURRENT_TRANSACTIONS, or its data there still open), and
-    never accepted there after, nor a later end of that producer accepted anywhere. Disk: the
+    never accepted there after, and the producer did not move on (no EndTxn of it accepted after
+    the first refusal, no other end's markers accepted after the last). Disk: the
     coordinator's last `__transaction_state` record of the id is PrepareCommit/PrepareAbort,
     older than PREPARE_STUCK_MS at the end of the evidence, with no Complete record (the error
     codes are not on disk).
@@ -128,9 +129,10 @@ def _wire_refused(pt: ProducerTxns):
         stuck = {tp: ws for tp, ws in sorted(by_tp.items()) if markers_refused(ws)}
         if not stuck:
             continue
-        first = min(w["ts"] for ws in stuck.values() for w in ws if w["code"] not in (0, None))
-        if any(w["code"] == 0 and w["ts"] > first and (w["epoch"] or -1) > epoch for w in pt.marker_writes):
-            continue   # a later end of this producer was accepted: the coordinator moved on
+        refused = [w["ts"] for ws in stuck.values() for w in ws if w["code"] not in (0, None)]
+        first, last = min(refused), max(refused)
+        if _moved_on(pt, epoch, result, first, last):
+            continue
         busy = [b for b in pt.busy if b[0] >= first]
         stops = _stops(pt, stuck)
         single = [tp for tp, ws in stuck.items() if sum(w["code"] not in (0, None) for w in ws) < 2]
@@ -139,6 +141,16 @@ def _wire_refused(pt: ProducerTxns):
             if not stuck:
                 continue
         yield _refused_finding(pt, epoch, result, stuck, busy, stops)
+
+
+def _moved_on(pt: ProducerTxns, epoch: int, result: str, first: float, last: float) -> bool:
+    """Whether the producer's transactions went on after the refusals: the coordinator accepted a
+    new end (a Prepare of the wire's view after the first refusal: a stuck one answers
+    CONCURRENT_TRANSACTIONS), or another end's markers were accepted after the last."""
+    if any(t.prepare_ts is not None and t.prepare_ts > first * 1000 for t in pt.view.txns):
+        return True
+    return any(w["code"] == 0 and w["ts"] > last and (w["epoch"], w["result"]) != (epoch, result)
+               for w in pt.marker_writes)
 
 
 def _refused_finding(pt: ProducerTxns, epoch: int, result: str, stuck: dict, busy: list, stops: dict) -> dict:

@@ -6,6 +6,10 @@ open at the producer epoch's limit, 32767 (KAFKA-20090)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kaudit.audit.txn.txn_stuck import PERMANENT, markers_refused
 
 from tests.audit.wire.test_wire_txn_versions import PID, T0_MS, Story, run
 from tests.audit.wire.wirecraft import by_rule, details
@@ -84,28 +88,30 @@ def _prepared(tv: int = 2) -> Story:
 
 def _mk(s: Story, parts, error: int = 0, epoch: int = 1):
     s.on("coord", markers(s._c(), PID, epoch, committed=True, parts=[("orders", p) for p in parts], version=2,
-                          transaction_version=2, error=error))
+                          transaction_version=s.tv, error=error))
 
 
-def test_markers_refused_again_and_again_leave_a_partition_open(tmp_path):
+@pytest.mark.parametrize("tv", [1, 2])
+def test_markers_refused_again_and_again_leave_a_partition_open(tmp_path, tv):
     """orders-0's marker lands; orders-1's is refused INVALID_PRODUCER_EPOCH, then again after a
     coordinator reload; the producer's InitProducerId is answered CONCURRENT_TRANSACTIONS."""
     from tests.audit.wire.wirecraft import init_producer_id
 
-    s = _prepared()
-    _mk(s, [0])
-    _mk(s, [1], error=47)
-    _mk(s, [1], error=47)
+    s = _prepared(tv)
+    e = 1 if tv == 2 else 0
+    _mk(s, [0], epoch=e)
+    _mk(s, [1], error=47, epoch=e)
+    _mk(s, [1], error=47, epoch=e)
     s.on("client", init_producer_id(s._c(), PID, 1, txn_id=s.txn_id, error=51))
     fs = run(tmp_path, s, now_ms=T0_MS + 5_000)
     (f,) = by_rule(fs, "txn-markers-refused")
     d = details(f)
-    assert (f["topic"], f["partition"], f["producer_id"], f["producer_epoch"]) == ("orders", 1, PID, 1)
+    assert (f["topic"], f["partition"], f["producer_id"], f["producer_epoch"]) == ("orders", 1, PID, e)
     assert (d["partitions"], d["error_codes"], d["refusals"], d["concurrent_transactions"]) == (
         ["orders-1"], [47], 2, 1)
     assert d["read_committed_stops"] == {"orders-1": 0} and f["severity"] == "critical"
     assert "INVALID_PRODUCER_EPOCH (47)" in f["message"] and "read_committed consumers stop at offset 0" in f["message"]
-    assert d["marker_transaction_version"] == 2
+    assert d["marker_transaction_version"] == tv
 
 
 def test_a_landed_marker_refused_when_re_sent_is_kafka_19999(tmp_path):
@@ -136,15 +142,18 @@ def test_one_refusal_without_consequence_is_clean(tmp_path):
     assert by_rule(run(tmp_path, s, now_ms=T0_MS + 5_000), "txn-markers-refused") == []
 
 
-def test_refusals_before_a_later_end_accepted_are_clean(tmp_path):
-    """The refused transaction was completed after all: the producer's next transaction ended."""
-    s = _prepared()
-    _mk(s, [0, 1])
-    _mk(s, [1], error=47)
-    _mk(s, [1], error=47)
-    s.epoch, s.open, s.seq = 1, [], {}
+@pytest.mark.parametrize("tv", [1, 2])
+def test_refusals_before_a_later_end_accepted_are_clean(tmp_path, tv):
+    """The refused transaction was completed after all: the producer's next transaction (version
+    0/1: at the same epoch, on the other partition, an ABORT) ended."""
+    s = _prepared(tv)
+    e = 1 if tv == 2 else 0
+    _mk(s, [0], epoch=e)
+    _mk(s, [1], error=47, epoch=e)
+    _mk(s, [1], error=47, epoch=e)
+    s.epoch, s.open, s.seq = e, [], {}
     s.send(0, 2)
-    s.end(True)
+    s.end(False)
     assert by_rule(run(tmp_path, s, now_ms=T0_MS + 5_000), "txn-markers-refused") == []
 
 
@@ -186,3 +195,24 @@ def test_committed_at_the_limit_is_clean(tmp_path):
     s = _at_limit(1)
     s.end(True)
     assert by_rule(run(tmp_path, s, now_ms=T0_MS + 120_000), "epoch-exhausted-transaction") == []
+
+
+# -- the refusal predicate, generated ------------------------------------------------------------
+
+_write = st.fixed_dictionaries({"ts": st.integers(0, 50).map(float),
+                                "code": st.sampled_from([0, None, 6, 7, 19, 47, 52, 56])})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_write, max_size=8))
+def test_refused_means_never_accepted_after_and_repeated_or_permanent(writes):
+    refused = [w for w in writes if w["code"] not in (0, None)]
+    got = markers_refused(writes)
+    if not refused:
+        assert not got
+        return
+    last = max(w["ts"] for w in refused)
+    later_ok = any(w["code"] == 0 and w["ts"] > last for w in writes)
+    assert got == (not later_ok and (len(refused) >= 2 or any(w["code"] in PERMANENT for w in refused)))
+    if got:   # an acceptance after every refusal always clears it
+        assert not markers_refused(writes + [{"ts": last + 1, "code": 0}])
