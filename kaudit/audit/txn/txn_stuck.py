@@ -161,10 +161,11 @@ def _refused_finding(pt: ProducerTxns, epoch: int, result: str, stuck: dict, bus
     for tp, ws in stuck.items():
         r0 = min((w for w in ws if w["code"] not in (0, None)), key=lambda w: w["ts"])
         before = [w for w in ws if w["ts"] < r0["ts"] and w["code"] in (0, None)]
+        landed = [w for w in before if w["code"] == 0]
         if tp in stops:
             notes.append(f"{tp}: no marker landed; read_committed consumers stop at offset {stops[tp]}")
-        elif any(w["code"] == 0 for w in before):
-            notes.append(f"{tp}: its marker had landed (frame {before[0]['position']} answered 0), the re-sent one "
+        elif landed:
+            notes.append(f"{tp}: its marker had landed (frame {landed[0]['position']} answered 0), the re-sent one "
                          "was refused (KAFKA-19999's pattern)")
         elif before:
             notes.append(f"{tp}: an earlier copy went unanswered (frame {before[0]['position']}): it may have landed")
