@@ -220,10 +220,14 @@ def _disk_prepare_stuck(pt: ProducerTxns, reference_ms: int | None):
     if not _prepared_only(t) or _rotates(t) or t.prepare_ts is None or reference_ms - t.prepare_ts <= PREPARE_STUCK_MS:
         return
     landed, missing = [], []
+    since = t.start_ms if t.start_ms is not None else t.prepare_ts
     for tp in sorted(t.partitions):
         parts = pt.partitions.get(tp, ())
-        ok = any(p.marker is not None and p.marker.epoch == t.prepare_epoch and p.marker.result == t.result
-                 for p in parts)
+        # this transaction's marker: of the Prepare's epoch and result, written after it began (an
+        # earlier transaction of the same epoch - version 0/1 - ended before)
+        ok = _open_part(pt, tp) is None and any(
+            p.marker is not None and p.marker.epoch == t.prepare_epoch and p.marker.result == t.result
+            and (p.marker.ts is None or p.marker.ts >= since) for p in parts)
         (landed if ok else missing).append(tp)
     stops = _stops(pt, missing)
     prep = next(s for s in reversed(t.states) if s["state"].startswith("Prepare"))

@@ -140,3 +140,19 @@ def test_version_2_prepared_at_the_limit_without_a_next_producer_id(tmp_path):
     (f,) = of(fs, "epoch-exhausted-transaction")
     assert (f["producer_epoch"], details(f)["read_committed_stops"]) == (32767, {"a-0": 0})
     assert "names no next producer id" in f["message"]
+
+
+def test_version_1_earlier_marker_of_the_same_epoch_is_not_this_transactions(tmp_path):
+    """Version 0/1 keeps the epoch: the previous transaction's COMMIT on b (epoch 0) does not
+    end this one's data there."""
+    ld, _, p = setup(tmp_path, 1)
+    a, b = ld.partition("a", 0), ld.partition("b", 0)
+    p.send([b"0"], partition=b)
+    p.commit()
+    p.send([b"1"], partition=a)
+    p.send([b"2"], partition=b)
+    _prepare_only(p, land=("a",))
+    ld.write()
+    (f,) = of(audit(ld.root, now_ms=ld.clock + 600_000), "txn-markers-refused")
+    d = details(f)
+    assert (d["markers_missing"], d["read_committed_stops"], f["severity"]) == (["b-0"], {"b-0": 2}, "critical")
