@@ -76,7 +76,7 @@ def _check_refused(j):
     if j.pt.coverage.source == "wire":
         yield from _wire_refused(j.pt)
     else:
-        yield from _disk_prepare_stuck(j.pt, j.reference_ms)
+        yield from _disk_prepare_stuck(j.pt, j.reference_ms, {id(t.coord): t.key for t in j.txns if t.coord})
 
 
 @rule("txn-markers-refused", "error", "both",
@@ -175,7 +175,7 @@ def _refused_finding(pt: ProducerTxns, epoch: int, result: str, stuck: dict, bus
     text = (f"producer {pt.producer_id} epoch {epoch}: the coordinator's {result} markers were refused "
             f"{len(refused)} time{'s' if len(refused) > 1 else ''} over {duration((hi - lo) * 1000)} "
             f"({iso_ms(int(lo * 1000))} to {iso_ms(int(hi * 1000))}) with {names} on {', '.join(stuck)}, never "
-            f"accepted there after: the coordinator cannot complete the transaction")
+            f"accepted there after: the coordinator cannot complete the transaction while they are refused")
     if busy:
         text += (f"; the producer's requests were answered CONCURRENT_TRANSACTIONS {len(busy)} "
                  f"time{'s' if len(busy) > 1 else ''} after")
@@ -212,7 +212,7 @@ def _rotates(t: CoordTxn) -> bool:
     return t.prepare_epoch == MAX_EPOCH and (t.client_version or 0) >= 2
 
 
-def _disk_prepare_stuck(pt: ProducerTxns, reference_ms: int | None):
+def _disk_prepare_stuck(pt: ProducerTxns, reference_ms: int | None, keys: dict):
     view = pt.view
     if reference_ms is None or not view.txns or view.last_state not in ("PrepareCommit", "PrepareAbort"):
         return
@@ -233,8 +233,8 @@ def _disk_prepare_stuck(pt: ProducerTxns, reference_ms: int | None):
     prep = next(s for s in reversed(t.states) if s["state"].startswith("Prepare"))
     text = (f"producer {pt.producer_id} epoch {t.prepare_epoch}: the coordinator's {prep['state']} record at "
             f"offset {prep['offset']} ({iso_ms(t.prepare_ts)}) has no Complete record after it, "
-            f"{duration(reference_ms - t.prepare_ts)} before the end of the evidence: the coordinator cannot "
-            "complete the transaction")
+            f"{duration(reference_ms - t.prepare_ts)} before the end of the evidence: the coordinator has not "
+            "completed the transaction (it does within moments once every partition took its marker)")
     if missing:
         text += f"; no {t.result} marker of epoch {t.prepare_epoch} on " + ", ".join(
             tp + (f" (read_committed consumers stop at offset {stops[tp]})" if tp in stops else "") for tp in missing)
@@ -253,6 +253,8 @@ def _disk_prepare_stuck(pt: ProducerTxns, reference_ms: int | None):
                "markers_landed": landed, "markers_missing": missing, "read_committed_stops": stops,
                "prepare_ms": t.prepare_ts, "stuck_ms": reference_ms - t.prepare_ts,
                "transaction_version": pt.version}
+    if id(t) in keys:
+        details["transaction"] = keys[id(t)]   # the incident of its other findings
     yield finding("txn-markers-refused", (f"{lead}: " if lead else "") + text,
                   severity="critical" if stops else None, evidence=ev, details=details,
                   topic=topic, partition=part, producer_id=pt.producer_id, producer_epoch=t.prepare_epoch,
