@@ -216,3 +216,21 @@ def test_refused_means_never_accepted_after_and_repeated_or_permanent(writes):
     assert got == (not later_ok and (len(refused) >= 2 or any(w["code"] in PERMANENT for w in refused)))
     if got:   # an acceptance after every refusal always clears it
         assert not markers_refused(writes + [{"ts": last + 1, "code": 0}])
+
+
+def test_kaudit_txn_shows_the_markers_version(tmp_path):
+    """`kaudit txn` on a capture: a marker's row carries the version its WriteTxnMarkers v2 said."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from kaudit.cli import app
+
+    s = Story(2)
+    s.send(0, 0)
+    _v2_end(s, committed=True, epoch=1, tv=2)
+    run(tmp_path, s)
+    r = CliRunner().invoke(app, ["txn", str(tmp_path / "story.pcap"), "-f", "json"])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.stdout)
+    assert row["parts"][0]["marker"]["transaction_version"] == 2 and row["transaction_version"] == "2"
