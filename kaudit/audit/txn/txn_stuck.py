@@ -15,7 +15,7 @@ from kaudit.audit.txn import txn_clean
 from kaudit.audit.txn.coordinator_state import CoordTxn
 from kaudit.audit.txn.txn_model import Part, ProducerTxns
 from kaudit.audit.txn.txn_states import MAX_EPOCH
-from kaudit.audit.thresholds import DEFAULT_MAX_TIMEOUT_MS, MATCH_WINDOW_MS, NO_TIMEOUT_MS
+from kaudit.audit.thresholds import DEFAULT_MAX_TIMEOUT_MS, MATCH_WINDOW_MS, MIN_SPAN_S, NO_TIMEOUT_MS
 from kaudit.protocol.wire.summary import error_name
 from kaudit.timefmt import duration, iso_ms
 
@@ -23,6 +23,9 @@ from kaudit.timefmt import duration, iso_ms
 # leaves it in PrepareCommit/PrepareAbort (TransactionMarkerRequestCompletionHandler: "permanently
 # failed"): INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED.
 PERMANENT = frozenset({47, 52})
+# Retriable refusals (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, ...) of one partition's marker
+# over at least this long: more than a leader election's moments (as the wire's LSO rule, MIN_SPAN_S).
+RETRIED_S = MIN_SPAN_S
 # A Prepare record this long before the end of the evidence with no Complete record after it: the
 # coordinator writes the markers and its Complete record within moments.
 PREPARE_STUCK_MS = MATCH_WINDOW_MS
@@ -95,8 +98,9 @@ def markers_refused(writes: list[dict]) -> bool:
     transaction version 2 leader check (markerEpoch > current epoch, KIP-890/KIP-1228) refused a
     re-sent marker - a lost answer, a coordinator reload - whose first copy had landed
     (KAFKA-19999, fixed in Kafka 4.2: ProducerAppendInfo accepts the idempotent retry).
-    Wire: one producer id and epoch whose coordinator markers to a partition were refused twice
-    or more, or once with an error that cancels them (then only with its consequence in the
+    Wire: one producer id and epoch whose coordinator markers to a partition were refused again
+    and again with retriable errors (twice or more, over RETRIED_S at least), or with an error
+    that cancels them (then only with its consequence in the
     capture: the producer answered CONCURRENT_TRANSACTIONS, or its data there still open), and
     never accepted there after, and the producer did not move on (no EndTxn of it accepted after
     the first refusal, no other end's markers accepted after the last). Disk: the
@@ -110,10 +114,13 @@ def markers_refused(writes: list[dict]) -> bool:
     refused = [w for w in writes if w["code"] not in (0, None)]
     if not refused:
         return False
-    last = max(w["ts"] for w in refused)
+    first, last = min(w["ts"] for w in refused), max(w["ts"] for w in refused)
     if any(w["code"] == 0 and w["ts"] > last for w in writes):
         return False
-    return len(refused) >= 2 or any(w["code"] in PERMANENT for w in refused)
+    if any(w["code"] in PERMANENT for w in refused):
+        return True
+    # retriable refusals only: the coordinator re-sends at once; a leader election takes moments
+    return len(refused) >= 2 and last - first >= RETRIED_S
 
 
 def _wire_refused(pt: ProducerTxns):

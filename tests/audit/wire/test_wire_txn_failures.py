@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kaudit.audit.txn.txn_stuck import PERMANENT, markers_refused
+from kaudit.audit.txn.txn_stuck import PERMANENT, RETRIED_S, markers_refused
 
 from tests.audit.wire.test_wire_txn_versions import PID, T0_MS, Story, run
 from tests.audit.wire.wirecraft import by_rule, details
@@ -124,6 +124,44 @@ def test_a_landed_marker_refused_when_re_sent_is_kafka_19999(tmp_path):
     assert details(f)["read_committed_stops"] == {} and f["severity"] == "error"
 
 
+def _run_spread(tmp_path, s: Story, step: float, now_ms=None):
+    """As `run`, one message every `step` seconds (retriable refusals need time between them)."""
+    from kaudit.engine.local import audit_pcaps
+    from kaudit.sources.pcap import PcapOptions
+    from tests.audit.wire.wirecraft_txn import write_ordered
+    from tests.sources.pcap.craft import Conn
+
+    conns, index, order = [], {}, []
+    for name, msgs in s.events:
+        if name not in index:
+            index[name] = len(conns)
+            conns.append(Conn([], **Story.ENDS[name]))
+        c = conns[index[name]]
+        for m in msgs:
+            order.append((index[name], len(c.messages)))
+            c.messages.append(m)
+    path = tmp_path / "spread.pcap"
+    write_ordered(path, conns, order, step=step)
+    return audit_pcaps([str(path)], PcapOptions(), now_ms=now_ms).findings
+
+
+@pytest.mark.parametrize("spread", [False, True])
+def test_retriable_refusals_over_time_are_flagged_moments_are_not(tmp_path, spread):
+    """NOT_ENOUGH_REPLICAS again and again: over half a minute it is reported; within moments (a leader
+    election) it is not, though nothing accepted them before the capture ended."""
+    s = _prepared()
+    _mk(s, [0])
+    for _ in range(4):
+        _mk(s, [1], error=19)
+    fs = by_rule(_run_spread(tmp_path, s, 2.0 if spread else 0.001), "txn-markers-refused")
+    if spread:
+        (f,) = fs
+        assert details(f)["error_codes"] == [19] and details(f)["refusals"] == 4
+        assert "NOT_ENOUGH_REPLICAS (19)" in f["message"]
+    else:
+        assert fs == []
+
+
 @pytest.mark.parametrize("code", [6, 19])
 def test_a_retriable_refusal_then_accepted_is_clean(tmp_path, code):
     s = _prepared()
@@ -211,9 +249,10 @@ def test_refused_means_never_accepted_after_and_repeated_or_permanent(writes):
     if not refused:
         assert not got
         return
-    last = max(w["ts"] for w in refused)
+    first, last = min(w["ts"] for w in refused), max(w["ts"] for w in refused)
     later_ok = any(w["code"] == 0 and w["ts"] > last for w in writes)
-    assert got == (not later_ok and (len(refused) >= 2 or any(w["code"] in PERMANENT for w in refused)))
+    again = len(refused) >= 2 and last - first >= RETRIED_S
+    assert got == (not later_ok and (again or any(w["code"] in PERMANENT for w in refused)))
     if got:   # an acceptance after every refusal always clears it
         assert not markers_refused(writes + [{"ts": last + 1, "code": 0}])
 
