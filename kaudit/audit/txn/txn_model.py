@@ -330,6 +330,7 @@ class ProducerTxns:
     # CONCURRENT_TRANSACTIONS (ts, frame, event)
     marker_writes: list[dict] = field(default_factory=list)
     busy: list[tuple] = field(default_factory=list)
+    lineage: object = None   # txn_lineage.Lineage: its transactional id's producer ids, cluster-wide
 
     @property
     def coordinator_known(self) -> bool:
@@ -340,10 +341,11 @@ class ProducerTxns:
 
     @cached_property
     def epochs(self) -> dict:
-        """Epoch -> txn_history.EpochSpan: when each epoch began and ended at the coordinator."""
-        from kaudit.audit.txn.txn_history import epochs
+        """Epoch -> txn_history.EpochSpan: when each epoch began and ended at the coordinator (or
+        when its transactional id moved on to a newer producer id: `lineage`)."""
+        from kaudit.audit.txn.txn_history import producer_epochs
 
-        return epochs(self.view)
+        return producer_epochs(self)
 
 
 def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],

@@ -127,7 +127,8 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
     coordinator's records or the producer's InitProducerId, else transaction.max.timeout.ms 15 min;
     none for a KIP-939 two-phase-commit transaction), absent from the coordinator's state for that
     partition, or the coordinator's transaction for that producer already ended (or the
-    coordinator has no record of the producer).
+    coordinator has no record of the producer, or its transactional id had moved to a newer
+    producer id before the data was written: txn_lineage).
     Benign causes: none once these hold; evidence without the coordinator's view (no
     `__transaction_state`, a capture without the producer's coordinator traffic) judges by age
     only, and only registrations and markers the evidence would show count."""
@@ -142,7 +143,13 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
         reasons.append(f"open for {duration(reference_ms - start)}, past its timeout of {duration(timeout)}")
     if not pt.coordinator_known:
         return reasons
-    if view.last_state is None:
+    move = getattr(pt.epochs, "move", None)
+    if t is None and move is not None and move.ts_ms is not None and part.first_ts is not None \
+            and part.first_ts > move.ts_ms + (0 if pt.coverage.source == "wire" else EPOCH_SLACK_MS):
+        # written after its transactional id left this producer id: no coordinator will end it
+        reasons.append(f"{move.text} before it was written: no transaction of producer id {move.old} "
+                       "will ever end it")
+    elif view.last_state is None:
         reasons.append("the coordinator has no record of this producer id")
     elif t is not None and t.result is not None:
         reasons.append(f"the coordinator's transaction for this producer is already "
