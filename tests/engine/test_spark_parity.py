@@ -490,7 +490,7 @@ def test_crafted_transaction_failure_modes(spark, tmp_path, monkeypatch):
     D.test_open_at_the_limit_past_its_timeout(tmp_path / "d3", 2, 32766)
     D.test_version_2_prepared_at_the_limit_without_a_next_producer_id(tmp_path / "d4")
     D.test_epoch_rotation_at_the_limit_is_clean(tmp_path / "d5")
-    W.test_markers_refused_again_and_again_leave_a_partition_open(tmp_path / "w1")
+    W.test_markers_refused_again_and_again_leave_a_partition_open(tmp_path / "w1", 1)
     W.test_a_landed_marker_refused_when_re_sent_is_kafka_19999(tmp_path / "w2")
     W.test_open_at_the_limit_past_its_timeout(tmp_path / "w3", 2)
     W.test_version_2_marker_at_the_data_epoch_is_flagged(tmp_path / "w4", False)
