@@ -8,8 +8,6 @@ data no marker ends."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.txn import txn_clean
 from kaudit.audit.txn.coordinator_state import CoordTxn
@@ -41,18 +39,9 @@ REMEDIATION_EXHAUSTED = (
     "Abort the open partitions with kafka-transactions.sh abort --topic T --partition P "
     "--start-offset O (read_committed consumers are stopped at O), then restart the producer: "
     "its InitProducerId moves the transactional id to a new producer id. Upgrade the brokers to a "
-    "release with KAFKA-20090's fix (Kafka 4.2: the coordinator then rotates the producer id "
-    "when a timeout or fencing exhausts the epoch). Producers that call InitProducerId in a loop "
+    "release with KAFKA-20090's fix (the coordinator then rotates the producer id when a "
+    "timeout or fencing exhausts the epoch, and leaders accept its markers at 32767). Producers that call InitProducerId in a loop "
     "(restarts, fencing storms) exhaust epochs: find why.")
-
-
-@dataclass
-class _Tp:
-    """What the evidence shows of one partition of a stuck transaction."""
-
-    tp: str
-    refusals: list[dict] = field(default_factory=list)
-    before: list[dict] = field(default_factory=list)   # markers of the same end sent before a refusal
 
 
 def _open_part(pt: ProducerTxns, tp: str, epochs: set[int] | None = None) -> Part | None:
@@ -315,8 +304,8 @@ def open_at_limit(t: CoordTxn, reference_ms: int, tv2: bool) -> bool:
     bumps the epoch, and the end that reaches 32767 moves the transactional id to a new producer
     id (NextProducerId; the Complete record is the new id's) - but a timeout or fencing abort at
     epoch 32766 reached 32767 without a new producer id and left the transaction open
-    (KAFKA-20090, fixed in Kafka 4.2: the coordinator rotates then too and leaders accept
-    markers at 32767). Flagged: the producer id's last coordinator transaction, begun at the
+    (KAFKA-20090; its fix rotates the producer id then too and lets leaders accept markers at
+    32767). Flagged: the producer id's last coordinator transaction, begun at the
     limit (version 2: at 32766 or 32767), still open (no Prepare or Complete record) past its
     timeout at the end of the evidence; version 2, its Prepare record at 32767 naming no next
     producer id (NextProducerId -1) with no Complete record PREPARE_STUCK_MS later; or its data
