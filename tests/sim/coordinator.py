@@ -147,6 +147,18 @@ class Coordinator:
             self.sim.cap.exchange(name, msgs, ts, client_ip=src, server_ip=wire.node_ip(leader), server_port=9093)
         return out
 
+    def refuse_markers(self, pid: int, epoch: int, committed: bool, part, error: int) -> None:
+        """WriteTxnMarkers for `part` that its leader refuses with `error`: nothing is appended
+        (KAFKA-19999: a version-2 marker re-sent at the epoch the leader already holds)."""
+        ts = self.sim.tick()
+        sender = f"broker-{self.node}-txn-marker-sender"
+        name = f"{sender}->{part.leader}"
+        msgs = wire.markers(self.sim.cap.next_corr(name), pid, epoch, committed=committed,
+                            parts=[(part.topic, part.partition)], coordinator_epoch=self.epoch, client_id=sender,
+                            version=1, error=error)
+        self.sim.cap.exchange(name, msgs, ts, client_ip=wire.node_ip(self.node), server_ip=wire.node_ip(part.leader),
+                              server_port=9093)
+
     def fail_over(self) -> None:
         """A new coordinator (the __transaction_state partition's leader changed): the coordinator
         epoch goes up; transactions in PrepareX have their markers written again (not an anomaly).

@@ -91,6 +91,11 @@ INVARIANTS = {
     # a read_uncommitted consumer served a transaction's records that later aborted: the isolation
     # level's contract, told at info
     "uncommitted-aborted-read": Invariant(("uncommitted-aborted-read",), "info", ceiling="info"),
+    # the coordinator's markers refused again and again (KAFKA-19999): the transaction stays
+    # prepared and the partition's open data holds read_committed consumers back
+    "markers-refused": Invariant(("txn-markers-refused",), "critical",
+                                 also=("hanging-transaction", "torn-transaction", "fenced-epoch", "producer-error",
+                                       "dangling-transaction", "lso-stuck")),
     "hanging-transaction": Invariant(("hanging-transaction",), "critical",
                                      also=("unregistered-partition", "late-transactional-write", "dangling-transaction",
                                            "write-after-epoch-end", "fenced-epoch")),

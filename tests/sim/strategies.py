@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from tests.sim.episodes import IDEM_FAULT_NAMES
 
 TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "admin_abort", "coord_failover",
-             "timeout", "late_endtxn", "two_pc", "exhaust")
+             "timeout", "late_endtxn", "two_pc", "exhaust", "stuck_markers")
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
                "uncommitted_read", "eos", "eos_double")
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \

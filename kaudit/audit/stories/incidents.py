@@ -166,7 +166,8 @@ def _atoms(f: dict, tids: dict) -> list[tuple]:
         out.append(("refused", f.get("topic"), f.get("partition"), pid, epoch))
     if rule in _TXN or (rule == "outcome-mismatch" and f.get("topic") is None):
         out.append(transaction_key(f, tids))
-    if rule in ("hanging-transaction", "dangling-transaction", "lso-stuck") and f.get("first_offset") is not None:
+    if rule in ("hanging-transaction", "dangling-transaction", "lso-stuck", "txn-markers-refused",
+                "epoch-exhausted-transaction") and f.get("first_offset") is not None:
         out.append(("lso", f.get("topic"), f.get("partition"), f["first_offset"]))
     if rule in INTEGRITY_RULES:
         src = next((e["source"] for e in f.get("evidence") or [] if e.get("source")), "")

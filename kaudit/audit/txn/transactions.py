@@ -22,7 +22,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.txn import coordinator_state, txn_epoch_rules, txn_rows, txn_rules  # noqa: F401  (register the rules)
+from kaudit.audit.txn import coordinator_state, txn_epoch_rules, txn_rows, txn_rules, txn_stuck  # noqa: F401  (register the rules)
 from kaudit.audit.registry import fold_rules
 from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.txn.txn_model import (  # noqa: F401  (the model's names, as the disk feed's)

@@ -38,6 +38,9 @@ class Marker:
     writer: str | None = None       # coordinator | admin | None (unknown: a log holds no writer)
     client_id: str | None = None    # the WriteTxnMarkers sender (wire)
     connection: str | None = None
+    # the transaction version WriteTxnMarkers v2 carries (KIP-1228; wire only: a control batch
+    # on disk does not hold it), None where the request does not say it
+    transaction_version: int | None = None
 
 
 @dataclass
@@ -103,7 +106,7 @@ class Part:
 def _marker(b: dict) -> Marker:
     return Marker(b["base_offset"], b["control_type"], b["producer_epoch"], b["coordinator_epoch"],
                   b["base_timestamp_ms"], b["source"], b["position"], b.get("writer"),
-                  b.get("client_id"), b.get("connection"))
+                  b.get("client_id"), b.get("connection"), b.get("transaction_version"))
 
 
 def assemble_replica(batches: list[dict]) -> list[Part]:
@@ -322,6 +325,11 @@ class ProducerTxns:
     coverage: Coverage = field(default_factory=Coverage)
     version: str | None = None                   # "2" | "0/1" | "mixed" | None (see transaction_version)
     timeline: list[str] = field(default_factory=list)   # wire: the producer's story, for findings
+    # wire: the coordinator's WriteTxnMarkers per partition with its answer (txn_wire_feed: tp,
+    # epoch, result, code - None unanswered -, ts, frame), and the client's requests answered
+    # CONCURRENT_TRANSACTIONS (ts, frame, event)
+    marker_writes: list[dict] = field(default_factory=list)
+    busy: list[tuple] = field(default_factory=list)
     lineage: object = None   # txn_lineage.Lineage: its transactional id's producer ids, cluster-wide
 
     @property
@@ -380,12 +388,18 @@ def transaction_version(pt: ProducerTxns, cluster_tv: int | None = None) -> str 
     `cluster_tv`: the cluster's finalized transaction.version from its KRaft metadata
     (FeatureLevelRecord), when the inputs hold it: below 2 no producer can run TV2 (the
     coordinator refuses it), so it is "0/1" whatever the markers suggest; at 2 each producer's
-    own evidence still decides (a client without EndTxn v5 keeps TV1 on a TV2 cluster)."""
+    own evidence still decides (a client without EndTxn v5 keeps TV1 on a TV2 cluster).
+    WriteTxnMarkers v2 (KIP-1228) says each transaction's version: the coordinator's markers
+    that carry it decide before the epochs are read."""
     if cluster_tv is not None and cluster_tv < 2:
         return "0/1"
     ctv = pt.view.client_transaction_version
     if ctv is not None:
         return "2" if ctv >= 2 else "0/1"
+    said = {("2" if m.transaction_version >= 2 else "0/1") for p in pt.all_parts()
+            if (m := p.marker) is not None and m.transaction_version is not None and m.writer != ADMIN}
+    if said:
+        return "mixed" if len(said) > 1 else said.pop()
     seen = set()
     for p in pt.all_parts():
         m = p.marker
