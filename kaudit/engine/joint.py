@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from kaudit.audit.joint import join as J
 from kaudit.audit.joint import reader_join as RJ
+from kaudit.audit.joint.settle import settle_wire
 from kaudit.audit import sort_findings
 from kaudit.audit.joint.join_rows import END_TXN_TAP, PRODUCE_TAP, READER_BATCH_TAP, READER_FETCH_TAP, DiskTap, WireTap
 from kaudit.engine import local
@@ -67,7 +68,7 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
     disk = engine.audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
                                  max_batch_bytes=max_batch_bytes, tap=disk_tap, **disk_kw)
     inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.of(END_TXN_TAP.name)), disk=_rows(disk_tap.of("rows")),
-                      ranges=disk_tap.ranges, cleaned=disk_tap.cleaned)
+                      ranges=disk_tap.ranges, cleaned=disk_tap.cleaned, latest=disk_tap.latest)
     joined, jcov = J.join(inp)
     joined += _readers(wire_tap, disk_tap, names, wire.findings, jcov)
     joined = names.name_findings(joined)
@@ -75,7 +76,9 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
     run = AuditRun(errors=wire.errors + disk.errors, engine=disk.engine, application_id=disk.application_id,
                    internal_errors=wire.internal_errors + disk.internal_errors)
     run.clusters = disk.clusters.merge(wire.clusters) if disk.clusters is not None else wire.clusters
-    run.findings = sort_findings(wire.findings + disk.findings + [f for f in joined if keep(f)], run.clusters)
+    # the capture's suspicions the log decides (a re-send's first send stored once, or twice)
+    wire_findings = settle_wire(wire.findings, joined)
+    run.findings = sort_findings(wire_findings + disk.findings + [f for f in joined if keep(f)], run.clusters)
     jcov["disk_batches_kept"] = len(inp.disk)
     run.coverage = {"wire": wire.coverage, "disk": disk.coverage, "join": jcov}
     refs = [r for r in (wire.reference_time_ms, disk.reference_time_ms) if r is not None]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from kaudit.audit.joint import join_content as JC
 from kaudit.audit.registry import evidence, finding, rule
 
 # columns the engine collects
@@ -23,7 +24,7 @@ PRODUCE_COLUMNS = ("source", "position", "connection", "correlation_id", "reques
                    "response_error", "response_base_offset", "client_id", "max_timestamp_ms", "response_ts")
 DISK_COLUMNS = ("source", "position", "replica", "topic", "partition", "base_offset",
                 "last_offset", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
-                "record_count", "crc", "is_control", "control_type")
+                "record_count", "crc", "is_control", "control_type", "max_timestamp_ms")
 END_TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id",
                    "producer_id", "producer_epoch", "result", "error_codes")
 
@@ -76,6 +77,9 @@ class JoinInput:
     # (replica, topic, partition) -> the offset the log cleaner has compacted up to
     # (cleaner-offset-checkpoint): below it, a batch the log lacks may have been compacted away
     cleaned: dict = field(default_factory=dict)
+    # (replica, topic, partition) -> the latest batch timestamp (ms) the log holds: a log that
+    # holds nothing written after a send cannot prove it was never stored
+    latest: dict = field(default_factory=dict)
 
 
 def wire_key(r: dict):
@@ -137,6 +141,13 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
         if key[0] == "crc" and r["crc"] is None:
             continue
         groups[key].append(r)
+    by_content = JC.index(inp.disk)
+    earlier = {}    # wire key -> when a send of it was acknowledged (the application's own sends)
+    for r in inp.produce:
+        if r["response_error"] == 0:
+            t = r.get("response_ts") or r.get("request_ts")
+            if t is not None:
+                earlier[wire_key(r)] = min(t, earlier.get(wire_key(r), t))
     chains = []
     for key, attempts in groups.items():
         attempts.sort(key=lambda r: (r["request_ts"] or 0, r["position"] or 0))
@@ -166,7 +177,8 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
                 out.append(_lost(r, off, covering))
         errs = [r["response_error"] for r in attempts]
         if holders and (None in errs or len(attempts) > 1 or any(e not in (None, 0) for e in errs)):
-            f = _resolve(attempts, key, reps, holders, where_of)
+            copies = JC.copies(attempts, key, by_content, earlier, wire_key)
+            f = _resolve(attempts, key, reps, holders, where_of, copies, inp.latest)
             if f is not None:
                 out.append(f)
                 cov["resolved"] += 1
@@ -207,48 +219,40 @@ def _answer(r) -> str:
     return f"error {e}" + (f" {NOT_APPENDED[e]}" if e in NOT_APPENDED else "")
 
 
-def _resolve(attempts, key, reps, holders, where_of):
+def _resolve(attempts, key, reps, holders, where_of, copies=(), latest=None):
     """The produce-outcome (or outcome-mismatch) finding of one batch sent with an uncertain
-    answer: no response, several attempts, or an error."""
+    answer: no response, several attempts, or an error. Its copies are the log's batches of its
+    key (`reps`) and those holding its records under another key (`copies`, join_content)."""
     r = attempts[-1]
     errs = [a["response_error"] for a in attempts]
-    offsets = sorted({o for offs in reps.values() for o in offs})
-    twice_on = sorted((rep for rep, offs in reps.items() if len(offs) > 1), key=str)
+    held: dict = defaultdict(set)          # replica -> offsets holding the records
+    for rep, offs in reps.items():
+        held[rep] |= set(offs)
+    for d in copies:
+        held[d["replica"]].add(d["base_offset"])
+    offsets = sorted({o for offs in held.values() for o in offs})
+    twice_on = sorted((rep for rep, offs in held.items() if len(offs) > 1), key=str)
     ev = [_wire_ev(a) for a in attempts]
     for rep, offs in sorted(reps.items(), key=lambda kv: str(kv[0])):
         for o in sorted(offs):
             d = where_of.get((key, rep, o))
             if d is not None:
                 ev.append(evidence(d["source"], d["position"], "batch", f"replica {rep} offset {o}"))
+    resent = {}                            # offset -> a copy stored there under another key
+    for d in sorted(copies, key=lambda d: (str(d["replica"]), d["base_offset"])):
+        resent.setdefault(d["base_offset"], d)
+        ev.append(evidence(d["source"], d["position"], "batch",
+                           f"replica {d['replica']} offset {d['base_offset']}: the same records re-sent"))
     answers = [_answer(a) for a in attempts]
-    details = {"answers": answers, "stored_offsets": offsets, "replicas": sorted(map(str, reps)),
+    details = {"answers": answers, "stored_offsets": offsets, "replicas": sorted(map(str, held)),
                "log_ranges": {str(rep): list(rng) for rep, rng in holders.items()}}
-    rule_id = "produce-outcome"
-    if twice_on:
-        outcome, sev = "stored twice", "warning"
-        text = (f"stored twice at offsets {', '.join(map(str, offsets))} (already a duplicate on disk, "
-                f"replica {', '.join(map(str, twice_on))})")
-    elif offsets:
-        outcome, sev = "stored once", "info"
-        text = f"stored once at offset {offsets[0]}"
-        if all(e in NOT_APPENDED for e in errs):
-            rule_id, sev = "outcome-mismatch", "error"
-            text += ", though every attempt was refused with an error after which the broker does not append"
-    else:
-        outcome = "never stored"
-        start = min(rng[0] for rng in holders.values())
-        if 0 in errs:
-            return None   # acknowledged and missing: _lost reported it (when the log covers it)
-        if None not in errs:
-            sev, text = "info", "never stored, as the broker's answer said"
-        elif start > 0:
-            sev = "info"
-            text = (f"not in the log, which starts at offset {start}: lost, or removed by retention "
-                    f"(the client may have retried)")
-        else:
-            sev, text = "warning", "never stored: the write was lost (the client may have retried)"
-    details["outcome"] = outcome
+    if resent:
+        details["resent_at"] = sorted(resent)
     pid = r["producer_id"]
+    rule_id, outcome, sev, text = _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest)
+    if outcome is None:
+        return None
+    details["outcome"] = outcome
     who = f"producer {pid} epoch {r['producer_epoch']} sequences {r['base_sequence']}-{r['last_sequence']}" \
         if pid is not None and pid >= 0 else f"non-idempotent batch crc {r['crc']}"
     sent = "sent once" if len(attempts) == 1 else f"sent {len(attempts)} times"
@@ -258,6 +262,46 @@ def _resolve(attempts, key, reps, holders, where_of):
         severity=sev, evidence=ev, details=details,
         first_offset=offsets[0] if offsets else None, last_offset=offsets[-1] if offsets else None,
         **_fields(r))
+
+
+def _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest):
+    """(rule, outcome, severity, text) of an uncertain send from its copies in the log; outcome
+    None: nothing to report (acknowledged and missing: _lost reports it)."""
+    pid = r["producer_id"]
+    if twice_on:
+        how = "".join(f"; offset {o}: {JC.describe(d, pid)}" for o, d in sorted(resent.items()))
+        return ("produce-outcome", "stored twice", "warning",
+                f"stored twice at offsets {', '.join(map(str, offsets))} (already a duplicate on disk, "
+                f"replica {', '.join(map(str, twice_on))}{how})")
+    if offsets and not reps:
+        d = resent[offsets[0]]
+        return ("produce-outcome", "stored once", "info",
+                f"not stored as sent; its records are stored once, by the re-send of {JC.describe(d, pid)}: "
+                "nothing lost, nothing duplicated")
+    if offsets:
+        text = f"stored once at offset {offsets[0]}"
+        if all(e in NOT_APPENDED for e in errs):
+            return ("outcome-mismatch", "stored once", "error",
+                    text + ", though every attempt was refused with an error after which the broker does not append")
+        return "produce-outcome", "stored once", "info", text
+    if 0 in errs:
+        return None, None, None, None   # acknowledged and missing: _lost reported it (when the log covers it)
+    if None not in errs:
+        return "produce-outcome", "never stored", "info", "never stored, as the broker's answer said"
+    start = min(rng[0] for rng in holders.values())
+    if start > 0:
+        return ("produce-outcome", "never stored", "info",
+                f"not in the log, which starts at offset {start}: lost, or removed by retention "
+                f"(the client may have retried)")
+    ends = [latest.get((rep, r["topic"], r["partition"])) for rep in holders] if latest else []
+    sent_ms = None if r.get("request_ts") is None else r["request_ts"] * 1000
+    if sent_ms is not None and ends and all(e is None or e < sent_ms for e in ends):
+        return ("produce-outcome", "unknown", "info",
+                "not in the log dirs given, which hold nothing written after this send: whether it was "
+                "stored later they cannot tell")
+    return ("produce-outcome", "never stored", "warning",
+            "never stored: neither this batch nor its records under any producer id or epoch are in the log: "
+            "the write was lost (unless the client re-sent the records in other batches)")
 
 
 def _lost(r, off, covering) -> dict:

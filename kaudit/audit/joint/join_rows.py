@@ -8,10 +8,12 @@ partitions' batches and .txnindex entries, and each partition's offset range per
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.joint import join as J
+from kaudit.audit.joint import join_content as JC
 from kaudit.audit.joint import reader_join as RJ
 from kaudit.audit.wire import wire_readers as WR
 from kaudit.audit.folds import Fold, Tap, constant
@@ -24,7 +26,9 @@ def _produce_where(t: pa.Table):
 
 # What the join takes from the wire, as selections (no rule runs them): both engines select with
 # them, the Spark engine in its tasks.
-PRODUCE_TAP = Fold("join-produce", {"batch": J.PRODUCE_COLUMNS}, (), (), None, where={"batch": _produce_where})
+# (with the columns a records' fingerprint needs: join_content.with_content adds it, then drops them)
+PRODUCE_TAP = Fold("join-produce", {"batch": J.PRODUCE_COLUMNS + JC.CONTENT_INPUTS}, (), (), None,
+                   where={"batch": _produce_where})
 END_TXN_TAP = Fold("join-end-txn", {"txn_event": J.END_TXN_COLUMNS}, (), (), None,
                    where={"txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "END_TXN"), False)})
 # the readers' join: read_committed consumer responses and their transactional/control batches
@@ -44,7 +48,7 @@ class WireTap(Tap):
         for tap in WIRE_TAPS:
             sel = tap.select(kind, t)
             if sel is not None:
-                self.out.append((tap.name, sel))
+                self.out.append((tap.name, JC.with_content(sel, J.PRODUCE_COLUMNS) if tap is PRODUCE_TAP else sel))
 
 
 class DiskTap(Tap):
@@ -59,21 +63,27 @@ class DiskTap(Tap):
         self.pids, self.txn_pids, self.crcs, self.offsets, self.reader_pids = (
             pa.array(sets.get(k, []), pa.int64()) for k in ("pids", "txn_pids", "crcs", "offsets", "reader_pids"))
         self.reader_tps = {tuple(x) for x in sets.get("reader_tps", [])}
+        # the records' fingerprints of the wire's uncertain sends, and their partitions (join_content)
+        self.contents = np.asarray(sets.get("contents", []), dtype=np.int64)
+        self.content_tps = {tuple(x) for x in sets.get("content_tps", [])}
         self.ranges: dict = {}
         self.cleaned: dict = {}   # (replica, topic, partition) -> cleaner-offset-checkpoint offset
+        self.latest: dict = {}    # (replica, topic, partition) -> the latest batch timestamp (ms)
 
     def fresh(self) -> "DiskTap":
         tap = super().fresh()
-        tap.ranges, tap.cleaned = {}, {}
+        tap.ranges, tap.cleaned, tap.latest = {}, {}, {}
         return tap
 
     def facts(self) -> dict:
-        return {"ranges": dict(self.ranges), "cleaned": dict(self.cleaned)}
+        return {"ranges": dict(self.ranges), "cleaned": dict(self.cleaned), "latest": dict(self.latest)}
 
     def merge(self, facts: dict) -> None:
         merge_ranges(self.ranges, [(*k, lo, hi) for k, (lo, hi) in facts["ranges"].items()])
         for k, off in facts["cleaned"].items():
             self.cleaned[k] = max(off, self.cleaned.get(k, -1))
+        for k, ts in facts.get("latest", {}).items():
+            self.latest[k] = max(ts, self.latest.get(k, ts))
 
     @staticmethod
     def sets_of(produce: list[dict], readers: list[dict] = ()) -> dict:
@@ -88,6 +98,9 @@ class DiskTap(Tap):
             "crcs": sorted({r["crc"] for r in anon if r["crc"] is not None}),
             "offsets": sorted({r["response_base_offset"] for r in anon
                                if r["response_base_offset"] is not None and r["response_base_offset"] >= 0}),
+            "contents": sorted({r["content"] for r in produce if r.get("content") is not None}),
+            "content_tps": sorted({(r["topic"], r["partition"]) for r in produce
+                                   if r.get("content") is not None and r["topic"] is not None}),
         }
 
     def __call__(self, kind: str, t: pa.Table) -> None:
@@ -111,9 +124,13 @@ class DiskTap(Tap):
         if not t.num_rows:
             return
         g = t.group_by(["replica", "topic", "partition"]).aggregate(
-            [("base_offset", "min"), ("last_offset", "max")])
+            [("base_offset", "min"), ("last_offset", "max"), ("max_timestamp_ms", "max")])
         merge_ranges(self.ranges, zip(*(g.column(c).to_pylist() for c in
                                         ("replica", "topic", "partition", "base_offset_min", "last_offset_max"))))
+        for rep, top, part, ts in zip(*(g.column(c).to_pylist() for c in
+                                        ("replica", "topic", "partition", "max_timestamp_ms_max"))):
+            if ts is not None:
+                self.latest[(rep, top, part)] = max(ts, self.latest.get((rep, top, part), ts))
         pid = t.column("producer_id").cast(pa.int64())
         control = pc.fill_null(t.column("is_control"), False)
         data = pc.and_(pc.invert(control), pc.is_in(pid, value_set=self.pids))
@@ -123,10 +140,12 @@ class DiskTap(Tap):
                                     pc.is_in(t.column("base_offset"), value_set=self.offsets)))
         if self.reader_tps:
             self._readers(t, pid, control)
-        keep = pc.fill_null(pc.or_(pc.or_(data, marker), anon), False)
-        t = t.filter(keep)
-        if t.num_rows:
-            self.out.append(("rows", t.select(list(J.DISK_COLUMNS))))
+        keep = pc.fill_null(pc.or_(pc.or_(data, marker), anon), False).to_numpy(zero_copy_only=False)
+        content, same = JC.disk_content(t, self.content_tps, self.contents)
+        keep = keep | same
+        if keep.any():
+            rows = t.select(list(J.DISK_COLUMNS)).append_column("content", content)
+            self.out.append(("rows", rows if keep.all() else rows.filter(pa.array(keep))))
 
     def _readers(self, t: pa.Table, pid, control) -> None:
         mine = pc.and_(pc.is_in(pid, value_set=self.reader_pids),

@@ -91,7 +91,10 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
             if out in SETTLED:
                 for e in f.get("evidence") or ():
                     if e.get("position") is not None:
-                        resolved.setdefault((_tail(e.get("source")), e["position"]), (f["rule"], out))
+                        how = ("its retry was" if f["rule"] == "retried-batch" else
+                               "the log shows its records (re-sent under another batch header)"
+                               if details_of(f).get("resent_at") and out == "stored once" else "the log shows it")
+                        resolved.setdefault((_tail(e.get("source")), e["position"]), (how, out))
     if not resolved:
         return findings
     for f in findings:
@@ -100,10 +103,9 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
         got = next((resolved[k] for e in f.get("evidence") or ()
                     if (k := (_tail(e.get("source")), e.get("position"))) in resolved), None)
         if got is not None:
-            rule, out = got
+            how, out = got
             f["severity"] = "info"
-            f["message"] += (f"; resolved: {'its retry was' if rule == 'retried-batch' else 'the log shows it'} "
-                             f"{out} - nothing lost")
+            f["message"] += f"; resolved: {how} {out} - nothing lost"
     return findings
 
 
