@@ -35,13 +35,21 @@ END_TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transacti
       "unless the client retried it successfully; check the application's delivery callbacks.")
 def produce_outcome(stored_offsets: list[int]) -> str:
     """Invariant: a Produce the client sent but got no answer to (timeout, dropped connection,
-    acks=0, or a capture that ended) has an outcome the client cannot know; the log can tell:
-    its batch (same producer id, epoch and sequence, or the same bytes without idempotence) is
-    stored once, twice (a retry appended it again: an idempotent broker would have deduplicated
-    it, ProducerStateManager.findDuplicateBatch, KIP-98), or never.
+    acks=0, or a capture that ended), or an error, has an outcome the client cannot know; the
+    log can tell. Its records are stored once, twice, or never, counted over its batch (same
+    producer id, epoch and sequence, or the same bytes without idempotence) and over the same
+    records under another batch header (join_content.py: keys, values, headers, offset and
+    timestamp deltas), written within minutes of the send - an idempotent producer's own epoch
+    bump and sequence reset after unresolved batches (KIP-360, TransactionManager), or an
+    application restarted under a new producer id. Twice: a retry or a re-send appended them
+    again (an idempotent broker deduplicates only within one producer session,
+    ProducerStateManager.findDuplicateBatch, KIP-98). Once, by the re-send: nothing lost,
+    nothing duplicated (info: a fact of the crash). Never: said only when the log covers the
+    send - it starts at offset 0 and holds writes made after the send.
     Benign causes: 'never stored' when the request never reached the leader (the client
     retries), when retention or compaction removed it, or when the log dirs given are not all the
-    partition's replicas."""
+    partition's replicas; the same values sent again by the application within minutes of a
+    failed send count as a copy."""
     n = len(stored_offsets)
     return "never stored" if n == 0 else "stored once" if n == 1 else "stored twice"
 
@@ -269,14 +277,15 @@ def _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest):
     None: nothing to report (acknowledged and missing: _lost reports it)."""
     pid = r["producer_id"]
     if twice_on:
-        how = "".join(f"; offset {o}: {JC.describe(d, pid)}" for o, d in sorted(resent.items()))
+        how = "".join(f"; offset {o} re-sent by {JC.describe(d, pid)}" for o, d in sorted(resent.items()))
         return ("produce-outcome", "stored twice", "warning",
                 f"stored twice at offsets {', '.join(map(str, offsets))} (already a duplicate on disk, "
                 f"replica {', '.join(map(str, twice_on))}{how})")
     if offsets and not reps:
         d = resent[offsets[0]]
         return ("produce-outcome", "stored once", "info",
-                f"not stored as sent; its records are stored once, by the re-send of {JC.describe(d, pid)}: "
+                f"not stored as sent; its records are stored once, at offset {d['base_offset']}, re-sent by "
+                f"{JC.describe(d, pid)}: "
                 "nothing lost, nothing duplicated")
     if offsets:
         text = f"stored once at offset {offsets[0]}"

@@ -117,8 +117,7 @@ def describe(d: dict, pid) -> str:
     """Who stored a copy, said against the send's producer id `pid`."""
     who = d["producer_id"]
     if who is None or who < 0:
-        return f"a batch without idempotence at offset {d['base_offset']}"
+        return "a producer without idempotence"
     how = ("a bumped epoch (KIP-360: the producer reset its sequences)" if who == pid
            else "another producer id (a new producer session)")
-    return (f"producer {who} epoch {d['producer_epoch']} sequences {d['base_sequence']}-{d['last_sequence']} "
-            f"at offset {d['base_offset']}, {how}")
+    return f"producer {who} epoch {d['producer_epoch']} sequences {d['base_sequence']}-{d['last_sequence']}, {how}"

@@ -83,12 +83,14 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
     """An unanswered Produce (unanswered-request at warning) whose retry was answered as stored
     once (retried-batch: deduplicated or stored once) or that the log shows stored once (the
     join's produce-outcome) lost nothing: a fact of the crash or the reconnect, told at info with
-    what resolved it. In place; returns the findings."""
+    what resolved it. The log showing its records stored twice resolves it too: nothing was lost,
+    and the copy is the duplicate rules' finding (duplicate-batch, duplicate-records, at error),
+    not this request's. In place; returns the findings."""
     resolved: dict = {}
     for f in findings:
         if f["rule"] in ("retried-batch", "produce-outcome"):
             out = details_of(f).get("outcome")
-            if out in SETTLED:
+            if out in SETTLED or (f["rule"] == "produce-outcome" and out == "stored twice"):
                 for e in f.get("evidence") or ():
                     if e.get("position") is not None:
                         how = ("its retry was" if f["rule"] == "retried-batch" else
@@ -105,7 +107,8 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
         if got is not None:
             how, out = got
             f["severity"] = "info"
-            f["message"] += f"; resolved: {how} {out} - nothing lost"
+            f["message"] += f"; resolved: {how} {out} - nothing lost" + (
+                ", but duplicated (see the duplicate findings)" if out == "stored twice" else "")
     return findings
 
 
