@@ -13,7 +13,8 @@ from kaudit.audit.joint import join as J
 from kaudit.audit.joint import reader_join as RJ
 from kaudit.audit.joint.settle import settle_wire
 from kaudit.audit import sort_findings
-from kaudit.audit.joint.join_rows import END_TXN_TAP, PRODUCE_TAP, READER_BATCH_TAP, READER_FETCH_TAP, DiskTap, WireTap
+from kaudit.audit.joint.join_rows import (END_TXN_TAP, INIT_TAP, PRODUCE_TAP, READER_BATCH_TAP, READER_FETCH_TAP,
+                                          DiskTap, WireTap, two_pc_inits)
 from kaudit.engine import local
 from kaudit.engine.plan import AuditRun, keep_rules
 from kaudit.sources.logdir import plan
@@ -65,8 +66,11 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
     names = TopicNames({**disk_names, **wire.topic_names})
     produce = _rows(wire_tap.of(PRODUCE_TAP.name), names)
     disk_tap = DiskTap(produce, _rows(wire_tap.of(READER_BATCH_TAP.name), names))
+    # what the capture knows that the log dirs' transactions fold needs (KIP-939 two-phase commit)
+    inits = two_pc_inits(_rows(wire_tap.of(INIT_TAP.name)))
     disk = engine.audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
-                                 max_batch_bytes=max_batch_bytes, tap=disk_tap, **disk_kw)
+                                 max_batch_bytes=max_batch_bytes, tap=disk_tap,
+                                 known={"two_pc_inits": inits} if inits else None, **disk_kw)
     inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.of(END_TXN_TAP.name)), disk=_rows(disk_tap.of("rows")),
                       ranges=disk_tap.ranges, cleaned=disk_tap.cleaned, latest=disk_tap.latest)
     joined, jcov = J.join(inp)

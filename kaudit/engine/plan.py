@@ -181,6 +181,8 @@ class Audit:
     layout: object = None          # disk: the sources.logdir.Plan of the paths
     options: object = None         # sources.segments.Options | sources.pcap.PcapOptions
     names: dict | None = None
+    # facts of the other feed (`kaudit audit`, disk side): {"two_pc_inits": ...} (folds.Context)
+    known: dict | None = None
 
     streamed: tuple[Fold, ...] = field(init=False)
     buffered: tuple[Fold, ...] = field(init=False)
@@ -211,6 +213,8 @@ class Audit:
             ctx.cluster_transaction_version = cluster_transaction_version(facts.features, facts.metadata_complete)
         if self.side == "wire":
             ctx.topic_names = facts.names.names
+        if self.known:
+            ctx.two_pc_inits = self.known.get("two_pc_inits")
 
     def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
         return dataclasses.replace(ctx, selected_kinds=frozenset(facts.kinds.get(fold.name, ())))
@@ -254,9 +258,10 @@ class Audit:
 
 
 def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None, max_batch_bytes: int = 64 << 20,
-               deep: bool = False, folds: tuple[Fold, ...] | None = None) -> Audit:
+               deep: bool = False, folds: tuple[Fold, ...] | None = None, known: dict | None = None) -> Audit:
     """The audit of log dirs: the disk folds, the replicas fold bound to the partitions the
-    inputs hold in several log dirs and to each log dir's cluster."""
+    inputs hold in several log dirs and to each log dir's cluster; `known`: facts of the
+    captures audited with them (Audit.known)."""
     from kaudit.sources.logdir import log_dir_clusters, plan, replicated_partitions
     from kaudit.sources.segments import Options
 
@@ -265,7 +270,7 @@ def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None,
     replicated = replicated_partitions(layout, clusters)
     bound = tuple(f.bind(replicated, clusters) for f in (DISK_FOLDS if folds is None else folds))
     return Audit("disk", paths, bound, now_ms, keep_rules(select, ignore), tap, layout,
-                 Options(deep=deep, max_batch_bytes=max_batch_bytes))
+                 Options(deep=deep, max_batch_bytes=max_batch_bytes), known=known)
 
 
 def wire_audit(paths: list[str], options, *, now_ms=None, select=(), ignore=(), tap=None, names=None,

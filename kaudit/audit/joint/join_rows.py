@@ -38,7 +38,31 @@ READER_BATCH_TAP = Fold("join-reader-batch", {"batch": WR.BATCH_COLUMNS}, (), ()
                         where={"batch": lambda t: pc.and_(
                             pc.fill_null(pc.equal(t.column("source_kind"), "fetch"), False),
                             pc.fill_null(pc.or_(t.column("is_transactional"), t.column("is_control")), False))})
-WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP)
+# the InitProducerIds: which producers asked for KIP-939 two-phase commit (two_pc_inits)
+INIT_COLUMNS = ("ts", "event", "transactional_id", "producer_id", "producer_epoch", "error_codes", "enable_2pc")
+INIT_TAP = Fold("join-init-producer-id", {"txn_event": INIT_COLUMNS}, (), (), None,
+                where={"txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "INIT_PRODUCER_ID"), False)})
+WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP, INIT_TAP)
+
+
+def two_pc_inits(rows: list[dict]) -> dict:
+    """producer id -> ((epoch, enable_2pc), ...) of the answered InitProducerIds (no error) of
+    every producer id one of them gave to a client asking for KIP-939 two-phase commit: the
+    capture's knowledge the disk's transactions fold needs (folds.Context.two_pc_inits)."""
+    ok = [r for r in rows if r["error_codes"] is not None and not _errors(r["error_codes"])
+          and r["producer_id"] is not None and r["producer_id"] >= 0]
+    asked = {r["producer_id"] for r in ok if r.get("enable_2pc")}
+    out: dict = {}
+    for r in sorted(ok, key=lambda r: r["ts"] or 0):
+        if r["producer_id"] in asked:
+            out.setdefault(r["producer_id"], []).append((r["producer_epoch"], bool(r.get("enable_2pc"))))
+    return {pid: tuple(v) for pid, v in out.items()}
+
+
+def _errors(codes: str) -> list[int]:
+    from kaudit.audit.txn.txn_wire_feed import nonzero
+
+    return nonzero(codes)
 
 
 class WireTap(Tap):

@@ -322,6 +322,19 @@ class ProducerTxns:
     coverage: Coverage = field(default_factory=Coverage)
     version: str | None = None                   # "2" | "0/1" | "mixed" | None (see transaction_version)
     timeline: list[str] = field(default_factory=list)   # wire: the producer's story, for findings
+    # another feed's InitProducerIds of this producer id, ((epoch, enable_2pc), ...) (`kaudit
+    # audit`: the capture's, for the log dirs; folds.Context.two_pc_inits)
+    two_pc_inits: tuple = ()
+
+    def two_pc_at(self, epoch: int | None) -> bool:
+        """Whether the InitProducerId in effect at `epoch` (the latest one answered at or below
+        it: later epochs come from EndTxn bumps under TV2 or fencings) asked for KIP-939 two-phase
+        commit, as another feed shows it."""
+        best = None
+        for e, on in self.two_pc_inits:
+            if e is not None and (epoch is None or e <= epoch) and (best is None or e >= best[0]):
+                best = (e, on)
+        return bool(best and best[1])
 
     @property
     def coordinator_known(self) -> bool:
@@ -340,9 +353,10 @@ class ProducerTxns:
 
 def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
              coordinator_known: bool | None = None, coverage: Coverage | None = None,
-             cluster_tv: int | None = None) -> ProducerTxns:
+             cluster_tv: int | None = None, two_pc_inits=None) -> ProducerTxns:
     """The facts of one producer from its batch rows (data and markers, any replica; `rank`
-    orders wire rows) and coordinator records (`__transaction_state` rows, or the wire's)."""
+    orders wire rows) and coordinator records (`__transaction_state` rows, or the wire's);
+    `two_pc_inits`: another feed's InitProducerIds (ProducerTxns.two_pc_inits)."""
     from kaudit.audit.txn import coordinator_state
 
     by_rep: dict[tuple, list[dict]] = {}
@@ -361,7 +375,7 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
     if coverage is None:
         coverage = Coverage(coordinator=bool(txn_log) if coordinator_known is None else coordinator_known,
                             registrations=bool(txn_log) if coordinator_known is None else coordinator_known)
-    pt = ProducerTxns(producer_id, partitions, view, coverage)
+    pt = ProducerTxns(producer_id, partitions, view, coverage, two_pc_inits=tuple(two_pc_inits or ()))
     match_markers(pt.all_parts(), view)
     pt.version = transaction_version(pt, cluster_tv)
     return pt
