@@ -46,7 +46,7 @@ class Context:
     # inputs (FeatureLevelRecord), settled before any buffered fold runs; None: not in the inputs
     cluster_transaction_version: int | None = None
     # `kaudit audit`: the capture's answered InitProducerIds of the producers that asked for
-    # KIP-939 two-phase commit, producer id -> ((epoch, enable_2pc), ...), settled before the
+    # KIP-939 two-phase commit, producer id -> ((epoch, enable_2pc, transactional id), ...), settled before the
     # disk's transactions fold runs (the wire's knowledge the log dirs may lack)
     two_pc_inits: dict | None = None
 

@@ -46,7 +46,7 @@ WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP, INIT_
 
 
 def two_pc_inits(rows: list[dict]) -> dict:
-    """producer id -> ((epoch, enable_2pc), ...) of the answered InitProducerIds (no error) of
+    """producer id -> ((epoch, enable_2pc, transactional id), ...) of the answered InitProducerIds (no error) of
     every producer id one of them gave to a client asking for KIP-939 two-phase commit: the
     capture's knowledge the disk's transactions fold needs (folds.Context.two_pc_inits)."""
     ok = [r for r in rows if r["error_codes"] is not None and not _errors(r["error_codes"])
@@ -55,7 +55,8 @@ def two_pc_inits(rows: list[dict]) -> dict:
     out: dict = {}
     for r in sorted(ok, key=lambda r: r["ts"] or 0):
         if r["producer_id"] in asked:
-            out.setdefault(r["producer_id"], []).append((r["producer_epoch"], bool(r.get("enable_2pc"))))
+            out.setdefault(r["producer_id"], []).append((r["producer_epoch"], bool(r.get("enable_2pc")),
+                                                         r["transactional_id"]))
     return {pid: tuple(v) for pid, v in out.items()}
 
 

@@ -209,7 +209,7 @@ class _Say:
     def _prepared(self, part: Part, text: str, details: dict) -> dict:
         """A KIP-939 two-phase-commit transaction: open by design until its external transaction
         manager decides - what read_committed consumers wait for, and what to do."""
-        tid = self.fields(part).get("transactional_id") or "<transactional id>"
+        tid = self.fields(part).get("transactional_id") or self.pt.init_transactional_id or "<transactional id>"
         details["two_phase_commit"] = True
         return self.part(
             "dangling-transaction", part,

@@ -322,8 +322,8 @@ class ProducerTxns:
     coverage: Coverage = field(default_factory=Coverage)
     version: str | None = None                   # "2" | "0/1" | "mixed" | None (see transaction_version)
     timeline: list[str] = field(default_factory=list)   # wire: the producer's story, for findings
-    # another feed's InitProducerIds of this producer id, ((epoch, enable_2pc), ...) (`kaudit
-    # audit`: the capture's, for the log dirs; folds.Context.two_pc_inits)
+    # another feed's InitProducerIds of this producer id, ((epoch, enable_2pc, transactional id),
+    # ...) (`kaudit audit`: the capture's, for the log dirs; folds.Context.two_pc_inits)
     two_pc_inits: tuple = ()
 
     def two_pc_at(self, epoch: int | None) -> bool:
@@ -331,10 +331,15 @@ class ProducerTxns:
         it: later epochs come from EndTxn bumps under TV2 or fencings) asked for KIP-939 two-phase
         commit, as another feed shows it."""
         best = None
-        for e, on in self.two_pc_inits:
+        for e, on, *_ in self.two_pc_inits:
             if e is not None and (epoch is None or e <= epoch) and (best is None or e >= best[0]):
                 best = (e, on)
         return bool(best and best[1])
+
+    @property
+    def init_transactional_id(self) -> str | None:
+        """The transactional id another feed's InitProducerIds name (the log dirs may not)."""
+        return next((x[2] for x in self.two_pc_inits if len(x) > 2 and x[2]), None)
 
     @property
     def coordinator_known(self) -> bool:
