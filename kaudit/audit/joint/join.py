@@ -149,13 +149,7 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
         if key[0] == "crc" and r["crc"] is None:
             continue
         groups[key].append(r)
-    by_content = JC.index(inp.disk)
-    earlier = {}    # wire key -> when a send of it was acknowledged (the application's own sends)
-    for r in inp.produce:
-        if r["response_error"] == 0:
-            t = r.get("response_ts") or r.get("request_ts")
-            if t is not None:
-                earlier[wire_key(r)] = min(t, earlier.get(wire_key(r), t))
+    by_content, earlier = JC.index(inp.disk), JC.acknowledged(inp.produce, wire_key)
     chains = []
     for key, attempts in groups.items():
         attempts.sort(key=lambda r: (r["request_ts"] or 0, r["position"] or 0))

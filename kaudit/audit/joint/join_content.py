@@ -83,6 +83,19 @@ def index(disk: list[dict]) -> dict:
     return out
 
 
+def acknowledged(produce: list[dict], wire_key) -> dict:
+    """wire key -> when a send of it was first acknowledged without error (the application's own
+    sends: a batch stored by one of them before a failed send was made is not its copy)."""
+    out: dict = {}
+    for r in produce:
+        if r["response_error"] == 0:
+            t = r.get("response_ts") or r.get("request_ts")
+            if t is not None:
+                k = wire_key(r)
+                out[k] = min(t, out.get(k, t))
+    return out
+
+
 def copies(attempts: list[dict], key: tuple, by_content: dict, earlier: dict, wire_key) -> list[dict]:
     """The log's batches that hold the records of a send (`attempts`, one batch sent once or
     more) under another batch key - re-sent under a bumped epoch, another producer id, new batch

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kaudit.audit.joint.join_rows import two_pc_inits
 from kaudit.audit.txn.txn_model import ProducerTxns
 from kaudit.audit.txn.coordinator_state import CoordView
@@ -14,11 +16,11 @@ from kaudit.audit.txn.coordinator_state import CoordView
 TWENTY_MIN = 20 * 60_000
 
 
-def _open_txn(sim, *, two_pc: bool, reinit_plain: bool = False):
+def _open_txn(sim, *, two_pc: bool, tv: int, reinit_plain: bool = False):
     from tests.sim.cluster import Client
 
     p = sim.partition("pay", 0)
-    c = Client(sim, "tm", txn_id="tx-2pc", tv=1, two_pc=two_pc, timeout_ms=10_000)
+    c = Client(sim, "tm", txn_id="tx-2pc", tv=tv, two_pc=two_pc, timeout_ms=10_000)
     c.init()
     c.send(p, [b"a", b"b"])
     c.end(True)
@@ -51,8 +53,12 @@ def _details(f):
     return json.loads(f["details"]) if isinstance(f["details"], str) else f["details"]
 
 
-def test_capture_tells_the_log_dirs_a_2pc_transaction_is_not_hanging(tmp_path):
-    fs = _run(tmp_path, state_log=False, two_pc=True)
+TV = pytest.mark.parametrize("tv", [1, 2])
+
+
+@TV
+def test_capture_tells_the_log_dirs_a_2pc_transaction_is_not_hanging(tmp_path, tv):
+    fs = _run(tmp_path, state_log=False, two_pc=True, tv=tv)
     assert fs and {(f["rule"], f["severity"]) for f in fs} == {("dangling-transaction", "warning")}
     disk = [f for f in fs if f["replica"] is not None]
     assert disk, "the disk's own finding, reconciled with the capture's knowledge"
@@ -61,24 +67,27 @@ def test_capture_tells_the_log_dirs_a_2pc_transaction_is_not_hanging(tmp_path):
     assert "forceTerminateTransaction --transactionalId tx-2pc" in disk[0]["remediation"]
 
 
-def test_the_coordinators_records_tell_it_without_a_capture(tmp_path):
+@TV
+def test_the_coordinators_records_tell_it_without_a_capture(tmp_path, tv):
     """Kafka keeps Int.MaxValue as a 2PC transaction's timeout in __transaction_state."""
-    fs = _run(tmp_path, state_log=True, feed="segments", two_pc=True)
+    fs = _run(tmp_path, state_log=True, feed="segments", two_pc=True, tv=tv)
     assert {(f["rule"], f["severity"]) for f in fs} == {("dangling-transaction", "warning")}
 
 
-def test_without_2pc_the_same_transaction_is_hanging(tmp_path):
-    fs = _run(tmp_path, state_log=False, two_pc=False)
+@TV
+def test_without_2pc_the_same_transaction_is_hanging(tmp_path, tv):
+    fs = _run(tmp_path, state_log=False, two_pc=False, tv=tv)
     assert ("hanging-transaction", "critical") in {(f["rule"], f["severity"]) for f in fs}
     assert not any(_details(f).get("two_phase_commit") for f in fs)
 
 
-def test_2pc_given_up_by_a_later_plain_init_times_out_again(tmp_path):
+@TV
+def test_2pc_given_up_by_a_later_plain_init_times_out_again(tmp_path, tv):
     """Re-initialised without Enable2Pc: the coordinator applies the timeout again (the
     InitProducerId in effect at the open transaction's epoch decides)."""
-    fs = _run(tmp_path, state_log=False, two_pc=True, reinit_plain=True)
+    fs = _run(tmp_path, state_log=False, two_pc=True, reinit_plain=True, tv=tv)
     assert ("hanging-transaction", "critical") in {(f["rule"], f["severity"]) for f in fs}
-    fs = _run(tmp_path / "with-state", state_log=True, feed="segments", two_pc=True, reinit_plain=True)
+    fs = _run(tmp_path / "with-state", state_log=True, feed="segments", two_pc=True, reinit_plain=True, tv=tv)
     assert ("hanging-transaction", "critical") in {(f["rule"], f["severity"]) for f in fs}
 
 
