@@ -4,9 +4,10 @@ The capture alone cannot see what the brokers stored, so some of its findings ar
 told as such: records re-sent by a new producer session after a send that got no answer
 (`duplicate-records` at warning, outcome "unknown": wire_resends.py). The join (join.py,
 join_content.py) resolves that first send against the log by its batch key and by its records'
-content; its produce-outcome then decides the suspicion: the records stored once make it a fact
-of the crash (info, nothing duplicated), stored twice make it the duplicate consumers process
-twice (error). An unanswered Produce is settled the same way by incidents.settle_unanswered.
+content; its produce-outcome then decides the suspicion: the records stored once prove there is
+no duplicate - the suspicion is dropped, the produce-outcome (info) tells the crash's story: the
+first send never stored, its re-send stored once -; stored twice make it the duplicate consumers
+process twice (error). An unanswered Produce is settled by incidents.settle_unanswered (info).
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ def _resolutions(joined: list[dict]) -> dict:
 
 
 def settle_wire(wire_findings: list[dict], joined: list[dict]) -> list[dict]:
-    """The capture's findings with the suspicions the log decides settled (in place; returned)."""
+    """The capture's findings with the suspicions the log decides settled: disproved ones left
+    out, proved ones raised (in place; returns the findings kept)."""
     resolved = _resolutions(joined)
     if not resolved:
         return wire_findings
+    drop = set()
     for f in wire_findings:
         if f["rule"] != "duplicate-records" or f["severity"] != "warning":
             continue
@@ -47,10 +50,9 @@ def settle_wire(wire_findings: list[dict], joined: list[dict]) -> list[dict]:
         outcome = details_of(got).get("outcome")
         offsets = details_of(got).get("stored_offsets") or []
         if outcome == "stored once":
-            f["severity"] = "info"
-            f["message"] += (f"; resolved with the log dirs: the records are stored once (offset {offsets[0]}): "
-                             "the first send was never stored - nothing duplicated")
-        elif outcome == "stored twice":
+            drop.add(id(f))     # no copy: the join's produce-outcome says what became of the send
+            continue
+        if outcome == "stored twice":
             f["severity"] = "error"
             f["message"] += (f"; resolved with the log dirs: both sends are stored (offsets "
                              f"{', '.join(map(str, offsets))}): consumers process these records twice")
@@ -59,4 +61,4 @@ def settle_wire(wire_findings: list[dict], joined: list[dict]) -> list[dict]:
         d["outcome"] = outcome
         d["stored_offsets"] = offsets
         f["details"] = json.dumps(d) if isinstance(f.get("details"), str) else d
-    return wire_findings
+    return [f for f in wire_findings if id(f) not in drop] if drop else wire_findings

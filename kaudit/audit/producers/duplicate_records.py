@@ -56,7 +56,8 @@ def duplicate_records(original: dict, dup: dict) -> bool:
     - on the wire (wire_resends.py): a new session's acknowledged records equal to a failed or
       unanswered send's, at warning - whether the first was stored the capture cannot tell. With
       the log dirs (`kaudit audit`, joint/settle.py) the join decides it: stored once (the first
-      send never was) is a fact of the crash (info), stored twice the error.
+      send never was) disproves it (left out: the join's produce-outcome tells the crash at
+      info), stored twice makes it the error.
     Benign causes: an application that sends the same records with the same create timestamps
     on purpose (rare; check the keys)."""
     return original["fp"] == dup["fp"]
