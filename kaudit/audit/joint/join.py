@@ -289,7 +289,7 @@ def _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest):
         return "produce-outcome", "stored once", "info", text
     if 0 in errs:
         return None, None, None, None   # acknowledged and missing: _lost reported it (when the log covers it)
-    if None not in errs:
+    if all(e in NOT_APPENDED for e in errs):
         return "produce-outcome", "never stored", "info", "never stored, as the broker's answer said"
     start = min(rng[0] for rng in holders.values())
     if start > 0:
@@ -302,6 +302,9 @@ def _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest):
         return ("produce-outcome", "unknown", "info",
                 "not in the log dirs given, which hold nothing written after this send: whether it was "
                 "stored later they cannot tell")
+    if None not in errs:     # an error after which the broker may have appended: the log says it did not
+        return ("produce-outcome", "never stored", "info",
+                "never stored: the log holds neither this batch nor its records (the client was told an error)")
     return ("produce-outcome", "never stored", "warning",
             "never stored: neither this batch nor its records under any producer id or epoch are in the log: "
             "the write was lost (unless the client re-sent the records in other batches)")

@@ -153,3 +153,13 @@ def test_joint_kip360_both_copies_stored_is_an_error(tmp_path):
     wire_dup = [f for f in dups if f["replica"] is None]
     assert wire_dup and "both sends are stored (offsets 2, 4)" in wire_dup[0]["message"]
     assert not [f for f in fs if f["rule"] == "unanswered-request" and f["severity"] != "info"]
+
+
+def test_an_error_that_may_follow_an_append_is_judged_by_the_log():
+    """REQUEST_TIMED_OUT: the broker may have appended it - the log decides, and says so only
+    where it covers the send."""
+    assert brief(run([wire(0, err=7)], [])) == [("produce-outcome", "info", "never stored")]
+    assert brief(run([wire(0, err=7)], [], latest={("1", T, P): 50_000})) == [("produce-outcome", "info", "unknown")]
+    assert brief(run([wire(0, err=7)], [disk(0, 8)])) == [("produce-outcome", "info", "stored once")]
+    # NOT_LEADER_OR_FOLLOWER: the broker's answer says it was not appended
+    assert brief(run([wire(0, err=6)], [], latest={("1", T, P): 50_000})) == [("produce-outcome", "info", "never stored")]
