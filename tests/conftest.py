@@ -40,7 +40,8 @@ def txn_path(request, monkeypatch):
 # is left alone with one of them at the end. Files keep their own order; alone, nothing changes.
 SLOW_FIRST = ("tests/engine/test_cluster.py", "tests/corpus/test_wireshark_agree.py",
               "tests/engine/test_spark_parity.py", "tests/engine/test_spark_memory.py",
-              "tests/audit/disk/test_disk_txn_runs.py", "tests/engine/test_cli_engine.py")
+              "tests/audit/disk/test_disk_txn_runs.py", "tests/engine/test_cli_engine.py",
+              "tests/sim/test_sim_spark.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -50,9 +50,17 @@ def test_table_and_group_selection(rebalance):
     assert r.exit_code == 0, r.output
     assert "group billing: 2 member(s), 1 commit(s)" in r.output and "served 0-9" in r.output
     assert "committed 5" in r.output
-    r = run("consumers", rebalance, "--group", "nope")
-    assert r.exit_code == 3 and "billing" in r.output
     assert run("consumers", rebalance, "-f", "xml").exit_code == 2
+
+
+def test_a_group_the_capture_does_not_hold_is_nothing_to_report(rebalance):
+    """The capture was read: a group it does not hold is an answer (exit 0), not unreadable input
+    (3) nor a usage error (2); the message names the groups it holds."""
+    r = run("consumers", rebalance, "--group", "nope")
+    assert r.exit_code == 0
+    assert "no consumer group nope in the input: it holds billing" in r.output
+    r = run("consumers", rebalance, "--group", "nope", "-f", "json")
+    assert r.exit_code == 0 and "it holds billing" in r.output and r.output.rstrip().endswith("[]")
 
 
 @pytest.mark.parametrize("capture, group, commits", [

@@ -25,6 +25,7 @@ V4 = "{corpus}/real-kafka-4.1.0/v4-idem-retry-java"   # three brokers' log dirs 
 # the capture falls back to a bundled sample and the three brokers' commands skip)
 PLACES = {
     "/var/kafka-logs": "fixtures/logdirs/demo",
+    "/var/kafka-logs-tiered": "fixtures/logdirs/tiered/node1", "/mnt/tiered-copy": "fixtures/logdirs/tiered/remote",
     "node1/": f"{V4}/logdirs/node1", "node2/": f"{V4}/logdirs/node2", "node3/": f"{V4}/logdirs/node3",
     "capture.pcap": f"{V4}/v4-idem-retry-java.pcap",
     "captures/": "pcaps",

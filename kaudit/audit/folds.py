@@ -45,6 +45,10 @@ class Context:
     # the cluster's finalized transaction.version (KIP-890) from its KRaft metadata in the
     # inputs (FeatureLevelRecord), settled before any buffered fold runs; None: not in the inputs
     cluster_transaction_version: int | None = None
+    # producer id -> txn_lineage.Lineage: its transactional id's producer ids across the whole
+    # input (epoch exhaustion, a lost id), settled before any buffered fold runs; None or {}:
+    # no transactional id of the input has more than one
+    producer_lineage: dict | None = None
     # `kaudit audit`: the capture's answered InitProducerIds of the producers that asked for
     # KIP-939 two-phase commit, producer id -> ((epoch, enable_2pc, transactional id), ...), settled before the
     # disk's transactions fold runs (the wire's knowledge the log dirs may lack)

@@ -25,10 +25,45 @@ def gather(report: dict, pcaps: list[str], segments: list[str], options) -> dict
             if (t.topic, str(t.partition)) in wanted or (tids and t.topic == TXN_STATE_TOPIC):
                 for kind, table in decode_target(t, Options()):
                     rows.add(kind, table)
+    consumers = consumer_findings(report)
+    tables = None
     if pcaps:
         from kaudit.engine.decoding import decode_pcaps
+        from kaudit.sources.consumers_input import ConsumerTables
 
+        tables = ConsumerTables() if consumers else None
         _, chunks = decode_pcaps(pcaps, options, {})
         for kind, table in chunks:
             rows.add(kind, table)
-    return rows.result()
+            if tables is not None:
+                tables.add(kind, table)
+    out = rows.result()
+    if tables:
+        out["consumers"] = consumer_panels(tables.timelines(), consumers)
+    return out
+
+
+def consumer_findings(report: dict) -> list[dict]:
+    """The report's findings of the consumer rules (the consumers fold's), outside coverage."""
+    from kaudit.audit.registry import fold_rules
+
+    ids = {r.id for r in fold_rules("consumers")}
+    kinds = {i["id"]: i["kind"] for i in report["incidents"]}
+    return [f for f in report.get("findings") or () if f["rule"] in ids
+            and kinds.get(f.get("incident"), "coverage") != "coverage"]
+
+
+def consumer_panels(tl, findings: list[dict]) -> list[dict]:
+    """The consumer charts' panels of the (group, partition)s the findings are on; each finding
+    names its panel (`finding_ids`)."""
+    from kaudit.report.charts_consumers import finding_key, panels
+
+    keys: dict[tuple, list] = {}
+    for f in findings:
+        k = finding_key(tl, f)
+        if k is not None:
+            keys.setdefault(k, []).append(f["id"])
+    out = panels(tl, list(keys))
+    for p in out:
+        p["finding_ids"] = next(v for (g, tp), v in keys.items() if g == p["group"] and f"{tp[0]}-{tp[1]}" == p["tp"])
+    return out

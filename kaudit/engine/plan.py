@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, sort_findings
 from kaudit.audit.folds import Context, Fold, run_selection
+from kaudit.audit.txn import txn_lineage
 from kaudit.engine import coverage
 from kaudit.model import ROW_KINDS
 from kaudit.protocol.metadata.history import latest_features
@@ -68,6 +69,7 @@ class Facts:
         self.features: list[dict] = []   # KRaft FeatureLevelRecords (disk), for the context
         self.metadata_complete = False   # a metadata log from offset 0, or a KRaft snapshot
         self.cluster_ids: dict[str, set] = {}   # capture path -> Metadata cluster ids
+        self.links: list[dict] = []   # txn_lineage's link rows (transactional id -> producer ids)
 
     def add(self, kind: str, table: pa.Table) -> None:
         if self.side == "disk":
@@ -75,7 +77,11 @@ class Facts:
             if kind == "metadata_record":
                 self.features.extend(feature_rows(table))
                 self.metadata_complete |= complete_metadata(table)
+            elif kind == "txn_log":
+                self.links.extend(txn_lineage.disk_links(table))
         else:
+            if kind == "txn_event":
+                self.links.extend(txn_lineage.wire_links(table))
             coverage.add_wire(self.cov, kind, table)
             if kind == "topic_name" and "cluster_id" in table.column_names and table.column("cluster_id").null_count < table.num_rows:
                 for src, cid in set(zip(table.column("source").to_pylist(), table.column("cluster_id").to_pylist())):
@@ -100,6 +106,7 @@ class Facts:
         self.tap.extend(other.tap)
         self.features.extend(other.features)
         self.metadata_complete |= other.metadata_complete
+        self.links.extend(getattr(other, "links", ()))
         for src, ids in getattr(other, "cluster_ids", {}).items():
             self.cluster_ids.setdefault(src, set()).update(ids)
 
@@ -211,13 +218,21 @@ class Audit:
         ctx.reference_time_ms = self.now_ms if self.now_ms is not None else facts.reference_time()
         if facts.features or facts.metadata_complete:
             ctx.cluster_transaction_version = cluster_transaction_version(facts.features, facts.metadata_complete)
+        if facts.links:
+            ctx.producer_lineage = txn_lineage.build(facts.links)   # {}: built, nothing to link
         if self.side == "wire":
             ctx.topic_names = facts.names.names
         if self.known:
             ctx.two_pc_inits = self.known.get("two_pc_inits")
 
     def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
-        return dataclasses.replace(ctx, selected_kinds=frozenset(facts.kinds.get(fold.name, ())))
+        """The context a buffered fold runs with; a live audit's, before `settle`, with the
+        transactional ids' lineage known so far."""
+        lineage = ctx.producer_lineage
+        if lineage is None and facts.links:
+            lineage = txn_lineage.build(facts.links) or None
+        return dataclasses.replace(ctx, selected_kinds=frozenset(facts.kinds.get(fold.name, ())),
+                                   producer_lineage=lineage)
 
     def clusters(self, facts: Facts):
         """The inputs' cluster ids: each log dir's meta.properties; each capture's Metadata
@@ -237,6 +252,8 @@ class Audit:
         if self.side == "disk":
             cov["files"] = sum(1 for t in self.layout.targets if t.kind != "skipped")
             cov["bytes"] = self.layout.total_bytes
+            if self.layout.remote_not_read:
+                cov["remote_not_read"] = [dict(r) for r in self.layout.remote_not_read]
         else:
             findings = facts.names.name_findings(findings)
             coverage.note_names(cov, facts.names.names)
@@ -269,6 +286,11 @@ def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None,
     clusters = log_dir_clusters(layout)
     replicated = replicated_partitions(layout, clusters)
     bound = tuple(f.bind(replicated, clusters) for f in (DISK_FOLDS if folds is None else folds))
+    if layout.remote_not_read:   # tiered ranges no input holds: not read, not lost (sources.remote)
+        from kaudit.sources.remote import unread_spans
+
+        spans = unread_spans(layout.remote_not_read)
+        bound = tuple(f.bind_unread(spans) if hasattr(f, "bind_unread") else f for f in bound)
     return Audit("disk", paths, bound, now_ms, keep_rules(select, ignore), tap, layout,
                  Options(deep=deep, max_batch_bytes=max_batch_bytes), known=known)
 

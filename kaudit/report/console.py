@@ -148,13 +148,27 @@ def _coverage(c, report: dict, members: dict) -> None:
     if len(lost) > LOSS_LINES:
         c.print(f"  … and {len(lost) - LOSS_LINES} more range(s) lost or unreadable (--format json lists them)")
     unread = sum(int(v.get(k) or 0) for v in sides.values() for k in UNREAD_COUNTERS)
-    if not by_rule and not lost and not unread:
+    tiered = not_read(cov)
+    for line in tiered[:LOSS_LINES]:
+        c.print(f"  [yellow]not read (tiered):[/yellow] {escape(line)}")
+    if len(tiered) > LOSS_LINES:
+        c.print(f"  … and {len(tiered) - LOSS_LINES} more remote segment(s) not read (--format json lists them)")
+    if not by_rule and not lost and not unread and not tiered:
         c.print("  [green]nothing missing: every byte read was decoded[/green]")
     elif unread and not by_rule and not lost:
         c.print("  [yellow]not everything read was decoded[/yellow] (the counters above; --format json "
                 "lists each decode issue's position)")
     for rule, places in sorted(by_rule.items()):
         c.print(f"  {rule} ×{sum(places.values())}: " + escape(", ".join(f"{p} ×{n}" for p, n in places.most_common(6))))
+
+
+def not_read(cov: dict) -> list[str]:
+    """One line per range __remote_log_metadata lists as copied that no input holds
+    (sources.remote.not_read): not read, not lost."""
+    sides = [v for k, v in cov.items() if isinstance(v, dict) and k in ("wire", "disk", "join")] or [cov]
+    return [f"{r['topic']}-{r['partition']}: offsets {r['first_offset']}-{r['last_offset']} - remote segment "
+            f"{r['segment_id']} ({r['state']} in __remote_log_metadata) is in no input"
+            for v in sides for r in v.get("remote_not_read") or ()]
 
 
 def losses(findings: list[dict]) -> list[str]:

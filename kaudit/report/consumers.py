@@ -14,13 +14,16 @@ def _ms(ts) -> int | None:
 
 
 def _ranges(serves) -> list[dict]:
-    """Contiguous served ranges (records delivered), in time order."""
+    """Contiguous served ranges (records delivered), in time order; a response that starts back at
+    or below where the previous one started (a re-read) begins a range of its own."""
     out: list[dict] = []
+    prev_first = None
     for s in serves:
         if s.data_end is None:
             continue
         last = out[-1] if out else None
-        if last is not None and last["first_offset"] <= s.data_first <= last["last_offset"] + 1:
+        forward, prev_first = prev_first is not None and s.data_first > prev_first, s.data_first
+        if last is not None and forward and last["first_offset"] <= s.data_first <= last["last_offset"] + 1:
             last["last_offset"] = max(last["last_offset"], s.data_end - 1)
             last["last_ms"], last["responses"] = _ms(s.ts), last["responses"] + 1
         else:

@@ -82,11 +82,26 @@ def _charts_for(i: dict, members: list[dict], data: dict, ref, counter: list[int
         from kaudit.report.charts_loss import loss_map
 
         figs.append(("loss-map", loss_map(i, members)))
+    figs += consumer_figures(members, data)
     for name, fig in figs:
         if fig is not None:
             counter[0] += 1
             out.append(_figure_div(fig, name, counter[0]))
     return "".join(out)
+
+
+def consumer_figures(members: list[dict], data: dict) -> list[tuple]:
+    """The consumer charts (report/charts_consumers.py) of the (group, partition)s an incident's
+    consumer findings are on, each with the findings it shades."""
+    ids = {f["id"]: f for f in members}
+    out = []
+    for p in data.get("consumers") or ():
+        mine = [ids[i] for i in p.get("finding_ids") or () if i in ids]
+        if mine:
+            from kaudit.report.charts_consumers import consumer_chart
+
+            out.append(("consumer-timeline", consumer_chart(p, mine)))
+    return out
 
 
 def write_html(report: dict, out) -> None:
@@ -135,10 +150,12 @@ def _coverage(report: dict, members: dict) -> str:
         flat = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in counters.items()
                          if not isinstance(v, (dict, list)) and not k.startswith("_"))
         rows.append(f"<li>{_e(side + ': ' if side else '')}read {_e(flat)}</li>")
-    from kaudit.report.console import losses
+    from kaudit.report.console import losses, not_read
 
     for line in losses(report["findings"]):
         rows.append(f"<li class='lost'><b>lost or unreadable:</b> {_e(line)}</li>")
+    for line in not_read(cov):
+        rows.append(f"<li><b>not read (tiered):</b> {_e(line)}</li>")
     for i in report["incidents"]:
         if i["kind"] == "coverage":
             rows.append(f"<li>{_e(', '.join(f'{r} ×{n}' for r, n in i['rules'].items()))}: "

@@ -33,6 +33,16 @@ _KINDS = (("leadership", {"unclean-leader-election", "unexplained-divergence", "
           ("errors", {"producer-error"}), ("request", {"unanswered-request"}))
 
 
+# The consumer rules (audit/consumers): what their offsets were to the group's consumers
+CONSUMED = {"consumer-redelivery": "served twice: possibly processed twice",
+            "consumer-commit-beyond-served": "skipped: committed over, never served to the group",
+            "consumer-reset-skip": "skipped: the consumer reset past them", "consumer-start-beyond-commit":
+            "skipped: the member started past them", "consumer-poll-skip": "skipped: the consumer fetched past them",
+            "consumer-nonmonotonic-poll": "fetched a second time by the same consumer",
+            "eos-double-commit": "consumed by two committed transactions: their outputs were produced twice",
+            "uncommitted-aborted-read": "read by a read_uncommitted consumer, then aborted"}
+
+
 def _kind(rules: set[str], all_coverage: bool) -> str:
     """What the incident is, from its rules, the most telling first."""
     if all_coverage:
@@ -124,7 +134,8 @@ def summarise(iid: str, fs: list[dict], reference_ms: int | None) -> dict:
     cov = all(is_coverage(f) for f in fs)
     lead = fs[0]
     ts = [t for f in fs for t in (f.get("first_ts_ms"), f.get("last_ts_ms")) if t is not None]
-    consumer = [f for f in fs if f["rule"] in CONSUMER_RULES and _sev_rank(f) >= SEVERITY_RANK["error"]]
+    consumer = [f for f in fs if (f["rule"] in CONSUMER_RULES or f["rule"] in CONSUMED)
+                and _sev_rank(f) >= SEVERITY_RANK["error"]]
     records = max(((f["last_offset"] - f["first_offset"] + 1) for f in consumer
                    if f.get("first_offset") is not None and f.get("last_offset") is not None), default=0)
     inc = {
@@ -200,9 +211,13 @@ def _title(inc: dict, fs: list[dict]) -> str:
         return f"{KIND_TITLES[kind]}{where}: {who or RULES[fs[0]['rule']].title}"
     if kind == "zombie":
         cur = [details(f).get("current_epoch") for f in fs if details(f).get("current_epoch") is not None]
-        stale = min((f["producer_epoch"] for f in fs if f["rule"] == "fenced-epoch"
+        stale = min((f["producer_epoch"] for f in fs if f["rule"] in ("fenced-epoch", "write-after-epoch-end")
                      and f.get("producer_epoch") is not None), default=None)
         newer = f", fenced by epoch {max(cur)}" if cur and (stale is None or max(cur) > stale) else ""
+        moved = next((details(f)["next_producer_id"] for f in fs if f["rule"] == "write-after-epoch-end"
+                      and details(f).get("next_producer_id") is not None), None)
+        if moved is not None and not newer:   # its producer id left behind (txn_lineage)
+            newer = f", after its transactional id moved to producer id {moved}"
         return f"{KIND_TITLES[kind]}: {who}{newer}{where}"
     if kind == "integrity":
         reps = ", ".join(inc["replicas"][:3])
@@ -289,6 +304,7 @@ def _zombie_impact(by: dict) -> list[str]:
                        "them (read_uncommitted consumers read them)")
         else:
             out.append(f"the zombie's writes at {where} were stored after its epoch ended and no marker ends them")
+    out += _moved(stale)
     fenced = by.get("fenced-epoch", [])
     stored = [f for f in fenced if f["severity"] in ("error", "critical")]
     if stored:
@@ -305,6 +321,20 @@ def _zombie_impact(by: dict) -> list[str]:
         out.append(f"the coordinator aborted its open transaction ({details(f).get('cause') or 'fencing'}): "
                    "read_committed consumers skip that data")
     return out
+
+
+def _moved(stale: list[dict]) -> list[str]:
+    """The transactional id's move to a newer producer id (txn_lineage), told once: the zombie's
+    producer id and its successor are one application's history."""
+    for f in stale:
+        d = details(f)
+        hist = d.get("transactional_id_history") or {}
+        if d.get("next_producer_id") is not None and hist:
+            chain = " -> ".join(map(str, hist.get("producer_ids") or ()))
+            return [f"producer id {f['producer_id']} was transactional id {hist.get('transactional_id')!r}'s until it "
+                    f"moved to producer id {d['next_producer_id']} (its producer ids: {chain}); a writer still "
+                    f"holding {f['producer_id']} is a zombie of that application"]
+    return []
 
 
 def _torn_impact(d: dict) -> list[str]:
@@ -408,6 +438,10 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
     for f in (by.get("crc-mismatch", []) + by.get("corrupt-batch", []))[:1]:
         lines.append(f"consumers fetching offsets around {f.get('first_offset')} of {f.get('topic')}-{f.get('partition')} "
                      "(replica " + str(f.get("replica")) + ") fail on corrupt bytes (CorruptRecordException)")
+    for f in [f for f in fs if f["rule"] in CONSUMED][:3]:
+        group = details(f).get("group")
+        lines.append(f"{'group ' + group + ', ' if group else ''}{f['topic']}-{f['partition']}: offsets "
+                     f"{_offsets(f['first_offset'], f.get('last_offset'))} {CONSUMED[f['rule']]}")
     if not lines:
         refused = [f for f in fs if f["rule"] == "out-of-order-sequence"]
         lines.append("the broker refused these batches: nothing was stored" if refused else

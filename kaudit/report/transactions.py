@@ -64,6 +64,11 @@ def write_transactions_table(transactions: list[dict], out=None, columns: int | 
     for n, t in enumerate(transactions):
         if n:
             out.write("\n")
+        change = t.get("producer_id_change")
+        if change:
+            at = iso_ms(change["ts_ms"]) if change.get("ts_ms") is not None else "an unknown time"
+            put(f"{t['transactional_id'] or ''} moved from producer id {change['from']} to {change['to']} at {at}: "
+                f"{change['how']}".lstrip(), "")
         tid = t["transactional_id"] or "no transactional id"
         ended = f", ended by {t['ended_by']}" if t.get("ended_by") else ""
         put(f"{tid}  producer {t['producer_id']} epoch {t['producer_epoch']}: {t['outcome'] or 'unknown outcome'}"

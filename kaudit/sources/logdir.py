@@ -38,6 +38,7 @@ SKIP_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 # Files a log dir holds that kaudit does not decode (yet): listed as skipped, with the reason.
 LOG_DIR_FILES = {
     ".lock": "lock file",
+    "server.properties": "a broker's static config (read for retention: sources/broker_config.py)",
 }
 MAX_DEPTH = 8
 
@@ -71,6 +72,9 @@ class Target:
     size: int = 0
     topic_id: str | None = None   # the partition dir's partition.metadata (KIP-516), when it has one
     reader: LogFile | None = None   # how a registered file decodes (carried to the tasks with it)
+    # a remote segment merged into a local replica's log (sources.remote): its rows from this
+    # offset on are the local log's, not read from it
+    stop_offset: int | None = None
 
     def place(self) -> dict:
         return {
@@ -86,6 +90,8 @@ class Target:
 class Plan:
     targets: list[Target] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # unreadable inputs
+    # ranges __remote_log_metadata lists as copied that no input holds (sources.remote.not_read)
+    remote_not_read: list[dict] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:
@@ -247,6 +253,13 @@ def plan(paths: list[str]) -> Plan:
         from kaudit.sources.cluster_metadata import name_partitions
 
         name_partitions(result)   # partition dirs without partition.metadata: the metadata log's id
+    from kaudit.sources.remote import merge
+
+    result.targets = merge(result.targets)   # remote (tiered) segments and the local log: one log
+    if any(t.topic == "__remote_log_metadata" for t in result.targets):
+        from kaudit.sources.remote import not_read
+
+        result.remote_not_read = not_read(result)
     return result
 
 

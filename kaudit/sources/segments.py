@@ -32,7 +32,35 @@ class Options:
 def decode_target(t: Target, options: Options, start: int = 0, stop: int | None = None
                   ) -> Iterator[tuple[str, pa.Table]]:
     """(kind, table) chunks of one file; for a segment, optionally one byte range of it
-    (sources/splits.py)."""
+    (sources/splits.py). A remote segment merged below a local log (`stop_offset`, sources.remote)
+    gives only its rows below that offset: the local log holds the rest."""
+    chunks = _decode_target(t, options, start, stop)
+    if t.stop_offset is None:
+        yield from chunks
+        return
+    for kind, table in chunks:
+        table = clipped(kind, table, t.stop_offset)
+        if table.num_rows:
+            yield kind, table
+
+
+# The offset a row of a segment's file stands for: rows at or past a merged remote segment's
+# stop offset are dropped (a txnindex entry by its marker's offset)
+CLIP_COLUMNS = {"batch": "base_offset", "record": "batch_base_offset", "txn_log": "offset",
+                "offset_commit": "offset", "group_metadata": "offset", "index_entry": "offset",
+                "txnindex_entry": "last_offset"}
+
+
+def clipped(kind: str, table: pa.Table, stop_offset: int) -> pa.Table:
+    col = CLIP_COLUMNS.get(kind)
+    if col is None or col not in table.column_names:
+        return table
+    import pyarrow.compute as pc
+
+    return table.filter(pc.fill_null(pc.less(table.column(col), stop_offset), True))
+
+
+def _decode_target(t: Target, options: Options, start: int, stop: int | None) -> Iterator[tuple[str, pa.Table]]:
     place = t.place()
     if t.kind == "skipped":
         yield "skipped", table_from_rows("skipped", [dict(place, reason=t.reason)])

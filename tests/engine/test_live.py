@@ -183,11 +183,26 @@ def test_follow_a_growing_file(tmp_path):
     assert sorted(map(_same, got)) == sorted(map(_same, want))
 
 
+def _wait_drained(pipe, proc, limit_s: float = 120.0) -> None:
+    """Until the child has read every byte written to its stdin: it reads only after its Ctrl-C
+    handler is in place, so a SIGINT from then on is the handled one (a fixed sleep raced the
+    imports on a loaded machine)."""
+    import fcntl
+    import termios
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        left = struct.unpack("i", fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        if left == 0:
+            return
+        time.sleep(0.05)
+
+
 def test_ctrl_c_writes_the_report():
     proc = _kaudit("pcap", "-", "--format", "json", stdin=subprocess.PIPE)
     proc.stdin.write(CRAFTED.read_bytes())
     proc.stdin.flush()
-    time.sleep(2.0)
+    _wait_drained(proc.stdin, proc)
     proc.send_signal(signal.SIGINT)   # the pipe stays open: only Ctrl-C ends the stream
     out, err = proc.stdout.read(), proc.stderr.read()
     proc.wait(60)

@@ -38,3 +38,14 @@ def duplicate(root: Path) -> list[Path]:
         p.send([b"a", b"b", b"c", b"d", b"e"], base_sequence=0, timestamp=T0)
         p.send([b"k", b"l", b"m", b"n", b"o"], base_sequence=10, timestamp=T0 + 30)
     return write_replicas(Path(root) / "cluster", build, nodes=(1, 2, 3), start_time_ms=T0)
+
+
+def consumer_redelivery(root: Path) -> Path:
+    """A capture of a cooperative rebalance: member A held orders-0 and orders-1 (served 0-9 of
+    each, committed 5 of each); orders-1 moved to member B, which was served 5-11 (5-9 again)."""
+    from tests.audit.consumers.test_consumer_rebalance import _cooperative
+    from tests.sources.pcap.craft import write_capture
+
+    path = root / "consumer-redelivery.pcap"
+    write_capture(path, _cooperative(5))
+    return path

@@ -153,3 +153,36 @@ def test_duplicate_chart_draws_each_copy_on_each_replica(browser, tmp_path):
     stars = {(where, off) for tp, where, off, last, pos, kind, name in chart["marks"] if kind == "duplicate-batch"}
     assert {("replica 1", 10), ("replica 2", 10), ("replica 3", 10)} <= stars
     assert chart["drawn"] >= len(chart["marks"])
+
+
+def test_consumer_chart_shows_each_members_reads_commits_rebalances_and_the_redelivered_range(browser, tmp_path):
+    """orders-1 moved from member A (served 0-9, committed 5) to member B (served 5-11): the
+    incident's consumer chart draws both members' served ranges, A's commit, the rebalance marks
+    with their causes, and the redelivered offsets 5-9 shaded."""
+    from tests.report.crafted import consumer_redelivery
+
+    html = tmp_path / "consumer.html"
+    r = CliRunner().invoke(app, ["pcap", str(consumer_redelivery(tmp_path)), "-f", "html", "-o", str(html)])
+    assert r.exit_code == 0, r.output
+    browser.events.clear()
+    browser.open(html.as_uri())
+    browser.wait_for("document.querySelectorAll('div.chart .main-svg').length >= "
+                     "document.querySelectorAll('div.chart').length")
+    assert browser.errors() == []
+    [chart] = browser.evaluate("""Array.from(document.querySelectorAll('div.chart[data-chart=consumer-timeline]'))
+      .map(c => { const gd = c.querySelector('.js-plotly-plot');
+        return {marks: gd.data.flatMap(t => (t.customdata || []).map(d => d.concat([t.name]))),
+                hover: gd.data.flatMap(t => (t.hovertext || []).filter(h => h)),
+                title: gd.layout.title.text, lines: c.querySelectorAll('.scatterlayer .trace').length,
+                height: c.querySelector('.main-svg').getBoundingClientRect().height}; })""")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(str(SHOTS / "consumer-redelivery.png"))
+    assert "billing" in chart["title"] and "orders-1" in chart["title"] and chart["height"] > 300
+    served = {(m, lo, hi) for tp, m, lo, hi, pos, kind, name in chart["marks"] if kind == "served"}
+    assert served == {("app-a-1111", 0, 9), ("app-b-2222", 5, 11)}
+    assert {(m, lo) for tp, m, lo, hi, pos, kind, name in chart["marks"] if kind == "commit"} == {("app-a-1111", 5)}
+    assert {kind for *_, kind, name in chart["marks"]} >= {"rebalance", "exit", "consumer-redelivery"}
+    assert {(lo, hi) for tp, m, lo, hi, pos, kind, name in chart["marks"] if kind == "consumer-redelivery"} == {(5, 9)}
+    assert any("joined, generation 2" in h for h in chart["hover"])
+    assert any("revoked by a rebalance" in h for h in chart["hover"])
+    assert chart["lines"] >= 5     # both members' reads, the commit, the marks and the shaded range drawn

@@ -83,3 +83,28 @@ def mix(passing):
     eps = st.lists(st.sampled_from(sorted(passing)).flatmap(episode), min_size=2, max_size=3)
     return st.builds(lambda b, e, sh, rt: share({"broker": b, "episodes": e, "retransmit_every": rt}, sh),
                      st.sampled_from(["3.0", "4.1"]), eps, st.booleans(), st.sampled_from([0, 3])).map(_fix)
+
+
+def wide(passing, size: int | None = None):
+    """Several histories side by side in one input: an episode of each passing kind (`size`: of
+    that many of them), in any order, each its own producer, topic and transactional id (two of
+    them on one shared topic when `shared`), in one cluster's log dirs and one capture; the
+    oracle is the union of theirs. The Spark engine's simulator test audits each in one run
+    per feed."""
+    def episode(kind):
+        family, fault = kind.split(":")
+        return idem_episode(fault) if family == "idem" else txn_episode(fault)
+
+    def build(b, eps, shared, rt):
+        h = {"broker": b, "episodes": eps, "retransmit_every": rt, "shared": shared}
+        for ep in eps:
+            ep["coord_log"] = True    # the other faults' verdicts need the coordinator's records
+        if shared:   # two of them on one topic: their batches and markers interleave
+            for ep in [e for e in eps if e["fault"] not in _OWN_TOPIC][:2]:
+                ep["topic"] = "shared"
+        return _fix(h)
+
+    kinds = st.permutations(sorted(passing)).map(lambda ks: ks[:size] if size else ks)
+    return kinds.flatmap(lambda ks: st.builds(
+        build, st.sampled_from(["3.0", "4.1"]), st.tuples(*[episode(k) for k in ks]).map(list),
+        st.booleans(), st.sampled_from([0, 3])))

@@ -4,7 +4,9 @@ InitProducerId while it is open; the old instance, a zombie, then writes to a re
 partition, to an unregistered one, or races the fencing markers), admin_abort (kafka-transactions.sh
 abort of a subset of its partitions), coord_failover (markers re-sent by a new coordinator),
 timeout (the coordinator aborts it), late_endtxn (KAFKA-17754: a delayed EndTxn ends the next
-transaction), two_pc (KIP-939, left prepared), exhaust (the epoch runs out: a new producer id).
+transaction), two_pc (KIP-939, left prepared), exhaust (the epoch runs out: a new producer id;
+unless `zombie_then` is "none", a stale instance of the old producer id then writes: a zombie of
+the old id).
 """
 
 from __future__ import annotations
@@ -47,10 +49,13 @@ def txn(sim: Sim, i: int, ep: dict) -> None:
         elif fault == "two_pc" and j == len(txns) - 1:
             _two_pc_left_open(sim, c, ep, written)
         else:
+            before = (c.pid, c.epoch)
             c.end(t["commit"])
             if fault == "exhaust" and c.tv < 2:
                 c.reconnect()
                 c.init()              # InitProducerId: epoch + 1, a new producer id once exhausted
+            if fault == "exhaust" and c.pid != before[0] and ep.get("zombie_then", "commit") != "none":
+                _old_id_zombie(sim, c, before, parts[-1], i, j)
         j += 1
         sim.wait(10)
     _judge_late(sim, c, getattr(c, "late", ()), later)
@@ -68,6 +73,24 @@ def _two_pc_left_open(sim, c, ep, written) -> None:
     for p, _, _ in written:
         sim.expect("prepared-2pc" if state else "prepared-2pc-disk", p, feeds=("segments",))
         sim.expect("prepared-2pc", p, feeds=("pcap", "audit"))
+
+
+def _old_id_zombie(sim, c, old, u, i, j) -> None:
+    """A stale instance still holding the producer id the transactional id left behind (its
+    epoch ran out: the coordinator moved the id to a new producer id) writes to a partition it
+    never registered. A 3.0 broker stores it (nothing verifies it; no marker will ever end it);
+    a 4.1 broker's leader asks the coordinator (KIP-890), which refuses the old id."""
+    sim.wait(1500)   # past the clocks' slack (EPOCH_SLACK_MS): the log dirs order it after the move
+    z = Client(sim, f"{c.name}-old", txn_id=c.txn_id, tv=c.tv)
+    z.client_ip = "10.0.1.3"
+    z.pid, z.epoch = old
+    err, off = z.send(u, values(i, j, 1, tag="-old-id-zombie"), register=False)
+    if err != NONE:
+        sim.expect("fenced-write-refused", u, pid=z.pid, feeds=("pcap", "audit"), note=f"refused with {err}")
+    else:
+        sim.expect("zombie-write-stored", u, off, off, z.pid, note=f"producer id {z.pid} after the move to {c.pid}")
+        sim.expect("hanging-transaction", u, off, off, z.pid)
+    sim.wait(10)
 
 
 def _judge_late(sim, c, late, later) -> None:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.cluster import tiered
+from kaudit.audit.cluster.retention import Broker, keeps_everything
 from kaudit.audit.folds import Context, Fold, FoldState, np_indices
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.protocol.metadata.history import COLUMNS as METADATA_COLUMNS
@@ -98,8 +99,12 @@ def missing_segments(first: int, log_start_ckpt: int | None, epoch_start: int | 
     at the new start. A replica whose first batch lies above 0, above its log-start-offset-
     checkpoint entry and above the first entry of its leader-epoch-checkpoint lost segments the
     broker never deleted.
-    Benign causes: a broker-level log.retention.bytes or cleanup policy set only in
-    server.properties (not in the metadata: check it); a broker stopped hard right after it
+    The topic's retention is its own ConfigRecords, else the broker's then the cluster's dynamic
+    defaults (ConfigRecord of resource BROKER), else the broker's server.properties when the
+    inputs hold it (in or beside the log dir root: log.retention.ms/minutes/hours,
+    log.retention.bytes, log.cleanup.policy), else Kafka's defaults (168 hours: not judged).
+    Benign causes: a static config changed since (server.properties is read as it is now: a
+    retention set there earlier and removed since moved the start); a broker stopped hard right after it
     moved the start, before its epoch cache reached the disk (recent UnifiedLogs flush it
     asynchronously: truncateFromStartAsyncFlush). Not judged without the replica's
     leader-epoch-checkpoint (a restart after the loss rewrites it: then nothing shows)."""
@@ -116,6 +121,7 @@ class Run:
     last: int
     source: str
     position: int
+    log_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,10 +129,31 @@ class LeadershipFold(Fold):
     # log dir -> cluster id (meta.properties), bound by the engines: one cluster's metadata
     # judges only the log dirs of that cluster (an unknown id matches the only cluster)
     clusters: tuple = ()
+    # log dir -> retention.Broker (its node id and server.properties, when the inputs hold it)
+    brokers: tuple = ()
 
     def bind(self, replicated, clusters: dict | None = None) -> "LeadershipFold":
         bound = tuple(sorted((clusters or {}).items(), key=lambda kv: kv[0]))
-        return replace(self, clusters=bound, make=partial(_make, clusters=bound))
+        brokers = _brokers(clusters or {})
+        return replace(self, clusters=bound, brokers=brokers, make=partial(_make, clusters=bound, brokers=brokers))
+
+
+def _brokers(clusters: dict) -> tuple:
+    """Each log dir's broker: node id (meta.properties) and static config (sources.broker_config)."""
+    import os
+
+    from kaudit.sources.broker_config import for_log_dir
+    from kaudit.sources.logdir import read_node_id
+
+    out = []
+    for path, cluster in sorted(clusters.items()):
+        if str(cluster or "").startswith("remote:"):
+            continue
+        meta = os.path.join(path, "meta.properties")
+        node = read_node_id(meta) if os.path.isfile(meta) else None
+        found = for_log_dir(path, node)
+        out.append((path, Broker(node, found[0], tuple(sorted(found[1].items()))) if found else Broker(node)))
+    return tuple(out)
 
     def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
         sel = super().select(kind, table, extra)
@@ -162,9 +189,10 @@ def _checkpoint_where(t: pa.Table):
 
 
 class LeadershipState(FoldState):
-    def __init__(self, ctx: Context, clusters: dict):
+    def __init__(self, ctx: Context, clusters: dict, brokers: dict | None = None):
         self.ctx = ctx
         self.clusters = clusters
+        self.brokers = brokers or {}
         self.tables: dict[str, list[pa.Table]] = defaultdict(list)
 
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
@@ -181,7 +209,7 @@ class LeadershipState(FoldState):
         out = []
         for cluster, rows in sorted(meta.items(), key=lambda kv: str(kv[0])):
             mine = {k: [r for r in v if self._same(cluster, r["log_dir"], len(meta))] for k, v in data.items()}
-            out.extend(_judge(replay(rows), mine))
+            out.extend(_judge(replay(rows), mine, self.brokers))
         return out
 
     def _same(self, cluster, log_dir, n: int) -> bool:
@@ -189,7 +217,7 @@ class LeadershipState(FoldState):
         return c == cluster or (n == 1 and (c is None or cluster is None))
 
 
-def _judge(history, data: dict) -> list[dict]:
+def _judge(history, data: dict, brokers: dict | None = None) -> list[dict]:
     names = history.names()
     runs: dict[tuple, list[Run]] = defaultdict(list)
     live = {name: tid for tid, name in names.items() if history.live_id(name) == tid}
@@ -217,8 +245,9 @@ def _judge(history, data: dict) -> list[dict]:
                 out.append(f)
         if ph.known and not any(e.unclean is not False for e in ph.elections):
             out.extend(part.divergence())
-        if _keeps_everything(history, topic, tid):
-            out.extend(part.missing_start(starts))
+        kept = _kept(history, topic, tid, part, brokers or {})
+        if kept:
+            out.extend(part.missing_start(starts, kept))
         elif (tid, p) in history.remote and _remote_enabled(history, topic):
             out.extend(tiered.missing_local_and_remote(part, starts, history.remote[(tid, p)]))
     for (tid, p), segments in sorted(history.remote.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
@@ -253,19 +282,16 @@ def _remote_enabled(history, topic: str) -> bool:
     return (history.config_at_end(TOPIC_RESOURCE, topic, "remote.storage.enable") or "").lower() == "true"
 
 
-def _keeps_everything(history, topic: str, tid: str) -> bool:
-    """The metadata shows the topic's records kept forever since its creation, on local disk."""
-    from kaudit.protocol.metadata.history import BROKER_RESOURCE, TOPIC_RESOURCE
-
-    if not history.unlimited(topic, tid, "retention.ms", "log.retention.ms"):
-        return False
-    for rtype, name, key in ((TOPIC_RESOURCE, topic, "retention.bytes"), (BROKER_RESOURCE, "", "log.retention.bytes")):
-        if any(v not in (None, "-1") for _, v in history.config_values(rtype, name, key)):
-            return False
-    policy = (history.config_at_end(TOPIC_RESOURCE, topic, "cleanup.policy")
-              or history.config_at_end(BROKER_RESOURCE, "", "log.cleanup.policy") or "delete")
-    remote = history.config_at_end(TOPIC_RESOURCE, topic, "remote.storage.enable") or "false"
-    return "compact" not in policy and remote.lower() != "true"
+def _kept(history, topic: str, tid: str, part: "Partition", brokers: dict) -> dict:
+    """replica -> (why its broker keeps every record of the topic, its server.properties when
+    that says so) for the replicas whose broker does (retention.keeps_everything)."""
+    out = {}
+    for rep, log_dir in sorted({(r.replica, r.log_dir) for r in part.runs}, key=str):
+        broker = brokers.get(log_dir) or Broker()
+        ok, why = keeps_everything(history, topic, tid, broker)
+        if ok:
+            out[rep] = (why, broker.path if broker.path and broker.path in why else None)
+    return out
 
 
 def _rows(tables: list[pa.Table]) -> list[dict]:
@@ -279,7 +305,7 @@ def _add_run(runs: list[Run], r: dict) -> None:
         last.last = max(last.last, r["last_offset"])
         return
     runs.append(Run(r["replica"], r["partition_leader_epoch"], r["base_offset"], r["last_offset"],
-                    r["source"], r["position"]))
+                    r["source"], r["position"], r.get("log_dir")))
 
 
 @dataclass
@@ -358,13 +384,15 @@ class Partition:
                                 "metadata_offset": e.offset, "new_leader_start_offset": start,
                                 "lost": by_replica, "acknowledged_lost": acked})
 
-    def missing_start(self, starts: dict) -> list[dict]:
+    def missing_start(self, starts: dict, kept: dict) -> list[dict]:
         out = []
         firsts: dict[str, Run] = {}
         for r in self.runs:
             if r.replica not in firsts or r.first < firsts[r.replica].first:
                 firsts[r.replica] = r
         for rep, r in sorted(firsts.items()):
+            if rep not in kept:
+                continue
             ck = starts.get((rep, self.topic, self.partition))
             ck_offset = None if ck is None else ck["offset"]
             entries = self.epochs.get(rep) or []
@@ -378,17 +406,18 @@ class Partition:
             first_entry = min(entries, key=lambda e: e["start_offset"])
             ev.append(evidence(first_entry["source"], first_entry["position"], "leader_epoch_entry",
                                f"epoch {first_entry['leader_epoch']} starts at {epoch_start}"))
+            if kept[rep][1]:
+                ev.append(evidence(kept[rep][1], None, "file", "the broker's static retention"))
             out.append(finding(
                 "missing-segments", f"{self.topic}-{self.partition} (replica {rep}): the log starts at offset "
-                f"{r.first}, yet the metadata log shows the topic keeps every record (retention.ms -1 since "
-                f"its creation, no size limit, no compaction, no remote storage) and "
+                f"{r.first}, yet the topic keeps every record on this broker ({kept[rep][0]}) and "
                 + (f"the log-start-offset-checkpoint says {ck_offset}" if ck is not None else
                    "no log-start-offset-checkpoint entry (DeleteRecords) moved its start")
                 + f", and its leader-epoch-checkpoint still starts at {epoch_start} (the broker never "
                 f"moved its log start): offsets {max(lo, epoch_start)}-{r.first - 1} are missing from its segments",
                 topic=self.topic, partition=self.partition, replica=rep, topic_id=self.topic_id,
                 first_offset=max(lo, epoch_start), last_offset=r.first - 1, evidence=ev,
-                details={"first_offset_on_disk": r.first, "log_start_offset_checkpoint": ck_offset,
+                details={"first_offset_on_disk": r.first, "log_start_offset_checkpoint": ck_offset, "retention": kept[rep][0],
                          "leader_epoch_checkpoint_start": epoch_start}))
         return out
 
@@ -438,8 +467,8 @@ def _first_clash(xs: list[Run], ys: list[Run], limit: int):
     return best
 
 
-def _make(ctx: Context, clusters: tuple = ()) -> "LeadershipState":
-    return LeadershipState(ctx, dict(clusters))
+def _make(ctx: Context, clusters: tuple = (), brokers: tuple = ()) -> "LeadershipState":
+    return LeadershipState(ctx, dict(clusters), dict(brokers))
 
 
 FOLD = LeadershipFold("leadership",

@@ -87,7 +87,8 @@ def uncovered(lo: int, hi: int, spans: list[tuple[int, int]]) -> list[tuple[int,
 
 def missing_local_and_remote(part, starts: dict, segments: dict) -> list[dict]:
     """A tiered partition's replicas: offsets from the log start (its log-start-offset-checkpoint
-    entry, which Kafka writes for every remote-enabled log) up to the first local batch that no
+    entry, which Kafka writes for every remote-enabled log) up to the first batch the inputs hold
+    for the replica (local, or a remote segment merged into its log: sources.remote) that no
     copied remote segment holds."""
     out = []
     spans = copied(segments)
@@ -105,11 +106,11 @@ def missing_local_and_remote(part, starts: dict, segments: dict) -> list[dict]:
         text = ", ".join(f"{a}-{b}" for a, b in gaps)
         out.append(finding(
             "missing-segments", f"{part.topic}-{part.partition} (replica {rep}): offsets {text} lie between the log "
-            f"start {ck['offset']} (log-start-offset-checkpoint) and the first local batch at {r.first}, and no "
+            f"start {ck['offset']} (log-start-offset-checkpoint) and the first batch the inputs hold at {r.first}, and no "
             "remote segment __remote_log_metadata lists as copied holds them: neither local nor tiered storage has them",
             topic=part.topic, partition=part.partition, replica=rep, topic_id=part.topic_id,
             first_offset=gaps[0][0], last_offset=gaps[-1][1],
-            evidence=[evidence(r.source, r.position, "batch", f"replica {rep}: first local batch at {r.first}"),
+            evidence=[evidence(r.source, r.position, "batch", f"replica {rep}: first batch at {r.first}"),
                       evidence(ck["source"], ck["position"], "checkpoint", f"log start offset {ck['offset']}")],
             details={"gaps": gaps, "remote_copied": spans, "log_start_offset": ck["offset"]}))
     return out

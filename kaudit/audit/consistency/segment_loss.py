@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +41,8 @@ RENAMED = (".deleted", ".cleaned", ".swap")
 # Kafka's own compacted topics (cleanup.policy=compact, always)
 COMPACTED_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 CUT_ISSUES = ("truncated-tail", "truncated", "zero-fill")
+# a remote (tiered) segment's files merged into a replica's log (sources.remote): <offset>-<segment id>
+REMOTE_STEM = re.compile(r"^\d{1,19}-[A-Za-z0-9_-]{22}$")
 
 
 @rule("missing-offsets", "error", "disk",
@@ -72,7 +76,10 @@ def missing_offsets(last: int, next_base: int, compacted: bool, index_past: bool
     (compaction) a segment: its files are renamed `.deleted`, `.cleaned`, `.swap` one by one, so a
     copy may hold the indexes under their names and the .log renamed - not reported (the data is
     there, or was due to go). A first segment's .log missing may be the same race with retention
-    (its finding says so: compare the log-start-offset-checkpoint)."""
+    (its finding says so: compare the log-start-offset-checkpoint). Tiered storage (KIP-405): a
+    gap beside a remote segment merged into the log whose offsets `__remote_log_metadata` lists
+    as copied (no input holds that segment) is not read, not lost: the report's coverage names
+    it (`remote_not_read`); without such a record it stays a loss."""
     return next_base > last + 1 and (index_past or not compacted)
 
 
@@ -100,8 +107,10 @@ class _Segment:
 
 
 class LossGroup:
-    def __init__(self, key: tuple):
+    def __init__(self, key: tuple, unread: dict | None = None):
         self.replica, self.topic, self.partition = key
+        # offset ranges copied to remote storage that no input holds (sources.remote.not_read)
+        self.unread = (unread or {}).get((self.topic, self.partition), ())
         self.segments: dict[str, _Segment] = {}
         self.compacted = self.topic in COMPACTED_TOPICS
         self.epoch_start = None          # (offset, source, position): the latest leader epoch's start
@@ -275,7 +284,13 @@ class LossGroup:
         first, last = s.last + 1, nxt.base - 1
         if first > last:
             return None
+        tiered = _remote(s) or _remote(nxt)
+        if tiered and _within(first, last, self.unread):
+            return None   # copied to remote storage, not among the inputs: coverage says not read
         why += self._index_words(s, ev)
+        if tiered:
+            why += ("; a remote (tiered) segment borders the gap and no __remote_log_metadata record in "
+                    "the inputs lists a copied segment holding these offsets")
         return self._finding(s, first, last, why, ev, nxt)
 
     def _index_words(self, s: _Segment, ev: list) -> str:
@@ -297,6 +312,8 @@ class LossGroup:
             return None
         if self._logs_on_disk().get(s.base):
             return None   # the .log is there, not among the inputs
+        if _remote(s) and _within(s.base, nxt.base - 1 if nxt is not None else s.idx_offset, self.unread):
+            return None
         state = "is empty" if s.base in self._logs_on_disk() else "is missing"
         ev = [evidence(*s.idx_ev, "index", f"names offset {s.idx_offset}")]
         if nxt is not None:
@@ -327,6 +344,22 @@ class LossGroup:
                      "compacted": self.compacted})
 
 
+def _remote(s: _Segment | None) -> bool:
+    return s is not None and REMOTE_STEM.match(os.path.basename(s.stem)) is not None
+
+
+def _within(first: int, last: int, spans) -> bool:
+    """Whether the merged, sorted `spans` cover [first, last] whole."""
+    at = first
+    for lo, hi in spans:
+        if lo > at:
+            return False
+        at = max(at, hi + 1)
+        if at > last:
+            return True
+    return at > last
+
+
 def _by_source(t: pa.Table):
     """(source, rows) runs of a chunk (one file's rows are contiguous)."""
     one, src = constant(t.column("source"))
@@ -345,7 +378,23 @@ def _log_issues(t: pa.Table):
     return pc.and_(pc.is_null(t.column("connection")), pc.ends_with(t.column("source"), ".log"))
 
 
-FOLD = Fold("disk-segment-loss", {"batch": BATCH_COLUMNS, "index_entry": INDEX_COLUMNS,
-                                  "decode_issue": ISSUE_COLUMNS, "leader_epoch_entry": EPOCH_COLUMNS},
-            KEY, ORDER, lambda ctx: KeyedState(KEY, LossGroup),
-            where={"batch": log_batches, "decode_issue": _log_issues})
+def _make(ctx, unread: tuple = ()) -> KeyedState:
+    spans = dict(unread)
+    return KeyedState(KEY, lambda key: LossGroup(key, spans))
+
+
+@dataclass(frozen=True)
+class LossFold(Fold):
+    # (topic, partition) -> ranges copied to remote storage that no input holds, bound by the
+    # engines from the plan (sources.remote.not_read)
+    unread: tuple = ()
+
+    def bind_unread(self, spans: dict) -> "LossFold":
+        bound = tuple(sorted(((k, tuple(v)) for k, v in spans.items()), key=lambda kv: (str(kv[0][0]), kv[0][1])))
+        return replace(self, unread=bound, make=partial(_make, unread=bound))
+
+
+FOLD = LossFold("disk-segment-loss", {"batch": BATCH_COLUMNS, "index_entry": INDEX_COLUMNS,
+                                      "decode_issue": ISSUE_COLUMNS, "leader_epoch_entry": EPOCH_COLUMNS},
+                KEY, ORDER, partial(_make, unread=()),
+                where={"batch": log_batches, "decode_issue": _log_issues})

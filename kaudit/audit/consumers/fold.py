@@ -147,9 +147,11 @@ def timelines_of(tables: dict[str, pa.Table], topic_names: dict | None = None) -
     batch = tables.get("batch")
     if batch is not None:
         batch = batch.filter(_batch_where(batch)).select(list(BATCH_COLUMNS))
-    serves, _ = serves_of(fetch, batch)
+    serves, batches = serves_of(fetch, batch)
     g, t = tables.get("group_event"), tables.get("txn_event")
-    return Timelines([] if g is None else g.to_pylist(), serves, [] if t is None else t.to_pylist(), topic_names)
+    tl = Timelines([] if g is None else g.to_pylist(), serves, [] if t is None else t.to_pylist(), topic_names)
+    tl.batches = batches   # the fetched transactional and control batches (the rules read them)
+    return tl
 
 
 # Fetch v15+ moved the replica id into a tagged ReplicaState the rows do not keep: a follower is

@@ -5,77 +5,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from kaudit.audit.consumers.found import FOLD_NAME, MAX_FINDINGS, consumer_finding
+from kaudit.audit.consumers.found import tp_name as _tp
 from kaudit.audit.consumers.timeline import OFFSET_OUT_OF_RANGE, Timelines
-from kaudit.audit.registry import evidence, finding, fold_rules, rule
+from kaudit.audit.registry import evidence, fold_rules, rule
 
-FOLD_NAME = "consumers"
-
-MAX_FINDINGS = 50   # per rule and capture
-
-
-def _ms(ts) -> int | None:
-    return None if ts is None else int(ts * 1000)
-
-
-def _tp(tp) -> str:
-    return f"{tp[0]}-{tp[1]}"
-
-
-@rule("consumer-redelivery", "warning", "wire",
-      "a partition's next owner was served records its previous owner had been served past its last commit",
-      "Records in the range were handed to two members: with at-least-once processing their effects "
-      "happened twice. Commit before giving a partition up (onPartitionsRevoked / a rebalance callback), "
-      "commit more often, keep members alive (max.poll.interval.ms, session.timeout.ms), or make "
-      "processing idempotent; check the range's downstream effects.", fold=FOLD_NAME)
-def check_redelivery(tl: Timelines) -> list[dict]:
-    """Invariant: a group's committed offset is where the next owner of a partition starts
-    (ConsumerCoordinator.onJoinComplete -> OffsetFetch; KIP-848 the same). Records a member was
-    served past the group's commit when it stopped owning the partition (LeaveGroup, fenced,
-    session timeout, revoked) are served again to the next owner.
-    Benign causes: at-least-once delivery is the consumer's contract, so the rule is a warning; a
-    member that was served records it never processed (prefetch) redelivers nothing in effect.
-    Members committing with TxnOffsetCommit (exactly-once) are left to eos-double-commit."""
-    out = []
-    for (group, tp), stints in tl.stints.items():
-        for a, b in zip(stints, stints[1:]):
-            if a.member is b.member or any(c.txn for c in a.member.commits):
-                continue
-            a_served = [s for s in a.serves if s.data_end is not None]
-            b_served = [s for s in b.serves if s.data_end is not None]
-            if not a_served or not b_served:
-                continue
-            a_lo, a_hi = min(s.data_first for s in a_served), max(s.data_end for s in a_served)
-            b_first = b_served[0]
-            b_lo, b_hi = min(s.data_first for s in b_served), max(s.data_end for s in b_served)
-            lo, hi = max(a_lo, b_lo), min(a_hi, b_hi)
-            committed = _committed(tl, group, tp, b_first.ts)
-            if committed is not None:
-                lo = max(lo, committed)
-            if lo >= hi:
-                continue
-            ev = [evidence(a_served[-1].source, a_served[-1].position, "fetch", "first member served"),
-                  evidence(b_first.source, b_first.position, "fetch", "next owner served again")]
-            out.append(finding(
-                "consumer-redelivery",
-                f"group {group}, {_tp(tp)}: offsets {lo}-{hi - 1} ({hi - lo} record offsets) were served to member "
-                f"{a.member.label} and again to {b.member.label}: whatever the first member processed of them was "
-                f"processed twice; it stopped owning the partition because: {a.cause or 'unknown'}; the group's "
-                f"committed offset then was {'none seen' if committed is None else committed}",
-                evidence=ev, topic=tp[0], partition=tp[1], connection=b_first.connection, first_offset=lo,
-                last_offset=hi - 1, first_ts_ms=_ms(a.end or b.start), last_ts_ms=_ms(b_first.ts),
-                client_id=b.member.client_id,
-                details={"group": group, "first_member": a.member.member_id, "next_member": b.member.member_id,
-                         "cause": a.cause, "committed": committed, "first_member_served_to": a_hi - 1}))
-    return out
-
-
-def _committed(tl: Timelines, group: str, tp: tuple, before: float) -> int | None:
-    best = None
-    for c in tl.commits:
-        ts = c.outcome_ts if c.txn else c.ts
-        if c.group == group and c.tp == tp and c.effective and ts is not None and ts <= before:
-            best = c.offset
-    return best
+# the redelivery rule first: the order the rules have always been registered (and run) in
+from kaudit.audit.consumers import rules_redelivery  # noqa: F401,E402
 
 
 @rule("consumer-commit-beyond-served", "error", "wire",
@@ -105,13 +41,12 @@ def check_commit_beyond(tl: Timelines) -> list[dict]:
         who = f"member {c.member_id}" if c.member_id else (
             "a client outside the group (no member id; admin tools such as kafka-consumer-groups "
             "--reset-offsets commit that way)")
-        out.append(finding(
+        out.append(consumer_finding(
             "consumer-commit-beyond-served",
             f"group {c.group}, {_tp(c.tp)}: {who} committed offset {c.offset}, but the group had "
             f"been served and had looked up positions only up to {known}: offsets {known}-{c.offset - 1} are "
-            "skipped by the group", evidence=[evidence(c.source, c.position, "commit")],
-            topic=c.tp[0], partition=c.tp[1], first_offset=known, last_offset=c.offset - 1,
-            first_ts_ms=_ms(c.ts), client_id=c.client[1] if c.client else None,
+            "skipped by the group", c.tp, known, c.offset - 1, [evidence(c.source, c.position, "commit")],
+            start=c.ts, client_id=c.client[1] if c.client else None,
             transactional_id=c.txn[0] if c.txn else None,
             details={"group": c.group, "member": c.member_id, "committed": c.offset, "known": known}))
     return out[:MAX_FINDINGS]
@@ -213,12 +148,11 @@ def _log_start(tl: Timelines, tp) -> int | None:
 
 
 def _reset(p, lo, end, severity, why, ev) -> dict:
-    return finding(
+    return consumer_finding(
         "consumer-reset-skip", f"{_tp(p['tp'])}: client {p['client'][1]} ({p['connection']}) looked up the log "
-        f"end {end}: {why}; offsets {lo}-{end - 1} are never served to it", severity=severity,
-        evidence=ev + [evidence(p["source"], p["position"], "list_offsets")], topic=p["tp"][0],
-        partition=p["tp"][1], connection=p["connection"], first_offset=lo, last_offset=end - 1,
-        first_ts_ms=_ms(p["ts"]), client_id=p["client"][1], details={"log_end": end, "from": lo})
+        f"end {end}: {why}; offsets {lo}-{end - 1} are never served to it", p["tp"], lo, end - 1,
+        ev + [evidence(p["source"], p["position"], "list_offsets")], start=p["ts"], severity=severity,
+        connection=p["connection"], client_id=p["client"][1], details={"log_end": end, "from": lo})
 
 
 @rule("consumer-start-beyond-commit", "error", "wire",
@@ -249,14 +183,13 @@ def check_start_beyond(tl: Timelines) -> list[dict]:
             committed = fetched[-1]["offset"] if fetched else None
             if committed is None or first.fetch_offset <= committed:
                 continue
-            out.append(finding(
+            out.append(consumer_finding(
                 "consumer-start-beyond-commit",
                 f"group {group}, {_tp(tp)}: member {st.member.label} started fetching at offset {first.fetch_offset} "
                 f"while the group's committed offset was {committed}: offsets {committed}-{first.fetch_offset - 1} "
                 "were skipped (unless the application sought there on purpose)",
-                evidence=[evidence(first.source, first.position, "fetch")], topic=tp[0], partition=tp[1],
-                connection=first.connection, first_offset=committed, last_offset=first.fetch_offset - 1,
-                first_ts_ms=_ms(first.ts), client_id=st.member.client_id,
+                tp, committed, first.fetch_offset - 1, [evidence(first.source, first.position, "fetch")],
+                start=first.ts, connection=first.connection, client_id=st.member.client_id,
                 details={"group": group, "member": st.member.member_id, "committed": committed,
                          "fetch_offset": first.fetch_offset}))
     return out[:MAX_FINDINGS]

@@ -5,20 +5,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from kaudit.audit.consumers.found import FOLD_NAME, MAX_FINDINGS, consumer_finding
+from kaudit.audit.consumers.found import tp_name as _tp
 from kaudit.audit.consumers.timeline import Timelines
-from kaudit.audit.registry import evidence, finding, rule
-
-FOLD_NAME = "consumers"
-
-MAX_FINDINGS = 50
-
-
-def _ms(ts) -> int | None:
-    return None if ts is None else int(ts * 1000)
-
-
-def _tp(tp) -> str:
-    return f"{tp[0]}-{tp[1]}"
+from kaudit.audit.registry import evidence, rule
 
 
 def _resets(tl: Timelines) -> dict:
@@ -94,16 +84,12 @@ def check_nonmonotonic(tl: Timelines) -> list[dict]:
             limit = None if last is None or last.data_end is None else min(last.data_end, prev.fetch_offset)
         if limit is not None and 0 <= s.fetch_offset < limit:
             hi = limit - 1
-            out.append(finding(
+            out.append(_poll_finding(
                 "consumer-nonmonotonic-poll",
                 f"{_tp(s.tp)}: client {s.client_id} ({s.connection}) was served offsets up to {hi} (frame "
                 f"{prev.position}), then fetched again from offset {s.fetch_offset} (frame {s.position}) with no "
                 f"seek, offset look-up or rebalance seen: offsets {s.fetch_offset}-{hi} are fetched a second time",
-                evidence=[evidence(prev.source, prev.position, "fetch", "served"),
-                          evidence(s.source, s.position, "fetch", "fetched again")],
-                topic=s.tp[0], partition=s.tp[1], connection=s.connection, first_offset=s.fetch_offset,
-                last_offset=hi, first_ts_ms=_ms(prev.ts), last_ts_ms=_ms(s.ts), client_id=s.client_id,
-                details={"member": s.member.member_id if s.member else None}))
+                prev, s, s.fetch_offset, hi, "fetched again"))
     return out[:MAX_FINDINGS]
 
 
@@ -120,17 +106,22 @@ def check_poll_skip(tl: Timelines) -> list[dict]:
     for prev, s, _ in _poll_pairs(tl):
         expected = _expected(prev)
         if expected is not None and s.fetch_offset > expected:
-            out.append(finding(
+            out.append(_poll_finding(
                 "consumer-poll-skip",
                 f"{_tp(s.tp)}: client {s.client_id} ({s.connection}) stood at offset {expected} after the response "
                 f"of frame {prev.position}, then fetched from offset {s.fetch_offset} (frame {s.position}) with no "
                 f"seek, offset look-up or rebalance seen: offsets {expected}-{s.fetch_offset - 1} were skipped",
-                evidence=[evidence(prev.source, prev.position, "fetch", "served"),
-                          evidence(s.source, s.position, "fetch", "jumped")],
-                topic=s.tp[0], partition=s.tp[1], connection=s.connection, first_offset=expected,
-                last_offset=s.fetch_offset - 1, first_ts_ms=_ms(prev.ts), last_ts_ms=_ms(s.ts),
-                client_id=s.client_id, details={"member": s.member.member_id if s.member else None}))
+                prev, s, expected, s.fetch_offset - 1, "jumped"))
     return out[:MAX_FINDINGS]
+
+
+def _poll_finding(rule_id: str, message: str, prev, s, first: int, last: int, note: str) -> dict:
+    """A finding on the pair of responses (`prev`, then `s`) of one connection and partition."""
+    return consumer_finding(
+        rule_id, message, s.tp, first, last,
+        [evidence(prev.source, prev.position, "fetch", "served"), evidence(s.source, s.position, "fetch", note)],
+        start=prev.ts, end=s.ts, connection=s.connection, client_id=s.client_id,
+        details={"member": s.member.member_id if s.member else None})
 
 
 @rule("eos-double-commit", "critical", "wire",
@@ -157,17 +148,16 @@ def check_eos_double(tl: Timelines) -> list[dict]:
                 lo, hi = max(lo1, lo2), min(c1.offset, c2.offset)
                 if lo >= hi or c1.txn == c2.txn:
                     continue
-                out.append(finding(
+                out.append(consumer_finding(
                     "eos-double-commit",
                     f"group {group}, {_tp(tp)}: input offsets {lo}-{hi - 1} were consumed by two committed "
                     f"transactions: {c1.txn[0]} (producer {c1.txn[1]}, epoch {c1.txn[2]}) committed offset "
                     f"{c1.offset} and {c2.txn[0]} (producer {c2.txn[1]}, epoch {c2.txn[2]}) committed offset "
                     f"{c2.offset}: the outputs of those inputs were produced twice",
-                    evidence=[evidence(c1.source, c1.position, "txn_offset_commit", "first"),
-                              evidence(c2.source, c2.position, "txn_offset_commit", "second")],
-                    topic=tp[0], partition=tp[1], first_offset=lo, last_offset=hi - 1,
-                    producer_id=c2.txn[1], producer_epoch=c2.txn[2], transactional_id=c2.txn[0],
-                    first_ts_ms=_ms(c1.ts), last_ts_ms=_ms(c2.ts),
+                    tp, lo, hi - 1, [evidence(c1.source, c1.position, "txn_offset_commit", "first"),
+                                     evidence(c2.source, c2.position, "txn_offset_commit", "second")],
+                    start=c1.ts, end=c2.ts, producer_id=c2.txn[1], producer_epoch=c2.txn[2],
+                    transactional_id=c2.txn[0],
                     details={"group": group, "first": list(c1.txn), "second": list(c2.txn)}))
                 break
     return out[:MAX_FINDINGS]
@@ -214,7 +204,7 @@ def check_uncommitted_read(tl: Timelines) -> list[dict]:
                 (b["base_offset"], b["control_type"]))
     if not markers:
         return []
-    ru = {(s.connection, s.position, s.tp) for s in tl.serves
+    ru = {(s.connection, s.position, s.tp): s.ts for s in tl.serves
           if s.isolation == "read_uncommitted" and s.end is not None}
     seen, out = set(), []
     for b in batches:
@@ -229,12 +219,12 @@ def check_uncommitted_read(tl: Timelines) -> list[dict]:
         if key in seen:
             continue
         seen.add(key)
-        out.append(finding(
+        out.append(consumer_finding(
             "uncommitted-aborted-read",
             f"{b['topic']}-{b['partition']}: a read_uncommitted consumer ({b['connection']}) was served producer "
             f"{b['producer_id']}'s records at offsets {b['base_offset']}-{b['last_offset']} (frame {b['position']}) "
             f"of a transaction that aborted (ABORT marker at offset {after[0][0]})",
-            evidence=[evidence(b.get("source"), b["position"], "fetch")], topic=b["topic"],
-            partition=b["partition"], connection=b["connection"], producer_id=b["producer_id"],
-            producer_epoch=b["producer_epoch"], first_offset=b["base_offset"], last_offset=b["last_offset"]))
+            (b["topic"], b["partition"]), b["base_offset"], b["last_offset"],
+            [evidence(b.get("source"), b["position"], "fetch")], start=ru[k], connection=b["connection"],
+            producer_id=b["producer_id"], producer_epoch=b["producer_epoch"]))
     return out[:MAX_FINDINGS]

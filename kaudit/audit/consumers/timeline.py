@@ -63,6 +63,7 @@ class Member:
     client_id: str | None = None
     connection: str | None = None
     generation: int | None = None
+    protocol: str | None = None         # "classic" (JoinGroup) or "consumer" (KIP-848 ConsumerGroupHeartbeat)
     first_ts: float | None = None
     left_ts: float | None = None
     cause: str | None = None            # why it left (LeaveGroup, fenced, ...)
@@ -175,6 +176,8 @@ class Timelines:
         if m is None:
             return
         gen = r.get("generation")
+        if ev in ("JOIN", "CG_HEARTBEAT", "CG_LEAVE"):
+            m.protocol = "classic" if ev == "JOIN" else "consumer"
         if ev == "JOIN" and err == OK:
             m.generation = gen
             m.events.append((ts, f"joined, generation {gen}"))

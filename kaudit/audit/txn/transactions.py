@@ -39,7 +39,7 @@ BATCH_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_of
 TXN_LOG_COLUMNS = ("replica", "topic", "partition", "source", "position", "offset", "timestamp_ms",
                    "transactional_id", "tombstone", "producer_id", "producer_epoch",
                    "transaction_timeout_ms", "state", "state_id", "partitions", "start_ms",
-                   "client_transaction_version")
+                   "client_transaction_version", "previous_producer_id", "next_producer_id")
 
 
 class ProducerGroup:
@@ -67,6 +67,7 @@ class ProducerGroup:
                       coordinator_known=bool(txn_log) or bool(self.ctx.txn_state_seen),
                       cluster_tv=self.ctx.cluster_transaction_version,
                       two_pc_inits=(self.ctx.two_pc_inits or {}).get(self.producer_id))
+        pt.lineage = (self.ctx.producer_lineage or {}).get(self.producer_id)
         return txn_findings.judge(pt, self.ctx.reference_time_ms)
 
 
@@ -123,12 +124,17 @@ def listed(chunks, transactional_id: str | None = None, producer_id: int | None 
     id if given."""
     from collections import defaultdict
 
+    from kaudit.audit.txn import txn_lineage
+
     batches: dict = defaultdict(list)
     states: dict = defaultdict(list)
     by_txn_id: set = set()
+    links: list = []
     for kind, sel in chunks:
         if sel is None:
             continue
+        if kind == "txn_log":
+            links.extend(txn_lineage.disk_links(sel))
         for r in sel.to_pylist():
             if kind == "batch":
                 batches[r["producer_id"]].append(r)
@@ -138,8 +144,11 @@ def listed(chunks, transactional_id: str | None = None, producer_id: int | None 
                     by_txn_id.add(r["producer_id"])
     pids = {pid for pid, rows in batches.items() if any(b["is_transactional"] for b in rows)}
     pids |= set(states)
-    if transactional_id is not None:
-        pids = by_txn_id
+    lineage = txn_lineage.build(links)
+    if transactional_id is not None:   # every producer id its history moved through
+        pids = set(by_txn_id)
+        for q in by_txn_id:
+            pids.update(lineage[q].producer_ids if q in lineage else ())
     if producer_id is not None:
         pids &= {producer_id}
     known = bool(states)
@@ -147,6 +156,7 @@ def listed(chunks, transactional_id: str | None = None, producer_id: int | None 
     for pid in sorted(q for q in pids if q is not None):
         pt = assemble(pid, batches.get(pid, []), states.get(pid, []), coordinator_known=known,
                       cluster_tv=cluster_tv)
+        pt.lineage = lineage.get(pid)
         out.extend(t for t in describe(pt)
                    if transactional_id is None or t["transactional_id"] in (transactional_id, None))
-    return out
+    return txn_lineage.annotate(out, lineage)

@@ -10,6 +10,7 @@ from kaudit.audit.registry import evidence, rule
 from kaudit.audit.txn.txn_model import Part, ProducerTxns
 from kaudit.timefmt import iso_ms
 from kaudit.audit.thresholds import EPOCH_SLACK_MS
+from kaudit.audit.txn.txn_history import MOVED
 
 
 
@@ -126,6 +127,10 @@ def _stale_finding(j, part: Part, batches: list[dict], why: str, outcome: str) -
     ended = ""
     if span is not None and span.ended_ms is not None:
         ended = f"epoch {e} was {span.how} at {iso_ms(span.ended_ms)}"
+        move = getattr(pt.epochs, "move", None)
+        if move is not None and not span.how.startswith(MOVED):
+            # its own end came first; the id has since left the producer id (txn_lineage)
+            ended += f" - and {move.text}" + (f" at {iso_ms(move.ts_ms)}" if move.ts_ms is not None else "")
     wire = pt.coverage.source == "wire"
     after = span is not None and span.ended_ms is not None and any(_after(b, span.ended_ms, wire) for b in batches)
     # "after" only where the batches' own times show it; else the end, and that the order is not shown

@@ -59,6 +59,8 @@ class _Say:
         self.wire = pt.coverage.source == "wire"
         ids = sorted(i for i in pt.view.transactional_ids if i)
         self.tid = ids[0] if len(ids) == 1 else None
+        if self.tid is None and not ids and pt.lineage is not None:
+            self.tid = pt.lineage.transactional_id   # its records gone: the id's lineage names it
 
     def where(self, part: Part) -> str:
         if self.wire:
@@ -101,6 +103,15 @@ class _Say:
             if who is not None:
                 d["ended_by"] = who if how is None else f"{who} ({how})"
         d["transaction_version"] = self.pt.version
+        lin = self.pt.lineage
+        if lin is not None:   # its transactional id's history across producer ids (txn_lineage)
+            d["transactional_id_history"] = {"transactional_id": lin.transactional_id,
+                                             "producer_ids": list(lin.producer_ids)}
+            for key, m in (("previous_producer_id", lin.previous_move(self.pt.producer_id)),
+                           ("next_producer_id", lin.next_move(self.pt.producer_id))):
+                if m is not None:
+                    d[key] = m.old if key == "previous_producer_id" else m.new
+                    d[key.replace("producer_id", "move")] = m.text
         admin = [p.marker.client_id for p in (txn.parts if txn is not None else [part] if part is not None else [])
                  if p.marker is not None and p.marker.writer == "admin"]
         if admin:

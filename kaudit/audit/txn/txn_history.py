@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from kaudit.audit.txn.coordinator_state import CoordView
 
+MOVED = "left behind"   # EpochSpan.how of the epochs a move to a new producer id ended
+
 
 @dataclass
 class EpochSpan:
@@ -26,6 +28,44 @@ class EpochSpan:
     @property
     def fenced(self) -> bool:
         return bool(self.how) and self.how.startswith("fenced")
+
+
+class ProducerEpochs(dict):
+    """Epoch -> EpochSpan of one producer id (`epochs`), and - when its transactional id moved on
+    to a newer producer id (txn_lineage.Move: the epoch ran out, or the id was lost) - every epoch
+    of it, those the records name and those they do not, ended at that move: the coordinator
+    gives the old id no epoch any more."""
+
+    def __init__(self, spans: dict, move=None):
+        super().__init__(spans)
+        self.move = move
+        if move is not None and move.ts_ms is not None:
+            for s in self.values():
+                if s.ended_ms is None or s.ended_ms > move.ts_ms:
+                    _left(s, move)
+
+    def get(self, epoch, default=None):
+        if epoch in self:
+            return self[epoch]
+        if self.move is None or self.move.ts_ms is None or epoch is None or epoch < 0:
+            return default
+        s = EpochSpan(epoch, None)
+        _left(s, self.move)
+        self[epoch] = s
+        return s
+
+
+def _left(s: EpochSpan, move) -> None:
+    s.ended_ms, s.source, s.position = move.ts_ms, move.source, move.position
+    s.how = (f"{MOVED} when transactional id {move.transactional_id!r} moved to producer id {move.new} "
+             f"({move.how})")
+
+
+def producer_epochs(pt) -> ProducerEpochs:
+    """The epochs of a producer's history (txn_model.ProducerTxns), its cluster-wide lineage's
+    move to a newer producer id included (`pt.lineage`, txn_lineage.Lineage)."""
+    lin = getattr(pt, "lineage", None)
+    return ProducerEpochs(epochs(pt.view), lin.next_move(pt.producer_id) if lin is not None else None)
 
 
 def epochs(view: CoordView) -> dict[int, EpochSpan]:

@@ -322,6 +322,7 @@ class ProducerTxns:
     coverage: Coverage = field(default_factory=Coverage)
     version: str | None = None                   # "2" | "0/1" | "mixed" | None (see transaction_version)
     timeline: list[str] = field(default_factory=list)   # wire: the producer's story, for findings
+    lineage: object = None   # txn_lineage.Lineage: its transactional id's producer ids, cluster-wide
     # another feed's InitProducerIds of this producer id, ((epoch, enable_2pc, transactional id),
     # ...) (`kaudit audit`: the capture's, for the log dirs; folds.Context.two_pc_inits)
     two_pc_inits: tuple = ()
@@ -350,10 +351,11 @@ class ProducerTxns:
 
     @cached_property
     def epochs(self) -> dict:
-        """Epoch -> txn_history.EpochSpan: when each epoch began and ended at the coordinator."""
-        from kaudit.audit.txn.txn_history import epochs
+        """Epoch -> txn_history.EpochSpan: when each epoch began and ended at the coordinator (or
+        when its transactional id moved on to a newer producer id: `lineage`)."""
+        from kaudit.audit.txn.txn_history import producer_epochs
 
-        return epochs(self.view)
+        return producer_epochs(self)
 
 
 def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],

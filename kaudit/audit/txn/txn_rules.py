@@ -126,7 +126,8 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
     Hanging when: older than its timeout at the reference time (transaction.timeout.ms from the
     coordinator's records or the producer's InitProducerId, else transaction.max.timeout.ms 15 min),
     absent from the coordinator's state for that partition, or the coordinator's transaction for
-    that producer already ended (or the coordinator has no record of the producer).
+    that producer already ended (or the coordinator has no record of the producer, or its
+    transactional id had moved to a newer producer id before the data was written: txn_lineage).
     A KIP-939 two-phase-commit transaction (two_phase_commit: Int.MaxValue as its timeout in the
     coordinator's records, or an InitProducerId with Enable2Pc on the wire - in `kaudit audit` the
     capture's tells the log dirs') has no timeout: the coordinator keeps it open, prepared, until
@@ -147,7 +148,13 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
         reasons.append(f"open for {duration(reference_ms - start)}, past its timeout of {duration(timeout)}")
     if not pt.coordinator_known:
         return reasons
-    if view.last_state is None:
+    move = getattr(pt.epochs, "move", None)
+    if t is None and move is not None and move.ts_ms is not None and part.first_ts is not None \
+            and part.first_ts > move.ts_ms + (0 if pt.coverage.source == "wire" else EPOCH_SLACK_MS):
+        # written after its transactional id left this producer id: no coordinator will end it
+        reasons.append(f"{move.text} before it was written: no transaction of producer id {move.old} "
+                       "will ever end it")
+    elif view.last_state is None:
         reasons.append("the coordinator has no record of this producer id")
     elif t is not None and t.result is not None:
         reasons.append(f"the coordinator's transaction for this producer is already "

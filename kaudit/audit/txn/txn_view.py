@@ -79,4 +79,6 @@ def merge_rows(disk: list[dict], wire: list[dict]) -> list[dict]:
                 d["ended_by"] = w["ended_by"]
         else:
             out.append(w)
-    return sorted(out, key=lambda r: (r["start_ms"] is None, r["start_ms"] or 0, r["producer_id"]))
+    from kaudit.audit.txn.txn_lineage import together
+
+    return together(sorted(out, key=lambda r: (r["start_ms"] is None, r["start_ms"] or 0, r["producer_id"])))

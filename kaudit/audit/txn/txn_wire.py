@@ -73,7 +73,9 @@ def producer_facts(pid: int, rows: list[tuple], ctx: Context) -> ProducerTxns:
     feed = WireFeed(pid, ctx)
     for ts, _, kind, r in sorted(rows, key=lambda x: (x[0], x[1])):
         (feed.event if kind == "txn_event" else feed.batch)(ts, r)
-    return feed.facts()
+    pt = feed.facts()
+    pt.lineage = (ctx.producer_lineage or {}).get(pid)
+    return pt
 
 
 def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
@@ -126,8 +128,10 @@ def listed(items: list[tuple[str, pa.Table]], ctx: Context, producer_id: int | N
     (txn_view rows), from the fold's whole selection (`items`, topics named)."""
     from collections import defaultdict
 
-    from kaudit.audit.txn import txn_view
+    from kaudit.audit.txn import txn_lineage, txn_view
 
+    links = [x for kind, t in items if kind == "txn_event" for x in txn_lineage.wire_links(t)]
+    ctx.producer_lineage = txn_lineage.build(links) or None
     rows: dict = defaultdict(list)
     for kind, t in prepare(items, ctx):
         for r in t.to_pylist():
@@ -138,7 +142,7 @@ def listed(items: list[tuple[str, pa.Table]], ctx: Context, producer_id: int | N
     for pid in sorted(rows):
         if producer_id is None or pid == producer_id:
             out.extend(txn_view.describe(producer_facts(pid, rows[pid], ctx)))
-    return txn_view.follow(out, transactional_id)
+    return txn_lineage.annotate(txn_view.follow(out, transactional_id), ctx.producer_lineage or {})
 
 
 def _txn_batch_where(t: pa.Table):

@@ -367,6 +367,9 @@ class WireFeed:
     def batch(self, ts: float, r: dict) -> None:
         tp = f"{r['topic']}-{r['partition']}"
         err = r["response_error"]
+        if self.tid is None and r.get("transactional_id"):
+            # a producer id whose first request is a Produce (TV2: EndTxn v5 gave it, KIP-890)
+            self.tid = r["transactional_id"]
         self.step(ts, r["position"], r)   # told in words only if a finding shows it (Story)
         if err not in (0, None):
             return

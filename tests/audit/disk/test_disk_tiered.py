@@ -94,3 +94,9 @@ def test_local_and_remote_together_raise_no_false_alarm(tmp_path):
     remote = _remote_folder(tmp_path)
     fs = audit([local, remote], rules=())
     assert fs == [], [(f["rule"], f["message"]) for f in fs]
+
+
+def test_a_hole_beside_a_remote_segment_no_copy_explains_is_lost(tmp_path):
+    local = _tiered(tmp_path / "l", [("a", 0, 99, [1]), ("c", 100, 199, [])])
+    fs = audit([local, _remote_folder(tmp_path, seg_ids=("a",))], rules=("missing-offsets",) + RULES)
+    assert brief(fs) == [("missing-offsets", "error", "tiered-0", 100, 199)]
