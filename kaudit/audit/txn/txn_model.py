@@ -563,7 +563,8 @@ def group(pt: ProducerTxns) -> list[Transaction]:
         if cluster and (p.tp in {q.tp for q in cluster}
                         or (p.marker.ts or 0) - (cluster[0].marker.ts or 0) > MARKER_CLUSTER_MS
                         or p.marker.epoch != cluster[0].marker.epoch
-                        or p.marker.coordinator_epoch != cluster[0].marker.coordinator_epoch):
+                        or p.marker.coordinator_epoch != cluster[0].marker.coordinator_epoch
+                        or _written_after(p, cluster)):
             out.append(Transaction(pt.producer_id, None, cluster, tid))
             cluster = []
         cluster.append(p)
@@ -571,6 +572,19 @@ def group(pt: ProducerTxns) -> list[Transaction]:
         out.append(Transaction(pt.producer_id, None, cluster, tid))
     out.extend(Transaction(pt.producer_id, None, [p], tid) for p in loose if p.marker is None)
     return sorted(out, key=lambda t: (t.start_ms is None, t.start_ms or 0, t.key))
+
+
+def _written_after(p: Part, cluster: list[Part]) -> bool:
+    """Whether `p` and a part of `cluster` ended differently and one's data was written after the
+    other's marker: two transactions (a TV1 producer keeps its epoch from one to the next), not
+    one torn - the coordinator writes a transaction's markers only once all its data was sent."""
+    for q in cluster:
+        if q.marker.result == p.marker.result:
+            continue
+        if (p.first_ts is not None and q.marker.ts is not None and p.first_ts > q.marker.ts) or \
+                (q.first_ts is not None and p.marker.ts is not None and q.first_ts > p.marker.ts):
+            return True
+    return False
 
 
 def _order(p: Part):
