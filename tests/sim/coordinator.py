@@ -12,6 +12,7 @@ from fixtures import kafka_encoder as ke
 from tests.sim import wire
 
 TXN_PARTITIONS = 5          # transaction.state.log.num.partitions of the simulated cluster
+TWO_PC_TIMEOUT_MS = 2**31 - 1   # Int.MaxValue: a KIP-939 two-phase-commit transaction never times out
 MAX_EPOCH = 32767           # Short.MAX_VALUE: an epoch that reaches it moves the id to a new producer id
 
 
@@ -61,10 +62,16 @@ class Coordinator:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def init_producer_id(self, txn_id: str, tv: int, timeout_ms: int, new_pid) -> tuple[int, int, int]:
+    def init_producer_id(self, txn_id: str, tv: int, timeout_ms: int, new_pid, *,
+                         two_pc: bool = False) -> tuple[int, int, int]:
         """(error, pid, epoch) of an InitProducerId; an open transaction is aborted first (the
         coordinator fences its epoch: markers at epoch + 1) and CONCURRENT_TRANSACTIONS returned:
-        the client retries and gets epoch + 2."""
+        the client retries and gets epoch + 2. `two_pc` (KIP-939 Enable2Pc): the coordinator
+        keeps Int.MaxValue as the transaction timeout (TransactionCoordinator's
+        resolvedTxnTimeoutMs; TransactionMetadata.isDistributedTwoPhaseCommitTxn), and so does
+        every `__transaction_state` record of the id."""
+        if two_pc:
+            timeout_ms = TWO_PC_TIMEOUT_MS
         m = self.txns.get(txn_id)
         if m is None:
             m = self.txns[txn_id] = TxnMeta(txn_id, new_pid(), 0, tv, timeout_ms)

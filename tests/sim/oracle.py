@@ -67,7 +67,8 @@ INVARIANTS = {
     # refused as fenced: the coordinator did its job, a warning (no partition)
     "fenced-request-refused": Invariant(("fenced-epoch",), "warning", also=("producer-error",)),
     # KIP-939: a prepared two-phase-commit transaction waits for its external coordinator, past its
-    # timeout: open (dangling), not hanging. The log dirs alone cannot tell (no 2PC flag on disk).
+    # timeout: open (dangling), not hanging. The log dirs tell it by the Int.MaxValue timeout of the
+    # coordinator's records; without `__transaction_state` they cannot (-disk: hanging allowed).
     "prepared-2pc": Invariant((), "info", also=("dangling-transaction",)),
     "prepared-2pc-disk": Invariant((), "info", also=("hanging-transaction", "dangling-transaction")),
     # a request delayed in the broker (KAFKA-17754): truly unanswered on its connection

@@ -37,7 +37,9 @@ def txn_episode(kind: str, tv=None):
         "at": st.integers(0, 2), "zombie": st.just(zombie or "registered"),
         "zombie_then": st.sampled_from(["commit", "abort", "none"]),
         "admin": st.lists(st.integers(0, 2), min_size=1, max_size=3),
-        "admin_then_write": st.booleans()})
+        "admin_then_write": st.booleans(),
+        # two_pc: whether the log dirs given hold `__transaction_state` (txn_episodes._two_pc_left_open)
+        "coord_log": st.booleans() if fault == "two_pc" else st.just(True)})
 
 
 def _fix(h: dict) -> dict:
@@ -77,6 +79,8 @@ def mix(passing):
             for ep in h["episodes"]:
                 if ep["fault"] not in _OWN_TOPIC:
                     ep["topic"] = "shared"
+        for ep in h["episodes"]:
+            ep["coord_log"] = True    # the other faults' verdicts need the coordinator's records
         h["shared"] = shared
         return h
 
@@ -157,6 +161,8 @@ def wide(passing, size: int | None = None):
 
     def build(b, eps, shared, rt):
         h = {"broker": b, "episodes": eps, "retransmit_every": rt, "shared": shared}
+        for ep in eps:
+            ep["coord_log"] = True    # the other faults' verdicts need the coordinator's records
         if shared:   # two of them on one topic: their batches and markers interleave
             for ep in [e for e in eps if e["fault"] not in _OWN_TOPIC][:2]:
                 ep["topic"] = "shared"

@@ -65,7 +65,8 @@ class ProducerGroup:
             return []
         pt = assemble(self.producer_id, batches, txn_log,
                       coordinator_known=bool(txn_log) or bool(self.ctx.txn_state_seen),
-                      cluster_tv=self.ctx.cluster_transaction_version)
+                      cluster_tv=self.ctx.cluster_transaction_version,
+                      two_pc_inits=(self.ctx.two_pc_inits or {}).get(self.producer_id))
         pt.lineage = (self.ctx.producer_lineage or {}).get(self.producer_id)
         return txn_findings.judge(pt, self.ctx.reference_time_ms)
 

@@ -331,6 +331,24 @@ class ProducerTxns:
     marker_writes: list[dict] = field(default_factory=list)
     busy: list[tuple] = field(default_factory=list)
     lineage: object = None   # txn_lineage.Lineage: its transactional id's producer ids, cluster-wide
+    # another feed's InitProducerIds of this producer id, ((epoch, enable_2pc, transactional id),
+    # ...) (`kaudit audit`: the capture's, for the log dirs; folds.Context.two_pc_inits)
+    two_pc_inits: tuple = ()
+
+    def two_pc_at(self, epoch: int | None) -> bool:
+        """Whether the InitProducerId in effect at `epoch` (the latest one answered at or below
+        it: later epochs come from EndTxn bumps under TV2 or fencings) asked for KIP-939 two-phase
+        commit, as another feed shows it."""
+        best = None
+        for e, on, *_ in self.two_pc_inits:
+            if e is not None and (epoch is None or e <= epoch) and (best is None or e >= best[0]):
+                best = (e, on)
+        return bool(best and best[1])
+
+    @property
+    def init_transactional_id(self) -> str | None:
+        """The transactional id another feed's InitProducerIds name (the log dirs may not)."""
+        return next((x[2] for x in self.two_pc_inits if len(x) > 2 and x[2]), None)
 
     @property
     def coordinator_known(self) -> bool:
@@ -350,9 +368,10 @@ class ProducerTxns:
 
 def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
              coordinator_known: bool | None = None, coverage: Coverage | None = None,
-             cluster_tv: int | None = None) -> ProducerTxns:
+             cluster_tv: int | None = None, two_pc_inits=None) -> ProducerTxns:
     """The facts of one producer from its batch rows (data and markers, any replica; `rank`
-    orders wire rows) and coordinator records (`__transaction_state` rows, or the wire's)."""
+    orders wire rows) and coordinator records (`__transaction_state` rows, or the wire's);
+    `two_pc_inits`: another feed's InitProducerIds (ProducerTxns.two_pc_inits)."""
     from kaudit.audit.txn import coordinator_state
 
     by_rep: dict[tuple, list[dict]] = {}
@@ -371,7 +390,7 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
     if coverage is None:
         coverage = Coverage(coordinator=bool(txn_log) if coordinator_known is None else coordinator_known,
                             registrations=bool(txn_log) if coordinator_known is None else coordinator_known)
-    pt = ProducerTxns(producer_id, partitions, view, coverage)
+    pt = ProducerTxns(producer_id, partitions, view, coverage, two_pc_inits=tuple(two_pc_inits or ()))
     match_markers(pt.all_parts(), view)
     pt.version = transaction_version(pt, cluster_tv)
     return pt
@@ -558,7 +577,8 @@ def group(pt: ProducerTxns) -> list[Transaction]:
         if cluster and (p.tp in {q.tp for q in cluster}
                         or (p.marker.ts or 0) - (cluster[0].marker.ts or 0) > MARKER_CLUSTER_MS
                         or p.marker.epoch != cluster[0].marker.epoch
-                        or p.marker.coordinator_epoch != cluster[0].marker.coordinator_epoch):
+                        or p.marker.coordinator_epoch != cluster[0].marker.coordinator_epoch
+                        or _written_after(p, cluster)):
             out.append(Transaction(pt.producer_id, None, cluster, tid))
             cluster = []
         cluster.append(p)
@@ -566,6 +586,19 @@ def group(pt: ProducerTxns) -> list[Transaction]:
         out.append(Transaction(pt.producer_id, None, cluster, tid))
     out.extend(Transaction(pt.producer_id, None, [p], tid) for p in loose if p.marker is None)
     return sorted(out, key=lambda t: (t.start_ms is None, t.start_ms or 0, t.key))
+
+
+def _written_after(p: Part, cluster: list[Part]) -> bool:
+    """Whether `p` and a part of `cluster` ended differently and one's data was written after the
+    other's marker: two transactions (a TV1 producer keeps its epoch from one to the next), not
+    one torn - the coordinator writes a transaction's markers only once all its data was sent."""
+    for q in cluster:
+        if q.marker.result == p.marker.result:
+            continue
+        if (p.first_ts is not None and q.marker.ts is not None and p.first_ts > q.marker.ts) or \
+                (q.first_ts is not None and p.marker.ts is not None and q.first_ts > p.marker.ts):
+            return True
+    return False
 
 
 def _order(p: Part):
