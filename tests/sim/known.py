@@ -13,13 +13,4 @@ KNOWN_FAILING = {
                   "__transaction_state) is kept although the capture's InitProducerId Enable2Pc (KIP-939) shows "
                   "a prepared transaction the coordinator never times out; audit_both does not reconcile the "
                   "disk's age verdict with the wire's (segments alone cannot know: allowed there)",
-    "group:reset_range_session": "pcap and audit: a reset to the log end under a KIP-227 fetch session (Fetch "
-                                 "v7+ with a session: every Java consumer) is missed. After OFFSET_OUT_OF_RANGE "
-                                 "and ListOffsets -1 the incremental Fetch asks the partition at the log end and "
-                                 "the broker leaves it out of the response (no records, no watermark change: "
-                                 "FetchSession's mustRespond); fetch_partition rows exist only for answered "
-                                 "partitions (summary_batches.fetch_partitions), so consumer-reset-skip never sees "
-                                 "the Fetch that starts at the log end ('the next Fetch starts there') and says "
-                                 "nothing. The fix is in the rows (the request's partitions the response left "
-                                 "out), not in the rule's invariant",
 }
