@@ -36,6 +36,27 @@ def test_a_reset_to_the_log_end_left_out_of_the_session_response_is_found(tmp_pa
     assert _brief(fs) == [("consumer-reset-skip", "error", 3, 49)]
 
 
+def _kafka_reset(*after):
+    """As Kafka answers: the out-of-range error with high watermark and log start -1."""
+    full = g.fetch_session(4, "app-a", SID, 0, [(0, 3)], [(0, 1, -1, -1, b"")])
+    at_end = g.fetch_session(6, "app-a", SID, 1, [(0, 50)], [])
+    return _restart(3) + full + g.list_offsets(5, "app-a", -1, 50) + at_end + list(after)
+
+
+def test_an_unknown_log_start_is_said_not_guessed(tmp_path):
+    fs = audit(tmp_path, Conn(_kafka_reset(), **A), select=CONSUMER_RULES)
+    assert _brief(fs) == [("consumer-reset-skip", "error", 3, 49)]
+    assert "log start is in no answer" in fs[0]["message"] and "retention" in fs[0]["message"]
+
+
+def test_a_later_answer_bounds_the_log_start(tmp_path):
+    """The next answer (records past the log end) says log start 20: 20-49 were skipped for certain
+    (the log start only grows), 3-19 may have been deleted by retention."""
+    later = g.fetch_session(7, "app-a", SID, 2, [(0, 50)], [(0, 0, 52, 20, g.records(50, 2))])
+    fs = audit(tmp_path, Conn(_kafka_reset(*later), **A), select=CONSUMER_RULES)
+    assert _brief(fs) == [("consumer-reset-skip", "error", 20, 49)]
+
+
 def test_a_watermark_query_while_reading_in_a_session_is_no_reset(tmp_path):
     """Reading on from 0 with empty incremental answers in between; a ListOffsets -1 look-up (a lag
     query) and the next Fetch still at the client's position: nothing skipped."""
