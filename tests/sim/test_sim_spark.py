@@ -2,7 +2,8 @@
 
 In `make test` (when pyspark is installed): a small fixed Hypothesis budget of wide histories -
 several faulted episodes of the kinds the auditor passes, each its own producer, topic and
-transactional id, side by side in one cluster (one set of log dirs, one capture) - each audited
+transactional id, then a consumer group of each passing group kind reading their topics, side by
+side in one cluster (one set of log dirs, one capture) - each audited
 in ONE Spark run per feed (`segments`, `pcap`, `audit`) and judged against the union of the
 episodes' oracles (strategies.wide: an episode of every fault kind the auditor passes, in any
 order). Spark's fixed cost (its session, its first job) is paid once for many histories; the
