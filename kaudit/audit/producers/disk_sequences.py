@@ -319,53 +319,113 @@ class PartitionTimeline:
         return (st.last_seq >= 0 and bs == st.last_seq + 1) or (st.last_seq == -1 and bs == 0)
 
     def _catch_up(self, order, pid, upto: int, t, cols) -> None:
-        """Apply to each producer's state its last fast-path batch before row `upto`."""
+        """Apply to each producer's state its last fast-path batch before row `upto` (the chunk's
+        end: every producer at once, `_catch_up_all`)."""
         if order.size == 0:
             return
-        if upto < t.num_rows:
-            q = int(pid[upto])
-            if q < 0:
-                return
-            a, z = self._slices.get(q, (0, 0))
-            seg = order[a:z]
-            sel = seg[:int(np.searchsorted(seg, upto))]
-            targets = [(q, sel)]
-        else:
-            p = pid[order]
-            starts = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
-            ends = np.r_[starts[1:], order.size]
-            targets = [(int(p[s]), order[s:e]) for s, e in zip(starts.tolist(), ends.tolist())]
+        if upto >= t.num_rows:
+            self._catch_up_all(order, pid, t, cols)
+            return
+        q = int(pid[upto])
+        if q < 0:
+            return
+        a, z = self._slices.get(q, (0, 0))
+        seg = order[a:z]
+        sel = seg[:int(np.searchsorted(seg, upto))]
         views = _Views(t, cols, self._arrays)
+        if sel.size and q not in self.producers:   # seen for the first time: its first batch opens the state
+            self._first_sight(views.get(int(sel[0])), int(sel[0]))
+        st = self.producers.get(q)
+        if st is None or sel.size == 0:
+            return
+        i = int(sel[-1])
+        if st.applied_upto is not None and i <= st.applied_upto:
+            return
+        if st.applied_upto is not None:
+            sel = sel[sel > st.applied_upto]
+        noted = -1 if st.noted_upto is None else st.noted_upto
+        runs, bump = self._epoch_runs(st, sel)
+        self._apply([(st, i, runs, bump, [j for j in sel[-4:].tolist() if j > noted])], views)
+
+    def _catch_up_all(self, order, pid, t, cols) -> None:
+        """`_catch_up` at the chunk's end: every producer's rows not yet applied (a suffix of its
+        slice of `order`), their epochs, first and last data rows and last rows, taken with numpy
+        over the whole chunk at once, not producer by producer; a producer whose rows span
+        several epochs (rare) takes `_epoch_runs`."""
+        p = pid[order]
+        starts = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
+        ends = np.r_[starts[1:], order.size]
+        qs, heads = p[starts].tolist(), order[starts].tolist()
+        views = _Views(t, cols, self._arrays)
+        producers = self.producers
         # producers seen for the first time: their first batch opens the state
-        firsts = [int(sel[0]) for q, sel in targets if sel.size and q not in self.producers]
+        firsts = [h for q, h in zip(qs, heads) if q not in producers]
         views.prefetch(firsts)
         for j in firsts:
             self._first_sight(views.get(j), j)
+        states = [producers[q] for q in qs]
+        applied = np.fromiter((-1 if st.applied_upto is None else st.applied_upto for st in states),
+                              np.int64, len(states))
+        seg = np.repeat(np.arange(len(starts)), ends - starts)
+        keep = order > applied[seg]   # rows ascend within a slice: the rows kept are its suffix
+        first = ends - np.bincount(seg[keep], minlength=len(starts))
+        last = ends - 1
+        ep = self._epoch[order]
+        one_epoch = (ep[np.minimum(first, last)] == ep[last]).tolist()
+        pos = np.arange(order.size)
+        data = keep & ~self._control[order]
+        first_data = np.minimum.reduceat(np.where(data, pos, order.size - 1), starts)
+        last_data = np.maximum.reduceat(np.where(data, pos, -1), starts)
+        has_data = (last_data >= 0).tolist()
+        first_data, last_data = order[first_data].tolist(), order[np.maximum(last_data, 0)].tolist()
+        epochs, last_row = ep[last].tolist(), order[last].tolist()
+        first_row = order[np.minimum(first, last)].tolist()
+        rows, first, ends = order.tolist(), first.tolist(), ends.tolist()
         steps = []   # (state, last row, [(epoch, first data row, last data row)], bump, rows to note)
-        for q, sel in targets:
-            st = self.producers.get(q)
-            if st is None or sel.size == 0:
+        for k, st in enumerate(states):
+            a, z = first[k], ends[k]
+            if a == z:   # every row already applied
                 continue
-            i = int(sel[-1])
-            if st.applied_upto is not None and i <= st.applied_upto:
-                continue
-            if st.applied_upto is not None:
-                sel = sel[sel > st.applied_upto]
+            if not one_epoch[k]:
+                runs, bump = self._epoch_runs(st, order[a:z])
+            elif has_data[k]:
+                runs, bump = [(epochs[k], first_data[k], last_data[k])], None
+            else:
+                runs, bump = [], (first_row[k] if epochs[k] != st.epoch else None)
             noted = -1 if st.noted_upto is None else st.noted_upto
-            runs, bump = self._epoch_runs(st, sel)
-            steps.append((st, i, runs, bump, [j for j in sel[-4:].tolist() if j > noted]))
-        views.prefetch([r for s in steps for e, a, z in s[2] for r in (a, z)] + [r for s in steps for r in s[4]])
+            steps.append((st, last_row[k], runs, bump, [j for j in rows[max(a, z - 4):z] if j > noted]))
+        self._apply(steps, views)
+
+    def _apply(self, steps: list, views: "_Views") -> None:
+        """Each producer's catch-up step applied to its state, as the checked path would leave it.
+        A run's first batch that continues its epoch's last run (most: a producer's next batches)
+        extends it from the chunk's columns, with no view of the batch (ProducerState.extends)."""
+        arrays = self._arrays()
+        merge = set()
+        if arrays is not None:
+            bseq, lseq, last_off = arrays["base_sequence"], arrays["last_sequence"], arrays["last_offset"]
+            merge = {a for st, _, runs, _, _ in steps for e, a, _ in runs if st.extends(e, int(bseq[a]), int(lseq[a]))}
+        views.prefetch([r for s in steps for e, a, z in s[2] for r in (() if a in merge else (a,))
+                        + (() if arrays is not None else (z,))])
+        views.prefetch_fields([r for s in steps for r in s[4]])
         for st, i, runs, bump, notes in steps:
             for e, a, z in runs:
                 # the run's first batch stored as the checked path stores it (it continues the
                 # epoch's last range, or opens a bumped epoch's); the next ones each continue it
-                st.remember(views.get(a))
-                b = views.get(z)
+                if a in merge:
+                    st.extend(e, int(lseq[a]), int(last_off[a]))
+                else:
+                    st.remember(views.get(a))
+                if arrays is not None:
+                    z_seq, z_off = int(lseq[z]), int(last_off[z])
+                else:
+                    b = views.get(z)
+                    z_seq, z_off = b.last_sequence, b.last_offset
                 history = st.history(e)
-                history[-1].hi = b.last_sequence
-                history[-1].last_offset = b.last_offset
+                history[-1].hi = z_seq
+                history[-1].last_offset = z_off
                 st.epoch, st.max_epoch = e, max(st.max_epoch, e)
-                st.set_sequence(b.last_sequence, int(self._gaps_before[z]))
+                st.set_sequence(z_seq, int(self._gaps_before[z]))
             if bump is not None:   # a marker bumped the epoch after the last data batch
                 e = int(self._epoch[bump])
                 st.epoch, st.max_epoch = e, max(st.max_epoch, e)
@@ -374,7 +434,7 @@ class PartitionTimeline:
             st.offset_gaps = int(self._gaps_before[i])
             st.applied_upto = i
             for j in notes:
-                st.note(views.get(j))
+                st.note(views.fields(j))
             st.noted_upto = i
 
     def _arrays(self) -> dict | None:
@@ -553,12 +613,21 @@ class PartitionTimeline:
         st.open_fenced = None
 
     def finish(self) -> list[dict]:
-        for st in self.producers.values():
+        # the zombie runs still open, in log order (where each began): the same order whichever
+        # path - checked or fast - first saw each producer
+        still = [st for st in self.producers.values() if st.open_fenced is not None]
+        for st in sorted(still, key=lambda st: _began(st.open_fenced)):
             self._flush_fenced(st, None)
         if self.dups is not None:
             self.out.extend(self.dups.finish())
         out, self.out = self.out, []
         return out
+
+
+def _began(f: dict) -> tuple:
+    """Where a finding's batch is in the log: (file, byte position)."""
+    ev = f["evidence"][0]
+    return str(ev["source"]), ev["position"] if ev["position"] is not None else -1
 
 
 def _header_diff(a: BatchView | None, b: BatchView) -> str:
@@ -593,32 +662,57 @@ _VIEW_TIMES = ("base_timestamp_ms", "max_timestamp_ms", "attributes")
 
 class _Views:
     """BatchViews of one chunk's rows: many at once gathered from the columns (the timeline notes
-    of every producer at a chunk's end), a few cell by cell."""
+    of every producer at a chunk's end), a few cell by cell. Rows only noted (`fields`) are kept
+    as their views' fields, made views when a finding reads them (ProducerState.noted)."""
 
     def __init__(self, t, cols, arrays=None):
-        self.t, self.cols, self.cache, self.arrays = t, cols, {}, arrays
+        self.t, self.cols, self.cache, self.arrays, self.raw = t, cols, {}, arrays, {}
+
+    def _gather(self, need: list[int]) -> list[tuple] | None:
+        """The BatchView fields of rows `need`, from the chunk's numpy columns (None: a column
+        has a null, batch_view's rules apply)."""
+        arrays = self.arrays() if self.arrays is not None else None
+        if arrays is None:
+            return None
+        idx = np.asarray(need, dtype=np.int64)
+        take = pa.array(idx)
+        strings = [self.t.column(c).take(take).to_pylist() for c in ("source", "control_type")]
+        nums = [arrays[c][idx].tolist() for c in _VIEW_NUMBERS + _VIEW_TIMES]
+        return list(zip(strings[0], *nums[:len(_VIEW_NUMBERS)], strings[1], *nums[len(_VIEW_NUMBERS):]))
 
     def prefetch(self, rows: list[int]) -> None:
         need = sorted({i for i in rows if i not in self.cache})
         if self.cols is not None or len(need) <= 8:
             return
-        arrays = self.arrays() if self.arrays is not None else None
-        if arrays is None:
+        fields = self._gather(need)
+        if fields is None:
             taken = self.t.take(pa.array(need, pa.int64())).select(list(COLUMNS)).to_pylist()
             self.cache.update((i, batch_view(r)) for i, r in zip(need, taken))
             return
-        idx = np.asarray(need, dtype=np.int64)
-        take = pa.array(idx)
-        strings = [self.t.column(c).take(take).to_pylist() for c in ("source", "control_type")]
-        nums = [arrays[c][idx].tolist() for c in _VIEW_NUMBERS + _VIEW_TIMES]
-        self.cache.update(zip(need, map(BatchView, strings[0], *nums[:len(_VIEW_NUMBERS)], strings[1],
-                                        *nums[len(_VIEW_NUMBERS):])))
+        self.cache.update(zip(need, (BatchView(*f) for f in fields)))
+
+    def prefetch_fields(self, rows: list[int]) -> None:
+        """Gather rows that will only be noted, as fields (`fields`)."""
+        need = sorted({i for i in rows if i not in self.cache and i not in self.raw})
+        if self.cols is not None or len(need) <= 8:
+            return
+        fields = self._gather(need)
+        if fields is not None:
+            self.raw.update(zip(need, fields))
 
     def get(self, i: int) -> BatchView:
         v = self.cache.get(i)
         if v is None:
-            v = self.cache[i] = PartitionTimeline._view(self.t, self.cols, i)
+            f = self.raw.get(i)
+            v = self.cache[i] = PartitionTimeline._view(self.t, self.cols, i) if f is None else BatchView(*f)
         return v
+
+    def fields(self, i: int):
+        """Row i's view if made, else its fields if gathered, else its view."""
+        v = self.cache.get(i)
+        if v is None:
+            v = self.raw.get(i)
+        return self.get(i) if v is None else v
 
 
 def batch_view(r: dict) -> BatchView:
