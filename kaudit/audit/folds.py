@@ -67,9 +67,11 @@ class Fold:
     # ends. None: its selection is kept to the end (a streamed fold needs none: see engine/live.py).
     live: Callable[["Fold"], "Settler"] | None = None
 
-    def bind(self, replicated, clusters: dict | None = None) -> "Fold":
+    def bind(self, replicated, clusters: dict | None = None, layout=None) -> "Fold":
         """The fold for inputs that hold the (topic, partition) pairs `replicated` in several log
-        dirs, of clusters `clusters` (log dir -> cluster id): itself, unless it compares replicas."""
+        dirs, of clusters `clusters` (log dir -> cluster id), laid out as `layout` (the inputs'
+        sources.logdir.Plan, when known): itself, unless it compares replicas or needs files
+        the inputs may not have."""
         return self
 
     def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:

@@ -263,7 +263,7 @@ def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None,
     layout = plan(paths)
     clusters = log_dir_clusters(layout)
     replicated = replicated_partitions(layout, clusters)
-    bound = tuple(f.bind(replicated, clusters) for f in (DISK_FOLDS if folds is None else folds))
+    bound = tuple(f.bind(replicated, clusters, layout) for f in (DISK_FOLDS if folds is None else folds))
     return Audit("disk", paths, bound, now_ms, keep_rules(select, ignore), tap, layout,
                  Options(deep=deep, max_batch_bytes=max_batch_bytes))
 

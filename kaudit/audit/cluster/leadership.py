@@ -124,9 +124,14 @@ class LeadershipFold(Fold):
     # judges only the log dirs of that cluster (an unknown id matches the only cluster)
     clusters: tuple = ()
 
-    def bind(self, replicated, clusters: dict | None = None) -> "LeadershipFold":
+    def bind(self, replicated, clusters: dict | None = None, layout=None) -> "LeadershipFold":
         bound = tuple(sorted((clusters or {}).items(), key=lambda kv: kv[0]))
-        return replace(self, clusters=bound, make=partial(_make, clusters=bound))
+        fold = replace(self, clusters=bound, make=partial(_make, clusters=bound))
+        if layout is not None and not may_hold_metadata(layout):
+            # no metadata file among the inputs: no metadata_record row, so the fold finds
+            # nothing (LeadershipState.finish) - it need not buffer every log's batch rows
+            fold = replace(fold, inputs={"metadata_record": self.inputs["metadata_record"]})
+        return fold
 
     def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
         sel = super().select(kind, table, extra)
@@ -148,6 +153,16 @@ def _run_ends(t: pa.Table) -> pa.Table:
     keep[:-1] |= change[1:]
     keep[-1] = True
     return t.take(np_indices(np.flatnonzero(keep)))
+
+
+def may_hold_metadata(layout) -> bool:
+    """Whether the files of a log-dir plan may give metadata_record rows: `__cluster_metadata`
+    logs and snapshots and bootstrap.checkpoint files (cluster_metadata.metadata_targets), or
+    `__remote_log_metadata` logs."""
+    from kaudit.sources.cluster_metadata import metadata_targets
+    from kaudit.sources.records import REMOTE_TOPIC
+
+    return bool(metadata_targets(layout.targets)) or any(t.topic == REMOTE_TOPIC for t in layout.targets)
 
 
 def _batch_where(t: pa.Table):
