@@ -380,6 +380,18 @@ def split_by_key(table: pa.Table, key: tuple[str, ...]) -> Iterator[tuple[tuple,
         yield tuple(c[s].as_py() for c in cols), table.slice(s, e - s)
 
 
+def of_log_segments(t: pa.Table):
+    """Which rows are batches of `.log` segments: source_kind "log", and not a KRaft snapshot's
+    `.checkpoint` (its batches number their offsets from 0); a null is not. A chunk of one file
+    (a segment's batches) is answered with one comparison, not a string test per row."""
+    one_kind, kind = constant(t.column("source_kind"))
+    one_src, src = constant(t.column("source"))
+    if one_kind and one_src:
+        return np_mask(np.full(t.num_rows, kind == "log" and not str(src).endswith(".checkpoint")))
+    return pc.and_(pc.equal(t.column("source_kind"), "log"),
+                   pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
+
+
 def np_mask(mask: np.ndarray) -> pa.BooleanArray:
     """A numpy boolean mask as an Arrow array. Not pa.array: its first numpy argument imports
     numpy.ma (to check for masked arrays), ~0.01-0.02 s of a command's run."""

@@ -11,7 +11,7 @@ import heapq
 import numpy as np
 import pyarrow as pa
 
-from kaudit.audit.folds import Fold, KeyedState, np_col
+from kaudit.audit.folds import Fold, KeyedState, np_col, of_log_segments
 from kaudit.audit.producers.producer_state import (
     UNKNOWN_SEQUENCE,
     BatchView,
@@ -644,10 +644,7 @@ def _header_diff(a: BatchView | None, b: BatchView) -> str:
 def _is_log(t: pa.Table):
     """Batches of `.log` segments. A KRaft snapshot (`<offset>-<epoch>.checkpoint`) numbers its
     batches from 0 (RecordsSnapshotWriter's BatchAccumulator): its offsets are not the log's."""
-    import pyarrow.compute as pc
-
-    return pc.and_(pc.equal(t.column("source_kind"), "log"),
-                   pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
+    return of_log_segments(t)
 
 
 FOLD = Fold("disk-sequences", {"batch": COLUMNS}, KEY, ORDER,
