@@ -3,7 +3,8 @@
 For each input (the 16 KiB-batch and one-record-batch segments of bench_segments.py, the capture
 of bench_pcap.py, all in benchmarks/out/ — run those first), in the same run: `kaudit decode ...
 --format parquet` (decode only) and `kaudit segments|pcap ... --format json` (decode + audit +
-JSON report), best of two after a warm-up. Target (issue 19): the audit keeps ≥ 80% of the
+JSON report), best of two after a warm-up; wall time, and CPU time (user + system, the process
+and its children: on a shared machine the steadier figure). Target (issue 19): the audit keeps ≥ 80% of the
 decode-only throughput, with the same memory bounds (peak RSS ≤ 300 MB for segments, ≤ 400 MB for
 the capture). Results: benchmarks/out/audit-results.json.
 
@@ -35,7 +36,8 @@ PORTS = ["--kafka-port", "9092", "--kafka-port", "9093", "--kafka-port", "9094"]
 LOCAL: list[str] = []   # the default command: auto stays on the local engine on one machine
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
+def timed(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS MB, CPU seconds: user + system of the process and its children)."""
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -43,13 +45,13 @@ def timed(cmd: list[str]) -> tuple[float, float]:
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 1):  # 1: the audit has findings
         raise SystemExit(f"{' '.join(cmd)} failed: exit {code}")
-    return elapsed, usage.ru_maxrss / 1024
+    return elapsed, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
-def best(cmd: list[str]) -> tuple[float, float]:
+def best(cmd: list[str]) -> tuple[float, float, float]:
     timed(cmd)  # warm-up: imports, page cache
     runs = [timed(cmd) for _ in range(2)]
-    return min(r[0] for r in runs), max(r[1] for r in runs)
+    return min(r[0] for r in runs), max(r[1] for r in runs), min(r[2] for r in runs)
 
 
 def measure(name: str, kind: str, path: Path, units: int, unit: str, extra: list[str]) -> dict:
@@ -57,16 +59,18 @@ def measure(name: str, kind: str, path: Path, units: int, unit: str, extra: list
     extra = list(extra) + LOCAL
     pq = OUT / f"audit-bench-parquet-{name}"
     shutil.rmtree(pq, ignore_errors=True)
-    decode_s, decode_rss = best(py + ["decode", kind, str(path), "--format", "parquet", "--output", str(pq)] + extra)
+    decode_s, decode_rss, decode_cpu = best(py + ["decode", kind, str(path), "--format", "parquet", "--output", str(pq)] + extra)
     report = OUT / f"audit-{name}.json"
-    audit_s, audit_rss = best(py + [kind, str(path), "--format", "json", "--output", str(report)] + extra)
+    audit_s, audit_rss, audit_cpu = best(py + [kind, str(path), "--format", "json", "--output", str(report)] + extra)
     findings = json.loads(report.read_text())["summary"]["findings"]
     ratio = decode_s / audit_s
     r = {
         "input": name, "units": units, "unit": unit,
         "decode_seconds": round(decode_s, 3), "audit_seconds": round(audit_s, 3),
         f"decode_{unit}/s": round(units / decode_s), f"audit_{unit}/s": round(units / audit_s),
-        "audit_vs_decode": round(ratio, 3), "decode_peak_rss_mb": round(decode_rss, 1),
+        "audit_vs_decode": round(ratio, 3), "decode_cpu_seconds": round(decode_cpu, 3),
+        "audit_cpu_seconds": round(audit_cpu, 3), "audit_vs_decode_cpu": round(decode_cpu / audit_cpu, 3),
+        "decode_peak_rss_mb": round(decode_rss, 1),
         "audit_peak_rss_mb": round(audit_rss, 1), "findings": findings,
         "meets_target": ratio >= TARGET_RATIO and audit_rss <= RSS_LIMIT_MB[kind if kind == "pcap" else "segments"],
     }
@@ -112,6 +116,7 @@ def measure_txn() -> dict:
     rounds = [(timed(decode), timed(audit)) for _ in range(max(ROUNDS, 1))]
     decode_s, decode_rss = min(x[0][0] for x in rounds), max(x[0][1] for x in rounds)
     audit_s, audit_rss = min(x[1][0] for x in rounds), max(x[1][1] for x in rounds)
+    decode_cpu, audit_cpu = min(x[0][2] for x in rounds), min(x[1][2] for x in rounds)
     ratio = decode_s / audit_s
     units, txns = stats["batches"], stats["transactions"]
     r = {
@@ -119,6 +124,9 @@ def measure_txn() -> dict:
         "decode_seconds": round(decode_s, 3), "audit_seconds": round(audit_s, 3),
         "decode_batches/s": round(units / decode_s), "audit_batches/s": round(units / audit_s),
         "audit_vs_decode": round(ratio, 3), "round_ratios": [round(a[0] / b[0], 3) for a, b in rounds],
+        "decode_cpu_seconds": round(decode_cpu, 3), "audit_cpu_seconds": round(audit_cpu, 3),
+        "audit_vs_decode_cpu": round(decode_cpu / audit_cpu, 3),
+        "round_cpu_ratios": [round(a[2] / b[2], 3) for a, b in rounds],
         "decode_peak_rss_mb": round(decode_rss, 1), "audit_peak_rss_mb": round(audit_rss, 1),
         "findings": json.loads(report.read_text())["summary"]["findings"],
         "meets_target": ratio >= TARGET_RATIO and audit_rss <= RSS_LIMIT_MB["segments"],

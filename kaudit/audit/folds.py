@@ -75,9 +75,11 @@ class Fold:
     # ends. None: its selection is kept to the end (a streamed fold needs none: see engine/live.py).
     live: Callable[["Fold"], "Settler"] | None = None
 
-    def bind(self, replicated, clusters: dict | None = None) -> "Fold":
+    def bind(self, replicated, clusters: dict | None = None, layout=None) -> "Fold":
         """The fold for inputs that hold the (topic, partition) pairs `replicated` in several log
-        dirs, of clusters `clusters` (log dir -> cluster id): itself, unless it compares replicas."""
+        dirs, of clusters `clusters` (log dir -> cluster id), laid out as `layout` (the inputs'
+        sources.logdir.Plan, when known): itself, unless it compares replicas or needs files
+        the inputs may not have."""
         return self
 
     def select(self, kind: str, table: pa.Table, extra: tuple[str, ...] = ()) -> pa.Table | None:
@@ -384,6 +386,18 @@ def split_by_key(table: pa.Table, key: tuple[str, ...]) -> Iterator[tuple[tuple,
     cols = [table.column(name) for name in key]
     for s, e in zip(starts.tolist(), ends.tolist()):
         yield tuple(c[s].as_py() for c in cols), table.slice(s, e - s)
+
+
+def of_log_segments(t: pa.Table):
+    """Which rows are batches of `.log` segments: source_kind "log", and not a KRaft snapshot's
+    `.checkpoint` (its batches number their offsets from 0); a null is not. A chunk of one file
+    (a segment's batches) is answered with one comparison, not a string test per row."""
+    one_kind, kind = constant(t.column("source_kind"))
+    one_src, src = constant(t.column("source"))
+    if one_kind and one_src:
+        return np_mask(np.full(t.num_rows, kind == "log" and not str(src).endswith(".checkpoint")))
+    return pc.and_(pc.equal(t.column("source_kind"), "log"),
+                   pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
 
 
 def np_mask(mask: np.ndarray) -> pa.BooleanArray:

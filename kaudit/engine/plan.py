@@ -285,7 +285,7 @@ def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None,
     layout = plan(paths)
     clusters = log_dir_clusters(layout)
     replicated = replicated_partitions(layout, clusters)
-    bound = tuple(f.bind(replicated, clusters) for f in (DISK_FOLDS if folds is None else folds))
+    bound = tuple(f.bind(replicated, clusters, layout) for f in (DISK_FOLDS if folds is None else folds))
     if layout.remote_not_read:   # tiered ranges no input holds: not read, not lost (sources.remote)
         from kaudit.sources.remote import unread_spans
 

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from kaudit.audit.folds import Tap
-from kaudit.audit.txn.txn_clean import int_column
+from kaudit.audit.txn.txn_facts import int_column
 from kaudit.engine.plan import STREAM, Audit, Work
 from kaudit.model import FINDING, table_from_rows
 

@@ -132,10 +132,15 @@ class LeadershipFold(Fold):
     # log dir -> retention.Broker (its node id and server.properties, when the inputs hold it)
     brokers: tuple = ()
 
-    def bind(self, replicated, clusters: dict | None = None) -> "LeadershipFold":
+    def bind(self, replicated, clusters: dict | None = None, layout=None) -> "LeadershipFold":
         bound = tuple(sorted((clusters or {}).items(), key=lambda kv: kv[0]))
         brokers = _brokers(clusters or {})
-        return replace(self, clusters=bound, brokers=brokers, make=partial(_make, clusters=bound, brokers=brokers))
+        fold = replace(self, clusters=bound, brokers=brokers, make=partial(_make, clusters=bound, brokers=brokers))
+        if layout is not None and not may_hold_metadata(layout):
+            # no metadata file among the inputs: no metadata_record row, so the fold finds
+            # nothing (LeadershipState.finish) - it need not buffer every log's batch rows
+            fold = replace(fold, inputs={"metadata_record": self.inputs["metadata_record"]})
+        return fold
 
 
 def _brokers(clusters: dict) -> tuple:
@@ -175,6 +180,16 @@ def _run_ends(t: pa.Table) -> pa.Table:
     keep[:-1] |= change[1:]
     keep[-1] = True
     return t.take(np_indices(np.flatnonzero(keep)))
+
+
+def may_hold_metadata(layout) -> bool:
+    """Whether the files of a log-dir plan may give metadata_record rows: `__cluster_metadata`
+    logs and snapshots and bootstrap.checkpoint files (cluster_metadata.metadata_targets), or
+    `__remote_log_metadata` logs."""
+    from kaudit.sources.cluster_metadata import metadata_targets
+    from kaudit.sources.records import REMOTE_TOPIC
+
+    return bool(metadata_targets(layout.targets)) or any(t.topic == REMOTE_TOPIC for t in layout.targets)
 
 
 def _batch_where(t: pa.Table):

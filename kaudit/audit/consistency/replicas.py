@@ -100,7 +100,7 @@ class ReplicaFold(LogFold):
     replicated: frozenset | None = None
     clusters: tuple = ()
 
-    def bind(self, replicated, clusters: dict | None = None) -> "ReplicaFold":
+    def bind(self, replicated, clusters: dict | None = None, layout=None) -> "ReplicaFold":
         return replace(self, replicated=frozenset(map(tuple, replicated)),
                        clusters=tuple(sorted((clusters or {}).items(), key=lambda kv: kv[0])))
 

@@ -3,6 +3,8 @@ made into timelines (timeline.py), judged by the consumer rules (rules.py)."""
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -65,25 +67,29 @@ def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[list[Se
     have = "lo" in fetch.column_names
     keep = [c for c in fetch.column_names if c not in ("topic_id", "replica_id")]
     clients: dict = {}
-    for r in fetch.select(keep).to_pylist():
-        client = clients.get((r["connection"], r["client_id"]))
+    c = fetch.select(keep).to_pydict()   # columns, not a dict per row
+    none = [None] * fetch.num_rows
+    rows = zip(c["response_ts"], c["position"], c["source"], c["connection"], c["client_id"], c["topic"],
+               c["partition"], c["isolation_level"], c["fetch_offset"], c["error_code"], c["high_watermark"],
+               c["last_stable_offset"], c["log_start_offset"], c["aborted_transactions"], c["request_ts"],
+               *((c["lo"], c["hi"], c["lo_data"], c["hi_data"]) if have else (none,) * 4))
+    for (ts, position, source, connection, client_id, topic, partition, isolation, fetch_offset, error, hw, lso,
+         log_start, aborted, request_ts, lo, hi, lo_data, hi_data) in rows:
+        client = clients.get((connection, client_id))
         if client is None:
-            client = clients[(r["connection"], r["client_id"])] = (host(r["connection"]), r["client_id"])
-        s = Serve(r["response_ts"] or 0.0, r["position"], r["source"], r["connection"],
-                  client, r["client_id"], (r["topic"], r["partition"]),
-                  r["isolation_level"], r["fetch_offset"], r["error_code"], r["high_watermark"],
-                  r["last_stable_offset"], r["log_start_offset"], request_ts=r["request_ts"])
-        if have and r["lo"] is not None and s.error in (0, None):
-            start = r["lo"] if s.fetch_offset is None else max(r["lo"], s.fetch_offset)
-            if r["hi"] >= start:
-                s.first, s.end = start, r["hi"] + 1
-                if r["aborted_transactions"] and s.isolation == "read_committed":
-                    key = (r["connection"], r["position"], r["topic"], r["partition"])
-                    _delivered(s, by_key.get(key, []), r["aborted_transactions"])
-                elif r["lo_data"] is not None and r["hi_data"] >= s.first:
-                    s.data_first, s.data_end = max(r["lo_data"], s.first), r["hi_data"] + 1
+            client = clients[(connection, client_id)] = (host(connection), client_id)
+        s = Serve(ts or 0.0, position, source, connection, client, client_id, (topic, partition),
+                  isolation, fetch_offset, error, hw, lso, log_start, request_ts=request_ts)
+        if lo is not None and error in (0, None):
+            start = lo if fetch_offset is None else max(lo, fetch_offset)
+            if hi >= start:
+                s.first, s.end = start, hi + 1
+                if aborted and isolation == "read_committed":
+                    _delivered(s, by_key.get((connection, position, topic, partition), []), aborted)
+                elif lo_data is not None and hi_data >= s.first:
+                    s.data_first, s.data_end = max(lo_data, s.first), hi_data + 1
         out.append(s)
-    out.sort(key=lambda s: (s.ts, s.position))
+    out.sort(key=attrgetter("ts", "position"))
     return out, blist
 
 

@@ -29,15 +29,26 @@ def _resets(tl: Timelines) -> dict:
     return out
 
 
-def _poll_pairs(tl: Timelines):
-    """(previous, next) responses of one connection and partition with no position change allowed
-    in between (no look-up, rebalance, error, nor a Fetch of that partition elsewhere by the
-    client). `previous` is the last response that says where the client stood: one with records,
-    or an empty one at a known fetch offset (its position did not move)."""
+def _poll_pairs(tl: Timelines) -> list[tuple]:
+    """(previous, next, last response with records) of one connection and partition with no
+    position change allowed in between (no look-up, rebalance, error, nor a Fetch of that
+    partition elsewhere by the client). `previous` is the last response that says where the
+    client stood: one with records, or an empty one at a known fetch offset (its position did
+    not move). Made once per timelines: both poll rules read them."""
+    pairs = tl.__dict__.get("_poll_pairs")
+    if pairs is None:
+        pairs = tl._poll_pairs = list(_pairs(tl))
+    return pairs
+
+
+def _pairs(tl: Timelines):
     resets = _resets(tl)
     by_key: dict[tuple, list] = {}
     for s in tl.serves:
         by_key.setdefault((s.connection, s.tp), []).append(s)
+    # the (client, partition) pairs fetched on more than one connection: only there can a Fetch
+    # elsewhere come between two of one connection's
+    several = {k for k, v in tl.by_client_tp.items() if len({o.connection for o in v}) > 1}
     for (conn, tp), serves in by_key.items():
         prev = last = None   # last: the last response with records
         for s in serves:
@@ -47,8 +58,9 @@ def _poll_pairs(tl: Timelines):
                 # from when `prev` was sent: a look-up while it was in flight may precede a seek
                 # (the client then drops its answer: KafkaConsumer's fetch at a stale position)
                 i = bisect_left(times, prev.ts if prev.request_ts is None else prev.request_ts)
-                quiet = not (i < len(times) and times[i] <= s.ts) and not any(
-                    o.connection != conn for o in tl.client_serves(s.client, tp, prev.ts, s.ts))
+                quiet = not (i < len(times) and times[i] <= s.ts) and not (
+                    (s.client, tp) in several
+                    and any(o.connection != conn for o in tl.client_serves(s.client, tp, prev.ts, s.ts)))
                 if quiet:
                     yield prev, s, last
             if s.end is not None or s.error not in (0, None) or s.fetch_offset is not None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
-from kaudit.protocol.wire.summary import error_name
 
 OK = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -323,4 +322,8 @@ def _outcomes(rows: list[dict]) -> dict:
 
 
 def error_label(code) -> str:
+    # imported on first use: the wire protocol's package is ~0.05 s of every audit's start-up,
+    # a log-dir audit's included, and only a consumer group's errors need the names
+    from kaudit.protocol.wire.summary import error_name
+
     return error_name(int(code)) if code is not None else "?"

@@ -1,7 +1,8 @@
 """Idempotence and sequence rules on stored batches: one fold per replica of a partition, in log
 order (file, byte position). Vectorised: a batch that simply continues its producer's sequence
 (same epoch, next sequence, no earlier range ahead of it, no offset overlap) costs a few numpy
-operations; every other batch takes the checked path through the rule functions below.
+operations (the fast pass, sequence_catchup.py); every other batch takes the checked path
+through the rule functions below.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import heapq
 import numpy as np
 import pyarrow as pa
 
-from kaudit.audit.folds import Fold, KeyedState, np_col
+from kaudit.audit.folds import Fold, KeyedState, np_col, of_log_segments
 from kaudit.audit.producers.producer_state import (
     UNKNOWN_SEQUENCE,
     BatchView,
@@ -23,20 +24,14 @@ from kaudit.audit.producers.producer_state import (
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.producers.duplicate_records import RecordDuplicates
 from kaudit.audit.producers.record_content import same_records
+from kaudit.audit.producers.sequence_catchup import COLUMNS, KEY, ORDER, CatchUp
 
-KEY = ("replica", "topic", "partition")
 # Batches the group coordinator appends for TxnOffsetCommit carry the producer id and epoch but
 # always base sequence 0: AppendOrigin.Coordinator skips ProducerAppendInfo's sequence check.
 COORDINATOR_TOPICS = frozenset({"__consumer_offsets"})
 # Topics only brokers write (coordinators, the KRaft quorum): no producer retries there, and two
 # identical commits in one millisecond are two commits, so duplicate-records does not apply.
 BROKER_WRITTEN_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__cluster_metadata"})
-ORDER = ("source", "position")
-COLUMNS = KEY + ORDER + (
-    "base_offset", "last_offset", "magic", "crc", "crc_ok", "is_control", "control_type",
-    "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count", "batch_size",
-    "base_timestamp_ms", "max_timestamp_ms", "attributes", "is_transactional",
-)
 
 
 REUSED_REMEDIATION = (
@@ -143,7 +138,7 @@ def offset_overlap(prev_last_offset: int | None, b: BatchView) -> bool:
     return prev_last_offset is not None and b.base_offset is not None and b.base_offset <= prev_last_offset
 
 
-class PartitionTimeline:
+class PartitionTimeline(CatchUp):
     """The fold state of one replica of one partition."""
 
     fast_pass = True   # the vectorised pass (`_fast`); False: every producer batch checked
@@ -259,175 +254,6 @@ class PartitionTimeline:
         self.offset_gaps = int(gaps_before[-1])
         out, self.out = self.out, []
         return out
-
-    def _fast(self, order, pid, epoch, bseq, lseq, control) -> np.ndarray:
-        """Which of a chunk's tracked rows (`order`: grouped by producer, ascending) the checked
-        path would only record: every row keeps its producer's epoch (that of the row before it,
-        of the producer's previous data row, and of the carried state where the chunk has no
-        earlier data row), a data row continues the sequence of the producer's previous data
-        row, and a marker consumes no sequence (ProducerAppendInfo: a control batch of the
-        current epoch only ends the transaction). Anything else - a bump, a gap, a producer with a
-        range ahead - is left to the checked path."""
-        n = order.size
-        p, ep, bs, ls, ctl = pid[order], epoch[order], bseq[order], lseq[order], control[order]
-        idx = np.arange(n)
-        first = np.ones(n, dtype=bool)
-        first[1:] = p[1:] != p[:-1]
-        group_start = np.maximum.accumulate(np.where(first, idx, 0))
-        # the producer's previous data row in this chunk (index into order), -1 if none
-        run = np.maximum.accumulate(np.where(ctl, -1, idx))
-        prev_data = np.r_[-1, run[:-1]]
-        prev_data = np.where(prev_data >= group_start, prev_data, -1)
-        has_pd = prev_data >= 0
-        pd = np.maximum(prev_data, 0)
-        prev_any = np.maximum(idx - 1, 0)
-        # the highest epoch of the producer's earlier rows in this chunk (-1: none)
-        span = (np.cumsum(first) - 1) * (1 << 17)
-        top = np.maximum.accumulate(span + ep + 1) - span - 1
-        prev_max = np.where(first, -1, top[prev_any])
-        same_epoch = ~first & (ep == ep[prev_any]) & (~has_pd | (ep == ep[pd]))
-        ok = same_epoch & (ctl | (has_pd & (bs == ls[pd] + 1)))
-        # a marker above every earlier epoch bumps the epoch (KIP-890's markers, a coordinator's
-        # abort; ProducerAppendInfo): sequences restart, the epoch's first data batch at 0
-        ok |= ~first & ctl & (ep > prev_max)
-        ok |= (~first & ~ctl & (bs == 0) & ctl[prev_any] & (ep == ep[prev_any]) & (ep == prev_max)
-               & has_pd & (ep[pd] < ep))
-        # rows checked against the carried state: each producer's first row, and data rows with
-        # only markers before them in the chunk
-        for j in np.flatnonzero(first | (~ctl & ~has_pd)).tolist():
-            ok[j] = self._continues(self.producers.get(int(p[j])), int(ep[j]), int(bs[j]), bool(ctl[j]),
-                                    bool(first[j]), bool(same_epoch[j]),
-                                    bool(ctl[prev_any[j]]) and ep[prev_any[j]] == ep[j] == prev_max[j])
-        return ok
-
-    @staticmethod
-    def _continues(st, ep: int, bs: int, ctl: bool, first: bool, same_epoch: bool, bumped: bool) -> bool:
-        """Whether a row the chunk cannot judge alone (a producer's first; a data row after markers
-        only) continues the carried state: same epoch and the next sequence, or a new epoch above
-        every earlier one (a marker, or data starting at 0; `bumped`: the markers before it in the
-        chunk are at its epoch)."""
-        if st is None:
-            return first   # its first batch anywhere: it only opens the producer's state
-        if st.dirty():
-            return False
-        if ep > st.max_epoch and (first or bumped):
-            return ctl or bs == 0
-        if st.epoch != ep or st.max_epoch != ep or not (first or same_epoch):
-            return False
-        if ctl:
-            return True
-        return (st.last_seq >= 0 and bs == st.last_seq + 1) or (st.last_seq == -1 and bs == 0)
-
-    def _catch_up(self, order, pid, upto: int, t, cols) -> None:
-        """Apply to each producer's state its last fast-path batch before row `upto`."""
-        if order.size == 0:
-            return
-        if upto < t.num_rows:
-            q = int(pid[upto])
-            if q < 0:
-                return
-            a, z = self._slices.get(q, (0, 0))
-            seg = order[a:z]
-            sel = seg[:int(np.searchsorted(seg, upto))]
-            targets = [(q, sel)]
-        else:
-            p = pid[order]
-            starts = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
-            ends = np.r_[starts[1:], order.size]
-            targets = [(int(p[s]), order[s:e]) for s, e in zip(starts.tolist(), ends.tolist())]
-        views = _Views(t, cols, self._arrays)
-        # producers seen for the first time: their first batch opens the state
-        firsts = [int(sel[0]) for q, sel in targets if sel.size and q not in self.producers]
-        views.prefetch(firsts)
-        for j in firsts:
-            self._first_sight(views.get(j), j)
-        steps = []   # (state, last row, [(epoch, first data row, last data row)], bump, rows to note)
-        for q, sel in targets:
-            st = self.producers.get(q)
-            if st is None or sel.size == 0:
-                continue
-            i = int(sel[-1])
-            if st.applied_upto is not None and i <= st.applied_upto:
-                continue
-            if st.applied_upto is not None:
-                sel = sel[sel > st.applied_upto]
-            noted = -1 if st.noted_upto is None else st.noted_upto
-            runs, bump = self._epoch_runs(st, sel)
-            steps.append((st, i, runs, bump, [j for j in sel[-4:].tolist() if j > noted]))
-        views.prefetch([r for s in steps for e, a, z in s[2] for r in (a, z)] + [r for s in steps for r in s[4]])
-        for st, i, runs, bump, notes in steps:
-            for e, a, z in runs:
-                # the run's first batch stored as the checked path stores it (it continues the
-                # epoch's last range, or opens a bumped epoch's); the next ones each continue it
-                st.remember(views.get(a))
-                b = views.get(z)
-                history = st.history(e)
-                history[-1].hi = b.last_sequence
-                history[-1].last_offset = b.last_offset
-                st.epoch, st.max_epoch = e, max(st.max_epoch, e)
-                st.set_sequence(b.last_sequence, int(self._gaps_before[z]))
-            if bump is not None:   # a marker bumped the epoch after the last data batch
-                e = int(self._epoch[bump])
-                st.epoch, st.max_epoch = e, max(st.max_epoch, e)
-                st.set_sequence(-1, int(self._gaps_before[bump]))
-            st.last_offset = int(self._last_off[i])
-            st.offset_gaps = int(self._gaps_before[i])
-            st.applied_upto = i
-            for j in notes:
-                st.note(views.get(j))
-            st.noted_upto = i
-
-    def _arrays(self) -> dict | None:
-        """The chunk's columns BatchViews read, as numpy arrays (once per chunk), or None when one
-        has a null (batch_view's rules for those apply)."""
-        t = self._view_arrays
-        if isinstance(t, dict) or t is None:
-            return t
-        cols = _VIEW_NUMBERS + _VIEW_TIMES
-        self._view_arrays = None if any(t.column(c).null_count for c in cols) else \
-            {c: t.column(c).to_numpy() for c in cols}
-        return self._view_arrays
-
-    def _first_sight(self, b: BatchView, i: int) -> None:
-        """A producer's state opened by its first batch `b` (row `i`): no finding."""
-        gaps = int(self._gaps_before[i])
-        st = self.producers[b.producer_id] = ProducerState(
-            b.producer_epoch, UNKNOWN_SEQUENCE if b.is_control else b.last_sequence,
-            b.producer_epoch, b.last_offset, gaps, seq_offset_gaps=gaps)
-        st.applied_upto = st.noted_upto = i
-        if not b.is_control:
-            st.remember(b)
-        st.note(b)
-
-    def _epoch_runs(self, st: ProducerState, sel: np.ndarray) -> tuple[list, int | None]:
-        """A producer's fast rows `sel` (ascending) as [(epoch, first data row, last data row)] per
-        epoch in order, and the marker that bumped the epoch after the last data row (or None)."""
-        ep = self._epoch[sel]
-        data = ~self._control[sel]
-        if ep[0] == ep[-1]:   # one epoch (the fast rows' epochs never go down): most producers
-            e, rows = int(ep[0]), sel[data]
-            if rows.size:
-                return [(e, int(rows[0]), int(rows[-1]))], None
-            return [], (int(sel[0]) if e != st.epoch else None)
-        out, bump = [], None
-        cuts = np.flatnonzero(np.r_[True, ep[1:] != ep[:-1]]).tolist() + [sel.size]
-        for a, z in zip(cuts[:-1], cuts[1:]):
-            rows = sel[a:z][data[a:z]]
-            e = int(ep[a])
-            if rows.size:
-                out.append((e, int(rows[0]), int(rows[-1])))
-                bump = None
-            elif e != (out[-1][0] if out else st.epoch):
-                bump = int(sel[a])
-        return out, bump
-
-    @staticmethod
-    def _view(t, cols, i: int) -> BatchView:
-        if cols is None:
-            r = {k: t.column(k)[i].as_py() for k in COLUMNS}
-        else:
-            r = {k: cols[k][i] for k in COLUMNS}
-        return batch_view(r)
 
     # -- checked path --------------------------------------------------------------------------
     def _fields(self, b: BatchView, **kw) -> dict:
@@ -553,12 +379,21 @@ class PartitionTimeline:
         st.open_fenced = None
 
     def finish(self) -> list[dict]:
-        for st in self.producers.values():
+        # the zombie runs still open, in log order (where each began): the same order whichever
+        # path - checked or fast - first saw each producer
+        still = [st for st in self.producers.values() if st.open_fenced is not None]
+        for st in sorted(still, key=lambda st: _began(st.open_fenced)):
             self._flush_fenced(st, None)
         if self.dups is not None:
             self.out.extend(self.dups.finish())
         out, self.out = self.out, []
         return out
+
+
+def _began(f: dict) -> tuple:
+    """Where a finding's batch is in the log: (file, byte position)."""
+    ev = f["evidence"][0]
+    return str(ev["source"]), ev["position"] if ev["position"] is not None else -1
 
 
 def _header_diff(a: BatchView | None, b: BatchView) -> str:
@@ -575,59 +410,8 @@ def _header_diff(a: BatchView | None, b: BatchView) -> str:
 def _is_log(t: pa.Table):
     """Batches of `.log` segments. A KRaft snapshot (`<offset>-<epoch>.checkpoint`) numbers its
     batches from 0 (RecordsSnapshotWriter's BatchAccumulator): its offsets are not the log's."""
-    import pyarrow.compute as pc
-
-    return pc.and_(pc.equal(t.column("source_kind"), "log"),
-                   pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
+    return of_log_segments(t)
 
 
 FOLD = Fold("disk-sequences", {"batch": COLUMNS}, KEY, ORDER,
             lambda ctx: KeyedState(KEY, PartitionTimeline), where={"batch": _is_log})
-
-
-# the BatchView fields after `source`, in order, as batch columns (control_type aside: a string)
-_VIEW_NUMBERS = ("position", "base_offset", "last_offset", "producer_id", "producer_epoch", "base_sequence",
-                 "last_sequence", "record_count", "crc", "batch_size", "is_control")
-_VIEW_TIMES = ("base_timestamp_ms", "max_timestamp_ms", "attributes")
-
-
-class _Views:
-    """BatchViews of one chunk's rows: many at once gathered from the columns (the timeline notes
-    of every producer at a chunk's end), a few cell by cell."""
-
-    def __init__(self, t, cols, arrays=None):
-        self.t, self.cols, self.cache, self.arrays = t, cols, {}, arrays
-
-    def prefetch(self, rows: list[int]) -> None:
-        need = sorted({i for i in rows if i not in self.cache})
-        if self.cols is not None or len(need) <= 8:
-            return
-        arrays = self.arrays() if self.arrays is not None else None
-        if arrays is None:
-            taken = self.t.take(pa.array(need, pa.int64())).select(list(COLUMNS)).to_pylist()
-            self.cache.update((i, batch_view(r)) for i, r in zip(need, taken))
-            return
-        idx = np.asarray(need, dtype=np.int64)
-        take = pa.array(idx)
-        strings = [self.t.column(c).take(take).to_pylist() for c in ("source", "control_type")]
-        nums = [arrays[c][idx].tolist() for c in _VIEW_NUMBERS + _VIEW_TIMES]
-        self.cache.update(zip(need, map(BatchView, strings[0], *nums[:len(_VIEW_NUMBERS)], strings[1],
-                                        *nums[len(_VIEW_NUMBERS):])))
-
-    def get(self, i: int) -> BatchView:
-        v = self.cache.get(i)
-        if v is None:
-            v = self.cache[i] = PartitionTimeline._view(self.t, self.cols, i)
-        return v
-
-
-def batch_view(r: dict) -> BatchView:
-    """A BatchView of one batch row (COLUMNS)."""
-    return BatchView(
-        r["source"], r["position"], r["base_offset"], r["last_offset"],
-        -1 if r["producer_id"] is None else r["producer_id"],
-        -1 if r["producer_epoch"] is None else r["producer_epoch"],
-        -1 if r["base_sequence"] is None else r["base_sequence"],
-        -1 if r["last_sequence"] is None else r["last_sequence"],
-        r["record_count"] or 0, r["crc"], r["batch_size"], bool(r["is_control"]),
-        r["control_type"], r["base_timestamp_ms"], r["max_timestamp_ms"], r["attributes"])

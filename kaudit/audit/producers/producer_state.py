@@ -107,7 +107,9 @@ class ProducerState:
     last_offset: int | None
     offset_gaps: int           # the partition's offset-gap count at the last batch (compaction)
     intervals: dict[int, Runs] = field(default_factory=dict)
-    views: list[BatchView] = field(default_factory=list)  # the last few batches (timeline excerpt)
+    # the last few batches (timeline excerpt): views, or a view's fields in order (a tuple) until
+    # a finding reads them (`noted`) - the fast path notes every producer's last rows
+    views: list = field(default_factory=list)
     open_fenced: dict | None = None
     applied_upto: int | None = None   # row of the current chunk last applied (fold bookkeeping)
     noted_upto: int | None = None
@@ -133,12 +135,22 @@ class ProducerState:
         for k, (lo, hi) in enumerate(parts):
             first_off = b.base_offset if k == 0 else _offset_at(b, lo)
             last_off = b.last_offset if k == len(parts) - 1 else _offset_at(b, hi)
-            if runs and runs[-1].hi != INT32_MAX and lo == runs[-1].hi + 1 and \
-                    not _overlaps_before_last(runs, lo, hi):
+            if _merges(runs, lo, hi):
                 runs[-1].hi = hi
                 runs[-1].last_offset = last_off
             else:
                 runs.append(Interval(lo, hi, first_off, last_off, b))
+
+    def extends(self, epoch: int, lo: int, hi: int) -> bool:
+        """Whether `remember` would merge a data batch of `epoch` holding sequences lo..hi (not
+        wrapping) into the epoch's last run - then `extend` does it without the batch's view."""
+        runs = self.intervals.get(epoch)
+        return lo <= hi and runs is not None and _merges(runs, lo, hi)
+
+    def extend(self, epoch: int, hi: int, last_offset: int | None) -> None:
+        """`remember` of a batch `extends` said merges: the epoch's last run now ends there."""
+        run = self.intervals[epoch][-1]
+        run.hi, run.last_offset = hi, last_offset
 
     def dirty(self) -> bool:
         """True when a stored range lies ahead of the current sequence: a later batch may
@@ -159,15 +171,23 @@ class ProducerState:
         if len(self.views) > keep:
             del self.views[0]
 
+    def noted(self) -> list[BatchView]:
+        """The last few batches' views (fields noted as a tuple become their view here)."""
+        views = self.views
+        for k, v in enumerate(views):
+            if not isinstance(v, BatchView):
+                views[k] = BatchView(*v)
+        return views
+
     @property
     def recent(self) -> list[str]:
         """The timeline excerpt: the last few batches, described only when a finding asks
         (most producers never need it)."""
-        return [v.describe() for v in self.views]
+        return [v.describe() for v in self.noted()]
 
     def stored(self, epoch: int, lo: int, hi: int) -> BatchView | None:
         """A recent data batch of `epoch` holding sequences lo..hi (exact evidence), if noted."""
-        for v in reversed(self.views):
+        for v in reversed(self.noted()):
             if (not v.is_control and v.producer_epoch == epoch and v.base_sequence <= lo
                     and hi <= v.last_sequence):
                 return v
@@ -181,6 +201,13 @@ def overlaps(runs: Runs, lo: int, hi: int) -> list[Interval]:
         return []   # above every stored range
     parts = sequence_parts(lo, hi)
     return [r for r in runs if any(r.lo <= h and l <= r.hi for l, h in parts)]
+
+
+def _merges(runs: Runs, lo: int, hi: int) -> bool:
+    """Whether sequences lo..hi (one part of a batch) continue the last run: right after it, no
+    earlier run sharing any of them."""
+    return bool(runs) and runs[-1].hi != INT32_MAX and lo == runs[-1].hi + 1 and \
+        not _overlaps_before_last(runs, lo, hi)
 
 
 def _overlaps_before_last(runs: Runs, lo: int, hi: int) -> bool:

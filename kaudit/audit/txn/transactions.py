@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.txn import coordinator_state, txn_epoch_rules, txn_rows, txn_rules, txn_stuck  # noqa: F401  (register the rules)
 from kaudit.audit.registry import fold_rules
-from kaudit.audit.folds import Context, Fold, KeyedState
+from kaudit.audit.folds import Context, Fold, KeyedState, of_log_segments
 from kaudit.audit.txn.txn_model import (  # noqa: F401  (the model's names, as the disk feed's)
     MATCH_WINDOW_MS, Marker, Part, ProducerTxns, assemble, assemble_replica, group, merge_replicas,
     transaction_version,
@@ -94,9 +94,7 @@ RULE_IDS = tuple(r.id for r in fold_rules("transactions"))
 
 
 def _batch_where(t: pa.Table):
-    ok = pc.and_(pc.equal(t.column("source_kind"), "log"),
-                 pc.invert(pc.ends_with(t.column("source"), ".checkpoint")))
-    ok = pc.and_(ok, pc.fill_null(pc.greater_equal(t.column("producer_id"), 0), False))
+    ok = pc.and_(of_log_segments(t), pc.fill_null(pc.greater_equal(t.column("producer_id"), 0), False))
     ok = pc.and_(ok, pc.fill_null(pc.greater_equal(t.column("magic"), 2), False))
     return pc.and_(ok, pc.fill_null(t.column("crc_ok"), True))
 

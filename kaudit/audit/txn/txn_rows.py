@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.txn import txn_clean
-from kaudit.audit.txn.txn_clean import bool_column, int_column
+from kaudit.audit.txn.txn_facts import bool_column, int_column
 from kaudit.audit.folds import Context
 
 

@@ -93,7 +93,7 @@ def run(cls, rows: list[dict], cuts: list[int]) -> tuple:
     out = fed(part, "batch", rows, SCHEMA, cuts)
     state = {q: (s.epoch, s.last_seq, s.max_epoch, s.last_offset, s.offset_gaps, s.seq_offset_gaps,
                  {e: [(r.lo, r.hi, r.first_offset, r.last_offset, r.first and r.first.base_offset) for r in runs]
-                  for e, runs in s.intervals.items()}, [v.base_offset for v in s.views])
+                  for e, runs in s.intervals.items()}, [v.base_offset for v in s.noted()])
              for q, s in part.producers.items()}
     return out, state
 

@@ -1,0 +1,285 @@
+"""A producer's transactions on each partition: its parts (`Part`: the data of one transaction
+on one partition, up to the COMMIT/ABORT marker that ends it, merged over the replicas that hold
+it) and each marker's coordinator transaction (`match_markers`). The first floor of the one
+transaction model (txn_model.py builds the producer's facts and groups its transactions on it);
+both feeds' rows come in as dicts: on disk the log's batches, on the wire the requests' and
+answers' (txn_wire.py), ordered by `rank` where the offset does not order them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from kaudit.audit.txn.coordinator_state import CoordTxn, CoordView
+from kaudit.audit.thresholds import MATCH_WINDOW_MS
+
+# Writers of markers (`Marker.writer`)
+COORDINATOR, ADMIN = "coordinator", "admin"
+
+
+@dataclass
+class Marker:
+    offset: int | None
+    result: str               # COMMIT | ABORT
+    epoch: int
+    coordinator_epoch: int | None
+    ts: int | None
+    source: str
+    position: int
+    writer: str | None = None       # coordinator | admin | None (unknown: a log holds no writer)
+    client_id: str | None = None    # the WriteTxnMarkers sender (wire)
+    connection: str | None = None
+    # the transaction version WriteTxnMarkers v2 carries (KIP-1228; wire only: a control batch
+    # on disk does not hold it), None where the request does not say it
+    transaction_version: int | None = None
+
+
+@dataclass
+class Part:
+    """One producer's transaction on one partition (merged over the replicas that hold it)."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    replicas: list = field(default_factory=list)
+    data: list[dict] = field(default_factory=list)          # transactional data batches
+    # non-transactional writes inside it: one row per stretch (none of its transactional batches
+    # between), `batches` counting them
+    nontxn: list[dict] = field(default_factory=list)
+    marker: Marker | None = None
+    replicas_without_marker: list = field(default_factory=list)
+    coord: CoordTxn | None = None                           # matched coordinator transaction
+    previous: "Part | None" = None                          # the part before it on the partition
+    copies: dict = field(default_factory=dict)              # replica -> its own Part (its files)
+    key: object = None                                      # the rank of its first row
+    tp: str = field(init=False, default="")                 # "topic-partition"
+
+    def __post_init__(self):
+        self.tp = f"{self.topic}-{self.partition}"
+
+    @property
+    def start_offset(self) -> int | None:
+        return self.data[0]["base_offset"] if self.data else (self.marker.offset if self.marker else None)
+
+    @property
+    def last_data_offset(self) -> int | None:
+        for b in reversed(self.data):
+            if b["last_offset"] is not None:
+                return b["last_offset"]
+        return None
+
+    @property
+    def epochs(self) -> list[int]:
+        """The distinct producer epochs of its data, in order of appearance."""
+        return list(dict.fromkeys(b["producer_epoch"] for b in self.data if b["producer_epoch"] is not None))
+
+    @property
+    def data_epoch(self) -> int | None:
+        return self.data[-1]["producer_epoch"] if self.data else None
+
+    @property
+    def first_epoch(self) -> int | None:
+        return self.data[0]["producer_epoch"] if self.data else None
+
+    @property
+    def first_ts(self) -> int | None:
+        ts = [b["base_timestamp_ms"] for b in self.data if b["base_timestamp_ms"] is not None]
+        return min(ts) if ts else (self.marker.ts if self.marker else None)
+
+    @property
+    def last_ts(self) -> int | None:
+        ts = [b["max_timestamp_ms"] for b in self.data if b["max_timestamp_ms"] is not None]
+        if self.marker and self.marker.ts is not None:
+            ts.append(self.marker.ts)
+        return max(ts) if ts else None
+
+
+def _marker(b: dict) -> Marker:
+    return Marker(b["base_offset"], b["control_type"], b["producer_epoch"], b["coordinator_epoch"],
+                  b["base_timestamp_ms"], b["source"], b["position"], b.get("writer"),
+                  b.get("client_id"), b.get("connection"), b.get("transaction_version"))
+
+
+def assemble_replica(batches: list[dict]) -> list[Part]:
+    """The parts of one producer on one replica of one partition, batches in log order."""
+    parts: list[Part] = []
+    cur: Part | None = None
+    plain = False   # the previous batch was a non-transactional write inside `cur`
+    for b in batches:
+        was_plain, plain = plain, False
+        if b["is_control"]:
+            if b["control_type"] not in ("COMMIT", "ABORT"):
+                continue
+            if cur is None:
+                cur = Part(b["topic"], b["partition"], b["producer_id"], [b["replica"]], key=_rank(b))
+            cur.marker = _marker(b)
+            parts.append(cur)
+            cur = None
+        elif b["is_transactional"]:
+            if cur is None:
+                cur = Part(b["topic"], b["partition"], b["producer_id"], [b["replica"]], key=_rank(b))
+            cur.data.append(b)
+        elif cur is not None and cur.data:
+            if was_plain:   # one stretch: its rows may come as runs cut anywhere (txn_rows.runs)
+                prev = cur.nontxn[-1]
+                cur.nontxn[-1] = dict(prev, last_offset=b["last_offset"],
+                                      batches=prev.get("batches", 1) + b.get("batches", 1))
+            else:
+                cur.nontxn.append(b)
+            plain = True
+    if cur is not None:
+        parts.append(cur)
+    return parts
+
+
+def _rank(b: dict):
+    r = b.get("rank")
+    return b["base_offset"] if r is None else r
+
+
+def merge_replicas(per_replica: dict) -> list[Part]:
+    """One list of parts per partition: parts starting at the same place on several replicas are
+    one part; a replica missing a marker another replica holds is noted (a lagging replica)."""
+    merged: dict = {}
+    for rep in sorted(per_replica, key=str):
+        for p in per_replica[rep]:
+            m = merged.get(p.key)
+            if m is None:
+                merged[p.key] = p
+                p.copies = {rep: p}
+                if p.marker is None:
+                    p.replicas_without_marker = [rep]
+                continue
+            m.replicas.append(rep)
+            m.copies[rep] = p
+            if p.marker is None:
+                m.replicas_without_marker.append(rep)
+            elif m.marker is None:
+                m.marker = p.marker
+            if len(p.data) > len(m.data):
+                m.data, m.nontxn = p.data, p.nontxn
+    out = [merged[k] for k in sorted(merged)]
+    for a, b in zip(out, out[1:]):
+        b.previous = a
+    for p in out:
+        if p.marker is not None and len(p.replicas_without_marker) == len(p.replicas):
+            p.replicas_without_marker = []
+    return out
+
+
+def match_markers(parts: list[Part], view: CoordView) -> None:
+    """Each part with a marker gets the coordinator transaction that wrote it: one listing its
+    partition, with the marker's result, whose [PrepareX, CompleteX] window is nearest the
+    marker's time (the first such in the coordinator's order on a tie; a transaction with
+    another result only when none has the marker's; none further than MATCH_WINDOW_MS). A part
+    without marker gets the coordinator's open transaction if it lists the partition."""
+    by_tp: dict[str, list[CoordTxn]] = {}   # the coordinator transactions listing each partition, in order
+    for t in view.txns:
+        for tp in t.partitions:
+            by_tp.setdefault(tp, []).append(t)
+    matchers: dict[tuple, _Nearest] = {}
+    for p in parts:
+        tp = p.tp
+        if p.marker is None:
+            t = view.open_txn
+            if t is not None and tp in t.partitions:
+                p.coord = t
+            else:
+                p.coord = _ended_with(by_tp.get(tp), p.first_ts)
+            continue
+        cands = by_tp.get(tp)
+        if not cands:
+            continue
+        inside = _ended_early(cands, p)
+        if inside is not None:
+            p.coord = inside
+            continue
+        key = (tp, p.marker.result)
+        m = matchers.get(key)
+        if m is None:
+            # a marker whose result differs from its transaction's is still its (torn)
+            same = [t for t in cands if t.result is None or t.result == p.marker.result]
+            m = matchers[key] = _Nearest(same or cands)
+        best, d = m.nearest(p.marker.ts)
+        if d <= MATCH_WINDOW_MS:
+            p.coord = best
+
+
+def _ended_early(cands: list[CoordTxn], p: Part) -> CoordTxn | None:
+    """The coordinator transaction a part's data belongs to when its marker came while that
+    transaction was still running - after it registered the partition, before its PrepareX:
+    not the coordinator's marker of it (an admin's abort, kafka-transactions.sh) but the end of
+    its data there all the same, whatever the result (torn-transaction judges it). The next
+    transaction cannot register the partition before the previous one's markers are written
+    (CONCURRENT_TRANSACTIONS), so a marker inside that window is no earlier transaction's - on
+    disk, where the window is the coordinator's records'; on the wire, whose registrations are
+    the requests' times (a version-2 leader's is held until the previous markers are written),
+    only for a marker whose sender shows it is an admin's."""
+    ts, first = p.marker.ts, p.first_ts
+    if ts is None or first is None or not p.data or p.marker.writer not in (None, ADMIN):
+        return None
+    for t in cands:
+        if (t.start_ms is not None and t.prepare_ts is not None and t.start_ms <= ts < t.prepare_ts
+                and t.start_ms - MATCH_WINDOW_MS <= first <= ts):
+            return t
+    return None
+
+
+def _ended_with(cands: list[CoordTxn] | None, ts: int | None) -> CoordTxn | None:
+    """The ended coordinator transaction (in Prepare or Complete) listing a partition whose data,
+    created at `ts`, has no marker: the last one open at that time (its data may be created up
+    to MATCH_WINDOW_MS before the coordinator registered the partition, never after its end)."""
+    if not cands or ts is None:
+        return None
+    for t in reversed(cands):
+        if t.prepare_ts is None or t.start_ms is None:
+            continue
+        if t.start_ms - MATCH_WINDOW_MS <= ts <= t.prepare_ts:
+            return t
+    return None
+
+
+def _window(t: CoordTxn) -> tuple[int | None, int | None]:
+    return (t.prepare_ts if t.prepare_ts is not None else t.start_ms), t.complete_ts
+
+
+def _distance(t: CoordTxn, ts: int | None) -> int:
+    lo, hi = _window(t)
+    if ts is None or lo is None:
+        return 0
+    if ts < lo:
+        return lo - ts
+    if hi is not None and ts > hi:
+        return ts - hi
+    return 0
+
+
+class _Nearest:
+    """The first transaction (in the coordinator's order) whose window is nearest a time. When
+    the windows follow each other without overlap (each ends before the next starts, only the
+    last may be open) the nearest is one of the two around the time (bisect); else a scan."""
+
+    def __init__(self, txns: list[CoordTxn]):
+        self.txns = txns
+        w = [_window(t) for t in txns]
+        self.los = [lo for lo, _ in w]
+        self.sorted = all(lo is not None for lo in self.los) and all(
+            (hi is not None or i == len(w) - 1) and (hi is None or lo <= hi)
+            and (i == len(w) - 1 or (hi is not None and hi < w[i + 1][0]))
+            for i, (lo, hi) in enumerate(w))
+
+    def nearest(self, ts: int | None) -> tuple[CoordTxn, int]:
+        if ts is None:
+            return self.txns[0], 0
+        if self.sorted:
+            j = bisect_right(self.los, ts) - 1
+            around = [i for i in (j, j + 1) if 0 <= i < len(self.txns)]
+        else:
+            around = range(len(self.txns))
+        best, dist = None, None
+        for i in around:
+            d = _distance(self.txns[i], ts)
+            if dist is None or d < dist:
+                best, dist = self.txns[i], d
+        return best, dist
