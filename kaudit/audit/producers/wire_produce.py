@@ -100,8 +100,10 @@ class _Timeline:
 class WirePartition:
     clean_pass = True   # the clean-producer pass (audit/producers/wire_clean.py); False: every row checked
 
-    def __init__(self, key: tuple):
+    def __init__(self, key: tuple, lineage: dict | None = None):
         self.topic, self.partition = key
+        # idempotent producer ids a KIP-360 InitProducerId moved to a new id (txn_lineage): id -> Move
+        self.left = left_behind(lineage)
         self.pids: dict[int, Pid] = {}
         self.anon = Attempts(MAX_ANON_KEYS)
         self.out: list[dict] = []
@@ -112,7 +114,7 @@ class WirePartition:
         self.out.extend(self.resends.feed(t))
         # the producers' clean batches first (no finding, only state), then the rest in order:
         # producers are independent, so the findings and the state come out as row by row
-        if self.clean_pass:
+        if self.clean_pass and not (self.left and _names_any(t, self.left)):
             clean, groups = clean_rows(t, self.pids)
             apply_clean(t, Row, self.pids, groups, clean)
             if clean.any():
@@ -217,6 +219,9 @@ class WirePartition:
         timeline = _Timeline(self, p.recent[-4:], r)
         where = self._where()
 
+        moved = self.left.get(r.producer_id)
+        if moved is not None and err == 0 and moved.ts_ms is not None and r.request_ts * 1000 > moved.ts_ms:
+            self.out.append(self._after_move(r, moved, timeline))
         if (st is not None and fenced_epoch(st, b)) or err in FENCED:
             stale = st is not None and fenced_epoch(st, b)
             # an error only when the broker took it; refused or unanswered: the broker's job
@@ -262,6 +267,24 @@ class WirePartition:
         p.recent.append(r)
         del p.recent[:-4]
 
+    def _after_move(self, r: Row, m, timeline: _Timeline) -> dict:
+        """write-after-epoch-end for an idempotent producer: its id's session ended when its KIP-360
+        InitProducerId was answered with a new id, yet a Produce under the old id sent after that
+        was stored (the partition leader still holds the old id's state and cannot know)."""
+        return finding(
+            "write-after-epoch-end", f"{self._where()}: producer {r.producer_id} epoch {r.producer_epoch} "
+            f"sequences {r.base_sequence}-{r.last_sequence} was sent {r.request_ts - m.ts_ms / 1000:.3f} s after "
+            f"{m.text} and {self._answer(r)}: a write of a producer session that had ended (a zombie of the "
+            f"idempotent producer, or a client that kept using its old id); records it re-sends under "
+            f"producer id {m.new} after an unresolved batch may be stored twice",
+            evidence=[self._ev(r, "written under the old producer id"),
+                      evidence(m.source, m.position, "request", f"InitProducerId: producer id {m.old} -> {m.new}")],
+            timeline=timeline.lines(),
+            details={"next_producer_id": m.new, "epoch_ended_ms": m.ts_ms, "epoch_end": m.how,
+                     "last_epoch_asked": m.last_epoch, "how_known": "kip360", "accepted": True,
+                     "producer_ids": [m.old, m.new]},
+            **self._fields(r))
+
     def _sequence_findings(self, p: Pid, r: Row, b: BatchView, timeline: _Timeline) -> None:
         err, st, where = r.response_error, p.state, self._where()
         accepted = err == 0
@@ -306,5 +329,22 @@ class WirePartition:
                      "previous_last_sequence": st.last_seq if st else None}, **self._fields(r)))
 
 
-FOLD = Fold("wire-produce", {"batch": COLUMNS}, KEY, ORDER, lambda ctx: KeyedState(KEY, WirePartition),
+def left_behind(lineage: dict | None) -> dict:
+    """Producer id -> the Move that left it, for idempotent producers' lineages (no transactional
+    id: a transactional id's moves are the transaction rules')."""
+    out = {}
+    for pid, lin in (lineage or {}).items():
+        if lin.transactional_id is None:
+            m = lin.next_move(pid)
+            if m is not None:
+                out[pid] = m
+    return out
+
+
+def _names_any(t: pa.Table, pids: dict) -> bool:
+    return pc.any(pc.is_in(t.column("producer_id"), value_set=pa.array(list(pids), pa.int64()))).as_py() or False
+
+
+FOLD = Fold("wire-produce", {"batch": COLUMNS}, KEY, ORDER,
+            lambda ctx: KeyedState(KEY, lambda k: WirePartition(k, ctx.producer_lineage)),
             where={"batch": lambda t: pc.equal(t.column("source_kind"), "produce")})
