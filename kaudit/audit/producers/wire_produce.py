@@ -268,15 +268,23 @@ class WirePartition:
         del p.recent[:-4]
 
     def _after_move(self, r: Row, m, timeline: _Timeline) -> dict:
-        """write-after-epoch-end for an idempotent producer: its id's session ended when its KIP-360
-        InitProducerId was answered with a new id, yet a Produce under the old id sent after that
-        was stored (the partition leader still holds the old id's state and cannot know)."""
+        """write-after-epoch-end for an idempotent producer: its client ended the old id's session
+        when its KIP-360 InitProducerId was answered with a new id, yet a Produce under the old id
+        sent after that was stored. Told at info: a broker never fences an idempotent producer id
+        (TransactionCoordinator.handleInitProducerId hands out a new id and leaves the old one's
+        state alone), so the leader rightly stored it in sequence and consumers read it once; the
+        damage, if any, is a copy re-sent under the new id (duplicate-records judges by content)."""
         return finding(
             "write-after-epoch-end", f"{self._where()}: producer {r.producer_id} epoch {r.producer_epoch} "
             f"sequences {r.base_sequence}-{r.last_sequence} was sent {r.request_ts - m.ts_ms / 1000:.3f} s after "
-            f"{m.text} and {self._answer(r)}: a write of a producer session that had ended (a zombie of the "
-            f"idempotent producer, or a client that kept using its old id); records it re-sends under "
-            f"producer id {m.new} after an unresolved batch may be stored twice",
+            f"its client's InitProducerId asked to replace producer id {m.old} (epoch {m.last_epoch}) and got "
+            f"producer id {m.new} (KIP-360), and was {self._answer(r)}: the old id's session had ended for "
+            f"its client, but a broker never fences an idempotent producer id, so it was stored in sequence",
+            severity="info",
+            remediation=("A client kept writing under the producer id it had asked to replace (or another "
+                         "process shares it). Find the connection and client id given; if it also re-sent "
+                         "these records under the new producer id, consumers read them twice: audit the "
+                         "capture with the log dirs (kaudit audit) to compare the records."),
             evidence=[self._ev(r, "written under the old producer id"),
                       evidence(m.source, m.position, "request", f"InitProducerId: producer id {m.old} -> {m.new}")],
             timeline=timeline.lines(),
