@@ -100,10 +100,10 @@ class _Timeline:
 class WirePartition:
     clean_pass = True   # the clean-producer pass (audit/producers/wire_clean.py); False: every row checked
 
-    def __init__(self, key: tuple, lineage: dict | None = None):
+    def __init__(self, key: tuple, ctx=None):
         self.topic, self.partition = key
-        # idempotent producer ids a KIP-360 InitProducerId moved to a new id (txn_lineage): id -> Move
-        self.left = left_behind(lineage)
+        self.ctx = ctx   # read at each chunk: a live audit's lineage grows while the capture arrives
+        self._lineage, self.left = None, {}
         self.pids: dict[int, Pid] = {}
         self.anon = Attempts(MAX_ANON_KEYS)
         self.out: list[dict] = []
@@ -112,6 +112,10 @@ class WirePartition:
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
         # records a new producer session sent again after a failed send (vectorised, all rows)
         self.out.extend(self.resends.feed(t))
+        lineage = getattr(self.ctx, "producer_lineage", None)
+        if lineage is not self._lineage:
+            # idempotent producer ids a KIP-360 InitProducerId moved to a new id (txn_lineage): id -> Move
+            self._lineage, self.left = lineage, left_behind(lineage)
         # the producers' clean batches first (no finding, only state), then the rest in order:
         # producers are independent, so the findings and the state come out as row by row
         if self.clean_pass and not (self.left and _names_any(t, self.left)):
@@ -354,5 +358,5 @@ def _names_any(t: pa.Table, pids: dict) -> bool:
 
 
 FOLD = Fold("wire-produce", {"batch": COLUMNS}, KEY, ORDER,
-            lambda ctx: KeyedState(KEY, lambda k: WirePartition(k, ctx.producer_lineage)),
+            lambda ctx: KeyedState(KEY, lambda k: WirePartition(k, ctx)),
             where={"batch": lambda t: pc.equal(t.column("source_kind"), "produce")})
