@@ -224,7 +224,8 @@ class WirePartition:
         where = self._where()
 
         moved = self.left.get(r.producer_id)
-        if moved is not None and err == 0 and moved.ts_ms is not None and r.request_ts * 1000 > moved.ts_ms:
+        if (moved is not None and err == 0 and moved.ts_ms is not None and r.request_ts is not None
+                and r.request_ts * 1000 > moved.ts_ms):
             self.out.append(self._after_move(r, moved, timeline))
         if (st is not None and fenced_epoch(st, b)) or err in FENCED:
             stale = st is not None and fenced_epoch(st, b)

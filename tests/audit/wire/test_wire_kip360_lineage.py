@@ -113,3 +113,20 @@ def test_a_transactional_kip360_request_links_its_ids_explicitly():
     lin = txn_lineage.build(txn_lineage.wire_links(t))
     m = lin[7].next_move(7)
     assert lin[7].transactional_id == "tx" and (m.old, m.new, m.position) == (7, 8, 2) and "KIP-360" in m.how
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 10_000), min_size=2, max_size=6, unique=True), st.randoms(use_true_random=False))
+def test_a_chain_of_requests_is_one_lineage_in_the_order_of_its_moves(ids, rnd):
+    """Whatever the ids' values and the order the rows come in, one idempotent producer's chain of
+    KIP-360 requests is one lineage, its ids in the order the moves took them."""
+    rows = [_init(float(i + 1), None, (old, i), (new, 0)) for i, (old, new) in enumerate(zip(ids, ids[1:]))]
+    rnd.shuffle(rows)
+    lin = txn_lineage.build(txn_lineage.wire_links(_events(rows)))
+    assert set(lin) == set(ids) and len({id(x) for x in lin.values()}) == 1
+    a = lin[ids[0]]
+    assert a.transactional_id is None and a.producer_ids == ids
+    assert [(m.old, m.new, m.last_epoch) for m in a.moves] == [(o, n, i) for i, (o, n) in enumerate(zip(ids, ids[1:]))]
