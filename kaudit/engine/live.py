@@ -27,7 +27,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, KeyedState, split_by_key
-from kaudit.audit.txn import txn_lineage
 from kaudit.engine.plan import Audit, AuditRun, Work, fold_selection
 from kaudit.sources.topics import TopicNames
 
@@ -158,7 +157,6 @@ class LiveAudit:
         self.found: list[dict] = []      # findings settled before the end (emitted)
         self.checked_at = 0.0
         self.dirty = False   # rows added since the last checkpoint
-        self._links = 0      # link rows the context's lineage was built from
 
     def add(self, kind: str, table: pa.Table) -> None:
         self.dirty = True
@@ -187,11 +185,7 @@ class LiveAudit:
             return
         upto = min(now, in_flight if in_flight is not None else now) - REORDER_S
         names = TopicNames(self.work.facts.names.names)
-        links = self.work.facts.links
-        if links and len(links) != self._links:
-            # the lineage known so far (txn_lineage), for the streamed folds that read it (wire-produce)
-            self._links = len(links)
-            self.work.ctx.producer_lineage = txn_lineage.build(links) or None
+        self.audit.so_far(self.work.ctx, self.work.facts)   # what the streamed folds read of the facts
         out = []
         for s in self.streamed.values():
             # rows ordered by send time wait for the requests in flight; by response time, not
