@@ -130,3 +130,14 @@ def test_a_chain_of_requests_is_one_lineage_in_the_order_of_its_moves(ids, rnd):
     a = lin[ids[0]]
     assert a.transactional_id is None and a.producer_ids == ids
     assert [(m.old, m.new, m.last_epoch) for m in a.moves] == [(o, n, i) for i, (o, n) in enumerate(zip(ids, ids[1:]))]
+
+
+def test_a_refused_bump_is_the_error_of_the_producer_that_asked(tmp_path):
+    """An InitProducerId that asked with (PID, 3) answered with an error names no producer id:
+    the frame and its producer-error are the asking producer's, not an orphan waiting for the
+    next id (nor a non-idempotent producer)."""
+    m = (init_producer_id(1, PID, 3, txn_id=None) + send(2, batch(PID, 3, 0, 5), offset=0)
+         + init_producer_id(3, -1, -1, txn_id=None, asked=(PID, 3), error=15))   # COORDINATOR_NOT_AVAILABLE
+    fs = audit(tmp_path, Conn(m))
+    (e,) = by_rule(fs, "producer-error")
+    assert (e["producer_id"], e["producer_epoch"]) == (PID, 3) and f"producer {PID} epoch 3" in e["message"]
