@@ -110,12 +110,13 @@ class WirePartition:
         self.resends = Resends(self.topic, self.partition)
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        # records a new producer session sent again after a failed send (vectorised, all rows)
-        self.out.extend(self.resends.feed(t))
         lineage = getattr(self.ctx, "producer_lineage", None)
         if lineage is not self._lineage:
             # idempotent producer ids a KIP-360 InitProducerId moved to a new id (txn_lineage): id -> Move
             self._lineage, self.left = lineage, left_behind(lineage)
+            self.resends.left = self.left
+        # records a new producer session sent again after a failed send (vectorised, all rows)
+        self.out.extend(self.resends.feed(t))
         # the producers' clean batches first (no finding, only state), then the rest in order:
         # producers are independent, so the findings and the state come out as row by row
         if self.clean_pass and not (self.left and _names_any(t, self.left)):
