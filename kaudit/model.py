@@ -401,6 +401,9 @@ GROUP_EVENT = pa.schema([
     ("producer_epoch", I16),
 ])
 
+# A consumer's or follower's Fetch, per partition: the response's answer, or (error_code and every
+# response field null, batch_count 0) a partition the request named that the response left out
+# (KIP-227 incremental fetch sessions omit those with nothing new; summary_batches.omitted_fetch_parts)
 FETCH_PARTITION = pa.schema([
     ("source", S),
     ("connection", S),

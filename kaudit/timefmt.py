@@ -72,7 +72,7 @@ def relative(ms: int | float | None, reference_ms: int | float | None,
     if ms is None or reference_ms is None:
         return ""
     delta = reference_ms - ms
-    if abs(delta) < 1000:
+    if abs(delta) < 1:
         return f"at {reference}"
     return f"{duration(abs(delta))} {'before' if delta > 0 else 'after'} {reference}"
 

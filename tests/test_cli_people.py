@@ -115,3 +115,13 @@ def test_txn_table_fits_the_width():
     assert lines and all(len(x) <= 80 for x in lines), [x for x in lines if len(x) > 80]
     assert lines[0].startswith("demo-txn-21  producer 2000 epoch 0: COMMIT")
     assert "    demo-txn-0 0 -> COMMIT@2 epoch 0 (coord epoch 0)" in lines
+
+
+def test_a_sub_second_distance_is_said_in_milliseconds():
+    """Only the same instant is "at the end of the evidence"; 450 ms before it is said as such
+    (a span that began 450 ms before the end did not begin at it)."""
+    assert relative(1_000, 1_000) == "at the end of the evidence"
+    assert relative(550, 1_000) == "450 ms before the end of the evidence"
+    assert relative(1_450, 1_000) == "450 ms after the end of the evidence"
+    assert relative(0, 3_000) == "3 s before the end of the evidence"
+    assert when(500, 900, 1_000).endswith("(400 ms; began 500 ms before the end of the evidence)")

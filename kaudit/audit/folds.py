@@ -49,6 +49,10 @@ class Context:
     # input (epoch exhaustion, a lost id), settled before any buffered fold runs; None or {}:
     # no transactional id of the input has more than one
     producer_lineage: dict | None = None
+    # `kaudit audit`: the capture's answered InitProducerIds of the producers that asked for
+    # KIP-939 two-phase commit, producer id -> ((epoch, enable_2pc, transactional id), ...), settled before the
+    # disk's transactions fold runs (the wire's knowledge the log dirs may lack)
+    two_pc_inits: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ import pyarrow as pa
 from kaudit.audit.joint import acked_loss as AL
 from kaudit.audit.joint import join as J
 from kaudit.audit.joint import reader_join as RJ
+from kaudit.audit.joint.settle import settle_wire
 from kaudit.audit import sort_findings
-from kaudit.audit.joint.join_rows import END_TXN_TAP, PRODUCE_TAP, READER_BATCH_TAP, READER_FETCH_TAP, DiskTap, WireTap
+from kaudit.audit.joint.join_rows import (END_TXN_TAP, INIT_TAP, PRODUCE_TAP, READER_BATCH_TAP, READER_FETCH_TAP,
+                                          DiskTap, WireTap, two_pc_inits)
 from kaudit.engine import local
 from kaudit.engine.plan import AuditRun, keep_rules
 from kaudit.sources.logdir import plan
@@ -65,11 +67,14 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
     names = TopicNames({**disk_names, **wire.topic_names})
     produce = _rows(wire_tap.of(PRODUCE_TAP.name), names)
     disk_tap = DiskTap(produce, _rows(wire_tap.of(READER_BATCH_TAP.name), names))
+    # what the capture knows that the log dirs' transactions fold needs (KIP-939 two-phase commit)
+    inits = two_pc_inits(_rows(wire_tap.of(INIT_TAP.name)))
     disk = engine.audit_segments(segments, now_ms=now_ms, select=select, ignore=ignore,
-                                 max_batch_bytes=max_batch_bytes, tap=disk_tap, **disk_kw)
+                                 max_batch_bytes=max_batch_bytes, tap=disk_tap,
+                                 known={"two_pc_inits": inits} if inits else None, **disk_kw)
     inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.of(END_TXN_TAP.name)), disk=_rows(disk_tap.of("rows")),
                       ranges=disk_tap.ranges, cleaned=disk_tap.cleaned, at_acked=_rows(disk_tap.of("acked")),
-                      epoch_starts=disk_tap.epoch_starts)
+                      epoch_starts=disk_tap.epoch_starts, latest=disk_tap.latest)
     joined, jcov = J.join(inp)
     # the partition's leadership and loss findings told which of their offsets clients were given
     AL.annotate(disk.findings, inp.verdicts, produce)
@@ -79,7 +84,9 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
     run = AuditRun(errors=wire.errors + disk.errors, engine=disk.engine, application_id=disk.application_id,
                    internal_errors=wire.internal_errors + disk.internal_errors)
     run.clusters = disk.clusters.merge(wire.clusters) if disk.clusters is not None else wire.clusters
-    run.findings = sort_findings(wire.findings + disk.findings + [f for f in joined if keep(f)], run.clusters)
+    # the capture's suspicions the log decides (a re-send's first send stored once, or twice)
+    wire_findings = settle_wire(wire.findings, joined)
+    run.findings = sort_findings(wire_findings + disk.findings + [f for f in joined if keep(f)], run.clusters)
     jcov["disk_batches_kept"] = len(inp.disk)
     jcov["disk_batches_at_acknowledged_offsets"] = len(inp.at_acked)
     run.coverage = {"wire": wire.coverage, "disk": disk.coverage, "join": jcov}

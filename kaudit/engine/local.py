@@ -46,11 +46,12 @@ FOLDS_BEHIND = 4
 
 def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ignore=(),
                    max_batch_bytes: int = 64 << 20, jobs: int | None = None, progress: bool = False,
-                   tap=None, folds=None) -> AuditRun:
+                   tap=None, folds=None, known: dict | None = None) -> AuditRun:
     """Decode log dirs and run the disk audit (engine.plan.disk_audit): the folds keyed by a
-    log's partition stream in plan order, the others' selections are buffered."""
+    log's partition stream in plan order, the others' selections are buffered. `known`: facts
+    of the captures audited with them (`kaudit audit`)."""
     audit = disk_audit(paths, now_ms=now_ms, select=select, ignore=ignore, tap=tap,
-                       max_batch_bytes=max_batch_bytes, folds=folds)
+                       max_batch_bytes=max_batch_bytes, folds=folds, known=known)
     chunks = _decode(audit.layout, audit.options, jobs, progress)
     return execute(audit, chunks, list(audit.layout.errors), jobs=jobs)
 

@@ -189,6 +189,8 @@ class Audit:
     layout: object = None          # disk: the sources.logdir.Plan of the paths
     options: object = None         # sources.segments.Options | sources.pcap.PcapOptions
     names: dict | None = None
+    # facts of the other feed (`kaudit audit`, disk side): {"two_pc_inits": ...} (folds.Context)
+    known: dict | None = None
 
     streamed: tuple[Fold, ...] = field(init=False)
     buffered: tuple[Fold, ...] = field(init=False)
@@ -221,6 +223,8 @@ class Audit:
             ctx.producer_lineage = txn_lineage.build(facts.links)   # {}: built, nothing to link
         if self.side == "wire":
             ctx.topic_names = facts.names.names
+        if self.known:
+            ctx.two_pc_inits = self.known.get("two_pc_inits")
 
     def so_far(self, ctx: Context, facts: Facts) -> None:
         """A live audit's context between checkpoints: the producers' lineage from the facts known
@@ -279,9 +283,10 @@ class Audit:
 
 
 def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None, max_batch_bytes: int = 64 << 20,
-               deep: bool = False, folds: tuple[Fold, ...] | None = None) -> Audit:
+               deep: bool = False, folds: tuple[Fold, ...] | None = None, known: dict | None = None) -> Audit:
     """The audit of log dirs: the disk folds, the replicas fold bound to the partitions the
-    inputs hold in several log dirs and to each log dir's cluster."""
+    inputs hold in several log dirs and to each log dir's cluster; `known`: facts of the
+    captures audited with them (Audit.known)."""
     from kaudit.sources.logdir import log_dir_clusters, plan, replicated_partitions
     from kaudit.sources.segments import Options
 
@@ -295,7 +300,7 @@ def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None,
         spans = unread_spans(layout.remote_not_read)
         bound = tuple(f.bind_unread(spans) if hasattr(f, "bind_unread") else f for f in bound)
     return Audit("disk", paths, bound, now_ms, keep_rules(select, ignore), tap, layout,
-                 Options(deep=deep, max_batch_bytes=max_batch_bytes))
+                 Options(deep=deep, max_batch_bytes=max_batch_bytes), known=known)
 
 
 def wire_audit(paths: list[str], options, *, now_ms=None, select=(), ignore=(), tap=None, names=None,

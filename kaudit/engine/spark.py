@@ -247,10 +247,11 @@ def _run(audit: Audit, errors: list[str], spark_options) -> AuditRun:
 
 def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ignore=(),
                    max_batch_bytes: int = 64 << 20, spark_options: SparkOptions | None = None,
-                   tap=None, folds=None) -> AuditRun:
-    """As engine.local.audit_segments; `tap` (engine.joint.DiskTap) gets the join's rows."""
+                   tap=None, folds=None, known: dict | None = None) -> AuditRun:
+    """As engine.local.audit_segments; `tap` (engine.joint.DiskTap) gets the join's rows; `known`
+    travels with the plan to every task (Audit.known)."""
     audit = disk_audit(paths, now_ms=now_ms, select=select, ignore=ignore, tap=tap,
-                       max_batch_bytes=max_batch_bytes, folds=folds)
+                       max_batch_bytes=max_batch_bytes, folds=folds, known=known)
     return _run(audit, list(audit.layout.errors), spark_options)
 
 

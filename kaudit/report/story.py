@@ -29,7 +29,7 @@ _KINDS = (("leadership", {"unclean-leader-election", "unexplained-divergence", "
           ("transaction", {"dangling-transaction", "unregistered-partition", "late-transactional-write",
                            "non-transactional-write-in-transaction", "coordinator-epoch-regression",
                            "stray-marker", "illegal-state-transition", "coordinator-abort",
-                           "mixed-epoch-transaction"}),
+                           "mixed-epoch-transaction", "txn-markers-refused", "epoch-exhausted-transaction"}),
           ("sequence", {"out-of-order-sequence"}), ("integrity", set(INTEGRITY_RULES)),
           ("outcome", {"outcome-mismatch", "produce-outcome"}), ("retry", {"retried-batch"}),
           ("errors", {"producer-error"}), ("request", {"unanswered-request"}))

@@ -329,6 +329,8 @@ cdef int fetch_rows(Sink s, str name, Msg req, Msg resp, const uint8_t *pr, req_
                            name, req, pq, False)
                 _batch_end(batches, req_ts, resp_ts, True, x.error, False, 0, topic_id)
                 n += 1
+        if not resp.has_top_error or resp.top_error == 0:
+            n += _omitted_rows(s, name, req, pq, resp, pr, isolation, resp_frame, req_ts, resp_ts)
     finally:
         free(b.data)
     codes = _codes(resp)
@@ -338,6 +340,63 @@ cdef int fetch_rows(Sink s, str name, Msg req, Msg resp, const uint8_t *pr, req_
                None, isolation, req_frame, resp_frame, req_ts, resp_ts, req_size, resp_size)
     s.rows.count += n + 1
     return 0
+
+
+cdef int64_t _omitted_rows(Sink s, str name, Msg req, const uint8_t *pq, Msg resp, const uint8_t *pr,
+                           isolation, resp_frame, req_ts, resp_ts) except -1:
+    """summary_batches.omitted_fetch_parts: a row per request partition the response left out
+    (once per topic and partition, in request order, with the last entry's fetch offset)."""
+    cdef Py_ssize_t k, j
+    cdef Part *x
+    cdef Topic *t
+    cdef Columns parts = None
+    cdef int64_t n = 0
+    cdef bint seen
+    cdef int col
+    for k in range(req.nparts):
+        x = &req.parts[k]
+        if _answer(req, x, pq, resp, pr) >= 0:
+            continue
+        t = &req.topics[x.topic]
+        seen = False
+        for j in range(k):
+            if req.parts[j].index == x.index and _same_topic(&req.topics[req.parts[j].topic], pq, t, pq):
+                seen = True
+                break
+        if seen:
+            continue
+        j = req.nparts - 1   # the fetch offset: the last request partition of that key
+        while j > k:
+            if req.parts[j].index == x.index and _same_topic(&req.topics[req.parts[j].topic], pq, t, pq):
+                break
+            j -= 1
+        if parts is None:
+            parts = s.cols("fetch_partition")
+        parts.begin()
+        parts.put_text(0, s.source)
+        parts.put_text(1, name)
+        _num(parts, 2, resp_frame)
+        _num(parts, 3, req_ts)
+        _num(parts, 4, resp_ts)
+        parts.put_i64(5, req.api_version)
+        parts.put_i64(6, req.correlation_id)
+        _opt_str(parts, 7, pq, req.client_id, req.client_id_len)
+        _opt_str(parts, 8, pq, t.name, t.name_len)
+        parts.put_i64(9, x.index)
+        parts.put_text(10, isolation)
+        if req.has_replica_id:
+            parts.put_i64(11, req.replica_id)
+        else:
+            parts.put_null(11)
+        parts.put_i64(12, req.parts[j].offset)
+        for col in range(13, 20):
+            parts.put_null(col)
+        parts.put_i64(20, 0)
+        parts.put_i64(21, 0)
+        parts.put_text(22, _topic_id(t))
+        parts.finish()
+        n += 1
+    return n
 
 
 include "_crows_txn.pxi"

@@ -33,6 +33,7 @@ from kaudit.protocol.wire.summary_batches import (
     _topic,
     fetch_batches,
     fetch_partitions,
+    omitted_fetch_parts,
     topic_names,
     txn_events,
 )
@@ -379,6 +380,15 @@ class WireRows:
                                    + (name, version, corr, client_id, None, None, req_ts, resp_ts,
                                       error, None, topic_id))
                     n += 1
+        answered = {(_tkey(t), p.get("partition_index")) for t in resp.get("responses") or ()
+                    for p in t.get("partitions") or ()}
+        for t, index, offset in omitted_fetch_parts(req, resp, answered, offsets):
+            if parts is None:
+                parts = self._list("fetch_partition")
+            parts.append((source, name, position, req_ts, resp_ts, version, corr, client_id, t.get("topic"), index,
+                          isolation, replica_id, offset, None, None, None, None, None, None, None, 0, 0,
+                          t.get("topic_id")))
+            n += 1
         self.count += n
         self._frame(conv, x, request, codes, resp.get("throttle_time_ms"), request.decoder, None,
                     req.get("max_wait_ms"), None, None, None, ",".join(tps) if tps else None, None,

@@ -489,3 +489,36 @@ def test_acknowledged_writes_lost_on_the_wire(spark, tmp_path):
     _pcaps([path], PcapOptions())
     rules = {f["rule"] for f in L.audit_pcaps([str(path)], PcapOptions()).findings}
     assert {"offset-acknowledged-twice", "acknowledged-records-replaced"} <= rules
+
+
+def test_crafted_transaction_failure_modes(spark, tmp_path, monkeypatch):
+    """Issue 30 item 5's crafted log dirs and captures (txn-markers-refused, epoch-exhausted-
+    transaction, WriteTxnMarkers v2's version), their audits checked against Spark's."""
+    import test_disk_txn_failures as D
+
+    from tests.audit.wire import test_wire_txn_failures as W
+    from tests.audit.wire import test_wire_txn_versions as V
+
+    def both(root, **kw):
+        kw = dict(kw, select=D.RULES)
+        _segments([root], **kw)
+        return L.audit_segments([str(root)], **kw).findings
+
+    def both_pcaps(paths, options, **kw):
+        local = L.audit_pcaps(paths, options, **kw)
+        _same(S.audit_pcaps(paths, options, spark_options=SPARK, **kw), local)
+        return local
+
+    monkeypatch.setattr(D, "audit", both)
+    monkeypatch.setattr(V, "audit_pcaps", both_pcaps)
+    for n in ("d1", "d2", "d3", "d4", "d5", "w1", "w2", "w3", "w4"):
+        (tmp_path / n).mkdir()
+    D.test_prepare_without_complete_and_a_missing_marker(tmp_path / "d1", 2)
+    D.test_every_marker_landed_without_complete(tmp_path / "d2")
+    D.test_open_at_the_limit_past_its_timeout(tmp_path / "d3", 2, 32766)
+    D.test_version_2_prepared_at_the_limit_without_a_next_producer_id(tmp_path / "d4")
+    D.test_epoch_rotation_at_the_limit_is_clean(tmp_path / "d5")
+    W.test_markers_refused_again_and_again_leave_a_partition_open(tmp_path / "w1", 1)
+    W.test_a_landed_marker_refused_when_re_sent_is_kafka_19999(tmp_path / "w2")
+    W.test_open_at_the_limit_past_its_timeout(tmp_path / "w3", 2)
+    W.test_version_2_marker_at_the_data_epoch_is_flagged(tmp_path / "w4", False)

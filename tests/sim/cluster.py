@@ -50,6 +50,7 @@ class Sim:
         self.verify = broker != "3.0"       # KIP-890 part 1: leaders verify transactional writes (3.6+)
         self._pid = 1000
         self.oracle: list[Expect] = []
+        self.state_log = True     # False: the log dirs given leave `__transaction_state` out
 
     def tick(self, ms: int = 1) -> int:
         now = self.clock
@@ -81,6 +82,10 @@ class Sim:
     def write(self) -> tuple[list[Path], Path, int]:
         """(log dirs, capture, the time the history ended in ms)."""
         end = self.tick()
+        if not self.state_log:
+            for ld in self.logdirs.values():
+                for name in [n for n in ld.partitions if n.startswith("__transaction_state-")]:
+                    del ld.partitions[name]
         dirs = [ld.write() for ld in self.logdirs.values()]
         pcap = self.root / "capture.pcap"
         self.cap.write(pcap, end)
@@ -132,7 +137,8 @@ class Client:
             if self.txn_id is None:
                 err, pid, epoch = 0, self.sim.new_pid(), 0
             else:
-                err, pid, epoch = self.sim.coord.init_producer_id(self.txn_id, self.tv, self.timeout_ms, self.sim.new_pid)
+                err, pid, epoch = self.sim.coord.init_producer_id(self.txn_id, self.tv, self.timeout_ms, self.sim.new_pid,
+                                                                  two_pc=self.two_pc)
             if self.two_pc:
                 msgs = wire.init_producer_id_v6(self.corr(node), pid, epoch, txn_id=self.txn_id, enable_2pc=True,
                                                 timeout_ms=self.timeout_ms, error=err, client_id=self.name)

@@ -110,7 +110,9 @@ class Member:
     alive: bool = True
     reset: str = "earliest"          # auto.offset.reset
     max_batches: int = 1
-    sessions: dict | None = None     # node -> (fetch session id, next epoch, {tp: offset last sent}); None: Fetch v5
+    # node -> (fetch session id, next epoch, {tp: offset last sent}, {tp: (high watermark, log start) last
+    # answered}); None: Fetch v5
+    sessions: dict | None = None
     seek: int = 0                    # start_beyond: the application seeks this many batches past the commit
     delivered: dict = field(default_factory=dict)   # tp -> offsets delivered in this ownership
 
@@ -192,14 +194,21 @@ class Member:
         # KIP-848 era clients fetch by topic id (Fetch v13+, named by the members' Metadata)
         version = 13 if g.protocol == "848" else (12 if self.sessions is not None else 5)
         if self.sessions is not None:   # KIP-227: only what changed goes in either direction
-            sid, epoch, sent = self.sessions.get(node, (0, 0, {}))
+            sid, epoch, sent, cached = self.sessions.get(node, (0, 0, {}, {}))
             if set(sent) - set(tps):    # a partition given up: a new full session
-                sid, epoch, sent = 0, 0, {}
+                sid, epoch, sent, cached = 0, 0, {}, {}
             full = epoch == 0
             asked = [tp for tp in tps if full or sent.get(tp) != self.position[tp]]
-            answered = [tp for tp in tps if full or answers[tp][0].batches or answers[tp][1]["error"]]
+            # FetchSession's CachedPartition.maybeUpdateResponseData: records, an error, or a high watermark
+            # or log start other than the session last answered (an error answer leaves -1 cached: the
+            # partition is answered again once the error is gone; a partition new to the session too)
+            answered = [tp for tp in tps if full or answers[tp][0].batches or answers[tp][1]["error"]
+                        or cached.get(tp) != (answers[tp][1]["hw"], answers[tp][1]["log_start"])]
+            cached = {**cached, **{tp: (-1 if answers[tp][1]["error"] else answers[tp][1]["hw"],
+                                        answers[tp][1]["log_start"]) for tp in answered}}
             session, answer_session = (sid, epoch), (sid or 1000 + g.index * 10 + self.k)
-            self.sessions[node] = (answer_session, epoch + 1, {**sent, **{tp: self.position[tp] for tp in asked}})
+            self.sessions[node] = (answer_session, epoch + 1, {**sent, **{tp: self.position[tp] for tp in asked}},
+                                   cached)
         rows_q = [(tp[0], tp[1], self.position[tp]) for tp in asked]
         rows_a = []
         for tp in answered:

@@ -12,6 +12,7 @@ from fixtures import kafka_encoder as ke
 from tests.sim import wire
 
 TXN_PARTITIONS = 5          # transaction.state.log.num.partitions of the simulated cluster
+TWO_PC_TIMEOUT_MS = 2**31 - 1   # Int.MaxValue: a KIP-939 two-phase-commit transaction never times out
 MAX_EPOCH = 32767           # Short.MAX_VALUE: an epoch that reaches it moves the id to a new producer id
 
 
@@ -61,10 +62,16 @@ class Coordinator:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def init_producer_id(self, txn_id: str, tv: int, timeout_ms: int, new_pid) -> tuple[int, int, int]:
+    def init_producer_id(self, txn_id: str, tv: int, timeout_ms: int, new_pid, *,
+                         two_pc: bool = False) -> tuple[int, int, int]:
         """(error, pid, epoch) of an InitProducerId; an open transaction is aborted first (the
         coordinator fences its epoch: markers at epoch + 1) and CONCURRENT_TRANSACTIONS returned:
-        the client retries and gets epoch + 2."""
+        the client retries and gets epoch + 2. `two_pc` (KIP-939 Enable2Pc): the coordinator
+        keeps Int.MaxValue as the transaction timeout (TransactionCoordinator's
+        resolvedTxnTimeoutMs; TransactionMetadata.isDistributedTwoPhaseCommitTxn), and so does
+        every `__transaction_state` record of the id."""
+        if two_pc:
+            timeout_ms = TWO_PC_TIMEOUT_MS
         m = self.txns.get(txn_id)
         if m is None:
             m = self.txns[txn_id] = TxnMeta(txn_id, new_pid(), 0, tv, timeout_ms)
@@ -146,6 +153,18 @@ class Coordinator:
                                 coordinator_epoch=cepoch, client_id=sender, version=1, error=err)
             self.sim.cap.exchange(name, msgs, ts, client_ip=src, server_ip=wire.node_ip(leader), server_port=9093)
         return out
+
+    def refuse_markers(self, pid: int, epoch: int, committed: bool, part, error: int) -> None:
+        """WriteTxnMarkers for `part` that its leader refuses with `error`: nothing is appended
+        (KAFKA-19999: a version-2 marker re-sent at the epoch the leader already holds)."""
+        ts = self.sim.tick()
+        sender = f"broker-{self.node}-txn-marker-sender"
+        name = f"{sender}->{part.leader}"
+        msgs = wire.markers(self.sim.cap.next_corr(name), pid, epoch, committed=committed,
+                            parts=[(part.topic, part.partition)], coordinator_epoch=self.epoch, client_id=sender,
+                            version=1, error=error)
+        self.sim.cap.exchange(name, msgs, ts, client_ip=wire.node_ip(self.node), server_ip=wire.node_ip(part.leader),
+                              server_port=9093)
 
     def fail_over(self) -> None:
         """A new coordinator (the __transaction_state partition's leader changed): the coordinator

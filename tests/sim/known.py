@@ -3,23 +3,4 @@ stays green and an XPASS shows the day one is fixed. Each reason says which feed
 measured with the simulator; the shrunk example of each is under tests/sim/regressions/.
 Remove an entry once its kind passes (check with KAUDIT_SIM_EXAMPLES=30 first)."""
 
-KNOWN_FAILING = {
-    "idem:kip360": "audit only (the capture alone is exact): the log dirs hold one copy - the first send, "
-                   "unanswered, was never stored and the bumped epoch's re-send was - yet the joint audit keeps "
-                   "the capture's duplicate-records (warning) and unanswered-request (warning), and produce-outcome "
-                   "(join.py) says 'never stored: the write was lost' (warning) without looking for its records "
-                   "under the bumped epoch",
-    "txn:two_pc": "audit only: the log dirs' hanging-transaction (critical, by the 10 s timeout in "
-                  "__transaction_state) is kept although the capture's InitProducerId Enable2Pc (KIP-939) shows "
-                  "a prepared transaction the coordinator never times out; audit_both does not reconcile the "
-                  "disk's age verdict with the wire's (segments alone cannot know: allowed there)",
-    "group:reset_range_session": "pcap and audit: a reset to the log end under a KIP-227 fetch session (Fetch "
-                                 "v7+ with a session: every Java consumer) is missed. After OFFSET_OUT_OF_RANGE "
-                                 "and ListOffsets -1 the incremental Fetch asks the partition at the log end and "
-                                 "the broker leaves it out of the response (no records, no watermark change: "
-                                 "FetchSession's mustRespond); fetch_partition rows exist only for answered "
-                                 "partitions (summary_batches.fetch_partitions), so consumer-reset-skip never sees "
-                                 "the Fetch that starts at the log end ('the next Fetch starts there') and says "
-                                 "nothing. The fix is in the rows (the request's partitions the response left "
-                                 "out), not in the rule's invariant",
-}
+KNOWN_FAILING: dict[str, str] = {}

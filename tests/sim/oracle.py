@@ -67,7 +67,8 @@ INVARIANTS = {
     # refused as fenced: the coordinator did its job, a warning (no partition)
     "fenced-request-refused": Invariant(("fenced-epoch",), "warning", also=("producer-error",)),
     # KIP-939: a prepared two-phase-commit transaction waits for its external coordinator, past its
-    # timeout: open (dangling), not hanging. The log dirs alone cannot tell (no 2PC flag on disk).
+    # timeout: open (dangling), not hanging. The log dirs tell it by the Int.MaxValue timeout of the
+    # coordinator's records; without `__transaction_state` they cannot (-disk: hanging allowed).
     "prepared-2pc": Invariant((), "info", also=("dangling-transaction",)),
     "prepared-2pc-disk": Invariant((), "info", also=("hanging-transaction", "dangling-transaction")),
     # a request delayed in the broker (KAFKA-17754): truly unanswered on its connection
@@ -91,6 +92,11 @@ INVARIANTS = {
     # a read_uncommitted consumer served a transaction's records that later aborted: the isolation
     # level's contract, told at info
     "uncommitted-aborted-read": Invariant(("uncommitted-aborted-read",), "info", ceiling="info"),
+    # the coordinator's markers refused again and again (KAFKA-19999): the transaction stays
+    # prepared and the partition's open data holds read_committed consumers back
+    "markers-refused": Invariant(("txn-markers-refused",), "critical",
+                                 also=("hanging-transaction", "torn-transaction", "fenced-epoch", "producer-error",
+                                       "dangling-transaction", "lso-stuck")),
     "hanging-transaction": Invariant(("hanging-transaction",), "critical",
                                      also=("unregistered-partition", "late-transactional-write", "dangling-transaction",
                                            "write-after-epoch-end", "fenced-epoch")),

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from tests.sim.episodes import IDEM_FAULT_NAMES
 
 TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "admin_abort", "coord_failover",
-             "timeout", "late_endtxn", "two_pc", "exhaust")
+             "timeout", "late_endtxn", "two_pc", "exhaust", "stuck_markers")
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
                "uncommitted_read", "eos", "eos_double")
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
@@ -37,7 +37,9 @@ def txn_episode(kind: str, tv=None):
         "at": st.integers(0, 2), "zombie": st.just(zombie or "registered"),
         "zombie_then": st.sampled_from(["commit", "abort", "none"]),
         "admin": st.lists(st.integers(0, 2), min_size=1, max_size=3),
-        "admin_then_write": st.booleans()})
+        "admin_then_write": st.booleans(),
+        # two_pc: whether the log dirs given hold `__transaction_state` (txn_episodes._two_pc_left_open)
+        "coord_log": st.booleans() if fault == "two_pc" else st.just(True)})
 
 
 def _fix(h: dict) -> dict:
@@ -62,7 +64,7 @@ def history(kind: str):
 
 
 # consumer faults a mix may hold (uncommitted_read's producer is the mix's own)
-MIX_GROUP = tuple(f for f in GROUP_KINDS if f not in ("uncommitted_read", "reset_range_session"))
+MIX_GROUP = tuple(f for f in GROUP_KINDS if f != "uncommitted_read")
 
 # faults that move a partition's log start (retention): kept on their own topic in a mix
 _OWN_TOPIC = ("seq_wrap", "unknown_pid")
@@ -77,6 +79,8 @@ def mix(passing):
             for ep in h["episodes"]:
                 if ep["fault"] not in _OWN_TOPIC:
                     ep["topic"] = "shared"
+        for ep in h["episodes"]:
+            ep["coord_log"] = True    # the other faults' verdicts need the coordinator's records
         h["shared"] = shared
         return h
 
@@ -153,17 +157,26 @@ def wide(passing, size: int | None = None):
     per feed."""
     def episode(kind):
         family, fault = kind.split(":")
+        if family == "group":
+            return group_episode(fault)
         return idem_episode(fault) if family == "idem" else txn_episode(fault)
 
     def build(b, eps, shared, rt):
-        h = {"broker": b, "episodes": eps, "retransmit_every": rt, "shared": shared}
+        # a group reads an earlier producer episode's topic: the groups come after the producers
+        producers_, groups = [e for e in eps if e["kind"] != "group"], [e for e in eps if e["kind"] == "group"]
+        h = {"broker": b, "episodes": producers_ + groups, "retransmit_every": rt, "shared": shared}
+        for ep in producers_:
+            ep["coord_log"] = True    # the other faults' verdicts need the coordinator's records
         if shared:   # two of them on one topic: their batches and markers interleave
-            for ep in [e for e in eps if e["fault"] not in _OWN_TOPIC][:2]:
+            for ep in [e for e in producers_ if e["fault"] not in _OWN_TOPIC][:2]:
                 ep["topic"] = "shared"
+        if any(g["protocol"] == "848" for g in groups):
+            h["broker"] = "4.1"
         return _fix(h)
 
-    # producers only: the consumer groups (group:*) are judged on the local engine
-    producers = sorted(k for k in passing if not k.startswith("group:"))
+    # the producer kinds and the consumer groups a mix may hold (uncommitted_read brings its own producer)
+    producers = sorted(k for k in passing if not k.startswith("group:")
+                       or k.split(":")[1] in MIX_GROUP)
     kinds = st.permutations(producers).map(lambda ks: ks[:size] if size else ks)
     return kinds.flatmap(lambda ks: st.builds(
         build, st.sampled_from(["3.0", "4.1"]), st.tuples(*[episode(k) for k in ks]).map(list),

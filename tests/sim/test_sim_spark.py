@@ -2,7 +2,8 @@
 
 In `make test` (when pyspark is installed): a small fixed Hypothesis budget of wide histories -
 several faulted episodes of the kinds the auditor passes, each its own producer, topic and
-transactional id, side by side in one cluster (one set of log dirs, one capture) - each audited
+transactional id, then a consumer group of each passing group kind reading their topics, side by
+side in one cluster (one set of log dirs, one capture) - each audited
 in ONE Spark run per feed (`segments`, `pcap`, `audit`) and judged against the union of the
 episodes' oracles (strategies.wide: an episode of every fault kind the auditor passes, in any
 order). Spark's fixed cost (its session, its first job) is paid once for many histories; the
@@ -38,6 +39,16 @@ HISTORIES = {
          "fault": "fence", "at": 0, "zombie": "registered"}]},
     "non-idempotent-retry-duplicate": {"broker": "3.0", "episodes": [
         {"kind": "idem", "parts": 1, "batches": 3, "sizes": [2], "fault": "noidem_retry", "at": 1}]},
+    # the join by record content: the unanswered first send never stored, its records stored once
+    # by the re-send under the bumped epoch (KIP-360)
+    "idempotent-kip360-resend": {"broker": "3.0", "episodes": [
+        {"kind": "idem", "parts": 2, "batches": 3, "sizes": [2, 1], "fault": "kip360", "at": 1}]},
+    # KIP-939 without __transaction_state in the log dirs: the capture's Enable2Pc reaches the
+    # disk's transactions fold in the Spark tasks (Audit.known -> folds.Context.two_pc_inits)
+    "two-phase-commit-left-open": {"broker": "4.1", "episodes": [
+        {"kind": "txn", "tv": 2, "parts": 2, "txns": [{"parts": [0, 1], "batches": 1, "commit": True},
+                                                      {"parts": [1], "batches": 1, "commit": True}],
+         "fault": "two_pc", "at": 0, "coord_log": False}]},
 }
 
 

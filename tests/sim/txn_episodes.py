@@ -6,7 +6,9 @@ abort of a subset of its partitions), coord_failover (markers re-sent by a new c
 timeout (the coordinator aborts it), late_endtxn (KAFKA-17754: a delayed EndTxn ends the next
 transaction), two_pc (KIP-939, left prepared), exhaust (the epoch runs out: a new producer id;
 unless `zombie_then` is "none", a stale instance of the old producer id then writes: a zombie of
-the old id).
+the old id),
+stuck_markers (KAFKA-19999: the markers of one partition refused again and again, the transaction
+left prepared).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from tests.sim.cluster import Client, Sim
 from tests.sim.coordinator import MAX_EPOCH, TxnMeta
 from tests.sim.episodes import values
 
-TXN_FAULTS = ("none", "fence", "admin_abort", "coord_failover", "timeout", "late_endtxn", "two_pc", "exhaust")
+TXN_FAULTS = ("none", "fence", "admin_abort", "coord_failover", "timeout", "late_endtxn", "two_pc", "exhaust",
+              "stuck_markers")
 ZOMBIES = ("registered", "unregistered", "race")
 
 
@@ -47,10 +50,7 @@ def txn(sim: Sim, i: int, ep: dict) -> None:
             if stop:
                 break
         elif fault == "two_pc" and j == len(txns) - 1:
-            sim.wait(c.timeout_ms * 3)   # prepared, waiting for the external coordinator: not hanging
-            for p, _, _ in written:
-                sim.expect("prepared-2pc-disk", p, feeds=("segments",))
-                sim.expect("prepared-2pc", p, feeds=("pcap", "audit"))
+            _two_pc_left_open(sim, c, ep, written)
         else:
             before = (c.pid, c.epoch)
             c.end(t["commit"])
@@ -62,6 +62,20 @@ def txn(sim: Sim, i: int, ep: dict) -> None:
         j += 1
         sim.wait(10)
     _judge_late(sim, c, getattr(c, "late", ()), later)
+
+
+def _two_pc_left_open(sim, c, ep, written) -> None:
+    """KIP-939: the last transaction prepared, waiting for its external coordinator past its
+    timeout: not hanging. The coordinator's records hold Int.MaxValue as its timeout, so the log
+    dirs tell it too - unless they leave `__transaction_state` out (`coord_log` False): then the
+    log dirs alone judge its age against transaction.max.timeout.ms (15 min, passed here), and
+    only the capture's InitProducerId Enable2Pc tells `kaudit audit` what it is."""
+    state = ep.get("coord_log", True)
+    sim.state_log = sim.state_log and state
+    sim.wait(c.timeout_ms * 3 if state else 20 * 60_000)
+    for p, _, _ in written:
+        sim.expect("prepared-2pc" if state else "prepared-2pc-disk", p, feeds=("segments",))
+        sim.expect("prepared-2pc", p, feeds=("pcap", "audit"))
 
 
 def _old_id_zombie(sim, c, old, u, i, j) -> None:
@@ -239,5 +253,41 @@ def _late_endtxn(sim, c, ep, t, written, parts, i, j):
     return c, False
 
 
+def _stuck_markers(sim, c, ep, t, written, parts, i, j):
+    """KAFKA-19999's livelock: the client's EndTxn is accepted (PrepareX), the markers land on
+    every partition but the last written one, whose leader refuses them INVALID_PRODUCER_EPOCH -
+    and again after a coordinator reload re-sends them; no CompleteX ever: the transaction stays
+    prepared, the restarted application's InitProducerId is answered CONCURRENT_TRANSACTIONS, and
+    read_committed consumers of that partition stop at its data."""
+    from tests.sim.broker import CONCURRENT_TRANSACTIONS, INVALID_PRODUCER_EPOCH
+
+    coord = sim.coord
+    bad, first, last = written[-1]
+
+    def stuck(m, *, resend=False):
+        committed = m.ending[0]
+        coord.send_markers(m.pid, m.epoch, committed, [p for p in m.partitions if p is not bad])
+        for _ in range(2):
+            coord.refuse_markers(m.pid, m.epoch, committed, bad, INVALID_PRODUCER_EPOCH)
+            coord.fail_over()
+            sim.tick(50)
+        return m.epoch
+
+    coord.finish_end = stuck
+    try:
+        c.end(t["commit"])
+    finally:
+        del coord.finish_end
+    sim.wait(1_000)
+    c.reconnect()
+    node = coord.node
+    c.exchange(node, wire.init_producer_id(c.corr(node), -1, -1, txn_id=c.txn_id, error=CONCURRENT_TRANSACTIONS,
+                                           client_id=c.name))
+    sim.wait(120_000)
+    sim.expect("markers-refused", bad, first, last, c.pid if c.tv < 2 else None,
+               note="its markers refused twice, the transaction left prepared")
+    return c, True
+
+
 FAULTS = {"fence": _fence, "admin_abort": _admin_abort, "coord_failover": _coord_failover, "timeout": _timeout,
-          "late_endtxn": _late_endtxn}
+          "late_endtxn": _late_endtxn, "stuck_markers": _stuck_markers}

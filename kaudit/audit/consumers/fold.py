@@ -14,7 +14,7 @@ KEY = ("source",)
 GROUP_COLUMNS = ("source", "connection", "position", "ts", "response_ts", "client_id", "event", "group_id",
                  "member_id", "generation", "reason", "partitions", "topic", "topic_id", "partition", "offset",
                  "timestamp", "error_code", "transactional_id", "producer_id", "producer_epoch")
-FETCH_COLUMNS = ("source", "connection", "position", "response_ts", "client_id", "topic", "topic_id", "partition",
+FETCH_COLUMNS = ("source", "connection", "position", "request_ts", "response_ts", "client_id", "topic", "topic_id", "partition",
                  "isolation_level", "replica_id", "fetch_offset", "error_code", "high_watermark",
                  "last_stable_offset", "log_start_offset", "aborted_transactions")
 BATCH_COLUMNS = ("source_kind", "source", "connection", "position", "topic", "topic_id", "partition", "base_offset",
@@ -72,7 +72,7 @@ def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[list[Se
         s = Serve(r["response_ts"] or 0.0, r["position"], r["source"], r["connection"],
                   client, r["client_id"], (r["topic"], r["partition"]),
                   r["isolation_level"], r["fetch_offset"], r["error_code"], r["high_watermark"],
-                  r["last_stable_offset"], r["log_start_offset"])
+                  r["last_stable_offset"], r["log_start_offset"], request_ts=r["request_ts"])
         if have and r["lo"] is not None and s.error in (0, None):
             start = r["lo"] if s.fetch_offset is None else max(r["lo"], s.fetch_offset)
             if r["hi"] >= start:

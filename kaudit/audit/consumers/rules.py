@@ -118,11 +118,14 @@ def check_reset(tl: Timelines) -> list[dict]:
             # Kafka answers OFFSET_OUT_OF_RANGE with log start -1 (ReplicaManager.createLogReadResult):
             # the log start is then the one of the answer at the log end (records under it were
             # deleted by retention, not skipped by the reset)
-            start = e.log_start if e.log_start is not None and e.log_start >= 0 else nxt.log_start
-            lo = max(e.fetch_offset, start if start is not None and start >= 0 else 0)
+            start = e.log_start if e.log_start is not None and e.log_start >= 0 else _later_log_start(tl, tp, ts)
+            lo = max(e.fetch_offset, start if start is not None else 0)
+            said = f"log start {start}" if start is not None else (
+                "its log start is in no answer: any of these records under it were deleted by retention, "
+                "not skipped")
             if end > lo:
                 out.append(_reset(p, lo, end, "error", f"its Fetch at offset {e.fetch_offset} was answered "
-                                  f"OFFSET_OUT_OF_RANGE (log start {start}), and it reset to the log end",
+                                  f"OFFSET_OUT_OF_RANGE ({said}), and it reset to the log end",
                                   [evidence(e.source, e.position, "fetch", "out of range")]))
         if errs:
             continue
@@ -141,6 +144,14 @@ def check_reset(tl: Timelines) -> list[dict]:
             out.append(_reset(p, start, end, "info", "it had no committed position (a new group or expired "
                               "offsets) and auto.offset.reset=latest started it at the log end", []))
     return out[:MAX_FINDINGS]
+
+
+def _later_log_start(tl: Timelines, tp, ts) -> int | None:
+    """The log start of the first answer for tp after ts (the one at the log end, usually; a
+    KIP-227 incremental response may leave the partition out). The log start only grows: records
+    at or past it were there at ts, so the range from it is skipped for certain."""
+    return next((s.log_start for s in tl.by_tp.get(tp, ()) if s.ts > ts and s.log_start is not None
+                 and s.log_start >= 0), None)
 
 
 def _log_start(tl: Timelines, tp) -> int | None:

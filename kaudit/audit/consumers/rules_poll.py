@@ -44,7 +44,9 @@ def _poll_pairs(tl: Timelines):
             if prev is not None and s.fetch_offset is not None and prev.error in (0, None) \
                     and s.error in (0, None) and s.isolation == prev.isolation:
                 times = resets.get((s.client, tp), ())
-                i = bisect_left(times, prev.ts)
+                # from when `prev` was sent: a look-up while it was in flight may precede a seek
+                # (the client then drops its answer: KafkaConsumer's fetch at a stale position)
+                i = bisect_left(times, prev.ts if prev.request_ts is None else prev.request_ts)
                 quiet = not (i < len(times) and times[i] <= s.ts) and not any(
                     o.connection != conn for o in tl.client_serves(s.client, tp, prev.ts, s.ts))
                 if quiet:

@@ -34,7 +34,9 @@ def host(connection: str | None) -> str:
 
 @dataclass
 class Serve:
-    """One consumer Fetch response's answer for one partition."""
+    """One consumer Fetch response's answer for one partition, or (error None, no records) a
+    partition its request named that the response left out (KIP-227 incremental fetch sessions
+    omit those with nothing new): the request's fetch offset is where the client stood."""
     ts: float
     position: int
     source: str
@@ -53,6 +55,7 @@ class Serve:
     data_first: int | None = None   # the records the client delivers (no control batch, no aborted
     data_end: int | None = None     # one under read_committed): their first offset and one past the last
     member: "Member | None" = None
+    request_ts: float | None = None   # when the Fetch was sent (ts: its response)
 
 
 @dataclass

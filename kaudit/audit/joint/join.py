@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from kaudit.audit.joint import acked_loss
+from kaudit.audit.joint import join_content as JC
 from kaudit.audit.registry import evidence, finding, rule
 
 # columns the engine collects
@@ -25,7 +26,7 @@ PRODUCE_COLUMNS = ("source", "position", "connection", "correlation_id", "reques
                    "magic", "batch_size", "attributes", "base_offset", "last_offset", "base_timestamp_ms", "codec")
 DISK_COLUMNS = ("source", "position", "replica", "topic", "partition", "base_offset",
                 "last_offset", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
-                "record_count", "crc", "is_control", "control_type")
+                "record_count", "crc", "is_control", "control_type", "max_timestamp_ms")
 END_TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id",
                    "producer_id", "producer_epoch", "result", "error_codes")
 
@@ -36,13 +37,21 @@ END_TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transacti
       "unless the client retried it successfully; check the application's delivery callbacks.")
 def produce_outcome(stored_offsets: list[int]) -> str:
     """Invariant: a Produce the client sent but got no answer to (timeout, dropped connection,
-    acks=0, or a capture that ended) has an outcome the client cannot know; the log can tell:
-    its batch (same producer id, epoch and sequence, or the same bytes without idempotence) is
-    stored once, twice (a retry appended it again: an idempotent broker would have deduplicated
-    it, ProducerStateManager.findDuplicateBatch, KIP-98), or never.
+    acks=0, or a capture that ended), or an error, has an outcome the client cannot know; the
+    log can tell. Its records are stored once, twice, or never, counted over its batch (same
+    producer id, epoch and sequence, or the same bytes without idempotence) and over the same
+    records under another batch header (join_content.py: keys, values, headers, offset and
+    timestamp deltas), written within minutes of the send - an idempotent producer's own epoch
+    bump and sequence reset after unresolved batches (KIP-360, TransactionManager), or an
+    application restarted under a new producer id. Twice: a retry or a re-send appended them
+    again (an idempotent broker deduplicates only within one producer session,
+    ProducerStateManager.findDuplicateBatch, KIP-98). Once, by the re-send: nothing lost,
+    nothing duplicated (info: a fact of the crash). Never: said only when the log covers the
+    send - it starts at offset 0 and holds writes made after the send.
     Benign causes: 'never stored' when the request never reached the leader (the client
     retries), when retention or compaction removed it, or when the log dirs given are not all the
-    partition's replicas."""
+    partition's replicas; the same values sent again by the application within minutes of a
+    failed send count as a copy."""
     n = len(stored_offsets)
     return "never stored" if n == 0 else "stored once" if n == 1 else "stored twice"
 
@@ -84,6 +93,9 @@ class JoinInput:
     # (replica, topic, partition) -> {leader epoch: first offset}: the epoch a log reached by an offset
     epoch_starts: dict = field(default_factory=dict)
     verdicts: list[dict] = field(default_factory=list)   # set by join: each acknowledged write judged
+    # (replica, topic, partition) -> the latest batch timestamp (ms) the log holds: a log that
+    # holds nothing written after a send cannot prove it was never stored
+    latest: dict = field(default_factory=dict)
 
 
 def wire_key(r: dict):
@@ -141,6 +153,7 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
         if key[0] == "crc" and r["crc"] is None:
             continue
         groups[key].append(r)
+    by_content, earlier = JC.index(inp.disk), JC.acknowledged(inp.produce, wire_key)
     chains = []
     for key, attempts in groups.items():
         attempts.sort(key=lambda r: (r["request_ts"] or 0, r["position"] or 0))
@@ -163,7 +176,8 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
                 cov["acknowledged_checked"] += 1   # judged by acked_loss.judge
         errs = [r["response_error"] for r in attempts]
         if holders and (None in errs or len(attempts) > 1 or any(e not in (None, 0) for e in errs)):
-            f = _resolve(attempts, key, reps, holders, where_of)
+            copies = JC.copies(attempts, key, by_content, earlier, wire_key)
+            f = _resolve(attempts, key, reps, holders, where_of, copies, inp.latest)
             if f is not None:
                 out.append(f)
                 cov["resolved"] += 1
@@ -210,48 +224,40 @@ def _answer(r) -> str:
     return f"error {e}" + (f" {NOT_APPENDED[e]}" if e in NOT_APPENDED else "")
 
 
-def _resolve(attempts, key, reps, holders, where_of):
+def _resolve(attempts, key, reps, holders, where_of, copies=(), latest=None):
     """The produce-outcome (or outcome-mismatch) finding of one batch sent with an uncertain
-    answer: no response, several attempts, or an error."""
+    answer: no response, several attempts, or an error. Its copies are the log's batches of its
+    key (`reps`) and those holding its records under another key (`copies`, join_content)."""
     r = attempts[-1]
     errs = [a["response_error"] for a in attempts]
-    offsets = sorted({o for offs in reps.values() for o in offs})
-    twice_on = sorted((rep for rep, offs in reps.items() if len(offs) > 1), key=str)
+    held: dict = defaultdict(set)          # replica -> offsets holding the records
+    for rep, offs in reps.items():
+        held[rep] |= set(offs)
+    for d in copies:
+        held[d["replica"]].add(d["base_offset"])
+    offsets = sorted({o for offs in held.values() for o in offs})
+    twice_on = sorted((rep for rep, offs in held.items() if len(offs) > 1), key=str)
     ev = [_wire_ev(a) for a in attempts]
     for rep, offs in sorted(reps.items(), key=lambda kv: str(kv[0])):
         for o in sorted(offs):
             d = where_of.get((key, rep, o))
             if d is not None:
                 ev.append(evidence(d["source"], d["position"], "batch", f"replica {rep} offset {o}"))
+    resent = {}                            # offset -> a copy stored there under another key
+    for d in sorted(copies, key=lambda d: (str(d["replica"]), d["base_offset"])):
+        resent.setdefault(d["base_offset"], d)
+        ev.append(evidence(d["source"], d["position"], "batch",
+                           f"replica {d['replica']} offset {d['base_offset']}: the same records re-sent"))
     answers = [_answer(a) for a in attempts]
-    details = {"answers": answers, "stored_offsets": offsets, "replicas": sorted(map(str, reps)),
+    details = {"answers": answers, "stored_offsets": offsets, "replicas": sorted(map(str, held)),
                "log_ranges": {str(rep): list(rng) for rep, rng in holders.items()}}
-    rule_id = "produce-outcome"
-    if twice_on:
-        outcome, sev = "stored twice", "warning"
-        text = (f"stored twice at offsets {', '.join(map(str, offsets))} (already a duplicate on disk, "
-                f"replica {', '.join(map(str, twice_on))})")
-    elif offsets:
-        outcome, sev = "stored once", "info"
-        text = f"stored once at offset {offsets[0]}"
-        if all(e in NOT_APPENDED for e in errs):
-            rule_id, sev = "outcome-mismatch", "error"
-            text += ", though every attempt was refused with an error after which the broker does not append"
-    else:
-        outcome = "never stored"
-        start = min(rng[0] for rng in holders.values())
-        if 0 in errs:
-            return None   # acknowledged and missing: acked_loss.judge tells it
-        if None not in errs:
-            sev, text = "info", "never stored, as the broker's answer said"
-        elif start > 0:
-            sev = "info"
-            text = (f"not in the log, which starts at offset {start}: lost, or removed by retention "
-                    f"(the client may have retried)")
-        else:
-            sev, text = "warning", "never stored: the write was lost (the client may have retried)"
-    details["outcome"] = outcome
+    if resent:
+        details["resent_at"] = sorted(resent)
     pid = r["producer_id"]
+    rule_id, outcome, sev, text = _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest)
+    if outcome is None:
+        return None
+    details["outcome"] = outcome
     who = f"producer {pid} epoch {r['producer_epoch']} sequences {r['base_sequence']}-{r['last_sequence']}" \
         if pid is not None and pid >= 0 else f"non-idempotent batch crc {r['crc']}"
     sent = "sent once" if len(attempts) == 1 else f"sent {len(attempts)} times"
@@ -261,6 +267,50 @@ def _resolve(attempts, key, reps, holders, where_of):
         severity=sev, evidence=ev, details=details,
         first_offset=offsets[0] if offsets else None, last_offset=offsets[-1] if offsets else None,
         **_fields(r))
+
+
+def _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest):
+    """(rule, outcome, severity, text) of an uncertain send from its copies in the log; outcome
+    None: nothing to report (acknowledged and missing: acked_loss.judge tells it)."""
+    pid = r["producer_id"]
+    if twice_on:
+        how = "".join(f"; offset {o} re-sent by {JC.describe(d, pid)}" for o, d in sorted(resent.items()))
+        return ("produce-outcome", "stored twice", "warning",
+                f"stored twice at offsets {', '.join(map(str, offsets))} (already a duplicate on disk, "
+                f"replica {', '.join(map(str, twice_on))}{how})")
+    if offsets and not reps:
+        d = resent[offsets[0]]
+        return ("produce-outcome", "stored once", "info",
+                f"not stored as sent; its records are stored once, at offset {d['base_offset']}, re-sent by "
+                f"{JC.describe(d, pid)}: "
+                "nothing lost, nothing duplicated")
+    if offsets:
+        text = f"stored once at offset {offsets[0]}"
+        if all(e in NOT_APPENDED for e in errs):
+            return ("outcome-mismatch", "stored once", "error",
+                    text + ", though every attempt was refused with an error after which the broker does not append")
+        return "produce-outcome", "stored once", "info", text
+    if 0 in errs:
+        return None, None, None, None   # acknowledged and missing: acked_loss.judge tells it
+    if all(e in NOT_APPENDED for e in errs):
+        return "produce-outcome", "never stored", "info", "never stored, as the broker's answer said"
+    start = min(rng[0] for rng in holders.values())
+    if start > 0:
+        return ("produce-outcome", "never stored", "info",
+                f"not in the log, which starts at offset {start}: lost, or removed by retention "
+                f"(the client may have retried)")
+    ends = [latest.get((rep, r["topic"], r["partition"])) for rep in holders] if latest else []
+    sent_ms = None if r.get("request_ts") is None else r["request_ts"] * 1000
+    if sent_ms is not None and ends and all(e is None or e < sent_ms for e in ends):
+        return ("produce-outcome", "unknown", "info",
+                "not in the log dirs given, which hold nothing written after this send: whether it was "
+                "stored later they cannot tell")
+    if None not in errs:     # an error after which the broker may have appended: the log says it did not
+        return ("produce-outcome", "never stored", "info",
+                "never stored: the log holds neither this batch nor its records (the client was told an error)")
+    return ("produce-outcome", "never stored", "warning",
+            "never stored: neither this batch nor its records under any producer id or epoch are in the log: "
+            "the write was lost (unless the client re-sent the records in other batches)")
 
 
 def _end_txn(inp: JoinInput, stored: dict, cov: dict) -> list[dict]:

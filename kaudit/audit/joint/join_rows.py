@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.joint import acked_loss as AL
 from kaudit.audit.joint import join as J
+from kaudit.audit.joint import join_content as JC
 from kaudit.audit.joint import reader_join as RJ
 from kaudit.audit.wire import wire_readers as WR
 from kaudit.audit.folds import Fold, Tap, constant, np_col, np_mask
@@ -27,7 +28,10 @@ def _produce_where(t: pa.Table):
 
 # What the join takes from the wire, as selections (no rule runs them): both engines select with
 # them, the Spark engine in its tasks.
-PRODUCE_TAP = Fold("join-produce", {"batch": J.PRODUCE_COLUMNS}, (), (), None, where={"batch": _produce_where})
+# (with the columns a records' fingerprint needs: join_content.with_content adds it, then drops them)
+_PRODUCE_READS = J.PRODUCE_COLUMNS + tuple(c for c in JC.CONTENT_INPUTS if c not in J.PRODUCE_COLUMNS)
+PRODUCE_TAP = Fold("join-produce", {"batch": _PRODUCE_READS}, (), (), None,
+                   where={"batch": _produce_where})
 END_TXN_TAP = Fold("join-end-txn", {"txn_event": J.END_TXN_COLUMNS}, (), (), None,
                    where={"txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "END_TXN"), False)})
 # the readers' join: read_committed consumer responses and their transactional/control batches
@@ -37,7 +41,32 @@ READER_BATCH_TAP = Fold("join-reader-batch", {"batch": WR.BATCH_COLUMNS}, (), ()
                         where={"batch": lambda t: pc.and_(
                             pc.fill_null(pc.equal(t.column("source_kind"), "fetch"), False),
                             pc.fill_null(pc.or_(t.column("is_transactional"), t.column("is_control")), False))})
-WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP)
+# the InitProducerIds: which producers asked for KIP-939 two-phase commit (two_pc_inits)
+INIT_COLUMNS = ("ts", "event", "transactional_id", "producer_id", "producer_epoch", "error_codes", "enable_2pc")
+INIT_TAP = Fold("join-init-producer-id", {"txn_event": INIT_COLUMNS}, (), (), None,
+                where={"txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "INIT_PRODUCER_ID"), False)})
+WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP, INIT_TAP)
+
+
+def two_pc_inits(rows: list[dict]) -> dict:
+    """producer id -> ((epoch, enable_2pc, transactional id), ...) of the answered InitProducerIds (no error) of
+    every producer id one of them gave to a client asking for KIP-939 two-phase commit: the
+    capture's knowledge the disk's transactions fold needs (folds.Context.two_pc_inits)."""
+    ok = [r for r in rows if r["error_codes"] is not None and not _errors(r["error_codes"])
+          and r["producer_id"] is not None and r["producer_id"] >= 0]
+    asked = {r["producer_id"] for r in ok if r.get("enable_2pc")}
+    out: dict = {}
+    for r in sorted(ok, key=lambda r: r["ts"] or 0):
+        if r["producer_id"] in asked:
+            out.setdefault(r["producer_id"], []).append((r["producer_epoch"], bool(r.get("enable_2pc")),
+                                                         r["transactional_id"]))
+    return {pid: tuple(v) for pid, v in out.items()}
+
+
+def _errors(codes: str) -> list[int]:
+    from kaudit.audit.txn.txn_wire_feed import nonzero
+
+    return nonzero(codes)
 
 
 class WireTap(Tap):
@@ -47,7 +76,7 @@ class WireTap(Tap):
         for tap in WIRE_TAPS:
             sel = tap.select(kind, t)
             if sel is not None:
-                self.out.append((tap.name, sel))
+                self.out.append((tap.name, JC.with_content(sel, J.PRODUCE_COLUMNS) if tap is PRODUCE_TAP else sel))
 
 
 class DiskTap(Tap):
@@ -65,19 +94,24 @@ class DiskTap(Tap):
         # (topic, partition) -> (starts, ends): the acknowledged offsets, merged and sorted
         self.acked = {(t, p): (np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64))
                       for t, p, lo, hi in sets.get("acked", [])}
+        # the records' fingerprints of the wire's uncertain sends, and their partitions (join_content)
+        self.contents = np.asarray(sets.get("contents", []), dtype=np.int64)
+        self.content_tps = {tuple(x) for x in sets.get("content_tps", [])}
         self.ranges: dict = {}
         self.cleaned: dict = {}   # (replica, topic, partition) -> cleaner-offset-checkpoint offset
+        self.latest: dict = {}    # (replica, topic, partition) -> the latest batch timestamp (ms)
         # (replica, topic, partition) -> {leader epoch: its first offset in that log}, for the
         # partitions the captures acknowledged writes to: which epoch a log reached by an offset
         self.epoch_starts: dict = {}
 
     def fresh(self) -> "DiskTap":
         tap = super().fresh()
-        tap.ranges, tap.cleaned, tap.epoch_starts = {}, {}, {}
+        tap.ranges, tap.cleaned, tap.latest, tap.epoch_starts = {}, {}, {}, {}
         return tap
 
     def facts(self) -> dict:
-        return {"ranges": dict(self.ranges), "cleaned": dict(self.cleaned), "epoch_starts": dict(self.epoch_starts)}
+        return {"ranges": dict(self.ranges), "cleaned": dict(self.cleaned), "latest": dict(self.latest),
+                "epoch_starts": dict(self.epoch_starts)}
 
     def merge(self, facts: dict) -> None:
         merge_ranges(self.ranges, [(*k, lo, hi) for k, (lo, hi) in facts["ranges"].items()])
@@ -85,6 +119,8 @@ class DiskTap(Tap):
             self.cleaned[k] = max(off, self.cleaned.get(k, -1))
         for k, starts in facts.get("epoch_starts", {}).items():
             merge_epochs(self.epoch_starts.setdefault(k, {}), starts.items())
+        for k, ts in facts.get("latest", {}).items():
+            self.latest[k] = max(ts, self.latest.get(k, ts))
 
     @staticmethod
     def sets_of(produce: list[dict], readers: list[dict] = ()) -> dict:
@@ -100,6 +136,9 @@ class DiskTap(Tap):
             "offsets": sorted({r["response_base_offset"] for r in anon
                                if r["response_base_offset"] is not None and r["response_base_offset"] >= 0}),
             "acked": acked_ranges(produce),
+            "contents": sorted({r["content"] for r in produce if r.get("content") is not None}),
+            "content_tps": sorted({(r["topic"], r["partition"]) for r in produce
+                                   if r.get("content") is not None and r["topic"] is not None}),
         }
 
     def __call__(self, kind: str, t: pa.Table) -> None:
@@ -123,9 +162,13 @@ class DiskTap(Tap):
         if not t.num_rows:
             return
         g = t.group_by(["replica", "topic", "partition"]).aggregate(
-            [("base_offset", "min"), ("last_offset", "max")])
+            [("base_offset", "min"), ("last_offset", "max"), ("max_timestamp_ms", "max")])
         merge_ranges(self.ranges, zip(*(g.column(c).to_pylist() for c in
                                         ("replica", "topic", "partition", "base_offset_min", "last_offset_max"))))
+        for rep, top, part, ts in zip(*(g.column(c).to_pylist() for c in
+                                        ("replica", "topic", "partition", "max_timestamp_ms_max"))):
+            if ts is not None:
+                self.latest[(rep, top, part)] = max(ts, self.latest.get((rep, top, part), ts))
         pid = t.column("producer_id").cast(pa.int64())
         control = pc.fill_null(t.column("is_control"), False)
         data = pc.and_(pc.invert(control), pc.is_in(pid, value_set=self.pids))
@@ -138,10 +181,12 @@ class DiskTap(Tap):
         if self.acked:
             self._at_acked(t)
             self._epochs(t)
-        keep = pc.fill_null(pc.or_(pc.or_(data, marker), anon), False)
-        t = t.filter(keep)
-        if t.num_rows:
-            self.out.append(("rows", t.select(list(J.DISK_COLUMNS))))
+        keep = pc.fill_null(pc.or_(pc.or_(data, marker), anon), False).to_numpy(zero_copy_only=False)
+        content, same = JC.disk_content(t, self.content_tps, self.contents)
+        keep = keep | same
+        if keep.any():
+            rows = t.select(list(J.DISK_COLUMNS)).append_column("content", content)
+            self.out.append(("rows", rows if keep.all() else rows.filter(pa.array(keep))))
 
     def _readers(self, t: pa.Table, pid, control) -> None:
         mine = pc.and_(pc.is_in(pid, value_set=self.reader_pids),

@@ -52,7 +52,12 @@ def duplicate_records(original: dict, dup: dict) -> bool:
     - across sessions (session_copies.py): the first batches of a new session hold the same
       records (keys, values, headers, offset and timestamp deltas) as an earlier session's last
       writes, the earlier one having stopped - an application that re-sent after a failed or
-      timed-out send.
+      timed-out send;
+    - on the wire (wire_resends.py): a new session's acknowledged records equal to a failed or
+      unanswered send's, at warning - whether the first was stored the capture cannot tell. With
+      the log dirs (`kaudit audit`, joint/settle.py) the join decides it: stored once (the first
+      send never was) disproves it (left out: the join's produce-outcome tells the crash at
+      info), stored twice makes it the error.
     Benign causes: an application that sends the same records with the same create timestamps
     on purpose (rare; check the keys)."""
     return original["fp"] == dup["fp"]

@@ -85,15 +85,20 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
     """An unanswered Produce (unanswered-request at warning) whose retry was answered as stored
     once (retried-batch: deduplicated or stored once) or that the log shows stored once (the
     join's produce-outcome) lost nothing: a fact of the crash or the reconnect, told at info with
-    what resolved it. In place; returns the findings."""
+    what resolved it. The log showing its records stored twice resolves it too: nothing was lost,
+    and the copy is the duplicate rules' finding (duplicate-batch, duplicate-records, at error),
+    not this request's. In place; returns the findings."""
     resolved: dict = {}
     for f in findings:
         if f["rule"] in ("retried-batch", "produce-outcome"):
             out = details_of(f).get("outcome")
-            if out in SETTLED:
+            if out in SETTLED or (f["rule"] == "produce-outcome" and out == "stored twice"):
                 for e in f.get("evidence") or ():
                     if e.get("position") is not None:
-                        resolved.setdefault((_tail(e.get("source")), e["position"]), (f["rule"], out))
+                        how = ("its retry was" if f["rule"] == "retried-batch" else
+                               "the log shows its records (re-sent under another batch header)"
+                               if details_of(f).get("resent_at") and out == "stored once" else "the log shows it")
+                        resolved.setdefault((_tail(e.get("source")), e["position"]), (how, out))
     if not resolved:
         return findings
     for f in findings:
@@ -102,10 +107,10 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
         got = next((resolved[k] for e in f.get("evidence") or ()
                     if (k := (_tail(e.get("source")), e.get("position"))) in resolved), None)
         if got is not None:
-            rule, out = got
+            how, out = got
             f["severity"] = "info"
-            f["message"] += (f"; resolved: {'its retry was' if rule == 'retried-batch' else 'the log shows it'} "
-                             f"{out} - nothing lost")
+            f["message"] += f"; resolved: {how} {out} - nothing lost" + (
+                ", but duplicated (see the duplicate findings)" if out == "stored twice" else "")
     return findings
 
 
@@ -166,7 +171,8 @@ def _atoms(f: dict, tids: dict) -> list[tuple]:
         out.append(("refused", f.get("topic"), f.get("partition"), pid, epoch))
     if rule in _TXN or (rule == "outcome-mismatch" and f.get("topic") is None):
         out.append(transaction_key(f, tids))
-    if rule in ("hanging-transaction", "dangling-transaction", "lso-stuck") and f.get("first_offset") is not None:
+    if rule in ("hanging-transaction", "dangling-transaction", "lso-stuck", "txn-markers-refused",
+                "epoch-exhausted-transaction") and f.get("first_offset") is not None:
         out.append(("lso", f.get("topic"), f.get("partition"), f["first_offset"]))
     if rule in INTEGRITY_RULES:
         src = next((e["source"] for e in f.get("evidence") or [] if e.get("source")), "")

@@ -66,6 +66,9 @@ class CoordTxn:
     ended_by: str | None = None
     end_detail: str | None = None
     client_version: int | None = None   # ClientTransactionVersion of its records (KIP-890)
+    # NextProducerId of its Prepare record (flexible values: -1 none, the id it moves to when the
+    # epoch runs out under version 2); None where the record does not carry it
+    next_producer_id: int | None = None
     evidence: list = field(default_factory=list)   # wire: the requests that made its states
 
     @property
@@ -201,9 +204,10 @@ def build(rows: list[dict], check: bool = True) -> CoordView:
     for t in view.txns:
         if t.ended_by is None:
             t.ended_by, t.end_detail = end_cause(t)
-        if t.prepare_epoch == MAX_EPOCH and not t.complete:
+        if t.prepare_epoch == MAX_EPOCH and not t.complete and t.next_producer_id != -1:
             # the coordinator moved the id to a new producer id (TV2 epoch exhaustion): this
-            # producer id's last transaction completes under the next one
+            # producer id's last transaction completes under the next one (unless its Prepare
+            # record says it moves to none: KAFKA-20090, epoch-exhausted-transaction)
             t.complete_ts = t.prepare_ts
             t.end_detail = (t.end_detail + "; " if t.end_detail else "") + "epoch exhausted: completed under the next producer id"
     return view
@@ -224,6 +228,7 @@ def _add_record(t: CoordTxn, r: dict, st: dict, state: str) -> None:
     if state in ("PrepareCommit", "PrepareAbort"):
         t.result = "COMMIT" if state == "PrepareCommit" else "ABORT"
         t.prepare_ts, t.prepare_epoch = r["timestamp_ms"], r["producer_epoch"]
+        t.next_producer_id = r.get("next_producer_id")
     elif state in ("CompleteCommit", "CompleteAbort"):
         t.result = "COMMIT" if state == "CompleteCommit" else "ABORT"
         t.complete_ts = r["timestamp_ms"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.txn import coordinator_state, txn_epoch_rules, txn_rows, txn_rules  # noqa: F401  (register the rules)
+from kaudit.audit.txn import coordinator_state, txn_epoch_rules, txn_rows, txn_rules, txn_stuck  # noqa: F401  (register the rules)
 from kaudit.audit.registry import fold_rules
 from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.txn.txn_model import (  # noqa: F401  (the model's names, as the disk feed's)
@@ -65,7 +65,8 @@ class ProducerGroup:
             return []
         pt = assemble(self.producer_id, batches, txn_log,
                       coordinator_known=bool(txn_log) or bool(self.ctx.txn_state_seen),
-                      cluster_tv=self.ctx.cluster_transaction_version)
+                      cluster_tv=self.ctx.cluster_transaction_version,
+                      two_pc_inits=(self.ctx.two_pc_inits or {}).get(self.producer_id))
         pt.lineage = (self.ctx.producer_lineage or {}).get(self.producer_id)
         return txn_findings.judge(pt, self.ctx.reference_time_ms)
 

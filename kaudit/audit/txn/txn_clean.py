@@ -316,6 +316,7 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int, flags: 
     st = np.maximum(state, 0)
     prev_st = np.append(0, st[:-1])
     _flag(flags, "transitions", pid[~first & ~_VALID[prev_st, st]])   # illegal-state-transition
+    _flag(flags, "epoch_limit", pid[epoch >= MAX_EPOCH - 1])            # epoch-exhausted-transaction
     # transactions: runs of non-Empty/Dead records of an id, a new one after a Complete record
     x = np.flatnonzero(~_EMPTY_DEAD[st])
     pid, tid, st, pc_, ts, start, start_ok, rank, epoch = (
@@ -348,6 +349,7 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int, flags: 
     bad_t |= complete & (lo > comp_ts)
     bad_t |= _COMPLETE[st[first_row]]                        # completes the previous producer id's
     bad_t |= ~complete & (prep_epoch == MAX_EPOCH)           # completed under the next producer id
+    _flag(flags, "prepared_open", tpid[~complete & (n_prep > 0)])   # txn-markers-refused (disk)
     # an abort whose PrepareAbort bumped the epoch: the coordinator's own, or a version-2 end
     _flag(flags, "abort_bumped", tpid[(result == ABORT) & (n_prep > 0) & (prep_epoch > epoch[first_row])])
     view = np.lexsort((rank[first_row], tpid))               # view.txns order per producer
@@ -515,6 +517,18 @@ def no_stale_epoch(facts: Facts) -> np.ndarray:
     return facts.of("mixed_epoch", "marker_epoch", "unended")
 
 
+def no_prepare_left(facts: Facts) -> np.ndarray:
+    """txn-markers-refused (disk): a transaction prepared with no Complete record, or a part
+    with no marker."""
+    return facts.of("prepared_open", "unended")
+
+
+def below_epoch_limit(facts: Facts) -> np.ndarray:
+    """epoch-exhausted-transaction: a coordinator record at epoch 32766 or 32767, or a part with
+    no marker."""
+    return facts.of("epoch_limit", "unended")
+
+
 PREDICATES = (every_part_ends, one_result_per_transaction, every_partition_registered, no_coordinator_abort,
               no_stray_marker, coordinator_epochs_rise, no_plain_writes, no_late_write, valid_transitions,
-              one_epoch_per_part, no_stale_epoch)
+              one_epoch_per_part, no_stale_epoch, no_prepare_left, below_epoch_limit)

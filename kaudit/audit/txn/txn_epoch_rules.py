@@ -204,7 +204,9 @@ def mixed_epoch_part(part: Part, pt: ProducerTxns) -> str | None:
     transaction version 0/1 - the data's epoch, or epoch + 1 for the coordinator's own abort of
     a fenced or timed-out transaction; version 2 - epoch + 1 for every end, KIP-890); the
     partition leader checks it (ProducerAppendInfo.appendEndTxnMarker).
-    Without the coordinator's records the data's epoch and the transaction version decide.
+    Without the coordinator's records the data's epoch and the transaction version decide: the
+    marker's own when its WriteTxnMarkers v2 carries it (KIP-1228: version 2 - exactly epoch + 1,
+    the leader refuses any marker at or below the data's epoch), else the producer's.
     Benign causes: an admin's abort (kafka-transactions.sh writes the data's epoch: allowed for
     an ABORT), a marker whose result differs from its transaction's (torn-transaction's)."""
     if not part.data:
@@ -219,14 +221,19 @@ def mixed_epoch_part(part: Part, pt: ProducerTxns) -> str | None:
     c = part.coord
     if m.writer == "admin":
         return None if m.epoch in (e, e + 1) else f"has an admin's {m.result} marker at {_at(m)} of epoch {m.epoch}"
-    if c is not None and c.prepare_epoch is not None and c.result == m.result:
+    said = m.transaction_version is not None
+    if c is not None and c.prepare_epoch is not None and c.result == m.result and not said:
         if m.epoch != c.prepare_epoch and not (m.result == "ABORT" and m.epoch == e):
             return (f"(epoch {e}) ends with a {m.result} marker at {_at(m)} of epoch {m.epoch}, not the "
                     f"coordinator's epoch {c.prepare_epoch} for this transaction")
         return None
+    # the coordinator said the transaction's version in its WriteTxnMarkers v2 (KIP-1228): the
+    # leader checks a version-2 marker strictly above the data's epoch (ProducerAppendInfo)
+    tv = ("2" if m.transaction_version >= 2 else "0/1") if said else pt.version
     allowed = {"0/1": {e} | ({e + 1} if m.result == "ABORT" else set()),
-               "2": {e + 1} | ({e} if m.result == "ABORT" else set())}.get(pt.version, {e, e + 1})
+               "2": {e + 1} | ({e} if m.result == "ABORT" and not said else set())}.get(tv, {e, e + 1})
     if m.epoch not in allowed:
         return (f"(epoch {e}) ends with a {m.result} marker at {_at(m)} of epoch {m.epoch}; transaction version "
-                f"{pt.version or 'unknown'} allows {' or '.join(map(str, sorted(allowed)))}")
+                f"{tv or 'unknown'}{' (its WriteTxnMarkers v2 says so)' if said else ''} allows "
+                f"{' or '.join(map(str, sorted(allowed)))}")
     return None

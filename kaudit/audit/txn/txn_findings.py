@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kaudit.audit.registry import evidence, finding, fold_rules
 from kaudit.audit.txn.txn_model import Part, ProducerTxns, Range, Transaction, group
-from kaudit.audit.txn.txn_rules import ABORT_HINT
+from kaudit.audit.txn.txn_rules import ABORT_HINT, two_phase_commit
 from kaudit.timefmt import iso_ms
 
 TIMELINE = 16   # lines of the producer's story a wire finding carries
@@ -213,7 +213,26 @@ class _Say:
         if reasons:
             return self.part("hanging-transaction", part, f"{text}: hanging ({'; '.join(reasons)})", details,
                              remediation=f"{cmd} ({known})")
+        if two_phase_commit(part, self.pt):
+            return self._prepared(part, text, details)
         return self.part("dangling-transaction", part, f"{text} (still open at the coordinator)", details)
+
+    def _prepared(self, part: Part, text: str, details: dict) -> dict:
+        """A KIP-939 two-phase-commit transaction: open by design until its external transaction
+        manager decides - what read_committed consumers wait for, and what to do."""
+        tid = self.fields(part).get("transactional_id") or self.pt.init_transactional_id or "<transactional id>"
+        details["two_phase_commit"] = True
+        return self.part(
+            "dangling-transaction", part,
+            f"{text}: a two-phase-commit transaction (KIP-939), which its coordinator never times out: it "
+            f"stays open - prepared, or still being written - until its external transaction manager commits "
+            f"or aborts it; read_committed consumers of {part.tp} wait at offset {_off(part.start_offset)} "
+            "until then", details,
+            remediation=("Have the external transaction manager complete it (its recovery commits or aborts the "
+                         "prepared transaction: a producer with the same transactional id, InitProducerId with "
+                         "keepPreparedTxn=true, then completeTransaction). Only if that manager has lost its "
+                         "decision for good, abort it: kafka-transactions.sh --bootstrap-server <broker> "
+                         f"forceTerminateTransaction --transactionalId {tid}"))
 
     def coordinator_abort(self, t: Transaction, cause: str) -> dict:
         parts = [p for p in t.parts if p.marker is not None or p.data]

@@ -38,6 +38,9 @@ class Marker:
     writer: str | None = None       # coordinator | admin | None (unknown: a log holds no writer)
     client_id: str | None = None    # the WriteTxnMarkers sender (wire)
     connection: str | None = None
+    # the transaction version WriteTxnMarkers v2 carries (KIP-1228; wire only: a control batch
+    # on disk does not hold it), None where the request does not say it
+    transaction_version: int | None = None
 
 
 @dataclass
@@ -103,7 +106,7 @@ class Part:
 def _marker(b: dict) -> Marker:
     return Marker(b["base_offset"], b["control_type"], b["producer_epoch"], b["coordinator_epoch"],
                   b["base_timestamp_ms"], b["source"], b["position"], b.get("writer"),
-                  b.get("client_id"), b.get("connection"))
+                  b.get("client_id"), b.get("connection"), b.get("transaction_version"))
 
 
 def assemble_replica(batches: list[dict]) -> list[Part]:
@@ -322,7 +325,30 @@ class ProducerTxns:
     coverage: Coverage = field(default_factory=Coverage)
     version: str | None = None                   # "2" | "0/1" | "mixed" | None (see transaction_version)
     timeline: list[str] = field(default_factory=list)   # wire: the producer's story, for findings
+    # wire: the coordinator's WriteTxnMarkers per partition with its answer (txn_wire_feed: tp,
+    # epoch, result, code - None unanswered -, ts, frame), and the client's requests answered
+    # CONCURRENT_TRANSACTIONS (ts, frame, event)
+    marker_writes: list[dict] = field(default_factory=list)
+    busy: list[tuple] = field(default_factory=list)
     lineage: object = None   # txn_lineage.Lineage: its transactional id's producer ids, cluster-wide
+    # another feed's InitProducerIds of this producer id, ((epoch, enable_2pc, transactional id),
+    # ...) (`kaudit audit`: the capture's, for the log dirs; folds.Context.two_pc_inits)
+    two_pc_inits: tuple = ()
+
+    def two_pc_at(self, epoch: int | None) -> bool:
+        """Whether the InitProducerId in effect at `epoch` (the latest one answered at or below
+        it: later epochs come from EndTxn bumps under TV2 or fencings) asked for KIP-939 two-phase
+        commit, as another feed shows it."""
+        best = None
+        for e, on, *_ in self.two_pc_inits:
+            if e is not None and (epoch is None or e <= epoch) and (best is None or e >= best[0]):
+                best = (e, on)
+        return bool(best and best[1])
+
+    @property
+    def init_transactional_id(self) -> str | None:
+        """The transactional id another feed's InitProducerIds name (the log dirs may not)."""
+        return next((x[2] for x in self.two_pc_inits if len(x) > 2 and x[2]), None)
 
     @property
     def coordinator_known(self) -> bool:
@@ -342,9 +368,10 @@ class ProducerTxns:
 
 def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
              coordinator_known: bool | None = None, coverage: Coverage | None = None,
-             cluster_tv: int | None = None) -> ProducerTxns:
+             cluster_tv: int | None = None, two_pc_inits=None) -> ProducerTxns:
     """The facts of one producer from its batch rows (data and markers, any replica; `rank`
-    orders wire rows) and coordinator records (`__transaction_state` rows, or the wire's)."""
+    orders wire rows) and coordinator records (`__transaction_state` rows, or the wire's);
+    `two_pc_inits`: another feed's InitProducerIds (ProducerTxns.two_pc_inits)."""
     from kaudit.audit.txn import coordinator_state
 
     by_rep: dict[tuple, list[dict]] = {}
@@ -363,7 +390,7 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
     if coverage is None:
         coverage = Coverage(coordinator=bool(txn_log) if coordinator_known is None else coordinator_known,
                             registrations=bool(txn_log) if coordinator_known is None else coordinator_known)
-    pt = ProducerTxns(producer_id, partitions, view, coverage)
+    pt = ProducerTxns(producer_id, partitions, view, coverage, two_pc_inits=tuple(two_pc_inits or ()))
     match_markers(pt.all_parts(), view)
     pt.version = transaction_version(pt, cluster_tv)
     return pt
@@ -380,12 +407,18 @@ def transaction_version(pt: ProducerTxns, cluster_tv: int | None = None) -> str 
     `cluster_tv`: the cluster's finalized transaction.version from its KRaft metadata
     (FeatureLevelRecord), when the inputs hold it: below 2 no producer can run TV2 (the
     coordinator refuses it), so it is "0/1" whatever the markers suggest; at 2 each producer's
-    own evidence still decides (a client without EndTxn v5 keeps TV1 on a TV2 cluster)."""
+    own evidence still decides (a client without EndTxn v5 keeps TV1 on a TV2 cluster).
+    WriteTxnMarkers v2 (KIP-1228) says each transaction's version: the coordinator's markers
+    that carry it decide before the epochs are read."""
     if cluster_tv is not None and cluster_tv < 2:
         return "0/1"
     ctv = pt.view.client_transaction_version
     if ctv is not None:
         return "2" if ctv >= 2 else "0/1"
+    said = {("2" if m.transaction_version >= 2 else "0/1") for p in pt.all_parts()
+            if (m := p.marker) is not None and m.transaction_version is not None and m.writer != ADMIN}
+    if said:
+        return "mixed" if len(said) > 1 else said.pop()
     seen = set()
     for p in pt.all_parts():
         m = p.marker
@@ -544,7 +577,8 @@ def group(pt: ProducerTxns) -> list[Transaction]:
         if cluster and (p.tp in {q.tp for q in cluster}
                         or (p.marker.ts or 0) - (cluster[0].marker.ts or 0) > MARKER_CLUSTER_MS
                         or p.marker.epoch != cluster[0].marker.epoch
-                        or p.marker.coordinator_epoch != cluster[0].marker.coordinator_epoch):
+                        or p.marker.coordinator_epoch != cluster[0].marker.coordinator_epoch
+                        or _written_after(p, cluster)):
             out.append(Transaction(pt.producer_id, None, cluster, tid))
             cluster = []
         cluster.append(p)
@@ -552,6 +586,19 @@ def group(pt: ProducerTxns) -> list[Transaction]:
         out.append(Transaction(pt.producer_id, None, cluster, tid))
     out.extend(Transaction(pt.producer_id, None, [p], tid) for p in loose if p.marker is None)
     return sorted(out, key=lambda t: (t.start_ms is None, t.start_ms or 0, t.key))
+
+
+def _written_after(p: Part, cluster: list[Part]) -> bool:
+    """Whether `p` and a part of `cluster` ended differently and one's data was written after the
+    other's marker: two transactions (a TV1 producer keeps its epoch from one to the next), not
+    one torn - the coordinator writes a transaction's markers only once all its data was sent."""
+    for q in cluster:
+        if q.marker.result == p.marker.result:
+            continue
+        if (p.first_ts is not None and q.marker.ts is not None and p.first_ts > q.marker.ts) or \
+                (q.first_ts is not None and p.marker.ts is not None and q.first_ts > p.marker.ts):
+            return True
+    return False
 
 
 def _order(p: Part):

@@ -124,11 +124,15 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
     hanging: the last stable offset stays at its first offset forever and read_committed
     consumers stop there (KAFKA-12671, KIP-664: `kafka-transactions.sh find-hanging` / `abort`).
     Hanging when: older than its timeout at the reference time (transaction.timeout.ms from the
-    coordinator's records or the producer's InitProducerId, else transaction.max.timeout.ms 15 min;
-    none for a KIP-939 two-phase-commit transaction), absent from the coordinator's state for that
-    partition, or the coordinator's transaction for that producer already ended (or the
-    coordinator has no record of the producer, or its transactional id had moved to a newer
-    producer id before the data was written: txn_lineage).
+    coordinator's records or the producer's InitProducerId, else transaction.max.timeout.ms 15 min),
+    absent from the coordinator's state for that partition, or the coordinator's transaction for
+    that producer already ended (or the coordinator has no record of the producer, or its
+    transactional id had moved to a newer producer id before the data was written: txn_lineage).
+    A KIP-939 two-phase-commit transaction (two_phase_commit: Int.MaxValue as its timeout in the
+    coordinator's records, or an InitProducerId with Enable2Pc on the wire - in `kaudit audit` the
+    capture's tells the log dirs') has no timeout: the coordinator keeps it open, prepared, until
+    its external transaction manager commits or aborts it, so its age never makes it hanging (a
+    dangling-transaction that says so); the other reasons still do.
     Benign causes: none once these hold; evidence without the coordinator's view (no
     `__transaction_state`, a capture without the producer's coordinator traffic) judges by age
     only, and only registrations and markers the evidence would show count."""
@@ -139,7 +143,8 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
     view = pt.view
     timeout = (t.timeout_ms if t is not None else view.timeout_ms) or DEFAULT_MAX_TIMEOUT_MS
     start = t.start_ms if t is not None and t.start_ms is not None else part.first_ts
-    if reference_ms is not None and start is not None and timeout < NO_TIMEOUT_MS and reference_ms - start > timeout:
+    if not two_phase_commit(part, pt) and reference_ms is not None and start is not None \
+            and reference_ms - start > timeout:
         reasons.append(f"open for {duration(reference_ms - start)}, past its timeout of {duration(timeout)}")
     if not pt.coordinator_known:
         return reasons
@@ -164,6 +169,18 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
         if ended is not None:
             reasons.append(ended)
     return reasons
+
+
+def two_phase_commit(part: Part, pt: ProducerTxns) -> bool:
+    """Whether the part belongs to a KIP-939 two-phase-commit transaction, which its coordinator
+    never times out (TransactionStateManager skips isDistributedTwoPhaseCommitTxn): the
+    coordinator keeps Int.MaxValue as its timeout - in its `__transaction_state` records (the
+    log dirs) and in the wire's replay of an InitProducerId with Enable2Pc - or, in `kaudit
+    audit`, the capture shows the InitProducerId in effect at the part's epoch asking for it
+    (ProducerTxns.two_pc_inits: the log dirs may not hold the coordinator's records)."""
+    t = part.coord
+    timeout = t.timeout_ms if t is not None else pt.view.timeout_ms
+    return (timeout is not None and timeout >= NO_TIMEOUT_MS) or pt.two_pc_at(part.data_epoch)
 
 
 def _ended_epoch(part: Part, pt: ProducerTxns) -> str | None:

@@ -10,6 +10,14 @@ from kaudit.timefmt import iso_ms
 
 def _part_row(p: Part, wire: bool) -> dict:
     m = p.marker
+    row = _part_fields(p)
+    if m is not None and m.transaction_version is not None:
+        row["marker"]["transaction_version"] = m.transaction_version   # WriteTxnMarkers v2 (KIP-1228)
+    return row
+
+
+def _part_fields(p: Part) -> dict:
+    m = p.marker
     return {"partition": p.tp, "replicas": [r for r in p.replicas if r is not None],
             "first_offset": p.start_offset, "last_data_offset": p.last_data_offset,
             "data_batches": len(p.data), "producer_epoch": p.data_epoch,

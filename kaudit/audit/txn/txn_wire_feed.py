@@ -16,6 +16,7 @@ from kaudit.timefmt import iso_s
 from kaudit.audit.thresholds import NO_TIMEOUT_MS
 
 FENCED = {47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
+CONCURRENT = 51   # CONCURRENT_TRANSACTIONS: the coordinator is still ending the id's transaction
 MARKER_SENDER = re.compile(r"^broker-\d+-txn-marker-sender$")   # TransactionMarkerChannelManager
 ADMIN_CLIENT = re.compile(r"^adminclient-\d+$")                  # KafkaAdminClient's default client id
 
@@ -116,6 +117,8 @@ class WireFeed:
         self.known_from: float | None = None      # from here on the capture shows every registration
         self._seen: set[tuple] = set()
         self.top_epoch: int | None = None         # the highest epoch the coordinator's records reached
+        self.marker_writes: list[dict] = []       # the coordinator's markers per partition and their answer
+        self.busy: list[tuple] = []               # (ts, frame, event) answered CONCURRENT_TRANSACTIONS
 
     # -- the producer's story ---------------------------------------------------------------
     def step(self, ts: float, position, text) -> None:
@@ -161,7 +164,10 @@ class WireFeed:
                    "TXN_OFFSET_COMMIT": self._offsets, "END_TXN": self._end,
                    "WRITE_MARKERS": self._markers}.get(ev)
         if handler is not None:
-            handler(ts, r, nonzero(r["error_codes"]))
+            errs = nonzero(r["error_codes"])
+            if CONCURRENT in errs and ev != "WRITE_MARKERS":
+                self.busy.append((ts, r["position"], ev))
+            handler(ts, r, errs)
 
     def _init(self, ts: float, r: dict, errs: list[int]) -> None:
         epoch = r["producer_epoch"]
@@ -281,8 +287,10 @@ class WireFeed:
 
     def _markers(self, ts: float, r: dict, errs: list[int]) -> None:
         writer = marker_writer(r.get("client_id"), r.get("admin_clients") or frozenset())
-        if writer != ADMIN and (r.get("transaction_version") or 0) >= 2:
-            self.version = 2   # KIP-1228: the coordinator says the transaction's version
+        tv = r.get("transaction_version")   # WriteTxnMarkers v2+ only (KIP-1228)
+        if writer != ADMIN and tv is not None:
+            # KIP-1228: the coordinator says the transaction's version
+            self.version = 2 if tv >= 2 else (self.version or 1)
         answers = self._marker_answers(r)
         resp = r.get("response_ts")
         err = f" -> error {','.join(map(str, errs))}" if errs else ""
@@ -291,8 +299,16 @@ class WireFeed:
                                      f"{r['coordinator_epoch']} to {r['partitions']}{by}{err}")
         self.marker_hosts.add(_host(r["connection"], 1))
         t = self._marker_txn(r) if writer != ADMIN else None
-        for tp in partition_names(r["partitions"]):
+        tps = partition_names(r["partitions"])
+        for tp in tps:
             code = answers.get(tp, 0 if r["error_codes"] is not None and not errs else None)
+            if code is None and errs and len(tps) == 1:
+                code = errs[0]   # no per-partition answers joined: the one partition's is the request's
+            if writer != ADMIN:
+                self.marker_writes.append({"tp": tp, "epoch": r["producer_epoch"], "result": r["result"],
+                                           "coordinator_epoch": r["coordinator_epoch"], "code": code, "ts": ts,
+                                           "source": r["source"], "position": r["position"],
+                                           "transaction_version": tv})
             if code not in (0, None):
                 continue
             topic, _, part = tp.rpartition("-")
@@ -303,7 +319,8 @@ class WireFeed:
                 "coordinator_epoch": r["coordinator_epoch"], "base_timestamp_ms": int(ts * 1000),
                 "max_timestamp_ms": int(ts * 1000), "source": r["source"], "position": r["position"],
                 "writer": writer, "client_id": r.get("client_id"), "connection": r["connection"],
-                "rank": (resp if resp is not None else ts, r["position"]), "sent": ts})
+                "rank": (resp if resp is not None else ts, r["position"]), "sent": ts,
+                "transaction_version": tv if writer != ADMIN else None})
             if t is not None and code == 0:
                 if tp.startswith("__consumer_offsets-") and t.groups and tp not in t.partitions:
                     t.partitions.append(tp)   # AddOffsetsToTxn named the group, the marker its partition
@@ -443,6 +460,7 @@ class WireFeed:
                                 markers=bool(self.marker_hosts), slack_ms=0, feed=self)
         pt = assemble(self.pid, self.data + self.markers, self.records, coverage=coverage)
         pt.timeline = self.timeline
+        pt.marker_writes, pt.busy = self.marker_writes, self.busy
         return pt
 
 

@@ -237,7 +237,10 @@ def fetch_partitions(request, response) -> list[dict]:
     request), error_code, high_watermark, last_stable_offset, log_start_offset,
     aborted_transactions ([(producer_id, first_offset)] or None), preferred_read_replica,
     api_version, correlation_id, client_id, record_set_size, batches, truncated_bytes (a cut
-    last entry: normal), record_set_error."""
+    last entry: normal), record_set_error.
+
+    Then one per partition the request named and the response left out (`omitted_fetch_parts`),
+    after the answered ones: error_code and every response field None, no batches."""
     resp = response.body if response is not None else None
     if not resp:
         return []
@@ -278,7 +281,36 @@ def fetch_partitions(request, response) -> list[dict]:
                 "truncated_bytes": 0 if rs is None else rs.truncated,
                 "record_set_error": None if rs is None else rs.error,
             })
+    answered = {(_tkey(t), p.get("partition_index")) for t, p in _iter_parts(resp.get("responses"), "partitions")}
+    for t, index, offset in omitted_fetch_parts(req, resp, answered, offsets):
+        out.append({
+            "topic": t.get("topic"), "topic_id": t.get("topic_id"), "partition": index,
+            "isolation_level": isolation, "replica_id": replica_id, "fetch_offset": offset,
+            "error_code": None, "high_watermark": None, "last_stable_offset": None, "log_start_offset": None,
+            "aborted_transactions": None, "preferred_read_replica": None,
+            "api_version": api_version, "correlation_id": correlation_id, "client_id": client_id,
+            "record_set_size": None, "batches": [], "truncated_bytes": 0, "record_set_error": None,
+        })
     return out
+
+
+def omitted_fetch_parts(req: dict, resp: dict, answered: set, offsets: dict):
+    """(request topic entry, partition, fetch offset) of each partition a Fetch request named and
+    its decoded response left out, in request order, once per (topic, partition) with the fetch
+    offset the answered rows take (the last entry's). An incremental fetch session's response
+    (KIP-227, Fetch v7+) omits the partitions with nothing new - no records, no error, no
+    watermark change (FetchSession's mustRespond) - yet the client asked from that offset: its
+    position is a fact the consumer timelines need (a reset to the log end fetches there and is
+    answered with nothing). None after a top-level error (FETCH_SESSION_ID_NOT_FOUND, ...: the
+    broker answered no partition)."""
+    if resp.get("error_code") not in (0, None):
+        return
+    done = set(answered)
+    for t, p in _iter_parts(req.get("topics"), "partitions"):
+        key = (_tkey(t), p.get("partition"))
+        if key not in done:
+            done.add(key)
+            yield t, key[1], offsets.get(key)
 
 
 def fetch_batches(request, response, partitions: list[dict] | None = None) -> list[dict]:
@@ -425,4 +457,4 @@ def topic_names(response) -> dict:
 
 
 __all__ = ["ISOLATION", "TXN_EVENT_FIELDS", "fetch_batches", "fetch_partitions",
-           "produce_batches", "produce_partitions", "topic_names", "txn_events"]
+           "omitted_fetch_parts", "produce_batches", "produce_partitions", "topic_names", "txn_events"]

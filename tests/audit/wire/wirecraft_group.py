@@ -59,6 +59,23 @@ def fetch(corr: int, client: str, fetch_offset: int, data: bytes, *, hw: int, pa
     return _x(req, resp)
 
 
+def fetch_session(corr: int, client: str, session_id: int, epoch: int, parts, answers, *, error: int = 0,
+                  isolation: int = 0, topic: str = TOPIC):
+    """Fetch v7 in a KIP-227 fetch session (`epoch` 0: a full fetch; > 0: incremental). `parts`:
+    [(partition, fetch_offset)] the request names; `answers`: [(partition, error, hw, log_start,
+    data)] the response holds - an incremental response leaves out the partitions with nothing
+    new. `error`: the response's top-level error (FETCH_SESSION_ID_NOT_FOUND 70, ...)."""
+    req = (request_header(1, 7, corr, client, False) + i32(-1) + i32(500) + i32(1) + i32(52428800)
+           + i8(isolation) + i32(session_id) + i32(epoch) + array(1) + string(topic) + array(len(parts))
+           + b"".join(i32(p) + i64(off) + i64(-1) + i32(1048576) for p, off in parts) + array(0))
+    topics = [] if not answers else [answers]
+    resp = (response_header(corr, False) + i32(0) + i16(error) + i32(session_id) + array(len(topics))
+            + b"".join(string(topic) + array(len(a)) + b"".join(
+                i32(p) + i16(err) + i64(hw) + i64(hw) + i64(ls) + array(0) + nbytes(data)
+                for p, err, hw, ls, data in a) for a in topics))
+    return _x(req, resp)
+
+
 def assignment(parts) -> bytes:
     """ConsumerProtocolAssignment v0: [(topic, [partitions])]."""
     out = i16(0) + array(len(parts))

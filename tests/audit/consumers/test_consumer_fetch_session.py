@@ -1,0 +1,98 @@
+"""The consumer rules under KIP-227 fetch sessions (Fetch v7+, every Java consumer): an incremental
+Fetch response leaves out the partitions with nothing new, so the Fetch that says where a client
+went - a reset to the log end, a read that caught up - may have no answer for the partition; its
+request's fetch offset is the client's position. Found by the history simulator (tests/sim,
+group:reset_range_session)."""
+
+from __future__ import annotations
+
+from tests.audit.wire import wirecraft_group as g
+from tests.audit.wire.wirecraft import audit
+from tests.sources.pcap.craft import Conn
+
+A = dict(client=("10.0.0.4", 41001))
+CONSUMER_RULES = ("consumer-reset-skip", "consumer-poll-skip", "consumer-nonmonotonic-poll",
+                  "consumer-start-beyond-commit", "consumer-commit-beyond-served")
+SID = 900
+
+
+def _restart(committed: int):
+    return (g.join(1, "app-a", "m-a", 1) + g.sync(2, "app-a", "m-a", 1, [(g.TOPIC, [0])])
+            + g.offset_fetch(3, "app-a", committed))
+
+
+def _brief(fs):
+    return [(f["rule"], f["severity"], f["first_offset"], f["last_offset"]) for f in fs]
+
+
+def test_a_reset_to_the_log_end_left_out_of_the_session_response_is_found(tmp_path):
+    """Committed 3, the full fetch answers OFFSET_OUT_OF_RANGE (log start 3 in the answer), ListOffsets
+    -1 gives 50, and the incremental Fetch at 50 is left out of its response (nothing new there):
+    the only Fetch that shows the client at the log end has no answer for the partition."""
+    full = g.fetch_session(4, "app-a", SID, 0, [(0, 3)], [(0, 1, 50, 3, b"")])
+    at_end = g.fetch_session(6, "app-a", SID, 1, [(0, 50)], [])
+    msgs = _restart(3) + full + g.list_offsets(5, "app-a", -1, 50) + at_end
+    fs = audit(tmp_path, Conn(msgs, **A), select=CONSUMER_RULES)
+    assert _brief(fs) == [("consumer-reset-skip", "error", 3, 49)]
+
+
+def _kafka_reset(*after):
+    """As Kafka answers: the out-of-range error with high watermark and log start -1."""
+    full = g.fetch_session(4, "app-a", SID, 0, [(0, 3)], [(0, 1, -1, -1, b"")])
+    at_end = g.fetch_session(6, "app-a", SID, 1, [(0, 50)], [])
+    return _restart(3) + full + g.list_offsets(5, "app-a", -1, 50) + at_end + list(after)
+
+
+def test_an_unknown_log_start_is_said_not_guessed(tmp_path):
+    fs = audit(tmp_path, Conn(_kafka_reset(), **A), select=CONSUMER_RULES)
+    assert _brief(fs) == [("consumer-reset-skip", "error", 3, 49)]
+    assert "log start is in no answer" in fs[0]["message"] and "retention" in fs[0]["message"]
+
+
+def test_a_later_answer_bounds_the_log_start(tmp_path):
+    """The next answer (records past the log end) says log start 20: 20-49 were skipped for certain
+    (the log start only grows), 3-19 may have been deleted by retention."""
+    later = g.fetch_session(7, "app-a", SID, 2, [(0, 50)], [(0, 0, 52, 20, g.records(50, 2))])
+    fs = audit(tmp_path, Conn(_kafka_reset(*later), **A), select=CONSUMER_RULES)
+    assert _brief(fs) == [("consumer-reset-skip", "error", 20, 49)]
+
+
+def test_a_watermark_query_while_reading_in_a_session_is_no_reset(tmp_path):
+    """Reading on from 0 with empty incremental answers in between; a ListOffsets -1 look-up (a lag
+    query) and the next Fetch still at the client's position: nothing skipped."""
+    msgs = (_restart(0)
+            + g.fetch_session(4, "app-a", SID, 0, [(0, 0)], [(0, 0, 10, 0, g.records(0, 10))])
+            + g.fetch_session(5, "app-a", SID, 1, [(0, 10)], [])
+            + g.list_offsets(6, "app-a", -1, 10)
+            + g.fetch_session(7, "app-a", SID, 2, [(0, 10)], [])
+            + g.fetch_session(8, "app-a", SID, 3, [(0, 10)], [(0, 0, 14, 0, g.records(10, 4))]))
+    assert audit(tmp_path, Conn(msgs, **A), select=CONSUMER_RULES) == []
+
+
+def test_a_caught_up_partition_left_out_keeps_its_position(tmp_path):
+    """The response at the end of the served records leaves the partition out; the next answered
+    Fetch starts where the client stood: no skip, no going back."""
+    msgs = (_restart(0)
+            + g.fetch_session(4, "app-a", SID, 0, [(0, 0)], [(0, 0, 5, 0, g.records(0, 5))])
+            + g.fetch_session(5, "app-a", SID, 1, [(0, 5)], [])
+            + g.fetch_session(6, "app-a", SID, 2, [(0, 5)], [(0, 0, 9, 0, g.records(5, 4))]))
+    assert audit(tmp_path, Conn(msgs, **A), select=CONSUMER_RULES) == []
+
+
+def test_a_jump_seen_only_in_a_left_out_partition_is_a_poll_skip(tmp_path):
+    """Served 0-4, then the request asks from 20 with no look-up or rebalance: the response leaves
+    the partition out, yet the request is where the client went - 5-19 were skipped."""
+    msgs = (_restart(0)
+            + g.fetch_session(4, "app-a", SID, 0, [(0, 0)], [(0, 0, 30, 0, g.records(0, 5))])
+            + g.fetch_session(5, "app-a", SID, 1, [(0, 20)], []))
+    fs = audit(tmp_path, Conn(msgs, **A), select=CONSUMER_RULES)
+    assert _brief(fs) == [("consumer-poll-skip", "error", 5, 19)]
+
+
+def test_a_lost_session_names_no_position(tmp_path):
+    """FETCH_SESSION_ID_NOT_FOUND answers no partition: the request's offset is not taken as a
+    place the client fetched from (it re-sends a full fetch)."""
+    full = g.fetch_session(4, "app-a", SID, 0, [(0, 3)], [(0, 1, -1, -1, b"")])
+    lost = g.fetch_session(6, "app-a", SID, 1, [(0, 50)], [], error=70)
+    msgs = _restart(3) + full + g.list_offsets(5, "app-a", -1, 50) + lost
+    assert audit(tmp_path, Conn(msgs, **A), select=CONSUMER_RULES) == []
