@@ -359,6 +359,10 @@ TXN_EVENT = pa.schema([
     # KIP-939 (InitProducerId v6): two-phase commit with an external transaction manager
     ("enable_2pc", B),
     ("keep_prepared_txn", B),
+    # KIP-360 (InitProducerId v3+): the producer id and epoch the client asked with (-1: none; null:
+    # an older version or another event). producer_id/_epoch above are the answer's.
+    ("request_producer_id", I64),
+    ("request_producer_epoch", I16),
 ])
 
 # Consumer-group coordination (audit/consumers): one row per membership exchange (JoinGroup,

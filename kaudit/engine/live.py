@@ -185,6 +185,7 @@ class LiveAudit:
             return
         upto = min(now, in_flight if in_flight is not None else now) - REORDER_S
         names = TopicNames(self.work.facts.names.names)
+        self.audit.so_far(self.work.ctx, self.work.facts)   # what the streamed folds read of the facts
         out = []
         for s in self.streamed.values():
             # rows ordered by send time wait for the requests in flight; by response time, not

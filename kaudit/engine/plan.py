@@ -70,6 +70,7 @@ class Facts:
         self.metadata_complete = False   # a metadata log from offset 0, or a KRaft snapshot
         self.cluster_ids: dict[str, set] = {}   # capture path -> Metadata cluster ids
         self.links: list[dict] = []   # txn_lineage's link rows (transactional id -> producer ids)
+        self.linked = 0               # link rows the context's lineage was last built from (so_far)
 
     def add(self, kind: str, table: pa.Table) -> None:
         if self.side == "disk":
@@ -224,6 +225,13 @@ class Audit:
             ctx.topic_names = facts.names.names
         if self.known:
             ctx.two_pc_inits = self.known.get("two_pc_inits")
+
+    def so_far(self, ctx: Context, facts: Facts) -> None:
+        """A live audit's context between checkpoints: the producers' lineage from the facts known
+        so far, for the streamed folds that read it as rows arrive (wire-produce: KIP-360 moves)."""
+        if facts.links and len(facts.links) != facts.linked:
+            facts.linked = len(facts.links)
+            ctx.producer_lineage = txn_lineage.build(facts.links) or None
 
     def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
         """The context a buffered fold runs with; a live audit's, before `settle`, with the

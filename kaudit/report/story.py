@@ -219,7 +219,9 @@ def _title(inc: dict, fs: list[dict]) -> str:
         moved = next((details(f)["next_producer_id"] for f in fs if f["rule"] == "write-after-epoch-end"
                       and details(f).get("next_producer_id") is not None), None)
         if moved is not None and not newer:   # its producer id left behind (txn_lineage)
-            newer = f", after its transactional id moved to producer id {moved}"
+            idem = all(f.get("transactional_id") is None for f in fs if f["rule"] == "write-after-epoch-end")
+            newer = (f", after its client moved to producer id {moved} (KIP-360)" if idem
+                     else f", after its transactional id moved to producer id {moved}")
         return f"{KIND_TITLES[kind]}: {who}{newer}{where}"
     if kind == "integrity":
         reps = ", ".join(inc["replicas"][:3])
@@ -298,7 +300,11 @@ def _zombie_impact(by: dict) -> list[str]:
     for f in stale[:3]:
         d = details(f)
         where = f"{f['topic']}-{f['partition']}@{_offsets(f['first_offset'], f.get('last_offset'))}"
-        if d.get("outcome") == "committed":
+        if d.get("how_known") == "kip360":   # an idempotent producer's old id (wire_produce._after_move)
+            out.append(f"the writes at {where} under producer id {f['producer_id']} were stored after its client "
+                       f"had moved to producer id {d.get('next_producer_id')}: a broker does not fence an idempotent "
+                       "producer id, so consumers read them - twice if the client also re-sent them under the new id")
+        elif d.get("outcome") == "committed":
             out.append(f"the zombie's writes at {where} were stored and a later COMMIT exposed them: "
                        "read_committed consumers read data of a fenced instance")
         elif d.get("outcome") == "aborted":

@@ -91,7 +91,8 @@ def test_demo_capture_leads_with_its_incidents():
     assert lines[0].startswith("kaudit pcap: 4 incident(s) (1 error, 3 warning)")
     assert lines[1].strip().startswith("1. ERROR") and "Records stored twice on ck-retry-noidem-0" in lines[1]
     assert "Zombie producer" in lines[2]
-    assert "1 info incident(s) hidden: --min-severity info shows them" in lines[5]
+    # info: among them 11-crafted's write under the idempotent id its client had replaced (KIP-360)
+    assert "2 info incident(s) hidden: --min-severity info shows them" in lines[5]
     # coverage: one section, not 57 findings of their own
     assert r.stdout.count("── coverage") == 1
     assert not any("stream-gap" in line or "undecodable" in line for line in lines[:6])
@@ -101,7 +102,7 @@ def test_demo_capture_leads_with_its_incidents():
 
 def test_machine_formats_keep_every_finding_with_its_incident(tmp_path):
     js = json.loads(runner.invoke(app, ["pcap", str(DEMO_PCAPS), *PORTS, "-f", "json"]).stdout)
-    assert js["summary"]["findings"] == len(js["findings"]) == 75
+    assert js["summary"]["findings"] == len(js["findings"]) == 76
     nd = runner.invoke(app, ["pcap", str(DEMO_PCAPS), *PORTS, "-f", "ndjson"]).stdout.splitlines()
     assert [json.loads(x)["incident"] for x in nd] == [f["incident"] for f in js["findings"]]
     out = tmp_path / "pq"

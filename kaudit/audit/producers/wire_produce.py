@@ -100,19 +100,26 @@ class _Timeline:
 class WirePartition:
     clean_pass = True   # the clean-producer pass (audit/producers/wire_clean.py); False: every row checked
 
-    def __init__(self, key: tuple):
+    def __init__(self, key: tuple, ctx=None):
         self.topic, self.partition = key
+        self.ctx = ctx   # read at each chunk: a live audit's lineage grows while the capture arrives
+        self._lineage, self.left = None, {}
         self.pids: dict[int, Pid] = {}
         self.anon = Attempts(MAX_ANON_KEYS)
         self.out: list[dict] = []
         self.resends = Resends(self.topic, self.partition)
 
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
+        lineage = getattr(self.ctx, "producer_lineage", None)
+        if lineage is not self._lineage:
+            # idempotent producer ids a KIP-360 InitProducerId moved to a new id (txn_lineage): id -> Move
+            self._lineage, self.left = lineage, left_behind(lineage)
+            self.resends.left = self.left
         # records a new producer session sent again after a failed send (vectorised, all rows)
         self.out.extend(self.resends.feed(t))
         # the producers' clean batches first (no finding, only state), then the rest in order:
         # producers are independent, so the findings and the state come out as row by row
-        if self.clean_pass:
+        if self.clean_pass and not (self.left and _names_any(t, self.left)):
             clean, groups = clean_rows(t, self.pids)
             apply_clean(t, Row, self.pids, groups, clean)
             if clean.any():
@@ -217,6 +224,10 @@ class WirePartition:
         timeline = _Timeline(self, p.recent[-4:], r)
         where = self._where()
 
+        moved = self.left.get(r.producer_id)
+        if (moved is not None and err == 0 and moved.ts_ms is not None and r.request_ts is not None
+                and r.request_ts * 1000 > moved.ts_ms):
+            self.out.append(self._after_move(r, moved, timeline))
         if (st is not None and fenced_epoch(st, b)) or err in FENCED:
             stale = st is not None and fenced_epoch(st, b)
             # an error only when the broker took it; refused or unanswered: the broker's job
@@ -262,6 +273,32 @@ class WirePartition:
         p.recent.append(r)
         del p.recent[:-4]
 
+    def _after_move(self, r: Row, m, timeline: _Timeline) -> dict:
+        """write-after-epoch-end for an idempotent producer: its client ended the old id's session
+        when its KIP-360 InitProducerId was answered with a new id, yet a Produce under the old id
+        sent after that was stored. Told at info: a broker never fences an idempotent producer id
+        (TransactionCoordinator.handleInitProducerId hands out a new id and leaves the old one's
+        state alone), so the leader rightly stored it in sequence and consumers read it once; the
+        damage, if any, is a copy re-sent under the new id (duplicate-records judges by content)."""
+        return finding(
+            "write-after-epoch-end", f"{self._where()}: producer {r.producer_id} epoch {r.producer_epoch} "
+            f"sequences {r.base_sequence}-{r.last_sequence} was sent {r.request_ts - m.ts_ms / 1000:.3f} s after "
+            f"its client's InitProducerId asked to replace producer id {m.old} (epoch {m.last_epoch}) and got "
+            f"producer id {m.new} (KIP-360), and was {self._answer(r)}: the old id's session had ended for "
+            f"its client, but a broker never fences an idempotent producer id, so it was stored in sequence",
+            severity="info",
+            remediation=("A client kept writing under the producer id it had asked to replace (or another "
+                         "process shares it). Find the connection and client id given; if it also re-sent "
+                         "these records under the new producer id, consumers read them twice: audit the "
+                         "capture with the log dirs (kaudit audit) to compare the records."),
+            evidence=[self._ev(r, "written under the old producer id"),
+                      evidence(m.source, m.position, "request", f"InitProducerId: producer id {m.old} -> {m.new}")],
+            timeline=timeline.lines(),
+            details={"next_producer_id": m.new, "epoch_ended_ms": m.ts_ms, "epoch_end": m.how,
+                     "last_epoch_asked": m.last_epoch, "how_known": "kip360", "accepted": True,
+                     "producer_ids": [m.old, m.new]},
+            **self._fields(r))
+
     def _sequence_findings(self, p: Pid, r: Row, b: BatchView, timeline: _Timeline) -> None:
         err, st, where = r.response_error, p.state, self._where()
         accepted = err == 0
@@ -306,5 +343,22 @@ class WirePartition:
                      "previous_last_sequence": st.last_seq if st else None}, **self._fields(r)))
 
 
-FOLD = Fold("wire-produce", {"batch": COLUMNS}, KEY, ORDER, lambda ctx: KeyedState(KEY, WirePartition),
+def left_behind(lineage: dict | None) -> dict:
+    """Producer id -> the Move that left it, for idempotent producers' lineages (no transactional
+    id: a transactional id's moves are the transaction rules')."""
+    out = {}
+    for pid, lin in (lineage or {}).items():
+        if lin.transactional_id is None:
+            m = lin.next_move(pid)
+            if m is not None:
+                out[pid] = m
+    return out
+
+
+def _names_any(t: pa.Table, pids: dict) -> bool:
+    return pc.any(pc.is_in(t.column("producer_id"), value_set=pa.array(list(pids), pa.int64()))).as_py() or False
+
+
+FOLD = Fold("wire-produce", {"batch": COLUMNS}, KEY, ORDER,
+            lambda ctx: KeyedState(KEY, lambda k: WirePartition(k, ctx)),
             where={"batch": lambda t: pc.equal(t.column("source_kind"), "produce")})

@@ -37,6 +37,7 @@ class Resends:
     def __init__(self, topic: str, partition: int):
         self.topic, self.partition = topic, partition
         self.failed: dict[int, dict] = {}
+        self.left: dict = {}   # producer id -> its KIP-360 move to a new id (wire_produce.left_behind)
 
     def feed(self, t: pa.Table) -> list[dict]:
         pid = np_col(t, "producer_id", -1, np.int64)
@@ -72,7 +73,9 @@ class Resends:
             return []
         why = ("got no answer" if a["err"] is None else
                f"got error {a['err']} {MAY_HAVE_APPENDED.get(a['err'], '')}".rstrip())
-        new = "a new producer id" if b["pid"] != a["pid"] else "a bumped epoch (KIP-360)"
+        m = self.left.get(a["pid"])
+        new = ("a new producer id" if b["pid"] != a["pid"] else "a bumped epoch (KIP-360)") if m is None or \
+            m.new != b["pid"] else f"the new producer id its KIP-360 InitProducerId obtained for producer {a['pid']}"
         where = f"{self.topic}-{self.partition}"
         return [finding(
             "duplicate-records", f"{where}: the records producer {a['pid']} epoch {a['epoch']} sent "

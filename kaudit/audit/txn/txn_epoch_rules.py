@@ -69,7 +69,12 @@ def stale_epoch_write(part: Part, pt: ProducerTxns) -> tuple[list[dict], str, st
     has: told at info). Batches after a marker of a newer epoch are late-transactional-write's.
     Benign causes: none for stored data; severity says what became of it: critical where a
     COMMIT exposed it to read_committed consumers, error where nothing ends it, info where the
-    fencing's ABORT discarded it."""
+    fencing's ABORT discarded it.
+    Idempotent producers (wire only, wire_produce): once a KIP-360 InitProducerId that asked
+    with producer id P was answered with another id, a Produce under P sent after the answer
+    and stored is data of an ended session - told at info: a broker never fences an idempotent
+    id (the old id's state is untouched), so storing it was right; consumers read it twice only
+    if the client also re-sent it under the new id."""
     if not part.data:
         return None
     m = part.marker

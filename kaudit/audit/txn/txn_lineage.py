@@ -10,9 +10,17 @@ new id). Once the id has moved, the old producer id has no epoch left: the coord
 it, and a batch of it stored afterwards is a zombie's, exactly as a fenced epoch's
 (txn_epoch_rules.stale_epoch_write reads the move as the end of every epoch of the old id).
 
+An idempotent producer (no transactional id) is linked the same way where the wire shows it:
+an InitProducerId v3+ request carries the id and epoch the client holds (KIP-360: unresolved
+batches, UNKNOWN_PRODUCER_ID, an exhausted epoch; librdkafka sends them, the Java client bumps
+an idempotent epoch locally and asks with -1 only once it ran out), and a broker always answers
+a request without a transactional id with a new producer id at epoch 0
+(TransactionCoordinator.handleInitProducerId): request id -> answered id is the producer's
+move, and its lineage is keyed by the producer (`Lineage.transactional_id` None).
+
 The facts come from every input of one run and are merged by the engine (plan.Facts): on disk
 the `__transaction_state` records (`disk_links`), on the wire the answered InitProducerId and
-the EndTxn v5 answers (`wire_links`); `build` turns them into `Lineage`s, one per transactional
+the EndTxn v5 answers and the KIP-360 requests (`wire_links`); `build` turns them into `Lineage`s, one per transactional
 id, settled into the folds' context (`Context.producer_lineage`: producer id -> its Lineage).
 """
 
@@ -28,7 +36,7 @@ import pyarrow.compute as pc
 class Move:
     """The transactional id left producer id `old` for `new` at `ts_ms`."""
 
-    transactional_id: str
+    transactional_id: str | None   # None: an idempotent producer (no transactional id)
     old: int
     new: int
     ts_ms: int | None
@@ -39,14 +47,18 @@ class Move:
 
     @property
     def text(self) -> str:
+        if self.transactional_id is None:
+            return f"the idempotent producer moved from producer id {self.old} to producer id {self.new} ({self.how})"
         return f"transactional id {self.transactional_id!r} moved from producer id {self.old} to producer id {self.new} ({self.how})"
 
 
 @dataclass
 class Lineage:
-    """The producer ids of one transactional id, oldest first, and the moves between them."""
+    """The producer ids of one transactional id (or of one idempotent producer, linked by its
+    KIP-360 InitProducerId requests: `transactional_id` None), oldest first, and the moves
+    between them."""
 
-    transactional_id: str
+    transactional_id: str | None
     producer_ids: list[int] = field(default_factory=list)
     moves: list[Move] = field(default_factory=list)
 
@@ -108,9 +120,10 @@ def wire_links(table: pa.Table) -> list[dict]:
     if table.num_rows == 0 or any(_col(table, n) is None for n in need):
         return []
     ev = table.column("event")
-    keep = pc.and_(pc.is_in(ev.cast(pa.string()) if pa.types.is_dictionary(ev.type) else ev,
-                            value_set=pa.array(["INIT_PRODUCER_ID", "END_TXN"])),
-                   pc.is_valid(table.column("transactional_id")))
+    ev = ev.cast(pa.string()) if pa.types.is_dictionary(ev.type) else ev
+    keep = pc.or_(pc.and_(pc.is_in(ev, value_set=pa.array(["INIT_PRODUCER_ID", "END_TXN"])),
+                          pc.is_valid(table.column("transactional_id"))),
+                  _asked_with_an_id(table, ev))
     out = []
     for r in table.filter(keep).to_pylist():
         pid, tid, ts = r["producer_id"], r["transactional_id"], r["ts"]
@@ -119,6 +132,15 @@ def wire_links(table: pa.Table) -> list[dict]:
         ms = int(ts * 1000)
         codes = r.get("error_codes")   # None: no answer; "" or "0": answered without error
         answered = codes is not None and all(c.strip() in ("", "0") for c in str(codes).replace(";", ",").split(","))
+        asked = r.get("request_producer_id")
+        if r["event"] == "INIT_PRODUCER_ID" and answered and asked is not None and 0 <= asked != pid:
+            # KIP-360: the client asked with its id and got another (an idempotent producer always
+            # gets a new id, epoch 0; a transactional id whose epoch ran out or whose id expired)
+            out.append({"tid": tid, "old": asked, "new": pid, "ts": ms, "source": r["source"],
+                        "position": r["position"], "via": "kip360" if tid is not None else "idempotent",
+                        "epoch": r.get("request_producer_epoch")})
+        if tid is None:
+            continue
         if r["event"] == "INIT_PRODUCER_ID" and answered:
             out.append({"tid": tid, "pid": pid, "first": ms, "last": ms, "epoch": r.get("producer_epoch"),
                         "source": r["source"], "position": r["position"], "via": "init"})
@@ -132,6 +154,14 @@ def wire_links(table: pa.Table) -> list[dict]:
     return out
 
 
+def _asked_with_an_id(table: pa.Table, ev) -> pa.Array:
+    """InitProducerId rows whose request named a producer id (v3+, KIP-360), idempotent or not."""
+    asked = _col(table, "request_producer_id")
+    if asked is None:
+        return pa.array([False] * table.num_rows)
+    return pc.fill_null(pc.and_(pc.equal(ev, "INIT_PRODUCER_ID"), pc.greater_equal(asked, 0)), False)
+
+
 # -- the lineages --------------------------------------------------------------------------------
 
 _HOW = {
@@ -140,6 +170,11 @@ _HOW = {
     "previous": "its epoch ran out: the coordinator completed the transaction under the next producer id "
                 "(transaction version 2, KIP-890)",
     "endtxn": "its epoch ran out: EndTxn answered a new producer id (transaction version 2, KIP-890)",
+    "kip360": "the client asked InitProducerId to bump its producer id and epoch (KIP-360) and was given "
+              "a new producer id (its epoch ran out, or its producer id expired)",
+    "idempotent": "the idempotent producer asked InitProducerId to bump its producer id and epoch "
+                  "(KIP-360: unresolved batches, UNKNOWN_PRODUCER_ID, an exhausted epoch) and the broker "
+                  "gave it a new producer id (epoch 0): its old producer id's session ended there",
     "init": "an InitProducerId gave the transactional id a new producer id (its epoch ran out, or its "
             "producer id expired)",
     "record": "the coordinator's records show the transactional id under a new producer id (its epoch "
@@ -148,31 +183,73 @@ _HOW = {
 
 
 def build(rows: list[dict]) -> dict[int, Lineage]:
-    """Producer id -> the Lineage of its transactional id, from the link rows of every input; only
-    transactional ids with more than one producer id are kept (the others have nothing to link)."""
-    seen: dict[str, dict[int, dict]] = {}
-    explicit: dict[str, dict[tuple, dict]] = {}
+    """Producer id -> the Lineage of its transactional id (or of its idempotent producer: the ids
+    its KIP-360 InitProducerId requests link), from the link rows of every input; only lineages
+    with more than one producer id are kept (the others have nothing to link)."""
+    seen: dict = {}
+    explicit: dict = {}
+    idem = _idempotent_keys(rows)
     for r in rows:
-        tid = r["tid"]
+        tid = r["tid"] if r["tid"] is not None else idem.get(r.get("old", r.get("pid")))
+        if tid is None:
+            continue
         if "old" in r:
             k = (r["old"], r["new"])
             have = explicit.setdefault(tid, {}).get(k)
             if have is None or (r["ts"] is not None and (have["ts"] is None or r["ts"] < have["ts"])):
                 explicit[tid][k] = r
-            for pid, t in ((r["old"], r["ts"]), (r["new"], r["ts"])):
-                _seen(seen.setdefault(tid, {}), pid, t, t, None, None)
+            # a KIP-360 request names the old id's epoch; the other links' epochs are not the old id's
+            asked = r.get("epoch") if r.get("via") in ("kip360", "idempotent") else None
+            for pid, t, e in ((r["old"], r["ts"], asked), (r["new"], r["ts"], None)):
+                _seen(seen.setdefault(tid, {}), pid, t, t, e, None)
             continue
         _seen(seen.setdefault(tid, {}), r["pid"], r["first"], r["last"], r.get("epoch"), r)
     out: dict[int, Lineage] = {}
     for tid, pids in seen.items():
         if len(pids) < 2:
             continue
-        order = sorted(pids, key=lambda p: (pids[p]["first"] is None, pids[p]["first"] or 0, p))
-        lin = Lineage(tid, order)
+        links = explicit.get(tid, {})
+        depth = _depths(links)
+        order = sorted(pids, key=lambda p: (pids[p]["first"] is None, pids[p]["first"] or 0, depth.get(p, 0), p))
+        name = tid if isinstance(tid, str) else None   # None: an idempotent producer's ids
+        lin = Lineage(name, order)
         for old, new in zip(order, order[1:]):
-            lin.moves.append(_move(tid, old, new, pids, explicit.get(tid, {}).get((old, new))))
+            lin.moves.append(_move(name, old, new, pids, links.get((old, new))))
         for p in order:
             out.setdefault(p, lin)
+    return out
+
+
+def _idempotent_keys(rows: list[dict]) -> dict[int, tuple]:
+    """Producer id -> its idempotent producer's key: the ids an InitProducerId without a
+    transactional id linked (request id -> answered id, KIP-360), joined transitively."""
+    parent: dict[int, int] = {}
+
+    def root(p: int) -> int:
+        while parent.setdefault(p, p) != p:
+            parent[p] = parent[parent[p]]
+            p = parent[p]
+        return p
+
+    for r in rows:
+        if r["tid"] is None and "old" in r:
+            a, b = root(r["old"]), root(r["new"])
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    return {p: ("idempotent", root(p)) for p in list(parent)}
+
+
+def _depths(links: dict) -> dict[int, int]:
+    """How many explicit moves lead to each producer id: an old id sorts before its new one when
+    both are known only from the move's time."""
+    prev = {new: old for old, new in links}
+    out: dict[int, int] = {}
+    for p in prev:
+        n, q, hops = 0, p, set()
+        while q in prev and q not in hops:
+            hops.add(q)
+            q, n = prev[q], n + 1
+        out[p] = n
     return out
 
 

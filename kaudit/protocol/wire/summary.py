@@ -32,7 +32,8 @@ from kaudit.protocol.wire.summary_batches import (
 
 # error_codes: distinct non-zero codes of the response, comma-joined ("" none, None no response)
 # partitions: "topic-partition" list, comma-joined (topic id when a v13+ message has no name)
-# producer_id/_epoch: the producer the exchange is about (InitProducerId: the answer's; Produce:
+# producer_id/_epoch: the producer the exchange is about (InitProducerId: the answer's, else the
+#   request's, v3+ KIP-360, when the answer names none; Produce:
 #   its batches'; EndTxn/AddPartitions/AddOffsets/TxnOffsetCommit: the request's)
 # committed: EndTxn's request flag; WriteTxnMarkers: True/False when all markers agree
 # new_producer_id/_epoch: EndTxn v5+ answer (the id and bumped epoch for the next transaction)
@@ -141,9 +142,11 @@ def _fetch_frame(out, req, resp, version):
 def _init_producer_id_frame(out, req, resp, version):
     out["transactional_id"] = req.get("transactional_id")
     out["transaction_timeout_ms"] = req.get("transaction_timeout_ms")
-    if resp:
-        out["producer_id"], out["producer_epoch"] = resp.get("producer_id"), resp.get("producer_epoch")
-    else:  # v3+ requests carry the current id and epoch (-1 when none)
+    pid, asked = (resp.get("producer_id") if resp else None), req.get("producer_id")
+    if resp and not (asked is not None and asked >= 0 and (pid is None or pid < 0)):
+        out["producer_id"], out["producer_epoch"] = pid, resp.get("producer_epoch")
+    else:  # v3+ requests carry the current id and epoch (-1 when none, KIP-360): no answer, or an
+        # error answer naming no producer id, is about the producer that asked
         out["producer_id"], out["producer_epoch"] = req.get("producer_id"), req.get("producer_epoch")
 
 

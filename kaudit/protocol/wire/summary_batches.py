@@ -337,7 +337,7 @@ def fetch_batches(request, response, partitions: list[dict] | None = None) -> li
 TXN_EVENT_FIELDS = ("event", "transactional_id", "producer_id", "producer_epoch", "partitions",
                     "result", "coordinator_epoch", "timeout_ms", "group_id", "new_producer_id",
                     "new_producer_epoch", "error_codes", "transaction_version", "enable_2pc",
-                    "keep_prepared_txn")
+                    "keep_prepared_txn", "request_producer_id", "request_producer_epoch")
 
 
 def _event(**kw) -> dict:
@@ -371,7 +371,10 @@ def txn_events(request, response=None) -> list[dict]:
         return [_event(event="INIT_PRODUCER_ID", transactional_id=req.get("transactional_id"),
                        producer_id=pid, producer_epoch=epoch,
                        timeout_ms=req.get("transaction_timeout_ms"), error_codes=_errs(resp),
-                       enable_2pc=req.get("enable2_pc"), keep_prepared_txn=req.get("keep_prepared_txn"))]
+                       enable_2pc=req.get("enable2_pc"), keep_prepared_txn=req.get("keep_prepared_txn"),
+                       # v3+ (KIP-360): the id and epoch the client holds and asks to bump (-1: none)
+                       request_producer_id=req.get("producer_id"),
+                       request_producer_epoch=req.get("producer_epoch"))]
     if key == apis.ADD_PARTITIONS_TO_TXN:
         return _add_partitions_events(req, resp)
     if key == apis.ADD_OFFSETS_TO_TXN:

@@ -108,6 +108,11 @@ def test_crafted_sequence_anomalies(corpus):
     # F-new-pid (3003 from 0) and G-old-pid-continues (3002 seq 8) are in order: nothing else
     assert {f["rule"] for f in serious(fs)} == {"out-of-order-sequence"}
     assert len([f for f in fs if f["rule"] == "producer-error"]) == len(rejected)
+    # G was sent under 3002 after the InitProducerId that asked with (3002, 0) got 3003 (KIP-360):
+    # told at info - a broker never fences an idempotent id, so storing it was right
+    (g,) = [f for f in fs if f["rule"] == "write-after-epoch-end"]
+    assert (g["producer_id"], g["base_sequence"], g["first_offset"], g["severity"]) == (3002, 8, 10, "info")
+    assert details(g)["next_producer_id"] == 3003
 
 
 def test_crafted_first_run(corpus):
@@ -123,6 +128,9 @@ def test_crafted_first_run(corpus):
     (r,) = [f for f in fs if f["rule"] == "retried-batch"]
     assert (r["producer_id"], r["base_sequence"], r["first_offset"], details(r)["outcome"]) == (3000, 3, 3, "deduplicated")
     assert {f["rule"] for f in serious(fs)} == {"out-of-order-sequence"}
+    # the script's bug: it kept writing under 3000 after asking to replace it and getting 3001
+    assert [(f["producer_id"], f["severity"], details(f)["next_producer_id"])
+            for f in fs if f["rule"] == "write-after-epoch-end"] == [(3000, "info", 3001)]
 
 
 CLEAN = ["01-idem-confluent", "01-idem-java", "01-idem-kafkapython", "01-idem-aiokafka",

@@ -89,9 +89,11 @@ def send(corr: int, data: bytes, *, topic: str = TOPIC, partition: int = 0, acks
 
 
 def init_producer_id(corr: int, pid: int, epoch: int, *, txn_id: str | None = "tx-wire",
-                     error: int = 0, client_id: str = "wire-producer"):
+                     error: int = 0, client_id: str = "wire-producer", asked: tuple[int, int] = (-1, -1)):
+    """An InitProducerId v4 exchange answered (pid, epoch); `asked`: the producer id and epoch the
+    request carries (KIP-360: the client's current ones, -1 none)."""
     req = (request_header(22, 4, corr, client_id, True) + cstring(txn_id) + i32(60000)
-           + i64(-1) + i16(-1) + TAGS0)
+           + i64(asked[0]) + i16(asked[1]) + TAGS0)
     resp = response_header(corr, True) + i32(0) + i16(error) + i64(pid) + i16(epoch) + TAGS0
     return [(0, frame(req)), (1, frame(resp))]
 
