@@ -32,6 +32,11 @@ BATCH_COLUMNS = tuple(dict.fromkeys(
     + A.CONTENT_COLUMNS))
 FETCH_COLUMNS = ("source", "connection", "position", "response_ts", "topic", "partition", "isolation_level",
                  "replica_id", "error_code", "fetch_offset", "high_watermark", "last_stable_offset", "client_id")
+# the columns of a fetched batch its row (`Batch.row`) is read for: the comparison, the notes of
+# reads and commits, the findings' text and evidence
+FETCHED_ROW = frozenset(("source", "connection", "position", "request_ts", "response_ts", "topic_id", "client_id",
+                         "is_control", "control_type", "crc", "partition_leader_epoch", "base_offset", "last_offset",
+                         "record_count", "producer_id", "producer_epoch", "base_sequence", "codec", "magic"))
 REMEDIATION = ("Records acknowledged to the client are not what the partition now holds at their offsets: "
                "they are lost unless a deposed leader's log dir still holds them (copy its partition dir "
                "before it rejoins and truncates). Check the leadership history (`kaudit audit` with the "
@@ -92,9 +97,7 @@ class AckedPartition(TablesByKind):
         if b is None or self.topic is None:
             return []
         kind = b.column("source_kind")
-        produce = sorted(b.filter(pc.equal(kind, "produce")).to_pylist(),
-                         key=lambda r: (r["response_ts"] or 0, r["source"], r["position"]))
-        acked = A.acked_batches(produce)
+        acked = A.acked_batches_table(_by_answer(b.filter(pc.equal(kind, "produce"))))
         if not acked:
             return []
         lost: dict[int, list] = {}     # id(acked write) -> [(kind, replacing batch)]
@@ -102,8 +105,7 @@ class AckedPartition(TablesByKind):
         _twice(acked, lost)
         contested = A.merged([(w.lo, w.hi) for w in acked if id(w) in lost])
         fetched = _near(b.filter(pc.equal(kind, "fetch")), acked, contested)
-        fp = self.concat("fetch_partition")
-        responses = {} if fp is None else {(r["source"], r["connection"], r["position"]): r for r in fp.to_pylist()}
+        responses = _Responses(self.concat("fetch_partition"))
         _refetched(acked, fetched, responses, lost, seen)
         if not lost:
             return []
@@ -196,10 +198,42 @@ def _near(t: pa.Table, acked: list[A.Batch], contested: tuple) -> list[dict]:
                                *contested)
         if not keep.all():
             t = t.filter(np_mask(keep))
-    rows = t.to_pylist()
+    rows = t.select([c for c in t.column_names if c in FETCHED_ROW]).to_pylist()
     for r, c in zip(rows, A.table_contents(t)):
         r["content"] = c
     return rows
+
+
+def _by_answer(t: pa.Table) -> pa.Table:
+    """Produce rows in the order the answers came: (response_ts, 0 where unknown; source;
+    position), a stable sort as Python's."""
+    if t.num_rows < 2:
+        return t
+    keys = pa.table({"ts": pc.fill_null(t.column("response_ts"), 0), "source": t.column("source"),
+                     "position": t.column("position")})
+    return t.take(pc.sort_indices(keys, sort_keys=[("ts", "ascending"), ("source", "ascending"),
+                                                   ("position", "ascending")]))
+
+
+class _Responses:
+    """The fetch_partition rows by (source, connection, position), made dicts only when asked:
+    most fetched batches are never found the write they overlap."""
+
+    def __init__(self, t: pa.Table | None):
+        self.t, self.index, self.rows = t, None, {}
+
+    def get(self, key: tuple) -> dict | None:
+        if self.t is None:
+            return None
+        if self.index is None:
+            cols = [self.t.column(c).to_pylist() for c in ("source", "connection", "position")]
+            self.index = {k: i for i, k in enumerate(zip(*cols))}   # the last row of a key, as a dict would
+        i = self.index.get(key)
+        if i is None:
+            return None
+        if i not in self.rows:
+            self.rows[i] = self.t.slice(i, 1).to_pylist()[0]
+        return self.rows[i]
 
 
 def _identity(lo, hi, pid, epoch, seq, crc) -> tuple:
@@ -227,7 +261,7 @@ def _twice(acked: list[A.Batch], lost: dict) -> None:
         active.append(w)
 
 
-def _refetched(acked: list[A.Batch], fetched: list[dict], responses: dict, lost: dict, seen: dict) -> None:
+def _refetched(acked: list[A.Batch], fetched: list[dict], responses, lost: dict, seen: dict) -> None:
     """Fetched batches at acknowledged offsets, requested after the acknowledgement."""
     order = sorted(acked, key=lambda w: w.lo)
     los = [w.lo for w in order]
@@ -247,7 +281,7 @@ def _refetched(acked: list[A.Batch], fetched: list[dict], responses: dict, lost:
             same = A.same_write(w, x)
             if same is False and acknowledged_records_replaced(w, x):
                 lost.setdefault(id(w), []).append(("fetch", x))
-            elif same is True:
+            elif same is True and id(w) not in seen:
                 _note_read(w, r, responses.get((r["source"], r["connection"], r["position"])), seen)
     _note_commits(acked, markers, seen)
 
