@@ -210,16 +210,18 @@ def acked_batches(rows: list[dict]) -> list[Batch]:
     return _placed(rows, contents(rows))
 
 
-def acked_batches_table(t: pa.Table) -> list[Batch]:
+def acked_batches_table(t: pa.Table, columns=None) -> list[Batch]:
     """acked_batches of a Produce batch table's rows in its order: the same writes, filtered and
-    checksummed in Arrow (only the acknowledged rows become dicts)."""
+    checksummed in Arrow (only the acknowledged rows become dicts, of `columns` where given:
+    those their readers read)."""
     if not t.num_rows:
         return []
     ok = pc.and_(pc.fill_null(pc.equal(t.column("response_error"), 0), False),
                  pc.greater_equal(pc.fill_null(t.column("response_base_offset"), -1), 0))
     ok = pc.and_(ok, pc.invert(pc.fill_null(t.column("is_control"), False)))
     t = t.filter(ok)
-    return _placed(t.to_pylist(), table_contents(t))
+    rows = (t if columns is None else t.select([c for c in t.column_names if c in columns])).to_pylist()
+    return _placed(rows, table_contents(t))
 
 
 def _placed(rows: list[dict], sums: list) -> list[Batch]:

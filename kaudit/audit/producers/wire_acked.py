@@ -19,11 +19,13 @@ import pyarrow.compute as pc
 
 from kaudit.audit.consistency.log_chunks import TablesByKind
 from kaudit.audit.folds import Fold, KeyedState, Settler, np_col, np_mask
+from kaudit.audit.producers import acked_pairs as P
 from kaudit.audit.producers import acked_writes as A
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.timefmt import iso_ms
 
 KEY = ("topic", "partition")
+COLUMNAR = True   # _refetched_columns; False: the reference loop alone (tests run both)
 ORDER = ("response_ts", "source", "position")
 BATCH_COLUMNS = tuple(dict.fromkeys(
     ("source_kind", "source", "connection", "position", "request_ts", "response_ts", "topic", "topic_id",
@@ -37,6 +39,8 @@ FETCH_COLUMNS = ("source", "connection", "position", "response_ts", "topic", "pa
 FETCHED_ROW = frozenset(("source", "connection", "position", "request_ts", "response_ts", "topic_id", "client_id",
                          "is_control", "control_type", "crc", "partition_leader_epoch", "base_offset", "last_offset",
                          "record_count", "producer_id", "producer_epoch", "base_sequence", "codec", "magic"))
+# and of an acknowledged write: its placing (acked_writes._placed), severity and findings
+ACKED_ROW = FETCHED_ROW | {"acks", "is_transactional", "correlation_id", "topic", "partition", "response_base_offset"}
 REMEDIATION = ("Records acknowledged to the client are not what the partition now holds at their offsets: "
                "they are lost unless a deposed leader's log dir still holds them (copy its partition dir "
                "before it rejoins and truncates). Check the leadership history (`kaudit audit` with the "
@@ -97,16 +101,17 @@ class AckedPartition(TablesByKind):
         if b is None or self.topic is None:
             return []
         kind = b.column("source_kind")
-        acked = A.acked_batches_table(_by_answer(b.filter(pc.equal(kind, "produce"))))
+        acked = A.acked_batches_table(_by_answer(b.filter(pc.equal(kind, "produce"))), ACKED_ROW)
         if not acked:
             return []
         lost: dict[int, list] = {}     # id(acked write) -> [(kind, replacing batch)]
         seen: dict[int, str] = {}      # id(acked write) -> why it reached a committed state
         _twice(acked, lost)
         contested = A.merged([(w.lo, w.hi) for w in acked if id(w) in lost])
-        fetched = _near(b.filter(pc.equal(kind, "fetch")), acked, contested)
+        near = _near(b.filter(pc.equal(kind, "fetch")), acked, contested)
         responses = _Responses(self.concat("fetch_partition"))
-        _refetched(acked, fetched, responses, lost, seen)
+        if not COLUMNAR or not _refetched_columns(acked, near, responses, lost, seen):
+            _refetched(acked, _rows(near), responses, lost, seen)
         if not lost:
             return []
         return [f for group in _runs(acked, lost) for f in self._findings(group, lost, seen)]
@@ -174,14 +179,14 @@ def _replacer(x: A.Batch, kind: str) -> dict:
             "partition_leader_epoch": r.get("partition_leader_epoch")}
 
 
-def _near(t: pa.Table, acked: list[A.Batch], contested: tuple) -> list[dict]:
-    """The fetched batches overlapping an acknowledged write, and the COMMIT markers, as rows
-    with their record content (`content`): most of a capture's fetches are not compared, nor
-    exact copies of writes already known committed - unless at offsets acknowledged twice
-    (`contested`: there a copy of the later write is other records for the earlier one)."""
+def _near(t: pa.Table, acked: list[A.Batch], contested: tuple) -> pa.Table:
+    """The fetched batches overlapping an acknowledged write, and the COMMIT markers: most of a
+    capture's fetches are not compared, nor exact copies of writes already known committed -
+    unless at offsets acknowledged twice (`contested`: there a copy of the later write is other
+    records for the earlier one)."""
 
     if not t.num_rows:
-        return []
+        return t
     starts, ends = A.merged([(w.lo, w.hi) for w in acked])
     base = np_col(t, "base_offset", -1, np.int64)
     last = np_col(t, "last_offset", -1, np.int64)
@@ -198,10 +203,48 @@ def _near(t: pa.Table, acked: list[A.Batch], contested: tuple) -> list[dict]:
                                *contested)
         if not keep.all():
             t = t.filter(np_mask(keep))
+    return t
+
+
+def _rows(t: pa.Table) -> list[dict]:
+    """The fetched batches as rows (the columns read) with their record content (`content`)."""
     rows = t.select([c for c in t.column_names if c in FETCHED_ROW]).to_pylist()
     for r, c in zip(rows, A.table_contents(t)):
         r["content"] = c
     return rows
+
+
+def _refetched_columns(acked: list[A.Batch], near: pa.Table, responses, lost: dict, seen: dict) -> bool:
+    """_refetched column-wise (acked_pairs.py): the same losses and reads, in the same order;
+    False where the pairs are too many to hold (the caller then runs _refetched)."""
+    data, markers = P.data_and_markers(near)
+    if data.num_rows:
+        order = sorted(acked, key=lambda w: w.lo)
+        codecs, topics = P.Codes(True), P.Codes(False)
+        a = P.acked_columns(order, codecs, topics)
+        sums = A.table_contents(data)
+        x = P.fetched_columns(data, sums, codecs, topics)
+        found = P.pairs(a, x)
+        if found is None:
+            return False
+        fi, wi = found
+        same = P.compared(a, x, fi, wi)
+        rows = P.FetchedRows(data, sums, FETCHED_ROW)
+        made: dict[int, P.Fetched] = {}
+        for f, w in zip(fi[same == 0].tolist(), wi[same == 0].tolist()):   # the rule's verdict, column-wise
+            x_f = made.get(f)
+            if x_f is None:
+                x_f = made[f] = P.Fetched(rows, f)
+            lost.setdefault(id(order[w]), []).append(("fetch", x_f))
+        keys = None
+        for f, w in zip(fi[same == 1].tolist(), wi[same == 1].tolist()):
+            if id(order[w]) in seen:
+                continue
+            if keys is None:
+                keys = list(zip(*(data.column(c).to_pylist() for c in ("source", "connection", "position"))))
+            _note_read(order[w], rows.row(f), responses.get(keys[f]), seen)
+    _note_commits(acked, markers, seen)
+    return True
 
 
 def _by_answer(t: pa.Table) -> pa.Table:
