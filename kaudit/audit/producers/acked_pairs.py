@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 from kaudit.audit.folds import np_col
 from kaudit.audit.producers import acked_writes as A
 
-MAX_PAIRS = 20_000_000   # beyond: the reference loop (the pair arrays would hold too much)
+BLOCK_PAIRS = 200_000    # candidate pairs compared at once (~30 arrays of that many)
+MAX_PAIRS = 2_000_000    # one fetched batch meeting more writes: the reference loop
 
 
 def same_columns(a: dict, x: dict) -> np.ndarray:
@@ -89,17 +90,38 @@ def fetched_columns(t: pa.Table, sums: list, codes: Codes, topics: Codes) -> dic
             "asked": np_col(t, "request_ts", np.nan, np.float64)}
 
 
-def pairs(a: dict, x: dict) -> tuple[np.ndarray, np.ndarray] | None:
-    """(fetched row, acknowledged write) index pairs, fetched rows in order and each one's writes
-    by offset (the reference loop's order), kept where the loop compares them; None: too many."""
+def spans(a: dict, x: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per fetched row: the first acknowledged write (by offset) the reference loop looks at, and
+    how many it looks at."""
     los = a["lo"]
     span = int((a["hi"] - los).max(initial=0))
     i = np.searchsorted(los, x["lo"] - span, side="left")
-    n = np.maximum(np.searchsorted(los, x["hi"], side="right") - i, 0)
-    total = int(n.sum())
-    if total > MAX_PAIRS:
+    return i, np.maximum(np.searchsorted(los, x["hi"], side="right") - i, 0)
+
+
+def blocks(n: np.ndarray, size: int | None = None) -> list[tuple[int, int]] | None:
+    """Consecutive runs of fetched rows of about `size` (BLOCK_PAIRS) candidate pairs each (the
+    pair arrays stay small); None where one row alone has more than MAX_PAIRS."""
+    size = BLOCK_PAIRS if size is None else size
+    if n.size and int(n.max()) > MAX_PAIRS:
         return None
-    fi = np.repeat(np.arange(n.size), n)
+    ends = np.cumsum(n)
+    out, start = [], 0
+    while start < n.size:
+        base = int(ends[start - 1]) if start else 0
+        stop = max(int(np.searchsorted(ends, base + size, side="right")), start + 1)
+        out.append((start, min(stop, n.size)))
+        start = out[-1][1]
+    return out
+
+
+def pairs(a: dict, x: dict, i: np.ndarray, n: np.ndarray, rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(fetched row, acknowledged write) index pairs of the fetched rows [rows), in order and each
+    one's writes by offset (the reference loop's order), kept where the loop compares them."""
+    lo, hi = rows
+    n = n[lo:hi]
+    total = int(n.sum())
+    fi = np.repeat(np.arange(lo, hi), n)
     wi = i[fi] + (np.arange(total) - np.repeat(np.cumsum(n) - n, n))
     keep = (a["lo"][wi] <= x["hi"][fi]) & (x["lo"][fi] <= a["hi"][wi])
     ta, tx = a["topic"][wi], x["topic"][fi]

@@ -216,7 +216,7 @@ def _rows(t: pa.Table) -> list[dict]:
 
 def _refetched_columns(acked: list[A.Batch], near: pa.Table, responses, lost: dict, seen: dict) -> bool:
     """_refetched column-wise (acked_pairs.py): the same losses and reads, in the same order;
-    False where the pairs are too many to hold (the caller then runs _refetched)."""
+    False where one fetched batch meets too many writes (the caller then runs _refetched)."""
     data, markers = P.data_and_markers(near)
     if data.num_rows:
         order = sorted(acked, key=lambda w: w.lo)
@@ -224,25 +224,27 @@ def _refetched_columns(acked: list[A.Batch], near: pa.Table, responses, lost: di
         a = P.acked_columns(order, codecs, topics)
         sums = A.table_contents(data)
         x = P.fetched_columns(data, sums, codecs, topics)
-        found = P.pairs(a, x)
-        if found is None:
+        i, n = P.spans(a, x)
+        runs = P.blocks(n)
+        if runs is None:
             return False
-        fi, wi = found
-        same = P.compared(a, x, fi, wi)
         rows = P.FetchedRows(data, sums, FETCHED_ROW)
         made: dict[int, P.Fetched] = {}
-        for f, w in zip(fi[same == 0].tolist(), wi[same == 0].tolist()):   # the rule's verdict, column-wise
-            x_f = made.get(f)
-            if x_f is None:
-                x_f = made[f] = P.Fetched(rows, f)
-            lost.setdefault(id(order[w]), []).append(("fetch", x_f))
         keys = None
-        for f, w in zip(fi[same == 1].tolist(), wi[same == 1].tolist()):
-            if id(order[w]) in seen:
-                continue
-            if keys is None:
-                keys = list(zip(*(data.column(c).to_pylist() for c in ("source", "connection", "position"))))
-            _note_read(order[w], rows.row(f), responses.get(keys[f]), seen)
+        for run in runs:
+            fi, wi = P.pairs(a, x, i, n, run)
+            same = P.compared(a, x, fi, wi)
+            for f, w in zip(fi[same == 0].tolist(), wi[same == 0].tolist()):   # the rule's verdict, column-wise
+                x_f = made.get(f)
+                if x_f is None:
+                    x_f = made[f] = P.Fetched(rows, f)
+                lost.setdefault(id(order[w]), []).append(("fetch", x_f))
+            for f, w in zip(fi[same == 1].tolist(), wi[same == 1].tolist()):
+                if id(order[w]) in seen:
+                    continue
+                if keys is None:
+                    keys = list(zip(*(data.column(c).to_pylist() for c in ("source", "connection", "position"))))
+                _note_read(order[w], rows.row(f), responses.get(keys[f]), seen)
     _note_commits(acked, markers, seen)
     return True
 

@@ -63,8 +63,11 @@ def test_pairs_and_verdicts_are_the_reference_loops(data):
     sums = [r["content"] for r in fetched_rows]
     codecs, topics = P.Codes(True), P.Codes(False)
     a, x = P.acked_columns(order, codecs, topics), P.fetched_columns(t, sums, codecs, topics)
-    fi, wi = P.pairs(a, x)
-    got = list(zip(fi.tolist(), wi.tolist(), P.compared(a, x, fi, wi).tolist()))
+    i, n = P.spans(a, x)
+    got = []
+    for run in P.blocks(n, data.draw(st.integers(1, 4))):
+        fi, wi = P.pairs(a, x, i, n, run)
+        got += zip(fi.tolist(), wi.tolist(), P.compared(a, x, fi, wi).tolist())
     # the reference: wire_acked._refetched's loop and checks
     los = [w.lo for w in order]
     span = max(w.hi - w.lo for w in order)
@@ -87,5 +90,13 @@ def test_pairs_and_verdicts_are_the_reference_loops(data):
 def test_no_pairs():
     a = {k: np.zeros(0, np.int64) for k in ("lo", "hi", "topic")} | {"ts": np.zeros(0)}
     x = {"lo": np.array([0]), "hi": np.array([1]), "topic": np.array([0]), "asked": np.array([1.0])}
-    fi, wi = P.pairs(a, x)
+    i, n = P.spans(a, x)
+    assert P.blocks(n) == [(0, 1)]
+    fi, wi = P.pairs(a, x, i, n, (0, 1))
     assert fi.size == 0 and wi.size == 0
+
+
+def test_blocks_cover_the_rows_in_order():
+    n = np.array([0, 3, 1, 0, 5, 2])
+    assert P.blocks(n, 3) == [(0, 2), (2, 4), (4, 5), (5, 6)]   # a row over the size alone
+    assert P.blocks(np.zeros(0, np.int64), 3) == []

@@ -38,13 +38,15 @@ def fetch(corr: int, records: bytes, *, hw: int, isolation: int = 1, fetch_offse
     return [(0, frame(req)), (1, frame(resp))]
 
 
-@pytest.fixture(autouse=True, params=["columnar", "reference", "too-many-pairs"])
+@pytest.fixture(autouse=True, params=["columnar", "one-pair-blocks", "reference", "too-many-pairs"])
 def _both_ways(request, monkeypatch):
-    """Every case through the column-wise comparison (acked_pairs.py), the reference loop, and the
-    column-wise one falling back to the loop."""
+    """Every case through the column-wise comparison (acked_pairs.py), in blocks of one candidate
+    pair, the reference loop, and the column-wise one falling back to the loop."""
     monkeypatch.setattr(wire_acked, "COLUMNAR", request.param != "reference")
     if request.param == "too-many-pairs":
         monkeypatch.setattr(acked_pairs, "MAX_PAIRS", 0)
+    if request.param == "one-pair-blocks":
+        monkeypatch.setattr(acked_pairs, "BLOCK_PAIRS", 1)
 
 
 def run(tmp_path, conns):
