@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kaudit.audit.producers.record_content import records_crc
 from kaudit.audit.registry import evidence
@@ -206,8 +207,26 @@ def acked_batches(rows: list[dict]) -> list[Batch]:
     of one partition in one request starts where the previous ones' records end."""
     rows = [r for r in rows if r.get("response_error") == 0 and _or(r.get("response_base_offset"), -1) >= 0
             and not r.get("is_control")]
+    return _placed(rows, contents(rows))
+
+
+def acked_batches_table(t: pa.Table, columns=None) -> list[Batch]:
+    """acked_batches of a Produce batch table's rows in its order: the same writes, filtered and
+    checksummed in Arrow (only the acknowledged rows become dicts, of `columns` where given:
+    those their readers read)."""
+    if not t.num_rows:
+        return []
+    ok = pc.and_(pc.fill_null(pc.equal(t.column("response_error"), 0), False),
+                 pc.greater_equal(pc.fill_null(t.column("response_base_offset"), -1), 0))
+    ok = pc.and_(ok, pc.invert(pc.fill_null(t.column("is_control"), False)))
+    t = t.filter(ok)
+    rows = (t if columns is None else t.select([c for c in t.column_names if c in columns])).to_pylist()
+    return _placed(rows, table_contents(t))
+
+
+def _placed(rows: list[dict], sums: list) -> list[Batch]:
     out, nxt = [], {}
-    for r, c in zip(rows, contents(rows)):
+    for r, c in zip(rows, sums):
         k = (r.get("source"), r.get("connection"), r.get("position"), r.get("correlation_id"), r.get("topic"),
              r.get("partition"), r["response_base_offset"])
         lo = nxt.get(k, r["response_base_offset"])

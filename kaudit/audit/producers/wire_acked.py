@@ -19,11 +19,13 @@ import pyarrow.compute as pc
 
 from kaudit.audit.consistency.log_chunks import TablesByKind
 from kaudit.audit.folds import Fold, KeyedState, Settler, np_col, np_mask
+from kaudit.audit.producers import acked_pairs as P
 from kaudit.audit.producers import acked_writes as A
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.timefmt import iso_ms
 
 KEY = ("topic", "partition")
+COLUMNAR = True   # _refetched_columns; False: the reference loop alone (tests run both)
 ORDER = ("response_ts", "source", "position")
 BATCH_COLUMNS = tuple(dict.fromkeys(
     ("source_kind", "source", "connection", "position", "request_ts", "response_ts", "topic", "topic_id",
@@ -32,6 +34,13 @@ BATCH_COLUMNS = tuple(dict.fromkeys(
     + A.CONTENT_COLUMNS))
 FETCH_COLUMNS = ("source", "connection", "position", "response_ts", "topic", "partition", "isolation_level",
                  "replica_id", "error_code", "fetch_offset", "high_watermark", "last_stable_offset", "client_id")
+# the columns of a fetched batch its row (`Batch.row`) is read for: the comparison, the notes of
+# reads and commits, the findings' text and evidence
+FETCHED_ROW = frozenset(("source", "connection", "position", "request_ts", "response_ts", "topic_id", "client_id",
+                         "is_control", "control_type", "crc", "partition_leader_epoch", "base_offset", "last_offset",
+                         "record_count", "producer_id", "producer_epoch", "base_sequence", "codec", "magic"))
+# and of an acknowledged write: its placing (acked_writes._placed), severity and findings
+ACKED_ROW = FETCHED_ROW | {"acks", "is_transactional", "correlation_id", "topic", "partition", "response_base_offset"}
 REMEDIATION = ("Records acknowledged to the client are not what the partition now holds at their offsets: "
                "they are lost unless a deposed leader's log dir still holds them (copy its partition dir "
                "before it rejoins and truncates). Check the leadership history (`kaudit audit` with the "
@@ -92,19 +101,17 @@ class AckedPartition(TablesByKind):
         if b is None or self.topic is None:
             return []
         kind = b.column("source_kind")
-        produce = sorted(b.filter(pc.equal(kind, "produce")).to_pylist(),
-                         key=lambda r: (r["response_ts"] or 0, r["source"], r["position"]))
-        acked = A.acked_batches(produce)
+        acked = A.acked_batches_table(_by_answer(b.filter(pc.equal(kind, "produce"))), ACKED_ROW)
         if not acked:
             return []
         lost: dict[int, list] = {}     # id(acked write) -> [(kind, replacing batch)]
         seen: dict[int, str] = {}      # id(acked write) -> why it reached a committed state
         _twice(acked, lost)
         contested = A.merged([(w.lo, w.hi) for w in acked if id(w) in lost])
-        fetched = _near(b.filter(pc.equal(kind, "fetch")), acked, contested)
-        fp = self.concat("fetch_partition")
-        responses = {} if fp is None else {(r["source"], r["connection"], r["position"]): r for r in fp.to_pylist()}
-        _refetched(acked, fetched, responses, lost, seen)
+        near = _near(b.filter(pc.equal(kind, "fetch")), acked, contested)
+        responses = _Responses(self.concat("fetch_partition"))
+        if not COLUMNAR or not _refetched_columns(acked, near, responses, lost, seen):
+            _refetched(acked, _rows(near), responses, lost, seen)
         if not lost:
             return []
         return [f for group in _runs(acked, lost) for f in self._findings(group, lost, seen)]
@@ -172,14 +179,14 @@ def _replacer(x: A.Batch, kind: str) -> dict:
             "partition_leader_epoch": r.get("partition_leader_epoch")}
 
 
-def _near(t: pa.Table, acked: list[A.Batch], contested: tuple) -> list[dict]:
-    """The fetched batches overlapping an acknowledged write, and the COMMIT markers, as rows
-    with their record content (`content`): most of a capture's fetches are not compared, nor
-    exact copies of writes already known committed - unless at offsets acknowledged twice
-    (`contested`: there a copy of the later write is other records for the earlier one)."""
+def _near(t: pa.Table, acked: list[A.Batch], contested: tuple) -> pa.Table:
+    """The fetched batches overlapping an acknowledged write, and the COMMIT markers: most of a
+    capture's fetches are not compared, nor exact copies of writes already known committed -
+    unless at offsets acknowledged twice (`contested`: there a copy of the later write is other
+    records for the earlier one)."""
 
     if not t.num_rows:
-        return []
+        return t
     starts, ends = A.merged([(w.lo, w.hi) for w in acked])
     base = np_col(t, "base_offset", -1, np.int64)
     last = np_col(t, "last_offset", -1, np.int64)
@@ -196,10 +203,82 @@ def _near(t: pa.Table, acked: list[A.Batch], contested: tuple) -> list[dict]:
                                *contested)
         if not keep.all():
             t = t.filter(np_mask(keep))
-    rows = t.to_pylist()
+    return t
+
+
+def _rows(t: pa.Table) -> list[dict]:
+    """The fetched batches as rows (the columns read) with their record content (`content`)."""
+    rows = t.select([c for c in t.column_names if c in FETCHED_ROW]).to_pylist()
     for r, c in zip(rows, A.table_contents(t)):
         r["content"] = c
     return rows
+
+
+def _refetched_columns(acked: list[A.Batch], near: pa.Table, responses, lost: dict, seen: dict) -> bool:
+    """_refetched column-wise (acked_pairs.py): the same losses and reads, in the same order;
+    False where one fetched batch meets too many writes (the caller then runs _refetched)."""
+    data, markers = P.data_and_markers(near)
+    if data.num_rows:
+        order = sorted(acked, key=lambda w: w.lo)
+        codecs, topics = P.Codes(True), P.Codes(False)
+        a = P.acked_columns(order, codecs, topics)
+        sums = A.table_contents(data)
+        x = P.fetched_columns(data, sums, codecs, topics)
+        i, n = P.spans(a, x)
+        runs = P.blocks(n)
+        if runs is None:
+            return False
+        rows = P.FetchedRows(data, sums, FETCHED_ROW)
+        made: dict[int, P.Fetched] = {}
+        keys = None
+        for run in runs:
+            fi, wi = P.pairs(a, x, i, n, run)
+            same = P.compared(a, x, fi, wi)
+            for f, w in zip(fi[same == 0].tolist(), wi[same == 0].tolist()):   # the rule's verdict, column-wise
+                x_f = made.get(f)
+                if x_f is None:
+                    x_f = made[f] = P.Fetched(rows, f)
+                lost.setdefault(id(order[w]), []).append(("fetch", x_f))
+            for f, w in zip(fi[same == 1].tolist(), wi[same == 1].tolist()):
+                if id(order[w]) in seen:
+                    continue
+                if keys is None:
+                    keys = list(zip(*(data.column(c).to_pylist() for c in ("source", "connection", "position"))))
+                _note_read(order[w], rows.row(f), responses.get(keys[f]), seen)
+    _note_commits(acked, markers, seen)
+    return True
+
+
+def _by_answer(t: pa.Table) -> pa.Table:
+    """Produce rows in the order the answers came: (response_ts, 0 where unknown; source;
+    position), a stable sort as Python's."""
+    if t.num_rows < 2:
+        return t
+    keys = pa.table({"ts": pc.fill_null(t.column("response_ts"), 0), "source": t.column("source"),
+                     "position": t.column("position")})
+    return t.take(pc.sort_indices(keys, sort_keys=[("ts", "ascending"), ("source", "ascending"),
+                                                   ("position", "ascending")]))
+
+
+class _Responses:
+    """The fetch_partition rows by (source, connection, position), made dicts only when asked:
+    most fetched batches are never found the write they overlap."""
+
+    def __init__(self, t: pa.Table | None):
+        self.t, self.index, self.rows = t, None, {}
+
+    def get(self, key: tuple) -> dict | None:
+        if self.t is None:
+            return None
+        if self.index is None:
+            cols = [self.t.column(c).to_pylist() for c in ("source", "connection", "position")]
+            self.index = {k: i for i, k in enumerate(zip(*cols))}   # the last row of a key, as a dict would
+        i = self.index.get(key)
+        if i is None:
+            return None
+        if i not in self.rows:
+            self.rows[i] = self.t.slice(i, 1).to_pylist()[0]
+        return self.rows[i]
 
 
 def _identity(lo, hi, pid, epoch, seq, crc) -> tuple:
@@ -227,7 +306,7 @@ def _twice(acked: list[A.Batch], lost: dict) -> None:
         active.append(w)
 
 
-def _refetched(acked: list[A.Batch], fetched: list[dict], responses: dict, lost: dict, seen: dict) -> None:
+def _refetched(acked: list[A.Batch], fetched: list[dict], responses, lost: dict, seen: dict) -> None:
     """Fetched batches at acknowledged offsets, requested after the acknowledgement."""
     order = sorted(acked, key=lambda w: w.lo)
     los = [w.lo for w in order]
@@ -247,7 +326,7 @@ def _refetched(acked: list[A.Batch], fetched: list[dict], responses: dict, lost:
             same = A.same_write(w, x)
             if same is False and acknowledged_records_replaced(w, x):
                 lost.setdefault(id(w), []).append(("fetch", x))
-            elif same is True:
+            elif same is True and id(w) not in seen:
                 _note_read(w, r, responses.get((r["source"], r["connection"], r["position"])), seen)
     _note_commits(acked, markers, seen)
 

@@ -14,7 +14,6 @@ from kaudit.audit.txn.coordinator_state import CoordTxn
 from kaudit.audit.txn.txn_model import Part, ProducerTxns
 from kaudit.audit.txn.txn_states import MAX_EPOCH
 from kaudit.audit.thresholds import DEFAULT_MAX_TIMEOUT_MS, MATCH_WINDOW_MS, MIN_SPAN_S, NO_TIMEOUT_MS
-from kaudit.protocol.wire.summary import error_name
 from kaudit.timefmt import duration, iso_ms
 
 # WriteTxnMarkers errors after which the coordinator cancels every marker of the transaction and
@@ -167,6 +166,8 @@ def _refused_finding(pt: ProducerTxns, epoch: int, result: str, stuck: dict, bus
             notes.append(f"{tp}: an earlier copy went unanswered (frame {before[0]['position']}): it may have landed")
         else:
             notes.append(f"{tp}: no marker of this transaction accepted in the capture")
+    from kaudit.protocol.wire.summary import error_name   # here: a disk audit never imports the wire protocol
+
     names = ", ".join(f"{error_name(c)} ({c})" for c in codes)
     text = (f"producer {pt.producer_id} epoch {epoch}: the coordinator's {result} markers were refused "
             f"{len(refused)} time{'s' if len(refused) > 1 else ''} over {duration((hi - lo) * 1000)} "

@@ -4,6 +4,9 @@ negative twin."""
 
 from __future__ import annotations
 
+import pytest
+
+from kaudit.audit.producers import acked_pairs, wire_acked
 from tests.audit.wire.wirecraft import TOPIC, TS, audit, by_rule, details, send
 from tests.audit.wire import wirecraft as wc
 
@@ -33,6 +36,17 @@ def fetch(corr: int, records: bytes, *, hw: int, isolation: int = 1, fetch_offse
     resp = (response_header(corr, False) + i32(0) + array(1) + string(TOPIC)
             + array(1) + i32(0) + i16(0) + i64(hw) + i64(hw) + array(0) + nbytes(records))
     return [(0, frame(req)), (1, frame(resp))]
+
+
+@pytest.fixture(autouse=True, params=["columnar", "one-pair-blocks", "reference", "too-many-pairs"])
+def _both_ways(request, monkeypatch):
+    """Every case through the column-wise comparison (acked_pairs.py), in blocks of one candidate
+    pair, the reference loop, and the column-wise one falling back to the loop."""
+    monkeypatch.setattr(wire_acked, "COLUMNAR", request.param != "reference")
+    if request.param == "too-many-pairs":
+        monkeypatch.setattr(acked_pairs, "MAX_PAIRS", 0)
+    if request.param == "one-pair-blocks":
+        monkeypatch.setattr(acked_pairs, "BLOCK_PAIRS", 1)
 
 
 def run(tmp_path, conns):
