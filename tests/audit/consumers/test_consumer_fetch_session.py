@@ -96,3 +96,36 @@ def test_a_lost_session_names_no_position(tmp_path):
     lost = g.fetch_session(6, "app-a", SID, 1, [(0, 50)], [], error=70)
     msgs = _restart(3) + full + g.list_offsets(5, "app-a", -1, 50) + lost
     assert audit(tmp_path, Conn(msgs, **A), select=CONSUMER_RULES) == []
+
+
+def _fenced_and_back(first_stint, committed_back: int, answer):
+    """A KIP-848 member reads in a session, is fenced (FENCED_MEMBER_EPOCH) and given the partition
+    back; OffsetFetch answers `committed_back`. Its next incremental Fetch does not name the partition
+    (the session holds its position: FetchSessionHandler sends only what changed) and is answered
+    `answer`. Found by the history simulator (tests/sim, group:fenced with rejoin)."""
+    return (g.metadata_ids(1, "app-a") + g.cg_heartbeat(2, "app-a", "m-a", 0, answer_epoch=1, partitions=[0])
+            + g.offset_fetch(3, "app-a", 0) + first_stint + g.cg_heartbeat(7, "app-a", "m-a", 1, error=110)
+            + g.cg_heartbeat(8, "app-a", "m-a", 0, answer_epoch=3, partitions=[0])
+            + g.offset_fetch(9, "app-a", committed_back)
+            + g.fetch_session(10, "app-a", SID, 2, [], [answer]))
+
+
+def test_a_rejoined_member_answered_from_its_sessions_position_at_the_commit_is_clean(tmp_path):
+    """The session held offset 0 (nothing there yet); back with committed 0, the unnamed answer
+    serves 0-1 (a read_committed consumer's aborted batch and marker, say) and the next Fetch names 2:
+    it read on from the committed offset."""
+    stint = g.fetch_session(4, "app-a", SID, 0, [(0, 0)], [(0, 0, 0, 0, b"")])
+    msgs = (_fenced_and_back(stint, 0, (0, 0, 2, 0, g.records(0, 2)))
+            + g.fetch_session(11, "app-a", SID, 3, [(0, 2)], []))
+    assert audit(tmp_path, Conn(msgs, **A), select=CONSUMER_RULES) == []
+
+
+def test_a_rejoined_member_answered_past_the_commit_by_its_session_is_found(tmp_path):
+    """The session held offset 5 (0-4 read, never committed); back with committed 0 the consumer
+    would name 0 (a changed position), but the unnamed answer serves 5-8: 0-4 were skipped."""
+    stint = (g.fetch_session(4, "app-a", SID, 0, [(0, 0)], [(0, 0, 5, 0, g.records(0, 5))])
+             + g.fetch_session(5, "app-a", SID, 1, [(0, 5)], []))
+    msgs = _fenced_and_back(stint, 0, (0, 0, 9, 0, g.records(5, 4)))
+    fs = audit(tmp_path, Conn(msgs, **A), select=CONSUMER_RULES)
+    assert _brief(fs) == [("consumer-start-beyond-commit", "error", 0, 4)]
+    assert "fetch session" in fs[0]["message"]
