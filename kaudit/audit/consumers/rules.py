@@ -189,7 +189,7 @@ def check_start_beyond(tl: Timelines) -> list[dict]:
     out = []
     for (group, tp), stints in tl.stints.items():
         for st in stints:
-            first, at = _first_position(st)
+            first, at = _first_position(tl, st)
             if first is None:
                 continue
             looked = [p for p in tl.positions if p["tp"] == tp and p["ts"] <= first.ts and
@@ -217,11 +217,18 @@ def check_start_beyond(tl: Timelines) -> list[dict]:
     return out[:MAX_FINDINGS]
 
 
-def _first_position(st) -> tuple:
+def _first_position(tl: Timelines, st) -> tuple:
     """(serve, offset) of the stint's first answer that shows where the member stood: a Fetch naming
     the partition (its fetch offset), or an incremental session answer serving records of a partition
-    the request left out (its lowest served offset: the session's position is at or past it)."""
+    the request left out (its lowest served offset: the session's position is at or past it). A Fetch
+    sent before the assignment or before a look-up answered carries the position from before them:
+    the consumer drops such an answer (its offset is not the position any more)."""
+    answered = [p.get("response_ts") or p["ts"] for p in tl.positions
+                if p["tp"] == st.tp and p["client"] == st.member.client and p["ts"] >= st.start - 1e-6]
     for s in st.serves:
+        if s.request_ts is not None and (s.request_ts < st.start or
+                                         any(s.request_ts < t <= s.ts for t in answered)):
+            continue
         if s.fetch_offset is not None:
             return s, s.fetch_offset
         if s.first is not None:
