@@ -181,11 +181,15 @@ def check_start_beyond(tl: Timelines) -> list[dict]:
     auto.offset.reset where there is none (then it sends ListOffsets). Its first Fetch at a higher
     offset skips the records in between.
     Benign causes: an application seek (invisible on the wire: the rule says so) and offsets kept
-    outside Kafka."""
+    outside Kafka.
+    A KIP-227 incremental Fetch leaves out a partition whose position the session already holds
+    (FetchSessionHandler sends only what changed): a member given back a partition at the position
+    its session kept is answered from there without naming it. Such an answer's records start at or
+    below that position (the batch holding it), so only its lowest served offset is judged."""
     out = []
     for (group, tp), stints in tl.stints.items():
         for st in stints:
-            first = next((s for s in st.serves if s.fetch_offset is not None), None)
+            first, at = _first_position(tl, st)
             if first is None:
                 continue
             looked = [p for p in tl.positions if p["tp"] == tp and p["ts"] <= first.ts and
@@ -196,18 +200,40 @@ def check_start_beyond(tl: Timelines) -> list[dict]:
             # the position the coordinator gave it (OffsetFetch): commits seen elsewhere may not be the
             # last ones (a capture that missed one would accuse the member of a skip)
             committed = fetched[-1]["offset"] if fetched else None
-            if committed is None or first.fetch_offset <= committed:
+            if committed is None or at <= committed:
                 continue
+            how = f"started fetching at offset {at}" if first.fetch_offset is not None else (
+                f"was first answered offsets from {at} by its fetch session (the request did not name the "
+                "partition: the broker read from the position the session held)")
             out.append(consumer_finding(
                 "consumer-start-beyond-commit",
-                f"group {group}, {_tp(tp)}: member {st.member.label} started fetching at offset {first.fetch_offset} "
-                f"while the group's committed offset was {committed}: offsets {committed}-{first.fetch_offset - 1} "
+                f"group {group}, {_tp(tp)}: member {st.member.label} {how} "
+                f"while the group's committed offset was {committed}: offsets {committed}-{at - 1} "
                 "were skipped (unless the application sought there on purpose)",
-                tp, committed, first.fetch_offset - 1, [evidence(first.source, first.position, "fetch")],
+                tp, committed, at - 1, [evidence(first.source, first.position, "fetch")],
                 start=first.ts, connection=first.connection, client_id=st.member.client_id,
                 details={"group": group, "member": st.member.member_id, "committed": committed,
-                         "fetch_offset": first.fetch_offset}))
+                         "fetch_offset": at}))
     return out[:MAX_FINDINGS]
+
+
+def _first_position(tl: Timelines, st) -> tuple:
+    """(serve, offset) of the stint's first answer that shows where the member stood: a Fetch naming
+    the partition (its fetch offset), or an incremental session answer serving records of a partition
+    the request left out (its lowest served offset: the session's position is at or past it). A Fetch
+    sent before the assignment or before a look-up answered carries the position from before them:
+    the consumer drops such an answer (its offset is not the position any more)."""
+    answered = [p.get("response_ts") or p["ts"] for p in tl.positions
+                if p["tp"] == st.tp and p["client"] == st.member.client and p["ts"] >= st.start - 1e-6]
+    for s in st.serves:
+        if s.request_ts is not None and (s.request_ts < st.start or
+                                         any(s.request_ts < t <= s.ts for t in answered)):
+            continue
+        if s.fetch_offset is not None:
+            return s, s.fetch_offset
+        if s.first is not None:
+            return s, s.first
+    return None, None
 
 
 def judge(tl: Timelines, batches: list[dict]) -> list[dict]:
