@@ -73,7 +73,7 @@ MSS = 1448
 CONCURRENT = 32  # exchanges in flight at once, interleaved packet by packet
 CODECS = (("none", 35), ("lz4", 25), ("zstd", 20), ("snappy", 10), ("gzip", 10))
 FETCH_CAP = 64 * 1024  # the consumers' fetch.max.bytes: bytes of batches per Fetch response
-PARTITION_CAP = 16 * 1024  # their max.partition.fetch.bytes
+PARTITION_CAP = 8 * 1024  # their max.partition.fetch.bytes (the consumers lag: every response is full)
 LEADER_EPOCH = 3  # every partition's leader epoch (Metadata says so too)
 BASE_TS = 1_718_000_000.0
 
