@@ -5,8 +5,14 @@ The capture (generated once, cached in benchmarks/out/): ≥ 500,000 packets (ov
 KAUDIT_BENCH_PACKETS) of Ethernet/IPv4/TCP (MSS 1448 with the timestamp option, as on a real
 1500-byte link), 200 clients on three brokers (ports 9092-9094): 120 producers sending Produce v9
 with v2 record batches (none/lz4/zstd/snappy/gzip, idempotent or transactional with
-AddPartitionsToTxn and EndTxn, a few acks=0) and 80 consumers sending Fetch v12 (responses with
-batches, some empty); every connection starts with a handshake, ApiVersions v3, Metadata v12 and,
+AddPartitionsToTxn and EndTxn, a few acks=0) and 80 consumers sending Fetch v12. The brokers keep
+each partition's log as Kafka does: the batches the Produce requests carried, at the offsets the
+responses acknowledged (base offset and partition leader epoch set by the broker, outside the
+CRC), and a COMMIT or ABORT control batch on every partition of a transaction at its EndTxn; a
+Fetch is served those stored batches from the consumer's position (max.partition.fetch.bytes
+8 KiB, fetch.max.bytes 64 KiB, the first batch even when larger), read_uncommitted up to the high
+watermark, read_committed up to the last stable offset with the aborted transactions overlapping
+what it is served (the consumers lag: most responses are full). Every connection starts with a handshake, ApiVersions v3, Metadata v12 and,
 for producers, InitProducerId v4; Metadata is refreshed now and then. Frames are cut into segments
 of at most 1448 bytes, the receiver ACKs every second segment (delayed ACK) and exchanges of 32
 connections are interleaved packet by packet. Every Kafka message is written by kio's entity
