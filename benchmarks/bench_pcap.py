@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import datetime
+import heapq
 import io
 import json
 import os
@@ -80,6 +81,7 @@ CONCURRENT = 32  # exchanges in flight at once, interleaved packet by packet
 CODECS = (("none", 35), ("lz4", 25), ("zstd", 20), ("snappy", 10), ("gzip", 10))
 FETCH_CAP = 64 * 1024  # the consumers' fetch.max.bytes: bytes of batches per Fetch response
 PARTITION_CAP = 8 * 1024  # their max.partition.fetch.bytes (the consumers lag: every response is full)
+TXN_TIMEOUT_MS = 60000  # the producers' transaction.timeout.ms (InitProducerId says so)
 LEADER_EPOCH = 3  # every partition's leader epoch (Metadata says so too)
 BASE_TS = 1_718_000_000.0
 
@@ -311,6 +313,7 @@ class Conn:
         return self.corr
 
     def next_exchange(self, k: "Kafka"):
+        k.expire(int(self.clock[0] * 1000))
         if not self.started:
             self.started = True
             return self._start(k)
@@ -354,6 +357,7 @@ class Conn:
 
     def _add_partitions(self, k):
         corr = self.next_corr()
+        k.begin_txn(self.pid, self.epoch, self.topic, self.parts, int(self.clock[0] * 1000))
         parts = tuple(i32(p) for p in self.parts)
         req = ser(aptreq.AddPartitionsToTxnRequest(
             v3_and_below_transactional_id=TransactionalId(self.txn_id),
@@ -370,8 +374,7 @@ class Conn:
         commit = self.rng.random() < 0.95
         req = ser(etreq.EndTxnRequest(transactional_id=TransactionalId(self.txn_id), producer_id=ProducerId(self.pid),
                                       producer_epoch=i16(self.epoch), committed=commit))
-        for p in self.parts:  # the control batch the coordinator writes to every added partition
-            k.end_txn(self.topic, p, self.pid, self.epoch, commit, int(self.clock[0] * 1000))
+        k.end_txn(self.pid, commit, int(self.clock[0] * 1000))
         yield from self.exchange(request_frame(26, 3, corr, self.client_id, req),
                                  response_frame(corr, ser(etresp.EndTxnResponse(throttle_time=ms(0),
                                                                                  error_code=ErrorCode.none))))
@@ -507,6 +510,8 @@ class Kafka:
         self.api_versions = api_versions_body()
         self.metadata = metadata_body()
         self.logs: dict[tuple[str, int], Partition] = {}
+        self.txns: dict[int, tuple] = {}  # producer id -> (topic, partitions, epoch, start ms) of its open transaction
+        self.abandoned: list[tuple[int, int]] = []  # heap of (abort deadline ms, producer id)
         self.next_pid = 4000
 
     def log(self, topic, partition) -> Partition:
@@ -522,15 +527,35 @@ class Kafka:
             lg.open.setdefault(pid, base)
         return base
 
-    def end_txn(self, topic, partition, pid: int, epoch: int, commit: bool, ts: int) -> None:
-        """The coordinator's marker: a control batch (COMMIT or ABORT) closing the transaction."""
-        lg = self.log(topic, partition)
-        marker = ke.encode_control_batch(0, pid, epoch, "COMMIT" if commit else "ABORT", coordinator_epoch=0,
-                                         timestamp=ts, partition_leader_epoch=LEADER_EPOCH)
-        at = lg.append(marker, 1)
-        first = lg.open.pop(pid, None)
-        if first is not None and not commit:
-            lg.aborted.append((pid, first, at))
+    def begin_txn(self, pid: int, epoch: int, topic: str, parts, now_ms: int) -> None:
+        self.txns[pid] = (topic, tuple(parts), epoch, now_ms)
+
+    def end_txn(self, pid: int, commit: bool, ts: int, bump: int = 0) -> None:
+        """The coordinator's markers: a control batch (COMMIT or ABORT) on every partition added to
+        the transaction, closing it there; `bump` 1 when it aborts on timeout (the epoch is bumped,
+        fencing the producer: TransactionCoordinator.abortTimedOutTransactions)."""
+        topic, parts, epoch, _ = self.txns.pop(pid)
+        epoch += bump
+        for p in parts:
+            lg = self.log(topic, p)
+            marker = ke.encode_control_batch(0, pid, epoch, "COMMIT" if commit else "ABORT", coordinator_epoch=0,
+                                             timestamp=ts, partition_leader_epoch=LEADER_EPOCH)
+            at = lg.append(marker, 1)
+            first = lg.open.pop(pid, None)
+            if first is not None and not commit:
+                lg.aborted.append((pid, first, at))
+
+    def abandon(self, pid: int) -> None:
+        """The producer's connection closed inside a transaction: the coordinator aborts it when
+        transaction.timeout.ms has passed since it began (bench_live.py's short-lived clients)."""
+        if pid in self.txns:
+            heapq.heappush(self.abandoned, (self.txns[pid][3] + TXN_TIMEOUT_MS, pid))
+
+    def expire(self, now_ms: int) -> None:
+        while self.abandoned and self.abandoned[0][0] <= now_ms:
+            deadline, pid = heapq.heappop(self.abandoned)
+            if pid in self.txns:
+                self.end_txn(pid, False, deadline, bump=1)
 
     def new_producer(self):
         self.next_pid += 1
