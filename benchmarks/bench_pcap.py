@@ -12,10 +12,12 @@ CRC), and a COMMIT or ABORT control batch on every partition of a transaction at
 Fetch is served those stored batches from the consumer's position (max.partition.fetch.bytes
 8 KiB, fetch.max.bytes 64 KiB, the first batch even when larger), read_uncommitted up to the high
 watermark, read_committed up to the last stable offset with the aborted transactions overlapping
-what it is served (the consumers lag: most responses are full). Every connection starts with a handshake, ApiVersions v3, Metadata v12 and,
-for producers, InitProducerId v4; Metadata is refreshed now and then. Frames are cut into segments
-of at most 1448 bytes, the receiver ACKs every second segment (delayed ACK) and exchanges of 32
-connections are interleaved packet by packet. Every Kafka message is written by kio's entity
+what it is served (the consumers lag: most responses are full); a transaction whose client left
+(bench_live.py) is aborted by its coordinator at its timeout. Every connection starts with a
+handshake, ApiVersions v3, Metadata v12 and, for producers, InitProducerId v4; Metadata is
+refreshed now and then. Frames are cut into segments of at most 1448 bytes, the receiver ACKs
+every second segment (delayed ACK) and exchanges of 32 connections are interleaved packet by
+packet. Every Kafka message is written by kio's entity
 writers; record batches are built from record sections made by fixtures/kafka_encoder.py
 (precomputed per codec), with real producer ids, sequences, offsets and CRCs.
 
