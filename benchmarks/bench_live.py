@@ -27,7 +27,7 @@ import bench_pcap as bp  # noqa: E402
 PACKETS = int(os.environ.get("KAUDIT_BENCH_LIVE_PACKETS", "2000000"))
 STEP_S = 0.0036        # capture time between packets on average: 2M packets ~ 2 hours
 RSS_LIMIT_MB = 300
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: bench_pcap.py's brokers serve the stored batches
 
 
 def generate(path: Path, npackets: int) -> dict:
@@ -62,6 +62,8 @@ def generate(path: Path, npackets: int) -> dict:
                 if c.exchanges_left > 0:
                     idle.append(c)
                 else:
+                    if c.transactional:
+                        kafka.abandon(c.pid)
                     for d in c.close():
                         w.emit(d)
                     idle.append(new_conn())

@@ -5,11 +5,19 @@ The capture (generated once, cached in benchmarks/out/): ≥ 500,000 packets (ov
 KAUDIT_BENCH_PACKETS) of Ethernet/IPv4/TCP (MSS 1448 with the timestamp option, as on a real
 1500-byte link), 200 clients on three brokers (ports 9092-9094): 120 producers sending Produce v9
 with v2 record batches (none/lz4/zstd/snappy/gzip, idempotent or transactional with
-AddPartitionsToTxn and EndTxn, a few acks=0) and 80 consumers sending Fetch v12 (responses with
-batches, some empty); every connection starts with a handshake, ApiVersions v3, Metadata v12 and,
-for producers, InitProducerId v4; Metadata is refreshed now and then. Frames are cut into segments
-of at most 1448 bytes, the receiver ACKs every second segment (delayed ACK) and exchanges of 32
-connections are interleaved packet by packet. Every Kafka message is written by kio's entity
+AddPartitionsToTxn and EndTxn, a few acks=0) and 80 consumers sending Fetch v12. The brokers keep
+each partition's log as Kafka does: the batches the Produce requests carried, at the offsets the
+responses acknowledged (base offset and partition leader epoch set by the broker, outside the
+CRC), and a COMMIT or ABORT control batch on every partition of a transaction at its EndTxn; a
+Fetch is served those stored batches from the consumer's position (max.partition.fetch.bytes
+8 KiB, fetch.max.bytes 64 KiB, the first batch even when larger), read_uncommitted up to the high
+watermark, read_committed up to the last stable offset with the aborted transactions overlapping
+what it is served (the consumers lag: most responses are full); a transaction whose client left
+(bench_live.py) is aborted by its coordinator at its timeout. Every connection starts with a
+handshake, ApiVersions v3, Metadata v12 and, for producers, InitProducerId v4; Metadata is
+refreshed now and then. Frames are cut into segments of at most 1448 bytes, the receiver ACKs
+every second segment (delayed ACK) and exchanges of 32 connections are interleaved packet by
+packet. Every Kafka message is written by kio's entity
 writers; record batches are built from record sections made by fixtures/kafka_encoder.py
 (precomputed per codec), with real producer ids, sequences, offsets and CRCs.
 
@@ -23,7 +31,9 @@ the comparison is skipped with a note otherwise). Results: benchmarks/out/pcap-r
 
 from __future__ import annotations
 
+import bisect
 import datetime
+import heapq
 import io
 import json
 import os
@@ -60,7 +70,7 @@ from fixtures import kafka_encoder as ke  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out"
 PACKETS = int(os.environ.get("KAUDIT_BENCH_PACKETS", "500000"))
-GENERATOR_VERSION = 1  # bump when the traffic model changes: the cached capture is rebuilt
+GENERATOR_VERSION = 2  # bump when the traffic model changes: the cached capture is rebuilt
 SEED = 20240611
 
 CLIENTS = 200
@@ -71,7 +81,10 @@ PARTITIONS = 12  # per topic; partition p is led by broker p % 3
 MSS = 1448
 CONCURRENT = 32  # exchanges in flight at once, interleaved packet by packet
 CODECS = (("none", 35), ("lz4", 25), ("zstd", 20), ("snappy", 10), ("gzip", 10))
-FETCH_CAP = 64 * 1024  # bytes of batches per Fetch response (well under fetch.max.bytes)
+FETCH_CAP = 64 * 1024  # the consumers' fetch.max.bytes: bytes of batches per Fetch response
+PARTITION_CAP = 8 * 1024  # their max.partition.fetch.bytes (the consumers lag: every response is full)
+TXN_TIMEOUT_MS = 60000  # the producers' transaction.timeout.ms (InitProducerId says so)
+LEADER_EPOCH = 3  # every partition's leader epoch (Metadata says so too)
 BASE_TS = 1_718_000_000.0
 
 ROUNDS = int(os.environ.get("KAUDIT_BENCH_ROUNDS", "3"))  # interleaved rounds of the kaudit runs
@@ -115,6 +128,9 @@ def ms(n: int) -> i32Timedelta:
 
 _BATCH_HEAD = struct.Struct(">qiibI")
 _BATCH_TAIL = struct.Struct(">hiqqqhii")
+_OFFSET = struct.Struct(">q")
+_EPOCH = struct.Struct(">i")
+_LAST_DELTA = struct.Struct(">i")  # lastOffsetDelta, at byte 23 of a v2 batch
 
 
 def record_batch(section, base_offset: int, *, leader_epoch=-1, pid=-1, epoch=-1, base_seq=-1,
@@ -299,6 +315,7 @@ class Conn:
         return self.corr
 
     def next_exchange(self, k: "Kafka"):
+        k.expire(int(self.clock[0] * 1000))
         if not self.started:
             self.started = True
             return self._start(k)
@@ -342,6 +359,7 @@ class Conn:
 
     def _add_partitions(self, k):
         corr = self.next_corr()
+        k.begin_txn(self.pid, self.epoch, self.topic, self.parts, int(self.clock[0] * 1000))
         parts = tuple(i32(p) for p in self.parts)
         req = ser(aptreq.AddPartitionsToTxnRequest(
             v3_and_below_transactional_id=TransactionalId(self.txn_id),
@@ -358,8 +376,7 @@ class Conn:
         commit = self.rng.random() < 0.95
         req = ser(etreq.EndTxnRequest(transactional_id=TransactionalId(self.txn_id), producer_id=ProducerId(self.pid),
                                       producer_epoch=i16(self.epoch), committed=commit))
-        for p in self.parts:  # the control batch the coordinator writes
-            k.append(self.topic, p, 1)
+        k.end_txn(self.pid, commit, int(self.clock[0] * 1000))
         yield from self.exchange(request_frame(26, 3, corr, self.client_id, req),
                                  response_frame(corr, ser(etresp.EndTxnResponse(throttle_time=ms(0),
                                                                                  error_code=ErrorCode.none))))
@@ -381,7 +398,8 @@ class Conn:
                                  transactional=self.transactional, base_ts=now_ms - rng.randint(0, 20))
             parts.append(preq.PartitionProduceData(index=i32(p), records=Records(batch)))
             results.append(presp.PartitionProduceResponse(
-                index=i32(p), error_code=ErrorCode.none, base_offset=i64(k.append(self.topic, p, count)),
+                index=i32(p), error_code=ErrorCode.none,
+                base_offset=i64(k.produce(self.topic, p, batch, count, self.pid, self.transactional)),
                 log_start_offset=i64(0), record_errors=()))
         req = ser(preq.ProduceRequest(transactional_id=TransactionalId(self.txn_id) if self.txn_id else None,
                                       acks=i16(self.acks), timeout=ms(30000),
@@ -398,36 +416,41 @@ class Conn:
         corr = self.next_corr()
         chosen = sorted(rng.sample(self.parts, rng.randint(1, len(self.parts))))
         req = ser(freq.FetchRequest(
-            replica_id=BrokerId(-1), max_wait=ms(500), min_bytes=i32(1), max_bytes=i32(52428800),
+            replica_id=BrokerId(-1), max_wait=ms(500), min_bytes=i32(1), max_bytes=i32(FETCH_CAP),
             isolation_level=i8(1 if self.read_committed else 0), session_id=i32(0), session_epoch=i32(-1),
             topics=(freq.FetchTopic(topic=TopicName(self.topic), partitions=tuple(
                 freq.FetchPartition(partition=i32(p), current_leader_epoch=i32(3),
                                     fetch_offset=i64(self.positions.get(p, 0)), last_fetched_epoch=i32(-1),
-                                    log_start_offset=i64(-1), partition_max_bytes=i32(1048576))
+                                    log_start_offset=i64(-1), partition_max_bytes=i32(PARTITION_CAP))
                 for p in chosen)),),
             forgotten_topics_data=(), rack_id=""))
-        empty = rng.random() < 0.25  # a long poll that timed out
+        # The leader serves its stored batches from the fetch offset: read_uncommitted up to the high
+        # watermark, read_committed up to the last stable offset with the aborted transactions
+        # overlapping what it serves; each partition up to max.partition.fetch.bytes, the response
+        # up to fetch.max.bytes, the first batch even over them (minOneMessage).
         budget = FETCH_CAP
         parts = []
         for p in chosen:
+            lg = k.log(self.topic, p)
             pos = self.positions.get(p, 0)
-            batches = []
-            if not empty:
-                for _ in range(rng.choice((0, 1, 1, 2, 3))):
-                    section = rng.choice(k.sections[rng.choice(("none", "lz4", "zstd"))])
-                    if len(section[1]) + 61 > budget:
-                        break
-                    b = record_batch(section, pos, leader_epoch=3, pid=1000 + p, epoch=0, base_seq=pos & 0x7FFFFFF,
-                                     base_ts=int(self.clock[0] * 1000) - rng.randint(50, 5000))
-                    batches.append(b)
-                    budget -= len(b)
-                    pos += section[2]
-            self.positions[p] = pos
-            hw = max(pos, k.log_end(self.topic, p))
+            lso = lg.lso()
+            bound = lso if self.read_committed else lg.end
+            batches = lg.read(pos, bound, min(budget, PARTITION_CAP), budget == FETCH_CAP) if budget > 0 else []
+            size = sum(map(len, batches))
+            budget -= size
+            end = pos
+            if batches:
+                last = batches[-1]
+                end = _OFFSET.unpack_from(last)[0] + _LAST_DELTA.unpack_from(last, 23)[0] + 1
+                self.positions[p] = end
+            aborted = None
+            if self.read_committed:
+                aborted = tuple(fresp.AbortedTransaction(producer_id=ProducerId(a), first_offset=i64(f))
+                                for a, f in lg.aborted_within(pos, end)) if batches else ()
             parts.append(fresp.PartitionData(
-                partition_index=i32(p), error_code=ErrorCode.none, high_watermark=i64(hw),
-                last_stable_offset=i64(hw), log_start_offset=i64(0),
-                aborted_transactions=() if self.read_committed else None, preferred_read_replica=BrokerId(-1),
+                partition_index=i32(p), error_code=ErrorCode.none, high_watermark=i64(lg.end),
+                last_stable_offset=i64(lso), log_start_offset=i64(0),
+                aborted_transactions=aborted, preferred_read_replica=BrokerId(-1),
                 records=Records(b"".join(batches))))
         resp = ser(fresp.FetchResponse(throttle_time=ms(0), error_code=ErrorCode.none, session_id=i32(0),
                                        responses=(fresp.FetchableTopicResponse(topic=TopicName(self.topic),
@@ -435,23 +458,106 @@ class Conn:
         yield from self.exchange(request_frame(1, 12, corr, self.client_id, req), response_frame(corr, resp))
 
 
+class Partition:
+    """One partition's log as the leader keeps it: the stored batches (bytes as the producers
+    sent them, base offset and partition leader epoch set by the broker - neither is covered by
+    the CRC - and the coordinator's control batches), its open transactions and aborted ones."""
+
+    __slots__ = ("bases", "blobs", "end", "open", "aborted")
+
+    def __init__(self):
+        self.bases: list[int] = []  # base offset of each stored batch, ascending
+        self.blobs: list[bytes] = []
+        self.end = 0  # log end offset = the high watermark (acks=all, every replica in sync)
+        self.open: dict[int, int] = {}  # producer id -> first offset of its open transaction here
+        self.aborted: list[tuple[int, int, int]] = []  # (producer id, first offset, marker offset)
+
+    def append(self, batch: bytes, count: int) -> int:
+        base = self.end
+        self.bases.append(base)
+        # the broker sets base offset and partition leader epoch (bytes 0-8 and 12-16, outside the CRC)
+        self.blobs.append(_OFFSET.pack(base) + batch[8:12] + _EPOCH.pack(LEADER_EPOCH) + batch[16:])
+        self.end = base + count
+        return base
+
+    def lso(self) -> int:
+        """Last stable offset: the first offset of the earliest open transaction, else the log end."""
+        return min(self.open.values()) if self.open else self.end
+
+    def read(self, pos: int, bound: int, budget: int, first: bool) -> list[bytes]:
+        """Stored batches from `pos` below `bound`, within `budget` bytes; the first batch even
+        over budget when nothing was read yet (Kafka's minOneMessage)."""
+        out = []
+        i = bisect.bisect_left(self.bases, pos)
+        bases, blobs = self.bases, self.blobs
+        while i < len(bases) and bases[i] < bound:
+            b = blobs[i]
+            if len(b) > budget and not (first and not out):
+                break
+            out.append(b)
+            budget -= len(b)
+            i += 1
+        return out
+
+    def aborted_within(self, start: int, end: int):
+        """Aborted transactions overlapping [start, end) (Kafka's collectAbortedTxns)."""
+        return [(pid, first) for pid, first, last in self.aborted if first < end and last >= start]
+
+
 class Kafka:
-    """Cluster-side state shared by the connections: log end offsets, producer ids."""
+    """Cluster-side state shared by the connections: the partitions' logs, producer ids."""
 
     def __init__(self, rng):
         self.sections = record_sections(rng)
         self.api_versions = api_versions_body()
         self.metadata = metadata_body()
-        self.offsets = {}
+        self.logs: dict[tuple[str, int], Partition] = {}
+        self.txns: dict[int, tuple] = {}  # producer id -> (topic, partitions, epoch, start ms) of its open transaction
+        self.abandoned: list[tuple[int, int]] = []  # heap of (abort deadline ms, producer id)
         self.next_pid = 4000
 
-    def append(self, topic, partition, count) -> int:
-        base = self.offsets.get((topic, partition), 0)
-        self.offsets[(topic, partition)] = base + count
+    def log(self, topic, partition) -> Partition:
+        lg = self.logs.get((topic, partition))
+        if lg is None:
+            lg = self.logs[(topic, partition)] = Partition()
+        return lg
+
+    def produce(self, topic, partition, batch: bytes, count: int, pid: int, transactional: bool) -> int:
+        lg = self.log(topic, partition)
+        base = lg.append(batch, count)
+        if transactional:
+            lg.open.setdefault(pid, base)
         return base
 
-    def log_end(self, topic, partition) -> int:
-        return self.offsets.get((topic, partition), 0)
+    def begin_txn(self, pid: int, epoch: int, topic: str, parts, now_ms: int) -> None:
+        self.txns[pid] = (topic, tuple(parts), epoch, now_ms)
+
+    def end_txn(self, pid: int, commit: bool, ts: int, bump: int = 0) -> None:
+        """The coordinator's markers: a control batch (COMMIT or ABORT) on every partition added to
+        the transaction, closing it there; `bump` 1 when it aborts on timeout (the epoch is bumped,
+        fencing the producer: TransactionCoordinator.abortTimedOutTransactions)."""
+        topic, parts, epoch, _ = self.txns.pop(pid)
+        epoch += bump
+        for p in parts:
+            lg = self.log(topic, p)
+            marker = ke.encode_control_batch(0, pid, epoch, "COMMIT" if commit else "ABORT", coordinator_epoch=0,
+                                             timestamp=ts, partition_leader_epoch=LEADER_EPOCH)
+            at = lg.append(marker, 1)
+            first = lg.open.pop(pid, None)
+            if first is not None and not commit:
+                lg.aborted.append((pid, first, at))
+
+    def abandon(self, pid: int) -> None:
+        """The producer's connection closed inside a transaction: the coordinator aborts it when
+        transaction.timeout.ms has passed since it began (bench_live.py's short-lived clients)."""
+        if pid in self.txns:
+            heapq.heappush(self.abandoned, (self.txns[pid][3] + TXN_TIMEOUT_MS, pid))
+
+    def expire(self, now_ms: int) -> None:
+        while self.abandoned and self.abandoned[0][0] <= now_ms:
+            deadline, pid = heapq.heappop(self.abandoned)
+            if pid in self.txns:
+                self.end_txn(pid, False, deadline, bump=1)
 
     def new_producer(self):
         self.next_pid += 1
