@@ -241,6 +241,30 @@ cdef int produce_rows(Sink s, str name, Msg req, Msg resp, const uint8_t *pr, re
     return 0
 
 
+cdef int _fetch_part_head(Columns parts, Sink s, str name, Msg req, const uint8_t *pq, Topic *t,
+                          const uint8_t *pt, int64_t index, isolation, resp_frame, req_ts,
+                          resp_ts) except -1:
+    """A fetch_partition row's first columns (0-11), the same for an answered partition and a
+    request partition the response left out; `pt`: the buffer `t`'s name lies in."""
+    parts.begin()
+    parts.put_text(0, s.source)
+    parts.put_text(1, name)
+    _num(parts, 2, resp_frame)
+    _num(parts, 3, req_ts)
+    _num(parts, 4, resp_ts)
+    parts.put_i64(5, req.api_version)
+    parts.put_i64(6, req.correlation_id)
+    _opt_str(parts, 7, pq, req.client_id, req.client_id_len)
+    _opt_str(parts, 8, pt, t.name, t.name_len)
+    parts.put_i64(9, index)
+    parts.put_text(10, isolation)
+    if req.has_replica_id:
+        parts.put_i64(11, req.replica_id)
+    else:
+        parts.put_null(11)
+    return 0
+
+
 cdef int fetch_rows(Sink s, str name, Msg req, Msg resp, const uint8_t *pr, req_frame,
                     resp_frame, req_ts, resp_ts, req_size, resp_size) except -1:
     """WireRows._fetch for a walked Fetch request and its walked response."""
@@ -261,22 +285,7 @@ cdef int fetch_rows(Sink s, str name, Msg req, Msg resp, const uint8_t *pr, req_
             if parts is None:
                 parts = s.cols("fetch_partition")
             topic_id = _topic_id(t)
-            parts.begin()
-            parts.put_text(0, s.source)
-            parts.put_text(1, name)
-            _num(parts, 2, resp_frame)
-            _num(parts, 3, req_ts)
-            _num(parts, 4, resp_ts)
-            parts.put_i64(5, req.api_version)
-            parts.put_i64(6, req.correlation_id)
-            _opt_str(parts, 7, pq, req.client_id, req.client_id_len)
-            _opt_str(parts, 8, pr, t.name, t.name_len)
-            parts.put_i64(9, x.index)
-            parts.put_text(10, isolation)
-            if req.has_replica_id:
-                parts.put_i64(11, req.replica_id)
-            else:
-                parts.put_null(11)
+            _fetch_part_head(parts, s, name, req, pq, t, pr, x.index, isolation, resp_frame, req_ts, resp_ts)
             k = req.nparts - 1  # the fetch offset: the last request partition of that key
             while k >= 0:
                 if (req.parts[k].index == x.index
@@ -372,22 +381,7 @@ cdef int64_t _omitted_rows(Sink s, str name, Msg req, const uint8_t *pq, Msg res
             j -= 1
         if parts is None:
             parts = s.cols("fetch_partition")
-        parts.begin()
-        parts.put_text(0, s.source)
-        parts.put_text(1, name)
-        _num(parts, 2, resp_frame)
-        _num(parts, 3, req_ts)
-        _num(parts, 4, resp_ts)
-        parts.put_i64(5, req.api_version)
-        parts.put_i64(6, req.correlation_id)
-        _opt_str(parts, 7, pq, req.client_id, req.client_id_len)
-        _opt_str(parts, 8, pq, t.name, t.name_len)
-        parts.put_i64(9, x.index)
-        parts.put_text(10, isolation)
-        if req.has_replica_id:
-            parts.put_i64(11, req.replica_id)
-        else:
-            parts.put_null(11)
+        _fetch_part_head(parts, s, name, req, pq, t, pq, x.index, isolation, resp_frame, req_ts, resp_ts)
         parts.put_i64(12, req.parts[j].offset)
         for col in range(13, 20):
             parts.put_null(col)
