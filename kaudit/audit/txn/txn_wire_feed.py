@@ -90,6 +90,7 @@ class _Txn:
         self.complete = False
         self.fence_request: float | None = None   # a new instance's InitProducerId while open
         self.fence_row: dict | None = None
+        self.prepared_at: float | None = None     # when its PrepareX was recorded
 
 
 class WireFeed:
@@ -127,6 +128,8 @@ class WireFeed:
 
     def record(self, state: str, ts: float, r: dict, t: _Txn, *, epoch=None, cause=None, detail=None) -> None:
         e = t.epoch if epoch is None else epoch
+        if state.startswith("Prepare"):
+            t.prepared_at = ts
         if e is not None and (self.top_epoch is None or e > self.top_epoch):
             self.top_epoch = e
         self.records.append({
@@ -143,7 +146,13 @@ class WireFeed:
         t = self.cur
         return t if t is not None and t.prepared is None and not t.complete else None
 
-    def _new(self, ts: float, epoch: int) -> _Txn:
+    def _new(self, ts: float, epoch: int, r: dict) -> _Txn:
+        prev = self.cur
+        if prev is not None and prev.prepared is not None and not prev.complete:
+            # a transaction begins only once the previous one is complete (Ongoing's valid previous
+            # states: TransactionState); its markers shown on some partitions only (fetched), the
+            # rest outside the capture
+            self._maybe_complete(prev, ts, r, force=True)
         self.cur = _Txn(self.tid, epoch, ts, self.timeout_ms)
         self.txns.append(self.cur)
         return self.cur
@@ -225,7 +234,7 @@ class WireFeed:
         t = self.open_txn()
         epoch = r["producer_epoch"]
         if t is None or _newer(epoch, t.epoch):
-            t = self._new(ts, epoch)
+            t = self._new(ts, epoch, r)
         new = [tp for tp in tps if tp not in t.partitions]
         if new:
             t.partitions.extend(new)
@@ -251,7 +260,7 @@ class WireFeed:
         if errs or r["error_codes"] is None:
             return
         self.client_coordinator = self.client_coordinator or r["event"] == "ADD_OFFSETS"
-        t = self.open_txn() or self._new(ts, r["producer_epoch"])
+        t = self.open_txn() or self._new(ts, r["producer_epoch"], r)
         if r["group_id"]:
             t.groups.add(r["group_id"])
 
@@ -438,6 +447,12 @@ class WireFeed:
         after = [d["rank"] for d in mine if d["rank"] > last["rank"]]
         nxt = min(after) if after else None
         for m in self.markers:
+            if m.get("fetched"):
+                if m["after"] is last:   # another fetched marker after the same data: the lower ends it
+                    if offset < m["base_offset"]:
+                        m.update(base_offset=offset, last_offset=offset, position=r["position"], source=r["source"])
+                    return
+                continue
             if ((m["topic"], m["partition"]) == (r["topic"], r["partition"]) and m["rank"] > last["rank"]
                     and (nxt is None or m["rank"] < nxt)):
                 if m["base_offset"] is None and m["control_type"] == result \
@@ -446,16 +461,23 @@ class WireFeed:
                 return   # that stretch of data already ended
         self.step(ts, r["position"], f"Fetch from {r['connection']} serves {tp} {result} marker at offset "
                                      f"{offset} epoch {r['producer_epoch']} coordinator epoch {r['coordinator_epoch']}")
-        self.markers.append({
+        m = {
             "topic": r["topic"], "partition": r["partition"], "replica": None, "producer_id": self.pid,
             "producer_epoch": r["producer_epoch"], "base_offset": offset, "last_offset": offset,
             "is_transactional": True, "is_control": True, "control_type": result,
             "coordinator_epoch": r["coordinator_epoch"], "base_timestamp_ms": int(ts * 1000),
             "max_timestamp_ms": int(ts * 1000), "source": r["source"], "position": r["position"],
             "writer": None, "client_id": None, "connection": r["connection"], "rank": None, "after": last,
-            "sent": ts, "transaction_version": None, "fetched": True})
+            "sent": ts, "transaction_version": None, "fetched": True}
+        self.markers.append(m)
         t = self._fetched_txn(tp, result, r["producer_epoch"], last)
         if t is None:
+            return
+        if t.prepared_at is not None:
+            # written once its transaction was prepared, before this answer: dated by the
+            # PrepareX (the time that matches it to its transaction), not by when it was read
+            m["base_timestamp_ms"] = m["max_timestamp_ms"] = int(t.prepared_at * 1000)
+        if t.complete:
             return
         t.marked.add(tp)
         # a marker fetched on one partition ends that partition's part; the transaction ended at
@@ -466,10 +488,10 @@ class WireFeed:
         self._maybe_complete(t, ts, r)
 
     def _fetched_txn(self, tp: str, result: str, epoch, last: dict) -> _Txn | None:
-        """The transaction a fetched marker ends: the latest one listing its partition, begun by
-        its data, not complete - ending with its result, or still open."""
-        for t in reversed(self.txns[-16:]):
-            if tp in t.partitions and not t.complete and t.start * 1000 <= last["base_timestamp_ms"] + 1 \
+        """The transaction a fetched marker ends: the latest one listing its partition begun by
+        its data, ending with its result (or still open)."""
+        for t in reversed(self.txns[-64:]):
+            if tp in t.partitions and t.start * 1000 <= last["base_timestamp_ms"] + 1 \
                     and (t.prepared is None or t.prepared == result):
                 return t
         return None
@@ -485,7 +507,7 @@ class WireFeed:
                 and (t is None or t.epoch != epoch):
             return   # an ended epoch's data (a zombie's) joins no transaction: nothing registers it
         if t is None or _newer(epoch, t.epoch):
-            t = self._new(ts, epoch)
+            t = self._new(ts, epoch, r)
         if tp not in t.partitions:
             t.partitions.append(tp)
             self.record("Ongoing", ts, r, t)
