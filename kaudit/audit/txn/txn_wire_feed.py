@@ -8,6 +8,7 @@ import json
 import re
 from bisect import bisect_right
 
+from kaudit.audit.txn import txn_fetched
 from kaudit.audit.txn.coordinator_state import partition_names
 from kaudit.audit.folds import Context
 from kaudit.audit.registry import evidence
@@ -118,6 +119,9 @@ class WireFeed:
         self.known_from: float | None = None      # from here on the capture shows every registration
         self._seen: set[tuple] = set()
         self._fetched: set[tuple] = set()         # (tp, offset) of the markers Fetch responses served
+        self.data_by_tp: dict[tuple, list[dict]] = {}     # (topic, partition) -> its data rows, in order
+        self.markers_by_tp: dict[tuple, list[dict]] = {}  # the same of `markers` (txn_fetched's index)
+        self.markers_indexed = 0
         self.top_epoch: int | None = None         # the highest epoch the coordinator's records reached
         self.marker_writes: list[dict] = []       # the coordinator's markers per partition and their answer
         self.busy: list[tuple] = []               # (ts, frame, event) answered CONCURRENT_TRANSACTIONS
@@ -393,7 +397,7 @@ class WireFeed:
     # -- data -------------------------------------------------------------------------------------
     def batch(self, ts: float, r: dict) -> None:
         if r.get("source_kind") == "fetch":
-            return self.fetched(ts, r)
+            return txn_fetched.fetched(self, ts, r)
         tp = f"{r['topic']}-{r['partition']}"
         err = r["response_error"]
         if self.tid is None and r.get("transactional_id"):
@@ -413,7 +417,7 @@ class WireFeed:
         base = r["response_base_offset"]
         base = base if err == 0 and base is not None and base >= 0 else None
         n = r["record_count"] or 1
-        self.data.append({
+        self.data.append(row := {
             "topic": r["topic"], "partition": r["partition"], "replica": None, "producer_id": self.pid,
             "producer_epoch": r["producer_epoch"], "base_offset": base,
             "last_offset": None if base is None else base + n - 1, "is_transactional": True,
@@ -423,78 +427,7 @@ class WireFeed:
             "client_id": r["client_id"], "correlation_id": r["correlation_id"], "base_sequence": r["base_sequence"],
             "last_sequence": r["last_sequence"], "response_error": err, "rank": (ts, r["position"]),
             "answered": r.get("response_ts")})
-
-    def fetched(self, ts: float, r: dict) -> None:
-        """A COMMIT/ABORT control batch of this producer a leader served in a Fetch response: its
-        log's marker at that offset, which ends the producer's data on the partition below it -
-        the evidence a marker on disk is, whoever wrote it (the coordinator's WriteTxnMarkers may
-        have gone broker to broker, outside the capture). Counted once per (partition, offset);
-        a WriteTxnMarkers already replayed for the same end (same result and epoch, after that
-        data) is that marker: it gets the offset. A marker ending no data the capture shows
-        (an earlier transaction's, a retried duplicate) adds nothing."""
-        result, offset = r["control_type"], r["base_offset"]
-        if result not in ("COMMIT", "ABORT") or offset is None or r["topic"] is None or r["partition"] is None:
-            return
-        tp = f"{r['topic']}-{r['partition']}"
-        if (tp, offset) in self._fetched:
-            return
-        self._fetched.add((tp, offset))
-        mine = [d for d in self.data if (d["topic"], d["partition"]) == (r["topic"], r["partition"])]
-        below = [d for d in mine if d["last_offset"] is not None and d["last_offset"] < offset]
-        if not below:
-            return
-        last = max(below, key=lambda d: d["last_offset"])
-        after = [d["rank"] for d in mine if d["rank"] > last["rank"]]
-        nxt = min(after) if after else None
-        for m in self.markers:
-            if m.get("fetched"):
-                if m["after"] is last:   # another fetched marker after the same data: the lower ends it
-                    if offset < m["base_offset"]:
-                        m.update(base_offset=offset, last_offset=offset, position=r["position"], source=r["source"])
-                    return
-                continue
-            if ((m["topic"], m["partition"]) == (r["topic"], r["partition"]) and m["rank"] > last["rank"]
-                    and (nxt is None or m["rank"] < nxt)):
-                if m["base_offset"] is None and m["control_type"] == result \
-                        and m["producer_epoch"] == r["producer_epoch"]:
-                    m["base_offset"] = m["last_offset"] = offset   # the WriteTxnMarkers' marker
-                return   # that stretch of data already ended
-        self.step(ts, r["position"], f"Fetch from {r['connection']} serves {tp} {result} marker at offset "
-                                     f"{offset} epoch {r['producer_epoch']} coordinator epoch {r['coordinator_epoch']}")
-        m = {
-            "topic": r["topic"], "partition": r["partition"], "replica": None, "producer_id": self.pid,
-            "producer_epoch": r["producer_epoch"], "base_offset": offset, "last_offset": offset,
-            "is_transactional": True, "is_control": True, "control_type": result,
-            "coordinator_epoch": r["coordinator_epoch"], "base_timestamp_ms": int(ts * 1000),
-            "max_timestamp_ms": int(ts * 1000), "source": r["source"], "position": r["position"],
-            "writer": None, "client_id": None, "connection": r["connection"], "rank": None, "after": last,
-            "sent": ts, "transaction_version": None, "fetched": True}
-        self.markers.append(m)
-        t = self._fetched_txn(tp, result, r["producer_epoch"], last)
-        if t is None:
-            return
-        if t.prepared_at is not None:
-            # written once its transaction was prepared, before this answer: dated by the
-            # PrepareX (the time that matches it to its transaction), not by when it was read
-            m["base_timestamp_ms"] = m["max_timestamp_ms"] = int(t.prepared_at * 1000)
-        if t.complete:
-            return
-        t.marked.add(tp)
-        # a marker fetched on one partition ends that partition's part; the transaction ended at
-        # the coordinator (its PrepareX, by whom) only once every registered partition's shows -
-        # a partition never served its marker stays open (hanging past its timeout)
-        if t.prepared is None and not t.complete and set(t.partitions) <= t.marked:
-            self._coordinator_end(t, ts, dict(r, result=result))
-        self._maybe_complete(t, ts, r)
-
-    def _fetched_txn(self, tp: str, result: str, epoch, last: dict) -> _Txn | None:
-        """The transaction a fetched marker ends: the latest one listing its partition begun by
-        its data, ending with its result (or still open)."""
-        for t in reversed(self.txns[-64:]):
-            if tp in t.partitions and t.start * 1000 <= last["base_timestamp_ms"] + 1 \
-                    and (t.prepared is None or t.prepared == result):
-                return t
-        return None
+        self.data_by_tp.setdefault((r["topic"], r["partition"]), []).append(row)
 
     def _implicit_add(self, ts: float, r: dict, tp: str) -> None:
         """Data on a partition whose registration the capture cannot show (a version-2 producer's
@@ -539,15 +472,9 @@ class WireFeed:
                 if d["last_offset"] is not None:
                     top = max(top, d["last_offset"])
 
-    def _place_fetched(self) -> None:
-        """A fetched marker's place in its partition: right after the last data below its offset."""
-        for m in self.markers:
-            if m.get("fetched"):
-                m["rank"] = tuple(m.pop("after")["rank"]) + (1,)
-
     def facts(self) -> ProducerTxns:
         self._order_races()
-        self._place_fetched()
+        txn_fetched.place(self)
         coverage = WireCoverage(source="wire", coordinator=self.client_coordinator or self.tv2_adds,
                                 registrations=self.tv2_adds if self.version == 2 else self.tv1_adds,
                                 markers=bool(self.marker_hosts), slack_ms=0, feed=self)

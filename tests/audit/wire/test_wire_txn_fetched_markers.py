@@ -130,3 +130,31 @@ def test_fetched_marker_on_one_partition_only_leaves_the_other_hanging(tmp_path)
     hanging = by_rule(fs, "hanging-transaction")
     assert [(f["topic"], f["partition"]) for f in hanging] == [(TOPIC, 3)]
     assert by_rule(fs, "dangling-transaction") == []
+
+
+def test_a_later_transactions_marker_does_not_end_committed_data(tmp_path):
+    """The producer committed (EndTxn COMMIT, its marker at 13 never fetched); a consumer fetching
+    from 14 sees a later transaction's ABORT at 14 (a timed-out transaction without data here):
+    that ABORT is not the committed data's end - no torn transaction, nothing open."""
+    producer = _producer(end=end_txn(9, PID, 0))
+    consumer = fetch(1, marker(14, "ABORT", 1), fetch_offset=14)
+    assert _audit(tmp_path, [Conn(producer), Conn(consumer, **CONSUMER)]) == []
+
+
+def test_a_marker_of_a_later_epoch_does_not_end_the_data(tmp_path):
+    """A marker two epochs above the data's is no end the coordinator writes for it (epoch, or
+    epoch + 1 for its own abort): the open transaction stays hanging."""
+    consumer = fetch(1, data(10, 0) + marker(13, "ABORT", 2))
+    fs = _audit(tmp_path, [Conn(_producer()), Conn(consumer, **CONSUMER)])
+    assert [(f["rule"], f["partition"]) for f in fs] == [("hanging-transaction", 2)]
+
+
+def test_fetched_abort_agrees_with_the_coordinators_markers_and_fencing(tmp_path):
+    """A fencing (a new instance's InitProducerId) with the coordinator's WriteTxnMarkers in the
+    capture, and a consumer fetching the same ABORT at epoch 1: one coordinator abort (fencing)."""
+    producer = _producer() + init_producer_id(9, PID, 1, client_id="wire-producer-2")
+    consumer = fetch(1, data(10, 0) + marker(13, "ABORT", 1))
+    conns = [Conn(producer), Conn(write_markers(1, PID, 1, committed=False), **BROKER), Conn(consumer, **CONSUMER)]
+    fs = _audit(tmp_path, conns)
+    (f,) = fs
+    assert f["rule"] == "coordinator-abort" and details(f)["cause"] == "fencing"
