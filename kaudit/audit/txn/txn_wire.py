@@ -20,6 +20,9 @@ TransactionMarkerChannelManager):
   InitProducerId came, else a timeout.
 - Produce: accepted (or unanswered) transactional batches are the data; the broker appended
   them at their request, a marker at its answer (`rank`).
+- Fetch: a COMMIT/ABORT control batch a leader served is its log's marker at that offset: it ends
+  the producer's data on that partition below it, as the WriteTxnMarkers that wrote it would
+  (one marker however many consumers fetch it; the same as the WriteTxnMarkers when both show).
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional
                "producer_epoch", "partitions", "result", "coordinator_epoch", "timeout_ms", "group_id",
                "new_producer_id", "new_producer_epoch", "error_codes", "transaction_version", "enable_2pc",
                "keep_prepared_txn")
-BATCH_COLUMNS = ("source", "connection", "position", "request_ts", "response_ts", "topic", "topic_id", "partition",
+BATCH_COLUMNS = ("source_kind", "source", "connection", "position", "request_ts", "response_ts", "topic", "topic_id",
+                 "partition",
                  "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count",
-                 "transactional_id", "response_error", "response_base_offset", "correlation_id", "client_id")
+                 "transactional_id", "response_error", "response_base_offset", "correlation_id", "client_id",
+                 "base_offset", "is_control", "control_type", "coordinator_epoch")
 FRAME_COLUMNS = ("source", "connection", "request_frame", "response_ts", "api_key", "client_id", "api_version",
                  "partition_errors", "markers")
 TXN_APIS = (22, 24, 25, 26, 27, 28)
@@ -56,8 +61,7 @@ class ProducerWire:
 
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
         for r in table.to_pylist():
-            ts = r["ts"] if kind == "txn_event" else r["request_ts"]
-            self.rows.append((ts or 0.0, r["position"] or 0, kind, r))
+            self.rows.append((row_ts(kind, r) or 0.0, r["position"] or 0, kind, r))
         return []
 
     def finish(self) -> list[dict]:
@@ -66,6 +70,16 @@ class ProducerWire:
         if self.pid is None or self.pid < 0:
             return []
         return txn_findings.judge(producer_facts(self.pid, self.rows, self.ctx), self.ctx.reference_time_ms)
+
+
+def row_ts(kind: str, r: dict) -> float | None:
+    """When a row happened: an event's request; a produced batch's request (the broker appends it
+    then); a fetched marker's answer (the leader's log held it by then)."""
+    if kind == "txn_event":
+        return r["ts"]
+    if r.get("source_kind") == "fetch":
+        return r["response_ts"] if r["response_ts"] is not None else r["request_ts"]
+    return r["request_ts"]
 
 
 def producer_facts(pid: int, rows: list[tuple], ctx: Context) -> ProducerTxns:
@@ -136,8 +150,7 @@ def listed(items: list[tuple[str, pa.Table]], ctx: Context, producer_id: int | N
     for kind, t in prepare(items, ctx):
         for r in t.to_pylist():
             if r["producer_id"] is not None and r["producer_id"] >= 0:
-                ts = r["ts"] if kind == "txn_event" else r["request_ts"]
-                rows[r["producer_id"]].append((ts or 0.0, r["position"] or 0, kind, r))
+                rows[r["producer_id"]].append((row_ts(kind, r) or 0.0, r["position"] or 0, kind, r))
     out = []
     for pid in sorted(rows):
         if producer_id is None or pid == producer_id:
@@ -146,8 +159,12 @@ def listed(items: list[tuple[str, pa.Table]], ctx: Context, producer_id: int | N
 
 
 def _txn_batch_where(t: pa.Table):
-    return pc.and_(pc.equal(t.column("source_kind"), "produce"),
-                   pc.fill_null(pc.equal(t.column("is_transactional"), True), False))
+    """Produced transactional batches, and the COMMIT/ABORT markers Fetch responses served (the
+    leader's log: the end of the producer's transaction on that partition, txn_wire_feed.fetched)."""
+    kind = t.column("source_kind")
+    produced = pc.and_(pc.equal(kind, "produce"), pc.fill_null(pc.equal(t.column("is_transactional"), True), False))
+    fetched = pc.and_(pc.equal(kind, "fetch"), pc.fill_null(pc.equal(t.column("is_control"), True), False))
+    return pc.fill_null(pc.or_(produced, fetched), False)
 
 
 FOLD = Fold("wire-txn", {"txn_event": TXN_COLUMNS, "batch": BATCH_COLUMNS, "frame": FRAME_COLUMNS},

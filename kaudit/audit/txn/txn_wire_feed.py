@@ -8,6 +8,7 @@ import json
 import re
 from bisect import bisect_right
 
+from kaudit.audit.txn import txn_fetched
 from kaudit.audit.txn.coordinator_state import partition_names
 from kaudit.audit.folds import Context
 from kaudit.audit.registry import evidence
@@ -90,6 +91,7 @@ class _Txn:
         self.complete = False
         self.fence_request: float | None = None   # a new instance's InitProducerId while open
         self.fence_row: dict | None = None
+        self.prepared_at: float | None = None     # when its PrepareX was recorded
 
 
 class WireFeed:
@@ -116,6 +118,10 @@ class WireFeed:
         self.produce_hosts: dict[str, str] = {}   # tp -> the leader its data went to
         self.known_from: float | None = None      # from here on the capture shows every registration
         self._seen: set[tuple] = set()
+        self._fetched: set[tuple] = set()         # (tp, offset) of the markers Fetch responses served
+        self.data_by_tp: dict[tuple, list[dict]] = {}     # (topic, partition) -> its data rows, in order
+        self.markers_by_tp: dict[tuple, list[dict]] = {}  # the same of `markers` (txn_fetched's index)
+        self.markers_indexed = 0
         self.top_epoch: int | None = None         # the highest epoch the coordinator's records reached
         self.marker_writes: list[dict] = []       # the coordinator's markers per partition and their answer
         self.busy: list[tuple] = []               # (ts, frame, event) answered CONCURRENT_TRANSACTIONS
@@ -126,6 +132,8 @@ class WireFeed:
 
     def record(self, state: str, ts: float, r: dict, t: _Txn, *, epoch=None, cause=None, detail=None) -> None:
         e = t.epoch if epoch is None else epoch
+        if state.startswith("Prepare"):
+            t.prepared_at = ts
         if e is not None and (self.top_epoch is None or e > self.top_epoch):
             self.top_epoch = e
         self.records.append({
@@ -142,7 +150,13 @@ class WireFeed:
         t = self.cur
         return t if t is not None and t.prepared is None and not t.complete else None
 
-    def _new(self, ts: float, epoch: int) -> _Txn:
+    def _new(self, ts: float, epoch: int, r: dict) -> _Txn:
+        prev = self.cur
+        if prev is not None and prev.prepared is not None and not prev.complete:
+            # a transaction begins only once the previous one is complete (Ongoing's valid previous
+            # states: TransactionState); its markers shown on some partitions only (fetched), the
+            # rest outside the capture
+            self._maybe_complete(prev, ts, r, force=True)
         self.cur = _Txn(self.tid, epoch, ts, self.timeout_ms)
         self.txns.append(self.cur)
         return self.cur
@@ -224,7 +238,7 @@ class WireFeed:
         t = self.open_txn()
         epoch = r["producer_epoch"]
         if t is None or _newer(epoch, t.epoch):
-            t = self._new(ts, epoch)
+            t = self._new(ts, epoch, r)
         new = [tp for tp in tps if tp not in t.partitions]
         if new:
             t.partitions.extend(new)
@@ -250,7 +264,7 @@ class WireFeed:
         if errs or r["error_codes"] is None:
             return
         self.client_coordinator = self.client_coordinator or r["event"] == "ADD_OFFSETS"
-        t = self.open_txn() or self._new(ts, r["producer_epoch"])
+        t = self.open_txn() or self._new(ts, r["producer_epoch"], r)
         if r["group_id"]:
             t.groups.add(r["group_id"])
 
@@ -382,6 +396,8 @@ class WireFeed:
 
     # -- data -------------------------------------------------------------------------------------
     def batch(self, ts: float, r: dict) -> None:
+        if r.get("source_kind") == "fetch":
+            return txn_fetched.fetched(self, ts, r)
         tp = f"{r['topic']}-{r['partition']}"
         err = r["response_error"]
         if self.tid is None and r.get("transactional_id"):
@@ -401,7 +417,7 @@ class WireFeed:
         base = r["response_base_offset"]
         base = base if err == 0 and base is not None and base >= 0 else None
         n = r["record_count"] or 1
-        self.data.append({
+        self.data.append(row := {
             "topic": r["topic"], "partition": r["partition"], "replica": None, "producer_id": self.pid,
             "producer_epoch": r["producer_epoch"], "base_offset": base,
             "last_offset": None if base is None else base + n - 1, "is_transactional": True,
@@ -411,6 +427,7 @@ class WireFeed:
             "client_id": r["client_id"], "correlation_id": r["correlation_id"], "base_sequence": r["base_sequence"],
             "last_sequence": r["last_sequence"], "response_error": err, "rank": (ts, r["position"]),
             "answered": r.get("response_ts")})
+        self.data_by_tp.setdefault((r["topic"], r["partition"]), []).append(row)
 
     def _implicit_add(self, ts: float, r: dict, tp: str) -> None:
         """Data on a partition whose registration the capture cannot show (a version-2 producer's
@@ -423,7 +440,7 @@ class WireFeed:
                 and (t is None or t.epoch != epoch):
             return   # an ended epoch's data (a zombie's) joins no transaction: nothing registers it
         if t is None or _newer(epoch, t.epoch):
-            t = self._new(ts, epoch)
+            t = self._new(ts, epoch, r)
         if tp not in t.partitions:
             t.partitions.append(tp)
             self.record("Ongoing", ts, r, t)
@@ -435,6 +452,8 @@ class WireFeed:
         its offset leaves a gap after the data before it (a marker takes an offset)."""
         markers: dict[tuple, list[dict]] = {}
         for m in self.markers:
+            if m.get("fetched"):
+                continue   # its offset places it (`_place_fetched`)
             markers.setdefault((m["topic"], m["partition"]), []).append(m)
         data: dict[tuple, list[dict]] = {}
         for d in self.data:
@@ -455,6 +474,7 @@ class WireFeed:
 
     def facts(self) -> ProducerTxns:
         self._order_races()
+        txn_fetched.place(self)
         coverage = WireCoverage(source="wire", coordinator=self.client_coordinator or self.tv2_adds,
                                 registrations=self.tv2_adds if self.version == 2 else self.tv1_adds,
                                 markers=bool(self.marker_hosts), slack_ms=0, feed=self)
