@@ -99,8 +99,11 @@ def _without_runs(table: pa.Table) -> pa.Table:
 
 @pytest.mark.parametrize("chunk", [1, 3, 16384])
 def test_findings_equal_one_row_per_batch(tmp_path, monkeypatch, chunk):
+    # one batch per chunk is the slowest path of all (~2 s a seed): fewer seeds there, the same
+    # scenarios as the first seeds of the others (the suite's time budget)
+    seeds = 24 if chunk == 1 else 60
     plain_inside = 0
-    for seed in range(60):
+    for seed in range(seeds):
         root = _scenario(seed, tmp_path / f"{chunk}-{seed}")
         with small_chunks(monkeypatch, chunk):
             got = audit_segments([str(root)], select=TXN_RULES, now_ms=T0 + 10**6).findings
@@ -109,4 +112,4 @@ def test_findings_equal_one_row_per_batch(tmp_path, monkeypatch, chunk):
                 want = audit_segments([str(root)], select=TXN_RULES, now_ms=T0 + 10**6).findings
         assert got == want, seed
         plain_inside += sum(f["rule"] == "non-transactional-write-in-transaction" for f in got)
-    assert plain_inside >= 10   # the scenarios do reach the rule
+    assert plain_inside >= seeds // 6   # the scenarios do reach the rule
