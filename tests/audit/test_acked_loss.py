@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fixtures.builder import LogDirBuilder
-from fixtures.builder.metadata import MetadataLog
+from fixtures.builder.metadata import election_history
 from fixtures.builder.replicas import write_replicas
 from kaudit.audit.joint.join import JoinInput, join
 from kaudit.engine.joint import audit_both
@@ -33,15 +33,7 @@ def _cluster(tmp_path, *, election: str, old_hw: int = 10, metadata_on=(1,)):
     first: broker 1's 5-9 were above the high watermark)."""
     def build(ld, node):
         if node in metadata_on:
-            md = MetadataLog(ld)
-            md.feature("metadata.version", 7)
-            md.topic("orders", TID, {0: [1, 2, 3]})
-            md.change("orders", 0, isr=[1])
-            if election == "clean":
-                md.change("orders", 0, isr=[1, 2])
-                md.change("orders", 0, leader=2, isr=[2])
-            else:
-                md.change("orders", 0, leader=2, isr=[2], recovery_state=1)
+            election_history(ld, "orders", TID, election)
         pb = ld.partition("orders", 0, topic_id=TID, role="leader" if node == 1 else "follower")
         for i in range(10 if node == 1 else 5):
             pb.append_batch(values=[b"v%d" % i], producer_id=PID, producer_epoch=0, base_sequence=i)

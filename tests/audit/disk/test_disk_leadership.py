@@ -8,7 +8,7 @@ import json
 
 from diskcraft import audit, brief
 
-from fixtures.builder.metadata import MetadataLog
+from fixtures.builder.metadata import MetadataLog, election_history
 from fixtures.builder.replicas import write_replicas
 
 RULES = ("unclean-leader-election", "unexplained-divergence")
@@ -21,16 +21,7 @@ def _cluster(tmp_path, *, election: str, old_hw: int, new_hw: int = 8, metadata:
     no recovery state: Kafka before 3.2), or "clean" (2 back in the ISR first)."""
     def build(ld, node):
         if node == 1 and metadata:
-            md = MetadataLog(ld)
-            md.feature("metadata.version", 7)
-            md.topic("orders", TID, {0: [1, 2, 3]})
-            md.change("orders", 0, isr=[1])
-            if election == "clean":
-                md.change("orders", 0, isr=[1, 2])
-                md.change("orders", 0, leader=2, isr=[2])
-            else:
-                md.change("orders", 0, leader=2, isr=[2],
-                          recovery_state=1 if election == "unclean" else -1)
+            election_history(ld, "orders", TID, election)
         pb = ld.partition("orders", 0, topic_id=TID, role="leader" if node == 1 else "follower")
         for i in range(10 if node == 1 else 5):
             pb.append_batch(values=[b"v%d" % i])
