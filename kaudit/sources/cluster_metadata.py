@@ -25,7 +25,7 @@ def histories(plan) -> dict:
     cached = getattr(plan, "_cluster_histories", None)
     if cached is not None:
         return cached
-    from kaudit.sources.logdir import log_dir_clusters
+    from kaudit.sources.targets import log_dir_clusters
     from kaudit.sources.segments import Options, decode_target
 
     targets = metadata_targets(plan.targets)
@@ -59,7 +59,7 @@ def name_partitions(plan) -> None:
     hs = histories(plan)
     if not hs:
         return
-    from kaudit.sources.logdir import log_dir_clusters
+    from kaudit.sources.targets import log_dir_clusters
 
     clusters = log_dir_clusters(plan)
     for t in missing:

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from kaudit import native
 from kaudit.capture import CaptureStreams, LinkDecoder, Reassembler
 from kaudit.capture.live import IDLE_SWEEP_S, LiveCapture, detach, expire_idle
-from kaudit.sources.pcap import FLUSH_ROWS, PcapOptions, PcapSummary, Session, _events_loop
+from kaudit.sources.pcap import _events_loop
+from kaudit.sources.pcap_session import FLUSH_ROWS, PcapOptions, PcapSummary, Session
 from kaudit.sources.wire_rows import WireRows
 
 _C = "kaudit.sources._cpcap"

@@ -24,7 +24,7 @@ import pyarrow as pa
 from kaudit import native
 from kaudit.model import KINDS
 from kaudit.capture import CaptureStreams, ConnOpen, Diverted, StreamData
-from kaudit.sources.pcap import FLUSH_ROWS, KEY_CLOSED, KEY_ISSUES, PcapSummary, Session, capture_issues
+from kaudit.sources.pcap_session import FLUSH_ROWS, KEY_CLOSED, KEY_ISSUES, PcapSummary, Session, capture_issues
 from kaudit.sources.pcap_workers import DONE as _DONE, Worker, send
 from kaudit.sources.wire_rows import WireRows, rows_table
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from kaudit.sources.logdir import REMOTE_SEGMENT_FILE, LogDir, Target
+from kaudit.sources.targets import REMOTE_SEGMENT_FILE, LogDir, Target
 
 SEGMENT_KINDS = ("log", "index", "timeindex", "txnindex")
 SKIP_REASONS = {

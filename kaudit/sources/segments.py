@@ -16,7 +16,7 @@ from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.file_kinds import tail_issues
 from kaudit.sources.index_table import index_chunks
-from kaudit.sources.logdir import Target
+from kaudit.sources.targets import Target
 from kaudit.sources.segment_log import decode_log
 
 # Index-like files are small by nature; a bigger one is read only up to this bound.

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from kaudit.protocol.batch_scan import plausible_v2
 from kaudit.protocol.codecs import DEFAULT_MAX_BYTES
-from kaudit.sources.logdir import Plan, Target
+from kaudit.sources.targets import Plan, Target
 from kaudit.sources.segment_log import open_readonly
 from kaudit.sources.segments import Options, decode_target
 

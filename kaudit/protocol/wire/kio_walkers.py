@@ -1,8 +1,8 @@
-"""Compiled kio walkers: the plan of `kio_bodies._walk_plan` turned into one straight-line Python
+"""Compiled kio walkers: the plan of `kio_schema._walk_plan` turned into one straight-line Python
 function per class (fixed runs unpacked into locals, compact lengths read inline, arrays of
 entities looped in place, arrays of fixed-size values read with one struct call, the dict built
 at once in field order). Same dict, same key order, same offsets as the schema walk
-(`kio_bodies._walk_generic`); any exception makes the caller fall back to that walk, which
+(`kio_schema._walk_generic`); any exception makes the caller fall back to that walk, which
 raises the real error. Steps the generator does not specialise call the generic step reader.
 """
 
@@ -14,7 +14,7 @@ import typing
 from functools import lru_cache
 
 from kaudit.protocol.primitives import read_uvarint
-from kaudit.protocol.wire import kio_bodies as kb
+from kaudit.protocol.wire import kio_schema as kb
 from kaudit.protocol.wire.apis import kio_class
 
 
@@ -93,7 +93,7 @@ def compiled(cls):
 
 
 def _compile(cls):
-    flexible, steps, tagged = kb._walk_plan(cls)
+    flexible, steps, tagged = kb._walk_plan(cls, walk_schema)
     hints = typing.get_type_hints(cls)
     fields = {kb._out_name(f.name, f.metadata.get("kafka_type")): f for f in dataclasses.fields(cls)}
     env = {"uvarint": read_uvarint, "GIVE_UP": _GIVE_UP, "uuid_str": kb.uuid_str,
@@ -189,12 +189,28 @@ def compiled_walker(api_key: int, api_version: int, entity: str):
         return None
     fast = compiled(cls)
     if fast is None:
-        return lambda buf, off: kb._walk_generic(cls, buf, off)
+        return lambda buf, off: kb._walk_generic(cls, buf, off, walk_schema)
 
     def walk(buf, off):
         try:
             return fast(buf, off)
         except Exception:  # noqa: BLE001 - the generic walk decides what is wrong
-            return kb._walk_generic(cls, buf, off)
+            return kb._walk_generic(cls, buf, off, walk_schema)
 
     return walk
+
+
+def walk_schema(cls, buf, off):
+    """Decode one kio entity class -> (dict, new offset); the dict kio's reader would give,
+    converted (see kio_bodies' module docstring).
+
+    The compiled walker of the class (`compiled`) runs first; it only ever gives up, never
+    differs: on any problem (cut or invalid bytes, an unusual tagged field) the plain walk below
+    decodes the same bytes again and raises the precise error."""
+    fast = compiled(cls)
+    if fast is not None:
+        try:
+            return fast(buf, off)
+        except Exception:  # noqa: BLE001 - the generic walk decides what is wrong
+            pass
+    return kb._walk_generic(cls, buf, off, walk_schema)

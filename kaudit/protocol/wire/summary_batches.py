@@ -74,7 +74,7 @@ def _is_error_name(name: str) -> bool:
 def _error_plan(cls):
     """((op, dict key, sub-plan), ...) in field order for a kio class: the error-code fields
     and the nested entities that contain some; None when the class is not a plain kio schema."""
-    from kaudit.protocol.wire.kio_bodies import _inner_types, _is_tuple, _out_name
+    from kaudit.protocol.wire.kio_schema import _inner_types, _is_tuple, _out_name
 
     try:
         hints = typing.get_type_hints(cls)

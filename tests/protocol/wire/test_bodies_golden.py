@@ -208,7 +208,7 @@ def _kio_paths(cls, prefix=()):
     import dataclasses
     import typing
 
-    from kaudit.protocol.wire.kio_bodies import _inner_types, _out_name
+    from kaudit.protocol.wire.kio_schema import _inner_types, _out_name
 
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
