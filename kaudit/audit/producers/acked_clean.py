@@ -30,6 +30,7 @@ COLUMNS = ("source_kind", "source", "connection", "position", "correlation_id", 
            "base_offset", "last_offset", "record_count", "producer_id", "producer_epoch", "base_sequence",
            "magic", "crc", "codec")
 CONTENT = ("crc", "batch_size", "magic", "attributes")   # what records_crc needs (acked_writes.table_contents)
+MAX_OFFSET = 1 << 40         # offsets (and spans) at or beyond: the full check
 MAX_TWICE_PAIRS = 2_000_000   # candidate pairs of overlapping writes beyond which the full check runs
 STRINGS = ("source", "connection", "topic")
 PLACE_KEY = ("source", "connection", "position", "correlation_id", "topic", "partition", "response_base_offset")
@@ -50,9 +51,10 @@ def certified(b: pa.Table) -> bool:
         return True     # no acknowledged write: nothing to lose
     if any((np.isnan(cols.f(c)) & ~cols.null(c)).any() for c in ("response_ts", "request_ts")):
         return False    # a NaN time compares unlike a missing one in the full check
+    if any(np.abs(cols.i(c, 0)).max(initial=0) >= MAX_OFFSET for c in ("response_base_offset", "base_offset",
+                                                                         "last_offset", "record_count")):
+        return False    # int64 sums of such offsets could wrap where Python's do not
     lo = _placed(cols, acked)
-    if lo is None:
-        return False
     a = cols.side(acked, lo)
     order = np.argsort(a["lo"], kind="stable")
     a = {k: v[order] for k, v in a.items()}
@@ -98,6 +100,8 @@ class _Columns:
         def make():
             col = self.b.column(name)
             col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            if pa.types.is_dictionary(col.type):
+                col = col.cast(col.type.value_type)
             if pa.types.is_null(col.type) or col.null_count == len(col):
                 return np.zeros(len(col), np.int64)
             idx = pc.fill_null(col.dictionary_encode().indices, -1)
@@ -135,7 +139,7 @@ class _Columns:
         return content[rows], ok[rows]
 
 
-def _placed(cols: _Columns, acked: np.ndarray) -> np.ndarray | None:
+def _placed(cols: _Columns, acked: np.ndarray) -> np.ndarray:
     """The acknowledged rows' first offsets (acked_writes._placed): the response's base offset,
     after the records of the same request's earlier batches of the partition - earlier in the
     order the answers came (wire_acked._by_answer: response time, 0 where unknown, then row)."""
