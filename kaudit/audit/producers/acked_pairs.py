@@ -22,8 +22,8 @@ BLOCK_PAIRS = 200_000    # candidate pairs compared at once (~30 arrays of that 
 MAX_PAIRS = 2_000_000    # one fetched batch meeting more writes: the reference loop
 
 
-def same_columns(a: dict, x: dict) -> np.ndarray:
-    """A.same_write(a_k, x_k) (stored=True) of each pair k: 1 True, 0 False, -1 None. Each side:
+def same_columns(a: dict, x: dict, stored: bool = True) -> np.ndarray:
+    """A.same_write(a_k, x_k, stored) of each pair k: 1 True, 0 False, -1 None. Each side:
     int64 arrays lo, hi, pid, epoch, seq, magic, count, crc, content, codec (0: none) and bool
     arrays has_crc, has_content."""
     span_eq = (a["lo"] == x["lo"]) & (a["hi"] == x["hi"])
@@ -32,7 +32,7 @@ def same_columns(a: dict, x: dict) -> np.ndarray:
                | ~a["has_content"] | ~x["has_content"])
     plain = np.where(a["has_crc"] & x["has_crc"] & (a["crc"] == x["crc"]), 1,
                      np.where(unknown, -1, (a["content"] == x["content"]).astype(np.int8)))
-    plain = np.where(a["count"] != x["count"], np.where(x["count"] < a["count"], -1, 0), plain)
+    plain = np.where(a["count"] != x["count"], np.where(stored & (x["count"] < a["count"]), -1, 0), plain)
     plain = np.where(span_eq, plain, 0)
     out = np.where((a["pid"] >= 0) | (x["pid"] >= 0), eq5.astype(np.int8), plain)
     return np.where((a["magic"] < 2) | (x["magic"] < 2), -1, out).astype(np.int8)

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.consistency.log_chunks import TablesByKind
 from kaudit.audit.folds import Fold, KeyedState, Settler, np_col, np_mask
+from kaudit.audit.producers import acked_clean
 from kaudit.audit.producers import acked_pairs as P
 from kaudit.audit.producers import acked_writes as A
 from kaudit.audit.registry import evidence, finding, rule
@@ -26,6 +27,7 @@ from kaudit.timefmt import iso_ms
 
 KEY = ("topic", "partition")
 COLUMNAR = True   # _refetched_columns; False: the reference loop alone (tests run both)
+CERTIFY = True    # acked_clean.certified first: a partition it certifies clean has no finding
 ORDER = ("response_ts", "source", "position")
 BATCH_COLUMNS = tuple(dict.fromkeys(
     ("source_kind", "source", "connection", "position", "request_ts", "response_ts", "topic", "topic_id",
@@ -98,7 +100,7 @@ class AckedPartition(TablesByKind):
 
     def finish(self) -> list[dict]:
         b = self.concat("batch")
-        if b is None or self.topic is None:
+        if b is None or self.topic is None or (COLUMNAR and CERTIFY and acked_clean.certified(b)):
             return []
         kind = b.column("source_kind")
         acked = A.acked_batches_table(_by_answer(b.filter(pc.equal(kind, "produce"))), ACKED_ROW)

@@ -38,11 +38,13 @@ def fetch(corr: int, records: bytes, *, hw: int, isolation: int = 1, fetch_offse
     return [(0, frame(req)), (1, frame(resp))]
 
 
-@pytest.fixture(autouse=True, params=["columnar", "one-pair-blocks", "reference", "too-many-pairs"])
+@pytest.fixture(autouse=True, params=["columnar", "one-pair-blocks", "reference", "too-many-pairs", "uncertified"])
 def _both_ways(request, monkeypatch):
     """Every case through the column-wise comparison (acked_pairs.py), in blocks of one candidate
-    pair, the reference loop, and the column-wise one falling back to the loop."""
+    pair, the reference loop, the column-wise one falling back to the loop, and without the clean
+    certificate (acked_clean.py) first."""
     monkeypatch.setattr(wire_acked, "COLUMNAR", request.param != "reference")
+    monkeypatch.setattr(wire_acked, "CERTIFY", request.param != "uncertified")
     if request.param == "too-many-pairs":
         monkeypatch.setattr(acked_pairs, "MAX_PAIRS", 0)
     if request.param == "one-pair-blocks":
