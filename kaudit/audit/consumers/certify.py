@@ -66,11 +66,21 @@ def several_connections(t: ServeTable) -> set:
     """The (client, partition) pairs fetched on more than one connection."""
     if not t.n:
         return set()
-    ct = t.client * max(len(t.tps), 1) + t.tp
-    uniq = np.unique(np.stack([ct, t.conn]), axis=1)
-    keys, counts = np.unique(uniq[0], return_counts=True)
-    n_tps = max(len(t.tps), 1)
+    n_tps, n_conns = max(len(t.tps), 1), max(len(t.conns), 1)
+    ct = t.client * n_tps + t.tp
+    keys, counts = np.unique(np.unique(ct * n_conns + t.conn) // n_conns, return_counts=True)
     return {(t.clients[c // n_tps], t.tps[c % n_tps]) for c in keys[counts > 1].tolist()}
+
+
+def _group_ids(cols: list[np.ndarray]) -> np.ndarray:
+    """One id per distinct combination of the columns' values (the last column the first key)."""
+    order = np.lexsort(cols)
+    change = np.zeros(len(order), bool)
+    for c in cols:
+        change[1:] |= c[order][1:] != c[order][:-1]
+    gid = np.empty(len(order), np.int64)
+    gid[order] = np.cumsum(change)
+    return gid
 
 
 def _flag(t: pa.Table, name: str) -> np.ndarray:
@@ -96,9 +106,8 @@ def aborted_read_suspects(batches: pa.Table, t: ServeTable) -> np.ndarray:
     rows = np.concatenate([np.flatnonzero(ended), np.flatnonzero(data)])
     sub = batches.take(pa.array(rows))
     topic = sub.column("topic").combine_chunks().dictionary_encode().indices.to_numpy(zero_copy_only=False)
-    cols = [topic] + [sub.column(c).to_numpy().astype(np.int64) for c in ("partition", "producer_id")]
-    _, gid = np.unique(np.stack(cols), axis=1, return_inverse=True)
-    gid = gid.reshape(-1)
+    cols = [sub.column(c).to_numpy().astype(np.int64) for c in ("producer_id", "partition")] + [topic]
+    gid = _group_ids(cols)
     n_markers = int(ended.sum())
     is_marker = np.arange(len(rows)) < n_markers
     offset = np.where(is_marker, sub.column("base_offset").to_numpy(), sub.column("last_offset").to_numpy())

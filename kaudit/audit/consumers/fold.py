@@ -28,6 +28,7 @@ TXN_COLUMNS = ("source", "position", "ts", "event", "producer_id", "producer_epo
 
 RESPONSE = ["connection", "position", "topic", "partition"]
 INT64_MAX = np.iinfo(np.int64).max
+REPLAYED = RESPONSE + ["base_offset", "last_offset", "producer_id", "is_transactional", "is_control", "control_type"]
 
 
 def _named(t: pa.Table) -> pa.Table:
@@ -105,7 +106,7 @@ def _replays(fetch: pa.Table, batches: pa.Table, rows: np.ndarray, start: np.nda
     listing = fetch.take(pa.array(rows)).select(RESPONSE + ["aborted_transactions"]).to_pydict()
     keys = set(zip(listing["connection"], listing["position"]))
     positions = pa.array(sorted({p for _, p in keys}), batches.column("position").type)
-    sub = batches.filter(pc.is_in(batches.column("position"), positions)).to_pylist()
+    sub = batches.filter(pc.is_in(batches.column("position"), positions)).select(REPLAYED).to_pylist()
     by_key: dict[tuple, list] = {}
     # the response's transactional and control batches first, then its others (as they were kept)
     for plain in (False, True):

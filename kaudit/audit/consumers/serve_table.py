@@ -129,11 +129,12 @@ class ServeTable:
                                                                cids[p % (len(cids) + 1)]) for p in uniq])
         topic, topics = _encoded(f.column("topic"))
         part, partitions_valid = _ints(f.column("partition"))
-        # a partition may be null: null sorts apart from every number
-        pkey = np.where(partitions_valid, part, np.iinfo(np.int64).min)
-        uniq, inv = np.unique(np.stack([topic, pkey]), axis=1, return_inverse=True)
+        # one number per (topic, partition): partitions are int32, a null one is 2**32
+        pkey = np.where(partitions_valid, part + 2**31, 2**32)
+        uniq, inv = np.unique(topic * (2**32 + 1) + pkey, return_inverse=True)
         self.tp, self.tps = _recode(inv.reshape(-1), [
-            (topics[a], None if b == np.iinfo(np.int64).min else int(b)) for a, b in uniq.T])
+            (topics[k // (2**32 + 1)], None if k % (2**32 + 1) == 2**32 else k % (2**32 + 1) - 2**31)
+            for k in uniq.tolist()])
         self.iso, self.isos = _encoded(f.column("isolation_level"))
         self.fetch_offset, self.has_fetch_offset = _ints(f.column("fetch_offset"))
         self.error, self.has_error = _ints(f.column("error_code"))
