@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.consumers.serve_table import ServeTable, _ints
+from kaudit.audit.consumers.serve_table import ServeTable, int_values
 from kaudit.audit.consumers.timeline import Timelines
 from kaudit.audit.folds import Fold, KeyedState, Settler
 from kaudit.audit.consistency.log_chunks import TablesByKind
@@ -56,7 +56,7 @@ def _response_ranges(fetch: pa.Table, batches: pa.Table) -> dict[str, tuple]:
     rows = j.column("_row").to_numpy()
     out = {}
     for name in ("lo", "hi", "lo_data", "hi_data"):
-        v, has = _ints(j.column(name))
+        v, has = int_values(j.column(name))
         out[name] = (np.zeros(fetch.num_rows, np.int64), np.zeros(fetch.num_rows, bool))
         out[name][0][rows], out[name][1][rows] = v, has
     return out
@@ -80,8 +80,8 @@ def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[ServeTa
     else:
         r = {"lo": none, "hi": none, "lo_data": none, "hi_data": none}
     (lo, has_lo), (hi, _), (lo_d, has_lo_d), (hi_d, _) = r["lo"], r["hi"], r["lo_data"], r["hi_data"]
-    error, has_error = _ints(fetch.column("error_code"))
-    fo, has_fo = _ints(fetch.column("fetch_offset"))
+    error, has_error = int_values(fetch.column("error_code"))
+    fo, has_fo = int_values(fetch.column("fetch_offset"))
     start = np.where(has_fo, np.maximum(lo, fo), lo)
     has = has_lo & (~has_error | (error == 0)) & (hi >= start)
     listing = pc.fill_null(pc.and_(pc.greater(pc.utf8_length(fetch.column("aborted_transactions")), 0),

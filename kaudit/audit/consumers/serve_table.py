@@ -41,7 +41,7 @@ def _encoded(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list]:
     return d.indices.to_numpy(zero_copy_only=False).astype(np.int64), d.dictionary.to_pylist()
 
 
-def _ints(col) -> tuple[np.ndarray, np.ndarray]:
+def int_values(col) -> tuple[np.ndarray, np.ndarray]:
     """(values with 0 for null, mask of the non-null) of an integer column."""
     a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     valid = np.ones(len(a), bool) if a.null_count == 0 else a.is_valid().to_numpy(zero_copy_only=False)
@@ -105,7 +105,6 @@ class ServeTable:
         t.ts, t.position = ts[order], position[order]
         sorted_fetch = fetch.take(pa.array(order))
         t._arrow = {f: sorted_fetch.column(c) for f, c in _FIELDS.items()}
-        t._arrow["topic"], t._arrow["partition"] = sorted_fetch.column("topic"), sorted_fetch.column("partition")
         for name, (v, has) in ranges.items():
             setattr(t, name, v[order])
             setattr(t, "has_" + name, has[order])
@@ -128,7 +127,7 @@ class ServeTable:
         self.client, self.clients = _recode(inv.reshape(-1), [(host(self.conns[p // (len(cids) + 1)]),
                                                                cids[p % (len(cids) + 1)]) for p in uniq])
         topic, topics = _encoded(f.column("topic"))
-        part, partitions_valid = _ints(f.column("partition"))
+        part, partitions_valid = int_values(f.column("partition"))
         # one number per (topic, partition): partitions are int32, a null one is 2**32
         pkey = np.where(partitions_valid, part + 2**31, 2**32)
         uniq, inv = np.unique(topic * (2**32 + 1) + pkey, return_inverse=True)
@@ -136,14 +135,15 @@ class ServeTable:
             (topics[k // (2**32 + 1)], None if k % (2**32 + 1) == 2**32 else k % (2**32 + 1) - 2**31)
             for k in uniq.tolist()])
         self.iso, self.isos = _encoded(f.column("isolation_level"))
-        self.fetch_offset, self.has_fetch_offset = _ints(f.column("fetch_offset"))
-        self.error, self.has_error = _ints(f.column("error_code"))
+        self.fetch_offset, self.has_fetch_offset = int_values(f.column("fetch_offset"))
+        self.error, self.has_error = int_values(f.column("error_code"))
         self.ok = ~self.has_error | (self.error == 0)
 
     def rename(self, fn) -> None:
         """Partitions renamed by fn(topic, partition) (topic ids to names): rows of equal names
         share a code. Made objects are renamed the same way."""
         self.tp, self.tps = _recode(self.tp, [fn(*tp) for tp in self.tps])
+        self._index.clear()
         for s in self._objs:
             if s is not None:
                 s.tp = fn(*s.tp)
