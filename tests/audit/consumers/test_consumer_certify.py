@@ -51,7 +51,7 @@ def _same(specs, batches=()):
         assert _judge(specs, batches) == _judge(specs, batches, full=True, monkeypatch=mp)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(SERVE, max_size=24))
 def test_the_poll_certifier_changes_no_finding(specs):
     _same(specs)
@@ -96,7 +96,7 @@ BATCH = st.tuples(st.integers(0, 5), st.integers(0, 30), st.integers(0, 3), st.i
                   st.sampled_from([None, None, "ABORT", "COMMIT"]), st.integers(0, 2), st.booleans())
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(SERVE, min_size=1, max_size=6), st.lists(BATCH, max_size=20))
 def test_the_aborted_read_certifier_changes_no_finding(specs, raw):
     # batches of the generated responses (positions 10 + i), some at positions no response has
@@ -177,7 +177,7 @@ def _per_row(fetch: pa.Table, batches: pa.Table | None) -> list[tuple]:
     return [o[:2] + o[3:] for o in sorted(out, key=lambda o: o[:3])]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(FETCH, max_size=12), st.lists(FETCHED, max_size=16))
 def test_served_ranges_over_columns_equal_the_per_response_ones(fetches, fetched):
     fetch, batches = _tables(fetches, fetched)
