@@ -3,12 +3,12 @@ made into timelines (timeline.py), judged by the consumer rules (rules.py)."""
 
 from __future__ import annotations
 
-from operator import attrgetter
-
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.consumers.timeline import Serve, Timelines, host
+from kaudit.audit.consumers.serve_table import ServeTable, int_values
+from kaudit.audit.consumers.timeline import Timelines
 from kaudit.audit.folds import Fold, KeyedState, Settler
 from kaudit.audit.consistency.log_chunks import TablesByKind
 
@@ -27,6 +27,8 @@ TXN_COLUMNS = ("source", "position", "ts", "event", "producer_id", "producer_epo
 
 
 RESPONSE = ["connection", "position", "topic", "partition"]
+INT64_MAX = np.iinfo(np.int64).max
+REPLAYED = RESPONSE + ["base_offset", "last_offset", "producer_id", "is_transactional", "is_control", "control_type"]
 
 
 def _named(t: pa.Table) -> pa.Table:
@@ -35,92 +37,102 @@ def _named(t: pa.Table) -> pa.Table:
                         pc.coalesce(t.column("topic"), t.column("topic_id").cast(pa.string())))
 
 
-def _ranges(batches: pa.Table, suffix: str) -> pa.Table:
-    """Per response and partition: the lowest base offset and the highest last offset."""
-    agg = batches.group_by(RESPONSE).aggregate([("base_offset", "min"), ("last_offset", "max")])
-    return agg.rename_columns(RESPONSE + [f"lo{suffix}", f"hi{suffix}"])
+def _flag(t: pa.Table, name: str):
+    return pc.fill_null(t.column(name), False)
 
 
-def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[list[Serve], list[dict]]:
-    """The consumers' served ranges per response and partition, and the fetched transactional and
-    control batches (for the outcomes of what was served). Per-response ranges are aggregated in
-    Arrow; only responses listing aborted transactions are replayed batch by batch."""
+def _response_ranges(fetch: pa.Table, batches: pa.Table) -> dict[str, tuple]:
+    """Per fetch row (by its response and partition): the lowest base offset and highest last
+    offset of its batches (lo, hi), and of its data batches (lo_data, hi_data), as (values, mask)."""
+    data_base = pc.if_else(_flag(batches, "is_control"), pa.scalar(None, pa.int64()), batches.column("base_offset"))
+    data_last = pc.if_else(_flag(batches, "is_control"), pa.scalar(None, pa.int64()), batches.column("last_offset"))
+    b = batches.select(RESPONSE + ["base_offset", "last_offset"]).append_column("data_base", data_base) \
+        .append_column("data_last", data_last)
+    agg = b.group_by(RESPONSE).aggregate([("base_offset", "min"), ("last_offset", "max"), ("data_base", "min"),
+                                          ("data_last", "max")])
+    agg = agg.rename_columns(RESPONSE + ["lo", "hi", "lo_data", "hi_data"])
+    keyed = fetch.select(RESPONSE).append_column("_row", pa.array(np.arange(fetch.num_rows)))
+    j = keyed.join(agg, RESPONSE, join_type="left outer")
+    rows = j.column("_row").to_numpy()
+    out = {}
+    for name in ("lo", "hi", "lo_data", "hi_data"):
+        v, has = int_values(j.column(name))
+        out[name] = (np.zeros(fetch.num_rows, np.int64), np.zeros(fetch.num_rows, bool))
+        out[name][0][rows], out[name][1][rows] = v, has
+    return out
+
+
+def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[ServeTable, pa.Table | None]:
+    """The consumers' served ranges per response and partition (a ServeTable), and the fetched
+    transactional and control batches (for the outcomes of what was served). The ranges are
+    computed over whole columns; only responses listing aborted transactions are replayed batch
+    by batch."""
     if fetch is None:
-        return [], []
+        return ServeTable.of_serves([]), None
     fetch = _named(fetch)
-    blist: list[dict] = []
-    by_key: dict[tuple, list] = {}
+    n = fetch.num_rows
+    none = (np.zeros(n, np.int64), np.zeros(n, bool))
+    txn = None
     if batches is not None and batches.num_rows:
         batches = _named(batches)
-        data = batches.filter(pc.invert(pc.fill_null(batches.column("is_control"), False)))
-        fetch = fetch.join(_ranges(batches, ""), RESPONSE, join_type="left outer")
-        fetch = fetch.join(_ranges(data, "_data"), RESPONSE, join_type="left outer")
-        txn = batches.filter(pc.or_(pc.fill_null(batches.column("is_transactional"), False),
-                                    pc.fill_null(batches.column("is_control"), False)))
-        blist = txn.to_pylist()
-        for b in blist:
-            by_key.setdefault((b["connection"], b["position"], b["topic"], b["partition"]), []).append(b)
-        # the other batches of the responses that list aborted transactions (replayed with them)
-        for b in _plain_of_listing(fetch, batches):
-            by_key.setdefault((b["connection"], b["position"], b["topic"], b["partition"]), []).append(b)
-    out = []
-    have = "lo" in fetch.column_names
-    keep = [c for c in fetch.column_names if c not in ("topic_id", "replica_id")]
-    clients: dict = {}
-    c = fetch.select(keep).to_pydict()   # columns, not a dict per row
-    none = [None] * fetch.num_rows
-    rows = zip(c["response_ts"], c["position"], c["source"], c["connection"], c["client_id"], c["topic"],
-               c["partition"], c["isolation_level"], c["fetch_offset"], c["error_code"], c["high_watermark"],
-               c["last_stable_offset"], c["log_start_offset"], c["aborted_transactions"], c["request_ts"],
-               *((c["lo"], c["hi"], c["lo_data"], c["hi_data"]) if have else (none,) * 4))
-    for (ts, position, source, connection, client_id, topic, partition, isolation, fetch_offset, error, hw, lso,
-         log_start, aborted, request_ts, lo, hi, lo_data, hi_data) in rows:
-        client = clients.get((connection, client_id))
-        if client is None:
-            client = clients[(connection, client_id)] = (host(connection), client_id)
-        s = Serve(ts or 0.0, position, source, connection, client, client_id, (topic, partition),
-                  isolation, fetch_offset, error, hw, lso, log_start, request_ts=request_ts)
-        if lo is not None and error in (0, None):
-            start = lo if fetch_offset is None else max(lo, fetch_offset)
-            if hi >= start:
-                s.first, s.end = start, hi + 1
-                if aborted and isolation == "read_committed":
-                    _delivered(s, by_key.get((connection, position, topic, partition), []), aborted)
-                elif lo_data is not None and hi_data >= s.first:
-                    s.data_first, s.data_end = max(lo_data, s.first), hi_data + 1
-        out.append(s)
-    out.sort(key=attrgetter("ts", "position"))
-    return out, blist
+        r = _response_ranges(fetch, batches)
+        txn = batches.filter(pc.or_(_flag(batches, "is_transactional"), _flag(batches, "is_control")))
+    else:
+        r = {"lo": none, "hi": none, "lo_data": none, "hi_data": none}
+    (lo, has_lo), (hi, _), (lo_d, has_lo_d), (hi_d, _) = r["lo"], r["hi"], r["lo_data"], r["hi_data"]
+    error, has_error = int_values(fetch.column("error_code"))
+    fo, has_fo = int_values(fetch.column("fetch_offset"))
+    start = np.where(has_fo, np.maximum(lo, fo), lo)
+    has = has_lo & (~has_error | (error == 0)) & (hi >= start)
+    listing = pc.fill_null(pc.and_(pc.greater(pc.utf8_length(fetch.column("aborted_transactions")), 0),
+                                   pc.equal(fetch.column("isolation_level"), "read_committed")), False)
+    replay = has & listing.to_numpy(zero_copy_only=False)
+    data = has & ~replay & has_lo_d & (hi_d >= start)
+    ranges = {"first": (start, has), "end": (hi + 1, has), "data_first": (np.maximum(lo_d, start), data),
+              "data_end": (hi_d + 1, data)}
+    delivered = _replays(fetch, batches, np.flatnonzero(replay), start) if replay.any() else {}
+    # a range ending at the largest offset (corrupt input) ends past int64: told in Python ints
+    exact = {}
+    for row in np.flatnonzero((has & (hi == INT64_MAX)) | (data & (hi_d == INT64_MAX))).tolist():
+        got = delivered.get(row) if replay[row] else (
+            (max(int(lo_d[row]), int(start[row])), int(hi_d[row]) + 1) if data[row] else None)
+        exact[row] = (int(start[row]), int(hi[row]) + 1) + (got or (None, None))
+    return ServeTable.of_fetch(fetch, ranges, delivered, exact), txn
 
 
-def _plain_of_listing(fetch: pa.Table, batches: pa.Table) -> list[dict]:
-    """The non-transactional data batches of the read_committed responses that list aborted
-    transactions (rare: only those responses are replayed batch by batch)."""
-    listing = fetch.filter(pc.and_(
-        pc.fill_null(pc.greater(pc.utf8_length(fetch.column("aborted_transactions").cast(pa.string())), 0), False),
-        pc.fill_null(pc.equal(fetch.column("isolation_level"), "read_committed"), False)))
-    if not listing.num_rows:
-        return []
-    keys = set(zip(listing.column("connection").to_pylist(), listing.column("position").to_pylist()))
-    plain = batches.filter(pc.and_(
-        pc.is_in(batches.column("position"), pa.array(sorted({p for _, p in keys}), batches.column("position").type)),
-        pc.invert(pc.or_(pc.fill_null(batches.column("is_transactional"), False),
-                         pc.fill_null(batches.column("is_control"), False)))))
-    return [b for b in plain.to_pylist() if (b["connection"], b["position"]) in keys]
+def _replays(fetch: pa.Table, batches: pa.Table, rows: np.ndarray, start: np.ndarray) -> dict[int, tuple]:
+    """row -> (data_first, data_end) or None of the read_committed rows listing aborted
+    transactions, replayed over their batches (`_delivered`)."""
+    listing = fetch.take(pa.array(rows)).select(RESPONSE + ["aborted_transactions"]).to_pydict()
+    keys = set(zip(listing["connection"], listing["position"]))
+    positions = pa.array(sorted({p for _, p in keys}), batches.column("position").type)
+    sub = batches.filter(pc.is_in(batches.column("position"), positions)).select(REPLAYED).to_pylist()
+    by_key: dict[tuple, list] = {}
+    # the response's transactional and control batches first, then its others (as they were kept)
+    for plain in (False, True):
+        for b in sub:
+            if (b["connection"], b["position"]) in keys and plain != bool(b["is_transactional"] or b["is_control"]):
+                by_key.setdefault((b["connection"], b["position"], b["topic"], b["partition"]), []).append(b)
+    out = {}
+    for i, row in enumerate(rows.tolist()):
+        key = (listing["connection"][i], listing["position"][i], listing["topic"][i], listing["partition"][i])
+        out[row] = _delivered(int(start[row]), by_key.get(key, []), listing["aborted_transactions"][i])
+    return out
 
 
-def _delivered(s: Serve, batches: list[dict], aborted: str) -> None:
-    """The records a read_committed client delivers of a response listing aborted transactions
-    (CompletedFetch: the listed aborted transactions in order of their first offset; a batch at
-    or past one's first offset puts its producer among the aborting ones, that producer's ABORT
-    marker takes it out again, and its transactional batches in between are dropped - a
-    producer may have several aborted transactions in one response; non-transactional batches
-    are always delivered). `batches`: every batch of the response's partition."""
+def _delivered(first: int, batches: list[dict], aborted: str) -> tuple | None:
+    """(first offset, one past the last) of the records a read_committed client delivers of a
+    response listing aborted transactions, None if none (CompletedFetch: the listed aborted
+    transactions in order of their first offset; a batch at or past one's first offset puts its
+    producer among the aborting ones, that producer's ABORT marker takes it out again, and its
+    transactional batches in between are dropped - a producer may have several aborted
+    transactions in one response; non-transactional batches are always delivered). `first`: the
+    first offset served; `batches`: every batch of the response's partition."""
     listed = []
     for a in aborted.split(","):
-        pid, _, first = a.partition("@")
-        if pid.lstrip("-").isdigit() and first.lstrip("-").isdigit():
-            listed.append((int(first), int(pid)))
+        pid, _, at = a.partition("@")
+        if pid.lstrip("-").isdigit() and at.lstrip("-").isdigit():
+            listed.append((int(at), int(pid)))
     listed.sort()
     kept, aborting, i = [], set(), 0
     for b in sorted(batches, key=lambda b: b["base_offset"]):
@@ -131,12 +143,12 @@ def _delivered(s: Serve, batches: list[dict], aborted: str) -> None:
             if b["control_type"] == "ABORT":
                 aborting.discard(b["producer_id"])
             continue
-        if (b["is_transactional"] and b["producer_id"] in aborting) or b["last_offset"] < s.first:
+        if (b["is_transactional"] and b["producer_id"] in aborting) or b["last_offset"] < first:
             continue
         kept.append((b["base_offset"], b["last_offset"]))
-    if kept:
-        s.data_first = max(min(r[0] for r in kept), s.first)
-        s.data_end = max(r[1] for r in kept) + 1
+    if not kept:
+        return None
+    return max(min(r[0] for r in kept), first), max(r[1] for r in kept) + 1
 
 
 class CaptureConsumers(TablesByKind):

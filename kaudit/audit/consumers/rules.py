@@ -56,7 +56,7 @@ def _known_positions(tl: Timelines):
     """commit -> (whether the group was served the partition before it, the highest position the
     group knew then: served ends, fetch offsets, looked-up offsets, earlier effective commits)."""
     events: dict[tuple, list] = {}
-    for s in tl.serves:
+    for s in tl.attributed:   # the serves tied to a member
         if s.member is not None:
             v = max(s.end if s.end is not None else -1, s.fetch_offset if s.fetch_offset is not None else -1)
             events.setdefault((s.member.group, s.tp), []).append((s.ts, 0, v, s.end is not None))
@@ -150,7 +150,7 @@ def _later_log_start(tl: Timelines, tp, ts) -> int | None:
     """The log start of the first answer for tp after ts (the one at the log end, usually; a
     KIP-227 incremental response may leave the partition out). The log start only grows: records
     at or past it were there at ts, so the range from it is skipped for certain."""
-    return next((s.log_start for s in tl.by_tp.get(tp, ()) if s.ts > ts and s.log_start is not None
+    return next((s.log_start for s in tl.tp_serves(tp) if s.ts > ts and s.log_start is not None
                  and s.log_start >= 0), None)
 
 
@@ -158,7 +158,7 @@ def _log_start(tl: Timelines, tp) -> int | None:
     for p in tl.positions:
         if p["event"] == "LIST_OFFSETS" and p["tp"] == tp and p.get("timestamp") == -2:
             return p["offset"]
-    starts = [s.log_start for s in tl.by_tp.get(tp, ()) if s.log_start is not None and s.log_start >= 0]
+    starts = [s.log_start for s in tl.tp_serves(tp) if s.log_start is not None and s.log_start >= 0]
     return min(starts) if starts else None
 
 

@@ -3,8 +3,13 @@ and poll skip), on exactly-once commits, and on read_uncommitted reads of aborte
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.consumers.certify import aborted_read_suspects, poll_suspects, several_connections
 from kaudit.audit.consumers.found import FOLD_NAME, MAX_FINDINGS, consumer_finding
 from kaudit.audit.consumers.found import tp_name as _tp
 from kaudit.audit.consumers.timeline import Timelines
@@ -34,7 +39,8 @@ def _poll_pairs(tl: Timelines) -> list[tuple]:
     position change allowed in between (no look-up, rebalance, error, nor a Fetch of that
     partition elsewhere by the client). `previous` is the last response that says where the
     client stood: one with records, or an empty one at a known fetch offset (its position did
-    not move). Made once per timelines: both poll rules read them."""
+    not move). Made once per timelines: both poll rules read them. Only the pairs of the
+    sequences certify.poll_suspects leaves: no other pair is a step back or a jump."""
     pairs = tl.__dict__.get("_poll_pairs")
     if pairs is None:
         pairs = tl._poll_pairs = list(_pairs(tl))
@@ -42,13 +48,18 @@ def _poll_pairs(tl: Timelines) -> list[tuple]:
 
 
 def _pairs(tl: Timelines):
-    resets = _resets(tl)
     by_key: dict[tuple, list] = {}
-    for s in tl.serves:
+    # only the sequences where a step back or a jump is possible at all (certify.py): a pair
+    # elsewhere is judged clean by both rules whatever happened in between
+    suspects = poll_suspects(tl.table)
+    if not len(suspects):
+        return
+    for s in tl.table.objs(suspects):
         by_key.setdefault((s.connection, s.tp), []).append(s)
     # the (client, partition) pairs fetched on more than one connection: only there can a Fetch
     # elsewhere come between two of one connection's
-    several = {k for k, v in tl.by_client_tp.items() if len({o.connection for o in v}) > 1}
+    several = several_connections(tl.table)
+    resets = _resets(tl)
     for (conn, tp), serves in by_key.items():
         prev = last = None   # last: the last response with records
         for s in serves:
@@ -210,23 +221,33 @@ def check_uncommitted_read(tl: Timelines) -> list[dict]:
     transactions that abort later. The outcome is the producer's next ABORT or COMMIT marker in the
     partition, as some Fetch response of the capture returned it.
     Benign causes: this is the isolation level's contract (info)."""
-    batches = tl.batches
-    markers: dict[tuple, list] = {}
-    for b in batches:
-        if b.get("is_control") and b.get("control_type") in ("ABORT", "COMMIT"):
-            markers.setdefault((b["topic"], b["partition"], b["producer_id"]), []).append(
-                (b["base_offset"], b["control_type"]))
-    if not markers:
+    table = tl.batch_table
+    if table is None or not table.num_rows:
         return []
-    ru = {(s.connection, s.position, s.tp): s.ts for s in tl.serves
-          if s.isolation == "read_uncommitted" and s.end is not None}
+    control = table.filter(pc.fill_null(pc.and_(table.column("is_control"), pc.is_in(
+        table.column("control_type"), pa.array(["ABORT", "COMMIT"]))), False))
+    if not control.num_rows:
+        return []
+    # the batches where a finding is possible (certify.py), each judged here as it always was
+    suspects = aborted_read_suspects(table, tl.table)
+    if not len(suspects):
+        return []
+    markers: dict[tuple, list] = {}
+    c = control.select(["topic", "partition", "producer_id", "base_offset", "control_type"]).to_pydict()
+    for topic, partition, pid, base, kind in zip(*c.values()):
+        markers.setdefault((topic, partition, pid), []).append((base, kind))
+    for v in markers.values():
+        v.sort()
+    ru = _read_uncommitted(tl, table.take(pa.array(suspects)).column("position"))
     seen, out = set(), []
-    for b in batches:
+    for b in table.take(pa.array(suspects)).to_pylist():
         k = (b["connection"], b["position"], (tl.names.get(b["topic"], b["topic"]), b["partition"]))
         if k not in ru or not b.get("is_transactional") or b.get("is_control"):
             continue
-        after = sorted(m for m in markers.get((b["topic"], b["partition"], b["producer_id"]), ())
-                       if m[0] > b["last_offset"])
+        ms = markers.get((b["topic"], b["partition"], b["producer_id"]), ())
+        # the lowest (offset, type) past the batch's last offset
+        i = bisect_right(ms, (b["last_offset"], chr(0x10FFFF)))
+        after = ms[i:i + 1]
         if not after or after[0][1] != "ABORT":
             continue
         key = (b["connection"], b["topic"], b["partition"], b["producer_id"], after[0][0])
@@ -241,4 +262,15 @@ def check_uncommitted_read(tl: Timelines) -> list[dict]:
             (b["topic"], b["partition"]), b["base_offset"], b["last_offset"],
             [evidence(b.get("source"), b["position"], "fetch")], start=ru[k], connection=b["connection"],
             producer_id=b["producer_id"], producer_epoch=b["producer_epoch"]))
+        if len(out) == MAX_FINDINGS:
+            break   # the rule tells no more
     return out[:MAX_FINDINGS]
+
+
+def _read_uncommitted(tl: Timelines, positions) -> dict:
+    """(connection, position, tp) -> response time of the read_uncommitted responses with records
+    at the given positions (the last one of a key, as they come)."""
+    t = tl.table
+    ru = t.has_end & (t.iso == (t.isos.index("read_uncommitted") if "read_uncommitted" in t.isos else -1))
+    rows = np.flatnonzero(ru & np.isin(t.position, positions.to_numpy(zero_copy_only=False)))
+    return {(t.conns[t.conn[i]], int(t.position[i]), t.tps[t.tp[i]]): float(t.ts[i]) for i in rows.tolist()}

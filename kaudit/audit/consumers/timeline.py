@@ -11,8 +11,10 @@ ties no Fetch (the served ranges stay the connection's own).
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
 
 
 OK = 0
@@ -23,6 +25,11 @@ FENCING = {25: "UNKNOWN_MEMBER_ID", 22: "ILLEGAL_GENERATION", 82: "FENCED_INSTAN
            110: "FENCED_MEMBER_EPOCH", 111: "UNRELEASED_INSTANCE_ID"}
 REBALANCE_IN_PROGRESS = 27
 CONSUMER_OFFSETS = "__consumer_offsets"
+# the fetched batch columns the rules read (rows given without one have it null)
+BATCH_FIELDS = (("source", "string"), ("connection", "string"), ("position", "int64"), ("topic", "string"),
+                ("partition", "int32"), ("base_offset", "int64"), ("last_offset", "int64"),
+                ("producer_id", "int64"), ("producer_epoch", "int16"), ("is_transactional", "bool_"),
+                ("is_control", "bool_"), ("control_type", "string"))
 
 
 def host(connection: str | None) -> str:
@@ -119,32 +126,66 @@ class Timelines:
         self.commits: list[Commit] = []
         self.positions: list[dict] = []   # OFFSET_FETCH and LIST_OFFSETS answers
         self.lookups: list[tuple] = []    # (client, tp, ts) of every look-up
-        self.serves = serves
-        for s in serves:
-            s.tp = self._tp(*s.tp)
+        from kaudit.audit.consumers.serve_table import ServeTable
+
+        # the served ranges as columns (serve_table.py): a Serve object is made when a rule reads it
+        self.table = serves if isinstance(serves, ServeTable) else ServeTable.of_serves(serves)
+        self.table.rename(self._tp)
         self.stints: dict[tuple, list[Stint]] = {}   # (group, tp) -> stints in time order
         self._outcomes = _outcomes(txn_rows)
-        self.batches: list[dict] = []   # the fetched batches (set by the fold)
+        self.batch_table = None          # the fetched transactional and control batches (set by the fold)
+        self._batches: list[dict] | None = None
+        self.attributed: list[Serve] = []   # the serves tied to a member, in time order
         for r in sorted(group_rows, key=lambda r: (r["ts"] or 0, r["position"] or 0)):
             self._event(r)
         self._build_stints()
         self._attribute()
-        # indexes: the rules look serves up by client and partition, in time order
-        self.by_client_tp: dict[tuple, list[Serve]] = {}
-        self.by_tp: dict[tuple, list[Serve]] = {}
-        for sv in serves:
-            self.by_client_tp.setdefault((sv.client, sv.tp), []).append(sv)
-            self.by_tp.setdefault(sv.tp, []).append(sv)
-        self._times = {k: [sv.ts for sv in v] for k, v in self.by_client_tp.items()}
+
+    @property
+    def serves(self) -> list[Serve]:
+        """Every served partition in time order (all made into objects: the reports read them)."""
+        return self.table.all()
+
+    @property
+    def batches(self) -> list[dict]:
+        """The fetched transactional and control batches as rows."""
+        if self._batches is None:
+            self._batches = [] if self.batch_table is None else self.batch_table.to_pylist()
+        return self._batches
+
+    @batches.setter
+    def batches(self, rows) -> None:
+        if rows is self._batches:
+            return
+        import pyarrow as pa
+
+        self._batches = None
+        schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in BATCH_FIELDS])
+        self.batch_table = rows if isinstance(rows, pa.Table) or rows is None else (
+            pa.Table.from_pylist(list(rows), schema=schema) if rows else None)
+
+    @cached_property
+    def by_client_tp(self) -> dict[tuple, list[Serve]]:
+        return {k: self.table.objs(rows) for k, rows in self.table.rows_by("client", "tp").items()}
+
+    @cached_property
+    def by_tp(self) -> dict[tuple, list[Serve]]:
+        return {k[0]: self.table.objs(rows) for k, rows in self.table.rows_by("tp").items()}
+
+    def tp_serves(self, tp) -> list[Serve]:
+        """tp's responses in time order."""
+        rows = self.table.rows_by("tp").get((tp,))
+        return [] if rows is None else self.table.objs(rows)
 
     def client_serves(self, client, tp, after: float = float("-inf"), until: float = float("inf"),
                       open_start: bool = False) -> list[Serve]:
         """The client's responses for tp with after <= ts <= until (after < ts with open_start)."""
-        times = self._times.get((client, tp))
-        if not times:
+        rows = self.table.rows_by("client", "tp").get((client, tp))
+        if rows is None:
             return []
-        lo = (bisect_right if open_start else bisect_left)(times, after)
-        return self.by_client_tp[(client, tp)][lo:bisect_right(times, until)]
+        times = self.table.ts[rows]
+        lo = np.searchsorted(times, after, side="right" if open_start else "left")
+        return self.table.objs(rows[lo:np.searchsorted(times, until, side="right")])
 
     # ---- membership --------------------------------------------------------------------------
     def _member(self, r: dict) -> Member | None:
@@ -276,12 +317,17 @@ class Timelines:
         for m in self.members.values():
             if m.client is not None:
                 by_client.setdefault(m.client, []).append(m)
-        for s in self.serves:
-            for m in by_client.get(s.client, ()):
+        if not by_client:
+            return
+        t = self.table
+        mine = np.isin(t.client, [i for i, c in enumerate(t.clients) if c in by_client])
+        for s in t.objs(np.flatnonzero(mine)):
+            for m in by_client[s.client]:
                 st = self.stint_of(m, s.tp, s.ts)
                 if st is not None:
                     s.member = m
                     st.serves.append(s)
+                    self.attributed.append(s)
                     break
 
     def stint_of(self, m: Member, tp: tuple, ts: float) -> Stint | None:
