@@ -33,6 +33,7 @@ class Marker:
     # the transaction version WriteTxnMarkers v2 carries (KIP-1228; wire only: a control batch
     # on disk does not hold it), None where the request does not say it
     transaction_version: int | None = None
+    fetched: bool = False           # wire: served in a Fetch response (the leader's log), no request seen
 
 
 @dataclass
@@ -98,7 +99,7 @@ class Part:
 def _marker(b: dict) -> Marker:
     return Marker(b["base_offset"], b["control_type"], b["producer_epoch"], b["coordinator_epoch"],
                   b["base_timestamp_ms"], b["source"], b["position"], b.get("writer"),
-                  b.get("client_id"), b.get("connection"), b.get("transaction_version"))
+                  b.get("client_id"), b.get("connection"), b.get("transaction_version"), bool(b.get("fetched")))
 
 
 def assemble_replica(batches: list[dict]) -> list[Part]:

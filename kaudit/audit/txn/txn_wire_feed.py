@@ -92,6 +92,7 @@ class _Txn:
         self.fence_request: float | None = None   # a new instance's InitProducerId while open
         self.fence_row: dict | None = None
         self.prepared_at: float | None = None     # when its PrepareX was recorded
+        self.rows: dict[str, list[dict]] = {}     # tp -> its data rows, in order
 
 
 class WireFeed:
@@ -414,6 +415,7 @@ class WireFeed:
             self.produce_hosts[tp] = _host(r["connection"], 1)
         if self.version == 2 or not self.tv1_adds:
             self._implicit_add(ts, r, tp)
+        t = self.open_txn()
         base = r["response_base_offset"]
         base = base if err == 0 and base is not None and base >= 0 else None
         n = r["record_count"] or 1
@@ -428,6 +430,8 @@ class WireFeed:
             "last_sequence": r["last_sequence"], "response_error": err, "rank": (ts, r["position"]),
             "answered": r.get("response_ts")})
         self.data_by_tp.setdefault((r["topic"], r["partition"]), []).append(row)
+        if t is not None and tp in t.partitions:
+            t.rows.setdefault(tp, []).append(row)
 
     def _implicit_add(self, ts: float, r: dict, tp: str) -> None:
         """Data on a partition whose registration the capture cannot show (a version-2 producer's
