@@ -49,7 +49,7 @@ def fetched(feed, ts: float, r: dict) -> None:
         e, me = last["producer_epoch"], r["producer_epoch"]
         t = _txn_of(feed, tp, last)
         if (e is not None and me is not None and me not in (e, e + 1)) or \
-                (t is not None and t.prepared not in (None, result)):
+                (t is not None and t.prepared not in (None, result) and (me != e or _later_owner(feed, t, tp, r))):
             # not the end of that data: a later transaction's (a later epoch's, or the other
             # result than the one its coordinator chose), that data's own marker in between unseen
             return
@@ -124,6 +124,16 @@ def _bare_txn(feed, tp: str, r: dict, ts: float, offset: int):
         return None
     t = cands[0]
     return t if t.prepared in (None, result) else None
+
+
+def _later_owner(feed, t, tp: str, r: dict) -> bool:
+    """Whether a transaction after `t` that registered `tp` may own a marker fetched there, of
+    the other result than `t`'s decision at `t`'s data's epoch: else it ends `t`'s data all the
+    same - an admin's abort of that partition (at the data's epoch: the coordinator's own would
+    carry + 1), which the torn-transaction rule judges."""
+    later = feed.txns[feed.txns.index(t) + 1:] if t in feed.txns else []
+    return any(tp in u.partitions and _owns(u, r["control_type"], r["producer_epoch"], r["base_offset"], tp)
+               for u in later)
 
 
 def _owns(t, result: str, me: int, offset: int, tp: str) -> bool:

@@ -312,7 +312,8 @@ class WireFeed:
         by = f" from {r.get('client_id')!r} (not the coordinator: an admin)" if writer == ADMIN else ""
         self.step(ts, r["position"], f"WriteTxnMarkers {r['result']} epoch {r['producer_epoch']} coordinator epoch "
                                      f"{r['coordinator_epoch']} to {r['partitions']}{by}{err}")
-        self.marker_hosts.add(_host(r["connection"], 1))
+        if writer != ADMIN:   # an admin's connection to a leader does not carry the coordinator's markers
+            self.marker_hosts.add(_host(r["connection"], 1))
         t = self._marker_txn(r) if writer != ADMIN else None
         tps = partition_names(r["partitions"])
         for tp in tps:
