@@ -166,3 +166,21 @@ def test_fetched_abort_agrees_with_the_coordinators_markers_and_fencing(tmp_path
     fs = _audit(tmp_path, conns)
     (f,) = fs
     assert f["rule"] == "coordinator-abort" and details(f)["cause"] == "fencing"
+
+
+def test_marker_fetched_long_after_the_producer_died(tmp_path):
+    """A lagging consumer reads the timeout abort's marker 200 s after the producer's last write
+    (past its timeout and the live settling's margin): no hanging transaction - the live executor
+    holds a producer whose transaction shows no end (txn_settle), and tells the file's findings."""
+    moved = []
+
+    def delay(i, p):
+        if p.conn >= 1 and not moved:
+            moved.append(i)
+            return 200.0
+        return 0.0
+    consumer = fetch(1, data(10, 0) + marker(13, "ABORT", 1))
+    fs = [f for f in audit(tmp_path, [Conn(_producer((2, 3))), Conn(consumer, **CONSUMER)],
+                           timed={"delay": delay}, now_ms=T0_MS + 600_000) if f["rule"] in TXN]
+    (f,) = fs
+    assert f["rule"] == "coordinator-abort" and details(f)["markers_unseen"] == ["orders-3"]
