@@ -10,6 +10,8 @@ coordinator WriteTxnMarkers unless said."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fixtures import kafka_encoder as ke
 from tests.audit.wire.test_wire_txn_versions import PID, T0_MS, Story, run, txn
@@ -148,3 +150,26 @@ def test_an_earlier_transactions_marker_read_late_proves_nothing(tmp_path):
     s.fetch(1, 1, "COMMIT", 0)
     fs = txn(run(tmp_path, s, now_ms=LATE))
     assert [(f["rule"], f["partition"], f["first_offset"]) for f in fs] == [("hanging-transaction", 0, 2)]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tv=st.sampled_from([1, 2]), n=st.integers(2, 4), data=st.data())
+def test_generated_which_partitions_stay_open(tmp_path_factory, tv, n, data):
+    """Any number of written partitions, markers fetched on any non-empty subset: the
+    coordinator's timeout abort (epoch + 1) leaves none open and names the rest unseen; an
+    admin's abort (the data's epoch) of a proper subset leaves exactly the others hanging."""
+    seen = data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n), label="fetched")
+    admin = data.draw(st.booleans(), label="admin") and len(seen) < n
+    s = Consumed(tv)
+    for p in range(n):
+        s.send(p, 0)
+    for p in sorted(seen):
+        s.fetch(p, 1, "ABORT", 0 if admin else 1)
+    fs = txn(run(tmp_path_factory.mktemp("gen"), s, now_ms=LATE))
+    if admin:
+        assert sorted((f["rule"], f["partition"]) for f in fs) == [
+            ("hanging-transaction", p) for p in range(n) if p not in seen]
+    else:
+        (f,) = fs
+        assert f["rule"] == "coordinator-abort"
+        assert details(f).get("markers_unseen", []) == sorted(f"orders-{p}" for p in range(n) if p not in seen)
