@@ -210,12 +210,33 @@ class _Say:
         text = (f"producer {part.producer_id} epoch {epoch} has transactional data at offsets {_off(start)}-"
                 f"{_off(part.last_data_offset)}{since} with no end marker"
                 + (" by the end of the capture" if self.wire else ""))
+        undecided = self._undecided_aborts(part)
+        if undecided:
+            details["aborted_elsewhere"] = undecided
         if reasons:
-            return self.part("hanging-transaction", part, f"{text}: hanging ({'; '.join(reasons)})", details,
-                             remediation=f"{cmd} ({known})")
+            note = ""
+            if undecided:
+                # its transaction's ABORT at the data's epoch on other partitions: not the
+                # coordinator's decision (an admin's abort writes it to the partitions it names)
+                note = (f"; the ABORT at epoch {epoch} on {', '.join(undecided)} does not end it: an admin's "
+                        "kafka-transactions.sh abort writes that marker to the partitions it names only"
+                        + ("" if self.pt.coordinator_known else
+                           " (the client's EndTxn ABORT would too, and the capture does not hold its coordinator "
+                           "traffic)"))
+            return self.part("hanging-transaction", part, f"{text}: hanging ({'; '.join(reasons)}){note}",
+                             details, remediation=f"{cmd} ({known})")
         if two_phase_commit(part, self.pt):
             return self._prepared(part, text, details)
         return self.part("dangling-transaction", part, f"{text} (still open at the coordinator)", details)
+
+    def _undecided_aborts(self, part: Part) -> list[str]:
+        """Wire: the other partitions of the part's transaction ended by an ABORT at its data's
+        epoch that the coordinator's decision does not back (txn_fetched.decides)."""
+        t = self.of.get(id(part))
+        if not self.wire or t is None or part.data_epoch is None or (t.coord is not None and t.coord.result):
+            return []
+        return sorted({p.tp for p in t.parts if p is not part and p.tp != part.tp and p.marker is not None
+                       and p.marker.result == "ABORT" and p.marker.epoch == part.data_epoch})
 
     def _prepared(self, part: Part, text: str, details: dict) -> dict:
         """A KIP-939 two-phase-commit transaction: open by design until its external transaction

@@ -173,3 +173,14 @@ def test_generated_which_partitions_stay_open(tmp_path_factory, tv, n, data):
         (f,) = fs
         assert f["rule"] == "coordinator-abort"
         assert details(f).get("markers_unseen", []) == sorted(f"orders-{p}" for p in range(n) if p not in seen)
+
+
+def test_hanging_beside_an_admin_abort_says_why_that_abort_does_not_end_it(tmp_path):
+    """The words follow the evidence: orders-1 hanging, its message saying the ABORT at epoch 0 on
+    orders-0 is no decision for it."""
+    s = _two_partitions(1)
+    s.fetch(0, 1, "ABORT", 0)
+    (f,) = txn(run(tmp_path, s, now_ms=LATE))
+    assert f["rule"] == "hanging-transaction" and f["partition"] == 1
+    assert "the ABORT at epoch 0 on orders-0 does not end it" in f["message"]
+    assert details(f)["aborted_elsewhere"] == ["orders-0"]
