@@ -149,14 +149,16 @@ class TxnSettle(Settler):
                     if p is not None and ms:
                         timeout[p] = ms / 1000.0
                 pids_of.append(pa.array(pids, pa.int64()))
-                for p, ev, ts in zip(pids, t.column("event").to_pylist(), times):
-                    _mark(ended if ev in ENDS else began if ev in BEGINS else None, p, ts)
+                ev = t.column("event")
+                _mark(ended, pids_of[-1], t.column("ts"), pc.is_in(ev, ENDS))
+                _mark(began, pids_of[-1], t.column("ts"), pc.is_in(ev, BEGINS))
             elif kind == "batch":
                 pids = t.column("producer_id").to_pylist()
                 times = t.column("request_ts").to_pylist()
                 pids_of.append(pa.array(pids, pa.int64()))
-                for p, kind_, ts in zip(pids, t.column("source_kind").to_pylist(), times):
-                    _mark(ended if kind_ == "fetch" else began, p, ts)   # a fetched marker; a write
+                fetch = pc.equal(t.column("source_kind"), "fetch")   # a fetched marker; else a write
+                _mark(ended, pids_of[-1], t.column("request_ts"), fetch)
+                _mark(began, pids_of[-1], t.column("request_ts"), pc.invert(fetch))
             else:
                 pids_of.append(None)
                 continue
@@ -167,10 +169,17 @@ class TxnSettle(Settler):
         return pids_of, last, timeout, unended
 
 
-BEGINS = frozenset({"ADD_PARTITIONS", "ADD_OFFSETS", "TXN_OFFSET_COMMIT"})
-ENDS = frozenset({"END_TXN", "WRITE_MARKERS", "INIT_PRODUCER_ID"})
+BEGINS = pa.array(["ADD_PARTITIONS", "ADD_OFFSETS", "TXN_OFFSET_COMMIT"])
+ENDS = pa.array(["END_TXN", "WRITE_MARKERS", "INIT_PRODUCER_ID"])
 
 
-def _mark(into: dict | None, p, ts) -> None:
-    if into is not None and p is not None and p >= 0 and ts is not None and ts > into.get(p, float("-inf")):
-        into[p] = ts
+def _mark(into: dict, pids: pa.Array, times, mask) -> None:
+    """Each producer's newest time among the rows `mask` selects, into `into` (vectorised: the
+    sweep looks at every row kept)."""
+    t = pa.table({"p": pids, "t": times}).filter(pc.fill_null(mask, False))
+    if not t.num_rows:
+        return
+    g = t.group_by("p").aggregate([("t", "max")])
+    for p, ts in zip(g.column("p").to_pylist(), g.column("t_max").to_pylist()):
+        if p is not None and p >= 0 and ts is not None and ts > into.get(p, float("-inf")):
+            into[p] = ts
