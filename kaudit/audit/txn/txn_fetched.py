@@ -21,9 +21,14 @@ the data's epoch + 1 is the coordinator's decision for the whole transaction: it
 registered partitions are ended by it, their markers just not in the capture (they are not
 hanging). An ABORT at the data's epoch - an admin's, or a version 0/1 client's EndTxn the
 capture does not hold - ends its own partition only; a marker the capture shows an admin's
-WriteTxnMarkers wrote proves nothing beyond its partition whatever its epoch."""
+WriteTxnMarkers wrote proves nothing beyond its partition whatever its epoch.
+
+`ends_unseen`: where a transaction the coordinator ended stops on a partition whose marker the
+capture does not show (the next transaction's data there is another part)."""
 
 from __future__ import annotations
+
+from bisect import bisect_right
 
 
 def fetched(feed, ts: float, r: dict) -> None:
@@ -220,3 +225,36 @@ def place(feed) -> None:
             after = m.pop("after")
             if after is not None:
                 m["rank"] = tuple(after["rank"]) + (1,)
+
+
+def ends_unseen(feed) -> list[dict]:
+    """Where a transaction the coordinator ended stops on a partition whose marker the capture
+    does not show: a boundary row right after its last data there (txn_parts: it closes the
+    part, without a marker, as that transaction's). A transaction begins at the coordinator only
+    once the previous one completed - its markers written to every registered partition
+    (TransactionCoordinator: CONCURRENT_TRANSACTIONS until then) - so the data of two
+    transactions on one partition is two parts, whether or not the capture shows the marker
+    between; lumped, the later one's open part would start at the earlier one's offsets."""
+    owner = {id(d): t for t in feed.txns for rows in t.rows.values() for d in rows}
+    marks: dict[tuple, list] = {}
+    for m in feed.markers:
+        if m["rank"] is not None:
+            marks.setdefault((m["topic"], m["partition"]), []).append(m["rank"])
+    out = []
+    for key, rows in feed.data_by_tp.items():
+        rows = sorted(rows, key=lambda d: d["rank"])
+        ranks = sorted(marks.get(key, ()))
+        for k, d in enumerate(rows):
+            t = owner.get(id(d))
+            nxt = rows[k + 1] if k + 1 < len(rows) else None
+            if t is None or t.prepared is None or (nxt is not None and owner.get(id(nxt)) in (t, None)):
+                continue   # not its last data here, or data no transaction claims follows (a write
+                # racing the marker may have landed before it)
+            j = bisect_right(ranks, d["rank"])
+            if j < len(ranks) and (nxt is None or ranks[j] < nxt["rank"]):
+                continue   # a marker the capture shows ends it
+            out.append({"topic": d["topic"], "partition": d["partition"], "replica": None,
+                        "producer_id": feed.pid, "is_control": True, "is_transactional": True,
+                        "control_type": None, "boundary": True, "rank": tuple(d["rank"]) + (2,),
+                        "coord_start_ms": int(t.start * 1000), "base_offset": None})
+    return out

@@ -480,7 +480,7 @@ class WireFeed:
     def facts(self) -> ProducerTxns:
         self._order_races()
         txn_fetched.place(self)
-        bounds = self._ends_unseen()
+        bounds = txn_fetched.ends_unseen(self)
         coverage = WireCoverage(source="wire", coordinator=self.client_coordinator or self.tv2_adds,
                                 registrations=self.tv2_adds if self.version == 2 else self.tv1_adds,
                                 markers=bool(self.marker_hosts), slack_ms=0, feed=self)
@@ -488,39 +488,6 @@ class WireFeed:
         pt.timeline = self.timeline
         pt.marker_writes, pt.busy = self.marker_writes, self.busy
         return pt
-
-
-    def _ends_unseen(self) -> list[dict]:
-        """Where a transaction the coordinator ended stops on a partition whose marker the capture
-        does not show: a boundary row right after its last data there (txn_parts: it closes the
-        part, without a marker, as that transaction's). A transaction begins at the coordinator only
-        once the previous one completed - its markers written to every registered partition
-        (TransactionCoordinator: CONCURRENT_TRANSACTIONS until then) - so the data of two
-        transactions on one partition is two parts, whether or not the capture shows the marker
-        between; lumped, the later one's open part would start at the earlier one's offsets."""
-        owner = {id(d): t for t in self.txns for rows in t.rows.values() for d in rows}
-        marks: dict[tuple, list] = {}
-        for m in self.markers:
-            if m["rank"] is not None:
-                marks.setdefault((m["topic"], m["partition"]), []).append(m["rank"])
-        out = []
-        for key, rows in self.data_by_tp.items():
-            rows = sorted(rows, key=lambda d: d["rank"])
-            ranks = sorted(marks.get(key, ()))
-            for k, d in enumerate(rows):
-                t = owner.get(id(d))
-                nxt = rows[k + 1] if k + 1 < len(rows) else None
-                if t is None or t.prepared is None or (nxt is not None and owner.get(id(nxt)) in (t, None)):
-                    continue   # not its last data here, or data no transaction claims follows (a write
-                    # racing the marker may have landed before it)
-                j = bisect_right(ranks, d["rank"])
-                if j < len(ranks) and (nxt is None or ranks[j] < nxt["rank"]):
-                    continue   # a marker the capture shows ends it
-                out.append({"topic": d["topic"], "partition": d["partition"], "replica": None,
-                            "producer_id": self.pid, "is_control": True, "is_transactional": True,
-                            "control_type": None, "boundary": True, "rank": tuple(d["rank"]) + (2,),
-                            "coord_start_ms": int(t.start * 1000), "base_offset": None})
-        return out
 
 
 class WireCoverage(Coverage):
