@@ -47,3 +47,6 @@ MIN_SPAN_S = 10.0      # over at least this long (transactions normally end with
 # A producer idle for its transaction timeout plus this margin is settled: the coordinator has
 # aborted what it left open (it looks every 10 s and writes the markers at once).
 TXN_MARGIN_S = 60.0
+# A producer whose transaction the capture shows no end of is held this much longer: the
+# coordinator's markers (its timeout abort) may show only when a lagging consumer fetches them.
+MARKER_FETCH_WAIT_S = DEFAULT_TIMEOUT_S

@@ -4,19 +4,42 @@ A COMMIT/ABORT control batch of producer P on a partition, in a Fetch response, 
 log holding P's marker at that offset: the evidence a marker on disk is. It ends P's data on the
 partition below it, as the WriteTxnMarkers that wrote it would (which, in a capture of client
 traffic only, went broker to broker outside it). Many consumers fetch the same marker: it counts
-once per (partition, offset), and once with the coordinator's WriteTxnMarkers when both show."""
+once per (partition, offset), and once with a WriteTxnMarkers already replayed when both show.
+
+What one marker proves about the transaction's other partitions (`decides`): the coordinator
+writes its decision's marker to every partition the transaction registered
+(TransactionCoordinator.endTransaction, TransactionMarkerChannelManager), with one result and
+one epoch. Its own abort of a timed-out or fenced transaction bumps the epoch (transaction
+version 0/1: the fencing abort's markers carry epoch + 1,
+TransactionMetadata.prepareFenceProducerEpoch; version 2, KIP-890: every end's markers carry
+epoch + 1), and only the coordinator ever writes COMMIT. An admin's abort (kafka-transactions.sh
+abort: WriteTxnMarkers from an admin client to the partitions it names, at the producer's
+current epoch - DescribeProducers' - under either version; its coordinator epoch copied from
+DescribeProducers too, so that tells nothing) writes ABORT at the data's epoch and decides
+nothing for the other partitions. So a fetched COMMIT (at the data's epoch, or + 1) or ABORT at
+the data's epoch + 1 is the coordinator's decision for the whole transaction: its other
+registered partitions are ended by it, their markers just not in the capture (they are not
+hanging). An ABORT at the data's epoch - an admin's, or a version 0/1 client's EndTxn the
+capture does not hold - ends its own partition only; a marker the capture shows an admin's
+WriteTxnMarkers wrote proves nothing beyond its partition whatever its epoch.
+
+`ends_unseen`: where a transaction the coordinator ended stops on a partition whose marker the
+capture does not show (the next transaction's data there is another part)."""
 
 from __future__ import annotations
+
+from bisect import bisect_right
 
 
 def fetched(feed, ts: float, r: dict) -> None:
     """A COMMIT/ABORT control batch of this producer a leader served in a Fetch response: its
     log's marker at that offset, which ends the producer's data on the partition below it -
-    the evidence a marker on disk is, whoever wrote it (the coordinator's WriteTxnMarkers may
-    have gone broker to broker, outside the capture). Counted once per (partition, offset);
+    the evidence a marker on disk is, whoever wrote it. Counted once per (partition, offset);
     a WriteTxnMarkers already replayed for the same end (same result and epoch, after that
-    data) is that marker: it gets the offset. A marker ending no data the capture shows
-    (an earlier transaction's, a retried duplicate) adds nothing."""
+    data) is that marker: it gets the offset. On a registered partition where the capture
+    shows no data of the transaction, it is that transaction's marker when no earlier
+    transaction of the producer could own it (`_bare_txn`). A marker that proves the
+    coordinator's decision (`decides`) ends the whole transaction."""
     result, offset = r["control_type"], r["base_offset"]
     if result not in ("COMMIT", "ABORT") or offset is None or r["topic"] is None or r["partition"] is None:
         return
@@ -26,18 +49,22 @@ def fetched(feed, ts: float, r: dict) -> None:
     feed._fetched.add((tp, offset))
     mine = _recent(feed.data_by_tp.get((r["topic"], r["partition"]), ()), offset)
     below = [d for d in mine if d["last_offset"] is not None and d["last_offset"] < offset]
-    if not below:
-        return
-    last = max(below, key=lambda d: d["last_offset"])
-    e, me = last["producer_epoch"], r["producer_epoch"]
-    t = _txn_of(feed, tp, last)
-    if (e is not None and me is not None and me not in (e, e + 1)) or \
-            (t is not None and t.prepared not in (None, result)):
-        # not the end of that data: a later transaction's (a later epoch's, or the other
-        # result than the one its coordinator chose), that data's own marker in between unseen
-        return
-    if _already_ended(feed, r, mine, last):
-        return
+    last = max(below, key=lambda d: d["last_offset"]) if below else None
+    if last is not None:
+        e, me = last["producer_epoch"], r["producer_epoch"]
+        t = _txn_of(feed, tp, last)
+        if (e is not None and me is not None and me not in (e, e + 1)) or \
+                (t is not None and t.prepared not in (None, result) and (me != e or _later_owner(feed, t, tp, r))):
+            # not the end of that data: a later transaction's (a later epoch's, or the other
+            # result than the one its coordinator chose), that data's own marker in between unseen
+            return
+        if _already_ended(feed, r, mine, last):
+            return
+    else:
+        t = _bare_txn(feed, tp, r, ts, offset)
+        if t is None or _written(feed, r, ts):
+            return   # an earlier transaction's, a retried duplicate, or the WriteTxnMarkers replayed
+        e = t.epoch
     feed.step(ts, r["position"], f"Fetch from {r['connection']} serves {tp} {result} marker at offset "
                                  f"{offset} epoch {r['producer_epoch']} coordinator epoch {r['coordinator_epoch']}")
     m = {
@@ -48,23 +75,94 @@ def fetched(feed, ts: float, r: dict) -> None:
         "max_timestamp_ms": int(ts * 1000), "source": r["source"], "position": r["position"],
         "writer": None, "client_id": None, "connection": r["connection"], "rank": None, "after": last,
         "sent": ts, "transaction_version": None, "fetched": True}
+    if last is None:
+        m["rank"] = (ts, r["position"])   # no data of its transaction here: its own place
     feed.markers.append(m)
     if t is None:
         return
-    if t.prepared_at is not None:
-        # written once its transaction was prepared, before this answer: dated by the
-        # PrepareX (the time that matches it to its transaction), not by when it was read
-        m["base_timestamp_ms"] = m["max_timestamp_ms"] = int(t.prepared_at * 1000)
     if t.complete:
+        _date(m, t)
         return
     t.marked.add(tp)
-    # a marker fetched on one partition ends that partition's part; the transaction ended at
-    # the coordinator (its PrepareX, by whom) only once every registered partition's shows -
-    # a partition never served its marker stays open (hanging past its timeout)
-    if t.prepared is None and not t.complete and set(t.partitions) <= t.marked:
+    if t.prepared is None and (decides(result, r["producer_epoch"], e)
+                               or (t.partitions and set(t.partitions) <= t.marked)):
+        # the coordinator's decision (or every registered partition's marker shown): the
+        # transaction ended at the coordinator; a partition whose marker the capture lacks is
+        # ended by that decision, unseen - not open
         feed._coordinator_end(t, ts, dict(r, result=result))
+    _date(m, t)
     feed._maybe_complete(t, ts, r)
 
+
+def decides(result: str, marker_epoch: int | None, data_epoch: int | None) -> bool:
+    """Whether a marker proves its transaction's coordinator decided it (see the module): a
+    COMMIT (only the coordinator commits; at the data's epoch under version 0/1, + 1 under 2),
+    or an ABORT at the data's epoch + 1 (the coordinator's bump: its own abort under 0/1, any
+    end under 2). An ABORT at the data's epoch may be an admin's (kafka-transactions.sh abort,
+    one partition): it proves nothing about the others."""
+    if marker_epoch is None or data_epoch is None:
+        return False
+    if result == "COMMIT":
+        return marker_epoch in (data_epoch, data_epoch + 1)
+    return result == "ABORT" and marker_epoch == data_epoch + 1
+
+
+def _date(m: dict, t) -> None:
+    """A marker written once its transaction was prepared, before this answer: dated by the
+    PrepareX (the time that matches it to its transaction), not by when it was read."""
+    if t.prepared_at is not None:
+        m["base_timestamp_ms"] = m["max_timestamp_ms"] = int(t.prepared_at * 1000)
+
+
+def _bare_txn(feed, tp: str, r: dict, ts: float, offset: int):
+    """The transaction a marker fetched on `tp` ends when the capture shows no data of the
+    producer below it there: the latest transaction begun by then that registered `tp`, whose
+    epoch fits the marker (its epoch, or + 1) and whose data on `tp`, if any, lies below the
+    marker - when no earlier transaction that registered `tp` could own the marker too (one
+    still undecided at a fitting epoch, or decided with this result at this epoch: a lagging
+    consumer reads an old transaction's marker late). None when that is not certain."""
+    result, me = r["control_type"], r["producer_epoch"]
+    if me is None:
+        return None
+    cands = [t for t in feed.txns[-64:] if tp in t.partitions and t.start <= ts and _owns(t, result, me, offset, tp)]
+    if len(cands) != 1:
+        return None
+    t = cands[0]
+    return t if t.prepared in (None, result) else None
+
+
+def _later_owner(feed, t, tp: str, r: dict) -> bool:
+    """Whether a transaction after `t` that registered `tp` may own a marker fetched there, of
+    the other result than `t`'s decision at `t`'s data's epoch: else it ends `t`'s data all the
+    same - an admin's abort of that partition (at the data's epoch: the coordinator's own would
+    carry + 1), which the torn-transaction rule judges."""
+    later = feed.txns[feed.txns.index(t) + 1:] if t in feed.txns else []
+    return any(tp in u.partitions and _owns(u, r["control_type"], r["producer_epoch"], r["base_offset"], tp)
+               for u in later)
+
+
+def _owns(t, result: str, me: int, offset: int, tp: str) -> bool:
+    """Whether transaction `t` may have written a `result` marker of epoch `me` at `offset` on `tp`."""
+    if any(d["base_offset"] is not None and d["base_offset"] > offset for d in t.rows.get(tp, ())):
+        return False   # a transaction's marker comes after all its data
+    if t.prepared is not None:
+        return t.prepared == result and t.prepare_epoch == me
+    return t.epoch is not None and me in (t.epoch, t.epoch + 1)
+
+
+def _written(feed, r: dict, ts: float) -> bool:
+    """Whether a WriteTxnMarkers the capture holds wrote this marker (same partition, result and
+    epoch, the latest sent by the time it was served, its offset not yet known): it is that one -
+    it gets the offset."""
+    same = [m for m in _markers_on(feed, r["topic"], r["partition"])
+            if not m.get("fetched") and m["control_type"] == r["control_type"]
+            and m["producer_epoch"] == r["producer_epoch"] and m["sent"] <= ts]
+    if not same:
+        return False
+    m = max(same, key=lambda m: m["rank"])
+    if m["base_offset"] is None:
+        m["base_offset"] = m["last_offset"] = r["base_offset"]
+    return True
 
 
 def _already_ended(feed, r: dict, mine: list[dict], last: dict) -> bool:
@@ -120,8 +218,43 @@ def _txn_of(feed, tp: str, last: dict):
 
 
 def place(feed) -> None:
-    """A fetched marker's place in its partition: right after the last data below its offset."""
+    """A fetched marker's place in its partition: right after the last data below its offset
+    (its own place, when it follows no data of the capture)."""
     for m in feed.markers:
         if m.get("fetched"):
-            m["rank"] = tuple(m.pop("after")["rank"]) + (1,)
+            after = m.pop("after")
+            if after is not None:
+                m["rank"] = tuple(after["rank"]) + (1,)
 
+
+def ends_unseen(feed) -> list[dict]:
+    """Where a transaction the coordinator ended stops on a partition whose marker the capture
+    does not show: a boundary row right after its last data there (txn_parts: it closes the
+    part, without a marker, as that transaction's). A transaction begins at the coordinator only
+    once the previous one completed - its markers written to every registered partition
+    (TransactionCoordinator: CONCURRENT_TRANSACTIONS until then) - so the data of two
+    transactions on one partition is two parts, whether or not the capture shows the marker
+    between; lumped, the later one's open part would start at the earlier one's offsets."""
+    owner = {id(d): t for t in feed.txns for rows in t.rows.values() for d in rows}
+    marks: dict[tuple, list] = {}
+    for m in feed.markers:
+        if m["rank"] is not None:
+            marks.setdefault((m["topic"], m["partition"]), []).append(m["rank"])
+    out = []
+    for key, rows in feed.data_by_tp.items():
+        rows = sorted(rows, key=lambda d: d["rank"])
+        ranks = sorted(marks.get(key, ()))
+        for k, d in enumerate(rows):
+            t = owner.get(id(d))
+            nxt = rows[k + 1] if k + 1 < len(rows) else None
+            if t is None or t.prepared is None or (nxt is not None and owner.get(id(nxt)) in (t, None)):
+                continue   # not its last data here, or data no transaction claims follows (a write
+                # racing the marker may have landed before it)
+            j = bisect_right(ranks, d["rank"])
+            if j < len(ranks) and (nxt is None or ranks[j] < nxt["rank"]):
+                continue   # a marker the capture shows ends it
+            out.append({"topic": d["topic"], "partition": d["partition"], "replica": None,
+                        "producer_id": feed.pid, "is_control": True, "is_transactional": True,
+                        "control_type": None, "boundary": True, "rank": tuple(d["rank"]) + (2,),
+                        "coord_start_ms": int(t.start * 1000), "base_offset": None})
+    return out

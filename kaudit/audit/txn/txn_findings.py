@@ -210,12 +210,33 @@ class _Say:
         text = (f"producer {part.producer_id} epoch {epoch} has transactional data at offsets {_off(start)}-"
                 f"{_off(part.last_data_offset)}{since} with no end marker"
                 + (" by the end of the capture" if self.wire else ""))
+        undecided = self._undecided_aborts(part)
+        if undecided:
+            details["aborted_elsewhere"] = undecided
         if reasons:
-            return self.part("hanging-transaction", part, f"{text}: hanging ({'; '.join(reasons)})", details,
-                             remediation=f"{cmd} ({known})")
+            note = ""
+            if undecided:
+                # its transaction's ABORT at the data's epoch on other partitions: not the
+                # coordinator's decision (an admin's abort writes it to the partitions it names)
+                note = (f"; the ABORT at epoch {epoch} on {', '.join(undecided)} does not end it: an admin's "
+                        "kafka-transactions.sh abort writes that marker to the partitions it names only"
+                        + ("" if self.pt.coordinator_known else
+                           " (the client's EndTxn ABORT would too, and the capture does not hold its coordinator "
+                           "traffic)"))
+            return self.part("hanging-transaction", part, f"{text}: hanging ({'; '.join(reasons)}){note}",
+                             details, remediation=f"{cmd} ({known})")
         if two_phase_commit(part, self.pt):
             return self._prepared(part, text, details)
         return self.part("dangling-transaction", part, f"{text} (still open at the coordinator)", details)
+
+    def _undecided_aborts(self, part: Part) -> list[str]:
+        """Wire: the other partitions of the part's transaction ended by an ABORT at its data's
+        epoch that the coordinator's decision does not back (txn_fetched.decides)."""
+        t = self.of.get(id(part))
+        if not self.wire or t is None or part.data_epoch is None or (t.coord is not None and t.coord.result):
+            return []
+        return sorted({p.tp for p in t.parts if p is not part and p.tp != part.tp and p.marker is not None
+                       and p.marker.result == "ABORT" and p.marker.epoch == part.data_epoch})
 
     def _prepared(self, part: Part, text: str, details: dict) -> dict:
         """A KIP-939 two-phase-commit transaction: open by design until its external transaction
@@ -242,12 +263,23 @@ class _Say:
         c = t.coord
         seen = marker is not None
         where = ",".join(sorted({p.tp for p in parts})) or "no partition"
+        served = seen and all(p.marker.fetched for p in parts if p.marker is not None)
         how = (f"ABORT markers at epoch {marker.epoch}" if seen else
                "its ABORT markers are not in the evidence")
+        if served:
+            # known from a consumer's Fetch only: the coordinator had aborted by then, not then
+            how += " (served to consumers; the coordinator's WriteTxnMarkers are not in the capture)"
         if c is not None and c.next_epoch is not None and cause == "fencing":
             how += f"; a new instance got epoch {c.next_epoch}"
         if cause != "fencing" and c is not None and c.timeout_ms and c.prepare_ts and c.start_ms:
-            how += f" after {c.prepare_ts - c.start_ms} ms (timeout {c.timeout_ms} ms)"
+            how += (f" seen {c.prepare_ts - c.start_ms} ms after it began" if served
+                    else f" after {c.prepare_ts - c.start_ms} ms") + f" (timeout {c.timeout_ms} ms)"
+        unseen = self._unseen(t)
+        if unseen:
+            many = len(unseen) > 1
+            how += (f"; its marker{'s' if many else ''} on {', '.join(unseen)} {'were' if many else 'was'} not seen "
+                    "in the capture (ended by the same decision: the coordinator writes it to every registered "
+                    "partition)")
         ev = self.evidence(first) if first is not None else []
         if c is not None:
             ev = [e for e in c.evidence if e["position"] is not None][-2:] + ev
@@ -258,6 +290,10 @@ class _Say:
             "coordinator_epoch": marker.coordinator_epoch if seen else None,
             "timeout_ms": c.timeout_ms if c else None, "start_ms": c.start_ms if c else None,
             "prepare_ms": c.prepare_ts if c else None})
+        if unseen:
+            details["markers_unseen"] = unseen
+        if served:
+            details["markers_served_only"] = True
         fields = self.fields(first) if first is not None else dict(producer_id=t.producer_id)
         fields.update(producer_epoch=data_epoch, transactional_id=t.transactional_id or fields.get("transactional_id"),
                       first_ts_ms=t.start_ms, last_ts_ms=t.end_ms)
@@ -265,6 +301,15 @@ class _Say:
                        f"the coordinator aborted producer {t.producer_id}'s transaction (epoch {data_epoch}, "
                        f"{t.transactional_id!r}) on {where} by {cause}: {how}",
                        evidence=ev, details=details, timeline=self.timeline(), **fields)
+
+    def _unseen(self, t: Transaction) -> list[str]:
+        """Wire: the registered partitions of a transaction some of whose markers the capture shows
+        where it shows none (their leaders' traffic, or the Fetch serving them, is not in it)."""
+        c = t.coord
+        if not self.wire or c is None or not any(p.marker is not None for p in t.parts):
+            return []
+        marked = {p.tp for p in t.parts if p.marker is not None}
+        return sorted(tp for tp in c.partitions if tp not in marked and not self.pt.coverage.sees_marker(tp))
 
     def torn(self, t: Transaction, damaged: list[Range]) -> dict:
         c = t.coord

@@ -33,6 +33,7 @@ class Marker:
     # the transaction version WriteTxnMarkers v2 carries (KIP-1228; wire only: a control batch
     # on disk does not hold it), None where the request does not say it
     transaction_version: int | None = None
+    fetched: bool = False           # wire: served in a Fetch response (the leader's log), no request seen
 
 
 @dataclass
@@ -53,6 +54,9 @@ class Part:
     previous: "Part | None" = None                          # the part before it on the partition
     copies: dict = field(default_factory=dict)              # replica -> its own Part (its files)
     key: object = None                                      # the rank of its first row
+    # wire: its transaction ended at the coordinator, its marker here not in the capture (the
+    # start time of that coordinator transaction: txn_wire_feed._ends_unseen)
+    ended_unseen: int | None = None
     tp: str = field(init=False, default="")                 # "topic-partition"
 
     def __post_init__(self):
@@ -98,7 +102,7 @@ class Part:
 def _marker(b: dict) -> Marker:
     return Marker(b["base_offset"], b["control_type"], b["producer_epoch"], b["coordinator_epoch"],
                   b["base_timestamp_ms"], b["source"], b["position"], b.get("writer"),
-                  b.get("client_id"), b.get("connection"), b.get("transaction_version"))
+                  b.get("client_id"), b.get("connection"), b.get("transaction_version"), bool(b.get("fetched")))
 
 
 def assemble_replica(batches: list[dict]) -> list[Part]:
@@ -109,6 +113,12 @@ def assemble_replica(batches: list[dict]) -> list[Part]:
     for b in batches:
         was_plain, plain = plain, False
         if b["is_control"]:
+            if b.get("boundary"):
+                if cur is not None:
+                    cur.ended_unseen = b["coord_start_ms"]
+                    parts.append(cur)
+                    cur = None
+                continue
             if b["control_type"] not in ("COMMIT", "ABORT"):
                 continue
             if cur is None:
@@ -183,7 +193,11 @@ def match_markers(parts: list[Part], view: CoordView) -> None:
         tp = p.tp
         if p.marker is None:
             t = view.open_txn
-            if t is not None and tp in t.partitions:
+            if p.ended_unseen is not None:
+                # wire: its transaction's end is known, its marker here not seen
+                p.coord = next((c for c in by_tp.get(tp, ()) if c.start_ms == p.ended_unseen), None) \
+                    or _ended_with(by_tp.get(tp), p.first_ts)
+            elif t is not None and tp in t.partitions:
                 p.coord = t
             else:
                 p.coord = _ended_with(by_tp.get(tp), p.first_ts)

@@ -107,7 +107,18 @@ def dangling_transaction(part: Part, pt: ProducerTxns) -> bool:
     oldest open transaction).
     Benign causes: a transaction still in progress when the evidence was taken (its coordinator
     lists the partition and its timeout has not passed); on the wire, a transaction whose end the
-    capture shows (EndTxn answered, a fencing) while its markers went to leaders outside it."""
+    capture shows while its markers went to leaders outside it, or were served to no consumer it
+    holds: an EndTxn answered, a fencing, or one marker that proves the coordinator's decision -
+    the coordinator writes one result to every registered partition, only it commits, and its own
+    abort bumps the epoch (version 0/1: a timeout or fencing abort's markers carry the data's
+    epoch + 1; version 2: every end's), so a COMMIT or an ABORT at the data's epoch + 1 served on
+    one partition ends them all (txn_fetched.decides). An ABORT at the data's epoch may be an
+    admin's (kafka-transactions.sh abort writes the producer's current epoch to the partitions it
+    names), as is any marker an admin's WriteTxnMarkers in the capture wrote: it ends its own
+    partition only, the others stay open. On the wire the data of successive transactions on one
+    partition is split at the coordinator's transaction boundary even where the marker between
+    is not in the capture (a transaction begins only once the previous one's markers are
+    written), so an open transaction's part starts at its own first offset."""
     if part.marker is not None or not part.data:
         return False
     t = part.coord
@@ -278,7 +289,10 @@ def coordinator_abort(txn: Transaction, pt: ProducerTxns) -> str | None:
     version 2: every end bumps it once, so a timeout shows by its time and a fencing by the new
     instance's Empty record right after) and from the requests on the wire (no EndTxn before
     the ABORT markers; a new InitProducerId). Without coordinator records, an ABORT marker at the
-    data's epoch + 1 of a version 0/1 producer.
+    data's epoch + 1 of a version 0/1 producer. On the wire an ABORT at the data's epoch + 1
+    served in a Fetch response, with no EndTxn before it, is the coordinator's decision for
+    every registered partition: the finding names the partitions whose marker the capture does
+    not show (ended by that decision, not open).
     Benign: this is the coordinator doing its job."""
     who, how = txn.ended_by()
     if who == "coordinator":

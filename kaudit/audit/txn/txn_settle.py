@@ -12,6 +12,13 @@ the first producer id of the transactional id, in decode order), batches, and th
 those events - are folded alone with the reference time at the settling, then dropped. The
 administration frames (DescribeProducers ...), which every producer's judgement reads, are kept.
 
+A producer whose last transaction the capture shows no end of (data or a registration after its
+last EndTxn, WriteTxnMarkers, InitProducerId or fetched marker) is held MARKER_FETCH_WAIT_S
+longer: a capture of client traffic shows the coordinator's timeout abort only as the markers a
+consumer fetches, which a lagging consumer reads minutes later - settled before, the producer
+would be told hanging where the file's audit sees the marker. A hanging transaction is then told
+that much later on a live capture.
+
 Rows of a producer that come after it was settled start it over (coverage
 `live.txn_producers_back`): the file's audit would have judged them with the earlier ones.
 """
@@ -22,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, Settler
-from kaudit.audit.thresholds import DEFAULT_TIMEOUT_S, TXN_MARGIN_S
+from kaudit.audit.thresholds import DEFAULT_TIMEOUT_S, MARKER_FETCH_WAIT_S, TXN_MARGIN_S
 
 SWEEP_S = 30.0        # capture seconds between two looks
 FRAME_KEEP_S = 60.0   # a frame no event of the selection names is dropped once this old
@@ -78,9 +85,10 @@ class TxnSettle(Settler):
 
     def split(self, items: list, now: float) -> tuple[list, list]:
         """(the rows of the producers settled at capture time `now`, the rows kept)."""
-        pids_of, last, timeout = self._producers(items)
+        pids_of, last, timeout, unended = self._producers(items)
         done = {p for p, ts in last.items()
-                if ts < now - (timeout.get(p) or DEFAULT_TIMEOUT_S) - TXN_MARGIN_S}
+                if ts < now - (timeout.get(p) or DEFAULT_TIMEOUT_S) - TXN_MARGIN_S
+                - (MARKER_FETCH_WAIT_S if p in unended else 0.0)}
         if not done:
             return [], items
         self.settled |= done
@@ -127,8 +135,10 @@ class TxnSettle(Settler):
 
     def _producers(self, items):
         """Per chunk, its rows' producer ids (as prepare resolves them); each producer's newest
-        row time and its transaction timeout (s)."""
+        row time, its transaction timeout (s), and the producers whose last transaction shows no
+        end (a write or registration after every end the capture holds of it)."""
         pids_of, last, timeout = [], {}, {}
+        began, ended = {}, {}
         for kind, t in items:
             if kind == "txn_event":
                 pids = [p if p is not None and p >= 0 else self.tid_pid.get(tid)
@@ -139,14 +149,37 @@ class TxnSettle(Settler):
                     if p is not None and ms:
                         timeout[p] = ms / 1000.0
                 pids_of.append(pa.array(pids, pa.int64()))
+                ev = t.column("event")
+                _mark(ended, pids_of[-1], t.column("ts"), pc.is_in(ev, ENDS))
+                _mark(began, pids_of[-1], t.column("ts"), pc.is_in(ev, BEGINS))
             elif kind == "batch":
                 pids = t.column("producer_id").to_pylist()
                 times = t.column("request_ts").to_pylist()
                 pids_of.append(pa.array(pids, pa.int64()))
+                fetch = pc.equal(t.column("source_kind"), "fetch")   # a fetched marker; else a write
+                _mark(ended, pids_of[-1], t.column("request_ts"), fetch)
+                _mark(began, pids_of[-1], t.column("request_ts"), pc.invert(fetch))
             else:
                 pids_of.append(None)
                 continue
             for p, ts in zip(pids, times):
                 if p is not None and p >= 0 and ts is not None and ts > last.get(p, float("-inf")):
                     last[p] = ts
-        return pids_of, last, timeout
+        unended = {p for p, ts in began.items() if ts > ended.get(p, float("-inf"))}
+        return pids_of, last, timeout, unended
+
+
+BEGINS = pa.array(["ADD_PARTITIONS", "ADD_OFFSETS", "TXN_OFFSET_COMMIT"])
+ENDS = pa.array(["END_TXN", "WRITE_MARKERS", "INIT_PRODUCER_ID"])
+
+
+def _mark(into: dict, pids: pa.Array, times, mask) -> None:
+    """Each producer's newest time among the rows `mask` selects, into `into` (vectorised: the
+    sweep looks at every row kept)."""
+    t = pa.table({"p": pids, "t": times}).filter(pc.fill_null(mask, False))
+    if not t.num_rows:
+        return
+    g = t.group_by("p").aggregate([("t", "max")])
+    for p, ts in zip(g.column("p").to_pylist(), g.column("t_max").to_pylist()):
+        if p is not None and p >= 0 and ts is not None and ts > into.get(p, float("-inf")):
+            into[p] = ts

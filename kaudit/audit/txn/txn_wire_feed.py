@@ -92,6 +92,7 @@ class _Txn:
         self.fence_request: float | None = None   # a new instance's InitProducerId while open
         self.fence_row: dict | None = None
         self.prepared_at: float | None = None     # when its PrepareX was recorded
+        self.rows: dict[str, list[dict]] = {}     # tp -> its data rows, in order
 
 
 class WireFeed:
@@ -311,7 +312,8 @@ class WireFeed:
         by = f" from {r.get('client_id')!r} (not the coordinator: an admin)" if writer == ADMIN else ""
         self.step(ts, r["position"], f"WriteTxnMarkers {r['result']} epoch {r['producer_epoch']} coordinator epoch "
                                      f"{r['coordinator_epoch']} to {r['partitions']}{by}{err}")
-        self.marker_hosts.add(_host(r["connection"], 1))
+        if writer != ADMIN:   # an admin's connection to a leader does not carry the coordinator's markers
+            self.marker_hosts.add(_host(r["connection"], 1))
         t = self._marker_txn(r) if writer != ADMIN else None
         tps = partition_names(r["partitions"])
         for tp in tps:
@@ -414,6 +416,7 @@ class WireFeed:
             self.produce_hosts[tp] = _host(r["connection"], 1)
         if self.version == 2 or not self.tv1_adds:
             self._implicit_add(ts, r, tp)
+        t = self.open_txn()
         base = r["response_base_offset"]
         base = base if err == 0 and base is not None and base >= 0 else None
         n = r["record_count"] or 1
@@ -428,6 +431,8 @@ class WireFeed:
             "last_sequence": r["last_sequence"], "response_error": err, "rank": (ts, r["position"]),
             "answered": r.get("response_ts")})
         self.data_by_tp.setdefault((r["topic"], r["partition"]), []).append(row)
+        if t is not None and tp in t.partitions:
+            t.rows.setdefault(tp, []).append(row)
 
     def _implicit_add(self, ts: float, r: dict, tp: str) -> None:
         """Data on a partition whose registration the capture cannot show (a version-2 producer's
@@ -475,10 +480,11 @@ class WireFeed:
     def facts(self) -> ProducerTxns:
         self._order_races()
         txn_fetched.place(self)
+        bounds = txn_fetched.ends_unseen(self)
         coverage = WireCoverage(source="wire", coordinator=self.client_coordinator or self.tv2_adds,
                                 registrations=self.tv2_adds if self.version == 2 else self.tv1_adds,
                                 markers=bool(self.marker_hosts), slack_ms=0, feed=self)
-        pt = assemble(self.pid, self.data + self.markers, self.records, coverage=coverage)
+        pt = assemble(self.pid, self.data + self.markers + bounds, self.records, coverage=coverage)
         pt.timeline = self.timeline
         pt.marker_writes, pt.busy = self.marker_writes, self.busy
         return pt

@@ -122,14 +122,22 @@ def test_fetched_commit_after_end_txn_adds_nothing(tmp_path):
     assert _audit(tmp_path, [Conn(producer), Conn(consumer, **CONSUMER)], name="b.pcap") == []
 
 
-def test_fetched_marker_on_one_partition_only_leaves_the_other_hanging(tmp_path):
-    """(d) Two registered partitions; a consumer fetches the ABORT of partition 2 only; partition
-    3's never shows: still hanging, on partition 3."""
+def test_coordinator_abort_fetched_on_one_partition_ends_the_other(tmp_path):
+    """(d) Two registered partitions; a consumer fetches the ABORT of partition 2 only, at epoch 1
+    (the coordinator's bump: its own abort, which it writes to every registered partition):
+    partition 3 is aborted too, its marker not seen - no hanging, a coordinator abort saying so."""
     consumer = fetch(1, data(10, 0) + marker(13, "ABORT", 1))
     fs = _audit(tmp_path, [Conn(_producer((2, 3))), Conn(consumer, **CONSUMER)])
-    hanging = by_rule(fs, "hanging-transaction")
-    assert [(f["topic"], f["partition"]) for f in hanging] == [(TOPIC, 3)]
-    assert by_rule(fs, "dangling-transaction") == []
+    (f,) = fs
+    assert f["rule"] == "coordinator-abort" and details(f)["markers_unseen"] == ["orders-3"]
+
+
+def test_admin_abort_fetched_on_one_partition_leaves_the_other_hanging(tmp_path):
+    """(d') The same with the ABORT at the data's epoch 0 (an admin's kafka-transactions.sh abort
+    of partition 2): it proves nothing about partition 3, still hanging."""
+    consumer = fetch(1, data(10, 0) + marker(13, "ABORT", 0))
+    fs = _audit(tmp_path, [Conn(_producer((2, 3))), Conn(consumer, **CONSUMER)])
+    assert [(f["rule"], f["partition"]) for f in fs] == [("hanging-transaction", 3)]
 
 
 def test_a_later_transactions_marker_does_not_end_committed_data(tmp_path):
@@ -158,3 +166,21 @@ def test_fetched_abort_agrees_with_the_coordinators_markers_and_fencing(tmp_path
     fs = _audit(tmp_path, conns)
     (f,) = fs
     assert f["rule"] == "coordinator-abort" and details(f)["cause"] == "fencing"
+
+
+def test_marker_fetched_long_after_the_producer_died(tmp_path):
+    """A lagging consumer reads the timeout abort's marker 200 s after the producer's last write
+    (past its timeout and the live settling's margin): no hanging transaction - the live executor
+    holds a producer whose transaction shows no end (txn_settle), and tells the file's findings."""
+    moved = []
+
+    def delay(i, p):
+        if p.conn >= 1 and not moved:
+            moved.append(i)
+            return 200.0
+        return 0.0
+    consumer = fetch(1, data(10, 0) + marker(13, "ABORT", 1))
+    fs = [f for f in audit(tmp_path, [Conn(_producer((2, 3))), Conn(consumer, **CONSUMER)],
+                           timed={"delay": delay}, now_ms=T0_MS + 600_000) if f["rule"] in TXN]
+    (f,) = fs
+    assert f["rule"] == "coordinator-abort" and details(f)["markers_unseen"] == ["orders-3"]

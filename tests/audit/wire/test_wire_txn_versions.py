@@ -100,7 +100,7 @@ def run(tmp_path, *stories, now_ms=None):
         for name, msgs in st.events:
             key = (n, name)
             if key not in index:
-                ends = Story.ENDS[name]
+                ends = type(st).ENDS[name]
                 index[key] = len(conns)
                 conns.append(Conn([], **dict(ends, client=(ends["client"][0], ends["client"][1] + 100 * n))))
             c = conns[index[key]]
