@@ -159,17 +159,30 @@ class ReaderPartition(TablesByKind):
         if not txn.num_rows:
             return []
         outcomes = outcomes()
+        # only the responses that returned a batch whose transaction may have aborted can give a
+        # finding (Outcomes.suspects); their batches are replayed in full
+        suspect = outcomes.suspects(txn)
+        if not suspect.any():
+            return []
+        positions = np_col(txn, "position", -1, np.int64)
+        frames = np.unique(positions[suspect])
+        txn = txn.filter(np_mask(np.isin(positions, frames)))
+        suspect = suspect[np.isin(positions, frames)]
         by_response: dict[tuple, list[dict]] = {}
-        for b in txn.to_pylist():
-            by_response.setdefault((b["source"], b["connection"], b["position"]), []).append(b)
+        judged = set()
+        for b, s in zip(txn.to_pylist(), suspect.tolist()):
+            key = (b["source"], b["connection"], b["position"])
+            by_response.setdefault(key, []).append(b)
+            if s:
+                judged.add(key)
         out = []
         # only the responses that returned some of those batches (by frame; the key decides below)
-        fetch = fetch.filter(np_mask(np.isin(np_col(fetch, "position", -1, np.int64),
-                                             np_col(txn, "position", -1, np.int64))))
+        fetch = fetch.filter(np_mask(np.isin(np_col(fetch, "position", -1, np.int64), frames)))
         rows = fetch.sort_by([("response_ts", "ascending"), ("position", "ascending")]).to_pylist()
         for r in rows:
-            got = by_response.get((r["source"], r["connection"], r["position"]))
-            if not got:
+            key = (r["source"], r["connection"], r["position"])
+            got = by_response.get(key)
+            if not got or key not in judged:
                 continue
             aborted = parse_aborted(r["aborted_transactions"])
             for txn_end, group in delivered_aborted(got, aborted, outcomes):
