@@ -34,6 +34,7 @@ from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.txn.txn_model import ProducerTxns
 from kaudit.audit.txn.txn_settle import TxnSettle
 from kaudit.audit.txn.txn_wire_feed import WireFeed
+from kaudit.audit.txn.txn_wire_rows import replay_rows
 
 KEY = ("producer_id",)
 TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id", "producer_id",
@@ -57,11 +58,10 @@ class ProducerWire:
     def __init__(self, key: tuple, ctx: Context):
         self.pid = key[0]
         self.ctx = ctx
-        self.rows: list[tuple[float, int, str, dict]] = []
+        self.tables: list[tuple[str, pa.Table]] = []
 
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
-        for r in table.to_pylist():
-            self.rows.append((row_ts(kind, r) or 0.0, r["position"] or 0, kind, r))
+        self.tables.append((kind, table))
         return []
 
     def finish(self) -> list[dict]:
@@ -69,7 +69,14 @@ class ProducerWire:
 
         if self.pid is None or self.pid < 0:
             return []
-        return txn_findings.judge(producer_facts(self.pid, self.rows, self.ctx), self.ctx.reference_time_ms)
+        rows = replay_rows(self.tables)
+        ordered = rows is not None
+        if not ordered:   # timestamps numpy cannot order as Python does
+            rows = [(row_ts(kind, r) or 0.0, r["position"] or 0, kind, r)
+                    for kind, t in self.tables for r in t.to_pylist()]
+        self.tables = []
+        pt = producer_facts(self.pid, rows, self.ctx, ordered=ordered)
+        return txn_findings.judge(pt, self.ctx.reference_time_ms)
 
 
 def row_ts(kind: str, r: dict) -> float | None:
@@ -82,10 +89,11 @@ def row_ts(kind: str, r: dict) -> float | None:
     return r["request_ts"]
 
 
-def producer_facts(pid: int, rows: list[tuple], ctx: Context) -> ProducerTxns:
-    """The facts of one producer id from its (ts, position, kind, row) tuples."""
+def producer_facts(pid: int, rows: list[tuple], ctx: Context, ordered: bool = False) -> ProducerTxns:
+    """The facts of one producer id from its (ts, position, kind, row) tuples (`ordered`:
+    already in replay order, txn_wire_rows.replay_rows)."""
     feed = WireFeed(pid, ctx)
-    for ts, _, kind, r in sorted(rows, key=lambda x: (x[0], x[1])):
+    for ts, _, kind, r in (rows if ordered else sorted(rows, key=lambda x: (x[0], x[1]))):
         (feed.event if kind == "txn_event" else feed.batch)(ts, r)
     pt = feed.facts()
     pt.lineage = (ctx.producer_lineage or {}).get(pid)
