@@ -102,17 +102,20 @@ def apply_clean(t: pa.Table, view: type, pids: dict, groups: list, mask: np.ndar
         del p.recent[:-4]
 
 
+_FIRST = ("response_base_offset", "source", "position", "producer_id", "crc", "batch_size", "base_timestamp_ms",
+          "max_timestamp_ms", "attributes")   # what _advance reads of a run's first row
+
+
 def _advance(p: Pid, t: pa.Table, idx: list, keys: list, count: np.ndarray) -> None:
     """The state after the clean rows `idx` (keys (epoch, base, last)): the first is remembered as
     the checked path does; the others extend the run it ends (each follows the one before)."""
     epoch, base, last = keys[0]
     i = idx[0]
-    off = int(t.column("response_base_offset")[i].as_py())
-    b = BatchView(t.column("source")[i].as_py(), t.column("position")[i].as_py(), off, off + int(count[i]) - 1,
-                  t.column("producer_id")[i].as_py(), epoch, base, last, int(count[i]),
-                  t.column("crc")[i].as_py(), t.column("batch_size")[i].as_py(), False, None,
-                  *(t.column(c)[i].as_py() if c in t.column_names else None
-                    for c in ("base_timestamp_ms", "max_timestamp_ms", "attributes")))
+    r = t.slice(i, 1).select([c for c in _FIRST if t.schema.get_field_index(c) >= 0]).to_pylist()[0]
+    off = int(r["response_base_offset"])
+    b = BatchView(r["source"], r["position"], off, off + int(count[i]) - 1,
+                  r["producer_id"], epoch, base, last, int(count[i]), r["crc"], r["batch_size"], False, None,
+                  *(r.get(c) for c in ("base_timestamp_ms", "max_timestamp_ms", "attributes")))
     st = p.state
     if st is None:
         st = p.state = ProducerState(epoch, last, epoch, None, 0)
