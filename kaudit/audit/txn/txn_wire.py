@@ -34,7 +34,7 @@ from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.txn.txn_model import ProducerTxns
 from kaudit.audit.txn.txn_settle import TxnSettle
 from kaudit.audit.txn.txn_wire_feed import WireFeed
-from kaudit.audit.txn.txn_wire_rows import replay_rows
+from kaudit.audit.txn.txn_wire_rows import drop_fetched_repeats, rows_of
 
 KEY = ("producer_id",)
 TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id", "producer_id",
@@ -58,10 +58,10 @@ class ProducerWire:
     def __init__(self, key: tuple, ctx: Context):
         self.pid = key[0]
         self.ctx = ctx
-        self.tables: list[tuple[str, pa.Table]] = []
+        self.rows: list[tuple[float, int, str, dict]] = []
 
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
-        self.tables.append((kind, table))
+        self.rows.extend((row_ts(kind, r) or 0.0, r["position"] or 0, kind, r) for r in rows_of(table))
         return []
 
     def finish(self) -> list[dict]:
@@ -69,14 +69,7 @@ class ProducerWire:
 
         if self.pid is None or self.pid < 0:
             return []
-        rows = replay_rows(self.tables)
-        ordered = rows is not None
-        if not ordered:   # timestamps numpy cannot order as Python does
-            rows = [(row_ts(kind, r) or 0.0, r["position"] or 0, kind, r)
-                    for kind, t in self.tables for r in t.to_pylist()]
-        self.tables = []
-        pt = producer_facts(self.pid, rows, self.ctx, ordered=ordered)
-        return txn_findings.judge(pt, self.ctx.reference_time_ms)
+        return txn_findings.judge(producer_facts(self.pid, self.rows, self.ctx), self.ctx.reference_time_ms)
 
 
 def row_ts(kind: str, r: dict) -> float | None:
@@ -89,11 +82,10 @@ def row_ts(kind: str, r: dict) -> float | None:
     return r["request_ts"]
 
 
-def producer_facts(pid: int, rows: list[tuple], ctx: Context, ordered: bool = False) -> ProducerTxns:
-    """The facts of one producer id from its (ts, position, kind, row) tuples (`ordered`:
-    already in replay order, txn_wire_rows.replay_rows)."""
+def producer_facts(pid: int, rows: list[tuple], ctx: Context) -> ProducerTxns:
+    """The facts of one producer id from its (ts, position, kind, row) tuples."""
     feed = WireFeed(pid, ctx)
-    for ts, _, kind, r in (rows if ordered else sorted(rows, key=lambda x: (x[0], x[1]))):
+    for ts, _, kind, r in sorted(rows, key=lambda x: (x[0], x[1])):
         (feed.event if kind == "txn_event" else feed.batch)(ts, r)
     pt = feed.facts()
     pt.lineage = (ctx.producer_lineage or {}).get(pid)
@@ -108,16 +100,14 @@ def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, 
     admins = set()
     for kind, t in items:
         if kind == "frame":
-            cols = [t.column(n).to_pylist() for n in FRAME_COLUMNS]
-            for vals in zip(*cols):
-                f = dict(zip(FRAME_COLUMNS, vals))
+            for f in rows_of(t.select(FRAME_COLUMNS)):
                 frames[(f["source"], f["connection"], f["request_frame"])] = f
                 if f["api_key"] in ADMIN_APIS and f["client_id"]:
                     admins.add(f["client_id"])
     out = []
     events = [t for k, t in items if k == "txn_event"]
     if events:
-        rows = pa.concat_tables(events).to_pylist()
+        rows = rows_of(pa.concat_tables(events))
         # a failed request names no producer id: it is the one its transactional id obtains next
         # (else the last it had), in time order
         nxt: dict = {}
@@ -140,7 +130,9 @@ def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, 
                      markers=f.get("markers"),
                      admin_clients=sorted(admins) if r["event"] == "WRITE_MARKERS" else None)
         out.append(("txn_event", pa.Table.from_pylist(rows)))
-    out.extend((k, t) for k, t in items if k == "batch")
+    batches = [t for k, t in items if k == "batch" and t.num_rows]
+    if batches:
+        out.append(("batch", drop_fetched_repeats(pa.concat_tables(batches))))
     return out
 
 

@@ -41,6 +41,7 @@ MARKER_COLUMNS = ("source", "connection", "position", "ts", "event", "producer_i
                   "partitions", "result", "error_codes")
 MARKER_REQUEST = "marker_request"   # WriteTxnMarkers, one row per partition (prepare)
 MAX_FINDINGS = 50   # per rule and partition
+FETCHED, PRODUCED = "batch_fetched", "batch_produced"   # the batch rows, split (prepare)
 
 
 @rule("read-past-lso", "error", "wire",
@@ -77,13 +78,21 @@ def aborted_read(outcome: str | None) -> bool:
 
 
 def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
-    """The fold needs the whole selection: WriteTxnMarkers requests name several partitions each."""
-    out = [(k, t) for k, t in items if k != "txn_event"]
+    """The fold needs the whole selection: WriteTxnMarkers requests name several partitions each.
+    The batches are split into the fetched and the produced ones here, once, not per partition."""
+    out = [(k, t) for k, t in items if k not in ("txn_event", "batch")]
     events = [t for k, t in items if k == "txn_event" and t.num_rows]
     if events:
         rows = _explode(pa.concat_tables(events))
         if rows.num_rows:
             out.append((MARKER_REQUEST, rows))
+    batches = [t for k, t in items if k == "batch" and t.num_rows]
+    if batches:
+        b = pa.concat_tables(batches)
+        for kind, source_kind in ((FETCHED, "fetch"), (PRODUCED, "produce")):
+            part = b.filter(pc.equal(b.column("source_kind"), source_kind))
+            if part.num_rows:
+                out.append((kind, part))
     return out
 
 
@@ -114,9 +123,7 @@ class ReaderPartition(TablesByKind):
         fetch = self.concat("fetch_partition")
         if fetch is None:
             return []
-        batches = self.concat("batch")
-        fetched = None if batches is None else batches.filter(pc.equal(batches.column("source_kind"), "fetch"))
-        produced = None if batches is None else batches.filter(pc.equal(batches.column("source_kind"), "produce"))
+        fetched, produced = self.concat(FETCHED), self.concat(PRODUCED)
         out = self._past_lso(fetch, fetched)
         if fetched is not None and fetched.num_rows:
             out += self._aborted(fetch, fetched, lambda: Outcomes(fetched, produced, self.concat(MARKER_REQUEST)))
