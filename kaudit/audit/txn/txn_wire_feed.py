@@ -457,9 +457,7 @@ class WireFeed:
             if m.get("fetched"):
                 continue   # its offset places it (`_place_fetched`)
             markers.setdefault((m["topic"], m["partition"]), []).append(m)
-        data: dict[tuple, list[dict]] = {}
-        for d in self.data:
-            data.setdefault((d["topic"], d["partition"]), []).append(d)
+        data = self.data_by_tp if markers else {}   # (topic, partition) -> its data rows, in order
         for tp, ms in markers.items():
             ms = sorted(ms, key=lambda m: m["sent"])
             sent = [m["sent"] for m in ms]
