@@ -9,7 +9,7 @@ from bisect import bisect_right
 import numpy as np
 import pyarrow as pa
 
-from kaudit.audit.folds import np_col
+from kaudit.audit.folds import np_col, np_mask
 from kaudit.audit.registry import evidence
 
 
@@ -62,9 +62,10 @@ class Outcomes:
     def __init__(self, fetched: pa.Table, produced: pa.Table | None, requests: pa.Table | None):
         self._coverage(fetched)
         self.markers: dict[int, list[tuple]] = {}   # pid -> [(offset, result, source, position)]
-        ctrl = fetched.filter(pa.array(np_col(fetched, "is_control", False, bool)))
+        names = ["control_type", "producer_id", "base_offset", "source", "position"]
+        ctrl = fetched.select(names).filter(np_mask(np_col(fetched, "is_control", False, bool)))
         seen: dict[int, tuple] = {}
-        cols = (ctrl.column(c).to_pylist() for c in ("control_type", "producer_id", "base_offset", "source", "position"))
+        cols = (ctrl.column(c).to_pylist() for c in names)
         for ctype, pid, base, src, pos in zip(*cols):
             if ctype not in ("COMMIT", "ABORT"):
                 continue

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_mask
+from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_indices, np_mask
 from kaudit.audit.wire.live_settle import ReaderSettle
 from kaudit.audit.consistency.log_chunks import TablesByKind
 from kaudit.audit.wire.reader_replay import Outcomes, delivered_aborted, parse_aborted
@@ -42,6 +42,7 @@ MARKER_COLUMNS = ("source", "connection", "position", "ts", "event", "producer_i
 MARKER_REQUEST = "marker_request"   # WriteTxnMarkers, one row per partition (prepare)
 MAX_FINDINGS = 50   # per rule and partition
 FETCHED, PRODUCED = "batch_fetched", "batch_produced"   # the batch rows, split (prepare)
+_SUSPECT_COLUMNS = ("is_transactional", "is_control", "producer_id", "last_offset", "position")
 
 
 @rule("read-past-lso", "error", "wire",
@@ -161,20 +162,21 @@ class ReaderPartition(TablesByKind):
         return out[:MAX_FINDINGS]
 
     def _aborted(self, fetch: pa.Table, fetched: pa.Table, outcomes) -> list[dict]:
-        txn = fetched.filter(pc.or_(pc.fill_null(fetched.column("is_transactional"), False),
-                                    pc.fill_null(fetched.column("is_control"), False)))
-        if not txn.num_rows:
+        rows_txn = np.flatnonzero(np_col(fetched, "is_transactional", False, bool)
+                                  | np_col(fetched, "is_control", False, bool))
+        if not rows_txn.size:
             return []
         outcomes = outcomes()
         # only the responses that returned a batch whose transaction may have aborted can give a
         # finding (Outcomes.suspects); their batches are replayed in full
+        txn = fetched.select(list(_SUSPECT_COLUMNS)).take(np_indices(rows_txn))
         suspect = outcomes.suspects(txn)
         if not suspect.any():
             return []
         positions = np_col(txn, "position", -1, np.int64)
         frames = np.unique(positions[suspect])
-        txn = txn.filter(np_mask(np.isin(positions, frames)))
-        suspect = suspect[np.isin(positions, frames)]
+        framed = np.isin(positions, frames)
+        txn, suspect = fetched.take(np_indices(rows_txn[framed])), suspect[framed]
         by_response: dict[tuple, list[dict]] = {}
         judged = set()
         for b, s in zip(txn.to_pylist(), suspect.tolist()):
