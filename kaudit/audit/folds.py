@@ -383,9 +383,12 @@ def split_by_key(table: pa.Table, key: tuple[str, ...]) -> Iterator[tuple[tuple,
         change[1:] |= ne.to_numpy(zero_copy_only=False)
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n)
-    cols = [table.column(name) for name in key]
-    for s, e in zip(starts.tolist(), ends.tolist()):
-        yield tuple(c[s].as_py() for c in cols), table.slice(s, e - s)
+    # every run's key values at once (one take per column, not a scalar per run and column)
+    firsts = np_indices(starts)
+    keys = list(zip(*(table.column(name).take(firsts).to_pylist() for name in key))) if key else \
+        [()] * starts.size
+    for k, s, e in zip(keys, starts.tolist(), ends.tolist()):
+        yield k, table.slice(s, e - s)
 
 
 def of_log_segments(t: pa.Table):

@@ -72,6 +72,14 @@ class Attempts:
     def add_new(self, keys: list, rows: list, times: list) -> None:
         """`add` of accepted attempts whose keys are not held, `times` their request_ts."""
         by_key, order, cap = self.by_key, self.order, self.cap
+        times = [ts or 0.0 for ts in times]
+        front = order[0][0] if order else (times[0] if times else 0.0)
+        if len(by_key) + len(keys) <= cap and (not times or front >= max(times) - RETRY_WINDOW_S):
+            # no step of the loop below would expire anything (the oldest attempt stays in the
+            # window of the newest, the keys under the cap): the same, in bulk
+            by_key.update(zip(keys, map(list, zip(rows))))   # key -> [row]
+            order.extend(zip(times, keys))
+            return
         for key, row, ts in zip(keys, rows, times):
             by_key[key] = [row]
             ts = ts or 0.0

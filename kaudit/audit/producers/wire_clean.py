@@ -16,7 +16,7 @@ from itertools import repeat
 import numpy as np
 import pyarrow as pa
 
-from kaudit.audit.folds import np_col
+from kaudit.audit.folds import np_col, np_indices
 from kaudit.audit.producers.producer_state import INT32_MAX, BatchView, ProducerState
 from kaudit.audit.producers.wire_attempts import Chunk, LazyRow, Pid
 
@@ -80,7 +80,10 @@ def apply_clean(t: pa.Table, view: type, pids: dict, groups: list, mask: np.ndar
     ts = t.column("request_ts").to_pylist()
     count = np_col(t, "record_count", 0, np.int64)
     chunk = Chunk(view, t, ts, t.column("response_base_offset").to_pylist())
-    for q, sel in groups:
+    # each run's first row as _advance reads it, all in one take
+    firsts = np.array([sel[0] for _, sel in groups], dtype=np.int64)
+    heads = t.select([c for c in _FIRST if t.schema.get_field_index(c) >= 0]).take(np_indices(firsts)).to_pylist()
+    for (q, sel), head in zip(groups, heads):
         idx = sel.tolist()
         keys = list(zip(cols["producer_epoch"][sel].tolist(), cols["base_sequence"][sel].tolist(),
                         cols["last_sequence"][sel].tolist()))
@@ -96,23 +99,26 @@ def apply_clean(t: pa.Table, view: type, pids: dict, groups: list, mask: np.ndar
         else:
             p = pids[q] = Pid()
         rows = list(map(LazyRow, zip(repeat(chunk), idx)))
-        _advance(p, t, idx, keys, count)
+        _advance(p, chunk.off, idx, keys, count, head)
         p.attempts.add_new(keys, rows, [ts[i] for i in idx])
         p.recent.extend(rows[-4:])
         del p.recent[:-4]
 
 
-def _advance(p: Pid, t: pa.Table, idx: list, keys: list, count: np.ndarray) -> None:
+_FIRST = ("response_base_offset", "source", "position", "producer_id", "crc", "batch_size", "base_timestamp_ms",
+          "max_timestamp_ms", "attributes")   # what _advance reads of a run's first row
+
+
+def _advance(p: Pid, offsets: list, idx: list, keys: list, count: np.ndarray, r: dict) -> None:
     """The state after the clean rows `idx` (keys (epoch, base, last)): the first is remembered as
-    the checked path does; the others extend the run it ends (each follows the one before)."""
+    the checked path does; the others extend the run it ends (each follows the one before).
+    `offsets`: the chunk's response_base_offset; `r`: the first row's _FIRST columns."""
     epoch, base, last = keys[0]
     i = idx[0]
-    off = int(t.column("response_base_offset")[i].as_py())
-    b = BatchView(t.column("source")[i].as_py(), t.column("position")[i].as_py(), off, off + int(count[i]) - 1,
-                  t.column("producer_id")[i].as_py(), epoch, base, last, int(count[i]),
-                  t.column("crc")[i].as_py(), t.column("batch_size")[i].as_py(), False, None,
-                  *(t.column(c)[i].as_py() if c in t.column_names else None
-                    for c in ("base_timestamp_ms", "max_timestamp_ms", "attributes")))
+    off = int(r["response_base_offset"])
+    b = BatchView(r["source"], r["position"], off, off + int(count[i]) - 1,
+                  r["producer_id"], epoch, base, last, int(count[i]), r["crc"], r["batch_size"], False, None,
+                  *(r.get(c) for c in ("base_timestamp_ms", "max_timestamp_ms", "attributes")))
     st = p.state
     if st is None:
         st = p.state = ProducerState(epoch, last, epoch, None, 0)
@@ -122,5 +128,5 @@ def _advance(p: Pid, t: pa.Table, idx: list, keys: list, count: np.ndarray) -> N
         j = idx[-1]
         run = st.history(epoch)[-1]
         run.hi = keys[-1][2]
-        run.last_offset = int(t.column("response_base_offset")[j].as_py()) + int(count[j]) - 1
+        run.last_offset = int(offsets[j]) + int(count[j]) - 1
         st.last_seq = run.hi

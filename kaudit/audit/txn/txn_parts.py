@@ -8,7 +8,7 @@ answers' (txn_wire.py), ordered by `rank` where the offset does not order them.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from kaudit.audit.txn.coordinator_state import CoordTxn, CoordView
@@ -271,29 +271,44 @@ def _distance(t: CoordTxn, ts: int | None) -> int:
 
 class _Nearest:
     """The first transaction (in the coordinator's order) whose window is nearest a time. When
-    the windows follow each other without overlap (each ends before the next starts, only the
-    last may be open) the nearest is one of the two around the time (bisect); else a scan."""
+    the windows follow each other (each ends no later than the next starts, only the last may be
+    open) the nearest is found by bisection (`_chained`); else a scan."""
 
     def __init__(self, txns: list[CoordTxn]):
         self.txns = txns
         w = [_window(t) for t in txns]
         self.los = [lo for lo, _ in w]
+        # a window may end where the next begins (a CompleteX and the next PrepareX in one ms)
         self.sorted = all(lo is not None for lo in self.los) and all(
             (hi is not None or i == len(w) - 1) and (hi is None or lo <= hi)
-            and (i == len(w) - 1 or (hi is not None and hi < w[i + 1][0]))
+            and (i == len(w) - 1 or (hi is not None and hi <= w[i + 1][0]))
             for i, (lo, hi) in enumerate(w))
+        if self.sorted:
+            self.his = [float("inf") if hi is None else hi for _, hi in w]   # only the last may be open
 
     def nearest(self, ts: int | None) -> tuple[CoordTxn, int]:
         if ts is None:
             return self.txns[0], 0
         if self.sorted:
-            j = bisect_right(self.los, ts) - 1
-            around = [i for i in (j, j + 1) if 0 <= i < len(self.txns)]
-        else:
-            around = range(len(self.txns))
+            best = self.txns[self._chained(ts)]
+            return best, _distance(best, ts)
         best, dist = None, None
-        for i in around:
-            d = _distance(self.txns[i], ts)
+        for t in self.txns:
+            d = _distance(t, ts)
             if dist is None or d < dist:
-                best, dist = self.txns[i], d
+                best, dist = t, d
         return best, dist
+
+    def _chained(self, ts: int) -> int:
+        """The first index of the least distance, for windows in a chain: their starts and ends
+        never go down, so the windows ending before `ts` come first (farther the earlier), then
+        those holding it (distance 0), then those starting after it (farther the later)."""
+        his, los = self.his, self.los
+        i = bisect_left(his, ts)   # the first window not ending before ts
+        if i < len(los) and los[i] <= ts:
+            return i               # it holds ts: the first that does
+        if i == 0:
+            return 0               # every window starts after ts: the first is nearest
+        left = i - 1               # the last window ending before ts; the first with its end:
+        first = bisect_left(his, his[left])
+        return first if i == len(los) or ts - his[left] <= los[i] - ts else i

@@ -34,6 +34,7 @@ from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.txn.txn_model import ProducerTxns
 from kaudit.audit.txn.txn_settle import TxnSettle
 from kaudit.audit.txn.txn_wire_feed import WireFeed
+from kaudit.audit.txn.txn_wire_rows import drop_fetched_repeats, rows_of
 
 KEY = ("producer_id",)
 TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id", "producer_id",
@@ -60,8 +61,7 @@ class ProducerWire:
         self.rows: list[tuple[float, int, str, dict]] = []
 
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
-        for r in table.to_pylist():
-            self.rows.append((row_ts(kind, r) or 0.0, r["position"] or 0, kind, r))
+        self.rows.extend((row_ts(kind, r) or 0.0, r["position"] or 0, kind, r) for r in rows_of(table))
         return []
 
     def finish(self) -> list[dict]:
@@ -100,16 +100,14 @@ def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, 
     admins = set()
     for kind, t in items:
         if kind == "frame":
-            cols = [t.column(n).to_pylist() for n in FRAME_COLUMNS]
-            for vals in zip(*cols):
-                f = dict(zip(FRAME_COLUMNS, vals))
+            for f in rows_of(t.select(FRAME_COLUMNS)):
                 frames[(f["source"], f["connection"], f["request_frame"])] = f
                 if f["api_key"] in ADMIN_APIS and f["client_id"]:
                     admins.add(f["client_id"])
     out = []
     events = [t for k, t in items if k == "txn_event"]
     if events:
-        rows = pa.concat_tables(events).to_pylist()
+        rows = rows_of(pa.concat_tables(events))
         # a failed request names no producer id: it is the one its transactional id obtains next
         # (else the last it had), in time order
         nxt: dict = {}
@@ -132,7 +130,9 @@ def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, 
                      markers=f.get("markers"),
                      admin_clients=sorted(admins) if r["event"] == "WRITE_MARKERS" else None)
         out.append(("txn_event", pa.Table.from_pylist(rows)))
-    out.extend((k, t) for k, t in items if k == "batch")
+    batches = [t for k, t in items if k == "batch" and t.num_rows]
+    if batches:
+        out.append(("batch", drop_fetched_repeats(pa.concat_tables(batches))))
     return out
 
 

@@ -36,6 +36,8 @@ def marker_writer(client_id: str | None, admin_clients: frozenset = frozenset())
 
 def nonzero(s) -> list[int]:
     """The non-zero error codes of an `error_codes` cell ("0,47" or "0;47")."""
+    if not str(s or "").strip("0,; "):
+        return []   # only zeros (every partition answered without error): the common case
     codes = (x.strip() for x in str(s or "").replace(";", ",").split(","))
     return [e for e in (int(x) for x in codes if x.lstrip("-").isdigit()) if e != 0]
 
@@ -405,7 +407,7 @@ class WireFeed:
         if self.tid is None and r.get("transactional_id"):
             # a producer id whose first request is a Produce (TV2: EndTxn v5 gave it, KIP-890)
             self.tid = r["transactional_id"]
-        self.step(ts, r["position"], r)   # told in words only if a finding shows it (Story)
+        self.timeline.append((ts, r["position"], r))   # told in words only if a finding shows it (Story)
         if err not in (0, None):
             return
         key = (tp, r["producer_epoch"], r["base_sequence"])
@@ -460,9 +462,7 @@ class WireFeed:
             if m.get("fetched"):
                 continue   # its offset places it (`_place_fetched`)
             markers.setdefault((m["topic"], m["partition"]), []).append(m)
-        data: dict[tuple, list[dict]] = {}
-        for d in self.data:
-            data.setdefault((d["topic"], d["partition"]), []).append(d)
+        data = self.data_by_tp if markers else {}   # (topic, partition) -> its data rows, in order
         for tp, ms in markers.items():
             ms = sorted(ms, key=lambda m: m["sent"])
             sent = [m["sent"] for m in ms]

@@ -9,7 +9,7 @@ from bisect import bisect_right
 import numpy as np
 import pyarrow as pa
 
-from kaudit.audit.folds import np_col
+from kaudit.audit.folds import np_col, np_mask
 from kaudit.audit.registry import evidence
 
 
@@ -62,27 +62,59 @@ class Outcomes:
     def __init__(self, fetched: pa.Table, produced: pa.Table | None, requests: pa.Table | None):
         self._coverage(fetched)
         self.markers: dict[int, list[tuple]] = {}   # pid -> [(offset, result, source, position)]
-        ctrl = fetched.filter(pa.array(np_col(fetched, "is_control", False, bool)))
+        names = ["control_type", "producer_id", "base_offset", "source", "position"]
+        ctrl = fetched.select(names).filter(np_mask(np_col(fetched, "is_control", False, bool)))
         seen: dict[int, tuple] = {}
-        for r in ctrl.to_pylist():
-            if r["control_type"] not in ("COMMIT", "ABORT"):
+        cols = (ctrl.column(c).to_pylist() for c in names)
+        for ctype, pid, base, src, pos in zip(*cols):
+            if ctype not in ("COMMIT", "ABORT"):
                 continue
-            v = (r["producer_id"], r["control_type"])
-            if seen.setdefault(r["base_offset"], v) != v:
-                seen[r["base_offset"]] = None   # two versions of one offset: trust neither
+            v = (pid, ctype)
+            if seen.setdefault(base, v) != v:
+                seen[base] = None   # two versions of one offset: trust neither
             else:
-                self.markers.setdefault(r["producer_id"], []).append(
-                    (r["base_offset"], r["control_type"], r["source"], r["position"]))
+                self.markers.setdefault(pid, []).append((base, ctype, src, pos))
         for pid, ms in self.markers.items():
             self.markers[pid] = sorted({m[0]: m for m in ms if seen.get(m[0])}.values())
-        self.produced: dict[tuple, list[dict]] = {}
-        for r in (produced.to_pylist() if produced is not None else ()):
-            self.produced.setdefault((r["producer_id"], r["producer_epoch"], r["base_sequence"]), []).append(r)
+        self._produced_rows = produced
+        self._produced: dict[tuple, list[dict]] | None = None   # built when a request needs it
         self.requests: dict[int, list[dict]] = {}
         for r in (requests.to_pylist() if requests is not None else ()):
             self.requests.setdefault(r["producer_id"], []).append(r)
         for rs in self.requests.values():
             rs.sort(key=lambda r: (r["response_ts"] or 0, r["position"]))
+
+    @property
+    def produced(self) -> dict[tuple, list[dict]]:
+        """(producer id, epoch, base sequence) -> its Produce rows."""
+        if self._produced is None:
+            self._produced = {}
+            for r in (self._produced_rows.to_pylist() if self._produced_rows is not None else ()):
+                self._produced.setdefault((r["producer_id"], r["producer_epoch"], r["base_sequence"]), []).append(r)
+        return self._produced
+
+    def suspects(self, txn: pa.Table) -> np.ndarray:
+        """Which rows of `txn` (fetched transactional and control batches) might `outcome` find
+        ended in ABORT - a superset, decided with numpy: a transactional data batch whose
+        producer has a WriteTxnMarkers request, or whose next marker (as `outcome` looks it up)
+        is an ABORT, or whose producer id or last offset is unknown. Any other batch's outcome
+        is its next marker's COMMIT or none (`_by_time` needs a request), never ABORT."""
+        data = np_col(txn, "is_transactional", False, bool) & ~np_col(txn, "is_control", False, bool)
+        known = ~np.asarray(txn.column("producer_id").is_null()) & ~np.asarray(txn.column("last_offset").is_null())
+        out = data & ~known
+        pids = np_col(txn, "producer_id", 0, np.int64)
+        last = np_col(txn, "last_offset", 0, np.int64)
+        data &= known
+        for pid in np.unique(pids[data]).tolist():
+            sel = data & (pids == pid)
+            ms = self.markers.get(pid, ())
+            offsets = [m[0] for m in ms]
+            if pid in self.requests or None in offsets:
+                out |= sel
+            elif ms and any(m[1] == "ABORT" for m in ms):
+                abort = np.array([m[1] == "ABORT" for m in ms] + [False])
+                out[sel] = abort[np.searchsorted(np.array(offsets, dtype=np.int64), last[sel], side="right")]
+        return out
 
     def _coverage(self, fetched: pa.Table) -> None:
         """The offset ranges some Fetch response returned, merged."""
@@ -111,6 +143,8 @@ class Outcomes:
 
     def _by_time(self, b: dict) -> dict | None:
         """The first WriteTxnMarkers for the producer after its Produce of this batch was answered."""
+        if not self.requests.get(b["producer_id"]):
+            return None   # no marker request of the producer to date it by
         sent = [p for p in self.produced.get((b["producer_id"], b["producer_epoch"], b["base_sequence"]), ())
                 if p["response_ts"] is not None and p["response_error"] in (0, None)]
         if not sent:

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_mask
+from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_indices, np_mask
 from kaudit.audit.wire.live_settle import ReaderSettle
 from kaudit.audit.consistency.log_chunks import TablesByKind
 from kaudit.audit.wire.reader_replay import Outcomes, delivered_aborted, parse_aborted
@@ -41,6 +41,8 @@ MARKER_COLUMNS = ("source", "connection", "position", "ts", "event", "producer_i
                   "partitions", "result", "error_codes")
 MARKER_REQUEST = "marker_request"   # WriteTxnMarkers, one row per partition (prepare)
 MAX_FINDINGS = 50   # per rule and partition
+FETCHED, PRODUCED = "batch_fetched", "batch_produced"   # the batch rows, split (prepare)
+_SUSPECT_COLUMNS = ("is_transactional", "is_control", "producer_id", "last_offset", "position")
 
 
 @rule("read-past-lso", "error", "wire",
@@ -77,13 +79,21 @@ def aborted_read(outcome: str | None) -> bool:
 
 
 def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
-    """The fold needs the whole selection: WriteTxnMarkers requests name several partitions each."""
-    out = [(k, t) for k, t in items if k != "txn_event"]
+    """The fold needs the whole selection: WriteTxnMarkers requests name several partitions each.
+    The batches are split into the fetched and the produced ones here, once, not per partition."""
+    out = [(k, t) for k, t in items if k not in ("txn_event", "batch")]
     events = [t for k, t in items if k == "txn_event" and t.num_rows]
     if events:
         rows = _explode(pa.concat_tables(events))
         if rows.num_rows:
             out.append((MARKER_REQUEST, rows))
+    batches = [t for k, t in items if k == "batch" and t.num_rows]
+    if batches:
+        b = pa.concat_tables(batches)
+        for kind, source_kind in ((FETCHED, "fetch"), (PRODUCED, "produce")):
+            part = b.filter(pc.equal(b.column("source_kind"), source_kind))
+            if part.num_rows:
+                out.append((kind, part))
     return out
 
 
@@ -114,9 +124,7 @@ class ReaderPartition(TablesByKind):
         fetch = self.concat("fetch_partition")
         if fetch is None:
             return []
-        batches = self.concat("batch")
-        fetched = None if batches is None else batches.filter(pc.equal(batches.column("source_kind"), "fetch"))
-        produced = None if batches is None else batches.filter(pc.equal(batches.column("source_kind"), "produce"))
+        fetched, produced = self.concat(FETCHED), self.concat(PRODUCED)
         out = self._past_lso(fetch, fetched)
         if fetched is not None and fetched.num_rows:
             out += self._aborted(fetch, fetched, lambda: Outcomes(fetched, produced, self.concat(MARKER_REQUEST)))
@@ -154,22 +162,36 @@ class ReaderPartition(TablesByKind):
         return out[:MAX_FINDINGS]
 
     def _aborted(self, fetch: pa.Table, fetched: pa.Table, outcomes) -> list[dict]:
-        txn = fetched.filter(pc.or_(pc.fill_null(fetched.column("is_transactional"), False),
-                                    pc.fill_null(fetched.column("is_control"), False)))
-        if not txn.num_rows:
+        rows_txn = np.flatnonzero(np_col(fetched, "is_transactional", False, bool)
+                                  | np_col(fetched, "is_control", False, bool))
+        if not rows_txn.size:
             return []
         outcomes = outcomes()
+        # only the responses that returned a batch whose transaction may have aborted can give a
+        # finding (Outcomes.suspects); their batches are replayed in full
+        txn = fetched.select(list(_SUSPECT_COLUMNS)).take(np_indices(rows_txn))
+        suspect = outcomes.suspects(txn)
+        if not suspect.any():
+            return []
+        positions = np_col(txn, "position", -1, np.int64)
+        frames = np.unique(positions[suspect])
+        framed = np.isin(positions, frames)
+        txn, suspect = fetched.take(np_indices(rows_txn[framed])), suspect[framed]
         by_response: dict[tuple, list[dict]] = {}
-        for b in txn.to_pylist():
-            by_response.setdefault((b["source"], b["connection"], b["position"]), []).append(b)
+        judged = set()
+        for b, s in zip(txn.to_pylist(), suspect.tolist()):
+            key = (b["source"], b["connection"], b["position"])
+            by_response.setdefault(key, []).append(b)
+            if s:
+                judged.add(key)
         out = []
         # only the responses that returned some of those batches (by frame; the key decides below)
-        fetch = fetch.filter(np_mask(np.isin(np_col(fetch, "position", -1, np.int64),
-                                             np_col(txn, "position", -1, np.int64))))
+        fetch = fetch.filter(np_mask(np.isin(np_col(fetch, "position", -1, np.int64), frames)))
         rows = fetch.sort_by([("response_ts", "ascending"), ("position", "ascending")]).to_pylist()
         for r in rows:
-            got = by_response.get((r["source"], r["connection"], r["position"]))
-            if not got:
+            key = (r["source"], r["connection"], r["position"])
+            got = by_response.get(key)
+            if not got or key not in judged:
                 continue
             aborted = parse_aborted(r["aborted_transactions"])
             for txn_end, group in delivered_aborted(got, aborted, outcomes):

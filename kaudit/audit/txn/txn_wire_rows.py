@@ -1,0 +1,71 @@
+"""The wire transaction fold's rows made cheaper before its replay (txn_wire.prepare), without
+changing what the replay sees.
+
+A COMMIT/ABORT control batch a Fetch response served counts once per producer, partition and
+offset (txn_fetched.fetched ignores any copy after the first in the replay's order): consumers
+fetch the same marker many times, so the copies that come strictly later in that order - by
+(row_ts or 0, position or 0), txn_wire.producer_facts's sort key - are dropped here, with numpy,
+for the whole selection at once. Copies tied with the first on that key stay (the replay's own
+order decides between them), and nothing is dropped where the times are not plain floats."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.folds import np_col, np_indices, np_mask
+
+
+def drop_fetched_repeats(batches: pa.Table) -> pa.Table:
+    """`batches` (the fold's batch rows) without the fetched markers' later copies."""
+    n = batches.num_rows
+    kind = np.asarray(pc.fill_null(pc.equal(batches.column("source_kind"), "fetch"), False))
+    ctype = batches.column("control_type")
+    marker = pc.fill_null(pc.or_(pc.equal(ctype, "COMMIT"), pc.equal(ctype, "ABORT")), False)
+    known = [np.asarray(batches.column(c).is_valid()) for c in ("producer_id", "topic", "partition", "base_offset")]
+    rows = np.flatnonzero(kind & np.asarray(marker) & np.logical_and.reduce(known))
+    if rows.size < 2:
+        return batches
+    t = batches.take(np_indices(rows))
+    ts = _row_ts(t)
+    if ts is None:
+        return batches
+    pos = np_col(t, "position", 0, np.int64)
+    tp = pc.binary_join_element_wise(t.column("topic"), pc.cast(t.column("partition"), pa.string()), "-")
+    tp = np.asarray(pc.dictionary_encode(_one(tp)).indices, dtype=np.int64)
+    pid = np_col(t, "producer_id", 0, np.int64)
+    off = np_col(t, "base_offset", 0, np.int64)
+    order = np.lexsort((pos, ts, off, tp, pid))
+    pid, tp, off, ts, pos = pid[order], tp[order], off[order], ts[order], pos[order]
+    first = np.r_[True, (pid[1:] != pid[:-1]) | (tp[1:] != tp[:-1]) | (off[1:] != off[:-1])]
+    lead = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))   # each row's group's first
+    later = (ts != ts[lead]) | (pos != pos[lead])
+    if not later.any():
+        return batches
+    keep = np.ones(n, dtype=bool)
+    keep[rows[order[later]]] = False
+    return batches.filter(np_mask(keep))
+
+
+def _one(col):
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _row_ts(t: pa.Table) -> np.ndarray | None:
+    """txn_wire.row_ts of fetched rows `or 0.0`: the answer's time, else the request's; None
+    when a time is not a plain float (no numpy order then)."""
+    resp, req = t.column("response_ts"), t.column("request_ts")
+    if not (pa.types.is_floating(resp.type) and pa.types.is_floating(req.type)):
+        return None
+    ts = pc.coalesce(resp, req)
+    v = np.asarray(ts.fill_null(0.0), dtype=np.float64)
+    if np.isnan(v).any():
+        return None
+    return np.where(v == 0.0, 0.0, v)   # `or 0.0`: a null, 0.0 and -0.0 all become 0.0
+
+
+def rows_of(table: pa.Table) -> list[dict]:
+    """table.to_pylist(), column by column (the same dicts, faster)."""
+    names = table.column_names
+    return [dict(zip(names, vals)) for vals in zip(*(table.column(c).to_pylist() for c in names))]
