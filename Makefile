@@ -46,9 +46,11 @@ browser:
 	  echo "chromium not installed: the browser test will skip (and fail under CI)"
 
 # Two test processes (pytest-xdist), each file kept in one of them (its module fixtures built
-# once); the slowest files are handed out first (tests/conftest.py) so both end together.
+# once); the slowest files are handed out first (tests/conftest.py) so both end together -
+# --no-loadscope-reorder, or xdist hands files out by their number of tests instead, and the
+# slow files (a Spark cluster, few tests each) come last.
 test: compile browser
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 bench: compile
 	$(PY) benchmarks/bench_segments.py

@@ -49,8 +49,20 @@ def decode(buf: bytes, compiled: bool) -> list:
             return [("error", e.message)]
 
 
+def _chunks(buf: bytes, compiled: bool) -> list:
+    """decode's chunks as Arrow tables (no rows built: a third of the time of a cut)."""
+    with native.pure(not compiled):
+        try:
+            return list(pcap._decode(buf, "capture", OPTIONS, PcapSummary()))
+        except DecodeError as e:
+            return [("error", e.message)]
+
+
 def same(buf: bytes) -> None:
-    assert decode(buf, True) == decode(buf, False)
+    # Arrow's equality (Table == Table: schemas and values); the rows when they differ
+    if _chunks(buf, True) != _chunks(buf, False):
+        assert decode(buf, True) == decode(buf, False)
+        raise AssertionError("same rows, other Arrow types")
 
 
 @pytest.fixture(scope="module")
