@@ -84,7 +84,7 @@ class Facts:
             if kind == "txn_event":
                 self.links.extend(txn_lineage.wire_links(table))
             coverage.add_wire(self.cov, kind, table)
-            if kind == "topic_name" and "cluster_id" in table.column_names and table.column("cluster_id").null_count < table.num_rows:
+            if kind == "topic_name" and "cluster_id" in table.schema.names and table.column("cluster_id").null_count < table.num_rows:
                 for src, cid in set(zip(table.column("source").to_pylist(), table.column("cluster_id").to_pylist())):
                     if cid:
                         self.cluster_ids.setdefault(src, set()).add(cid)
