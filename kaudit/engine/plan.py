@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, sort_findings
+import kaudit.audit
+from kaudit.audit import sort_findings
 from kaudit.audit.folds import Context, Fold, run_selection
 from kaudit.audit.txn import txn_lineage
 from kaudit.engine import coverage
@@ -293,7 +294,7 @@ def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None,
     layout = plan(paths)
     clusters = log_dir_clusters(layout)
     replicated = replicated_partitions(layout, clusters)
-    bound = tuple(f.bind(replicated, clusters, layout) for f in (DISK_FOLDS if folds is None else folds))
+    bound = tuple(f.bind(replicated, clusters, layout) for f in (kaudit.audit.DISK_FOLDS if folds is None else folds))
     if layout.remote_not_read:   # tiered ranges no input holds: not read, not lost (sources.remote)
         from kaudit.sources.remote import unread_spans
 
@@ -306,7 +307,7 @@ def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None,
 def wire_audit(paths: list[str], options, *, now_ms=None, select=(), ignore=(), tap=None, names=None,
                folds: tuple[Fold, ...] | None = None) -> Audit:
     """The audit of captures; `names`: topic id -> name facts from elsewhere (log dirs)."""
-    return Audit("wire", paths, WIRE_FOLDS if folds is None else folds, now_ms, keep_rules(select, ignore),
+    return Audit("wire", paths, kaudit.audit.WIRE_FOLDS if folds is None else folds, now_ms, keep_rules(select, ignore),
                  tap, options=options, names=names)
 
 
