@@ -6,12 +6,14 @@ and the buffered folds' selections."""
 from __future__ import annotations
 
 import gc
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from itertools import chain
 
 from kaudit.audit.folds import Context, Rows, sorted_stream  # noqa: F401  (sorted_stream: the engines' sort)
-from kaudit.engine.decoding import _decode, decode_pcaps, decode_segments  # noqa: F401  (the decodes, here too)
+from kaudit.engine.decoding import SEGMENT_JOBS, _decode, decode_pcaps, decode_segments  # noqa: F401  (the decodes, here too)
 from kaudit.engine.plan import Audit, AuditRun, Work, disk_audit, wire_audit
 from kaudit.engine.shared_folds import run_shared, should_share
 from kaudit.sources.logdir import Plan, plan
@@ -68,10 +70,38 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
     """Decode log dirs and run the disk audit (engine.plan.disk_audit): the folds keyed by a
     log's partition stream in plan order, the others' selections are buffered. `known`: facts
     of the captures audited with them (`kaudit audit`)."""
+    from kaudit.sources.segments import Options
+
+    layout = plan(paths)
+    errors = list(layout.errors)
+    chunks = _decode(layout, Options(max_batch_bytes=max_batch_bytes), jobs, progress)
+    ahead: list = []
+    if folds is None and (SEGMENT_JOBS if jobs is None else jobs) == 1:
+        ahead = _decode_while_loading(chunks)
     audit = disk_audit(paths, now_ms=now_ms, select=select, ignore=ignore, tap=tap,
-                       max_batch_bytes=max_batch_bytes, folds=folds, known=known)
-    chunks = _decode(audit.layout, audit.options, jobs, progress)
-    return execute(audit, chunks, list(audit.layout.errors), jobs=jobs)
+                       max_batch_bytes=max_batch_bytes, folds=folds, known=known, layout=layout)
+    return execute(audit, chain(ahead, chunks), errors, jobs=jobs)
+
+
+def _decode_while_loading(chunks, most: int = FOLDS_BEHIND) -> list:
+    """The first chunks (at most `most`), decoded while another thread loads the disk audit's
+    rule modules (kaudit.audit.DISK_FOLDS: ~0.03-0.05 s of imports, Python under the GIL that
+    the batch walk leaves free). Only for a decode in this process: no worker is forked while
+    that thread runs."""
+    import kaudit.audit
+
+    ahead: list = []
+    loader = threading.Thread(target=lambda: kaudit.audit.DISK_FOLDS, name="kaudit-rules", daemon=True)
+    loader.start()
+    try:
+        while loader.is_alive() and len(ahead) < most:
+            nxt = next(chunks, None)
+            if nxt is None:
+                break
+            ahead.append(nxt)
+    finally:
+        loader.join()
+    return ahead
 
 
 def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=(), ignore=(),

@@ -284,14 +284,15 @@ class Audit:
 
 
 def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None, max_batch_bytes: int = 64 << 20,
-               deep: bool = False, folds: tuple[Fold, ...] | None = None, known: dict | None = None) -> Audit:
+               deep: bool = False, folds: tuple[Fold, ...] | None = None, known: dict | None = None,
+               layout=None) -> Audit:
     """The audit of log dirs: the disk folds, the replicas fold bound to the partitions the
     inputs hold in several log dirs and to each log dir's cluster; `known`: facts of the
-    captures audited with them (Audit.known)."""
+    captures audited with them (Audit.known); `layout`: the paths' plan, when already made."""
     from kaudit.sources.logdir import log_dir_clusters, plan, replicated_partitions
     from kaudit.sources.segments import Options
 
-    layout = plan(paths)
+    layout = plan(paths) if layout is None else layout
     clusters = log_dir_clusters(layout)
     replicated = replicated_partitions(layout, clusters)
     bound = tuple(f.bind(replicated, clusters, layout) for f in (kaudit.audit.DISK_FOLDS if folds is None else folds))
