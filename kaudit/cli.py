@@ -101,9 +101,11 @@ def _nearest(name: str, known) -> str:
 
 
 def _rule_list(values) -> list[str]:
-    from kaudit.audit import RULES
-
     out = [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
+    if not out:
+        return out
+    from kaudit.audit import RULES   # every rule (kaudit.audit.load_all)
+
     unknown = sorted(set(out) - set(RULES))
     if unknown:
         err(f"[red]error:[/red] unknown rule {', '.join(unknown)}{_nearest(unknown[0], RULES)} (see `kaudit rules`)")

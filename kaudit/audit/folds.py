@@ -143,7 +143,7 @@ def sorted_keyed(fold: Fold, items: list[tuple[str, pa.Table]]) -> Iterator[tupl
     slices = []
     for rank, kind in enumerate(sorted(by_kind)):
         t = pa.concat_tables(by_kind[kind])
-        cols = [c for c in fold.key + fold.order if c in t.column_names]
+        cols = [c for c in fold.key + fold.order if c in t.schema.names]
         t = t.take(sort_indices(t, cols))
         for k, part in split_by_key(t, fold.key):
             slices.append((tuple((v is None, v) for v in k), rank, kind, k, part))

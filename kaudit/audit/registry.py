@@ -61,6 +61,17 @@ def rule(id: str, severity: str, scope: str, title: str, remediation: str = "", 
     return register
 
 
+def get(rule_id: str) -> Rule:
+    """The rule `rule_id`. A run loads only its own side's rule modules (kaudit.audit): a rule
+    not registered yet has every rule module loaded first (KeyError: no such rule)."""
+    r = RULES.get(rule_id)
+    if r is None:
+        from kaudit.audit import load_all
+
+        r = load_all()[rule_id]
+    return r
+
+
 def fold_rules(fold: str) -> list[Rule]:
     """The rules a fold's judge runs, in registration order."""
     return [r for r in RULES.values() if r.fold == fold]
@@ -82,7 +93,7 @@ def finding(rule_id: str, message: str, *, severity: str | None = None, evidence
             remediation: str | None = None, **fields) -> dict:
     """A finding row (model.FINDING). Its id hashes the rule, the key fields and the evidence
     positions, so the same anomaly gets the same id whichever engine found it and in which order."""
-    r = RULES[rule_id]
+    r = get(rule_id)
     unknown = set(fields) - set(_FIELDS)
     if unknown:
         raise KeyError(f"finding fields outside the schema: {sorted(unknown)}")

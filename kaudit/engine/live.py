@@ -73,10 +73,10 @@ class _Streamed:
             return []
         if self.fed_to is not None:
             self.late += pc.sum(pc.less(pc.fill_null(ready.column(self.time_col), 0.0), self.fed_to)).as_py() or 0
-        cols = [c for c in self.fold.key + self.fold.order if c in ready.column_names]
+        cols = [c for c in self.fold.key + self.fold.order if c in ready.schema.names]
         ready = ready.sort_by([(c, "ascending") for c in cols])
         out = []
-        has_pid = "producer_id" in ready.column_names
+        has_pid = "producer_id" in ready.schema.names
         for k, part in split_by_key(ready, self.fold.key):
             group = self.groups.get(k)
             if group is None:

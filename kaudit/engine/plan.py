@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from kaudit.audit import DISK_FOLDS, WIRE_FOLDS, sort_findings
+import kaudit.audit
+from kaudit.audit import sort_findings
 from kaudit.audit.folds import Context, Fold, run_selection
 from kaudit.audit.txn import txn_lineage
 from kaudit.engine import coverage
@@ -84,7 +85,7 @@ class Facts:
             if kind == "txn_event":
                 self.links.extend(txn_lineage.wire_links(table))
             coverage.add_wire(self.cov, kind, table)
-            if kind == "topic_name" and "cluster_id" in table.column_names and table.column("cluster_id").null_count < table.num_rows:
+            if kind == "topic_name" and "cluster_id" in table.schema.names and table.column("cluster_id").null_count < table.num_rows:
                 for src, cid in set(zip(table.column("source").to_pylist(), table.column("cluster_id").to_pylist())):
                     if cid:
                         self.cluster_ids.setdefault(src, set()).add(cid)
@@ -283,17 +284,18 @@ class Audit:
 
 
 def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None, max_batch_bytes: int = 64 << 20,
-               deep: bool = False, folds: tuple[Fold, ...] | None = None, known: dict | None = None) -> Audit:
+               deep: bool = False, folds: tuple[Fold, ...] | None = None, known: dict | None = None,
+               layout=None) -> Audit:
     """The audit of log dirs: the disk folds, the replicas fold bound to the partitions the
     inputs hold in several log dirs and to each log dir's cluster; `known`: facts of the
-    captures audited with them (Audit.known)."""
+    captures audited with them (Audit.known); `layout`: the paths' plan, when already made."""
     from kaudit.sources.logdir import log_dir_clusters, plan, replicated_partitions
     from kaudit.sources.segments import Options
 
-    layout = plan(paths)
+    layout = plan(paths) if layout is None else layout
     clusters = log_dir_clusters(layout)
     replicated = replicated_partitions(layout, clusters)
-    bound = tuple(f.bind(replicated, clusters, layout) for f in (DISK_FOLDS if folds is None else folds))
+    bound = tuple(f.bind(replicated, clusters, layout) for f in (kaudit.audit.DISK_FOLDS if folds is None else folds))
     if layout.remote_not_read:   # tiered ranges no input holds: not read, not lost (sources.remote)
         from kaudit.sources.remote import unread_spans
 
@@ -306,7 +308,7 @@ def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None,
 def wire_audit(paths: list[str], options, *, now_ms=None, select=(), ignore=(), tap=None, names=None,
                folds: tuple[Fold, ...] | None = None) -> Audit:
     """The audit of captures; `names`: topic id -> name facts from elsewhere (log dirs)."""
-    return Audit("wire", paths, WIRE_FOLDS if folds is None else folds, now_ms, keep_rules(select, ignore),
+    return Audit("wire", paths, kaudit.audit.WIRE_FOLDS if folds is None else folds, now_ms, keep_rules(select, ignore),
                  tap, options=options, names=names)
 
 

@@ -67,9 +67,33 @@ def plausible_v2(const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t end, int64_t
     return _plausible(&buf[0], pos, end, max_batch_bytes)
 
 
+cdef struct Walk:
+    Py_ssize_t *pos
+    uint8_t *ok
+    Py_ssize_t cap
+
+
+cdef int _grow(Walk *w) noexcept nogil:
+    """Doubles the walk's arrays (at least 4096 entries): 0, or -1 when memory ran out (the
+    arrays then stay as they were)."""
+    cdef Py_ssize_t cap = w.cap * 2 if w.cap else 4096
+    cdef Py_ssize_t *p = <Py_ssize_t *>realloc(w.pos, cap * sizeof(Py_ssize_t))
+    if p == NULL:
+        return -1
+    w.pos = p
+    cdef uint8_t *o = <uint8_t *>realloc(w.ok, cap)
+    if o == NULL:
+        return -1
+    w.ok = o
+    w.cap = cap
+    return 0
+
+
 def scan_v2(const uint8_t[::1] buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_batches,
             int64_t max_batch_bytes, int64_t max_span=1 << 62):
-    """batch_scan.scan_v2: (positions, crc_ok, stop_position, stop_reason)."""
+    """batch_scan.scan_v2: (positions, crc_ok, stop_position, stop_reason). The walk (CRC-32C of
+    every batch: most of a decode's time) runs without the GIL, so an audit's folds run beside it
+    (engine.local); the lists are built after it."""
     positions = []
     oks = []
     if end > buf.shape[0]:
@@ -77,26 +101,52 @@ def scan_v2(const uint8_t[::1] buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t
     if buf.shape[0] == 0 or start < 0:
         return positions, oks, start, (STOP_END if start == end else STOP_OTHER)
     cdef const uint8_t *b = &buf[0]
-    cdef Py_ssize_t pos = start, nxt, limit = end - HEADER, n = 0
+    cdef Py_ssize_t pos = start, nxt, limit = end - HEADER, n = 0, i
     cdef int64_t span_end = start + max_span if max_span < (1 << 62) else (1 << 62)
     cdef int32_t length
     cdef bint ok
-    while pos <= limit:
-        if n >= max_batches or pos >= span_end:
-            return positions, oks, pos, STOP_LIMIT
-        length = kd_i32(b + pos + 8)
-        if <int8_t>b[pos + 16] != 2 or length < V2_MIN_LENGTH or length > max_batch_bytes:
-            return positions, oks, pos, STOP_OTHER
-        nxt = pos + LOG_OVERHEAD + length
-        if nxt > end:
-            return positions, oks, pos, STOP_OTHER
-        ok = kd_crc32c(b + pos + CRC_START, nxt - pos - CRC_START) == kd_u32(b + pos + 17)
-        if not ok and nxt != end and not _plausible(b, nxt, end, max_batch_bytes):
-            return positions, oks, pos, STOP_OTHER
-        positions.append(pos)
-        oks.append(ok)
-        n += 1
-        pos = nxt
+    cdef int stopped = 0   # 0: the walk reached `limit`, 1: STOP_LIMIT, 2: STOP_OTHER, 3: no memory
+    cdef Walk w
+    w.pos = NULL
+    w.ok = NULL
+    w.cap = 0
+    with nogil:
+        while pos <= limit:
+            if n >= max_batches or pos >= span_end:
+                stopped = 1
+                break
+            length = kd_i32(b + pos + 8)
+            if <int8_t>b[pos + 16] != 2 or length < V2_MIN_LENGTH or length > max_batch_bytes:
+                stopped = 2
+                break
+            nxt = pos + LOG_OVERHEAD + length
+            if nxt > end:
+                stopped = 2
+                break
+            ok = kd_crc32c(b + pos + CRC_START, nxt - pos - CRC_START) == kd_u32(b + pos + 17)
+            if not ok and nxt != end and not _plausible(b, nxt, end, max_batch_bytes):
+                stopped = 2
+                break
+            if n == w.cap and _grow(&w) != 0:
+                stopped = 3
+                break
+            w.pos[n] = pos
+            w.ok[n] = ok
+            n += 1
+            pos = nxt
+    try:
+        if stopped == 3:
+            raise MemoryError()
+        for i in range(n):
+            positions.append(w.pos[i])
+            oks.append(w.ok[i] != 0)
+    finally:
+        free(w.pos)
+        free(w.ok)
+    if stopped == 1:
+        return positions, oks, pos, STOP_LIMIT
+    if stopped == 2:
+        return positions, oks, pos, STOP_OTHER
     return positions, oks, pos, (STOP_END if pos == end else STOP_OTHER)
 
 

@@ -10,7 +10,8 @@ import os
 from collections import Counter
 
 from kaudit import __version__
-from kaudit.audit import RULES, SEVERITIES
+from kaudit.audit import SEVERITIES
+from kaudit.audit.registry import get
 from kaudit.report import story
 from kaudit.timefmt import iso_ms
 
@@ -66,10 +67,12 @@ def write_ndjson(report: dict, out) -> None:
 
 
 def sarif(report: dict) -> dict:
-    used = sorted({f["rule"] for f in report["findings"]} | set(RULES))
+    from kaudit.audit import load_all
+
+    used = sorted({f["rule"] for f in report["findings"]} | set(load_all()))
     rules = []
     for rid in used:
-        r = RULES[rid]
+        r = get(rid)
         rules.append({
             "id": rid,
             "name": rid,

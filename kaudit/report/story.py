@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from collections import Counter, defaultdict
 
-from kaudit.audit import RULES, SEVERITY_RANK
+from kaudit.audit import SEVERITY_RANK
+from kaudit.audit.registry import get as rule_of
 from kaudit.audit.stories.incidents import CONSUMER_RULES, INTEGRITY_RULES, is_coverage, is_wire_evidence
 from kaudit.audit.stories.incidents import details_of as details
 from kaudit.timefmt import duration, iso_ms, when
@@ -210,7 +211,7 @@ def _title(inc: dict, fs: list[dict]) -> str:
         damaged = _damaged(fs)
         if damaged:
             where = " on " + ", ".join(damaged[:3]) + (f" and {len(damaged) - 3} more" if len(damaged) > 3 else "")
-        return f"{KIND_TITLES[kind]}{where}: {who or RULES[fs[0]['rule']].title}"
+        return f"{KIND_TITLES[kind]}{where}: {who or rule_of(fs[0]['rule']).title}"
     if kind == "zombie":
         cur = [details(f).get("current_epoch") for f in fs if details(f).get("current_epoch") is not None]
         stale = min((f["producer_epoch"] for f in fs if f["rule"] in ("fenced-epoch", "write-after-epoch-end")
@@ -226,13 +227,13 @@ def _title(inc: dict, fs: list[dict]) -> str:
     if kind == "integrity":
         reps = ", ".join(inc["replicas"][:3])
         return f"{KIND_TITLES[kind]}{where}" + (f" (replica {reps})" if reps else "") + ": " + \
-            ", ".join(RULES[r].title for r in inc["rules"])
+            ", ".join(rule_of(r).title for r in inc["rules"])
     if kind in ("coverage", "other"):
-        return f"{RULES[fs[0]['rule']].title}{where}"
+        return f"{rule_of(fs[0]['rule']).title}{where}"
     if kind == "errors":
         names = sorted({str(details(f).get("errors") or "") for f in fs} - {""})
         return f"{KIND_TITLES[kind]} to {who or 'a client'}: {', '.join(names[:3])}"
-    return f"{KIND_TITLES[kind]}{where}: {who or RULES[fs[0]['rule']].title}"
+    return f"{KIND_TITLES[kind]}{where}: {who or rule_of(fs[0]['rule']).title}"
 
 
 def narrative(inc: dict, fs: list[dict], reference_ms: int | None) -> dict:
@@ -279,13 +280,13 @@ def _remedy(fs: list[dict]) -> str:
     """The most severe findings' remediation; every distinct one of them when they name
     commands of their own (one `kafka-transactions.sh abort` per hanging partition)."""
     top = [f for f in fs if f["severity"] == fs[0]["severity"] and f.get("remediation")]
-    own = list(dict.fromkeys(f["remediation"] for f in top if f["remediation"] != RULES[f["rule"]].remediation))
+    own = list(dict.fromkeys(f["remediation"] for f in top if f["remediation"] != rule_of(f["rule"]).remediation))
     if len(own) > 1:
         return "; then ".join(own[:6]) + (f" (and {len(own) - 6} more)" if len(own) > 6 else "")
     for f in fs:
         if f.get("remediation"):
             return f["remediation"]
-    return RULES[fs[0]["rule"]].remediation
+    return rule_of(fs[0]["rule"]).remediation
 
 
 def _offsets(a, b) -> str:

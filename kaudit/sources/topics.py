@@ -59,7 +59,7 @@ class TopicNames:
     # -- resolving rows --------------------------------------------------------------------------
     def unnamed(self, kind: str, table: pa.Table) -> bool:
         """Whether a chunk has rows whose topic only an id no known name matches gives."""
-        if kind in ID_KINDS and "topic_id" in table.column_names:
+        if kind in ID_KINDS and "topic_id" in table.schema.names:
             mask = pc.and_(pc.is_null(table.column("topic")), pc.is_valid(table.column("topic_id")))
             if not pc.any(mask).as_py():
                 return False
@@ -75,7 +75,7 @@ class TopicNames:
         the partition lists of Produce/Fetch v13+ named)."""
         if not self.names or table.num_rows == 0:
             return table
-        if kind in ID_KINDS and "topic_id" in table.column_names:
+        if kind in ID_KINDS and "topic_id" in table.schema.names:
             topic = table.column("topic")
             if topic.null_count == 0:
                 return table
@@ -97,7 +97,7 @@ class TopicNames:
             return table
         out = {}
         for name in ("partitions", "partition_errors"):
-            if name not in table.column_names:
+            if name not in table.schema.names:
                 continue
             col = table.column(name).to_pylist()
             for r in rows:
@@ -140,9 +140,9 @@ class TopicNames:
         """A fold's rows with `topic` resolved and, where no name is known, the topic id in its
         place: rows of two unnamed topics never share a key. `name_findings` undoes it. Frames
         (with their api key and version) get their partition lists named."""
-        if {"partitions", "api_key", "api_version"} <= set(table.column_names):
+        if {"partitions", "api_key", "api_version"} <= set(table.schema.names):
             return self._resolve_frames(table) if self.names and table.num_rows else table
-        if "topic" not in table.column_names or "topic_id" not in table.column_names:
+        if "topic" not in table.schema.names or "topic_id" not in table.schema.names:
             return table
         topic = table.column("topic")
         if topic.null_count == 0:

@@ -28,7 +28,7 @@ BATCHES, DH_LAST, DETAIL, CLUSTER = "batches", "dh_last", "detail", "cluster"
 def lean(t: pa.Table, detail: bool, clusters: dict | None = None) -> pa.Table:
     """One chunk's selection (one file of one replica of a partition): per batch, or the two
     batches that bound its offsets; tagged with its log dir's cluster id."""
-    cluster = (clusters or {}).get(t.column("log_dir")[0].as_py()) if "log_dir" in t.column_names else None
+    cluster = (clusters or {}).get(t.column("log_dir")[0].as_py()) if "log_dir" in t.schema.names else None
     base = np_col(t, "base_offset", -1, np.int64)
     last = np_col(t, "last_offset", -1, np.int64)
     if detail:
