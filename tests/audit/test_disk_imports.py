@@ -50,3 +50,16 @@ def test_a_rule_not_loaded_yet_is_found():
     out = _run("import kaudit.audit as A\nA.DISK_FOLDS\nfrom kaudit.audit import registry\n"
                "print(json.dumps(['lso-stuck' in registry.RULES, registry.get('lso-stuck').id]))")
     assert out == [False, "lso-stuck"]
+
+
+def test_the_whole_registry_loads_every_module_that_defines_a_rule():
+    """A new rule module left out of RULE_MODULES (and imported by none listed there) would be
+    missing from `kaudit rules`, rules.md and SARIF: every module under kaudit/audit that
+    registers a rule is loaded by `RULES`."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    defining = sorted(".".join(p.relative_to(root).with_suffix("").parts)
+                      for p in (root / "kaudit" / "audit").rglob("*.py") if "@rule(" in p.read_text())
+    full = _run("from kaudit.audit import RULES\n" + _SHOW)
+    assert defining and not [m for m in defining if m not in full["modules"]]
