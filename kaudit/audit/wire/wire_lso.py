@@ -67,11 +67,7 @@ class LsoPartition:
             for b in Batch.of(table):
                 off = b.response_base_offset if b.source_kind == "produce" else b.base_offset
                 if off is not None and off >= 0 and b.producer_id is not None and b.producer_id >= 0:
-                    have = self.at.get(off, ())
-                    if off in self.at and (have is None or have[:2] != (b.producer_id, b.producer_epoch)):
-                        self.at[off] = None   # two producers at one offset (a truncated log): unknown
-                    else:
-                        self.at[off] = (b.producer_id, b.producer_epoch, b.transactional_id or (have[2:] or [None])[0])
+                    self._note(off, b)
             return []
         for r in Row.of(table):
             lso, hw = r.last_stable_offset, r.high_watermark
@@ -84,6 +80,14 @@ class LsoPartition:
             elif self.run:
                 self._close()
         return []
+
+    def _note(self, off: int, b) -> None:
+        if off not in self.at:
+            self.at[off] = (b.producer_id, b.producer_epoch, b.transactional_id)
+        elif self.at[off] is not None and self.at[off][:2] == (b.producer_id, b.producer_epoch):
+            self.at[off] = (b.producer_id, b.producer_epoch, b.transactional_id or self.at[off][2])
+        else:
+            self.at[off] = None   # two producers at one offset (a truncated log): whose is unknown
 
     def _close(self) -> None:
         run, self.run = self.run, []
