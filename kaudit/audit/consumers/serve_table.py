@@ -6,10 +6,43 @@ call: the timelines attribute it to a member in place)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
-from kaudit.audit.consumers.timeline import Serve, host
+
+def host(connection: str | None) -> str:
+    """The client's address of "client:port -> server:port"."""
+    c = (connection or "").split(" -> ")[0]
+    return c.rsplit(":", 1)[0]
+
+
+@dataclass
+class Serve:
+    """One consumer Fetch response's answer for one partition, or (error None, no records) a
+    partition its request named that the response left out (KIP-227 incremental fetch sessions
+    omit those with nothing new): the request's fetch offset is where the client stood."""
+    ts: float
+    position: int
+    source: str
+    connection: str
+    client: tuple
+    client_id: str | None
+    tp: tuple
+    isolation: str | None
+    fetch_offset: int | None
+    error: int | None
+    hw: int | None
+    lso: int | None
+    log_start: int | None
+    first: int | None = None   # lowest offset served at or past the fetch offset
+    end: int | None = None     # one past the last offset served (None: no records)
+    data_first: int | None = None   # the records the client delivers (no control batch, no aborted
+    data_end: int | None = None     # one under read_committed): their first offset and one past the last
+    member: object = None   # the timeline.Member the timelines attribute it to (None: none)
+    request_ts: float | None = None   # when the Fetch was sent (ts: its response)
+
 
 # the columns of a fetch table (fold.serves_of) a Serve is made of, by Serve field
 _FIELDS = {"source": "source", "connection": "connection", "client_id": "client_id",

@@ -16,6 +16,8 @@ from functools import cached_property
 
 import numpy as np
 
+from kaudit.audit.consumers.serve_table import Serve, ServeTable, host  # noqa: F401  (Serve, host: read from here too)
+
 
 OK = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -30,38 +32,6 @@ BATCH_FIELDS = (("source", "string"), ("connection", "string"), ("position", "in
                 ("partition", "int32"), ("base_offset", "int64"), ("last_offset", "int64"),
                 ("producer_id", "int64"), ("producer_epoch", "int16"), ("is_transactional", "bool_"),
                 ("is_control", "bool_"), ("control_type", "string"))
-
-
-def host(connection: str | None) -> str:
-    """The client's address of "client:port -> server:port"."""
-    c = (connection or "").split(" -> ")[0]
-    return c.rsplit(":", 1)[0]
-
-
-@dataclass
-class Serve:
-    """One consumer Fetch response's answer for one partition, or (error None, no records) a
-    partition its request named that the response left out (KIP-227 incremental fetch sessions
-    omit those with nothing new): the request's fetch offset is where the client stood."""
-    ts: float
-    position: int
-    source: str
-    connection: str
-    client: tuple
-    client_id: str | None
-    tp: tuple
-    isolation: str | None
-    fetch_offset: int | None
-    error: int | None
-    hw: int | None
-    lso: int | None
-    log_start: int | None
-    first: int | None = None   # lowest offset served at or past the fetch offset
-    end: int | None = None     # one past the last offset served (None: no records)
-    data_first: int | None = None   # the records the client delivers (no control batch, no aborted
-    data_end: int | None = None     # one under read_committed): their first offset and one past the last
-    member: "Member | None" = None
-    request_ts: float | None = None   # when the Fetch was sent (ts: its response)
 
 
 @dataclass
@@ -126,7 +96,6 @@ class Timelines:
         self.commits: list[Commit] = []
         self.positions: list[dict] = []   # OFFSET_FETCH and LIST_OFFSETS answers
         self.lookups: list[tuple] = []    # (client, tp, ts) of every look-up
-        from kaudit.audit.consumers.serve_table import ServeTable
 
         # the served ranges as columns (serve_table.py): a Serve object is made when a rule reads it
         self.table = serves if isinstance(serves, ServeTable) else ServeTable.of_serves(serves)

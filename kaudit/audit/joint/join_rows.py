@@ -64,7 +64,7 @@ def two_pc_inits(rows: list[dict]) -> dict:
 
 
 def _errors(codes: str) -> list[int]:
-    from kaudit.audit.txn.txn_wire_feed import nonzero
+    from kaudit.audit.txn.txn_wire_rows import nonzero
 
     return nonzero(codes)
 

@@ -5,7 +5,6 @@ in time order, turned into the facts of txn_model (see txn_wire.py for what each
 from __future__ import annotations
 
 import json
-import re
 from bisect import bisect_right
 
 from kaudit.audit.txn import txn_fetched
@@ -13,35 +12,12 @@ from kaudit.audit.txn.coordinator_state import partition_names
 from kaudit.audit.folds import Context
 from kaudit.audit.registry import evidence
 from kaudit.audit.txn.txn_model import ADMIN, COORDINATOR, Coverage, ProducerTxns, assemble
+from kaudit.audit.txn.txn_wire_rows import marker_writer, nonzero
 from kaudit.timefmt import iso_s
 from kaudit.audit.thresholds import NO_TIMEOUT_MS
 
 FENCED = {47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
 CONCURRENT = 51   # CONCURRENT_TRANSACTIONS: the coordinator is still ending the id's transaction
-MARKER_SENDER = re.compile(r"^broker-\d+-txn-marker-sender$")   # TransactionMarkerChannelManager
-ADMIN_CLIENT = re.compile(r"^adminclient-\d+$")                  # KafkaAdminClient's default client id
-
-
-def marker_writer(client_id: str | None, admin_clients: frozenset = frozenset()) -> str | None:
-    """Who sent a WriteTxnMarkers: the coordinator (its marker sender's fixed client id), an
-    admin (Kafka's admin client id, or a client that also sent the admin APIs of KIP-664 -
-    kafka-transactions.sh abort asks DescribeProducers first), else unknown."""
-    cid = client_id or ""
-    if MARKER_SENDER.match(cid):
-        return COORDINATOR
-    if ADMIN_CLIENT.match(cid) or cid in admin_clients:
-        return ADMIN
-    return None
-
-
-def nonzero(s) -> list[int]:
-    """The non-zero error codes of an `error_codes` cell ("0,47" or "0;47")."""
-    if not str(s or "").strip("0,; "):
-        return []   # only zeros (every partition answered without error): the common case
-    codes = (x.strip() for x in str(s or "").replace(";", ",").split(","))
-    return [e for e in (int(x) for x in codes if x.lstrip("-").isdigit()) if e != 0]
-
-
 def _newer(a: int | None, b: int | None) -> bool:
     """Whether epoch `a` is known and above `b` (an unknown `b` is below any known epoch)."""
     return a is not None and (b is None or a > b)

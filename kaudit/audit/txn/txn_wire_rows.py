@@ -10,11 +10,14 @@ order decides between them), and nothing is dropped where the times are not plai
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import np_col, np_indices, np_mask
+from kaudit.audit.txn.txn_model import ADMIN, COORDINATOR
 
 
 def drop_fetched_repeats(batches: pa.Table) -> pa.Table:
@@ -69,3 +72,29 @@ def rows_of(table: pa.Table) -> list[dict]:
     """table.to_pylist(), column by column (the same dicts, faster)."""
     names = table.column_names
     return [dict(zip(names, vals)) for vals in zip(*(table.column(c).to_pylist() for c in names))]
+
+
+# -- what a row's own fields say ------------------------------------------------------------
+
+MARKER_SENDER = re.compile(r"^broker-\d+-txn-marker-sender$")   # TransactionMarkerChannelManager
+ADMIN_CLIENT = re.compile(r"^adminclient-\d+$")                  # KafkaAdminClient's default client id
+
+
+def marker_writer(client_id: str | None, admin_clients: frozenset = frozenset()) -> str | None:
+    """Who sent a WriteTxnMarkers: the coordinator (its marker sender's fixed client id), an
+    admin (Kafka's admin client id, or a client that also sent the admin APIs of KIP-664 -
+    kafka-transactions.sh abort asks DescribeProducers first), else unknown."""
+    cid = client_id or ""
+    if MARKER_SENDER.match(cid):
+        return COORDINATOR
+    if ADMIN_CLIENT.match(cid) or cid in admin_clients:
+        return ADMIN
+    return None
+
+
+def nonzero(s) -> list[int]:
+    """The non-zero error codes of an `error_codes` cell ("0,47" or "0;47")."""
+    if not str(s or "").strip("0,; "):
+        return []   # only zeros (every partition answered without error): the common case
+    codes = (x.strip() for x in str(s or "").replace(";", ",").split(","))
+    return [e for e in (int(x) for x in codes if x.lstrip("-").isdigit()) if e != 0]
