@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from kaudit.ranges import merged
 from kaudit.sources.targets import REMOTE_SEGMENT_FILE, LogDir, Target
 
 SEGMENT_KINDS = ("log", "index", "timeindex", "txnindex")
@@ -196,13 +197,4 @@ def unread_spans(rows: list[dict]) -> dict[tuple, list[tuple[int, int]]]:
     spans: dict[tuple, list] = {}
     for r in rows:
         spans.setdefault((r["topic"], r["partition"]), []).append((r["first_offset"], r["last_offset"]))
-    out = {}
-    for k, xs in spans.items():
-        merged: list[list[int]] = []
-        for lo, hi in sorted(xs):
-            if merged and lo <= merged[-1][1] + 1:
-                merged[-1][1] = max(merged[-1][1], hi)
-            else:
-                merged.append([lo, hi])
-        out[k] = [tuple(x) for x in merged]
-    return out
+    return {k: [tuple(x) for x in merged(xs)] for k, xs in spans.items()}

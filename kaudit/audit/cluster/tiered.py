@@ -7,6 +7,7 @@ holds the metadata and the replicas' epoch runs."""
 from __future__ import annotations
 
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.ranges import merged
 
 STARTED = {"COPY_SEGMENT_STARTED": "COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_STARTED": "DELETE_SEGMENT_FINISHED"}
 
@@ -58,15 +59,9 @@ def stuck(topic: str, partition: int, topic_id: str, segments: dict) -> list[dic
 def copied(segments: dict) -> list[tuple[int, int]]:
     """The offset ranges of the segments copied and not yet deleted (last state
     COPY_SEGMENT_FINISHED, or DELETE_SEGMENT_STARTED: retention is removing it), merged."""
-    spans = sorted((s.start, s.end) for s in segments.values()
-                   if s.state in ("COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_STARTED") and s.start is not None)
-    out: list[list[int]] = []
-    for lo, hi in spans:
-        if out and lo <= out[-1][1] + 1:
-            out[-1][1] = max(out[-1][1], hi)
-        else:
-            out.append([lo, hi])
-    return [tuple(x) for x in out]
+    return [tuple(x) for x in merged((s.start, s.end) for s in segments.values()
+                                     if s.state in ("COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_STARTED")
+                                     and s.start is not None)]
 
 
 def uncovered(lo: int, hi: int, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -20,6 +20,7 @@ import numpy as np
 
 from kaudit.audit.folds import np_col
 from kaudit.audit.consistency.replica_rows import Replica
+from kaudit.ranges import merged
 
 COMPARED = ("last_offset", "producer_id", "producer_epoch", "base_sequence", "is_transactional", "is_control",
             "partition_leader_epoch", "magic")
@@ -63,16 +64,6 @@ def _subtract(ranges: list[list[int]], cut: list[list[int]]) -> list[list[int]]:
     return out
 
 
-def _union(ranges: list[list[int]]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for a, b in sorted(ranges):
-        if out and a <= out[-1][1] + 1:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
-
-
 def missing(reps: list[Replica]) -> list[Missing]:
     held = {r.name: r.held() for r in reps}
     out = []
@@ -82,7 +73,7 @@ def missing(reps: list[Replica]) -> list[Missing]:
             if s is not r and s.hw is not None:
                 committed += [[a, min(b, s.hw - 1)] for a, b in held[s.name] if a < s.hw]
         floor = max(r.log_start, r.cleaned)
-        gaps = _subtract(_union(committed), held[r.name] + ([[0, floor - 1]] if floor > 0 else []))
+        gaps = _subtract(merged(committed), held[r.name] + ([[0, floor - 1]] if floor > 0 else []))
         top = int(r.last[r.ok].max()) if r.ok.any() else -1
         for a, b in gaps:
             holders = [s for s in reps if s is not r and s.hw is not None and a < s.hw

@@ -18,6 +18,7 @@ from collections import defaultdict
 
 from kaudit.audit.producers import acked_writes as A
 from kaudit.audit.registry import SEVERITY_RANK, evidence, finding, rule
+from kaudit.ranges import merged
 from kaudit.timefmt import iso_ms
 
 # the stored batches at acknowledged offsets the engine keeps (join_rows.DiskTap "acked")
@@ -311,14 +312,7 @@ def _replica_text(rep, run: list, bs) -> str:
 
 
 def _spans(iv: list) -> str:
-    iv = sorted(iv)
-    merged = [list(iv[0])]
-    for a, b in iv[1:]:
-        if a <= merged[-1][1] + 1:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    return ", ".join(f"{a}-{b}" for a, b in merged)
+    return ", ".join(f"{a}-{b}" for a, b in merged(iv))
 
 
 def _others(bs: list[A.Batch]) -> str:
