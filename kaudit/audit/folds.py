@@ -144,8 +144,7 @@ def sorted_keyed(fold: Fold, items: list[tuple[str, pa.Table]]) -> Iterator[tupl
     for rank, kind in enumerate(sorted(by_kind)):
         t = pa.concat_tables(by_kind[kind])
         cols = [c for c in fold.key + fold.order if c in t.schema.names]
-        t = t.take(sort_indices(t, cols))
-        for k, part in split_by_key(t, fold.key):
+        for k, part in sorted_split(t, fold.key, cols):
             slices.append((tuple((v is None, v) for v in k), rank, kind, k, part))
     slices.sort(key=lambda s: (s[0], s[1]))
     for _, _, kind, k, part in slices:
@@ -157,16 +156,57 @@ def sort_indices(t: pa.Table, cols: list[str]) -> pa.Array:
     numpy's lexsort over integer keys (strings by their rank among the column's distinct values,
     a null or NaN flag before a value that has them), ~2x faster than Arrow's multi-column sort;
     a column of another type leaves it to Arrow. Columns with one value throughout are skipped."""
-    keys = []   # numpy's lexsort: the last key is the primary one
-    for c in cols:
-        col = t.column(c)
-        if constant(col)[0]:
-            continue
-        enc = _sort_keys(col)
-        if enc is None:
-            return pc.sort_indices(t, [(c, "ascending") for c in cols])
-        keys.extend(enc)
+    enc = _encoded(t, cols)
+    if enc is None:
+        return pc.sort_indices(t, [(c, "ascending") for c in cols])
+    keys = [k for c in cols for k in enc[c]]   # numpy's lexsort: the last key is the primary one
     return np_indices(np.lexsort(keys[::-1]) if keys else np.arange(t.num_rows))
+
+
+def _encoded(t: pa.Table, cols: list[str]) -> dict[str, list[np.ndarray]] | None:
+    """Each column's numpy sort keys (`_sort_keys`; none for a column with one value throughout),
+    None where one is of a type left to Arrow."""
+    out: dict[str, list[np.ndarray]] = {}
+    for c in cols:
+        if c in out:
+            continue
+        col = t.column(c)
+        enc = [] if constant(col)[0] else _sort_keys(col)
+        if enc is None:
+            return None
+        out[c] = enc
+    return out
+
+
+def sorted_split(t: pa.Table, key: tuple[str, ...], cols: list[str]) -> Iterator[tuple[tuple, pa.Table]]:
+    """split_by_key(t sorted by `cols`, key), told from the sort's own integer keys: rows already
+    in order are not copied, nor the key and order columns with one value throughout (any order
+    of them is themselves), and a key's runs are where its sort keys change. A float key column
+    (NaN is unequal to itself in split_by_key) or a column of a type left to Arrow: the general
+    take and split."""
+    enc = _encoded(t, cols)
+    if enc is None or any(pa.types.is_floating(t.schema.field(c).type) for c in key):
+        yield from split_by_key(t.take(sort_indices(t, cols)), key)
+        return
+    keys = [k for c in cols for k in enc[c]]
+    idx = np.lexsort(keys[::-1]) if keys else None
+    if idx is not None and bool((idx[1:] > idx[:-1]).all()):
+        idx = None   # the identity: the rows are in order already
+    if idx is not None:
+        same = {c for c in cols if not enc[c]}   # one value throughout, no null
+        taken = np_indices(idx)
+        t = pa.Table.from_arrays([t.column(i).combine_chunks() if name in same else t.column(i).take(taken)
+                                  for i, name in enumerate(t.schema.names)], schema=t.schema)
+    n = t.num_rows
+    if n == 0:
+        return
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for c in key:
+        for k in enc[c]:
+            k = k if idx is None else k[idx]
+            change[1:] |= k[1:] != k[:-1]
+    yield from _runs_of(t, key, change)
 
 
 def _sort_keys(col) -> list[np.ndarray] | None:
@@ -381,6 +421,12 @@ def split_by_key(table: pa.Table, key: tuple[str, ...]) -> Iterator[tuple[tuple,
         both_null = pc.and_(pc.is_null(a), pc.is_null(b))
         ne = pc.and_(ne, pc.invert(both_null))
         change[1:] |= ne.to_numpy(zero_copy_only=False)
+    yield from _runs_of(table, key, change)
+
+
+def _runs_of(table: pa.Table, key: tuple[str, ...], change: np.ndarray) -> Iterator[tuple[tuple, pa.Table]]:
+    """(key values, slice) of each run of `table` starting where `change` is True (row 0 is)."""
+    n = table.num_rows
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n)
     # every run's key values at once (one take per column, not a scalar per run and column)
