@@ -184,29 +184,47 @@ def sorted_split(t: pa.Table, key: tuple[str, ...], cols: list[str]) -> Iterator
     of them is themselves), and a key's runs are where its sort keys change. A float key column
     (NaN is unequal to itself in split_by_key) or a column of a type left to Arrow: the general
     take and split."""
-    enc = _encoded(t, cols)
-    if enc is None or any(pa.types.is_floating(t.schema.field(c).type) for c in key):
+    runs = _key_runs(t, key, cols)
+    if runs is None:
         yield from split_by_key(t.take(sort_indices(t, cols)), key)
         return
-    keys = [k for c in cols for k in enc[c]]
-    idx = np.lexsort(keys[::-1]) if keys else None
-    if idx is not None and bool((idx[1:] > idx[:-1]).all()):
-        idx = None   # the identity: the rows are in order already
+    idx, change, enc = runs
     if idx is not None:
         same = {c for c in cols if not enc[c]}   # one value throughout, no null
         taken = np_indices(idx)
         t = pa.Table.from_arrays([t.column(i).combine_chunks() if name in same else t.column(i).take(taken)
                                   for i, name in enumerate(t.schema.names)], schema=t.schema)
-    n = t.num_rows
-    if n == 0:
-        return
-    change = np.zeros(n, dtype=bool)
-    change[0] = True
+    if t.num_rows:
+        yield from _runs_of(t, key, change)
+
+
+def key_runs(t: pa.Table, key: tuple[str, ...], cols: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows of `t` as sorted_split cuts them, without copying any: (the sort's row numbers,
+    where each key's run starts among them); None where sorted_split takes the general way."""
+    runs = _key_runs(t, key, cols)
+    if runs is None:
+        return None
+    idx, change, _ = runs
+    return (np.arange(t.num_rows) if idx is None else idx), np.flatnonzero(change)
+
+
+def _key_runs(t: pa.Table, key: tuple[str, ...], cols: list[str]):
+    """(the sort's row numbers, None for the identity; True where a key's run starts, in that
+    order; the columns' sort keys), or None (see sorted_split)."""
+    enc = _encoded(t, cols)
+    if enc is None or any(pa.types.is_floating(t.schema.field(c).type) for c in key):
+        return None
+    keys = [k for c in cols for k in enc[c]]
+    idx = np.lexsort(keys[::-1]) if keys else None
+    if idx is not None and bool((idx[1:] > idx[:-1]).all()):
+        idx = None   # the identity: the rows are in order already
+    change = np.zeros(t.num_rows, dtype=bool)
+    change[:1] = True
     for c in key:
         for k in enc[c]:
             k = k if idx is None else k[idx]
             change[1:] |= k[1:] != k[:-1]
-    yield from _runs_of(t, key, change)
+    return idx, change, enc
 
 
 def _sort_keys(col) -> list[np.ndarray] | None:
