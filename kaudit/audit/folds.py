@@ -214,17 +214,56 @@ def _key_runs(t: pa.Table, key: tuple[str, ...], cols: list[str]):
     enc = _encoded(t, cols)
     if enc is None or any(pa.types.is_floating(t.schema.field(c).type) for c in key):
         return None
-    keys = [k for c in cols for k in enc[c]]
-    idx = np.lexsort(keys[::-1]) if keys else None
-    if idx is not None and bool((idx[1:] > idx[:-1]).all()):
+    major = [k for c in key for k in enc[c]]
+    minor = [k for c in cols[len(key):] if c not in key for k in enc[c]] if cols[:len(key)] == list(key) else None
+    one = _merged(major) if minor is not None else None
+    if one is not None:
+        # one integer for the key: a stable sort by it alone, kept where the rows of each key
+        # are already in order (a capture's rows come in time order): the lexsort's own order
+        idx = np.argsort(one, kind="stable")
+        if not _in_order(one[idx], [k[idx] for k in minor]):
+            idx = np.lexsort((major + minor)[::-1])
+    else:
+        keys = [k for c in cols for k in enc[c]]
+        idx = np.lexsort(keys[::-1]) if keys else np.arange(t.num_rows)
+    if bool((idx[1:] > idx[:-1]).all()):
         idx = None   # the identity: the rows are in order already
     change = np.zeros(t.num_rows, dtype=bool)
     change[:1] = True
-    for c in key:
-        for k in enc[c]:
-            k = k if idx is None else k[idx]
-            change[1:] |= k[1:] != k[:-1]
+    for k in major:
+        k = k if idx is None else k[idx]
+        change[1:] |= k[1:] != k[:-1]
     return idx, change, enc
+
+
+def _merged(keys: list[np.ndarray]) -> np.ndarray | None:
+    """Integer sort keys (major first) as one, in the same order, where their ranges multiply
+    below 2**62: as uint16 (numpy's radix sort) where they fit; None: not so."""
+    if not keys:
+        return None
+    out, span = None, 1
+    for k in keys:
+        k = k.astype(np.int64, copy=False)
+        lo, hi = (int(k.min()), int(k.max())) if k.size else (0, 0)
+        width = hi - lo + 1
+        span *= width
+        if span >= 1 << 62:
+            return None
+        out = k - lo if out is None else out * width + (k - lo)
+    return out.astype(np.uint16) if span <= 1 << 16 else out
+
+
+def _in_order(major: np.ndarray, minor: list[np.ndarray]) -> bool:
+    """Whether each run of equal `major` values is in ascending (lexicographic) `minor` order."""
+    if major.size < 2 or not minor:
+        return True
+    open_ = major[1:] == major[:-1]   # pairs within one key: still to be decided
+    for k in minor:
+        a, b = k[:-1], k[1:]
+        if (open_ & (a > b)).any():
+            return False
+        open_ &= a == b
+    return True
 
 
 def _sort_keys(col) -> list[np.ndarray] | None:

@@ -43,12 +43,13 @@ def certified(b: pa.Table) -> bool:
     return _certified(Columns(b))
 
 
-def certified_rows(whole: "Columns", rows: np.ndarray) -> bool:
-    """certified(whole's table.take(rows)), from the whole table's columns converted once: one
-    partition's rows, in the fold's order, of wire_acked's selection (wire_acked.certify_clean)."""
-    if not set(COLUMNS) <= set(whole.b.column_names):
+def certified_rows(whole: "Sorted", s: int, e: int) -> bool:
+    """certified(the rows s:e of `whole`'s table in its order), from the whole table's columns
+    converted and ordered once: one partition's rows, in the fold's order, of wire_acked's
+    selection (wire_acked.certify_clean)."""
+    if not set(COLUMNS) <= set(whole.cols.b.column_names):
         return False
-    return _certified(_Rows(whole, rows))
+    return _certified(_Rows(whole, s, e))
 
 
 def _certified(cols: "Columns") -> bool:
@@ -157,38 +158,55 @@ class Columns:
         return content[rows], ok[rows]
 
 
-class _Rows(Columns):
-    """The columns of `rows` of a whole table's `Columns` (each cut from the whole column
-    converted once): the same values as Columns(whole.b.take(rows)). Codes differ from that
-    table's own, but they are only compared for equality and order runs (_runs), never read
-    as values. The table itself is taken only where the records' checksums are needed."""
+class Sorted:
+    """A table's Columns in the order `order`, each column converted and ordered once, to be cut
+    into runs of rows (`_Rows`)."""
 
-    def __init__(self, whole: Columns, rows: np.ndarray):
-        self.whole, self.rows, self.cache, self._b = whole, rows, {}, None
+    def __init__(self, b: pa.Table, order: np.ndarray):
+        self.cols, self.order, self.cache = Columns(b), order, {}
+
+    def get(self, how: str, *args) -> np.ndarray:
+        v = self.cache.get((how, *args))
+        if v is None:
+            v = self.cache[(how, *args)] = getattr(self.cols, how)(*args)[self.order]
+        return v
+
+
+class _Rows(Columns):
+    """The rows s:e of a Sorted table: the same columns as Columns(table.take(order[s:e])), as
+    views of the whole ones. Codes differ from that table's own, but they are only compared for
+    equality and cut into runs (_runs), never read as values. The table itself is taken only
+    where the records' checksums are needed."""
+
+    def __init__(self, whole: Sorted, s: int, e: int):
+        self.whole, self.s, self.e, self.cache, self._b = whole, s, e, {}, None
 
     @property
     def b(self) -> pa.Table:
         if self._b is None:
-            self._b = self.whole.b.take(np_indices(self.rows))
+            self._b = self.whole.cols.b.take(np_indices(self.whole.order[self.s:self.e]))
         return self._b
 
+    def _cut(self, how: str, *args) -> np.ndarray:
+        return self._get((how, *args), lambda: self.whole.get(how, *args)[self.s:self.e])
+
     def null(self, name: str) -> np.ndarray:
-        return self._get(("null", name), lambda: self.whole.null(name)[self.rows])
+        return self._cut("null", name)
 
     def eq(self, name: str, value) -> np.ndarray:
-        return self._get(("eq", name, value), lambda: self.whole.eq(name, value)[self.rows])
+        return self._cut("eq", name, value)
 
     def flag(self, name: str) -> np.ndarray:
-        return self._get(("flag", name), lambda: self.whole.flag(name)[self.rows])
+        return self._cut("flag", name)
 
     def i(self, name: str, fill: int) -> np.ndarray:
-        return self._get(("i", name, fill), lambda: self.whole.i(name, fill)[self.rows])
+        return self._cut("i", name, fill)
 
     def f(self, name: str) -> np.ndarray:
-        return self._get(("f", name), lambda: self.whole.f(name)[self.rows])
+        return self._cut("f", name)
 
     def code(self, name: str, falsy: bool = False) -> np.ndarray:
-        return self._get(("code", name, falsy), lambda: self.whole.code(name, falsy)[self.rows])
+        return self._cut("code", name, falsy)
 
 
 def _placed(cols: Columns, acked: np.ndarray) -> np.ndarray:

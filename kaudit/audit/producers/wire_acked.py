@@ -111,13 +111,12 @@ def certify_clean(items: list[tuple[str, pa.Table]], ctx) -> list[tuple[str, pa.
     order, starts = runs
     ends = np.append(starts[1:], order.size)
     keys = list(zip(*(b.column(c).take(np_indices(order[starts])).to_pylist() for c in KEY)))
-    whole = acked_clean.Columns(b)
+    whole = acked_clean.Sorted(b, order)
     done = np.zeros(b.num_rows, bool)
     pending = set()
     for k, s, e in zip(keys, starts.tolist(), ends.tolist()):
-        rows = order[s:e]
-        if k[0] is None or acked_clean.certified_rows(whole, rows):
-            done[rows] = True
+        if k[0] is None or acked_clean.certified_rows(whole, s, e):
+            done[order[s:e]] = True
         else:
             pending.add(k)
     out = []

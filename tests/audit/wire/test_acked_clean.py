@@ -210,11 +210,11 @@ def test_rows_cut_from_the_whole_selection_certify_as_their_own_table(parts, rnd
     rows = list(range(whole.num_rows))
     rnd.shuffle(rows)
     whole = whole.take(pa.array(rows, pa.int64()))
-    cols = C.Columns(whole)
     order, starts = key_runs(whole, W.KEY, list(W.KEY + W.ORDER))
+    cols = C.Sorted(whole, order)
     for s, e in zip(starts.tolist(), np.append(starts[1:], order.size).tolist()):
         part = whole.take(pa.array(order[s:e]))
-        assert C.certified_rows(cols, order[s:e]) == C.certified(part)
+        assert C.certified_rows(cols, s, e) == C.certified(part)
     fetched = whole.filter(pc.equal(whole.column("source_kind"), "fetch")).to_pylist()
     responses = {(r["source"], r["connection"], r["position"], r["partition"]): r for r in fetched}
     fetch = pa.Table.from_pylist([
