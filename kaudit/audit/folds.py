@@ -519,6 +519,13 @@ def np_indices(idx: np.ndarray) -> pa.Int64Array:
     return pa.Array.from_buffers(pa.int64(), len(idx), [None, pa.py_buffer(idx)])
 
 
+def unique_ints(a: np.ndarray) -> np.ndarray:
+    """np.unique of an integer array, without its check for masked arrays (which imports
+    numpy.ma, as np_mask says)."""
+    a = np.sort(np.ravel(a))
+    return a[np.r_[True, a[1:] != a[:-1]]] if a.size else a
+
+
 def np_col(table: pa.Table, name: str, fill, dtype) -> np.ndarray:
     """A column as a numpy array, nulls replaced by `fill`."""
     col = table.column(name)

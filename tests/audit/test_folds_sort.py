@@ -128,3 +128,11 @@ def test_sorted_split_equals_take_and_split(rows, order, n_key, n_order, sorted_
     want = [(k, p.to_pylist()) for k, p in split_by_key(t.take(sort_indices(t, cols)), key)]
     got = [(k, p.to_pylist()) for k, p in sorted_split(t, key, cols)]
     assert repr(got) == repr(want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-5, 5), max_size=30))
+def test_unique_ints_equals_numpys(values):
+    from kaudit.audit.folds import unique_ints
+    a = np.array(values, dtype=np.int64)
+    assert unique_ints(a).tolist() == np.unique(a).tolist()

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_indices, np_mask
+from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_indices, np_mask, unique_ints
 from kaudit.audit.wire.live_settle import ReaderSettle
 from kaudit.audit.consistency.log_chunks import TablesByKind
 from kaudit.audit.wire.reader_replay import Outcomes, delivered_aborted, parse_aborted
@@ -174,7 +174,7 @@ class ReaderPartition(TablesByKind):
         if not suspect.any():
             return []
         positions = np_col(txn, "position", -1, np.int64)
-        frames = np.unique(positions[suspect])
+        frames = unique_ints(positions[suspect])
         framed = np.isin(positions, frames)
         txn, suspect = fetched.take(np_indices(rows_txn[framed])), suspect[framed]
         by_response: dict[tuple, list[dict]] = {}
