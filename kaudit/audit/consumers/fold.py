@@ -170,13 +170,16 @@ def _replays(fetch: pa.Table, batches: pa.Table, rows: np.ndarray, start: np.nda
     listing = fetch.take(np_indices(rows)).select(RESPONSE + ["aborted_transactions"]).to_pydict()
     keys = set(zip(listing["connection"], listing["position"]))
     positions = pa.array(sorted({p for _, p in keys}), batches.column("position").type)
-    sub = batches.filter(pc.is_in(batches.column("position"), positions)).select(REPLAYED).to_pylist()
-    by_key: dict[tuple, list] = {}
+    at = pc.fill_null(pc.is_in(batches.column("position"), positions), False).to_numpy(zero_copy_only=False)
+    txn = (_flag(batches, "is_transactional").to_numpy(zero_copy_only=False)
+           | _flag(batches, "is_control").to_numpy(zero_copy_only=False))
     # the response's transactional and control batches first, then its others (as they were kept)
-    for plain in (False, True):
-        for b in sub:
-            if (b["connection"], b["position"]) in keys and plain != bool(b["is_transactional"] or b["is_control"]):
-                by_key.setdefault((b["connection"], b["position"], b["topic"], b["partition"]), []).append(b)
+    sub = batches.select(REPLAYED).take(np_indices(np.concatenate([np.flatnonzero(at & txn),
+                                                                   np.flatnonzero(at & ~txn)]))).to_pylist()
+    by_key: dict[tuple, list] = {}
+    for b in sub:
+        if (b["connection"], b["position"]) in keys:
+            by_key.setdefault((b["connection"], b["position"], b["topic"], b["partition"]), []).append(b)
     out = {}
     for i, row in enumerate(rows.tolist()):
         key = (listing["connection"][i], listing["position"][i], listing["topic"][i], listing["partition"][i])
