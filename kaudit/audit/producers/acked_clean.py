@@ -216,7 +216,12 @@ def _placed(cols: Columns, acked: np.ndarray) -> np.ndarray:
     rbo = cols.i("response_base_offset", -1)[acked]
     if acked.size < 2:
         return rbo
-    # rows apart on part of the key are apart on all of it: the strings are read only where needed
+    # rows apart on part of the key are apart on all of it: the strings are read only where
+    # needed, and first the frames alone (one request's batches share one)
+    if not cols.null("position")[acked].any():
+        pos = np.sort(cols.i("position", 0)[acked])
+        if (pos[1:] != pos[:-1]).all():
+            return rbo
     if _runs(cols, acked, [k for k in PLACE_KEY if k not in STRINGS], [])[1].all():
         return rbo      # one batch per request and partition: each at its base offset
     order, start = _runs(cols, acked, PLACE_KEY, [np.nan_to_num(cols.f("response_ts")[acked], nan=0.0)])
