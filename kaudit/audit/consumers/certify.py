@@ -105,7 +105,7 @@ def aborted_read_suspects(batches: pa.Table, t: ServeTable) -> np.ndarray:
     if any(batches.column(c).null_count for c in need):
         return np.flatnonzero(data)   # nulls: the full check says what they are
     rows = np.concatenate([np.flatnonzero(ended), np.flatnonzero(data)])
-    sub = batches.take(np_indices(rows))
+    sub = batches.select(list(need) + ["control_type"]).take(np_indices(rows))   # the columns read
     topic = sub.column("topic").combine_chunks().dictionary_encode().indices.to_numpy(zero_copy_only=False)
     cols = [sub.column(c).to_numpy().astype(np.int64) for c in ("producer_id", "partition")] + [topic]
     gid = _group_ids(cols)
