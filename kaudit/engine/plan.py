@@ -226,6 +226,8 @@ class Audit:
             ctx.topic_names = facts.names.names
         if self.known:
             ctx.two_pc_inits = self.known.get("two_pc_inits")
+        elif self.side == "wire" and facts.links:   # the captures' own InitProducerIds (wire-lso)
+            ctx.two_pc_inits = txn_lineage.two_pc_inits(facts.links) or None
 
     def so_far(self, ctx: Context, facts: Facts) -> None:
         """A live audit's context between checkpoints: the producers' lineage from the facts known
