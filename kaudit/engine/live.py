@@ -20,6 +20,7 @@ The groups of a streamed fold forget a producer idle for PRODUCER_IDLE_S (counte
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -191,7 +192,9 @@ class LiveAudit:
             # rows ordered by send time wait for the requests in flight; by response time, not
             out.extend(s.feed(upto if s.time_col == "request_ts" else now - REORDER_S, names))
             s.forget(now - PRODUCER_IDLE_S)
+        known = dataclasses.replace(self.work.ctx, topic_names=names.names)
         for fold, settler in self.settlers.values():
+            settler.learn(known)
             out.extend(self._settle(fold, settler, now, names))
         self._found(out)
         _give_back()

@@ -161,6 +161,13 @@ def _data(t: pa.Table):
     return pc.and_(m, pc.fill_null(ok, False))
 
 
+def _live(fold: Fold):
+    """A live capture's settling (lso_settle: its runs over, its batches that no longer matter)."""
+    from kaudit.audit.wire.lso_settle import LsoSettle
+
+    return LsoSettle(fold)
+
+
 FOLD = Fold("wire-lso", {"fetch_partition": COLUMNS, "batch": BATCH_COLUMNS}, KEY, ORDER,
             lambda ctx: KeyedState(KEY, lambda k: LsoPartition(k, ctx)),
-            where={"fetch_partition": _where, "batch": _data})
+            where={"fetch_partition": _where, "batch": _data}, live=_live)
