@@ -70,6 +70,24 @@ def test_two_phase_commit_holder_settled_before_the_end(tmp_path, sweeping):
     assert cov["lso_rows_dropped"] >= 20
 
 
+@pytest.mark.parametrize("sweep_s", [0.0, 200.0])
+def test_two_runs_of_one_lso_settled_apart(tmp_path, sweeping, monkeypatch, sweep_s):
+    """Two stuck runs at one LSO, apart by a response whose high watermark is the LSO (a lagging
+    follower's): two findings, as the file's audit tells them, both settled before the end, in
+    two sweeps or in one (200 s: the response that closed each run is settled with it, else the
+    two would be folded as one run)."""
+    from kaudit.audit.thresholds import MIN_RESPONSES
+
+    assert MIN_RESPONSES > 1   # a closer settled with its run is no stuck run of its own
+    monkeypatch.setattr(lso_settle, "SWEEP_S", sweep_s)
+    points = [(13, 10)] * 5 + [(10, 10)] + [(14, 10)] * 5 + [(30, 30)] * 25
+    run, early = _live(tmp_path, [_producer(PID, True, 10, 52001), _consumer(points)], delay=lambda i, p: 3.0)
+    fs = by_rule(run.findings, "lso-stuck")
+    assert [(f["severity"], details(f)["responses"]) for f in fs] == [("info", 5), ("info", 5)]
+    assert sorted(x["id"] for x in early if x["rule"] == "lso-stuck") == sorted(f["id"] for f in fs)
+    assert run.coverage["live"]["lso_runs_settled"] == 2
+
+
 def test_plain_holder_settled_as_a_warning(tmp_path, sweeping):
     """The same run held by a producer that did not ask Enable2Pc: a warning, told early."""
     points = [(13, 10)] * 6 + [(30, 30)] * 30

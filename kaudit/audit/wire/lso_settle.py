@@ -99,8 +99,10 @@ class LsoSettle(Settler):
             cut, stuck, floor = _walk(idx, ts, lso, hw, horizon)
             for i in idx[:cut]:
                 keep[i] = False
-            for run in stuck:
-                out[run] = True
+            for run, closer in stuck:
+                # with the response that closed it: a run of one after it tells nothing, and two
+                # runs of one LSO settled together stay apart
+                out[run + [closer]] = True
                 at.setdefault(k, set()).add(lso[run[0]])
                 self.runs += 1
             if floor is not None:
@@ -147,12 +149,12 @@ class LsoSettle(Settler):
 
 def _walk(idx: list, ts: list, lso: list, hw: list, horizon: float):
     """Over one partition's responses in the fold's order (LsoPartition.feed), those older than
-    `horizon`: (how many come before the run still open, the stuck runs among them, the lowest
-    LSO a later run can have or None)."""
+    `horizon`: (how many come before the run still open, the stuck runs among them with the
+    response that closed each, the lowest LSO a later run can have or None)."""
     from kaudit.audit.wire.wire_lso import lso_stuck
 
     run: list = []
-    runs: list = []
+    runs: list = []   # (the run's responses, the one that closed it)
     start = end = 0
     last = None
     for j, i in enumerate(idx):
@@ -164,17 +166,17 @@ def _walk(idx: list, ts: list, lso: list, hw: list, horizon: float):
             continue
         last = lo
         if run and lo != lso[run[0]]:
-            runs.append(run)
+            runs.append((run, i))
             run = []
         if lo < hi:
             if not run:
                 start = j
             run.append(i)
         elif run:
-            runs.append(run)
+            runs.append((run, i))
             run = []
     cut = start if run else end
-    stuck = [r for r in runs if lso_stuck([_Resp(ts[i]) for i in r])]
+    stuck = [(r, c) for r, c in runs if lso_stuck([_Resp(ts[i]) for i in r])]
     later = [lso[i] for i in idx[cut:] if lso[i] is not None and lso[i] >= 0 and hw[i] is not None and hw[i] >= 0]
     return cut, stuck, min(later) if later else last
 
