@@ -4,15 +4,16 @@ and the whole report at the end of the stream (or Ctrl-C), as for a file.
 
 Nothing here judges: the folds are the file audit's, fed the same rows in the same order; what
 changes is when each part of the input is known to be complete ("settled"), by capture time:
-- a fold keyed and ordered like wire-produce and wire-lso (one row kind, no prepare, a KeyedState
-  of per-key groups) is *streamed*: rows are fed, sorted by (key, order), once their order time
+- a fold keyed and ordered like wire-produce (one row kind, no prepare, a KeyedState of per-key
+  groups) is *streamed*: rows are fed, sorted by (key, order), once their order time
   is below the watermark - the send time of the oldest request still waiting for its response
   on any connection, less REORDER_S for bytes still in flight (TCP holes, frames in several
   segments) - and each group stays open across checkpoints. A row that arrives after the
   watermark passed its time is fed late and counted (coverage `live.late_rows`).
 - a buffered fold settles the keys its own Settler (`Fold.live`, audit/folds.py) says nothing
   can change any more - wire-frames a closed connection, the transactions a producer idle past its
-  timeout - and they are folded alone and dropped; a fold without one keeps its selection to the
+  timeout, wire-lso a run of one LSO that is over - and they are folded alone and dropped (the
+  settler is told the context known so far first: Settler.learn); a fold without one keeps its selection to the
   end (its settler may still make it smaller, as the readers' does).
 The groups of a streamed fold forget a producer idle for PRODUCER_IDLE_S (counted in
 `live.producers_forgotten`). A finding is emitted once; the final report holds every finding.
