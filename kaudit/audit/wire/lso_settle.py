@@ -44,6 +44,8 @@ _Resp = namedtuple("_Resp", "response_ts")   # what lso_stuck reads of a respons
 
 
 class LsoSettle(Settler):
+    """What the settling knows across sweeps: each partition's LSO floor, the context so far."""
+
     def __init__(self, fold):
         self.fold = fold
         self.ctx: Context | None = None

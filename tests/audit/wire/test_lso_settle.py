@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kaudit.audit.folds import Context, run_selection
 from kaudit.audit.wire import lso_settle
 from kaudit.audit.wire.wire_lso import BATCH_COLUMNS, COLUMNS, FOLD
+from kaudit.engine.plan import fold_selection
 from kaudit.model import ROW_KINDS
 
 OFFSETS = (10, 12, 20, 25)
@@ -137,3 +138,28 @@ def test_two_runs_of_one_lso_in_one_sweep():
     rows += [("fetch_partition", _fetch(0, 5.0 * (i + 1), i + 1, hw, lso)) for i, (hw, lso) in enumerate(points)]
     live, _, counted = _live(rows, 120.0)   # a sweep at the first row, the next at 125 s: both runs over
     assert live == _file(rows) and len(live) == 2 and counted["lso_runs_settled"] == 2
+
+
+def test_rows_naming_their_topic_by_an_unnamed_id_wait():
+    """Responses that name their topic by an id the capture has not named yet (Fetch v13+) would
+    key apart from the same partition's rows named later: that partition is left alone until
+    the id is named, then settled as the file's audit (which names every row first) tells it."""
+    rows = [("batch", _batch(0, 0.5, 0, 10, TWO_PC, "produce"))]
+    points = [(13, 10)] * 4 + [(30, 30)] * 20
+    for i, (hw, lso) in enumerate(points):
+        r = _fetch(0, 5.0 * (i + 1), i + 1, hw, lso)
+        r.update(topic=None, topic_id="id-t")
+        rows.append(("fetch_partition", r))
+    settler, items = FOLD.live(FOLD), [(k, _table(k, [r for kk, r in rows if kk == k])) for k in ("batch", "fetch_partition")]
+    lso_settle.SWEEP_S, sweep = 0.0, lso_settle.SWEEP_S
+    try:
+        settler.learn(Context(two_pc_inits=INITS, topic_names={}))
+        assert settler.settle(items, 200.0) == [] and sum(t.num_rows for _, t in items) == len(rows)
+        settler.learn(Context(two_pc_inits=INITS, topic_names={"id-t": "t"}))
+        settled = settler.settle(items, 200.0)
+    finally:
+        lso_settle.SWEEP_S = sweep
+    ctx = Context(two_pc_inits=INITS, topic_names={"id-t": "t"})
+    (f,) = fold_selection(FOLD, settled, ctx)
+    assert f["severity"] == "info" and f["topic"] == "t" and f["first_offset"] == 10
+    assert settler.counters()["lso_runs_settled"] == 1
