@@ -13,15 +13,16 @@ holds its watermark REORDER_S back), per partition:
   with the first response showing the LSO there, and the InitProducerId before that) and the
   two-phase-commit InitProducerIds known so far; the others are dropped;
 - the batches below the partition's LSO floor (the lowest LSO of the responses kept, else the
-  last one) are dropped: a partition's LSO does not go back (it is min(first unstable offset,
-  high watermark), both monotonic on a log that is not truncated);
+  last one) are dropped: an LSO is min(first unstable offset, high watermark), and a run's LSO
+  (below the high watermark) is the first unstable offset, which does not go back on a log that
+  is not truncated;
 - the batches of producers whose InitProducerId in effect did not ask Enable2Pc are dropped: at
   a stuck LSO they tell what no batch tells (not a two-phase-commit holder);
 - of several batches at one offset by one producer and epoch (a Produce and its Fetches) one is
   kept, with its transactional id where one has it.
 What can differ from the file's audit: a log truncated (unclean leader election) below a stuck
-LSO, where another producer's batch then lands at the same offset; a holder's batch shown first
-by a read_uncommitted Fetch long after the run ended, its Produce not captured. A partition some
+LSO, or a follower (KIP-392) serving an LSO the leader has passed for over MIN_SPAN_S; a holder's
+batch shown first by a read_uncommitted Fetch long after its run ended, its Produce not captured. A partition some
 of whose rows name a topic by an id the capture has not yet named is left for a later sweep.
 """
 

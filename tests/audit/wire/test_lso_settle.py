@@ -150,7 +150,8 @@ def test_rows_naming_their_topic_by_an_unnamed_id_wait():
         r = _fetch(0, 5.0 * (i + 1), i + 1, hw, lso)
         r.update(topic=None, topic_id="id-t")
         rows.append(("fetch_partition", r))
-    settler, items = FOLD.live(FOLD), [(k, _table(k, [r for kk, r in rows if kk == k])) for k in ("batch", "fetch_partition")]
+    settler = FOLD.live(FOLD)
+    items = [(k, _table(k, [r for kk, r in rows if kk == k])) for k in ("batch", "fetch_partition")]
     lso_settle.SWEEP_S, sweep = 0.0, lso_settle.SWEEP_S
     try:
         settler.learn(Context(two_pc_inits=INITS, topic_names={}))
