@@ -106,3 +106,23 @@ def test_open_two_phase_commit_run_kept_to_the_end(tmp_path, sweeping):
     assert f["severity"] == "info" and f["first_offset"] == 13 and details(f)["responses"] == 30
     assert not [x for x in early if x["rule"] == "lso-stuck"]
     assert run.coverage["live"]["lso_runs_settled"] == 0
+
+
+def test_simulated_two_phase_commit_history_live_as_the_file(tmp_path, sweeping):
+    """The simulator's shrunk history of the false warning (tests/sim/regressions/txn-two_pc-lso.json:
+    a 2PC transaction holds the LSO read_committed consumers see) through the live executor: the
+    file audit's findings, the stuck LSO at info."""
+    from pathlib import Path
+
+    from tests.sim.runner import simulate
+
+    doc = json.loads((Path(__file__).parents[1] / "sim" / "regressions" / "txn-two_pc-lso.json").read_text())
+    _, _, pcap, end = simulate(doc["history"], tmp_path)
+    data = Path(pcap).read_bytes()
+    run = live.audit_live(str(pcap), (data[i:i + 65536] for i in range(0, len(data), 65536)), PcapOptions(),
+                          now_ms=end)
+    want = audit_pcaps([str(pcap)], PcapOptions(), now_ms=end).findings
+    key = lambda f: (f["id"], f["rule"], f["severity"], f["message"], json.dumps(f["evidence"]))
+    assert sorted(map(key, run.findings)) == sorted(map(key, want))
+    stuck = by_rule(run.findings, "lso-stuck")
+    assert stuck and all(f["severity"] == "info" for f in stuck)
