@@ -200,10 +200,15 @@ class Settler:
     The live executor hands it every chunk of the fold's selection (`note`), then at each
     checkpoint the selection kept so far (`settle`): it returns the chunks of the keys that
     nothing later can change, removing them from `items`, which the executor folds alone with
-    `context`. It may also make `items` smaller without changing the findings. `finish` runs
-    before the final fold over what is left; `counters` go to the report's coverage `live`."""
+    `context`. It may also make `items` smaller without changing the findings. Before each
+    `settle` it is told the context known so far (`learn`: the facts settled between
+    checkpoints, engine.plan.Audit.so_far, with the topic names known). `finish` runs before
+    the final fold over what is left; `counters` go to the report's coverage `live`."""
 
     def note(self, kind: str, table: pa.Table) -> None:
+        pass
+
+    def learn(self, ctx: Context) -> None:
         pass
 
     def settle(self, items: list, now: float) -> list:
