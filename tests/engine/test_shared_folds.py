@@ -90,11 +90,12 @@ def test_a_child_that_fails_or_dies_leaves_the_folds_to_the_main_process():
                     os._exit(9)
                 return [{"rule": self.name, "key": self.key[0], "rows": self.n}]
 
-        def fold(name, mode):
-            return Fold(name, {"batch": ("k",)}, ("k",), (), lambda ctx: KeyedState(("k",), lambda k: G(k, name, mode)))
+        def fold(name, mode, per_key):
+            return Fold(name, {"batch": ("k",)}, ("k",), (), lambda ctx: KeyedState(("k",), lambda k: G(k, name, mode)),
+                        per_key=per_key)
 
-        def run(modes):
-            folds = tuple(fold(f"f{i}", m) for i, m in enumerate(modes))
+        def run(modes, per_key=False):   # per_key: each fold's two keys folded apart
+            folds = tuple(fold(f"f{i}", m, per_key) for i, m in enumerate(modes))
             audit = plan.Audit("disk", [], folds, None, lambda f: True)
             work = plan.Work(audit)
             for i in range(3):
@@ -104,12 +105,14 @@ def test_a_child_that_fails_or_dies_leaves_the_folds_to_the_main_process():
         clean, left = run(["ok"] * 4)
         failing, _ = run(["ok", "raise", "ok", "raise", "ok"])
         dying, _ = run(["die"] * 6)
-        print(json.dumps({"clean": clean, "left": len(left), "failing": failing, "dying": dying}))
+        split = [run(["ok"] * 4, True)[0], run(["ok", "raise", "ok", "raise", "ok"], True)[0], run(["die"] * 6, True)[0]]
+        print(json.dumps({"clean": clean, "left": len(left), "failing": failing, "dying": dying, "split": split}))
     """)
     want = [{"rule": f"f{i}", "key": k, "rows": n} for i in range(6) for k, n in ((0, 100), (1, 50))]
     assert got["clean"] == want[:8] and got["left"] == 0
     assert got["failing"] == want[:10]
     assert got["dying"] == want
+    assert got["split"] == [want[:8], want[:10], want]
 
 
 def test_sharing_is_chosen_only_where_it_can_pay(monkeypatch):
