@@ -3,11 +3,14 @@ the main process take the folds one at a time from a shared pipe of task numbers
 free takes the next), the child sends each task's findings back, and the main process puts them
 in the folds' order - the findings and internal errors are the ones `Work.run_folds` gives.
 
-A fold whose findings are each key's alone (`Fold.per_key`) is PARTS tasks, each a contiguous
-range of its sorted keys (engine.key_ranges, cut where the rows come closest to equal shares):
-so the biggest fold no longer sets the end (on the 500k-packet bench capture wire-txn alone is
-a third of the folds' time). A process that takes a range names, prepares and cuts the fold's
-selection once (each process: ~0.01-0.03 s more CPU per fold, the price of no messages).
+The tasks are taken biggest first by an estimate (`Fold.cost`, the CPU per row measured, x the
+rows selected), so that the last ones, which leave a process idle while the other ends, are
+small (the 500k-packet bench capture: wire-txn, a third of the folds' CPU, used to come third
+and end last). A fold whose findings are each key's alone (`Fold.per_key`) is cut in PARTS
+tasks, contiguous ranges of its sorted keys (engine.key_ranges, cut where the rows come closest
+to equal shares), where the estimate says that ends sooner: a fold bigger than the others
+together no longer sets the end. A process that takes a range names, prepares and cuts the
+fold's selection once (a cut costs each process ~0.01-0.03 s of CPU: the price of no messages).
 
 Why a fork: the folds are Python (one core under the GIL); after the decode the selections are
 already in memory, which a fork shares without copying. Measured on the 500k-packet bench
@@ -40,24 +43,62 @@ from kaudit.sources.pcap_workers import recv, send   # the pcap workers' pipe me
 
 SHARE_MIN_ROWS = 50_000
 PARTS = 2   # the key ranges a per-key fold (Fold.per_key) is cut in
+SPLIT_COST = 1.15   # a fold cut in ranges: its estimated CPU, all ranges together
+SPLIT_GAIN = 0.05   # the least share of the estimated end a cut must save
 
 
 def should_share(work, jobs: int | None, min_rows: int | None = None) -> bool:
     """Whether `work`'s buffered folds are worth sharing with a forked child (`jobs`: --jobs)."""
     min_rows = SHARE_MIN_ROWS if min_rows is None else min_rows
-    rows = sorted(sum(t.num_rows for _, t in work.selected[f.name])
+    rows = sorted((sum(t.num_rows for _, t in work.selected[f.name]), getattr(f, "per_key", False))
                   for f in work.audit.buffered if work.selected.get(f.name))
-    # the rows besides the biggest selection: what the other process could take (the disk
-    # audit's transactions fold beside a replicas fold of a few rows gains nothing)
-    return (jobs != 1 and len(rows) >= 2 and sum(rows[:-1]) >= min_rows and sys.platform.startswith("linux")
+    if not rows:
+        return False
+    # the rows besides the biggest selection, and half of it if its keys may be cut in ranges:
+    # what the other process could take (the disk audit's transactions fold beside a replicas
+    # fold of a few rows gains nothing)
+    biggest, cuttable = rows[-1]
+    other = sum(n for n, _ in rows[:-1]) + (biggest // 2 if cuttable else 0)
+    return (jobs != 1 and (len(rows) >= 2 or cuttable) and other >= min_rows and sys.platform.startswith("linux")
             and usable_cpus() >= 2 and threading.active_count() == 1)
+
+
+def tasks_of(work, folds) -> list[tuple[int, int, int]]:
+    """The tasks (fold number, range, ranges) in the order they are taken: the biggest first by
+    their estimated CPU (`Fold.cost` x the rows selected), so that the last ones are small; a
+    per-key fold cut in PARTS ranges where that shortens the estimated end by SPLIT_GAIN (a cut
+    costs: each process names, prepares and cuts the selection, SPLIT_COST)."""
+    est = [getattr(f, "cost", 1.0) * sum(t.num_rows for _, t in work.selected.get(f.name) or ()) for f in folds]
+    cut: set[int] = set()
+
+    def plan(cut):
+        tasks = [((i, part, PARTS), est[i] * SPLIT_COST / PARTS) if i in cut else ((i, 0, 1), est[i])
+                 for i in range(len(folds)) for part in range(PARTS if i in cut else 1)]
+        tasks.sort(key=lambda t: -t[1])   # stable: ranges of a fold together, in key order
+        return tasks, _end([e for _, e in tasks])
+
+    tasks, end = plan(cut)
+    for i in sorted(range(len(folds)), key=lambda i: -est[i]):
+        if getattr(folds[i], "per_key", False):
+            trial, trial_end = plan(cut | {i})
+            if trial_end > end * (1 - SPLIT_GAIN):
+                break
+            cut, tasks, end = cut | {i}, trial, trial_end
+    return [t for t, _ in tasks]
+
+
+def _end(costs: list[float], workers: int = 2) -> float:
+    """When `workers` taking `costs` in order, each the next when free, are done."""
+    free = [0.0] * workers
+    for c in costs:
+        free[free.index(min(free))] += c
+    return max(free)
 
 
 def run_shared(work, folds) -> list[dict]:
     """`Work.run_folds(folds)`, shared with a forked child (see the module's docstring)."""
     folds = list(folds)
-    tasks = [(i, part, parts) for i, f in enumerate(folds)
-             for parts in [PARTS if f.per_key else 1] for part in range(parts)]
+    tasks = tasks_of(work, folds)
     if len(tasks) > 255:
         return work.run_folds(folds)
     tokens_r, tokens_w = os.pipe()
@@ -87,8 +128,8 @@ def run_shared(work, folds) -> list[dict]:
     for t, found, internal in received:
         done.setdefault(t, (found, internal))
     out = []
-    for t, task in enumerate(tasks):
-        found, internal = done[t] if t in done else _run_task(work, folds, task, cut)   # the child's, unsent
+    for t in sorted(range(len(tasks)), key=lambda t: tasks[t][:2]):   # the folds' order, ranges in key order
+        found, internal = done[t] if t in done else _run_task(work, folds, tasks[t], cut)   # the child's, unsent
         out.extend(found)
         work.internal.extend(internal)
     for f in folds:

@@ -136,6 +136,10 @@ def test_sharing_is_chosen_only_where_it_can_pay(monkeypatch):
     assert not sf.should_share(work(60, 30, 30), 1, min_rows=50)    # --jobs 1: one process
     assert not sf.should_share(work(900, 30, 0), None, min_rows=50)  # the rest too small to pay
     assert not sf.should_share(work(900, 0, 0), None, min_rows=0)    # one fold: nothing to share
+    folds[0].per_key = True   # ... unless its keys may be cut in ranges: half of it
+    assert sf.should_share(work(900, 0, 0), None, min_rows=450) is alone
+    assert not sf.should_share(work(900, 0, 0), None, min_rows=451)
+    folds[0].per_key = False
     monkeypatch.setattr(sf, "usable_cpus", lambda: 1)
     assert not sf.should_share(work(60, 30, 30), None, min_rows=50)
     if alone:
@@ -148,3 +152,23 @@ def test_sharing_is_chosen_only_where_it_can_pay(monkeypatch):
         finally:
             stop.set()
             t.join()
+
+
+def test_the_biggest_tasks_go_first_and_a_fold_bigger_than_the_rest_is_cut():
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from kaudit.engine import shared_folds as sf
+
+    def work(*specs):   # (rows, cost, per_key) per fold
+        folds = [SimpleNamespace(name=f"f{i}", cost=c, per_key=k) for i, (_, c, k) in enumerate(specs)]
+        sel = {f.name: [("batch", pa.table({"x": [0] * n}))] for f, (n, _, _) in zip(folds, specs)}
+        return SimpleNamespace(selected=sel), folds
+
+    w, folds = work((100, 1.0, True), (50, 12.0, True), (300, 1.0, False), (10, 1.0, True))
+    assert sf.tasks_of(w, folds) == [(1, 0, 1), (2, 0, 1), (0, 0, 1), (3, 0, 1)]   # 600, 300, 100, 10: none cut
+    w, folds = work((1000, 1.0, True), (100, 1.0, False), (50, 1.0, True))
+    assert sf.tasks_of(w, folds) == [(0, 0, 2), (0, 1, 2), (1, 0, 1), (2, 0, 1)]
+    w, folds = work((1000, 1.0, False), (100, 1.0, True))   # the big one may not be cut
+    assert sf.tasks_of(w, folds) == [(0, 0, 1), (1, 0, 1)]

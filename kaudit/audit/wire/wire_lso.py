@@ -96,4 +96,4 @@ def _where(t: pa.Table):
 
 
 FOLD = Fold("wire-lso", {"fetch_partition": COLUMNS}, KEY, ORDER,
-            lambda ctx: KeyedState(KEY, LsoPartition), where={"fetch_partition": _where}, per_key=True)
+            lambda ctx: KeyedState(KEY, LsoPartition), where={"fetch_partition": _where}, per_key=True, cost=0.9)
