@@ -118,6 +118,8 @@ def run_shared(work, folds) -> list[dict]:
     try:
         while (t := _take(tokens_r)) is not None:
             done[t] = _run_task(work, folds, tasks[t], cut)
+        if reader.is_alive():   # the child is still at it: load what comes next meanwhile
+            _warm()
         reader.join()
         _wait(pid)
         pid = None
@@ -135,6 +137,16 @@ def run_shared(work, folds) -> list[dict]:
     for f in folds:
         work.selected.pop(f.name, None)
     return out
+
+
+AFTER = ("kaudit.audit.stories.clusters", "kaudit.report.findings")   # the modules a run imports after its folds
+
+
+def _warm() -> None:
+    import importlib
+
+    for name in AFTER:
+        importlib.import_module(name)
 
 
 def _run_task(work, folds, task: tuple[int, int, int], cut: dict) -> tuple[list, list]:
