@@ -27,6 +27,7 @@ nothing for it: the main process runs that fold itself (and so raises its error,
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import signal
@@ -98,6 +99,7 @@ def _end(costs: list[float], workers: int = 2) -> float:
 def run_shared(work, folds) -> list[dict]:
     """`Work.run_folds(folds)`, shared with a forked child (see the module's docstring)."""
     folds = list(folds)
+    _reap_ending()
     tasks = tasks_of(work, folds)
     if len(tasks) > 255:
         return work.run_folds(folds)
@@ -121,7 +123,7 @@ def run_shared(work, folds) -> list[dict]:
         if reader.is_alive():   # the child is still at it: load what comes next meanwhile
             _warm()
         reader.join()
-        _wait(pid)
+        _reap(pid)
         pid = None
     finally:
         os.close(tokens_r)
@@ -205,6 +207,13 @@ def _child(work, folds, tasks, cut: dict, tokens: int, results: int) -> None:
             send(results, (t, *_run_task(work, folds, tasks[t], cut)))
         code = 0
     finally:
+        # closed before the exit, which unmaps the memory first (~0.01-0.04 s measured): the
+        # main process sees the end of the messages at once
+        for fd in (results, tokens):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         os._exit(code)   # no atexit handlers, no flushing of the main process's buffers
 
 
@@ -216,6 +225,27 @@ def _receive(fd: int, into: list) -> None:
                 into.append(recv(f))
             except (EOFError, pickle.UnpicklingError, ValueError):
                 return
+
+
+_ENDING: list[int] = []   # children whose results are in, not yet reaped
+
+
+def _reap(pid: int) -> None:
+    """Reaps a child whose results are in if it has exited; else once it has (the next sharing,
+    or the process's exit): the main process need not wait for its exit to go on."""
+    try:
+        ended, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return
+    if not ended:
+        atexit.unregister(_reap_ending)   # registered once
+        atexit.register(_reap_ending)
+        _ENDING.append(pid)
+
+
+def _reap_ending() -> None:
+    while _ENDING:
+        _wait(_ENDING.pop())
 
 
 def _wait(pid: int) -> None:
