@@ -385,7 +385,13 @@ def fold_selection(fold: Fold, items: list[tuple[str, pa.Table]], ctx: Context,
                    internal: list | None = None) -> Iterator[dict]:
     """A buffered fold over its whole selection (folds.run_selection), the wire's topics named
     first: before any key groups the rows."""
-    if ctx.topic_names is not None:
-        names = TopicNames(ctx.topic_names)
-        items[:] = [(kind, names.label(t)) for kind, t in items]
+    items[:] = named(items, ctx)
     return run_selection(fold, items, ctx, internal)
+
+
+def named(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
+    """A buffered fold's selection with the wire's topics named (TopicNames.label)."""
+    if ctx.topic_names is None:
+        return items
+    names = TopicNames(ctx.topic_names)
+    return [(kind, names.label(t)) for kind, t in items]

@@ -403,4 +403,4 @@ def _ms(ts):
 FOLD = Fold("wire-frames", {"frame": FRAME_COLUMNS, "connection": CONNECTION_COLUMNS,
                             "decode_issue": ISSUE_COLUMNS},
             KEY, ("request_ts",), lambda ctx: KeyedState(KEY, lambda k: ConnectionGroup(k, ctx)),
-            where={"decode_issue": lambda t: pc.is_valid(t.column("connection"))}, live=ConnectionSettle)
+            where={"decode_issue": lambda t: pc.is_valid(t.column("connection"))}, live=ConnectionSettle, per_key=True, cost=1.4)
