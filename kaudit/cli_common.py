@@ -242,6 +242,8 @@ def check_selection(sel, seen: dict | None) -> None:
 def tls_notice(captures: dict) -> None:
     """TLS coverage on stderr: connections decrypted and not (why), and how to obtain key logs
     when some were not decrypted."""
+    if not any(s.get("tls") for s in captures.values()):   # nothing to say: no import of rich (~0.03 s)
+        return
     from kaudit.capture.tls.coverage import HOWTO, summary_lines
 
     lines, missing = summary_lines({p: s.get("tls") or {} for p, s in captures.items()})

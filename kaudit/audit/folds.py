@@ -70,6 +70,14 @@ class Fold:
     # (given the settled context), so an engine may share the keys out; else it sees them all.
     prepare: Callable[[list, Context], list] | None = None
     prepare_by_key: bool = False
+    # Its findings are each key's alone: its state is a KeyedState over `key` whose groups read
+    # nothing but their key's rows and the settled context, and its finish adds nothing but the
+    # last group's. An engine may then fold contiguous ranges of its sorted keys apart (after
+    # `prepare`) and concatenate their findings in key order (engine/shared_folds.py).
+    per_key: bool = False
+    # Its CPU per selected row, in microseconds, as measured (1.0: not measured): an engine's
+    # estimate of its share of the work, for the order it runs buffered folds in - never more.
+    cost: float = 1.0
     # Optional, for a buffered fold in a live capture: (fold) -> its Settler, which says which of
     # its keys nothing can change any more, so the live executor folds them before the stream
     # ends. None: its selection is kept to the end (a streamed fold needs none: see engine/live.py).
@@ -118,6 +126,12 @@ def run_selection(fold: Fold, items: list[tuple[str, pa.Table]], ctx: Context,
         if prepared is not items:
             items.clear()
         items = prepared
+    yield from run_prepared(fold, items, ctx, internal)
+
+
+def run_prepared(fold: Fold, items: list[tuple[str, pa.Table]], ctx: Context,
+                 internal: list | None = None) -> Iterator[dict]:
+    """run_selection once the fold's `prepare` (if any) has run: its rows sorted and folded."""
     state = fold.make(ctx)
     # a keyed state takes each key's slice as the sort cut it: no second split by key
     keyed = isinstance(state, KeyedState) and state.key_cols == fold.key
@@ -297,10 +311,15 @@ class Settler:
     The live executor hands it every chunk of the fold's selection (`note`), then at each
     checkpoint the selection kept so far (`settle`): it returns the chunks of the keys that
     nothing later can change, removing them from `items`, which the executor folds alone with
-    `context`. It may also make `items` smaller without changing the findings. `finish` runs
-    before the final fold over what is left; `counters` go to the report's coverage `live`."""
+    `context`. It may also make `items` smaller without changing the findings. Before each
+    `settle` it is told the context known so far (`learn`: the facts settled between
+    checkpoints, engine.plan.Audit.so_far, with the topic names known). `finish` runs before
+    the final fold over what is left; `counters` go to the report's coverage `live`."""
 
     def note(self, kind: str, table: pa.Table) -> None:
+        pass
+
+    def learn(self, ctx: Context) -> None:
         pass
 
     def settle(self, items: list, now: float) -> list:

@@ -4,15 +4,16 @@ and the whole report at the end of the stream (or Ctrl-C), as for a file.
 
 Nothing here judges: the folds are the file audit's, fed the same rows in the same order; what
 changes is when each part of the input is known to be complete ("settled"), by capture time:
-- a fold keyed and ordered like wire-produce and wire-lso (one row kind, no prepare, a KeyedState
-  of per-key groups) is *streamed*: rows are fed, sorted by (key, order), once their order time
+- a fold keyed and ordered like wire-produce (one row kind, no prepare, a KeyedState of per-key
+  groups) is *streamed*: rows are fed, sorted by (key, order), once their order time
   is below the watermark - the send time of the oldest request still waiting for its response
   on any connection, less REORDER_S for bytes still in flight (TCP holes, frames in several
   segments) - and each group stays open across checkpoints. A row that arrives after the
   watermark passed its time is fed late and counted (coverage `live.late_rows`).
 - a buffered fold settles the keys its own Settler (`Fold.live`, audit/folds.py) says nothing
   can change any more - wire-frames a closed connection, the transactions a producer idle past its
-  timeout - and they are folded alone and dropped; a fold without one keeps its selection to the
+  timeout, wire-lso a run of one LSO that is over - and they are folded alone and dropped (the
+  settler is told the context known so far first: Settler.learn); a fold without one keeps its selection to the
   end (its settler may still make it smaller, as the readers' does).
 The groups of a streamed fold forget a producer idle for PRODUCER_IDLE_S (counted in
 `live.producers_forgotten`). A finding is emitted once; the final report holds every finding.
@@ -20,6 +21,7 @@ The groups of a streamed fold forget a producer idle for PRODUCER_IDLE_S (counte
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -191,7 +193,9 @@ class LiveAudit:
             # rows ordered by send time wait for the requests in flight; by response time, not
             out.extend(s.feed(upto if s.time_col == "request_ts" else now - REORDER_S, names))
             s.forget(now - PRODUCER_IDLE_S)
+        known = dataclasses.replace(self.work.ctx, topic_names=names.names)
         for fold, settler in self.settlers.values():
+            settler.learn(known)
             out.extend(self._settle(fold, settler, now, names))
         self._found(out)
         _give_back()

@@ -226,13 +226,18 @@ class Audit:
             ctx.topic_names = facts.names.names
         if self.known:
             ctx.two_pc_inits = self.known.get("two_pc_inits")
+        elif self.side == "wire" and facts.links:   # the captures' own InitProducerIds (wire-lso)
+            ctx.two_pc_inits = txn_lineage.two_pc_inits(facts.links) or None
 
     def so_far(self, ctx: Context, facts: Facts) -> None:
         """A live audit's context between checkpoints: the producers' lineage from the facts known
-        so far, for the streamed folds that read it as rows arrive (wire-produce: KIP-360 moves)."""
+        so far, for the streamed folds that read it as rows arrive (wire-produce: KIP-360 moves),
+        and the captures' two-phase-commit InitProducerIds, for the settlers (wire-lso)."""
         if facts.links and len(facts.links) != facts.linked:
             facts.linked = len(facts.links)
             ctx.producer_lineage = txn_lineage.build(facts.links) or None
+            if self.side == "wire" and not self.known:
+                ctx.two_pc_inits = txn_lineage.two_pc_inits(facts.links) or None
 
     def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
         """The context a buffered fold runs with; a live audit's, before `settle`, with the
@@ -380,7 +385,13 @@ def fold_selection(fold: Fold, items: list[tuple[str, pa.Table]], ctx: Context,
                    internal: list | None = None) -> Iterator[dict]:
     """A buffered fold over its whole selection (folds.run_selection), the wire's topics named
     first: before any key groups the rows."""
-    if ctx.topic_names is not None:
-        names = TopicNames(ctx.topic_names)
-        items[:] = [(kind, names.label(t)) for kind, t in items]
+    items[:] = named(items, ctx)
     return run_selection(fold, items, ctx, internal)
+
+
+def named(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
+    """A buffered fold's selection with the wire's topics named (TopicNames.label)."""
+    if ctx.topic_names is None:
+        return items
+    names = TopicNames(ctx.topic_names)
+    return [(kind, names.label(t)) for kind, t in items]

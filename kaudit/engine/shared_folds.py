@@ -1,7 +1,16 @@
 """The local engine's buffered folds on two cores: once the input is decoded, a forked child and
-the main process take the folds one at a time from a shared pipe of fold numbers (whichever is
-free takes the next), the child sends each fold's findings back, and the main process puts them
+the main process take the folds one at a time from a shared pipe of task numbers (whichever is
+free takes the next), the child sends each task's findings back, and the main process puts them
 in the folds' order - the findings and internal errors are the ones `Work.run_folds` gives.
+
+The tasks are taken biggest first by an estimate (`Fold.cost`, the CPU per row measured, x the
+rows selected), so that the last ones, which leave a process idle while the other ends, are
+small (the 500k-packet bench capture: wire-txn, a third of the folds' CPU, used to come third
+and end last). A fold whose findings are each key's alone (`Fold.per_key`) is cut in PARTS
+tasks, contiguous ranges of its sorted keys (engine.key_ranges, cut where the rows come closest
+to equal shares), where the estimate says that ends sooner: a fold bigger than the others
+together no longer sets the end. A process that takes a range names, prepares and cuts the
+fold's selection once (a cut costs each process ~0.01-0.03 s of CPU: the price of no messages).
 
 Why a fork: the folds are Python (one core under the GIL); after the decode the selections are
 already in memory, which a fork shares without copying. Measured on the 500k-packet bench
@@ -18,66 +27,161 @@ nothing for it: the main process runs that fold itself (and so raises its error,
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import signal
 import sys
 import threading
 
+import pyarrow as pa
+
+from kaudit.audit.folds import run_prepared
+from kaudit.engine import key_ranges
+from kaudit.engine.plan import named
 from kaudit.sources.cores import usable_cpus
 from kaudit.sources.pcap_workers import recv, send   # the pcap workers' pipe messages
 
 SHARE_MIN_ROWS = 50_000
+PARTS = 2   # the key ranges a per-key fold (Fold.per_key) is cut in
+SPLIT_COST = 1.15   # a fold cut in ranges: its estimated CPU, all ranges together
+SPLIT_GAIN = 0.05   # the least share of the estimated end a cut must save
 
 
 def should_share(work, jobs: int | None, min_rows: int | None = None) -> bool:
     """Whether `work`'s buffered folds are worth sharing with a forked child (`jobs`: --jobs)."""
     min_rows = SHARE_MIN_ROWS if min_rows is None else min_rows
-    rows = sorted(sum(t.num_rows for _, t in work.selected[f.name])
+    rows = sorted((sum(t.num_rows for _, t in work.selected[f.name]), getattr(f, "per_key", False))
                   for f in work.audit.buffered if work.selected.get(f.name))
-    # the rows besides the biggest selection: what the other process could take (the disk
-    # audit's transactions fold beside a replicas fold of a few rows gains nothing)
-    return (jobs != 1 and len(rows) >= 2 and sum(rows[:-1]) >= min_rows and sys.platform.startswith("linux")
+    if not rows:
+        return False
+    # the rows besides the biggest selection, and half of it if its keys may be cut in ranges:
+    # what the other process could take (the disk audit's transactions fold beside a replicas
+    # fold of a few rows gains nothing)
+    biggest, cuttable = rows[-1]
+    other = sum(n for n, _ in rows[:-1]) + (biggest // 2 if cuttable else 0)
+    return (jobs != 1 and (len(rows) >= 2 or cuttable) and other >= min_rows and sys.platform.startswith("linux")
             and usable_cpus() >= 2 and threading.active_count() == 1)
+
+
+def tasks_of(work, folds) -> list[tuple[int, int, int]]:
+    """The tasks (fold number, range, ranges) in the order they are taken: the biggest first by
+    their estimated CPU (`Fold.cost` x the rows selected), so that the last ones are small; a
+    per-key fold cut in PARTS ranges where that shortens the estimated end by SPLIT_GAIN (a cut
+    costs: each process names, prepares and cuts the selection, SPLIT_COST)."""
+    est = [getattr(f, "cost", 1.0) * sum(t.num_rows for _, t in work.selected.get(f.name) or ()) for f in folds]
+    cut: set[int] = set()
+
+    def plan(cut):
+        tasks = [((i, part, PARTS), est[i] * SPLIT_COST / PARTS) if i in cut else ((i, 0, 1), est[i])
+                 for i in range(len(folds)) for part in range(PARTS if i in cut else 1)]
+        tasks.sort(key=lambda t: -t[1])   # stable: ranges of a fold together, in key order
+        return tasks, _end([e for _, e in tasks])
+
+    tasks, end = plan(cut)
+    for i in sorted(range(len(folds)), key=lambda i: -est[i]):
+        if getattr(folds[i], "per_key", False):
+            trial, trial_end = plan(cut | {i})
+            if trial_end > end * (1 - SPLIT_GAIN):
+                break
+            cut, tasks, end = cut | {i}, trial, trial_end
+    return [t for t, _ in tasks]
+
+
+def _end(costs: list[float], workers: int = 2) -> float:
+    """When `workers` taking `costs` in order, each the next when free, are done."""
+    free = [0.0] * workers
+    for c in costs:
+        free[free.index(min(free))] += c
+    return max(free)
 
 
 def run_shared(work, folds) -> list[dict]:
     """`Work.run_folds(folds)`, shared with a forked child (see the module's docstring)."""
     folds = list(folds)
-    if len(folds) > 255:
+    _reap_ending()
+    tasks = tasks_of(work, folds)
+    if len(tasks) > 255:
         return work.run_folds(folds)
     tokens_r, tokens_w = os.pipe()
-    os.write(tokens_w, bytes(range(len(folds))))   # < 64 KiB: the pipe holds them all
+    os.write(tokens_w, bytes(range(len(tasks))))   # < 64 KiB: the pipe holds them all
     os.close(tokens_w)
     results_r, results_w = os.pipe()
+    cut: dict = {}   # fold number -> its rows cut in key ranges, in the process that cut them
     pid = os.fork()
     if pid == 0:   # the child: never returns
         os.close(results_r)
-        _child(work, folds, tokens_r, results_w)
+        _child(work, folds, tasks, cut, tokens_r, results_w)
     os.close(results_w)
     received: list[tuple] = []
     reader = threading.Thread(target=_receive, args=(results_r, received), daemon=True)
     reader.start()
     done: dict[int, tuple[list, list]] = {}
     try:
-        while (i := _take(tokens_r)) is not None:
-            done[i] = _run_one(work, folds[i])
+        while (t := _take(tokens_r)) is not None:
+            done[t] = _run_task(work, folds, tasks[t], cut)
+        if reader.is_alive():   # the child is still at it: load what comes next meanwhile
+            _warm()
         reader.join()
-        _wait(pid)
+        _reap(pid)
         pid = None
     finally:
         os.close(tokens_r)
         if pid is not None:   # the main process failed (or Ctrl-C): the child's work is moot
             _kill(pid)
-    for i, found, internal in received:
-        done.setdefault(i, (found, internal))
+    for t, found, internal in received:
+        done.setdefault(t, (found, internal))
     out = []
-    for i, f in enumerate(folds):
-        found, internal = done[i] if i in done else _run_one(work, f)   # the child's, unsent
-        work.selected.pop(f.name, None)
+    for t in sorted(range(len(tasks)), key=lambda t: tasks[t][:2]):   # the folds' order, ranges in key order
+        found, internal = done[t] if t in done else _run_task(work, folds, tasks[t], cut)   # the child's, unsent
         out.extend(found)
         work.internal.extend(internal)
+    for f in folds:
+        work.selected.pop(f.name, None)
     return out
+
+
+AFTER = ("kaudit.audit.stories.clusters", "kaudit.report.findings")   # the modules a run imports after its folds
+
+
+def _warm() -> None:
+    import importlib
+
+    for name in AFTER:
+        importlib.import_module(name)
+
+
+def _run_task(work, folds, task: tuple[int, int, int], cut: dict) -> tuple[list, list]:
+    """A fold's findings and the internal errors it added (`_run_one`), or those of one range of
+    its keys (`part` of `parts`): its selection named, prepared and cut once in each process."""
+    i, part, parts = task
+    if parts == 1:
+        return _run_one(work, folds[i])
+    fold = folds[i]
+    ctx = work.audit.context(work.ctx, work.facts, fold)
+    if i not in cut:
+        cut[i] = _cut(fold, work.selected[fold.name], ctx, parts)
+    tables, cuts = cut[i]
+    mark, keep = len(work.internal), work.audit.keep
+    found = [x for x in run_prepared(fold, key_ranges.part(tables, fold.key, cuts, part), ctx, work.internal)
+             if keep(x)]
+    internal = work.internal[mark:]
+    del work.internal[mark:]
+    return found, internal
+
+
+def _cut(fold, items: list, ctx, parts: int) -> tuple[list, list]:
+    """A per-key fold's selection, named and prepared as `fold_selection` does, one table per
+    kind, and the keys that start its ranges (none: not cut, the first range has it all)."""
+    items = named(list(items), ctx)
+    if fold.prepare is not None:
+        items = fold.prepare(items, ctx)
+    by_kind: dict[str, list] = {}
+    for kind, t in items:
+        by_kind.setdefault(kind, []).append(t)
+    tables = [(kind, pa.concat_tables(ts) if len(ts) > 1 else ts[0]) for kind, ts in by_kind.items()]
+    rows = key_ranges.weights(fold.key, [t for _, t in tables])
+    return tables, ([] if rows is None else key_ranges.cuts(rows, parts))
 
 
 def _run_one(work, fold) -> tuple[list, list]:
@@ -95,14 +199,21 @@ def _take(fd: int) -> int | None:
     return b[0] if b else None
 
 
-def _child(work, folds, tokens: int, results: int) -> None:
+def _child(work, folds, tasks, cut: dict, tokens: int, results: int) -> None:
     code = 1
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)   # Ctrl-C ends it at once, no traceback
-        while (i := _take(tokens)) is not None:
-            send(results, (i, *_run_one(work, folds[i])))
+        while (t := _take(tokens)) is not None:
+            send(results, (t, *_run_task(work, folds, tasks[t], cut)))
         code = 0
     finally:
+        # closed before the exit, which unmaps the memory first (~0.01-0.04 s measured): the
+        # main process sees the end of the messages at once
+        for fd in (results, tokens):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         os._exit(code)   # no atexit handlers, no flushing of the main process's buffers
 
 
@@ -114,6 +225,27 @@ def _receive(fd: int, into: list) -> None:
                 into.append(recv(f))
             except (EOFError, pickle.UnpicklingError, ValueError):
                 return
+
+
+_ENDING: list[int] = []   # children whose results are in, not yet reaped
+
+
+def _reap(pid: int) -> None:
+    """Reaps a child whose results are in if it has exited; else once it has (the next sharing,
+    or the process's exit): the main process need not wait for its exit to go on."""
+    try:
+        ended, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return
+    if not ended:
+        atexit.unregister(_reap_ending)   # registered once
+        atexit.register(_reap_ending)
+        _ENDING.append(pid)
+
+
+def _reap_ending() -> None:
+    while _ENDING:
+        _wait(_ENDING.pop())
 
 
 def _wait(pid: int) -> None:

@@ -69,6 +69,7 @@ INVARIANTS = {
     # KIP-939: a prepared two-phase-commit transaction waits for its external coordinator, past its
     # timeout: open (dangling), not hanging. The log dirs tell it by the Int.MaxValue timeout of the
     # coordinator's records; without `__transaction_state` they cannot (-disk: hanging allowed).
+    # The LSO it holds is by design too: lso-stuck may tell it at info only (not in `also`).
     "prepared-2pc": Invariant((), "info", also=("dangling-transaction",)),
     "prepared-2pc-disk": Invariant((), "info", also=("hanging-transaction", "dangling-transaction")),
     # a request delayed in the broker (KAFKA-17754): truly unanswered on its connection

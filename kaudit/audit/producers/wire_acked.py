@@ -493,4 +493,4 @@ FOLD = Fold("wire-acked", {"batch": BATCH_COLUMNS, "fetch_partition": FETCH_COLU
             prepare=certify_clean, prepare_by_key=True,
             where={"batch": _batch_where,
                    "fetch_partition": lambda t: pc.fill_null(pc.equal(t.column("error_code"), 0), False)},
-            live=AckedSettle)
+            live=AckedSettle, per_key=True, cost=0.7)

@@ -143,7 +143,8 @@ def wire_links(table: pa.Table) -> list[dict]:
             continue
         if r["event"] == "INIT_PRODUCER_ID" and answered:
             out.append({"tid": tid, "pid": pid, "first": ms, "last": ms, "epoch": r.get("producer_epoch"),
-                        "source": r["source"], "position": r["position"], "via": "init"})
+                        "source": r["source"], "position": r["position"], "via": "init",
+                        "two_pc": bool(r.get("enable_2pc"))})   # KIP-939 Enable2Pc (two_pc_inits)
         elif r["event"] == "END_TXN":
             new = r.get("new_producer_id")
             out.append({"tid": tid, "pid": pid, "first": ms, "last": ms, "epoch": r.get("producer_epoch"),
@@ -152,6 +153,20 @@ def wire_links(table: pa.Table) -> list[dict]:
                 out.append({"tid": tid, "old": pid, "new": new, "ts": ms, "source": r["source"],
                             "position": r["position"], "via": "endtxn", "epoch": r.get("producer_epoch")})
     return out
+
+
+def two_pc_inits(rows: list[dict]) -> dict:
+    """producer id -> ((epoch, enable_2pc, transactional id), ...) in time order, of the answered
+    InitProducerIds among the wire's link rows, for every producer id one of them gave to a client
+    asking for KIP-939 two-phase commit (folds.Context.two_pc_inits: the wire's own, as
+    joint.join_rows.two_pc_inits is the capture's for the log dirs)."""
+    inits = sorted((r for r in rows if r.get("via") == "init" and "two_pc" in r), key=lambda r: r["first"] or 0)
+    asked = {r["pid"] for r in inits if r["two_pc"]}
+    out: dict = {}
+    for r in inits:
+        if r["pid"] in asked:
+            out.setdefault(r["pid"], []).append((r["epoch"], r["two_pc"], r["tid"]))
+    return {pid: tuple(v) for pid, v in out.items()}
 
 
 def _asked_with_an_id(table: pa.Table, ev) -> pa.Array:

@@ -73,11 +73,7 @@ class ProducerTxns:
         """Whether the InitProducerId in effect at `epoch` (the latest one answered at or below
         it: later epochs come from EndTxn bumps under TV2 or fencings) asked for KIP-939 two-phase
         commit, as another feed shows it."""
-        best = None
-        for e, on, *_ in self.two_pc_inits:
-            if e is not None and (epoch is None or e <= epoch) and (best is None or e >= best[0]):
-                best = (e, on)
-        return bool(best and best[1])
+        return two_pc_at(self.two_pc_inits, epoch)
 
     @property
     def init_transactional_id(self) -> str | None:
@@ -337,3 +333,14 @@ def _written_after(p: Part, cluster: list[Part]) -> bool:
 
 def _order(p: Part):
     return p.key if p.key is not None else -1
+
+
+def two_pc_at(inits, epoch: int | None) -> bool:
+    """Whether the InitProducerId in effect at `epoch` among `inits` ((epoch, enable_2pc, ...),
+    folds.Context.two_pc_inits' values) asked for KIP-939 two-phase commit: the latest one
+    answered at or below it (later epochs come from EndTxn bumps under TV2 or fencings)."""
+    best = None
+    for e, on, *_ in inits or ():
+        if e is not None and (epoch is None or e <= epoch) and (best is None or e >= best[0]):
+            best = (e, on)
+    return bool(best and best[1])

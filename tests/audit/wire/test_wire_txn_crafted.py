@@ -157,6 +157,53 @@ def test_lso_stuck_behind_open_transaction(tmp_path):
     assert d["high_watermarks"] == [13, 19] and d["span_s"] >= 10
 
 
+def _held_by(two_pc: bool, offset: int = 10):
+    """The producer whose open transaction starts at orders-2 offset `offset`: InitProducerId
+    (v6 with Enable2Pc: KIP-939 two-phase commit; else v4), AddPartitionsToTxn, one accepted
+    transactional Produce; it never ends."""
+    from tests.sim.wire import init_producer_id_v6
+
+    init = (init_producer_id_v6(1, PID, 0, txn_id="tx-wire", enable_2pc=True, client_id="wire-producer")
+            if two_pc else init_producer_id(1, PID, 0))
+    return Conn(init + add_partitions(2, PID, 0, partition=2)
+                + send(3, batch(PID, 0, 0, 3, transactional=True), partition=2, offset=offset, txn_id="tx-wire"))
+
+
+@pytest.mark.parametrize("delay, severity", [(2.0, "warning"), (400.0, "error")])
+def test_lso_stuck_behind_plain_transaction_still_warns(tmp_path, delay, severity):
+    """A plain transaction (no Enable2Pc) whose data is at the LSO: its coordinator times it out,
+    so a stuck LSO is a warning, an error past transaction.max.timeout.ms (15 min)."""
+    fs = audit(tmp_path, [_held_by(False), _fetches([(13, 10), (15, 10), (17, 10), (19, 10)])],
+               timed={"delay": lambda i, p: delay})
+    (f,) = by_rule(fs, "lso-stuck")
+    assert f["severity"] == severity and f["producer_id"] is None
+    assert "two_phase_commit" not in details(f)
+
+
+@pytest.mark.parametrize("delay", [2.0, 400.0])
+def test_lso_held_by_two_phase_commit_transaction_is_info(tmp_path, delay):
+    """KIP-939: the transaction at the LSO is a two-phase-commit one (its InitProducerId asked
+    Enable2Pc): its coordinator never times it out, it holds the LSO until its external
+    transaction manager decides - told at info, naming it, however long (no warning, no error)."""
+    fs = audit(tmp_path, [_held_by(True), _fetches([(13, 10), (15, 10), (17, 10), (19, 10)])],
+               timed={"delay": lambda i, p: delay})
+    (f,) = by_rule(fs, "lso-stuck")
+    assert f["severity"] == "info"
+    assert (f["partition"], f["first_offset"], f["producer_id"], f["producer_epoch"]) == (2, 10, PID, 0)
+    d = details(f)
+    assert d["two_phase_commit"] is True and d["transactional_id"] == "tx-wire"
+    assert "external transaction manager" in f["message"] and "KIP-939" in f["message"]
+
+
+def test_lso_stuck_where_the_two_phase_commit_data_is_not_shown_still_warns(tmp_path):
+    """A two-phase-commit producer's data at offset 12, the LSO stuck at 10: the capture does not
+    show whose transaction holds the LSO, so it is not excused."""
+    fs = audit(tmp_path, [_held_by(True, offset=12), _fetches([(13, 10), (15, 10), (17, 10), (19, 10)])],
+               timed=SLOW)
+    (f,) = by_rule(fs, "lso-stuck")
+    assert f["severity"] == "warning" and f["producer_id"] is None
+
+
 def test_lso_advancing_is_not_stuck(tmp_path):
     fs = audit(tmp_path, _fetches([(13, 10), (15, 13), (17, 15), (19, 17)]), timed=SLOW)
     assert by_rule(fs, "lso-stuck") == []
