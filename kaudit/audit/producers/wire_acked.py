@@ -493,4 +493,6 @@ FOLD = Fold("wire-acked", {"batch": BATCH_COLUMNS, "fetch_partition": FETCH_COLU
             prepare=certify_clean, prepare_by_key=True,
             where={"batch": _batch_where,
                    "fetch_partition": lambda t: pc.fill_null(pc.equal(t.column("error_code"), 0), False)},
-            live=AckedSettle, per_key=True, cost=0.7)
+            # not cut in key ranges (per_key): a process that takes a range prepares the whole
+            # selection (engine/shared_folds._cut), and the certificate there is most of the work
+            live=AckedSettle, per_key=False, cost=0.7)
