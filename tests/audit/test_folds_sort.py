@@ -110,3 +110,29 @@ def test_sort_indices_leaves_other_types_to_arrow():
     assert sort_indices(t, ["i"]).to_pylist() == [2, 0, 1]
     ts = pa.table({"t": pa.array([3, 1, 2], pa.timestamp("ms"))})
     assert sort_indices(ts, ["t"]).to_pylist() == [1, 2, 0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.fixed_dictionaries(_values), max_size=40), st.permutations(["s", "i", "f", "b"]),
+       st.integers(1, 3), st.integers(0, 2), st.booleans())
+def test_sorted_split_equals_take_and_split(rows, order, n_key, n_order, sorted_first):
+    """sorted_split (the sort's own keys, no copy of rows in order or of one-valued columns) gives
+    the slices of the general take and split_by_key, float keys (NaN unequal to itself) too."""
+    from kaudit.audit.folds import sorted_split
+    t = pa.table({c: pa.array([r[c] for r in rows], _types[c]) for c in _types})
+    t = t.append_column("const", pa.array(["x"] * len(rows), pa.string())).append_column("v", pa.array(range(len(rows))))
+    key = tuple(order[:n_key]) + ("const",)
+    cols = list(key) + list(order[n_key:n_key + n_order])
+    if sorted_first:   # rows already in order: the identity
+        t = t.take(sort_indices(t, cols))
+    want = [(k, p.to_pylist()) for k, p in split_by_key(t.take(sort_indices(t, cols)), key)]
+    got = [(k, p.to_pylist()) for k, p in sorted_split(t, key, cols)]
+    assert repr(got) == repr(want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-5, 5), max_size=30))
+def test_unique_ints_equals_numpys(values):
+    from kaudit.audit.folds import unique_ints
+    a = np.array(values, dtype=np.int64)
+    assert unique_ints(a).tolist() == np.unique(a).tolist()

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.consumers.serve_table import ServeTable
+from kaudit.audit.folds import np_indices, unique_ints
 
 
 def _previous(flag: np.ndarray, group_start: np.ndarray) -> np.ndarray:
@@ -58,7 +59,7 @@ def poll_suspects(t: ServeTable) -> np.ndarray:
     # records has a fetch offset: it is free of errors)
     expected = np.where(prev_end, t.end[order][p], fo[p])
     jump = pair & (prev_end | has_fo[p]) & (fo > expected)
-    suspect = np.unique(k[back | jump])
+    suspect = unique_ints(k[back | jump])
     return np.flatnonzero(np.isin(key, suspect))
 
 
@@ -68,7 +69,7 @@ def several_connections(t: ServeTable) -> set:
         return set()
     n_tps, n_conns = max(len(t.tps), 1), max(len(t.conns), 1)
     ct = t.client * n_tps + t.tp
-    keys, counts = np.unique(np.unique(ct * n_conns + t.conn) // n_conns, return_counts=True)
+    keys, counts = np.unique(unique_ints(ct * n_conns + t.conn) // n_conns, return_counts=True)
     return {(t.clients[c // n_tps], t.tps[c % n_tps]) for c in keys[counts > 1].tolist()}
 
 
@@ -104,7 +105,7 @@ def aborted_read_suspects(batches: pa.Table, t: ServeTable) -> np.ndarray:
     if any(batches.column(c).null_count for c in need):
         return np.flatnonzero(data)   # nulls: the full check says what they are
     rows = np.concatenate([np.flatnonzero(ended), np.flatnonzero(data)])
-    sub = batches.take(pa.array(rows))
+    sub = batches.select(list(need) + ["control_type"]).take(np_indices(rows))   # the columns read
     topic = sub.column("topic").combine_chunks().dictionary_encode().indices.to_numpy(zero_copy_only=False)
     cols = [sub.column(c).to_numpy().astype(np.int64) for c in ("producer_id", "partition")] + [topic]
     gid = _group_ids(cols)

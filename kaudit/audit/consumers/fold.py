@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.consumers.serve_table import ServeTable, int_values
 from kaudit.audit.consumers.timeline import Timelines
-from kaudit.audit.folds import Fold, KeyedState, Settler
+from kaudit.audit.folds import Fold, KeyedState, Settler, np_indices
 from kaudit.audit.consistency.log_chunks import TablesByKind
 
 KEY = ("source",)
@@ -43,7 +43,71 @@ def _flag(t: pa.Table, name: str):
 
 def _response_ranges(fetch: pa.Table, batches: pa.Table) -> dict[str, tuple]:
     """Per fetch row (by its response and partition): the lowest base offset and highest last
-    offset of its batches (lo, hi), and of its data batches (lo_data, hi_data), as (values, mask)."""
+    offset of its batches (lo, hi), and of its data batches (lo_data, hi_data), as (values, mask).
+    In numpy where the response key fits one integer (else `_response_ranges_joined`): the
+    batches grouped by it, a fetch row given its group's values; a row with a null in its key
+    matches none (as in the join)."""
+    keys = _response_keys(fetch, batches)
+    if keys is None:
+        return _response_ranges_joined(fetch, batches)
+    fkey, fvalid, bkey, bvalid = keys
+    control = _flag(batches, "is_control").to_numpy(zero_copy_only=False)
+    base, has_base = int_values(batches.column("base_offset"))
+    last, has_last = int_values(batches.column("last_offset"))
+    values = {"lo": (base, has_base, np.minimum), "hi": (last, has_last, np.maximum),
+              "lo_data": (base, has_base & ~control, np.minimum), "hi_data": (last, has_last & ~control, np.maximum)}
+    n = fetch.num_rows
+    out = {name: (np.zeros(n, np.int64), np.zeros(n, bool)) for name in values}
+    rows = np.flatnonzero(bvalid)
+    if not rows.size:
+        return out
+    order = rows[np.argsort(bkey[rows], kind="stable")]
+    k = bkey[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    groups = k[starts]
+    # each fetch row's group, where it has one
+    at = np.clip(np.searchsorted(groups, fkey), 0, groups.size - 1)
+    hit = fvalid & (groups[at] == fkey)
+    for name, (v, has, reduce) in values.items():
+        has_o = has[order]
+        fill = np.iinfo(np.int64).max if reduce is np.minimum else np.iinfo(np.int64).min
+        agg = reduce.reduceat(np.where(has_o, v[order], fill), starts)
+        some = np.logical_or.reduceat(has_o, starts)
+        out[name][0][hit] = np.where(some, agg, 0)[at[hit]]
+        out[name][1][hit] = some[at[hit]]
+    return out
+
+
+def _response_keys(fetch: pa.Table, batches: pa.Table):
+    """The response key (RESPONSE) of every fetch and batch row as one int64, and whether it has
+    no null: None where the key's ranges do not fit one int64."""
+    parts, valid = [], [np.ones(fetch.num_rows, bool), np.ones(batches.num_rows, bool)]
+    n = fetch.num_rows
+    for name in ("position", "partition", "connection", "topic"):   # position major: the rows come by it
+        col = pa.chunked_array(fetch.column(name).chunks + batches.column(name).chunks).combine_chunks()
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            col = col.dictionary_encode().indices
+        elif not pa.types.is_integer(col.type):
+            return None
+        ok = col.is_valid().to_numpy(zero_copy_only=False) if col.null_count else np.ones(len(col), bool)
+        v = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) if col.null_count else \
+            col.to_numpy(zero_copy_only=False).astype(np.int64)
+        valid[0] &= ok[:n]
+        valid[1] &= ok[n:]
+        parts.append(v)
+    key, span = np.zeros(len(parts[0]), np.int64), 1
+    for v in parts:
+        lo, hi = (int(v.min()), int(v.max())) if v.size else (0, 0)
+        width = hi - lo + 1
+        span *= width
+        if span >= 1 << 62:
+            return None
+        key = key * width + (v - lo)
+    return key[:n], valid[0], key[n:], valid[1]
+
+
+def _response_ranges_joined(fetch: pa.Table, batches: pa.Table) -> dict[str, tuple]:
+    """_response_ranges by Arrow's group_by and join (the reference)."""
     data_base = pc.if_else(_flag(batches, "is_control"), pa.scalar(None, pa.int64()), batches.column("base_offset"))
     data_last = pc.if_else(_flag(batches, "is_control"), pa.scalar(None, pa.int64()), batches.column("last_offset"))
     b = batches.select(RESPONSE + ["base_offset", "last_offset"]).append_column("data_base", data_base) \
@@ -51,7 +115,7 @@ def _response_ranges(fetch: pa.Table, batches: pa.Table) -> dict[str, tuple]:
     agg = b.group_by(RESPONSE).aggregate([("base_offset", "min"), ("last_offset", "max"), ("data_base", "min"),
                                           ("data_last", "max")])
     agg = agg.rename_columns(RESPONSE + ["lo", "hi", "lo_data", "hi_data"])
-    keyed = fetch.select(RESPONSE).append_column("_row", pa.array(np.arange(fetch.num_rows)))
+    keyed = fetch.select(RESPONSE).append_column("_row", np_indices(np.arange(fetch.num_rows)))
     j = keyed.join(agg, RESPONSE, join_type="left outer")
     rows = j.column("_row").to_numpy()
     out = {}
@@ -103,16 +167,19 @@ def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[ServeTa
 def _replays(fetch: pa.Table, batches: pa.Table, rows: np.ndarray, start: np.ndarray) -> dict[int, tuple]:
     """row -> (data_first, data_end) or None of the read_committed rows listing aborted
     transactions, replayed over their batches (`_delivered`)."""
-    listing = fetch.take(pa.array(rows)).select(RESPONSE + ["aborted_transactions"]).to_pydict()
+    listing = fetch.take(np_indices(rows)).select(RESPONSE + ["aborted_transactions"]).to_pydict()
     keys = set(zip(listing["connection"], listing["position"]))
     positions = pa.array(sorted({p for _, p in keys}), batches.column("position").type)
-    sub = batches.filter(pc.is_in(batches.column("position"), positions)).select(REPLAYED).to_pylist()
-    by_key: dict[tuple, list] = {}
+    at = pc.fill_null(pc.is_in(batches.column("position"), positions), False).to_numpy(zero_copy_only=False)
+    txn = (_flag(batches, "is_transactional").to_numpy(zero_copy_only=False)
+           | _flag(batches, "is_control").to_numpy(zero_copy_only=False))
     # the response's transactional and control batches first, then its others (as they were kept)
-    for plain in (False, True):
-        for b in sub:
-            if (b["connection"], b["position"]) in keys and plain != bool(b["is_transactional"] or b["is_control"]):
-                by_key.setdefault((b["connection"], b["position"], b["topic"], b["partition"]), []).append(b)
+    sub = batches.select(REPLAYED).take(np_indices(np.concatenate([np.flatnonzero(at & txn),
+                                                                   np.flatnonzero(at & ~txn)]))).to_pylist()
+    by_key: dict[tuple, list] = {}
+    for b in sub:
+        if (b["connection"], b["position"]) in keys:
+            by_key.setdefault((b["connection"], b["position"], b["topic"], b["partition"]), []).append(b)
     out = {}
     for i, row in enumerate(rows.tolist()):
         key = (listing["connection"][i], listing["position"][i], listing["topic"][i], listing["partition"][i])

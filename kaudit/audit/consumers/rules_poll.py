@@ -13,6 +13,7 @@ from kaudit.audit.consumers.certify import aborted_read_suspects, poll_suspects,
 from kaudit.audit.consumers.found import FOLD_NAME, MAX_FINDINGS, consumer_finding
 from kaudit.audit.consumers.found import tp_name as _tp
 from kaudit.audit.consumers.timeline import Timelines
+from kaudit.audit.folds import np_indices
 from kaudit.audit.registry import evidence, rule
 
 
@@ -238,9 +239,10 @@ def check_uncommitted_read(tl: Timelines) -> list[dict]:
         markers.setdefault((topic, partition, pid), []).append((base, kind))
     for v in markers.values():
         v.sort()
-    ru = _read_uncommitted(tl, table.take(pa.array(suspects)).column("position"))
+    rows = table.take(np_indices(np.asarray(suspects)))
+    ru = _read_uncommitted(tl, rows.column("position"))
     seen, out = set(), []
-    for b in table.take(pa.array(suspects)).to_pylist():
+    for b in rows.to_pylist():
         k = (b["connection"], b["position"], (tl.names.get(b["topic"], b["topic"]), b["partition"]))
         if k not in ru or not b.get("is_transactional") or b.get("is_control"):
             continue

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from kaudit.audit.folds import np_indices
+
 
 def host(connection: str | None) -> str:
     """The client's address of "client:port -> server:port"."""
@@ -136,7 +138,8 @@ class ServeTable:
         order = np.lexsort((position, ts))   # stable: the fetch table's order among ties
         t = cls(fetch.num_rows)
         t.ts, t.position = ts[order], position[order]
-        sorted_fetch = fetch.take(pa.array(order))
+        # the fold's rows come by position, mostly in time order too: then no copy
+        sorted_fetch = fetch if bool((order[1:] > order[:-1]).all()) else fetch.take(np_indices(order))
         t._arrow = {f: sorted_fetch.column(c) for f, c in _FIELDS.items()}
         for name, (v, has) in ranges.items():
             setattr(t, name, v[order])

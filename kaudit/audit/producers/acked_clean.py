@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import np_col
+from kaudit.audit.folds import np_col, np_indices
 from kaudit.audit.producers import acked_pairs as P
 from kaudit.audit.producers.record_content import records_crc
 
@@ -40,12 +40,23 @@ def certified(b: pa.Table) -> bool:
     """Whether the partition's batch rows (wire_acked's `batch` selection) certainly hold no loss."""
     if not set(COLUMNS) <= set(b.column_names):
         return False
-    cols = _Columns(b)
-    kind = b.column("source_kind")
-    produce = _np(pc.equal(kind, "produce"))
-    control = _np(b.column("is_control"))
-    ok0 = _np(pc.equal(b.column("response_error"), 0))
-    rbo = np_col(b, "response_base_offset", -1, np.int64)
+    return _certified(Columns(b))
+
+
+def certified_rows(whole: "Sorted", s: int, e: int) -> bool:
+    """certified(the rows s:e of `whole`'s table in its order), from the whole table's columns
+    converted and ordered once: one partition's rows, in the fold's order, of wire_acked's
+    selection (wire_acked.certify_clean)."""
+    if not set(COLUMNS) <= set(whole.cols.b.column_names):
+        return False
+    return _certified(_Rows(whole, s, e))
+
+
+def _certified(cols: "Columns") -> bool:
+    produce = cols.eq("source_kind", "produce")
+    control = cols.flag("is_control")
+    ok0 = cols.eq("response_error", 0)
+    rbo = cols.i("response_base_offset", -1)
     acked = np.flatnonzero(produce & ok0 & (rbo >= 0) & ~control)
     if not acked.size:
         return True     # no acknowledged write: nothing to lose
@@ -60,7 +71,7 @@ def certified(b: pa.Table) -> bool:
     a = {k: v[order] for k, v in a.items()}
     if not _twice_clean(cols, a):
         return False
-    fetched = _np(pc.equal(kind, "fetch")) & ~control & ~cols.null("last_offset")
+    fetched = cols.eq("source_kind", "fetch") & ~control & ~cols.null("last_offset")
     if (fetched & cols.null("base_offset")).any():
         return False    # an offset span without its base: the full check cannot place it either
     rows = np.flatnonzero(fetched)
@@ -74,7 +85,7 @@ def _np(a) -> np.ndarray:
     return pc.fill_null(a, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
 
 
-class _Columns:
+class Columns:
     """The batch table's columns as numpy, each converted once."""
 
     def __init__(self, b: pa.Table):
@@ -88,6 +99,14 @@ class _Columns:
 
     def null(self, name: str) -> np.ndarray:
         return self._get(("null", name), lambda: self.b.column(name).is_null().to_numpy(zero_copy_only=False))
+
+    def eq(self, name: str, value) -> np.ndarray:
+        """column == value, null as False."""
+        return self._get(("eq", name, value), lambda: _np(pc.equal(self.b.column(name), value)))
+
+    def flag(self, name: str) -> np.ndarray:
+        """A boolean column, null as False."""
+        return self._get(("flag", name), lambda: _np(self.b.column(name)))
 
     def i(self, name: str, fill: int) -> np.ndarray:
         return self._get(("i", name, fill), lambda: np_col(self.b, name, fill, np.int64))
@@ -139,14 +158,70 @@ class _Columns:
         return content[rows], ok[rows]
 
 
-def _placed(cols: _Columns, acked: np.ndarray) -> np.ndarray:
+class Sorted:
+    """A table's Columns in the order `order`, each column converted and ordered once, to be cut
+    into runs of rows (`_Rows`)."""
+
+    def __init__(self, b: pa.Table, order: np.ndarray):
+        self.cols, self.order, self.cache = Columns(b), order, {}
+
+    def get(self, how: str, *args) -> np.ndarray:
+        v = self.cache.get((how, *args))
+        if v is None:
+            v = self.cache[(how, *args)] = getattr(self.cols, how)(*args)[self.order]
+        return v
+
+
+class _Rows(Columns):
+    """The rows s:e of a Sorted table: the same columns as Columns(table.take(order[s:e])), as
+    views of the whole ones. Codes differ from that table's own, but they are only compared for
+    equality and cut into runs (_runs), never read as values. The table itself is taken only
+    where the records' checksums are needed."""
+
+    def __init__(self, whole: Sorted, s: int, e: int):
+        self.whole, self.s, self.e, self.cache, self._b = whole, s, e, {}, None
+
+    @property
+    def b(self) -> pa.Table:
+        if self._b is None:
+            self._b = self.whole.cols.b.take(np_indices(self.whole.order[self.s:self.e]))
+        return self._b
+
+    def _cut(self, how: str, *args) -> np.ndarray:
+        return self._get((how, *args), lambda: self.whole.get(how, *args)[self.s:self.e])
+
+    def null(self, name: str) -> np.ndarray:
+        return self._cut("null", name)
+
+    def eq(self, name: str, value) -> np.ndarray:
+        return self._cut("eq", name, value)
+
+    def flag(self, name: str) -> np.ndarray:
+        return self._cut("flag", name)
+
+    def i(self, name: str, fill: int) -> np.ndarray:
+        return self._cut("i", name, fill)
+
+    def f(self, name: str) -> np.ndarray:
+        return self._cut("f", name)
+
+    def code(self, name: str, falsy: bool = False) -> np.ndarray:
+        return self._cut("code", name, falsy)
+
+
+def _placed(cols: Columns, acked: np.ndarray) -> np.ndarray:
     """The acknowledged rows' first offsets (acked_writes._placed): the response's base offset,
     after the records of the same request's earlier batches of the partition - earlier in the
     order the answers came (wire_acked._by_answer: response time, 0 where unknown, then row)."""
     rbo = cols.i("response_base_offset", -1)[acked]
     if acked.size < 2:
         return rbo
-    # rows apart on part of the key are apart on all of it: the strings are read only where needed
+    # rows apart on part of the key are apart on all of it: the strings are read only where
+    # needed, and first the frames alone (one request's batches share one)
+    if not cols.null("position")[acked].any():
+        pos = np.sort(cols.i("position", 0)[acked])
+        if (pos[1:] != pos[:-1]).all():
+            return rbo
     if _runs(cols, acked, [k for k in PLACE_KEY if k not in STRINGS], [])[1].all():
         return rbo      # one batch per request and partition: each at its base offset
     order, start = _runs(cols, acked, PLACE_KEY, [np.nan_to_num(cols.f("response_ts")[acked], nan=0.0)])
@@ -161,7 +236,7 @@ def _placed(cols: _Columns, acked: np.ndarray) -> np.ndarray:
     return lo
 
 
-def _runs(cols: _Columns, acked: np.ndarray, names, then: list) -> tuple[np.ndarray, np.ndarray]:
+def _runs(cols: Columns, acked: np.ndarray, names, then: list) -> tuple[np.ndarray, np.ndarray]:
     """The rows `acked` sorted by the key columns `names` (nulls apart), then by `then` and row
     order; and where each run of one key starts."""
     keys = [(cols.code(k) if k in STRINGS else cols.i(k, 0))[acked] for k in names]
@@ -172,7 +247,7 @@ def _runs(cols: _Columns, acked: np.ndarray, names, then: list) -> tuple[np.ndar
     return order, start
 
 
-def _verdicts(cols: _Columns, a: dict, x: dict, wi: np.ndarray, fi: np.ndarray, stored: bool) -> np.ndarray:
+def _verdicts(cols: Columns, a: dict, x: dict, wi: np.ndarray, fi: np.ndarray, stored: bool) -> np.ndarray:
     """acked_pairs.same_columns of the pairs, the records' checksums and codecs read where a
     pair of non-idempotent batches can need them."""
     pa_, px = {k: v[wi] for k, v in a.items()}, {k: v[fi] for k, v in x.items()}
@@ -187,7 +262,7 @@ def _verdicts(cols: _Columns, a: dict, x: dict, wi: np.ndarray, fi: np.ndarray, 
     return P.same_columns(pa_, px, stored=stored)
 
 
-def _twice_clean(cols: _Columns, a: dict) -> bool:
+def _twice_clean(cols: Columns, a: dict) -> bool:
     """No pair of different writes acknowledged at overlapping offsets (wire_acked._twice), `a`
     sorted by first offset."""
     lo, hi = a["lo"], a["hi"]
@@ -210,7 +285,7 @@ def _twice_clean(cols: _Columns, a: dict) -> bool:
     return not i.size or bool((_verdicts(cols, a, a, i, j, stored=False) != 0).all())
 
 
-def _refetched_clean(cols: _Columns, a: dict, x: dict) -> bool:
+def _refetched_clean(cols: Columns, a: dict, x: dict) -> bool:
     """No fetched batch, requested after a write's acknowledgement, that is another write at its
     offsets (wire_acked._refetched over every fetched data batch)."""
     i, n = P.spans(a, x)

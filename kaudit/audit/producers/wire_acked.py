@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.consistency.log_chunks import TablesByKind
-from kaudit.audit.folds import Fold, KeyedState, Settler, np_col, np_mask
+from kaudit.audit.folds import Fold, KeyedState, Settler, key_runs, np_col, np_indices, np_mask
 from kaudit.audit.producers import acked_clean
 from kaudit.audit.producers import acked_pairs as P
 from kaudit.audit.producers import acked_writes as A
@@ -91,6 +91,62 @@ def _batch_where(t: pa.Table):
                     pc.and_(ok0, pc.fill_null(pc.greater_equal(t.column("response_base_offset"), 0), False)))
     fetched = pc.and_(pc.fill_null(pc.equal(kind, "fetch"), False), pc.fill_null(t.column("crc_ok"), True))
     return pc.or_(acked, fetched)
+
+
+def certify_clean(items: list[tuple[str, pa.Table]], ctx) -> list[tuple[str, pa.Table]]:
+    """The selection less the partitions that give no finding: those acked_clean certifies
+    clean (each partition's rows in the fold's order, cut from the whole selection's columns
+    converted once), those without a topic name and those without batch rows (AckedPartition
+    says nothing of them). Only the rest are sorted, copied and judged; any share of the
+    partitions may be prepared alone."""
+    batches = [t for k, t in items if k == "batch" and t.num_rows]
+    if not (COLUMNAR and CERTIFY):
+        return items
+    if not batches:
+        return []
+    b = pa.concat_tables(batches)
+    runs = key_runs(b, KEY, [c for c in KEY + ORDER if c in b.column_names])
+    if runs is None:
+        return items
+    order, starts = runs
+    ends = np.append(starts[1:], order.size)
+    keys = list(zip(*(b.column(c).take(np_indices(order[starts])).to_pylist() for c in KEY)))
+    whole = acked_clean.Sorted(b, order)
+    done = np.zeros(b.num_rows, bool)
+    pending = set()
+    for k, s, e in zip(keys, starts.tolist(), ends.tolist()):
+        if k[0] is None or acked_clean.certified_rows(whole, s, e):
+            done[order[s:e]] = True
+        else:
+            pending.add(k)
+    out = []
+    if pending:
+        out.append(("batch", b if not done.any() else b.filter(np_mask(~done))))
+        out.extend((kind, t) for kind, t in _of_keys(items, pending))
+    return out
+
+
+def _of_keys(items: list, keys: set) -> list[tuple[str, pa.Table]]:
+    """The non-batch chunks' rows of the partitions `keys`."""
+    out = []
+    for kind in sorted({k for k, t in items if k != "batch" and t.num_rows}):
+        t = pa.concat_tables([x for k, x in items if k == kind and x.num_rows])
+        runs = key_runs(t, KEY, list(KEY))
+        if runs is None:
+            out.append((kind, t))
+            continue
+        order, starts = runs
+        ends = np.append(starts[1:], order.size)
+        firsts = list(zip(*(t.column(c).take(np_indices(order[starts])).to_pylist() for c in KEY)))
+        keep = np.zeros(t.num_rows, bool)
+        for k, s, e in zip(firsts, starts.tolist(), ends.tolist()):
+            if k in keys:
+                keep[order[s:e]] = True
+        if keep.all():
+            out.append((kind, t))
+        elif keep.any():
+            out.append((kind, t.filter(np_mask(keep))))
+    return out
 
 
 class AckedPartition(TablesByKind):
@@ -434,6 +490,9 @@ def _keep(kind: str, t: pa.Table, ranges: dict) -> pa.Table:
 
 FOLD = Fold("wire-acked", {"batch": BATCH_COLUMNS, "fetch_partition": FETCH_COLUMNS}, KEY, ORDER,
             lambda ctx: KeyedState(KEY, AckedPartition),
+            prepare=certify_clean, prepare_by_key=True,
             where={"batch": _batch_where,
                    "fetch_partition": lambda t: pc.fill_null(pc.equal(t.column("error_code"), 0), False)},
-            live=AckedSettle, per_key=True, cost=0.7)
+            # not cut in key ranges (per_key): a process that takes a range prepares the whole
+            # selection (engine/shared_folds._cut), and the certificate there is most of the work
+            live=AckedSettle, per_key=False, cost=0.7)

@@ -54,9 +54,39 @@ class Attempts:
 
     def __init__(self, cap: int):
         self.cap = cap
-        self.by_key: dict = {}
-        self.order: deque = deque()   # (request_ts, key), oldest first
+        self._by_key: dict = {}
+        self._order: deque = deque()   # (request_ts, key), oldest first
         self.unsettled: set = set()
+        self._later = None   # an add_new taken the bulk way, made when first read (`add_later`)
+
+    @property
+    def by_key(self) -> dict:
+        self._flush()
+        return self._by_key
+
+    @property
+    def order(self) -> deque:
+        self._flush()
+        return self._order
+
+    def _flush(self) -> None:
+        if self._later is not None:
+            make, self._later = self._later, None
+            keys, rows, times = make()
+            self._by_key.update(zip(keys, map(list, zip(rows))))   # key -> [row]
+            self._order.extend(zip((ts or 0.0 for ts in times), keys))
+
+    def add_later(self, n: int, first: float, top: float, make) -> bool:
+        """add_new(*make()) of `n` accepted attempts (request times: the first `first`, the
+        highest `top`, each `or 0.0`) made only when the attempts are next read, where add_new
+        would take its bulk way (nothing expires): the clean-producer pass remembers most
+        producers' batches and never reads them again. False: not so (call add_new)."""
+        self._flush()
+        front = self._order[0][0] if self._order else first
+        if len(self._by_key) + n <= self.cap and front >= top - RETRY_WINDOW_S:
+            self._later = make
+            return True
+        return False
 
     def get(self, key) -> list:
         return self.by_key.get(key, [])

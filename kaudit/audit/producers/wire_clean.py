@@ -83,11 +83,17 @@ def apply_clean(t: pa.Table, view: type, pids: dict, groups: list, mask: np.ndar
     # each run's first row as _advance reads it, all in one take
     firsts = np.array([sel[0] for _, sel in groups], dtype=np.int64)
     heads = t.select([c for c in _FIRST if t.schema.get_field_index(c) >= 0]).take(np_indices(firsts)).to_pylist()
+    rts = None
     for (q, sel), head in zip(groups, heads):
+        p = pids.get(q)
+        if p is None:   # a producer new to the partition: nothing held to cut at
+            if rts is None:   # `ts or 0.0` as add_new reads it (-0.0 compares as 0.0)
+                rts = np_col(t, "request_ts", 0.0, np.float64)
+            if _add_later(pids, q, sel, cols, rts, chunk, count, head, ts):
+                continue
         idx = sel.tolist()
         keys = list(zip(cols["producer_epoch"][sel].tolist(), cols["base_sequence"][sel].tolist(),
                         cols["last_sequence"][sel].tolist()))
-        p = pids.get(q)
         if p is not None:
             held = p.attempts.by_key
             cut = next((j for j, k in enumerate(keys) if k in held), None)
@@ -103,6 +109,32 @@ def apply_clean(t: pa.Table, view: type, pids: dict, groups: list, mask: np.ndar
         p.attempts.add_new(keys, rows, [ts[i] for i in idx])
         p.recent.extend(rows[-4:])
         del p.recent[:-4]
+
+
+def _add_later(pids: dict, q: int, sel: np.ndarray, cols: dict, rts: np.ndarray, chunk: Chunk, count: np.ndarray,
+               head: dict, ts: list) -> bool:
+    """apply_clean's steps for a new producer's rows `sel`, its attempts made only when read
+    (Attempts.add_later); False (nothing done) where add_new would not take its bulk way or a
+    request time is NaN (Python's max, not numpy's, says what then)."""
+    times = rts[sel]
+    if np.isnan(times).any():
+        return False
+    p = Pid()
+    ends = [int(sel[0]), int(sel[-1])] if sel.size > 1 else [int(sel[0])]
+    key = lambda i: (int(cols["producer_epoch"][i]), int(cols["base_sequence"][i]), int(cols["last_sequence"][i]))  # noqa: E731
+
+    def make():
+        keys = list(zip(cols["producer_epoch"][sel].tolist(), cols["base_sequence"][sel].tolist(),
+                        cols["last_sequence"][sel].tolist()))
+        idx = sel.tolist()
+        return keys, list(map(LazyRow, zip(repeat(chunk), idx))), [ts[i] for i in idx]
+
+    if not p.attempts.add_later(int(sel.size), float(times[0]), float(times.max()), make):
+        return False
+    pids[q] = p
+    _advance(p, chunk.off, ends, [key(i) for i in ends], count, head)
+    p.recent.extend(LazyRow((chunk, i)) for i in sel[-4:].tolist())
+    return True
 
 
 _FIRST = ("response_base_offset", "source", "position", "producer_id", "crc", "batch_size", "base_timestamp_ms",

@@ -9,7 +9,7 @@ from bisect import bisect_right
 import numpy as np
 import pyarrow as pa
 
-from kaudit.audit.folds import np_col, np_mask
+from kaudit.audit.folds import np_col, np_mask, unique_ints
 from kaudit.audit.registry import evidence
 
 
@@ -105,7 +105,7 @@ class Outcomes:
         pids = np_col(txn, "producer_id", 0, np.int64)
         last = np_col(txn, "last_offset", 0, np.int64)
         data &= known
-        for pid in np.unique(pids[data]).tolist():
+        for pid in unique_ints(pids[data]).tolist():
             sel = data & (pids == pid)
             ms = self.markers.get(pid, ())
             offsets = [m[0] for m in ms]

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_indices
+from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_indices, np_mask
 from kaudit.audit.producers.disk_sequences import fenced_epoch  # noqa: F401  (the rule this module also reports)
 from kaudit.audit.wire.live_settle import ConnectionSettle
 from kaudit.audit.registry import evidence, finding, rule
@@ -169,7 +169,12 @@ class ConnectionGroup:
         """`_frame` of each row, in order, with the runs of plain frames - answered, no error, decoded
         - taken at once while no request waits: they only move the connection's last activity
         and its latest answered request (the max of their times and stream orders)."""
-        plain = _plain(t) if self.plain_runs else np.zeros(t.num_rows, dtype=bool)
+        if not self.plain_runs:
+            plain = np.zeros(t.num_rows, dtype=bool)
+        elif PLAIN in t.column_names:   # computed once for the whole selection (`prepare`)
+            plain = np_col(t, PLAIN, False, bool)
+        else:
+            plain = _plain(t)
         rts = np_col(t, "request_ts", np.nan, np.float64)
         odd = np.flatnonzero(~plain)
         cuts = odd.tolist() + [t.num_rows]
@@ -382,6 +387,16 @@ def _failed_partitions(partition_errors: str | None) -> list[tuple]:
     return [(t, p, c) for _, t, p, c in (x for x in rows if isinstance(x, list) and len(x) == 4) if c]
 
 
+PLAIN = "_plain"   # the frame rows' _plain, a column the fold's prepare adds
+
+
+def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
+    """The frame chunks with their `_plain` column: one pass over the selection, not one per
+    connection (any share of the connections may be prepared alone)."""
+    return [(k, t.append_column(PLAIN, np_mask(_plain(t))) if k == "frame" and t.num_rows else t)
+            for k, t in items]
+
+
 def _plain(t: pa.Table) -> np.ndarray:
     """Frames that only tell the connection was in use: answered, no error code, decoded."""
     answered = pc.and_(pc.is_valid(t.column("response_frame")), pc.is_valid(t.column("request_ts")))
@@ -403,4 +418,6 @@ def _ms(ts):
 FOLD = Fold("wire-frames", {"frame": FRAME_COLUMNS, "connection": CONNECTION_COLUMNS,
                             "decode_issue": ISSUE_COLUMNS},
             KEY, ("request_ts",), lambda ctx: KeyedState(KEY, lambda k: ConnectionGroup(k, ctx)),
-            where={"decode_issue": lambda t: pc.is_valid(t.column("connection"))}, live=ConnectionSettle, per_key=True, cost=1.4)
+            prepare=prepare, prepare_by_key=True,
+            where={"decode_issue": lambda t: pc.is_valid(t.column("connection"))}, live=ConnectionSettle, per_key=True,
+            cost=1.4)

@@ -5,6 +5,8 @@ a request's batches where acked_writes._placed does, and it certifies the common
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -112,7 +114,7 @@ def test_batches_of_one_request_are_placed_as_acked_writes_places_them(rows):
                              schema=SCHEMA)
     ok = pc.greater_equal(pc.fill_null(t.column("response_base_offset"), -1), 0)
     acked = np.flatnonzero(ok.to_numpy(zero_copy_only=False))
-    got = C._placed(C._Columns(t), acked)
+    got = C._placed(C.Columns(t), acked)
     mine = sorted(zip((repr(r) for r in t.take(acked).to_pylist()), got.tolist()))
     want = sorted((repr(w.row), w.lo) for w in A.acked_batches_table(W._by_answer(t)))
     assert mine == want    # rows alike in every column are interchangeable
@@ -193,3 +195,40 @@ def test_input_it_does_not_read_goes_to_the_full_check():
     far = w | {"response_base_offset": C.MAX_OFFSET}
     assert not C.certified(_partition([far, _copy(far, 0)]))     # int64 sums could wrap
     assert C.certified(_partition([_copy(w, 0)]))      # nothing acknowledged: nothing to lose
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(partitions(), min_size=1, max_size=3), st.randoms(use_true_random=False))
+def test_rows_cut_from_the_whole_selection_certify_as_their_own_table(parts, rnd):
+    """certified_rows (a partition's rows cut from the whole selection's columns, the fold's
+    prepare) answers as certified does of that partition's own table, and the prepared fold
+    finds what the fold without its prepare finds."""
+    from kaudit.audit.folds import Context, key_runs, run_selection
+    tables = [t.set_column(t.schema.get_field_index("partition"), "partition",
+                           pa.array([i] * t.num_rows, pa.int32())) for i, t in enumerate(parts)]
+    whole = pa.concat_tables(tables)
+    rows = list(range(whole.num_rows))
+    rnd.shuffle(rows)
+    whole = whole.take(pa.array(rows, pa.int64()))
+    order, starts = key_runs(whole, W.KEY, list(W.KEY + W.ORDER))
+    cols = C.Sorted(whole, order)
+    for s, e in zip(starts.tolist(), np.append(starts[1:], order.size).tolist()):
+        part = whole.take(pa.array(order[s:e]))
+        assert C.certified_rows(cols, s, e) == C.certified(part)
+    fetched = whole.filter(pc.equal(whole.column("source_kind"), "fetch")).to_pylist()
+    responses = {(r["source"], r["connection"], r["position"], r["partition"]): r for r in fetched}
+    fetch = pa.Table.from_pylist([
+        {"source": s, "connection": c, "position": p, "response_ts": 4.5, "topic": "orders", "partition": n,
+         "isolation_level": rnd.choice(["read_committed", "read_uncommitted"]), "replica_id": -1, "error_code": 0,
+         "fetch_offset": 0, "high_watermark": rnd.choice([0, 3, 9]), "last_stable_offset": rnd.choice([0, 3, 9]),
+         "client_id": "r"} for (s, c, p, n) in responses] + [
+        {"source": "r.pcap", "connection": "r9", "position": 0, "response_ts": 4.5, "topic": "orders",
+         "partition": 7, "isolation_level": "read_committed", "replica_id": -1, "error_code": 0,
+         "fetch_offset": 0, "high_watermark": 3, "last_stable_offset": 3, "client_id": "r"}])
+    fetch = fetch.set_column(fetch.schema.get_field_index("partition"), "partition",
+                             fetch.column("partition").cast(pa.int32()))
+    items = [("batch", whole), ("fetch_partition", fetch)]
+    plain = dataclasses.replace(W.FOLD, prepare=None)
+    got = list(run_selection(W.FOLD, list(items), Context()))
+    assert got == list(run_selection(plain, list(items), Context()))
+    event(f"findings: {bool(got)}")

@@ -89,7 +89,7 @@ def run(cls, rows: list[dict], cuts: list[int]) -> tuple[list, dict]:
     state = {q: (p.state and (p.state.epoch, p.state.last_seq, p.state.max_epoch,
                               {e: [(r.lo, r.hi, r.first_offset, r.last_offset) for r in runs]
                                for e, runs in p.state.intervals.items()}),
-                 sorted(p.attempts.by_key), sorted(p.attempts.unsettled), p.refused,
+                 sorted(p.attempts.by_key), list(p.attempts.order), sorted(p.attempts.unsettled), p.refused,
                  [(r.position, r.request_ts) for r in p.recent])
              for q, p in part.pids.items()}
     return out, state
