@@ -1,6 +1,6 @@
 """engine.forked_folds: the folds in a forked child beside the decode give the findings, coverage,
 reference time and internal errors of one process - on every log dir of the corpus, forced on
-whatever their size -, a fold that fails in the child fails the audit with its own error, and a
+whatever their size, the child sharing its buffered folds with a child of its own -, a fold that fails in the child fails the audit with its own error, and a
 child that dies is said, never taken for a clean audit. Each check runs in a fresh interpreter
 (no other thread alive, as in a command; pytest's process may hold a Spark session's threads)."""
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMON = """
 import json, os, sys
 from pathlib import Path
-from kaudit.engine import forked_folds, local
+from kaudit.engine import forked_folds, local, shared_folds
 
 forks = []
 real = forked_folds.run_forked
@@ -55,6 +55,7 @@ def test_forked_folds_find_what_one_process_finds_on_the_corpus():
         one = runs()
         assert not forks
         forked_folds.FORK_MIN_BYTES = 0
+        shared_folds.SHARE_MIN_ROWS = 0   # the child shares its buffered folds with a child of its own
         two = runs()
         bad = [a[0] for a, b in zip(one, two) if json.dumps(a, default=str) != json.dumps(b, default=str)]
         print(json.dumps({{"inputs": len(one), "forked": len(forks), "bad": bad,
