@@ -14,6 +14,7 @@ from itertools import chain
 
 from kaudit.audit.folds import Context, Rows, sorted_stream  # noqa: F401  (sorted_stream: the engines' sort)
 from kaudit.engine.decoding import SEGMENT_JOBS, _decode, decode_pcaps, decode_segments  # noqa: F401  (the decodes, here too)
+from kaudit.engine.forked_folds import run_forked, should_fork
 from kaudit.engine.plan import Audit, AuditRun, Work, disk_audit, wire_audit
 from kaudit.engine.shared_folds import run_shared, should_share
 from kaudit.sources.logdir import Plan, plan
@@ -26,13 +27,18 @@ def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = Non
             jobs: int | None = None) -> AuditRun:
     """The plan run in this process: the facts and the tap on the decoding thread, the folds on
     a second one, at most FOLDS_BEHIND chunks behind (numpy and Arrow release the GIL, so the
-    folds overlap decoding, as Parquet encoding does); the buffered folds after the decode,
+    folds overlap decoding, as Parquet encoding does) - or, for log dirs whose decode is mostly
+    Python (internal topics), in a forked child (engine.forked_folds); the buffered folds after the decode,
     shared with a forked child where that pays (engine.shared_folds; `jobs` 1: never).
     `captures` (wire): the capture summaries the decode fills."""
     work = Work(audit, tap=audit.tap)
     if captures is not None:
         work.facts.captures = captures
+    finish = lambda w: w.finish(runner=run_shared if should_share(w, jobs) else None)  # noqa: E731
     with _rare_full_collections():
+        if should_fork(audit, jobs):   # a decode in Python: the folds in a child, beside it
+            findings, facts, internal = run_forked(work, chunks, finish)
+            return audit.result(findings, facts, errors, internal=internal)
         with ThreadPoolExecutor(1, thread_name_prefix="kaudit-folds") as folds:
             pending: deque = deque()
             for kind, table in chunks:
@@ -42,7 +48,7 @@ def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = Non
                     pending.popleft().result()   # raises the folds' error, if any
             for done in pending:
                 done.result()
-        findings = work.finish(runner=run_shared if should_share(work, jobs) else None)
+        findings = finish(work)
     return audit.result(findings, work.facts, errors, internal=work.internal)
 
 

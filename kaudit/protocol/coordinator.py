@@ -15,6 +15,8 @@ ignored (the value-level decoders return the end offset, so a caller can still s
 
 from __future__ import annotations
 
+import struct
+
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.primitives import (
     read_array_len,
@@ -98,11 +100,10 @@ def _array_len(buf, offset: int, flexible: bool, item_min: int, what: str, nulla
 
 def _int32_array(buf, offset: int, flexible: bool, what: str):
     n, offset = _array_len(buf, offset, flexible, 4, what)
-    out = []
-    for _ in range(n):
-        v, offset = read_int32(buf, offset)
-        out.append(v)
-    return out, offset
+    if n <= 0:
+        return [], offset
+    # _array_len checked that n int32s fit in what is left: one read of them all
+    return list(struct.unpack_from(f">{n}i", buf, offset)), offset + 4 * n
 
 
 def _tagged(buf, offset: int, flexible: bool):
@@ -138,6 +139,10 @@ def decode_txn_log_key(buf, offset: int = 0):
     return (version, tid), offset
 
 
+_TXN_HEAD = struct.Struct(">qhib")   # producer_id, producer_epoch, transaction_timeout_ms, status
+_TXN_TIMES = struct.Struct(">qq")    # last_update_ms, start_ms
+
+
 def decode_txn_log_value(buf, offset: int = 0):
     """TransactionLogValue v0, or v1 (flexible: compact encodings + tagged fields 0
     PreviousProducerId, 1 NextProducerId, 2 ClientTransactionVersion). Returns (dict, offset)."""
@@ -146,10 +151,14 @@ def decode_txn_log_value(buf, offset: int = 0):
     if version not in (0, 1):
         raise DecodeError(f"unknown TransactionLogValue version {version}", start)
     flexible = version >= 1
-    producer_id, offset = read_int64(buf, offset)
-    producer_epoch, offset = read_int16(buf, offset)
-    timeout_ms, offset = read_int32(buf, offset)
-    status, offset = read_int8(buf, offset)
+    if offset + _TXN_HEAD.size <= len(buf):   # the fixed fields in one read (cut: one by one, below)
+        producer_id, producer_epoch, timeout_ms, status = _TXN_HEAD.unpack_from(buf, offset)
+        offset += _TXN_HEAD.size
+    else:
+        producer_id, offset = read_int64(buf, offset)
+        producer_epoch, offset = read_int16(buf, offset)
+        timeout_ms, offset = read_int32(buf, offset)
+        status, offset = read_int8(buf, offset)
     # Smallest PartitionsSchema entry: empty topic + empty array (+ empty tag section).
     n, offset = _array_len(
         buf, offset, flexible, 3 if flexible else 6, "transaction_partitions", nullable=True
@@ -160,8 +169,12 @@ def decode_txn_log_value(buf, offset: int = 0):
         ids, offset = _int32_array(buf, offset, flexible, "partition_ids")
         _, offset = _tagged(buf, offset, flexible)  # no known tags inside PartitionsSchema
         entries.append((topic, ids))
-    last_update_ms, offset = read_int64(buf, offset)
-    start_ms, offset = read_int64(buf, offset)
+    if offset + _TXN_TIMES.size <= len(buf):
+        last_update_ms, start_ms = _TXN_TIMES.unpack_from(buf, offset)
+        offset += _TXN_TIMES.size
+    else:
+        last_update_ms, offset = read_int64(buf, offset)
+        start_ms, offset = read_int64(buf, offset)
     tags_at = offset
     tags, offset = _tagged(buf, offset, flexible)
     d = {

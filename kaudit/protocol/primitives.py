@@ -109,6 +109,10 @@ def read_raw(buf, offset: int, length: int, what: str = "bytes") -> tuple[bytes,
 
 def read_string(buf, offset: int):
     """int16-length string; -1 is null."""
+    if 0 <= offset and offset + 2 <= len(buf):   # a whole non-null string: one length read, one copy
+        n = _I16.unpack_from(buf, offset)[0]
+        if n >= 0 and offset + 2 + n <= len(buf):
+            return _utf8(bytes(buf[offset + 2 : offset + 2 + n]), offset), offset + 2 + n
     start = offset
     n, offset = read_int16(buf, offset)
     if n == -1:

@@ -290,6 +290,63 @@ def decode_control_record(record: Record, position: int = -1):
     return name, coordinator_epoch
 
 
+def control_info(buf, offset: int, max_batch_bytes: int = DEFAULT_MAX_BYTES):
+    """(control_type, coordinator_epoch) of the control batch at `offset`, as `decode_batch_v2`
+    gives them; (None, None) where it raises. The broker's own marker (one uncompressed record,
+    one-byte varints, no headers: MemoryRecords.withEndTransactionMarker) is read in place; any
+    other batch, and any doubt, goes through `decode_batch_v2`."""
+    try:
+        got = _control_in_place(buf, offset, max_batch_bytes)
+    except (IndexError, struct.error):
+        got = None
+    if got is not None:
+        return got
+    try:
+        b, _ = decode_batch_v2(buf, offset, max_batch_bytes=max_batch_bytes)
+        return b.control_type, b.coordinator_epoch
+    except DecodeError:
+        return None, None
+
+
+_CONTROL_KEY_TYPE = struct.Struct(">h")
+_MARKER_EPOCH = struct.Struct(">i")
+
+
+def _control_in_place(buf, offset: int, max_batch_bytes: int):
+    """`control_info` of a batch that passes every check decode_batch_v2, decode_records_v2 and
+    decode_control_record make, for the one shape it reads; None for any other (no verdict)."""
+    if offset + V2_HEADER_SIZE > len(buf):
+        return None
+    (_, batch_length, _, magic, _, attributes, _, _, _, _, _, _, count) = V2_HEADER.unpack_from(buf, offset)
+    end = offset + LOG_OVERHEAD + batch_length
+    if (magic != 2 or not V2_MIN_LENGTH <= batch_length <= max_batch_bytes or end > len(buf)
+            or attributes & ATTR_CODEC or not attributes & ATTR_CONTROL or count != 1):
+        return None
+    p = offset + V2_HEADER_SIZE
+    z = buf[p]                      # the record's length: a one-byte varint, not negative
+    length = z >> 1
+    r = p + 1                       # attributes | timestamp delta | offset delta | key length
+    if z & 0x81 or length < 6 or r + length > end or (buf[r + 1] | buf[r + 2]) & 0x80:
+        return None
+    kz = buf[r + 3]
+    klen = kz >> 1
+    k = r + 4
+    if kz & 0x81 or klen < 4 or k + klen + 2 > r + length:
+        return None
+    vz = buf[k + klen]
+    vlen = vz >> 1
+    v = k + klen + 1
+    if vz & 0x81 or v + vlen + 1 != r + length or buf[v + vlen] != 0:   # 0: no headers, then its end
+        return None
+    ctype = _CONTROL_KEY_TYPE.unpack_from(buf, k + 2)[0]
+    name = CONTROL_TYPES.get(ctype, f"UNKNOWN({ctype})")
+    if ctype not in (0, 1):
+        return name, None
+    if vlen < 6:
+        return None
+    return name, _MARKER_EPOCH.unpack_from(buf, v + 2)[0]
+
+
 # ---- magic 0/1 ---------------------------------------------------------------------------
 
 

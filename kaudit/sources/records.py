@@ -21,6 +21,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 METADATA_TOPIC = metadata_rows.TOPIC_NAME
 REMOTE_TOPIC = metadata_rows.REMOTE_TOPIC
 FLUSH_ROWS = 8192
+_COLUMNS: dict[str, frozenset] = {}   # a row kind's column names (Schema.names builds a list per call)
 FLUSH_RECORD_BYTES = 4 << 20  # record rows are handed on before their keys and values pass this
 
 
@@ -123,7 +124,7 @@ class RecordRows:
             return
         if kind not in ("txn_log", "offset_commit", "group_metadata"):
             return  # newer record types of __consumer_offsets: recognised, not modelled
-        names = SCHEMAS[kind].names
+        names = _COLUMNS.get(kind) or _COLUMNS.setdefault(kind, frozenset(SCHEMAS[kind].names))
         row = {k: v for k, v in row.items() if k in names}  # decoders may say more than the row
         row.update(common)
         self._row(kind, row)

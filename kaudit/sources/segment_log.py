@@ -22,7 +22,7 @@ from kaudit.protocol.errors import DecodeError, LimitExceeded, Truncated
 from kaudit.protocol.record_batch import (
     LOG_OVERHEAD,
     MAGIC_OFFSET,
-    decode_batch_v2,
+    control_info,
     decode_entry,
     decode_legacy,
 )
@@ -109,11 +109,7 @@ def _decode(mm, place, target, deep, max_batch_bytes, chunk_batches, start=0, un
 
 
 def _control_info(mv, p, max_batch_bytes):
-    try:
-        b, _ = decode_batch_v2(mv, p, max_batch_bytes=max_batch_bytes)
-        return b.control_type, b.coordinator_epoch
-    except DecodeError:
-        return None, None
+    return control_info(mv, p, max_batch_bytes)
 
 
 def _release(mm, released: int, upto: int) -> int:

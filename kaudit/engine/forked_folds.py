@@ -1,0 +1,214 @@
+"""The local engine's folds in a forked child while the main process decodes, for log dirs whose
+decode is Python under the GIL: the records of the internal topics (`__transaction_state`,
+`__consumer_offsets`, `__cluster_metadata`) decode in pure Python, and folds on a second thread
+of the same process (engine.local.execute) only take turns with it. Here the main process
+decodes and sends each chunk (pickled: the tables' buffers out of band, not copied) down a pipe
+from a writer thread, at most FOLDS_BEHIND chunks ahead; the child notes and folds them exactly
+as execute's folds thread would, finishes (sharing its buffered folds with a child of its own
+where that pays, engine.shared_folds), and sends back its findings, facts and internal errors.
+
+Measured on the transaction bench (100k transactions, 55 MB of `__transaction_state`, 2 cores):
+the folds are ~3.4 s of CPU beside a ~11 s decode; on a thread they add to it (audit 16.1 s
+against the decode's 12.5 s), in the child they overlap it. The chunks cost the main process a
+pickle and a copy into the pipe (~0.4 GB there), which is why a decode that is compiled code
+(ordinary topics: the batch walk, which leaves the folds' numpy and Arrow calls room beside it)
+keeps the thread.
+
+Used only when it is safe and can pay (`should_fork`): the disk side with no tap (a tap's rows are
+the main process's), Linux with 2+ usable CPUs, `--jobs` not 1, no other Python thread alive at
+the fork, FORK_MIN_BYTES of internal topics' logs. A child that fails says why and the main
+process raises that error; one that dies is seen at the end of its pipes (FoldsProcessDied)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import struct
+import sys
+import threading
+import traceback
+
+from kaudit.sources.cores import usable_cpus
+from kaudit.sources.pcap_workers import send, widen
+from kaudit.sources.records import METADATA_TOPIC, OFFSETS_TOPIC, REMOTE_TOPIC, TXN_TOPIC
+
+# internal topics' log bytes from which the fork pays: their records decode in Python at ~8 MB/s
+# (the folds beside them ~1/3 of that), against a few ms for the fork and ~0.1 s per 100 MB of
+# chunks through the pipe
+FORK_MIN_BYTES = 8 << 20
+MIN_BYTES_ENV = "KAUDIT_FORK_FOLDS_MIN_BYTES"   # another threshold (0: always, where it is safe)
+PYTHON_DECODED = (TXN_TOPIC, OFFSETS_TOPIC, METADATA_TOPIC, REMOTE_TOPIC)
+_END = "end"   # the main process's last message: every chunk was sent
+
+
+class FoldsProcessDied(RuntimeError):
+    """The folds' child ended without its findings (killed, out of memory)."""
+
+
+def should_fork(audit, jobs: int | None, min_bytes: int | None = None) -> bool:
+    """Whether `audit`'s folds run in a forked child while this process decodes (`jobs`: --jobs)."""
+    if audit.side != "disk" or audit.tap is not None or jobs == 1 or audit.layout is None:
+        return False
+    if min_bytes is None:
+        env = os.environ.get(MIN_BYTES_ENV, "").strip()
+        min_bytes = int(env) if env.isdigit() else FORK_MIN_BYTES
+    python = sum(t.size for t in audit.layout.targets if t.kind == "log" and t.topic in PYTHON_DECODED)
+    return (python >= min_bytes and sys.platform.startswith("linux") and usable_cpus() >= 2
+            and threading.active_count() == 1)
+
+
+def run_forked(work, chunks, finish) -> tuple[list, object, list]:
+    """(findings, facts, internal errors) of `work` over `chunks`, folded in a forked child;
+    `finish(work)` gives the findings once every chunk is folded (in the child)."""
+    from kaudit.engine.local import FOLDS_BEHIND
+
+    chunks_r, chunks_w = os.pipe()
+    results_r, results_w = os.pipe()
+    widen(chunks_w)
+    pid = os.fork()
+    if pid == 0:   # the child: never returns
+        os.close(chunks_w)
+        os.close(results_r)
+        _child(work, finish, chunks_r, results_w)
+    os.close(chunks_r)
+    os.close(results_w)
+    writer = _Writer(chunks_w, FOLDS_BEHIND)
+    try:
+        for item in chunks:
+            if not writer.put(item):
+                break   # the child is gone: what it said (or not) is below
+        writer.close()
+        with os.fdopen(results_r, "rb") as f:
+            results_r = None
+            try:
+                message = recv_parts(f)
+            except (EOFError, pickle.UnpicklingError, ValueError):
+                message = None
+        status = _wait(pid)
+        pid = None
+    finally:
+        if pid is not None:   # the main process failed (or Ctrl-C): the child's work is moot
+            _kill(pid)
+        writer.close()   # (a dead child's pipe: the writer drops what is left)
+        if results_r is not None:
+            os.close(results_r)
+    if message is None:
+        raise FoldsProcessDied(f"the folds' process ended without its findings (wait status {status})")
+    if message[0] == "error":
+        raise message[1]
+    return message[1], message[2], message[3]
+
+
+class _Writer:
+    """Sends the chunks from a thread (a blocked write leaves the GIL to the decode), at most
+    `behind` queued; after the child closes its end, takes and drops what it is given."""
+
+    def __init__(self, fd: int, behind: int):
+        self.fd = fd
+        self.queue: queue.Queue = queue.Queue(behind)
+        self.broken = False
+        self.thread = threading.Thread(target=self._run, name="kaudit-folds-pipe", daemon=True)
+        self.thread.start()
+
+    def put(self, item) -> bool:
+        if self.broken:
+            return False
+        self.queue.put(item)
+        return True
+
+    def close(self) -> None:
+        if self.thread is None:
+            return
+        if not self.broken:
+            self.queue.put((_END, None))
+        self.queue.put(None)
+        self.thread.join()
+        self.thread = None
+        os.close(self.fd)
+
+    def _run(self) -> None:
+        while (item := self.queue.get()) is not None:
+            if self.broken:
+                continue
+            try:
+                send(self.fd, item)
+            except OSError:   # EPIPE: the child closed its end (it failed or died)
+                self.broken = True
+
+
+def _child(work, finish, chunks: int, results: int) -> None:
+    code = 1
+    f = os.fdopen(chunks, "rb", buffering=1 << 20)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)   # Ctrl-C ends it at once, no traceback
+        while (item := recv_parts(f))[0] != _END:
+            work.note(*item)
+            work.fold(*item)
+        f.close()
+        send(results, ("done", finish(work), work.facts, work.internal))
+        code = 0
+    except BaseException as e:  # noqa: BLE001 - the main process raises it
+        f.close()   # first: the main process's writes fail rather than wait on this one
+        _send_error(results, e)
+    finally:
+        os._exit(code)   # no atexit handlers, no flushing of the main process's buffers
+
+
+def _send_error(fd: int, e: BaseException) -> None:
+    if isinstance(e, EOFError):   # the main process is gone: no one to tell
+        return
+    e.add_note("(in the folds' process)\n" + traceback.format_exc(limit=12))
+    try:
+        pickle.dumps(e)
+    except Exception:  # noqa: BLE001 - an error that does not pickle is told by its text
+        e = RuntimeError(f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=12)}")
+    try:
+        send(fd, ("error", e))
+    except OSError:
+        pass
+
+
+_COUNT = struct.Struct(">Q")
+
+
+def recv_parts(f):
+    """One message of `send`, each of its buffers read into its own bytes: a buffered fold that
+    keeps a few columns of a chunk keeps only their bytes, not the whole chunk's."""
+    header = f.read(_COUNT.size)
+    if len(header) < _COUNT.size:
+        raise EOFError("pipe closed")
+    (count,) = _COUNT.unpack(header)
+    sizes = struct.unpack(f">{count}Q", _read(f, 8 * count))
+    parts = [_read(f, size) for size in sizes]
+    return pickle.loads(parts[0], buffers=parts[1:])
+
+
+def _read(f, size: int) -> bytearray:
+    buf = bytearray(size)
+    view, got = memoryview(buf), 0
+    while got < size:
+        n = f.readinto(view[got:])
+        if not n:
+            raise EOFError("pipe closed mid-message")
+        got += n
+    return buf
+
+
+def _wait(pid: int) -> int | None:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return None
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _wait(pid)
