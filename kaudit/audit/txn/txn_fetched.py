@@ -28,7 +28,7 @@ capture does not show (the next transaction's data there is another part)."""
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from operator import itemgetter
 
 
@@ -48,7 +48,7 @@ def fetched(feed, ts: float, r: dict) -> None:
     if (tp, offset) in feed._fetched:
         return
     feed._fetched.add((tp, offset))
-    mine = _recent(feed.data_by_tp.get((r["topic"], r["partition"]), ()), offset)
+    mine = _recent(feed, (r["topic"], r["partition"]), offset)
     last, top = None, None   # the first of the rows below the marker with the highest last offset
     for d in mine:
         lo = d["last_offset"]
@@ -197,15 +197,28 @@ def _already_ended(feed, r: dict, mine: list[dict], last: dict) -> bool:
     return False
 
 
-def _recent(rows, offset: int, window: int = 64) -> list[dict]:
+def _recent(feed, key: tuple, offset: int, window: int = 64, reach: int = 4096) -> list[dict]:
     """The partition's data rows around a marker at `offset`: its rows come in about offset
-    order, so the last data below it is among the last rows below it (a bounded look back)."""
-    k = len(rows)
-    while k > 0 and (rows[k - 1]["last_offset"] is None or rows[k - 1]["last_offset"] >= offset):
-        k -= 1   # rows above the marker (a later transaction's), newest first
-        if len(rows) - k > 4096:
-            break
-    return list(rows[max(0, k - window):min(len(rows), k + window)])
+    order, so the last data below it is among the last rows below it - the `window` rows each
+    side of the last row whose last offset is below `offset`, looked for among the last `reach`
+    rows at most. That row is found by bisection (a consumer lagging behind the producer is
+    served the marker after many later rows): it is on the partition's stack of rows whose last
+    offset is below every later row's (`below`, kept up to date as rows come)."""
+    rows = feed.data_by_tp.get(key, ())
+    n = len(rows)
+    at, lows, done = feed.below.setdefault(key, ([], [], [0]))
+    for j in range(done[0], n):
+        lo = rows[j]["last_offset"]
+        if lo is not None:
+            while lows and lows[-1] >= lo:
+                lows.pop()
+                at.pop()
+            at.append(j)
+            lows.append(lo)
+    done[0] = n
+    i = bisect_left(lows, offset) - 1   # the last row below `offset`: the top of those on the stack
+    k = max(at[i] + 1 if i >= 0 else 0, n - reach - 1)
+    return list(rows[max(0, k - window):min(n, k + window)])
 
 
 def _markers_on(feed, topic: str, partition: int) -> list[dict]:

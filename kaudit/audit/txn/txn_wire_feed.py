@@ -104,6 +104,7 @@ class WireFeed:
         self.markers_by_tp: dict[tuple, list[dict]] = {}  # the same of `markers` (txn_fetched's index)
         self.markers_indexed = 0
         self.fetched_index: dict[tuple, tuple] = {}   # txn_fetched._index
+        self.below: dict[tuple, tuple] = {}           # txn_fetched._recent's stacks
         self.top_epoch: int | None = None         # the highest epoch the coordinator's records reached
         self.marker_writes: list[dict] = []       # the coordinator's markers per partition and their answer
         self.busy: list[tuple] = []               # (ts, frame, event) answered CONCURRENT_TRANSACTIONS

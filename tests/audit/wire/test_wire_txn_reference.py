@@ -52,14 +52,14 @@ API = {"INIT_PRODUCER_ID": 22, "ADD_PARTITIONS": 24, "ADD_OFFSETS": 25, "END_TXN
 
 
 @st.composite
-def event(draw):
+def event(draw, tps=TPS, pids=PIDS):
     ev = draw(st.sampled_from(EVENTS))
     return {
         "source": "c.pcap", "connection": draw(st.sampled_from(CONNS)), "position": draw(st.integers(0, 40)),
         "ts": draw(maybe(st.sampled_from([0.0, 1.0, 1.5, 2.0, 30.0]))), "event": ev,
-        "transactional_id": draw(maybe(st.sampled_from(["tx", "ty"]))), "producer_id": draw(PIDS),
+        "transactional_id": draw(maybe(st.sampled_from(["tx", "ty"]))), "producer_id": draw(pids),
         "producer_epoch": draw(maybe(small)),
-        "partitions": draw(maybe(st.lists(st.sampled_from(TPS), min_size=1, max_size=3).map(",".join))),
+        "partitions": draw(maybe(st.lists(st.sampled_from(tps), min_size=1, max_size=3).map(",".join))),
         "result": draw(maybe(st.sampled_from(["COMMIT", "ABORT", "VERIFY"]))), "coordinator_epoch": draw(maybe(small)),
         "timeout_ms": draw(maybe(st.sampled_from([0, 1000, 2**31 - 1]))), "group_id": draw(maybe(st.just("g"))),
         "new_producer_id": draw(maybe(st.sampled_from([-1, 7, 8]))), "new_producer_epoch": draw(maybe(small)),
@@ -85,15 +85,15 @@ def frame_of(draw, e):
 
 
 @st.composite
-def batch(draw):
+def batch(draw, topics=("t", "u", "__consumer_offsets"), partitions=st.integers(0, 1), pids=PIDS):
     fetch = draw(st.booleans())
     return {
         "source_kind": "fetch" if fetch else draw(st.sampled_from(["produce", "produce", None])),
         "source": "c.pcap", "connection": draw(st.sampled_from(CONNS[:2])), "position": draw(st.integers(0, 40)),
         "request_ts": draw(maybe(st.sampled_from([0.0, -0.0, 1.0, 1.5, 2.0, 30.0]))),
         "response_ts": draw(maybe(st.sampled_from([0.0, 1.2, 2.0, 31.0]))),
-        "topic": draw(st.sampled_from(["t", "u", "__consumer_offsets"])), "topic_id": None,
-        "partition": draw(st.integers(0, 1)), "producer_id": draw(PIDS), "producer_epoch": draw(maybe(small)),
+        "topic": draw(st.sampled_from(topics)), "topic_id": None,
+        "partition": draw(partitions), "producer_id": draw(pids), "producer_epoch": draw(maybe(small)),
         "base_sequence": draw(maybe(small)), "last_sequence": draw(maybe(small)),
         "record_count": draw(maybe(st.integers(0, 3))), "transactional_id": draw(maybe(st.just("tx"))),
         "response_error": draw(maybe(st.sampled_from([0, 0, 47, 51]))),
@@ -105,10 +105,14 @@ def batch(draw):
 
 
 @st.composite
-def selection(draw):
-    events = draw(st.lists(event(), max_size=14))
+def selection(draw, dense=False):
+    """Several producers' rows; `dense`: one producer's on one partition (its markers, written
+    and served, meet its data more often)."""
+    one = dict(tps=["t-0"], pids=st.just(7)) if dense else {}
+    events = draw(st.lists(event(**one), max_size=14))
     frames = [draw(frame_of(e)) for e in events if draw(st.booleans())]
-    batches = draw(st.lists(batch(), max_size=18))
+    batches = draw(st.lists(batch(**(dict(topics=("t",), partitions=st.just(0), pids=st.just(7)) if dense else {})),
+                            max_size=18))
     cut = draw(st.integers(0, len(batches)))   # two chunks: the selection comes in pieces
     items = [("txn_event", pa.Table.from_pylist(events, schema=EVENT_SCHEMA)),
              ("frame", pa.Table.from_pylist(frames, schema=FRAME_SCHEMA)),
@@ -143,7 +147,7 @@ def _run(items, now, fold) -> str:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(selection())
+@given(st.one_of(selection(), selection(dense=True)))
 def test_fast_replay_is_the_reference(sel):
     items, now = sel
     fast = _run(items, now, txn_wire.FOLD)
@@ -190,3 +194,41 @@ def test_reference_is_exercised():
     found, rows = json.loads(fast)
     assert found and len(rows) == 2   # the served COMMIT ends the first transaction, the second stays open
     assert [f["rule"] for f in found] == ["hanging-transaction"] and found[0]["first_offset"] == 7   # reference time: 1970 + 10**6 s
+
+
+def _recent_reference(rows, offset, window, reach):
+    """txn_reference._recent with its window and reach as parameters (64 and 4096 there)."""
+    k = len(rows)
+    while k > 0 and (rows[k - 1]["last_offset"] is None or rows[k - 1]["last_offset"] >= offset):
+        k -= 1
+        if len(rows) - k > reach:
+            break
+    return list(rows[max(0, k - window):min(len(rows), k + window)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("row"), maybe(st.integers(0, 30))),
+                          st.tuples(st.just("ask"), st.integers(-1, 32))), max_size=60),
+       st.integers(1, 6), st.integers(0, 12))
+def test_recent_rows_bisect_as_the_scan_does(steps, window, reach):
+    """txn_fetched._recent (a stack of the rows below every later one, bisected, kept up to date
+    as rows come) finds the rows the reference's scan back from the newest row finds, between
+    any appends."""
+    feed = txn_wire_feed.WireFeed(7, Context())
+    rows = feed.data_by_tp.setdefault(("t", 0), [])
+    for what, value in steps:
+        if what == "row":
+            rows.append({"last_offset": value})
+        else:
+            got = txn_fetched._recent(feed, ("t", 0), value, window, reach)
+            assert [id(d) for d in got] == [id(d) for d in _recent_reference(rows, value, window, reach)]
+
+
+def test_recent_rows_reach_as_far_as_the_scan():
+    """Past its 4096 rows the reference's scan stops: so does the bisection."""
+    feed = txn_wire_feed.WireFeed(7, Context())
+    rows = feed.data_by_tp.setdefault(("t", 0), [])
+    rows.extend({"last_offset": lo} for lo in [5] * 10 + [100] * 4100)
+    for offset in (4, 6, 101):
+        got = txn_fetched._recent(feed, ("t", 0), offset)
+        assert [id(d) for d in got] == [id(d) for d in ref._recent(rows, offset)]

@@ -10,7 +10,7 @@ from bisect import bisect_right
 import pyarrow as pa
 
 from kaudit.audit.txn import txn_fetched
-from kaudit.audit.txn.txn_fetched import (_bare_txn, _date, _later_owner, _markers_on, _recent, _txn_of, _written,
+from kaudit.audit.txn.txn_fetched import (_bare_txn, _date, _later_owner, _markers_on, _txn_of, _written,
                                           decides)
 from kaudit.audit.txn.txn_parts import MATCH_WINDOW_MS, _ended_early, _ended_with, _Nearest
 from kaudit.audit.txn.txn_wire import ADMIN_APIS, FRAME_COLUMNS, row_ts
@@ -88,6 +88,17 @@ def fetched(feed, ts: float, r: dict) -> None:
         feed._coordinator_end(t, ts, dict(r, result=result))
     _date(m, t)
     feed._maybe_complete(t, ts, r)
+
+
+def _recent(rows, offset: int, window: int = 64) -> list[dict]:
+    """The partition's data rows around a marker at `offset`: its rows come in about offset
+    order, so the last data below it is among the last rows below it (a bounded look back)."""
+    k = len(rows)
+    while k > 0 and (rows[k - 1]["last_offset"] is None or rows[k - 1]["last_offset"] >= offset):
+        k -= 1   # rows above the marker (a later transaction's), newest first
+        if len(rows) - k > 4096:
+            break
+    return list(rows[max(0, k - window):min(len(rows), k + window)])
 
 
 def _already_ended(feed, r: dict, mine: list[dict], last: dict) -> bool:
