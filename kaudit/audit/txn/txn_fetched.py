@@ -218,7 +218,7 @@ def _recent(feed, key: tuple, offset: int, window: int = 64, reach: int = 4096) 
     done[0] = n
     i = bisect_left(lows, offset) - 1   # the last row below `offset`: the top of those on the stack
     k = max(at[i] + 1 if i >= 0 else 0, n - reach - 1)
-    return list(rows[max(0, k - window):min(n, k + window)])
+    return rows[max(0, k - window):min(n, k + window)] if n else []
 
 
 def _markers_on(feed, topic: str, partition: int) -> list[dict]:
@@ -250,8 +250,9 @@ def _index(feed, topic: str, partition: int) -> tuple[list, dict]:
 def _txn_of(feed, tp: str, last: dict):
     """The transaction of the data `last` a fetched marker follows: the latest one listing its
     partition begun by that data's time."""
+    by = last["base_timestamp_ms"] + 1
     for t in reversed(feed.txns[-64:]):
-        if tp in t.partitions and t.start * 1000 <= last["base_timestamp_ms"] + 1:
+        if t.start * 1000 <= by and tp in t.partitions:   # the time first: the cheaper test
             return t
     return None
 

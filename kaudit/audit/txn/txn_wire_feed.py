@@ -372,7 +372,7 @@ class WireFeed:
         later answer shows the coordinator completed it: a new epoch after a fencing)."""
         if t.complete or t.prepared is None:
             return
-        if force or (t.partitions and set(t.partitions) <= t.marked):
+        if force or (t.partitions and all(tp in t.marked for tp in t.partitions)):
             t.complete = True
             self.record("Complete" + t.prepared.capitalize(), ts, r, t, epoch=t.prepare_epoch)
 
