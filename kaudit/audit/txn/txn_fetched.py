@@ -28,7 +28,8 @@ capture does not show (the next transaction's data there is another part)."""
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from operator import itemgetter
 
 
 def fetched(feed, ts: float, r: dict) -> None:
@@ -47,9 +48,12 @@ def fetched(feed, ts: float, r: dict) -> None:
     if (tp, offset) in feed._fetched:
         return
     feed._fetched.add((tp, offset))
-    mine = _recent(feed.data_by_tp.get((r["topic"], r["partition"]), ()), offset)
-    below = [d for d in mine if d["last_offset"] is not None and d["last_offset"] < offset]
-    last = max(below, key=lambda d: d["last_offset"]) if below else None
+    mine = _recent(feed, (r["topic"], r["partition"]), offset)
+    last, top = None, None   # the first of the rows below the marker with the highest last offset
+    for d in mine:
+        lo = d["last_offset"]
+        if lo is not None and lo < offset and (top is None or lo > top):
+            last, top = d, lo
     if last is not None:
         e, me = last["producer_epoch"], r["producer_epoch"]
         t = _txn_of(feed, tp, last)
@@ -169,34 +173,52 @@ def _already_ended(feed, r: dict, mine: list[dict], last: dict) -> bool:
     """Whether a marker already ends the data up to `last` (the producer's last data below the
     fetched marker's offset on its partition): a lower fetched one (it keeps the lower offset), or
     the coordinator's WriteTxnMarkers answered after that data and before the next (the same
-    marker when result and epoch agree: it gets the offset)."""
+    marker when result and epoch agree: it gets the offset) - the first such in the order the
+    markers came (`_index`)."""
     offset, result = r["base_offset"], r["control_type"]
-    after = [d["rank"] for d in mine if d["rank"] > last["rank"]]
-    nxt = min(after) if after else None
-    for m in _markers_on(feed, r["topic"], r["partition"]):
-        if m.get("fetched"):
-            if m["after"] is last:
-                if offset < m["base_offset"]:
-                    m.update(base_offset=offset, last_offset=offset, position=r["position"], source=r["source"])
+    written, after = _index(feed, r["topic"], r["partition"])
+    hit = after.get(id(last))   # the first fetched marker right after `last`: (its order, it)
+    if written:
+        lo, stop = last["rank"], (hit[0] if hit is not None else None)
+        nxt = min((d["rank"] for d in mine if d["rank"] > lo), default=None)
+        for k, m in written:
+            if stop is not None and k > stop:
+                break
+            if m["rank"] > lo and (nxt is None or m["rank"] < nxt):
+                if m["base_offset"] is None and m["control_type"] == result \
+                        and m["producer_epoch"] == r["producer_epoch"]:
+                    m["base_offset"] = m["last_offset"] = offset
                 return True
-            continue
-        if m["rank"] > last["rank"] and (nxt is None or m["rank"] < nxt):
-            if m["base_offset"] is None and m["control_type"] == result \
-                    and m["producer_epoch"] == r["producer_epoch"]:
-                m["base_offset"] = m["last_offset"] = offset
-            return True
+    if hit is not None:
+        m = hit[1]
+        if offset < m["base_offset"]:
+            m.update(base_offset=offset, last_offset=offset, position=r["position"], source=r["source"])
+        return True
     return False
 
 
-def _recent(rows, offset: int, window: int = 64) -> list[dict]:
+def _recent(feed, key: tuple, offset: int, window: int = 64, reach: int = 4096) -> list[dict]:
     """The partition's data rows around a marker at `offset`: its rows come in about offset
-    order, so the last data below it is among the last rows below it (a bounded look back)."""
-    k = len(rows)
-    while k > 0 and (rows[k - 1]["last_offset"] is None or rows[k - 1]["last_offset"] >= offset):
-        k -= 1   # rows above the marker (a later transaction's), newest first
-        if len(rows) - k > 4096:
-            break
-    return list(rows[max(0, k - window):min(len(rows), k + window)])
+    order, so the last data below it is among the last rows below it - the `window` rows each
+    side of the last row whose last offset is below `offset`, looked for among the last `reach`
+    rows at most. That row is found by bisection (a consumer lagging behind the producer is
+    served the marker after many later rows): it is on the partition's stack of rows whose last
+    offset is below every later row's (`below`, kept up to date as rows come)."""
+    rows = feed.data_by_tp.get(key, ())
+    n = len(rows)
+    at, lows, done = feed.below.setdefault(key, ([], [], [0]))
+    for j in range(done[0], n):
+        lo = rows[j]["last_offset"]
+        if lo is not None:
+            while lows and lows[-1] >= lo:
+                lows.pop()
+                at.pop()
+            at.append(j)
+            lows.append(lo)
+    done[0] = n
+    i = bisect_left(lows, offset) - 1   # the last row below `offset`: the top of those on the stack
+    k = max(at[i] + 1 if i >= 0 else 0, n - reach - 1)
+    return rows[max(0, k - window):min(n, k + window)] if n else []
 
 
 def _markers_on(feed, topic: str, partition: int) -> list[dict]:
@@ -208,11 +230,29 @@ def _markers_on(feed, topic: str, partition: int) -> list[dict]:
     return idx.get((topic, partition), [])
 
 
+def _index(feed, topic: str, partition: int) -> tuple[list, dict]:
+    """The producer's markers on one partition as `_already_ended` reads them, kept up to date
+    as markers come: the written ones (WriteTxnMarkers) as (order, marker), and the first
+    fetched one after each data row, by the row's id (a fetched marker's `after` stays until
+    `place`), as (order, marker); `order`: its place among the partition's markers."""
+    ms = _markers_on(feed, topic, partition)
+    written, after, done = feed.fetched_index.setdefault((topic, partition), ([], {}, [0]))
+    for k in range(done[0], len(ms)):
+        m = ms[k]
+        if m.get("fetched"):
+            after.setdefault(id(m["after"]), (k, m))
+        else:
+            written.append((k, m))
+    done[0] = len(ms)
+    return written, after
+
+
 def _txn_of(feed, tp: str, last: dict):
     """The transaction of the data `last` a fetched marker follows: the latest one listing its
     partition begun by that data's time."""
+    by = last["base_timestamp_ms"] + 1
     for t in reversed(feed.txns[-64:]):
-        if tp in t.partitions and t.start * 1000 <= last["base_timestamp_ms"] + 1:
+        if t.start * 1000 <= by and tp in t.partitions:   # the time first: the cheaper test
             return t
     return None
 
@@ -225,6 +265,10 @@ def place(feed) -> None:
             after = m.pop("after")
             if after is not None:
                 m["rank"] = tuple(after["rank"]) + (1,)
+
+
+_RANK = itemgetter("rank")
+_NONE = object()   # ends_unseen: the owner after a partition's last row (there is no next row)
 
 
 def ends_unseen(feed) -> list[dict]:
@@ -242,14 +286,15 @@ def ends_unseen(feed) -> list[dict]:
             marks.setdefault((m["topic"], m["partition"]), []).append(m["rank"])
     out = []
     for key, rows in feed.data_by_tp.items():
-        rows = sorted(rows, key=lambda d: d["rank"])
+        rows = sorted(rows, key=_RANK)
         ranks = sorted(marks.get(key, ()))
+        owners = [owner.get(id(d)) for d in rows] + [_NONE]
         for k, d in enumerate(rows):
-            t = owner.get(id(d))
-            nxt = rows[k + 1] if k + 1 < len(rows) else None
-            if t is None or t.prepared is None or (nxt is not None and owner.get(id(nxt)) in (t, None)):
+            t, u = owners[k], owners[k + 1]
+            if t is None or t.prepared is None or u is t or u is None:
                 continue   # not its last data here, or data no transaction claims follows (a write
                 # racing the marker may have landed before it)
+            nxt = rows[k + 1] if u is not _NONE else None
             j = bisect_right(ranks, d["rank"])
             if j < len(ranks) and (nxt is None or ranks[j] < nxt["rank"]):
                 continue   # a marker the capture shows ends it

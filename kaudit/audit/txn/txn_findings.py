@@ -57,6 +57,7 @@ class _Say:
         self.pt = pt
         self.of = of
         self.wire = pt.coverage.source == "wire"
+        self._tail: list[str] | None = None
         ids = sorted(i for i in pt.view.transactional_ids if i)
         self.tid = ids[0] if len(ids) == 1 else None
         if self.tid is None and not ids and pt.lineage is not None:
@@ -128,7 +129,9 @@ class _Say:
             steps = [k for k, x in enumerate(list.__iter__(self.pt.timeline)) if lo <= x[0] * 1000 <= hi]
             if steps:
                 return self.pt.timeline[max(steps[0], steps[-1] + 1 - TIMELINE): steps[-1] + 1]
-        return self.pt.timeline[-TIMELINE:]
+        if self._tail is None:   # the producer's last steps: the same for all its findings
+            self._tail = self.pt.timeline[-TIMELINE:]
+        return list(self._tail)
 
     def replica_evidence(self, part: Part) -> tuple[list[dict], list | None]:
         """The part's evidence in each replica's own files, and whose each piece is (None: one

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import itemgetter
 
 from kaudit.audit.txn.coordinator_state import CoordTxn, CoordView
 from kaudit.audit.thresholds import MARKER_CLUSTER_MS, MATCH_WINDOW_MS  # noqa: F401  (MATCH_WINDOW_MS: the model's names)
@@ -109,7 +110,7 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
         by_rep.setdefault((b["topic"], b["partition"], b["replica"]), []).append(b)
     per_tp: dict[tuple, dict] = {}
     for (t, p, rep), bs in by_rep.items():
-        bs.sort(key=_rank)
+        bs.sort(key=_rank_key(bs))
         per_tp.setdefault((t, p), {})[rep] = assemble_replica(bs)
     view = coordinator_state.build(txn_log, check=coverage is None or coverage.source == "disk")
     partitions = {}
@@ -124,6 +125,20 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
     match_markers(pt.all_parts(), view)
     pt.version = transaction_version(pt, cluster_tv)
     return pt
+
+
+def _rank_key(bs: list[dict]):
+    """txn_parts._rank as a sort key: the rows' `rank` (the wire's rows all have one) or `base_offset`
+    (a log's have none) read directly where every row has the one it uses."""
+    ranks = [b.get("rank") for b in bs]
+    if None not in ranks:
+        return _RANK
+    if ranks.count(None) == len(ranks):
+        return _BASE_OFFSET
+    return _rank
+
+
+_RANK, _BASE_OFFSET = itemgetter("rank"), itemgetter("base_offset")
 
 
 def transaction_version(pt: ProducerTxns, cluster_tv: int | None = None) -> str | None:

@@ -189,14 +189,19 @@ def match_markers(parts: list[Part], view: CoordView) -> None:
         for tp in t.partitions:
             by_tp.setdefault(tp, []).append(t)
     matchers: dict[tuple, _Nearest] = {}
+    started: dict | None = None
     for p in parts:
         tp = p.tp
         if p.marker is None:
             t = view.open_txn
             if p.ended_unseen is not None:
                 # wire: its transaction's end is known, its marker here not seen
-                p.coord = next((c for c in by_tp.get(tp, ()) if c.start_ms == p.ended_unseen), None) \
-                    or _ended_with(by_tp.get(tp), p.first_ts)
+                if started is None:   # the first coordinator transaction listing a partition, by start
+                    started = {}
+                    for k, ts in by_tp.items():
+                        for c in ts:
+                            started.setdefault((k, c.start_ms), c)
+                p.coord = started.get((tp, p.ended_unseen)) or _ended_with(by_tp.get(tp), p.first_ts)
             elif t is not None and tp in t.partitions:
                 p.coord = t
             else:

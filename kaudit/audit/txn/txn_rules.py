@@ -248,8 +248,9 @@ def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
     be other transactions' the evidence could not tell apart: on the wire the offsets group's
     markers come without its data)."""
     out, bare = [], set()
-    with_data = {r.tp for r in t.ranges() if r.has_data}
-    for r in t.ranges():
+    ranges = t.ranges()
+    with_data = {r.tp for r in ranges if r.has_data}
+    for r in ranges:
         if r.has_data:
             if r.result is not None or pt.coverage.sees_marker(r.tp):
                 out.append(r)

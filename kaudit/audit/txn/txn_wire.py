@@ -27,6 +27,9 @@ TransactionMarkerChannelManager):
 
 from __future__ import annotations
 
+from operator import itemgetter
+from typing import Iterator
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -34,7 +37,7 @@ from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.txn.txn_model import ProducerTxns
 from kaudit.audit.txn.txn_settle import TxnSettle
 from kaudit.audit.txn.txn_wire_feed import WireFeed
-from kaudit.audit.txn.txn_wire_rows import drop_fetched_repeats, rows_of
+from kaudit.audit.txn.txn_wire_rows import PRODUCED_COLUMNS, drop_fetched_repeats, produced, rows_of
 
 KEY = ("producer_id",)
 TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id", "producer_id",
@@ -61,7 +64,11 @@ class ProducerWire:
         self.rows: list[tuple[float, int, str, dict]] = []
 
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
-        self.rows.extend((row_ts(kind, r) or 0.0, r["position"] or 0, kind, r) for r in rows_of(table))
+        names = table.column_names
+        if kind not in ("txn_event", "batch") or not set(FEED_COLUMNS[kind]) <= set(names):
+            self.rows.extend((row_ts(kind, r) or 0.0, r["position"] or 0, kind, r) for r in rows_of(table))
+            return []
+        self.rows.extend(feed_rows(self.pid, kind, names, [table.column(c).to_pylist() for c in names]))
         return []
 
     def finish(self) -> list[dict]:
@@ -82,10 +89,35 @@ def row_ts(kind: str, r: dict) -> float | None:
     return r["request_ts"]
 
 
+FEED_COLUMNS = {"txn_event": ("ts", "position"),
+                "batch": ("source_kind", "request_ts", "response_ts") + PRODUCED_COLUMNS}
+
+
+def feed_rows(pid: int, kind: str, names: list[str], cols: list[list]) -> Iterator[tuple]:
+    """ProducerWire's (row_ts or 0.0, position or 0, kind, row) of a table's rows (`cols`: its
+    columns as lists, `names` theirs): a Produce row as txn_wire_rows.produced keeps it (no
+    row dict first), any other as its row dict."""
+    at = {c: k for k, c in enumerate(names)}
+    p = at["position"]
+    if kind == "txn_event":
+        ts = at["ts"]
+        for v in zip(*cols):
+            yield v[ts] or 0.0, v[p] or 0, kind, dict(zip(names, v))
+        return
+    sk, req, resp = at["source_kind"], at["request_ts"], at["response_ts"]
+    values = itemgetter(*(at[c] for c in PRODUCED_COLUMNS))
+    for v in zip(*cols):
+        if v[sk] == "fetch":   # row_ts: a served marker's answer, else its request
+            yield (v[resp] if v[resp] is not None else v[req]) or 0.0, v[p] or 0, kind, dict(zip(names, v))
+        else:
+            ts = v[req] or 0.0
+            yield ts, v[p] or 0, kind, produced(pid, ts, values(v))
+
+
 def producer_facts(pid: int, rows: list[tuple], ctx: Context) -> ProducerTxns:
     """The facts of one producer id from its (ts, position, kind, row) tuples."""
     feed = WireFeed(pid, ctx)
-    for ts, _, kind, r in sorted(rows, key=lambda x: (x[0], x[1])):
+    for ts, _, kind, r in sorted(rows, key=itemgetter(0, 1)):
         (feed.event if kind == "txn_event" else feed.batch)(ts, r)
     pt = feed.facts()
     pt.lineage = (ctx.producer_lineage or {}).get(pid)
@@ -95,45 +127,61 @@ def producer_facts(pid: int, rows: list[tuple], ctx: Context) -> ProducerTxns:
 def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, pa.Table]]:
     """The fold needs the txn_event rows' response times, senders and per-partition answers
     (from their frames) and the producer id of failed InitProducerId requests (from their
-    transactional id): added before sorting, from the whole selection."""
-    frames = {}
+    transactional id): added before sorting, from the whole selection - column by column (the
+    table Table.from_pylist of the rows with those fields would give)."""
+    frames: dict = {}   # (source, connection, request frame) -> its FRAME_JOINED values
     admins = set()
     for kind, t in items:
         if kind == "frame":
-            for f in rows_of(t.select(FRAME_COLUMNS)):
-                frames[(f["source"], f["connection"], f["request_frame"])] = f
-                if f["api_key"] in ADMIN_APIS and f["client_id"]:
-                    admins.add(f["client_id"])
+            cols = [t.column(c).to_pylist() for c in ("source", "connection", "request_frame", "api_key",
+                                                        "client_id") + FRAME_JOINED]
+            for src, conn, frame, api, client, *joined in zip(*cols):
+                frames[(src, conn, frame)] = (joined[0], client, *joined[1:])
+                if api in ADMIN_APIS and client:
+                    admins.add(client)
     out = []
     events = [t for k, t in items if k == "txn_event"]
     if events:
-        rows = rows_of(pa.concat_tables(events))
-        # a failed request names no producer id: it is the one its transactional id obtains next
-        # (else the last it had), in time order
-        nxt: dict = {}
-        for r in sorted(rows, key=lambda r: (r["ts"] or 0.0, r["position"] or 0), reverse=True):
-            tid = r["transactional_id"]
-            if tid and r["producer_id"] is not None and r["producer_id"] >= 0:
-                nxt[tid] = r["producer_id"]
-            elif tid and tid in nxt:
-                r["producer_id"] = nxt[tid]
-        last: dict = {}
-        for r in sorted(rows, key=lambda r: (r["ts"] or 0.0, r["position"] or 0)):
-            tid = r["transactional_id"]
-            if tid and r["producer_id"] is not None and r["producer_id"] >= 0:
-                last[tid] = r["producer_id"]
-            elif tid in last:
-                r["producer_id"] = last[tid]
-            f = frames.get((r["source"], r["connection"], r["position"]), {})
-            r.update(response_ts=f.get("response_ts"), client_id=f.get("client_id"),
-                     api_version=f.get("api_version"), partition_errors=f.get("partition_errors"),
-                     markers=f.get("markers"),
-                     admin_clients=sorted(admins) if r["event"] == "WRITE_MARKERS" else None)
-        out.append(("txn_event", pa.Table.from_pylist(rows)))
+        out.append(("txn_event", _joined_events(pa.concat_tables(events), frames, admins)))
     batches = [t for k, t in items if k == "batch" and t.num_rows]
     if batches:
         out.append(("batch", drop_fetched_repeats(pa.concat_tables(batches))))
     return out
+
+
+FRAME_JOINED = ("response_ts", "api_version", "partition_errors", "markers")   # with client_id
+JOINED = ("response_ts", "client_id", "api_version", "partition_errors", "markers")
+
+
+def _joined_events(t: pa.Table, frames: dict, admins: set) -> pa.Table:
+    """The events with their producer ids filled in and their frames' fields joined (prepare)."""
+    if not t.num_rows:
+        return pa.Table.from_pylist([])   # as the rows' table was
+    cols = {c: t.column(c).to_pylist() for c in t.column_names}
+    tid, pid, ts, pos = cols["transactional_id"], list(cols["producer_id"]), cols["ts"], cols["position"]
+    order = sorted(range(t.num_rows), key=lambda i: (ts[i] or 0.0, pos[i] or 0), reverse=True)
+    # a failed request names no producer id: it is the one its transactional id obtains next
+    # (else the last it had), in time order
+    nxt: dict = {}
+    for i in order:
+        if tid[i] and pid[i] is not None and pid[i] >= 0:
+            nxt[tid[i]] = pid[i]
+        elif tid[i] and tid[i] in nxt:
+            pid[i] = nxt[tid[i]]
+    last: dict = {}
+    for i in sorted(range(t.num_rows), key=lambda i: (ts[i] or 0.0, pos[i] or 0)):
+        if tid[i] and pid[i] is not None and pid[i] >= 0:
+            last[tid[i]] = pid[i]
+        elif tid[i] in last:
+            pid[i] = last[tid[i]]
+    cols["producer_id"] = pid
+    none = (None,) * len(JOINED)
+    joined = [frames.get(key, none) for key in zip(cols["source"], cols["connection"], pos)]
+    for k, c in enumerate(JOINED):
+        cols[c] = [f[k] for f in joined]
+    listed = sorted(admins)
+    cols["admin_clients"] = [listed if e == "WRITE_MARKERS" else None for e in cols["event"]]
+    return pa.Table.from_pydict(cols)
 
 
 def listed(items: list[tuple[str, pa.Table]], ctx: Context, producer_id: int | None = None,

@@ -12,7 +12,7 @@ from kaudit.audit.txn.coordinator_state import partition_names
 from kaudit.audit.folds import Context
 from kaudit.audit.registry import evidence
 from kaudit.audit.txn.txn_model import ADMIN, COORDINATOR, Coverage, ProducerTxns, assemble
-from kaudit.audit.txn.txn_wire_rows import marker_writer, nonzero
+from kaudit.audit.txn.txn_wire_rows import marker_writer, nonzero, produced_row
 from kaudit.timefmt import iso_s
 from kaudit.audit.thresholds import NO_TIMEOUT_MS
 
@@ -30,12 +30,14 @@ def _host(conn: str | None, side: int) -> str | None:
     return conn.split(" -> ")[side].rsplit(":", 1)[0]
 
 
-def _produce_text(r: dict) -> str:
+def _produce_text(p: tuple) -> str:
+    """A Produce step's line (`p`: txn_wire_rows.produced_row's tuple)."""
+    r, count, base_offset = p[0], p[1], p[2]
     err = r["response_error"]
-    answer = ("no response" if err is None else f"accepted at offset {r['response_base_offset']}" if err == 0
+    answer = ("no response" if err is None else f"accepted at offset {base_offset}" if err == 0
               else f"rejected {FENCED.get(err, err)}")
     text = (f"Produce {r['topic']}-{r['partition']} epoch {r['producer_epoch']} seq {r['base_sequence']}-"
-            f"{r['last_sequence']} ({r['record_count']} records) -> {answer}")
+            f"{r['last_sequence']} ({count} records) -> {answer}")
     return text + " (a zombie: its epoch was fenced)" if err in FENCED else text
 
 
@@ -101,6 +103,8 @@ class WireFeed:
         self.data_by_tp: dict[tuple, list[dict]] = {}     # (topic, partition) -> its data rows, in order
         self.markers_by_tp: dict[tuple, list[dict]] = {}  # the same of `markers` (txn_fetched's index)
         self.markers_indexed = 0
+        self.fetched_index: dict[tuple, tuple] = {}   # txn_fetched._index
+        self.below: dict[tuple, tuple] = {}           # txn_fetched._recent's stacks
         self.top_epoch: int | None = None         # the highest epoch the coordinator's records reached
         self.marker_writes: list[dict] = []       # the coordinator's markers per partition and their answer
         self.busy: list[tuple] = []               # (ts, frame, event) answered CONCURRENT_TRANSACTIONS
@@ -153,14 +157,12 @@ class WireFeed:
             self.tid = r["transactional_id"]
         if ev in ("END_TXN", "WRITE_MARKERS") and r["result"] not in ("COMMIT", "ABORT"):
             return   # a result the decoder could not tell: nothing to replay
-        handler = {"INIT_PRODUCER_ID": self._init, "ADD_PARTITIONS": self._add, "ADD_OFFSETS": self._offsets,
-                   "TXN_OFFSET_COMMIT": self._offsets, "END_TXN": self._end,
-                   "WRITE_MARKERS": self._markers}.get(ev)
+        handler = _HANDLERS.get(ev)
         if handler is not None:
             errs = nonzero(r["error_codes"])
             if CONCURRENT in errs and ev != "WRITE_MARKERS":
                 self.busy.append((ts, r["position"], ev))
-            handler(ts, r, errs)
+            getattr(self, handler)(ts, r, errs)
 
     def _init(self, ts: float, r: dict, errs: list[int]) -> None:
         epoch = r["producer_epoch"]
@@ -370,45 +372,38 @@ class WireFeed:
         later answer shows the coordinator completed it: a new epoch after a fencing)."""
         if t.complete or t.prepared is None:
             return
-        if force or (t.partitions and set(t.partitions) <= t.marked):
+        if force or (t.partitions and all(tp in t.marked for tp in t.partitions)):
             t.complete = True
             self.record("Complete" + t.prepared.capitalize(), ts, r, t, epoch=t.prepare_epoch)
 
     # -- data -------------------------------------------------------------------------------------
-    def batch(self, ts: float, r: dict) -> None:
-        if r.get("source_kind") == "fetch":
-            return txn_fetched.fetched(self, ts, r)
-        tp = f"{r['topic']}-{r['partition']}"
-        err = r["response_error"]
-        if self.tid is None and r.get("transactional_id"):
+    def batch(self, ts: float, r) -> None:
+        """A batch row: a served marker (txn_fetched), else a Produce - as its row dict, or as
+        txn_wire_rows.produced_row made it (a tuple, the data row first)."""
+        if type(r) is not tuple:
+            if r.get("source_kind") == "fetch":
+                return txn_fetched.fetched(self, ts, r)
+            r = produced_row(self.pid, ts, r)
+        row = r[0]
+        tp = f"{row['topic']}-{row['partition']}"
+        err = row["response_error"]
+        if self.tid is None and r[3]:
             # a producer id whose first request is a Produce (TV2: EndTxn v5 gave it, KIP-890)
-            self.tid = r["transactional_id"]
-        self.timeline.append((ts, r["position"], r))   # told in words only if a finding shows it (Story)
+            self.tid = r[3]
+        self.timeline.append((ts, row["position"], r))   # told in words only if a finding shows it (Story)
         if err not in (0, None):
             return
-        key = (tp, r["producer_epoch"], r["base_sequence"])
+        key = (tp, row["producer_epoch"], row["base_sequence"])
         if key in self._seen:
             return      # a retry of a batch already counted: the broker stored it once
         self._seen.add(key)
         if tp not in self.produce_hosts:
-            self.produce_hosts[tp] = _host(r["connection"], 1)
+            self.produce_hosts[tp] = _host(row["connection"], 1)
         if self.version == 2 or not self.tv1_adds:
-            self._implicit_add(ts, r, tp)
+            self._implicit_add(ts, row, tp)   # its source, position and connection are the request's
         t = self.open_txn()
-        base = r["response_base_offset"]
-        base = base if err == 0 and base is not None and base >= 0 else None
-        n = r["record_count"] or 1
-        self.data.append(row := {
-            "topic": r["topic"], "partition": r["partition"], "replica": None, "producer_id": self.pid,
-            "producer_epoch": r["producer_epoch"], "base_offset": base,
-            "last_offset": None if base is None else base + n - 1, "is_transactional": True,
-            "is_control": False, "control_type": None, "coordinator_epoch": None,
-            "base_timestamp_ms": int(ts * 1000), "max_timestamp_ms": int(ts * 1000),
-            "source": r["source"], "position": r["position"], "connection": r["connection"],
-            "client_id": r["client_id"], "correlation_id": r["correlation_id"], "base_sequence": r["base_sequence"],
-            "last_sequence": r["last_sequence"], "response_error": err, "rank": (ts, r["position"]),
-            "answered": r.get("response_ts")})
-        self.data_by_tp.setdefault((r["topic"], r["partition"]), []).append(row)
+        self.data.append(row)
+        self.data_by_tp.setdefault((row["topic"], row["partition"]), []).append(row)
         if t is not None and tp in t.partitions:
             t.rows.setdefault(tp, []).append(row)
 
@@ -464,6 +459,11 @@ class WireFeed:
         pt.timeline = self.timeline
         pt.marker_writes, pt.busy = self.marker_writes, self.busy
         return pt
+
+
+# each event's handler in WireFeed
+_HANDLERS = {"INIT_PRODUCER_ID": "_init", "ADD_PARTITIONS": "_add", "ADD_OFFSETS": "_offsets",
+             "TXN_OFFSET_COMMIT": "_offsets", "END_TXN": "_end", "WRITE_MARKERS": "_markers"}
 
 
 class WireCoverage(Coverage):

@@ -68,6 +68,41 @@ def _row_ts(t: pa.Table) -> np.ndarray | None:
     return np.where(v == 0.0, 0.0, v)   # `or 0.0`: a null, 0.0 and -0.0 all become 0.0
 
 
+# -- a Produce row as the replay keeps it ----------------------------------------------------
+# (data row, record_count, response_base_offset, transactional_id): the data row the replay
+# appends to the producer's data if the batch counts (txn_wire_feed.WireFeed.batch), and what
+# else it reads of the request and its answer - made from the row's values directly
+# (txn_wire.ProducerWire.feed), without the request's own row dict first.
+
+PRODUCED_COLUMNS = ("topic", "partition", "producer_epoch", "source", "position", "connection", "client_id",
+                    "correlation_id", "base_sequence", "last_sequence", "response_error", "response_ts",
+                    "response_base_offset", "record_count", "transactional_id")
+
+
+def produced(pid: int, ts: float, vals: tuple) -> tuple:
+    """A Produce row as the replay keeps it: `vals` its PRODUCED_COLUMNS, `ts` txn_wire.row_ts
+    or 0.0 (its request's time)."""
+    topic, part, epoch, source, pos, conn, client, corr, bseq, lseq, err, answered, rbo, count, tid = vals
+    base = rbo if err == 0 and rbo is not None and rbo >= 0 else None
+    ms = int(ts * 1000)
+    return ({"topic": topic, "partition": part, "replica": None, "producer_id": pid,
+             "producer_epoch": epoch, "base_offset": base,
+             "last_offset": None if base is None else base + (count or 1) - 1, "is_transactional": True,
+             "is_control": False, "control_type": None, "coordinator_epoch": None,
+             "base_timestamp_ms": ms, "max_timestamp_ms": ms,
+             "source": source, "position": pos, "connection": conn, "client_id": client,
+             "correlation_id": corr, "base_sequence": bseq, "last_sequence": lseq, "response_error": err,
+             "rank": (ts, pos), "answered": answered},
+            count, rbo, tid)
+
+
+def produced_row(pid: int, ts: float, r: dict) -> tuple:
+    """`produced` of a row dict (`kaudit txn`'s rows; the response time and transactional id
+    may be absent)."""
+    return produced(pid, ts, tuple(r.get(c) if c in ("response_ts", "transactional_id") else r[c]
+                                   for c in PRODUCED_COLUMNS))
+
+
 def rows_of(table: pa.Table) -> list[dict]:
     """table.to_pylist(), column by column (the same dicts, faster)."""
     names = table.column_names
