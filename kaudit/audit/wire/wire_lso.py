@@ -4,10 +4,11 @@ open transaction starts at a stuck last stable offset."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context, Fold, KeyedState
+from kaudit.audit.folds import Context, Fold, KeyedState, np_indices
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.txn.txn_model import two_pc_at
 from kaudit.model import view
@@ -58,28 +59,55 @@ class LsoPartition:
     def __init__(self, key: tuple, ctx: Context | None = None):
         self.topic, self.partition = key
         self.ctx = ctx
-        self.run: list = []
-        self.runs: list[list] = []
+        self.fetches: list[pa.Table] = []
+        self.batches: list[pa.Table] = []
         self.at: dict[int, tuple | None] = {}   # log offset -> (producer id, epoch, transactional id)
 
     def feed(self, kind: str, table: pa.Table) -> list[dict]:
-        if kind == "batch":
-            for b in Batch.of(table):
-                off = b.response_base_offset if b.source_kind == "produce" else b.base_offset
-                if off is not None and off >= 0 and b.producer_id is not None and b.producer_id >= 0:
-                    self._note(off, b)
-            return []
-        for r in Row.of(table):
-            lso, hw = r.last_stable_offset, r.high_watermark
-            if lso is None or hw is None or lso < 0 or hw < 0:
-                continue
-            if self.run and lso != self.run[0].last_stable_offset:
-                self._close()
-            if lso < hw:
-                self.run.append(r)
-            elif self.run:
-                self._close()
+        # judged in `finish`: a run may go on in the next chunk, and the batches matter only at
+        # the LSO of a stuck run (most partitions have none: their batches are never read)
+        (self.batches if kind == "batch" else self.fetches).append(table)
         return []
+
+    def stuck_runs(self) -> list[list]:
+        """The responses of each run of one LSO below the high watermark that `lso_stuck` holds,
+        in order. A run is the longest stretch of consecutive responses (those without an LSO or
+        high watermark skipped) whose LSO is the same and below their high watermark; a response
+        with another LSO, or at or above its high watermark, ends it."""
+        if not self.fetches:
+            return []
+        t = self.fetches[0] if len(self.fetches) == 1 else pa.concat_tables(self.fetches)
+        lso = pc.fill_null(t.column("last_stable_offset"), -1).to_numpy()
+        hw = pc.fill_null(t.column("high_watermark"), -1).to_numpy()
+        valid = np.flatnonzero((lso >= 0) & (hw >= 0))
+        lso, hw = lso[valid], hw[valid]
+        ts = pc.fill_null(t.column("response_ts"), 0.0).to_numpy()[valid]
+        below = lso < hw
+        goes_on = np.zeros(len(lso), dtype=bool)   # continues the run of the response before it
+        goes_on[1:] = below[1:] & below[:-1] & (lso[1:] == lso[:-1])
+        breaks = np.flatnonzero(~goes_on)
+        starts = np.flatnonzero(below & ~goes_on)
+        ends = np.concatenate([breaks, [len(lso)]])[np.searchsorted(breaks, starts, side="right")]
+        # lso_stuck's own tests, before any row is made (it still decides, over the rows)
+        maybe = (ends - starts >= MIN_RESPONSES) & (ts[np.maximum(ends - 1, 0)] - ts[starts] >= MIN_SPAN_S)
+        out = []
+        for s, e in zip(starts[maybe].tolist(), ends[maybe].tolist()):
+            run = Row.of(t.take(np_indices(valid[s:e])))
+            if lso_stuck(run):
+                out.append(run)
+        return out
+
+    def _holders(self, offsets: set) -> None:
+        """`at` for the offsets of `offsets`: the batches' producers there, in the rows' order."""
+        for t in self.batches:
+            produced = pc.fill_null(pc.equal(t.column("source_kind"), "produce"), False)
+            off = pc.if_else(produced, t.column("response_base_offset"),
+                             t.column("base_offset"))
+            keep = pc.and_(pc.is_in(off, pa.array(sorted(offsets), pa.int64())),
+                           pc.greater_equal(t.column("producer_id"), 0))
+            part = t.filter(pc.fill_null(keep, False))
+            for b in Batch.of(part):
+                self._note(b.response_base_offset if b.source_kind == "produce" else b.base_offset, b)
 
     def _note(self, off: int, b) -> None:
         if off not in self.at:
@@ -88,11 +116,6 @@ class LsoPartition:
             self.at[off] = (b.producer_id, b.producer_epoch, b.transactional_id or self.at[off][2])
         else:
             self.at[off] = None   # two producers at one offset (a truncated log): whose is unknown
-
-    def _close(self) -> None:
-        run, self.run = self.run, []
-        if lso_stuck(run):
-            self.runs.append(run)
 
     def _two_pc(self, lso: int) -> tuple | None:
         """(producer id, epoch, transactional id) of the KIP-939 two-phase-commit transaction
@@ -143,8 +166,10 @@ class LsoPartition:
             first_ts_ms=int(first.response_ts * 1000), last_ts_ms=int(last.response_ts * 1000))
 
     def finish(self) -> list[dict]:
-        self._close()
-        return [self._finding(run) for run in self.runs]
+        runs = self.stuck_runs()
+        if runs:
+            self._holders({run[0].last_stable_offset for run in runs})
+        return [self._finding(run) for run in runs]
 
 
 def _where(t: pa.Table):
