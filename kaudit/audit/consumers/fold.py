@@ -286,4 +286,4 @@ FOLD = Fold("consumers", {"group_event": GROUP_COLUMNS, "fetch_partition": FETCH
             where={"fetch_partition": _fetch_where, "batch": _batch_where,
                    "txn_event": lambda t: pc.fill_null(pc.is_in(t.column("event"),
                                                                 pa.array(["END_TXN", "WRITE_MARKERS"])), False)},
-            live=ConsumersSettle, per_key=True, cost=1.0)
+            live=ConsumersSettle, per_key=True, cost=0.55)

@@ -495,4 +495,4 @@ FOLD = Fold("wire-acked", {"batch": BATCH_COLUMNS, "fetch_partition": FETCH_COLU
                    "fetch_partition": lambda t: pc.fill_null(pc.equal(t.column("error_code"), 0), False)},
             # not cut in key ranges (per_key): a process that takes a range prepares the whole
             # selection (engine/shared_folds._cut), and the certificate there is most of the work
-            live=AckedSettle, per_key=False, cost=0.7)
+            live=AckedSettle, per_key=False, cost=0.3)

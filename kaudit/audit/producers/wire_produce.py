@@ -361,4 +361,4 @@ def _names_any(t: pa.Table, pids: dict) -> bool:
 
 FOLD = Fold("wire-produce", {"batch": COLUMNS}, KEY, ORDER,
             lambda ctx: KeyedState(KEY, lambda k: WirePartition(k, ctx)),
-            where={"batch": lambda t: pc.equal(t.column("source_kind"), "produce")}, per_key=True, cost=1.9)
+            where={"batch": lambda t: pc.equal(t.column("source_kind"), "produce")}, per_key=True, cost=1.2)

@@ -222,4 +222,4 @@ FOLD = Fold("wire-txn", {"txn_event": TXN_COLUMNS, "batch": BATCH_COLUMNS, "fram
                    "txn_event": lambda t: pc.invert(pc.equal(t.column("event"), "STATE")),
                    "frame": lambda t: pc.is_in(t.column("api_key"),
                                                pa.array(TXN_APIS + ADMIN_APIS, t.column("api_key").type))},
-            prepare=prepare, live=lambda fold: TxnSettle(fold, ADMIN_APIS), per_key=True, cost=12.0)
+            prepare=prepare, live=lambda fold: TxnSettle(fold, ADMIN_APIS), per_key=True, cost=10.5)

@@ -420,4 +420,4 @@ FOLD = Fold("wire-frames", {"frame": FRAME_COLUMNS, "connection": CONNECTION_COL
             KEY, ("request_ts",), lambda ctx: KeyedState(KEY, lambda k: ConnectionGroup(k, ctx)),
             prepare=prepare, prepare_by_key=True,
             where={"decode_issue": lambda t: pc.is_valid(t.column("connection"))}, live=ConnectionSettle, per_key=True,
-            cost=1.4)
+            cost=0.75)

@@ -195,4 +195,4 @@ def _live(fold: Fold):
 
 FOLD = Fold("wire-lso", {"fetch_partition": COLUMNS, "batch": BATCH_COLUMNS}, KEY, ORDER,
             lambda ctx: KeyedState(KEY, lambda k: LsoPartition(k, ctx)),
-            where={"fetch_partition": _where, "batch": _data}, live=_live, per_key=True, cost=1.5)
+            where={"fetch_partition": _where, "batch": _data}, live=_live, per_key=True, cost=0.25)

@@ -273,4 +273,4 @@ FOLD = Fold("wire-readers", {"fetch_partition": FETCH_COLUMNS, "batch": BATCH_CO
             KEY, ORDER, lambda ctx: KeyedState(KEY, ReaderPartition),
             where={"fetch_partition": _fetch_where, "batch": _batch_where,
                    "txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "WRITE_MARKERS"), False)},
-            prepare=prepare, live=ReaderSettle, per_key=True, cost=0.8)
+            prepare=prepare, live=ReaderSettle, per_key=True, cost=0.7)
