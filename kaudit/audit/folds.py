@@ -198,6 +198,8 @@ def sorted_split(t: pa.Table, key: tuple[str, ...], cols: list[str]) -> Iterator
     of them is themselves), and a key's runs are where its sort keys change. A float key column
     (NaN is unequal to itself in split_by_key) or a column of a type left to Arrow: the general
     take and split."""
+    if t.num_rows == 0:   # nothing to split (an empty kind's table may lack the key columns)
+        return
     runs = _key_runs(t, key, cols)
     if runs is None:
         yield from split_by_key(t.take(sort_indices(t, cols)), key)

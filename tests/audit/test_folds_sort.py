@@ -136,3 +136,12 @@ def test_unique_ints_equals_numpys(values):
     from kaudit.audit.folds import unique_ints
     a = np.array(values, dtype=np.int64)
     assert unique_ints(a).tolist() == np.unique(a).tolist()
+
+
+def test_sorted_split_of_an_empty_table_without_the_key_columns():
+    """A kind with no rows may come as a table without the key's columns (a fold's prepare that
+    found nothing of it): nothing to split, as split_by_key says."""
+    from kaudit.audit.folds import sorted_split
+
+    empty = pa.table({"x": pa.array([], pa.int64())})
+    assert list(sorted_split(empty, ("producer_id",), ["x"])) == []
