@@ -68,9 +68,9 @@ def _reassigned(m: Member, gen, new_gen) -> str:
       "application had processed were processed twice (at-least-once processing); the finding tells which "
       "were returned to it (a Fetch of it asked past them) and which it was only served (possibly read "
       "ahead and dropped unprocessed when it gave the partition up). Commit before giving a partition up "
-      "(onPartitionsRevoked / a rebalance callback; with the eager protocol every rebalance revokes every partition), commit more often, keep "
-      "members alive (max.poll.interval.ms, session.timeout.ms), or make processing idempotent; check the "
-      "range's downstream effects.", fold=FOLD_NAME)
+      "(onPartitionsRevoked / a rebalance callback; with the eager protocol every rebalance revokes every "
+      "partition), commit more often, keep members alive (max.poll.interval.ms, session.timeout.ms), or make "
+      "processing idempotent; check the range's downstream effects.", fold=FOLD_NAME)
 def check_redelivery(tl: Timelines) -> list[dict]:
     """Invariant: a group's committed offset is where the next holder of a partition starts
     (ConsumerCoordinator.onJoinComplete -> OffsetFetch; KIP-848 the same). Records served to a
@@ -126,8 +126,8 @@ def _redelivered(tl: Timelines, group: str, tp: tuple, a: Hold, b: Hold) -> dict
         "consumer-redelivery",
         f"group {group}, {_tp(tp)}: offsets {lo}-{hi - 1} ({hi - lo} record offsets) were served {whom}: "
         f"whatever {who} processed of them was processed twice; it stopped holding the partition because: "
-        f"{a.cause or 'unknown'}; the group's committed offset then was {'none seen' if committed is None else committed}"
-        + _handed_text(lo, handed, hi, a.asked_to, "the member" if same else "the first member"),
+        f"{a.cause or 'unknown'}; the group's committed offset then was "
+        f"{'none seen' if committed is None else committed}" + _handed_text(lo, handed, hi, a.asked_to, "the member" if same else "the first member"),
         tp, lo, hi - 1, ev, start=began, end=b_first.ts, connection=b_first.connection,
         client_id=b.member.client_id,
         details={"group": group, "first_member": a.member.member_id, "next_member": b.member.member_id,
