@@ -127,7 +127,8 @@ def _redelivered(tl: Timelines, group: str, tp: tuple, a: Hold, b: Hold) -> dict
         f"group {group}, {_tp(tp)}: offsets {lo}-{hi - 1} ({hi - lo} record offsets) were served {whom}: "
         f"whatever {who} processed of them was processed twice; it stopped holding the partition because: "
         f"{a.cause or 'unknown'}; the group's committed offset then was "
-        f"{'none seen' if committed is None else committed}" + _handed_text(lo, handed, hi, a.asked_to, "the member" if same else "the first member"),
+        f"{'none seen' if committed is None else committed}"
+        + _handed_text(lo, handed, hi, a.asked_to, "the member" if same else "the first member"),
         tp, lo, hi - 1, ev, start=began, end=b_first.ts, connection=b_first.connection,
         client_id=b.member.client_id,
         details={"group": group, "first_member": a.member.member_id, "next_member": b.member.member_id,
