@@ -15,7 +15,7 @@ from hypothesis import given
 from tests.sim.check import assert_exact
 from tests.sim.profiles import sim_settings
 from tests.sim.known import KNOWN_FAILING
-from tests.sim.strategies import KINDS, history, mix
+from tests.sim.strategies import KINDS, history, mix, wide
 
 REGRESSIONS = Path(__file__).parent / "regressions"
 
@@ -65,6 +65,21 @@ def test_a_mix_of_passing_kinds_on_shared_partitions_is_reported_exactly():
 
     @sim_settings()
     @given(h=mix(passing))
+    def check(h):
+        assert_exact(h)
+
+    check()
+
+
+@pytest.mark.skipif(not os.environ.get("KAUDIT_SIM_EXAMPLES"),
+                    reason="wide histories on the local engine: the bench profile only (KAUDIT_SIM_EXAMPLES=N)")
+def test_wide_histories_on_the_local_engine_are_reported_exactly():
+    """strategies.wide (an episode of every passing kind side by side, the Spark test's histories)
+    on the local engine: the union of the episodes' oracles on each feed, nothing else."""
+    passing = [k for k in KINDS if k not in KNOWN_FAILING]
+
+    @sim_settings()
+    @given(h=wide(passing))
     def check(h):
         assert_exact(h)
 

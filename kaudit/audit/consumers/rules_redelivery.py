@@ -23,6 +23,11 @@ class Hold:
     generation: int | None
     cause: str | None                      # why the hold ended
     serves: list = field(default_factory=list)   # the responses with records delivered
+    # the highest offset its Fetches asked from in the hold: the client sends a partition's next
+    # Fetch only once it has nothing of it buffered (AbstractFetch.fetchablePartitions), from its
+    # position, which moves as poll() returns records - so every record below it was returned
+    # to the application; what the last responses served past it may never have been (read-ahead)
+    asked_to: int | None = None
 
 
 def holds(stints: list[Stint]) -> list[Hold]:
@@ -38,8 +43,10 @@ def holds(stints: list[Stint]) -> list[Hold]:
             last = i == len(starts) - 1
             end = st.end if last else starts[i + 1][0]
             cause = st.cause if last else _reassigned(st.member, gen, starts[i + 1][1])
-            served = [s for s in st.serves if s.data_end is not None and ts <= s.ts and (last or s.ts < end)]
-            out.append(Hold(st.member, ts, end, gen, cause, served))
+            within = [s for s in st.serves if ts <= s.ts and (last or s.ts < end)]
+            asked = [s.fetch_offset for s in within if s.fetch_offset is not None and s.error in (None, 0)]
+            out.append(Hold(st.member, ts, end, gen, cause, [s for s in within if s.data_end is not None],
+                            max(asked) if asked else None))
     return out
 
 
@@ -57,11 +64,13 @@ def _reassigned(m: Member, gen, new_gen) -> str:
 
 @rule("consumer-redelivery", "warning", "wire",
       "a partition's next owner was served records its previous owner had been served past its last commit",
-      "Records in the range were handed to a member twice or to two members: with at-least-once processing "
-      "their effects happened twice. Commit before giving a partition up (onPartitionsRevoked / a rebalance "
-      "callback; with the eager protocol every rebalance revokes every partition), commit more often, keep "
-      "members alive (max.poll.interval.ms, session.timeout.ms), or make processing idempotent; check the "
-      "range's downstream effects.", fold=FOLD_NAME)
+      "Records in the range were served to a member twice or to two members: those the first member's "
+      "application had processed were processed twice (at-least-once processing); the finding tells which "
+      "were returned to it (a Fetch of it asked past them) and which it was only served (possibly read "
+      "ahead and dropped unprocessed when it gave the partition up). Commit before giving a partition up "
+      "(onPartitionsRevoked / a rebalance callback; with the eager protocol every rebalance revokes every "
+      "partition), commit more often, keep members alive (max.poll.interval.ms, session.timeout.ms), or make "
+      "processing idempotent; check the range's downstream effects.", fold=FOLD_NAME)
 def check_redelivery(tl: Timelines) -> list[dict]:
     """Invariant: a group's committed offset is where the next holder of a partition starts
     (ConsumerCoordinator.onJoinComplete -> OffsetFetch; KIP-848 the same). Records served to a
@@ -70,6 +79,11 @@ def check_redelivery(tl: Timelines) -> list[dict]:
     one assigned the partition again by the rebalance (the classic eager protocol revokes every
     partition at each rebalance, AbstractCoordinator.onJoinPrepare; cooperative and KIP-848
     members keep their position for a partition they keep, and read on).
+    What the wire proves: the first member's client was served the range. A Fetch of the partition
+    from offset p proves every record below p was returned to its application by poll() (the client
+    fetches a partition only with nothing of it buffered, from its position); the records served
+    past its last Fetch offset may have been read ahead and dropped unprocessed at the revocation -
+    told apart in the finding, never left out: the wire cannot tell them unprocessed either.
     Benign causes: at-least-once delivery is the consumer's contract, so the rule is a warning; a
     member that was served records it never processed (prefetch) redelivers nothing in effect.
     Members committing with TxnOffsetCommit (exactly-once) are left to eos-double-commit."""
@@ -98,6 +112,8 @@ def _redelivered(tl: Timelines, group: str, tp: tuple, a: Hold, b: Hold) -> dict
     if lo >= hi:
         return None
     same = a.member is b.member
+    # below `handed` the first member's application was returned the records (its Fetch asked past them)
+    handed = lo if a.asked_to is None else min(max(a.asked_to, lo), hi)
     # the time begins at the first member's first response holding the range
     began = next((s.ts for s in a.serves if s.data_first < hi and s.data_end > lo), a.end or b.start)
     ev = [evidence(a.serves[-1].source, a.serves[-1].position, "fetch", "first member served"),
@@ -110,12 +126,27 @@ def _redelivered(tl: Timelines, group: str, tp: tuple, a: Hold, b: Hold) -> dict
         "consumer-redelivery",
         f"group {group}, {_tp(tp)}: offsets {lo}-{hi - 1} ({hi - lo} record offsets) were served {whom}: "
         f"whatever {who} processed of them was processed twice; it stopped holding the partition because: "
-        f"{a.cause or 'unknown'}; the group's committed offset then was {'none seen' if committed is None else committed}",
+        f"{a.cause or 'unknown'}; the group's committed offset then was "
+        f"{'none seen' if committed is None else committed}"
+        + _handed_text(lo, handed, hi, a.asked_to, "the member" if same else "the first member"),
         tp, lo, hi - 1, ev, start=began, end=b_first.ts, connection=b_first.connection,
         client_id=b.member.client_id,
         details={"group": group, "first_member": a.member.member_id, "next_member": b.member.member_id,
                  "cause": a.cause, "committed": committed, "first_member_served_to": a_hi - 1,
-                 "same_member": same, "generations": [a.generation, b.generation]})
+                 "same_member": same, "generations": [a.generation, b.generation],
+                 "returned_to_application": [lo, handed - 1] if handed > lo else None,
+                 "served_past_last_fetch": [handed, hi - 1] if handed < hi else None})
+
+
+def _handed_text(lo: int, handed: int, hi: int, asked: int | None, whom: str) -> str:
+    """Which of the range the first member's application was surely returned, and which it was
+    only served (its client may have read them ahead and dropped them at the revocation)."""
+    if handed >= hi:
+        return f"; {whom}'s application had been returned all of them (a Fetch of it asked from {asked})"
+    past = (f"; offsets {handed}-{hi - 1} were served to {whom} past its last Fetch offset: its application "
+            "may have processed them, or its client only read them ahead and dropped them unprocessed")
+    return (f"; offsets {lo}-{handed - 1} had been returned to {whom}'s application (a Fetch of it asked "
+            f"from {asked})" + past) if handed > lo else past
 
 
 def _committed(tl: Timelines, group: str, tp: tuple, before: float) -> int | None:

@@ -8,7 +8,9 @@ the same records again, writes them under a new producer id (a new InitProducerI
 idempotent producer recovering from unresolved batches, a bumped epoch with sequences from 0
 (KIP-360). The broker stores them a second time and consumers process them twice.
 
-Evidence on disk: the first batches of a new session (producer id, epoch) hold the same records
+Evidence on disk: the first batches of a new session (producer id, epoch) - from its very first
+batch in the partition on: a restarted application re-sends its unacknowledged records before
+anything new - hold the same records
 (record_content: keys, values, headers, offset and timestamp deltas) as batches of an earlier
 session of the same partition that wrote nothing after the new one began - the old producer id
 (or, for a bumped epoch, the old epoch) ended and its last writes came back - with create times at most RESTART_WINDOW_MS apart where
@@ -156,6 +158,10 @@ class SessionCopies:
                      else self.last_pid[a["code"] // EPOCHS])
             if ended < self.first[b["code"]]:
                 groups.setdefault((a["code"], b["code"]), []).append((b, a))
+        # a restarted application sends its unacknowledged records first: the copies of one old
+        # session begin with the new session's first batch here (two producers that merely wrote
+        # alike records - constant payloads - meet later in a session)
+        groups = {k: v for k, v in groups.items() if min(b["row"] for b, _ in v) == self.first[k[1]]}
         out = [self._finding(k, v, sources) for k, v in sorted(groups.items(), key=lambda kv: kv[1][0][0]["row"])]
         self.pairs, self.runs = [], []
         return out

@@ -100,6 +100,37 @@ def test_concurrent_sessions_writing_the_same_records_are_no_restart(tmp_path):
     assert _restart(tmp_path, overlap=True) == []
 
 
+def _alike_later(tmp_path, *, first_new: bool, epoch_bump: bool = False):
+    """Producer 7's last batch holds constant padding records; producer 8 (or 7's bumped epoch)
+    then writes its own record and (or, `first_new` False: first) a batch of the same padding."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("shared", 0)
+    old = pb.producer(7, 0)
+    old.send([b"e0-b0-r0"], timestamp=10_000)
+    old.send([b"x" * 200, b"x" * 200], timestamp=10_000)
+    new = pb.producer(7, 1) if epoch_bump else pb.producer(8, 0)
+    if first_new:
+        new.send([b"e1-b0-r0"], timestamp=10_050)
+    new.send([b"x" * 200, b"x" * 200], timestamp=10_050)
+    return audit(ld.write(), rules=("duplicate-records", "duplicate-batch", "out-of-order-sequence"))
+
+
+def test_a_new_session_meeting_alike_records_after_its_own_first_batch_is_no_resend(tmp_path):
+    """Two producers of one shared partition both ending on the same constant records: the second
+    began with a record of its own, so it re-sent nothing of the first (a restarted application
+    re-sends its unacknowledged records first). The simulator's mix of two `split` faults."""
+    assert _alike_later(tmp_path, first_new=True) == []
+    assert _alike_later(tmp_path / "bump", first_new=True, epoch_bump=True) == []
+
+
+def test_the_same_alike_records_as_the_new_sessions_first_batch_are_a_resend(tmp_path):
+    """The twin: the new session begins with the old one's last records."""
+    fs = _alike_later(tmp_path, first_new=False)
+    assert brief(fs) == [("duplicate-records", "error", "shared-0", 3, 4)]
+    fs = _alike_later(tmp_path / "bump", first_new=False, epoch_bump=True)
+    assert [(f["rule"], f["first_offset"], f["producer_epoch"]) for f in fs] == [("duplicate-records", 3, 1)]
+
+
 def test_a_copy_long_after_the_restart_window_is_no_resend(tmp_path):
     assert _restart(tmp_path, later_ms=3_600_000) == []
 
