@@ -25,13 +25,13 @@ import os
 import pickle
 import queue
 import signal
-import struct
 import sys
 import threading
 import traceback
 
 from kaudit.sources.cores import usable_cpus
-from kaudit.sources.pcap_workers import send, widen
+from kaudit.engine.shared_folds import kill_child, wait_child
+from kaudit.sources.pcap_workers import recv_parts, send, widen
 from kaudit.sources.records import METADATA_TOPIC, OFFSETS_TOPIC, REMOTE_TOPIC, TXN_TOPIC
 
 # internal topics' log bytes from which the fork pays: their records decode in Python at ~8 MB/s
@@ -86,11 +86,11 @@ def run_forked(work, chunks, finish) -> tuple[list, object, list]:
                 message = recv_parts(f)
             except (EOFError, pickle.UnpicklingError, ValueError):
                 message = None
-        status = _wait(pid)
+        status = wait_child(pid)
         pid = None
     finally:
         if pid is not None:   # the main process failed (or Ctrl-C): the child's work is moot
-            _kill(pid)
+            kill_child(pid)
         writer.close()   # (a dead child's pipe: the writer drops what is left)
         if results_r is not None:
             os.close(results_r)
@@ -168,47 +168,3 @@ def _send_error(fd: int, e: BaseException) -> None:
         send(fd, ("error", e))
     except OSError:
         pass
-
-
-_COUNT = struct.Struct(">Q")
-
-
-def recv_parts(f):
-    """One message of `send`, each of its buffers read into its own bytes: a buffered fold that
-    keeps a few columns of a chunk keeps only their bytes, not the whole chunk's."""
-    header = f.read(_COUNT.size)
-    if len(header) < _COUNT.size:
-        raise EOFError("pipe closed")
-    (count,) = _COUNT.unpack(header)
-    sizes = struct.unpack(f">{count}Q", _read(f, 8 * count))
-    parts = [_read(f, size) for size in sizes]
-    return pickle.loads(parts[0], buffers=parts[1:])
-
-
-def _read(f, size: int) -> bytearray:
-    buf = bytearray(size)
-    view, got = memoryview(buf), 0
-    while got < size:
-        n = f.readinto(view[got:])
-        if not n:
-            raise EOFError("pipe closed mid-message")
-        got += n
-    return buf
-
-
-def _wait(pid: int) -> int | None:
-    while True:
-        try:
-            return os.waitpid(pid, 0)[1]
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            return None
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    _wait(pid)

@@ -128,7 +128,7 @@ def run_shared(work, folds) -> list[dict]:
     finally:
         os.close(tokens_r)
         if pid is not None:   # the main process failed (or Ctrl-C): the child's work is moot
-            _kill(pid)
+            kill_child(pid)
     for t, found, internal in received:
         done.setdefault(t, (found, internal))
     out = []
@@ -245,23 +245,23 @@ def _reap(pid: int) -> None:
 
 def _reap_ending() -> None:
     while _ENDING:
-        _wait(_ENDING.pop())
+        wait_child(_ENDING.pop())
 
 
-def _wait(pid: int) -> None:
+def wait_child(pid: int) -> int | None:
+    """The child's wait status once it has ended (None: already reaped)."""
     while True:
         try:
-            os.waitpid(pid, 0)
-            return
+            return os.waitpid(pid, 0)[1]
         except InterruptedError:
             continue
         except ChildProcessError:
-            return
+            return None
 
 
-def _kill(pid: int) -> None:
+def kill_child(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    _wait(pid)
+    wait_child(pid)

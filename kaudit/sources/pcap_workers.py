@@ -76,6 +76,19 @@ def recv(f):
     return pickle.loads(parts[0], buffers=parts[1:])
 
 
+def recv_parts(f):
+    """One message of `send`, each of its buffers read into its own bytes (recv reads them into
+    one): a fold that keeps a few columns of a chunk keeps only their bytes, not the whole
+    chunk's (engine.forked_folds). EOFError when the other end is closed."""
+    header = f.read(_COUNT.size)
+    if len(header) < _COUNT.size:
+        raise EOFError("pipe closed")
+    (count,) = _COUNT.unpack(header)
+    sizes = struct.unpack(f">{count}Q", _read_exact(f, 8 * count))
+    parts = [_read_exact(f, size) for size in sizes]
+    return pickle.loads(parts[0], buffers=parts[1:])
+
+
 def widen(fd: int) -> None:
     """A bigger pipe buffer: fewer wake-ups for megabyte messages (best effort)."""
     try:
