@@ -5,6 +5,7 @@ saying so once on stderr. Everything else is in pyproject.toml."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from setuptools import Extension, setup
@@ -22,7 +23,13 @@ MODULES = {
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext that warns instead of failing: the pure path is always there."""
+    """build_ext that warns instead of failing: the pure path is always there. The extensions
+    compile in parallel, one per CPU (serial: ~65 s of a fresh `make test`'s set-up on 2 cores)."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
 
     def run(self):
         try:
@@ -48,7 +55,7 @@ def extensions():
     exts = [Extension(name, [src], include_dirs=["kaudit/protocol"],
                       extra_compile_args=["-O3", "-ffp-contract=off"])
             for name, src in MODULES.items()]
-    return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
+    return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True, nthreads=os.cpu_count() or 1)
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
