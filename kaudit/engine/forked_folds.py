@@ -3,7 +3,7 @@ decode is Python under the GIL: the records of the internal topics (`__transacti
 `__consumer_offsets`, `__cluster_metadata`) decode in pure Python, and folds on a second thread
 of the same process (engine.local.execute) only take turns with it. Here the main process
 decodes and sends each chunk (pickled: the tables' buffers out of band, not copied) down a pipe
-from a writer thread, at most FOLDS_BEHIND chunks ahead; the child notes and folds them exactly
+from a writer thread, at most `behind` chunks ahead (engine.local.FOLDS_BEHIND); the child notes and folds them exactly
 as execute's folds thread would, finishes (sharing its buffered folds with a child of its own
 where that pays, engine.shared_folds), and sends back its findings, facts and internal errors.
 
@@ -59,11 +59,9 @@ def should_fork(audit, jobs: int | None, min_bytes: int | None = None) -> bool:
             and threading.active_count() == 1)
 
 
-def run_forked(work, chunks, finish) -> tuple[list, object, list]:
+def run_forked(work, chunks, finish, behind: int = 4) -> tuple[list, object, list]:
     """(findings, facts, internal errors) of `work` over `chunks`, folded in a forked child;
     `finish(work)` gives the findings once every chunk is folded (in the child)."""
-    from kaudit.engine.local import FOLDS_BEHIND
-
     chunks_r, chunks_w = os.pipe()
     results_r, results_w = os.pipe()
     widen(chunks_w)
@@ -74,7 +72,7 @@ def run_forked(work, chunks, finish) -> tuple[list, object, list]:
         _child(work, finish, chunks_r, results_w)
     os.close(chunks_r)
     os.close(results_w)
-    writer = _Writer(chunks_w, FOLDS_BEHIND)
+    writer = _Writer(chunks_w, behind)
     try:
         for item in chunks:
             if not writer.put(item):

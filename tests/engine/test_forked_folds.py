@@ -25,9 +25,9 @@ from kaudit.engine import forked_folds, local, shared_folds
 
 forks = []
 real = forked_folds.run_forked
-def counted(work, chunks, finish):
+def counted(work, chunks, finish, *rest):
     forks.append(1)
-    return real(work, chunks, finish)
+    return real(work, chunks, finish, *rest)
 local.run_forked = counted
 """
 

@@ -47,8 +47,9 @@ _Resp = namedtuple("_Resp", "response_ts")   # what lso_stuck reads of a respons
 class LsoSettle(Settler):
     """What the settling knows across sweeps: each partition's LSO floor, the context so far."""
 
-    def __init__(self, fold):
+    def __init__(self, fold, stuck):
         self.fold = fold
+        self.stuck = stuck   # the rule's predicate over a run's responses (wire_lso.lso_stuck)
         self.ctx: Context | None = None
         self.floor: dict = {}   # (topic, partition) -> the lowest LSO a later response can show
         self.swept_at: float | None = None
@@ -99,7 +100,7 @@ class LsoSettle(Settler):
                 continue
             # the fold's order (folds.sort_indices): response time, position, nulls last, stable
             idx.sort(key=lambda i: (ts[i] is None, ts[i] or 0.0, pos[i] is None, pos[i] or 0))
-            cut, stuck, floor = _walk(idx, ts, lso, hw, horizon)
+            cut, stuck, floor = _walk(idx, ts, lso, hw, horizon, self.stuck)
             for i in idx[:cut]:
                 keep[i] = False
             for run, closer in stuck:
@@ -150,12 +151,11 @@ class LsoSettle(Settler):
         return {"lso_runs_settled": self.runs, "lso_rows_dropped": self.dropped}
 
 
-def _walk(idx: list, ts: list, lso: list, hw: list, horizon: float):
-    """Over one partition's responses in the fold's order (LsoPartition.feed), those older than
+def _walk(idx: list, ts: list, lso: list, hw: list, horizon: float, lso_stuck):
+    """Over one partition's responses in the fold's order (LsoPartition.stuck_runs), those older than
     `horizon`: (how many come before the run still open, the stuck runs among them with the
-    response that closed each, the lowest LSO a later run can have or None)."""
-    from kaudit.audit.wire.wire_lso import lso_stuck
-
+    response that closed each, the lowest LSO a later run can have or None); `lso_stuck`: the
+    rule's predicate."""
     run: list = []
     runs: list = []   # (the run's responses, the one that closed it)
     start = end = 0

@@ -190,7 +190,7 @@ def _live(fold: Fold):
     """A live capture's settling (lso_settle: its runs over, its batches that no longer matter)."""
     from kaudit.audit.wire.lso_settle import LsoSettle
 
-    return LsoSettle(fold)
+    return LsoSettle(fold, lso_stuck)
 
 
 FOLD = Fold("wire-lso", {"fetch_partition": COLUMNS, "batch": BATCH_COLUMNS}, KEY, ORDER,
