@@ -47,9 +47,10 @@ _Resp = namedtuple("_Resp", "response_ts")   # what lso_stuck reads of a respons
 class LsoSettle(Settler):
     """What the settling knows across sweeps: each partition's LSO floor, the context so far."""
 
-    def __init__(self, fold, stuck):
+    def __init__(self, fold, stuck, runs):
         self.fold = fold
         self.stuck = stuck   # the rule's predicate over a run's responses (wire_lso.lso_stuck)
+        self.cut_runs = runs   # the fold's runs (wire_lso.lso_runs)
         self.ctx: Context | None = None
         self.floor: dict = {}   # (topic, partition) -> the lowest LSO a later response can show
         self.swept_at: float | None = None
@@ -100,7 +101,7 @@ class LsoSettle(Settler):
                 continue
             # the fold's order (folds.sort_indices): response time, position, nulls last, stable
             idx.sort(key=lambda i: (ts[i] is None, ts[i] or 0.0, pos[i] is None, pos[i] or 0))
-            cut, stuck, floor = _walk(idx, ts, lso, hw, horizon, self.stuck)
+            cut, stuck, floor = _walk(idx, ts, lso, hw, horizon, self.stuck, self.cut_runs)
             for i in idx[:cut]:
                 keep[i] = False
             for run, closer in stuck:
@@ -151,36 +152,26 @@ class LsoSettle(Settler):
         return {"lso_runs_settled": self.runs, "lso_rows_dropped": self.dropped}
 
 
-def _walk(idx: list, ts: list, lso: list, hw: list, horizon: float, lso_stuck):
+def _walk(idx: list, ts: list, lso: list, hw: list, horizon: float, lso_stuck, lso_runs):
     """Over one partition's responses in the fold's order (LsoPartition.stuck_runs), those older than
     `horizon`: (how many come before the run still open, the stuck runs among them with the
-    response that closed each, the lowest LSO a later run can have or None); `lso_stuck`: the
-    rule's predicate."""
-    run: list = []
-    runs: list = []   # (the run's responses, the one that closed it)
-    start = end = 0
-    last = None
-    for j, i in enumerate(idx):
-        if ts[i] is None or ts[i] >= horizon:
-            break
-        end = j + 1
-        lo, hi = lso[i], hw[i]
-        if lo is None or hi is None or lo < 0 or hi < 0:
-            continue
-        last = lo
-        if run and lo != lso[run[0]]:
-            runs.append((run, i))
-            run = []
-        if lo < hi:
-            if not run:
-                start = j
-            run.append(i)
-        elif run:
-            runs.append((run, i))
-            run = []
-    cut = start if run else end
-    stuck = [(r, c) for r, c in runs if lso_stuck([_Resp(ts[i]) for i in r])]
+    response that closed each, the lowest LSO a later run can have or None); `lso_stuck`,
+    `lso_runs`: the rule's predicate and the fold's runs."""
+    end = next((j for j, i in enumerate(idx) if ts[i] is None or ts[i] >= horizon), len(idx))
+    rows = idx[:end]
+    lo = np.array([-1 if lso[i] is None else lso[i] for i in rows], dtype=np.int64)
+    hi = np.array([-1 if hw[i] is None else hw[i] for i in rows], dtype=np.int64)
+    valid, starts, ends = lso_runs(lo, hi)
+    is_open = bool(starts.size) and int(ends[-1]) == len(valid)   # no later response ended it yet
+    cut = int(valid[starts[-1]]) if is_open else end
+    closed = zip(starts[:-1] if is_open else starts, ends[:-1] if is_open else ends)
+    stuck = []
+    for s, e in closed:
+        run = [rows[j] for j in valid[s:e].tolist()]
+        if lso_stuck([_Resp(ts[i]) for i in run]):
+            stuck.append((run, rows[int(valid[e])]))
     later = [lso[i] for i in idx[cut:] if lso[i] is not None and lso[i] >= 0 and hw[i] is not None and hw[i] >= 0]
+    last = int(lo[valid[-1]]) if valid.size else None
     return cut, stuck, min(later) if later else last
 
 

@@ -52,6 +52,24 @@ def lso_stuck(run: list) -> bool:
     return (run[-1].response_ts or 0) - (run[0].response_ts or 0) >= MIN_SPAN_S
 
 
+def lso_runs(lso: np.ndarray, hw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The runs of responses in the fold's order (`lso`, `hw`: their LSOs and high watermarks,
+    -1 where unknown): (the positions of the responses with both, each run's first and end
+    index among them). A run is the longest stretch of consecutive such responses whose LSO is
+    the same and below their high watermark; the response at a run's end, where there is one,
+    ended it (another LSO, or one at or above its high watermark). The wire-lso fold and its live
+    settler (lso_settle) both cut runs here."""
+    valid = np.flatnonzero((lso >= 0) & (hw >= 0))
+    lso, hw = lso[valid], hw[valid]
+    below = lso < hw
+    goes_on = np.zeros(len(lso), dtype=bool)   # continues the run of the response before it
+    goes_on[1:] = below[1:] & below[:-1] & (lso[1:] == lso[:-1])
+    breaks = np.flatnonzero(~goes_on)
+    starts = np.flatnonzero(below & ~goes_on)
+    ends = np.concatenate([breaks, [len(lso)]])[np.searchsorted(breaks, starts, side="right")]
+    return valid, starts, ends
+
+
 class LsoPartition:
     """One partition: its runs of the same LSO below the high watermark, judged once the
     partition's transactional batches are known too (in `finish`: the kinds come in any order)."""
@@ -70,24 +88,13 @@ class LsoPartition:
         return []
 
     def stuck_runs(self) -> list[list]:
-        """The responses of each run of one LSO below the high watermark that `lso_stuck` holds,
-        in order. A run is the longest stretch of consecutive responses (those without an LSO or
-        high watermark skipped) whose LSO is the same and below their high watermark; a response
-        with another LSO, or at or above its high watermark, ends it."""
+        """The responses of each run (lso_runs) that `lso_stuck` holds, in order."""
         if not self.fetches:
             return []
         t = self.fetches[0] if len(self.fetches) == 1 else pa.concat_tables(self.fetches)
-        lso = pc.fill_null(t.column("last_stable_offset"), -1).to_numpy()
-        hw = pc.fill_null(t.column("high_watermark"), -1).to_numpy()
-        valid = np.flatnonzero((lso >= 0) & (hw >= 0))
-        lso, hw = lso[valid], hw[valid]
+        valid, starts, ends = lso_runs(pc.fill_null(t.column("last_stable_offset"), -1).to_numpy(),
+                                       pc.fill_null(t.column("high_watermark"), -1).to_numpy())
         ts = pc.fill_null(t.column("response_ts"), 0.0).to_numpy()[valid]
-        below = lso < hw
-        goes_on = np.zeros(len(lso), dtype=bool)   # continues the run of the response before it
-        goes_on[1:] = below[1:] & below[:-1] & (lso[1:] == lso[:-1])
-        breaks = np.flatnonzero(~goes_on)
-        starts = np.flatnonzero(below & ~goes_on)
-        ends = np.concatenate([breaks, [len(lso)]])[np.searchsorted(breaks, starts, side="right")]
         # lso_stuck's own tests, before any row is made (it still decides, over the rows)
         maybe = (ends - starts >= MIN_RESPONSES) & (ts[np.maximum(ends - 1, 0)] - ts[starts] >= MIN_SPAN_S)
         out = []
@@ -190,7 +197,7 @@ def _live(fold: Fold):
     """A live capture's settling (lso_settle: its runs over, its batches that no longer matter)."""
     from kaudit.audit.wire.lso_settle import LsoSettle
 
-    return LsoSettle(fold, lso_stuck)
+    return LsoSettle(fold, lso_stuck, lso_runs)
 
 
 FOLD = Fold("wire-lso", {"fetch_partition": COLUMNS, "batch": BATCH_COLUMNS}, KEY, ORDER,
