@@ -64,6 +64,7 @@ def _places(fs: list[dict]) -> list[dict]:
     # replica the other findings give the same file
     replica_of = {e.get("source"): f["replica"] for f in fs if f.get("replica") and "," not in str(f["replica"])
                   for e in f.get("evidence") or []}
+    dirs = _log_dirs(fs)
     for f in fs:
         ev = [e for e in f.get("evidence") or [] if e.get("source")]
         wire = [e for e in ev if is_wire_evidence(e)]
@@ -80,6 +81,9 @@ def _places(fs: list[dict]) -> list[dict]:
             own = dict(zip((id(e) for e in f.get("evidence") or []), own)) if own else {}
             for e in disk or [None]:
                 mine = own.get(id(e)) if e is not None else None
+                if mine is None and e is not None and len(reps) > 1:
+                    # a file of a log dir the incident shows to be one of them: that replica's only
+                    mine = dirs.get(_log_dir(e["source"])) if dirs.get(_log_dir(e["source"])) in reps else None
                 for r in ([str(mine)] if mine is not None else reps) or [replica_of.get(e and e.get("source"))]:
                     names.append((f"replica {r}" if r else "log", e))
         for name, e in names:
@@ -89,6 +93,31 @@ def _places(fs: list[dict]) -> list[dict]:
             if e is not None and e not in p["evidence"] and len(p["evidence"]) < 6:
                 p["evidence"].append(e)
     return sorted(places.values(), key=lambda p: (not p["place"].startswith("replica"), p["place"]))
+
+
+def _log_dir(source) -> str:
+    """The log dir of a partition's file (`<log dir>/<topic>-<partition>/<file>`)."""
+    return os.path.dirname(os.path.dirname(str(source).replace("\\", "/")))
+
+
+def _log_dirs(fs: list[dict]) -> dict[str, str]:
+    """Log dir -> the replica the findings show it is: a one-replica finding's evidence in its own
+    partition's folder, and the pieces a finding of several replicas says are whose."""
+    out: dict[str, str] = {}
+    for f in fs:
+        ev = f.get("evidence") or []
+        own = details(f).get("evidence_replicas") or []
+        rep = str(f.get("replica") or "")
+        folder = f"{f.get('topic')}-{f.get('partition')}"
+        for i, e in enumerate(ev):
+            src = e.get("source")
+            if not src or is_wire_evidence(e):
+                continue
+            if i < len(own) and own[i] is not None:
+                out.setdefault(_log_dir(src), str(own[i]))
+            elif rep and "," not in rep and os.path.basename(os.path.dirname(str(src).replace("\\", "/"))) == folder:
+                out.setdefault(_log_dir(src), rep)
+    return out
 
 
 def _distinct(fs, key) -> list:
@@ -223,6 +252,14 @@ def _title(inc: dict, fs: list[dict]) -> str:
             idem = all(f.get("transactional_id") is None for f in fs if f["rule"] == "write-after-epoch-end")
             newer = (f", after its client moved to producer id {moved} (KIP-360)" if idem
                      else f", after its transactional id moved to producer id {moved}")
+        if stale is not None:   # the zombie's epoch, not its successor's
+            who = _who_short({**inc, "producer_epochs": [stale]})
+        # where its data was stored after its end, the worst first (a COMMIT exposed it); else all
+        stored = sorted((f for f in fs if f["rule"] == "write-after-epoch-end" and f.get("topic") is not None),
+                        key=lambda f: -_sev_rank(f))
+        if stored:
+            tps = list(dict.fromkeys(f"{f['topic']}-{f['partition']}" for f in stored))
+            where = " on " + ", ".join(tps[:3]) + (f" and {len(tps) - 3} more" if len(tps) > 3 else "")
         return f"{KIND_TITLES[kind]}: {who}{newer}{where}"
     if kind == "integrity":
         reps = ", ".join(inc["replicas"][:3])

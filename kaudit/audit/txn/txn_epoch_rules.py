@@ -166,8 +166,14 @@ def _stale_finding(j, part: Part, batches: list[dict], why: str, outcome: str) -
     else:
         start = part.start_offset
         said = ("no marker ends it" + (f": read_committed consumers stop at offset {start}" if start is not None else ""))
-    ev = [evidence(b["source"], b["position"], "produce" if pt.coverage.source == "wire" else "batch",
-                   "stale epoch data" if i == 0 else None) for i, b in enumerate(batches[:4])]
+    kind = "produce" if pt.coverage.source == "wire" else "batch"
+    stale = {b["base_offset"] for b in batches[:4]}
+
+    def stale_data(p: Part) -> list[dict]:   # in each replica's own files (replica_evidence)
+        own = [b for b in p.data if b["base_offset"] in stale] if p is not part else batches[:4]
+        return [evidence(b["source"], b["position"], kind, "stale epoch data" if i == 0 else None)
+                for i, b in enumerate(own[:4])]
+    ev = []
     if span is not None and span.source is not None and span.position is not None:
         ev.append(evidence(span.source, span.position, "txn_log" if pt.coverage.source == "disk" else "request",
                            f"epoch {e} {span.how}"))
@@ -186,7 +192,7 @@ def _stale_finding(j, part: Part, batches: list[dict], why: str, outcome: str) -
 
     return finding("write-after-epoch-end",
                    f"{j.say.where(part)}: producer {part.producer_id} epoch {e}'s data at {_offsets(batches)} was "
-                   f"{text}: {said}", severity=severity, evidence=ev, details=details,
+                   f"{text}: {said}", severity=severity, **j.say.said(part, stale_data, ev, details),
                    timeline=j.say.timeline(), **fields)
 
 

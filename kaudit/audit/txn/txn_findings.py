@@ -133,25 +133,38 @@ class _Say:
             self._tail = self.pt.timeline[-TIMELINE:]
         return list(self._tail)
 
-    def replica_evidence(self, part: Part) -> tuple[list[dict], list | None]:
-        """The part's evidence in each replica's own files, and whose each piece is (None: one
-        replica or the wire - the finding's replica says it)."""
+    def replica_evidence(self, part: Part, pick=None) -> tuple[list[dict], list | None]:
+        """The part's evidence (`pick(part)`, by default `evidence`) in each replica's own files
+        - a part merged over replicas reads one replica's batches - and whose each piece is (None:
+        one replica or the wire - the finding's replica says it)."""
+        pick = pick or self.evidence
         if self.wire or len(part.copies) < 2:
-            return self.evidence(part), None
+            return pick(part), None
         ev, reps = [], []
         for rep, cp in sorted(part.copies.items(), key=lambda kv: str(kv[0])):
-            got = self.evidence(cp)
+            got = pick(cp)
             ev.extend(got)
             reps.extend([rep] * len(got))
         return ev, reps
 
-    def part(self, rule_id: str, part: Part, text: str, details: dict, *, extra=(), **kw) -> dict:
-        ev, reps = self.replica_evidence(part)
+    def part(self, rule_id: str, part: Part, text: str, details: dict, *, extra=None, **kw) -> dict:
+        """A finding of one part; `extra(part)`: evidence of its own before the part's (read in each
+        replica's files, as the part's is)."""
+        ev, reps = self.replica_evidence(part, (lambda p: extra(p) + self.evidence(p)) if extra else None)
         details = self.details(part, None, details)
         if reps is not None:
-            details["evidence_replicas"] = [None] * len(extra) + reps
-        return finding(rule_id, f"{self.where(part)}: {text}", evidence=list(extra) + ev,
+            details["evidence_replicas"] = reps
+        return finding(rule_id, f"{self.where(part)}: {text}", evidence=ev,
                        details=details, timeline=self.timeline(), **self.fields(part, **kw))
+
+    def said(self, part: Part, pick, own: list[dict], details: dict, after: bool = False) -> dict:
+        """The evidence and details of a finding with the evidence `pick(part)` read in each
+        replica's own files, before its `own` (`after`: after it)."""
+        ev, reps = self.replica_evidence(part, pick)
+        if reps is not None:
+            mine = [None] * len(own)
+            details = {**details, "evidence_replicas": mine + reps if after else reps + mine}
+        return dict(evidence=own + ev if after else ev + own, details=details)
 
     @staticmethod
     def writer(m) -> str:
@@ -164,7 +177,7 @@ class _Say:
                          f"non-transactional batch(es) from offset {b['base_offset']} inside its transaction "
                          f"open since offset {part.start_offset}",
                          {"offsets": [[x["base_offset"], x["last_offset"]] for x in part.nontxn]},
-                         extra=[evidence(b["source"], b["position"], "batch")])
+                         extra=lambda p: [evidence(x["source"], x["position"], "batch") for x in p.nontxn[:1]])
 
     def late(self, part: Part, why: str, batches: list[dict]) -> dict:
         prev = part.previous.marker
@@ -174,13 +187,14 @@ class _Say:
         # its own transaction aborted, the next one's COMMIT took it in: read_committed consumers
         # read aborted data - an atomicity break, as a torn transaction is
         exposed = prev.result == "ABORT" and part.marker is not None and part.marker.result == "COMMIT"
+        details = self.details(part, None, {
+            "previous_marker_offset": prev.offset, "outcome": why,
+            "late_offsets": [[b["base_offset"], b["last_offset"]] for b in batches],
+            "accepted": all(b.get("response_error", 0) == 0 for b in batches)})
         return finding("late-transactional-write", f"{self.where(part)}: {text}",
                        severity="critical" if exposed else None,
-                       evidence=self.evidence(part) + [evidence(prev.source, prev.position, "marker", "previous marker")],
-                       details=self.details(part, None, {
-                           "previous_marker_offset": prev.offset, "outcome": why,
-                           "late_offsets": [[b["base_offset"], b["last_offset"]] for b in batches],
-                           "accepted": all(b.get("response_error", 0) == 0 for b in batches)}),
+                       **self.said(part, self.evidence, [evidence(prev.source, prev.position, "marker", "previous marker")],
+                                   details),
                        timeline=self.timeline(), **self.fields(part, last_offset=last))
 
     def unregistered(self, part: Part) -> dict:
@@ -283,9 +297,7 @@ class _Say:
             how += (f"; its marker{'s' if many else ''} on {', '.join(unseen)} {'were' if many else 'was'} not seen "
                     "in the capture (ended by the same decision: the coordinator writes it to every registered "
                     "partition)")
-        ev = self.evidence(first) if first is not None else []
-        if c is not None:
-            ev = [e for e in c.evidence if e["position"] is not None][-2:] + ev
+        ev = [e for e in c.evidence if e["position"] is not None][-2:] if c is not None else []
         details = self.details(None, t, {
             "cause": cause, "partitions": sorted({p.tp for p in parts}), "data_epoch": data_epoch,
             "marker_epoch": marker.epoch if seen else None, "markers_seen": seen,
@@ -300,10 +312,12 @@ class _Say:
         fields = self.fields(first) if first is not None else dict(producer_id=t.producer_id)
         fields.update(producer_epoch=data_epoch, transactional_id=t.transactional_id or fields.get("transactional_id"),
                       first_ts_ms=t.start_ms, last_ts_ms=t.end_ms)
+        said = self.said(first, self.evidence, ev, details, after=True) if first is not None else \
+            dict(evidence=ev, details=details)
         return finding("coordinator-abort",
                        f"the coordinator aborted producer {t.producer_id}'s transaction (epoch {data_epoch}, "
                        f"{t.transactional_id!r}) on {where} by {cause}: {how}",
-                       evidence=ev, details=details, timeline=self.timeline(), **fields)
+                       timeline=self.timeline(), **said, **fields)
 
     def _unseen(self, t: Transaction) -> list[str]:
         """Wire: the registered partitions of a transaction some of whose markers the capture shows
@@ -341,7 +355,7 @@ class _Say:
             text += f"the coordinator decided {decided}{how}, but " + "; ".join(self._range(r, c) for r in damaged)
             kept = [r for r in ranges if r.has_data and r not in damaged]
             if kept:
-                text += f"; as decided: " + ", ".join(f"{r.tp} {r.offsets}" for r in kept)
+                text += "; as decided: " + ", ".join(f"{r.tp} {r.offsets}" for r in kept)
         else:
             text += "; ".join(self._range(r, None) for r in ranges if r.has_data or r.result)
         notes = [n for n in nothing if n["why"] != "registered, never written"]

@@ -1,0 +1,67 @@
+"""What a person reads in an incident of several replicas: each replica's evidence is in that
+replica's own files (issue 27: "its evidence for replica 2 and 3 points at node 1's files"), and a
+zombie's title names the partition its data was stored on, with the zombie's epoch - not every
+partition its fencing touched, nor its successor's epoch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kaudit.report.story import _log_dirs, _places, incidents
+from tests.sim.runner import audit, simulate
+
+REGRESSIONS = Path(__file__).parents[1] / "sim" / "regressions"
+
+
+def _zombie_committed(tmp_path):
+    """A fenced instance (epoch 0) writes to a partition its transaction never registered; the
+    new instance (epoch 2) writes there and commits (the simulator's regression history)."""
+    h = json.loads((REGRESSIONS / "txn-fence-unregistered-commit.json").read_text())["history"]
+    sim, dirs, pcap, end = simulate(h, tmp_path)
+    return dirs, audit("audit", dirs, pcap, end), end
+
+
+def test_each_replica_shows_its_own_files(tmp_path):
+    dirs, findings, end = _zombie_committed(tmp_path)
+    inc = next(i for i in incidents(findings, end) if i["kind"] == "zombie")
+    reps = [p for p in inc["places"] if p["place"].startswith("replica ")]
+    assert {p["place"] for p in reps} == {"replica 1", "replica 2", "replica 3"}
+    for p in reps:
+        node = "node" + p["place"].split()[-1]
+        disk = [e for e in p["evidence"] if not e["source"].endswith(".pcap")]
+        assert disk, p
+        for e in disk:   # the stale data, the first data, the markers: that node's files only
+            assert Path(e["source"]).parts[-3] == node, (p["place"], e["source"])
+        assert any(e["note"] == "stale epoch data" for e in disk), p
+
+
+def test_zombie_title_names_the_damaged_partition_and_the_zombies_epoch(tmp_path):
+    dirs, findings, end = _zombie_committed(tmp_path)
+    inc = next(i for i in incidents(findings, end) if i["kind"] == "zombie")
+    assert inc["severity"] == "critical"
+    # the fencing's ABORT on e0-0 is the coordinator's own (info): the damage is on e0-2
+    assert inc["title"] == "Zombie producer: producer 1001 epoch 0 ('tx-0'), fenced by epoch 2 on e0-2", inc["title"]
+
+
+def _f(replica, topic, partition, sources, rule="r", own=None):
+    d = {"evidence_replicas": own} if own else {}
+    return {"rule": rule, "severity": "error", "replica": replica, "topic": topic, "partition": partition,
+            "evidence": [{"source": s, "position": 0, "kind": "batch"} for s in sources],
+            "details": json.dumps(d)}
+
+
+def test_a_merged_findings_file_goes_to_the_replica_whose_log_dir_holds_it():
+    one = _f("2", "t", 0, ["/x/node2/t-0/0.log"])
+    merged = _f("1,2", "t", 0, ["/x/node2/t-0/0.log", "/x/node9/__transaction_state-1/0.log"])
+    assert _log_dirs([one, merged]) == {"/x/node2": "2"}
+    places = {p["place"]: [e["source"] for e in p["evidence"]] for p in _places([one, merged])}
+    assert places["replica 2"] == ["/x/node2/t-0/0.log", "/x/node9/__transaction_state-1/0.log"]
+    # replica 1's place gets no file of replica 2's log dir; a file of no known replica stays shown
+    assert places["replica 1"] == ["/x/node9/__transaction_state-1/0.log"]
+
+
+def test_a_one_replica_findings_other_partitions_file_names_no_log_dir():
+    # the coordinator's record of another partition, in a finding of replica 3: not replica 3's dir
+    f = _f("3", "t", 0, ["/x/node1/__transaction_state-4/0.log"])
+    assert _log_dirs([f]) == {}
