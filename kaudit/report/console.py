@@ -8,9 +8,11 @@ Piped output is never cut: lines are printed whole (soft wrap), as tshark and ka
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter, defaultdict
 
 from kaudit.audit import SEVERITY_RANK
+from kaudit.audit.stories.incidents import is_wire_evidence
 from kaudit.timefmt import iso_ms
 
 SEVERITY_STYLE = {"critical": "bold white on red", "error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -91,8 +93,8 @@ def _header(c, report: dict) -> None:
 
 
 def _where(e: dict, shown: dict | None = None) -> str:
-    wire = e["kind"] in ("request", "response", "produce", "packet", "fetch", "end_txn")
-    where = "" if e["position"] is None else (f"frame {e['position']}" if wire else f"byte {e['position']}")
+    # a marker is a WriteTxnMarkers frame in a capture, a control batch in a log
+    where = "" if e["position"] is None else (f"frame {e['position']}" if is_wire_evidence(e) else f"byte {e['position']}")
     note = f" ({e['note']})" if e.get("note") else ""
     name = (shown or {}).get(e["source"]) or os.path.basename(e["source"] or "")
     return f"{name} {where} [{e['kind']}]{note}".strip()
@@ -120,9 +122,30 @@ def _incident(c, n: int, i: dict, members: list[dict]) -> None:
     lead = next((f for f in members if f.get("timeline")), None)
     if lead is not None:
         c.print("  [bold]timeline[/bold] [dim](" + escape(lead["rule"]) + ")[/dim]")
-        for line in lead["timeline"][-TIMELINE_LINES:]:
+        for line in timeline_steps(lead["timeline"]):
             c.print(f"    [dim]{escape(line)}[/dim]")
     c.print(f"  [green bold]remediation[/green bold] {escape(story['remediation'] or '')}")
+
+
+# steps that tell what went wrong: refusals, an admin's or another writer's markers, fencing
+KEY_STEP = re.compile(r"-> error|not the coordinator|admin|fenced|zombie|refused|unanswered", re.I)
+KEY_STEPS = 4
+
+
+def timeline_steps(lines: list[str], most: int = TIMELINE_LINES) -> list[str]:
+    """The last `most` steps, and before them the first KEY_STEPS steps that tell what went wrong
+    (an admin's abort early in the transaction is its story), with the steps left out counted."""
+    if len(lines) <= most:
+        return list(lines)
+    key = [i for i, x in enumerate(lines[:-most]) if KEY_STEP.search(x)][:KEY_STEPS]
+    keep = key + list(range(len(lines) - most, len(lines)))
+    out, nxt = [], 0
+    for i in keep:
+        if i > nxt:
+            out.append(f"… {i - nxt} step(s)")
+        out.append(lines[i])
+        nxt = i + 1
+    return out
 
 
 def _coverage(c, report: dict, members: dict) -> None:

@@ -65,3 +65,39 @@ def test_a_one_replica_findings_other_partitions_file_names_no_log_dir():
     # the coordinator's record of another partition, in a finding of replica 3: not replica 3's dir
     f = _f("3", "t", 0, ["/x/node1/__transaction_state-4/0.log"])
     assert _log_dirs([f]) == {}
+
+
+def _torn(tmp_path):
+    """An admin aborts two of a TV2 transaction's three partitions; the producer writes again and
+    commits (the simulator's regression history)."""
+    h = json.loads((REGRESSIONS / "txn-admin_abort-tv2-two-of-three.json").read_text())["history"]
+    sim, dirs, pcap, end = simulate(h, tmp_path)
+    return audit("audit", dirs, pcap, end), end
+
+
+def test_the_clients_told_outcome_joins_the_torn_transactions_incident(tmp_path):
+    findings, end = _torn(tmp_path)
+    incs = incidents(findings, end)
+    assert len(incs) == 1, [i["title"] for i in incs]
+    inc = incs[0]
+    assert inc["title"].startswith("Torn transaction on e0-0, e0-1:"), inc["title"]
+    assert set(inc["rules"]) == {"torn-transaction", "outcome-mismatch"}
+    # the EndTxn's log evidence is placed under each replica, not under a nameless "log"
+    places = {p["place"]: p for p in inc["places"]}
+    assert "log" not in places
+    assert all("outcome-mismatch" in places[f"replica {r}"]["rules"] for r in "123")
+
+
+def test_the_text_shows_the_admins_aborts_and_frames_not_bytes(tmp_path):
+    from kaudit.report.console import _where, timeline_steps
+
+    findings, end = _torn(tmp_path)
+    inc = incidents(findings, end)[0]
+    cap = next(p for p in inc["places"] if p["place"].startswith("capture"))
+    marker = next(e for e in cap["evidence"] if e["kind"] == "marker")
+    assert _where(marker) == f"capture.pcap frame {marker['position']} [marker] (written by 'adminclient-1', not the coordinator)"
+    torn = next(f for f in findings if f["rule"] == "torn-transaction" and f.get("timeline"))
+    shown = timeline_steps(torn["timeline"])
+    assert len(torn["timeline"]) > len([x for x in shown if not x.startswith("…")])
+    assert sum("from 'adminclient-1'" in x for x in shown) == 2, shown   # both aborts, early as they are
+    assert shown[-1] == torn["timeline"][-1]

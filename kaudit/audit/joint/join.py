@@ -344,7 +344,7 @@ def _end_txn(inp: JoinInput, stored: dict, cov: dict) -> list[dict]:
             if e["error_codes"] != "":
                 continue    # unanswered or refused: the client was not told an outcome
             cov["end_txn_checked"] += 1
-            wrong, ev = [], []
+            wrong, ev, reps = [], [], []
             for b in batches:
                 for rep, offs in stored.get(wire_key(b), {}).items():
                     for o in offs:
@@ -355,6 +355,7 @@ def _end_txn(inp: JoinInput, stored: dict, cov: dict) -> list[dict]:
                                           "marker": m[1], "marker_offset": m[0], "marker_epoch": m[2]})
                             ev.append(evidence(m[3]["source"], m[3]["position"], "batch",
                                                f"{m[1]} marker at offset {m[0]} on replica {rep}"))
+                            reps.append(rep)
             if not wrong:
                 continue
             parts = sorted({w["partition"] for w in wrong})
@@ -364,7 +365,7 @@ def _end_txn(inp: JoinInput, stored: dict, cov: dict) -> list[dict]:
                 f"({e['transactional_id']}): the client was told the transaction {told} (EndTxn), "
                 f"the log holds {', '.join(sorted({w['marker'] for w in wrong}))} markers on {', '.join(parts)}",
                 evidence=[evidence(e["source"], e["position"], "end_txn", f"EndTxn {e['result']}")] + ev,
-                details={"told": e["result"], "stored": wrong},
+                details={"told": e["result"], "stored": wrong, "evidence_replicas": [None] + reps},
                 producer_id=pid, producer_epoch=e["producer_epoch"], transactional_id=e["transactional_id"],
                 connection=e["connection"], first_ts_ms=int(ts * 1000) if ts else None))
     return out

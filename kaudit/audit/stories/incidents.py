@@ -146,7 +146,8 @@ def _atoms(f: dict, tids: dict) -> list[tuple]:
     """The keys a finding shares with the other findings of its story (intervals apart)."""
     out = []
     rule, d = f["rule"], details_of(f)
-    for e in f.get("evidence") or []:
+    own = d.get("evidence_replicas") or ()   # whose files each piece is, where a finding says it
+    for i, e in enumerate(f.get("evidence") or []):
         if e.get("position") is None:
             continue
         if is_wire_evidence(e):
@@ -154,7 +155,8 @@ def _atoms(f: dict, tids: dict) -> list[tuple]:
             # findings only
             out.append(("ev", "frame", _tail(e["source"]), e["position"], f.get("topic"), f.get("partition")))
         else:
-            out.append(("ev", "byte", str(f.get("replica") or ""), _tail(e["source"]), e["position"]))
+            rep = own[i] if i < len(own) and own[i] is not None else f.get("replica")
+            out.append(("ev", "byte", str(rep or ""), _tail(e["source"]), e["position"]))
     pid, epoch = f.get("producer_id"), f.get("producer_epoch")
     if rule == "fenced-epoch" and pid is not None and pid >= 0:
         out.append(("zombie", pid, epoch))

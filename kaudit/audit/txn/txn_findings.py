@@ -92,7 +92,8 @@ class _Say:
         ev = [evidence(b["source"], b["position"], kind, "first data" if i == 0 else None)
               for i, b in enumerate(part.data[: 8 if self.wire else 1])]
         if part.marker is not None:
-            ev.append(evidence(part.marker.source, part.marker.position, "marker", _writer(part.marker).strip() or None))
+            ev.append(evidence(part.marker.source, part.marker.position, "marker",
+                               _writer(part.marker).strip().strip("()") or None))
         return ev
 
     def details(self, part: Part | None, txn: Transaction | None, extra: dict) -> dict:
