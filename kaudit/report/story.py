@@ -22,6 +22,19 @@ KIND_TITLES = {"leadership": "Records lost to the partition's leadership",
                "other": "Finding"}
 
 
+# a transaction incident is titled by its worst finding's rule: what kind of anomaly it is
+TXN_TITLES = {"late-transactional-write": "Transaction data after its marker",
+              "txn-markers-refused": "Transaction markers refused",
+              "epoch-exhausted-transaction": "Transaction at the epoch limit",
+              "mixed-epoch-transaction": "Transaction of two epochs",
+              "unregistered-partition": "Write to an unregistered partition",
+              "non-transactional-write-in-transaction": "Plain write inside a transaction",
+              "coordinator-epoch-regression": "Marker from an older coordinator",
+              "illegal-state-transition": "Coordinator states out of order",
+              "dangling-transaction": "Open transaction",
+              "stray-marker": "Marker with no transaction",
+              "coordinator-abort": "Transaction aborted by the coordinator"}
+
 _KINDS = (("leadership", {"unclean-leader-election", "unexplained-divergence", "missing-segments"}),
           ("acknowledged", {"acknowledged-write-lost", "offset-acknowledged-twice", "acknowledged-records-replaced"}),
           ("zombie", {"fenced-epoch", "write-after-epoch-end"}), ("torn", {"torn-transaction"}),
@@ -265,6 +278,10 @@ def _title(inc: dict, fs: list[dict]) -> str:
         reps = ", ".join(inc["replicas"][:3])
         return f"{KIND_TITLES[kind]}{where}" + (f" (replica {reps})" if reps else "") + ": " + \
             ", ".join(rule_of(r).title for r in inc["rules"])
+    if kind == "transaction":
+        lead = max((f for f in fs if f["rule"] in TXN_TITLES), key=_sev_rank, default=None)
+        if lead is not None:
+            return f"{TXN_TITLES[lead['rule']]}{where}: {who or rule_of(lead['rule']).title}"
     if kind in ("coverage", "other"):
         return f"{rule_of(fs[0]['rule']).title}{where}"
     if kind == "errors":

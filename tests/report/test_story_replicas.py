@@ -101,3 +101,15 @@ def test_the_text_shows_the_admins_aborts_and_frames_not_bytes(tmp_path):
     assert len(torn["timeline"]) > len([x for x in shown if not x.startswith("…")])
     assert sum("from 'adminclient-1'" in x for x in shown) == 2, shown   # both aborts, early as they are
     assert shown[-1] == torn["timeline"][-1]
+
+
+def test_a_late_endtxn_is_one_incident_titled_by_what_happened(tmp_path):
+    """KAFKA-17754: a delayed EndTxn; the client was told COMMIT for data its partition's next
+    ABORT discarded. The client's outcome (the join) and the late write (the transaction rules)
+    are one story, titled by the anomaly, not "Transaction anomaly"."""
+    h = json.loads((REGRESSIONS / "txn-late_endtxn-past-another.json").read_text())["history"]
+    sim, dirs, pcap, end = simulate(h, tmp_path)
+    incs = incidents(audit("audit", dirs, pcap, end), end)
+    assert len(incs) == 1, [i["title"] for i in incs]
+    assert incs[0]["title"] == "Transaction data after its marker on e0-0: producer 1001 epoch 0 ('tx-0')"
+    assert {"late-transactional-write", "outcome-mismatch"} <= set(incs[0]["rules"])

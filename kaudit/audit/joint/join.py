@@ -114,6 +114,20 @@ def _stored(disk: list[dict]) -> dict:
     return out
 
 
+def _txn_key(pid: int, epoch, batches: list[dict], wrong: list[dict]) -> dict:
+    """The names the transaction rules may give the transaction of `batches` (its first data by
+    partition and offset: txn_model.Transaction.key) - "transaction" - and the parts of it whose
+    outcome differs, where the rules may tell one apart (a late write: its own first data) -
+    "transactions": so that incidents join the client's outcome to those findings."""
+    first = min(((_where(b), b["response_base_offset"]) for b in batches
+                 if b.get("response_base_offset") is not None and b["response_base_offset"] >= 0), default=None)
+    out: dict = {} if first is None else {"transaction": f"{pid}/{epoch}/{first[0]}@{first[1]}"}
+    parts = sorted({(w["partition"], w["batch_offset"]) for w in wrong})
+    if parts:
+        out["transactions"] = [f"{pid}/{epoch}/{tp}@{o}" for tp, o in parts]
+    return out
+
+
 def _where(r: dict) -> str:
     return f"{r['topic']}-{r['partition']}"
 
@@ -365,7 +379,8 @@ def _end_txn(inp: JoinInput, stored: dict, cov: dict) -> list[dict]:
                 f"({e['transactional_id']}): the client was told the transaction {told} (EndTxn), "
                 f"the log holds {', '.join(sorted({w['marker'] for w in wrong}))} markers on {', '.join(parts)}",
                 evidence=[evidence(e["source"], e["position"], "end_txn", f"EndTxn {e['result']}")] + ev,
-                details={"told": e["result"], "stored": wrong, "evidence_replicas": [None] + reps},
+                details={"told": e["result"], "stored": wrong, "evidence_replicas": [None] + reps,
+                         **_txn_key(pid, e["producer_epoch"], batches, wrong)},
                 producer_id=pid, producer_epoch=e["producer_epoch"], transactional_id=e["transactional_id"],
                 connection=e["connection"], first_ts_ms=int(ts * 1000) if ts else None))
     return out

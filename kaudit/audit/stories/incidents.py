@@ -173,6 +173,8 @@ def _atoms(f: dict, tids: dict) -> list[tuple]:
         out.append(("refused", f.get("topic"), f.get("partition"), pid, epoch))
     if rule in _TXN or (rule == "outcome-mismatch" and f.get("topic") is None):
         out.append(transaction_key(f, tids))
+        # the client's outcome: also the transactions its wrongly ended batches begin (join.py)
+        out.extend(("txn", str(k)) for k in d.get("transactions") or ())
     if rule in ("hanging-transaction", "dangling-transaction", "lso-stuck", "txn-markers-refused",
                 "epoch-exhausted-transaction") and f.get("first_offset") is not None:
         out.append(("lso", f.get("topic"), f.get("partition"), f["first_offset"]))
