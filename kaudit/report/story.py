@@ -479,9 +479,21 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
                      "application sending the same values again, not a retry")
     for f in by.get("late-transactional-write", []):
         out = str(details(f).get("outcome") or "")
+        late = f"{f['topic']}-{f['partition']}: data written after its transaction ended (offsets " \
+               f"{_offsets(f['first_offset'], f.get('last_offset'))}): {out}"
         if "committed by the next" in out or f["severity"] == "critical":   # aborted data exposed
-            lines.append(f"{f['topic']}-{f['partition']}: data written after its transaction ended (offsets "
-                         f"{_offsets(f['first_offset'], f.get('last_offset'))}): {out}; read_committed consumers read it")
+            lines.append(f"{late}; read_committed consumers read it")
+        elif "aborted by the next" in out:   # its writer meant it for a transaction of its own
+            lines.append(f"{late}; read_committed consumers never read it")
+    stalled_at = {(f["topic"], f["partition"]) for f in stalled}
+    for f in by.get("dangling-transaction", [])[:2]:
+        if (f.get("topic"), f.get("partition")) in stalled_at or f.get("first_offset") is None:
+            continue
+        since = f.get("first_ts_ms")
+        held = f" ({duration(reference_ms - since)} by the end of the evidence)" \
+            if since is not None and reference_ms is not None else ""
+        lines.append(f"read_committed consumers of {f['topic']}-{f['partition']} cannot read past offset "
+                     f"{f['first_offset']} while it is open{held}")
     for f in by.get("non-transactional-write-in-transaction", [])[:1]:
         lines.append(f"{f['topic']}-{f['partition']}: writes outside the transaction are read whatever its outcome")
     if by.get("fenced-epoch") or by.get("write-after-epoch-end"):

@@ -113,3 +113,13 @@ def test_a_late_endtxn_is_one_incident_titled_by_what_happened(tmp_path):
     assert len(incs) == 1, [i["title"] for i in incs]
     assert incs[0]["title"] == "Transaction data after its marker on e0-0: producer 1001 epoch 0 ('tx-0')"
     assert {"late-transactional-write", "outcome-mismatch"} <= set(incs[0]["rules"])
+
+
+def test_an_open_transactions_impact_is_the_consumers_wait_not_none(tmp_path):
+    """A KIP-939 prepared transaction stays open: read_committed consumers wait at its first
+    offset - never "none seen by consumers"."""
+    h = json.loads((REGRESSIONS / "txn-two_pc.json").read_text())["history"]
+    sim, dirs, pcap, end = simulate(h, tmp_path)
+    inc = incidents(audit("audit", dirs, pcap, end), end)[0]
+    assert inc["title"].startswith("Open transaction on e0-0:"), inc["title"]
+    assert inc["narrative"]["impact"].startswith("read_committed consumers of e0-0 cannot read past offset 0 while it is open")
