@@ -35,6 +35,18 @@ TXN_TITLES = {"late-transactional-write": "Transaction data after its marker",
               "stray-marker": "Marker with no transaction",
               "coordinator-abort": "Transaction aborted by the coordinator"}
 
+# a consumers' incident is titled by its worst finding's rule, and names its group
+CONSUMER_TITLES = {"eos-double-commit": "Input committed twice by exactly-once transactions",
+                   "aborted-read": "Aborted records given to a read_committed consumer",
+                   "read-past-lso": "Records served past the last stable offset",
+                   "consumer-reset-skip": "Records skipped by an offset reset",
+                   "consumer-commit-beyond-served": "Offsets committed past what was served",
+                   "consumer-start-beyond-commit": "Consumer started past its committed offset",
+                   "consumer-poll-skip": "Records skipped by a consumer",
+                   "consumer-redelivery": "Records served again to the next owner",
+                   "consumer-nonmonotonic-poll": "Records served again to the same consumer",
+                   "uncommitted-aborted-read": "Aborted records read by a read_uncommitted consumer"}
+
 _KINDS = (("leadership", {"unclean-leader-election", "unexplained-divergence", "missing-segments"}),
           ("acknowledged", {"acknowledged-write-lost", "offset-acknowledged-twice", "acknowledged-records-replaced"}),
           ("zombie", {"fenced-epoch", "write-after-epoch-end"}), ("torn", {"torn-transaction"}),
@@ -282,6 +294,11 @@ def _title(inc: dict, fs: list[dict]) -> str:
         lead = max((f for f in fs if f["rule"] in TXN_TITLES), key=_sev_rank, default=None)
         if lead is not None:
             return f"{TXN_TITLES[lead['rule']]}{where}: {who or rule_of(lead['rule']).title}"
+    if kind == "other":
+        lead = max((f for f in fs if f["rule"] in CONSUMER_TITLES), key=_sev_rank, default=None)
+        if lead is not None:
+            groups = list(dict.fromkeys(str(details(f)["group"]) for f in fs if details(f).get("group")))
+            return f"{CONSUMER_TITLES[lead['rule']]}{where}" + (f": group {', '.join(groups[:2])}" if groups else "")
     if kind in ("coverage", "other"):
         return f"{rule_of(fs[0]['rule']).title}{where}"
     if kind == "errors":

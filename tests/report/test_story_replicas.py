@@ -123,3 +123,10 @@ def test_an_open_transactions_impact_is_the_consumers_wait_not_none(tmp_path):
     inc = incidents(audit("audit", dirs, pcap, end), end)[0]
     assert inc["title"].startswith("Open transaction on e0-0:"), inc["title"]
     assert inc["narrative"]["impact"].startswith("read_committed consumers of e0-0 cannot read past offset 0 while it is open")
+
+
+def test_a_consumers_incident_is_titled_by_what_happened_and_names_its_group(tmp_path):
+    h = json.loads((REGRESSIONS / "group-eos_double-mixed-partition.json").read_text())["history"]
+    sim, dirs, pcap, end = simulate(h, tmp_path)
+    titles = [i["title"] for i in incidents(audit("pcap", dirs, pcap, end), end)]
+    assert "Input committed twice by exactly-once transactions on shared-0: group g2" in titles, titles
