@@ -535,7 +535,10 @@ def _impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
         lines.append(f"{'group ' + group + ', ' if group else ''}{f['topic']}-{f['partition']}: offsets "
                      f"{_offsets(f['first_offset'], f.get('last_offset'))} {CONSUMED[f['rule']]}")
     if not lines:
-        refused = [f for f in fs if f["rule"] == "out-of-order-sequence"]
-        lines.append("the broker refused these batches: nothing was stored" if refused else
-                     "none seen by consumers" if not inc["consumer_visible"] else "see the findings")
+        seq = [f for f in fs if f["rule"] == "out-of-order-sequence"]
+        # refused (warning: the broker's error answer) - the only sequence findings here
+        refused = seq and all(f["severity"] == "warning" for f in seq)
+        lines.append("the broker refused these batches with an error: it did not store them" if refused else
+                     "the evidence shows no damage consumers would see" if not inc["consumer_visible"]
+                     else "see the findings")
     return "; ".join(dict.fromkeys(lines))
