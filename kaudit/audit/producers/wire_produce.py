@@ -206,7 +206,8 @@ class WirePartition:
                 offs = sorted({a.response_base_offset for a in prior if a.response_error == 0})
                 self.out.append(finding(
                     "duplicate-records", f"{self._where()}: the same {r.record_count} records "
-                    f"were acknowledged at offsets {offs} and again at {r.response_base_offset} "
+                    f"were acknowledged at offset{'s' if len(offs) > 1 else ''} {', '.join(map(str, offs))} "
+                    f"and again at {r.response_base_offset} "
                     f"(producer id -1: the broker cannot deduplicate)",
                     evidence=[self._ev(a) for a in prior] + [self._ev(r)],
                     details={"original_first_offset": offs[0]}, timeline=lines, **self._fields(r)))
