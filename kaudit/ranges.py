@@ -12,3 +12,16 @@ def merged(ranges) -> list[list[int]]:
         else:
             out.append([lo, hi])
     return out
+
+
+def offsets(first, last=None) -> str:
+    """An inclusive range in words: "offset 5", "offsets 5-9" ("?" where a bound is unknown)."""
+    a = "?" if first is None else first
+    if last is None or last == first:
+        return f"offset {a}"
+    return f"offsets {a}-{last}"
+
+
+def verb(first, last, one: str, many: str) -> str:
+    """`one` or `many`, as `offsets(first, last)` names one offset or several."""
+    return one if last is None or last == first else many

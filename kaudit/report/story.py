@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 
 from kaudit.audit import SEVERITY_RANK
 from kaudit.audit.registry import get as rule_of
+from kaudit.ranges import offsets as offset_span
 from kaudit.audit.stories.incidents import CONSUMER_RULES, INTEGRITY_RULES, is_coverage, is_wire_evidence
 from kaudit.audit.stories.incidents import details_of as details
 from kaudit.timefmt import duration, iso_ms, when
@@ -388,8 +389,8 @@ def _zombie_impact(by: dict) -> list[str]:
     fenced = by.get("fenced-epoch", [])
     stored = [f for f in fenced if f["severity"] in ("error", "critical")]
     if stored:
-        out.append("the zombie's writes at offsets " + ", ".join(
-            f"{f['topic']}-{f['partition']}@{_offsets(f['first_offset'], f.get('last_offset'))}" for f in stored[:3])
+        out.append("the zombie's writes at " + ", ".join(
+            f"{f['topic']}-{f['partition']} {offset_span(f['first_offset'], f.get('last_offset'))}" for f in stored[:3])
             + " were stored: consumers read data of a fenced instance")
     refused = [f for f in fenced if f not in stored]
     if refused and not stale and not stored:

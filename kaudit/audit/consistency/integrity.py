@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import Fold, KeyedState, constant, np_col
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.ranges import offsets as offset_span
 
 KEY = ("replica", "topic", "partition")
 ORDER = ("source", "position")
@@ -85,8 +86,8 @@ class IntegrityGroup:
             for i in bad.tolist():
                 r = {k: t.column(k)[i].as_py() for k in BATCH_COLUMNS}
                 self.out.append(finding(
-                    "crc-mismatch", f"{self._where()}: batch at offsets {r['base_offset']}-"
-                    f"{r['last_offset']} ({r['batch_size']} bytes) fails its CRC (stored {r['crc']})",
+                    "crc-mismatch", f"{self._where()}: batch at {offset_span(r['base_offset'], r['last_offset'])} "
+                    f"({r['batch_size']} bytes) fails its CRC (stored {r['crc']})",
                     evidence=[evidence(r["source"], r["position"], "batch")],
                     topic=self.topic, partition=self.partition, replica=self.replica,
                     first_offset=r["base_offset"], last_offset=r["last_offset"],

@@ -23,9 +23,10 @@ import pyarrow.compute as pc
 
 from kaudit.audit.consistency import replica_compare as C
 from kaudit.audit.consistency import replica_rows as R
-from kaudit.audit.folds import Fold, KeyedState
+from kaudit.audit.folds import KeyedState
 from kaudit.audit.consistency.log_chunks import LogFold, TablesByKind, log_batches
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.ranges import offsets as offset_span, verb
 
 KEY = ("topic", "partition")
 ORDER = ("replica", "base_offset")
@@ -173,7 +174,7 @@ class ReplicaGroup(TablesByKind):
             ev = [evidence(src, pos, "checkpoint")] + ([evidence(*last, "batch")] if last else [])
             out.append(finding(
                 "checkpoint-mismatch", f"{self._where(r.name)}: {name} records {what} {value} but the log "
-                f"ends at offset {end}: offsets {end}-{value - 1} are missing from its segments; "
+                f"ends at offset {end}: {offset_span(end, value - 1)} {verb(end, value - 1, 'is', 'are')} missing from its segments; "
                 + _consequence(attr, end, value), severity=sev, evidence=ev, topic=self.topic,
                 partition=self.partition, replica=r.name, first_offset=end, last_offset=value - 1,
                 details={"checkpoint": name, "offset": value, "log_end_offset": end}))
@@ -197,7 +198,7 @@ class ReplicaGroup(TablesByKind):
             bad = _crc_failed(r, m.first, m.last)
             note = f"; its copy there fails its CRC (crc-mismatch at byte {bad[1]})" if bad else ""
             out.append(finding(
-                "replica-divergence", f"{self._where(r.name)}: lacks offsets {m.first}-{m.last} that replica(s) "
+                "replica-divergence", f"{self._where(r.name)}: lacks {offset_span(m.first, m.last)} that replica(s) "
                 f"{holders} hold below their high watermark{note}: {why}", severity=sev, evidence=ev,
                 topic=self.topic, partition=self.partition, replica=r.name, first_offset=m.first,
                 last_offset=m.last, details={"kind": replica_divergence(m), "holders": [s.name for s in m.holders],
@@ -216,7 +217,7 @@ class ReplicaGroup(TablesByKind):
                 ev.append(evidence(src, pos, "batch", f"replica {name}"))
             out.append(finding(
                 "replica-divergence", f"{self._where(d.replica)}: holds different batches than replica(s) "
-                f"{', '.join(n for n in d.versions if n != d.replica)} at offsets {d.first}-{d.last} "
+                f"{', '.join(n for n in d.versions if n != d.replica)} at {offset_span(d.first, d.last)} "
                 f"({'; '.join(parts)}): consumers read different records depending on which replica leads",
                 evidence=ev, topic=self.topic, partition=self.partition, replica=d.replica,
                 first_offset=d.first, last_offset=d.last,
@@ -249,7 +250,7 @@ def _missing_words(m: C.Missing) -> tuple[str, str]:
 def _consequence(attr: str, end: int, value: int) -> str:
     if attr == "hw":
         return (f"the broker restarts with high watermark {end} (UnifiedLog clamps it to the log end); as "
-                f"leader it would serve consumers without offsets {end}-{value - 1}, which were committed")
+                f"leader it would serve consumers without {offset_span(end, value - 1)}, which were committed")
     if attr == "recovery":
         return "records it had flushed to disk are gone (log recovery starts from the log end)"
     return "every record is below the log start: consumers get OFFSET_OUT_OF_RANGE and reset"

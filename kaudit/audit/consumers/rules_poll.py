@@ -15,6 +15,7 @@ from kaudit.audit.consumers.found import tp_name as _tp
 from kaudit.audit.consumers.timeline import Timelines
 from kaudit.audit.folds import np_indices
 from kaudit.audit.registry import evidence, rule
+from kaudit.ranges import offsets as offset_span, verb
 
 
 def _resets(tl: Timelines) -> dict:
@@ -114,7 +115,7 @@ def check_nonmonotonic(tl: Timelines) -> list[dict]:
                 "consumer-nonmonotonic-poll",
                 f"{_tp(s.tp)}: client {s.client_id} ({s.connection}) was served offsets up to {hi} (frame "
                 f"{prev.position}), then fetched again from offset {s.fetch_offset} (frame {s.position}) with no "
-                f"seek, offset look-up or rebalance seen: offsets {s.fetch_offset}-{hi} are fetched a second time",
+                f"seek, offset look-up or rebalance seen: {offset_span(s.fetch_offset, hi)} {verb(s.fetch_offset, hi, 'is', 'are')} fetched a second time",
                 prev, s, s.fetch_offset, hi, "fetched again"))
     return out[:MAX_FINDINGS]
 
@@ -136,7 +137,7 @@ def check_poll_skip(tl: Timelines) -> list[dict]:
                 "consumer-poll-skip",
                 f"{_tp(s.tp)}: client {s.client_id} ({s.connection}) stood at offset {expected} after the response "
                 f"of frame {prev.position}, then fetched from offset {s.fetch_offset} (frame {s.position}) with no "
-                f"seek, offset look-up or rebalance seen: offsets {expected}-{s.fetch_offset - 1} were skipped",
+                f"seek, offset look-up or rebalance seen: {offset_span(expected, s.fetch_offset - 1)} {verb(expected, s.fetch_offset - 1, 'was', 'were')} skipped",
                 prev, s, expected, s.fetch_offset - 1, "jumped"))
     return out[:MAX_FINDINGS]
 
@@ -176,7 +177,7 @@ def check_eos_double(tl: Timelines) -> list[dict]:
                     continue
                 out.append(consumer_finding(
                     "eos-double-commit",
-                    f"group {group}, {_tp(tp)}: input offsets {lo}-{hi - 1} were consumed by two committed "
+                    f"group {group}, {_tp(tp)}: input {offset_span(lo, hi - 1)} {verb(lo, hi - 1, 'was', 'were')} consumed by two committed "
                     f"transactions: {c1.txn[0]} (producer {c1.txn[1]}, epoch {c1.txn[2]}) committed offset "
                     f"{c1.offset} and {c2.txn[0]} (producer {c2.txn[1]}, epoch {c2.txn[2]}) committed offset "
                     f"{c2.offset}: the outputs of those inputs were produced twice",
@@ -259,7 +260,7 @@ def check_uncommitted_read(tl: Timelines) -> list[dict]:
         out.append(consumer_finding(
             "uncommitted-aborted-read",
             f"{b['topic']}-{b['partition']}: a read_uncommitted consumer ({b['connection']}) was served producer "
-            f"{b['producer_id']}'s records at offsets {b['base_offset']}-{b['last_offset']} (frame {b['position']}) "
+            f"{b['producer_id']}'s records at {offset_span(b['base_offset'], b['last_offset'])} (frame {b['position']}) "
             f"of a transaction that aborted (ABORT marker at offset {after[0][0]})",
             (b["topic"], b["partition"]), b["base_offset"], b["last_offset"],
             [evidence(b.get("source"), b["position"], "fetch")], start=ru[k], connection=b["connection"],

@@ -20,6 +20,7 @@ from kaudit.audit.producers import acked_writes as A
 from kaudit.audit.registry import SEVERITY_RANK, evidence, finding, rule
 from kaudit.ranges import merged
 from kaudit.timefmt import iso_ms
+from kaudit.ranges import offsets as offset_span
 
 # the stored batches at acknowledged offsets the engine keeps (join_rows.DiskTap "acked")
 AT_COLUMNS = tuple(dict.fromkeys(
@@ -280,7 +281,7 @@ def _finding(topic, part, run: list) -> dict:
     if short:
         parts.append("every log given ends before them (lost, unless these log dirs were copied before the "
                      "acknowledgement: compare the copy's time)")
-    msg = (f"{topic}-{part}: {n} at offsets {lo}-{hi} {'are' if len(ws) > 1 else 'is'} lost: {A.ack_text(ws[0])}"
+    msg = (f"{topic}-{part}: {n} at {offset_span(lo, hi)} {'are' if len(ws) > 1 else 'is'} lost: {A.ack_text(ws[0])}"
            + (f" and {len(ws) - 1} more" if len(ws) > 1 else "") + "; " + "; ".join(parts) + f" ({states[0]})")
     ev = [A.ack_evidence(w) for w in ws[:A.MAX_LISTED]]
     for rep, bs in sorted(others.items(), key=lambda kv: str(kv[0])):
@@ -371,14 +372,14 @@ def annotate(findings: list[dict], verdicts: list[dict], produce: list[dict]) ->
 
 
 def _told(hit: list[dict], lo: int, hi: int) -> str:
-    where = f"offsets {lo}-{hi}" if hi != OPEN_END else f"the offsets from {lo} on that the new leader lacks"
+    where = f"{offset_span(lo, hi)}" if hi != OPEN_END else f"the offsets from {lo} on that the new leader lacks"
     if not hit:
         return (f". The captures acknowledged none of {where} to a client (they may not hold "
                 "every producer's traffic)")
     lost = [v for v in hit if v["lost"]]
     w = (lost or hit)[0]["write"]
     first, last = min(v["write"].lo for v in hit), max(v["write"].hi for v in hit)
-    text = (f". Acknowledged to clients: {len(hit)} write{'s' if len(hit) > 1 else ''} at offsets {first}-{last}, "
+    text = (f". Acknowledged to clients: {len(hit)} write{'s' if len(hit) > 1 else ''} at {offset_span(first, last)}, "
             f"e.g. {A.ack_text(w)}")
     if lost:
         text += f"; {len(lost)} of them lost (acknowledged-write-lost)"

@@ -25,6 +25,7 @@ from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.producers.duplicate_records import RecordDuplicates
 from kaudit.audit.producers.record_content import same_records
 from kaudit.audit.producers.sequence_catchup import COLUMNS, KEY, ORDER, CatchUp
+from kaudit.ranges import offsets as offset_span
 
 # Batches the group coordinator appends for TxnOffsetCommit carry the producer id and epoch but
 # always base sequence 0: AppendOrigin.Coordinator skips ProducerAppendInfo's sequence check.
@@ -268,7 +269,7 @@ class PartitionTimeline(CatchUp):
         where = f"{self.topic}-{self.partition} (replica {self.replica})"
         if offset_overlap(prev_last, b):
             self.out.append(finding(
-                "offset-overlap", f"{where}: batch at offsets {b.base_offset}-{b.last_offset} "
+                "offset-overlap", f"{where}: batch at {offset_span(b.base_offset, b.last_offset)} "
                 f"starts at or below the previous batch's last offset {prev_last}",
                 evidence=[evidence(b.source, b.position, "batch")], details={"previous_last_offset": prev_last},
                 **self._fields(b)))
@@ -342,7 +343,7 @@ class PartitionTimeline(CatchUp):
                 "new-epoch": f"starts new epoch {b.producer_epoch} at sequence {b.base_sequence}, not 0"}[kind]
         self.out.append(finding(
             "out-of-order-sequence", f"{where}: producer {b.producer_id} epoch {b.producer_epoch} "
-            f"{text}, stored at offsets {b.base_offset}-{b.last_offset}",
+            f"{text}, stored at {offset_span(b.base_offset, b.last_offset)}",
             evidence=[evidence(b.source, b.position, "batch")],
             details={"kind": kind, "expected_sequence": expected, "previous_last_sequence": st.last_seq,
                      "previous_epoch": st.epoch, "broker": "accepted (stored)"},

@@ -26,6 +26,7 @@ from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.producers.repeated_records import Repetitions
 from kaudit.audit.producers.session_copies import SessionCopies
 from kaudit.audit.thresholds import WINDOW_MS
+from kaudit.ranges import offsets as offset_span, verb
 
 RECENT_ROWS = 100_000  # batches: a copy this close behind its original is paired whatever the clocks
 _MASK = np.uint64((1 << 23) - 1)  # fingerprint bitmap: 8 MB
@@ -274,8 +275,8 @@ class RecordDuplicates:
         self._flush()
         where = f"{self.topic}-{self.partition} (replica {self.replica})"
         self.open = finding(
-            "duplicate-records", f"{where}: records at offsets {base}-{last} are byte-identical to "
-            f"those at offsets {obase}-{olast} (same CRC, size and timestamps; producer id -1, so "
+            "duplicate-records", f"{where}: records at {offset_span(base, last)} are byte-identical to "
+            f"those at {offset_span(obase, olast)} (same CRC, size and timestamps; producer id -1, so "
             f"the broker could not deduplicate the retry)",
             evidence=[evidence(self.sources[src], pos, "batch"),
                       evidence(self.sources[osrc], opos, "batch", "original")],
@@ -291,8 +292,8 @@ class RecordDuplicates:
         first, last = o.pop("_orig_first"), o.pop("_orig_last")
         if n > 1:
             o["message"] = (f"{self.topic}-{self.partition} (replica {self.replica}): {n} batches at "
-                            f"offsets {o['first_offset']}-{o['last_offset']} are byte-identical to those "
-                            f"at offsets {first}-{last} (producer id -1: a non-idempotent retry)")
+                            f"{offset_span(o['first_offset'], o['last_offset'])} {verb(o['first_offset'], o['last_offset'], 'is', 'are')} byte-identical to those "
+                            f"at {offset_span(first, last)} (producer id -1: a non-idempotent retry)")
         import json
 
         o["details"] = json.dumps({"original_first_offset": first, "original_last_offset": last,

@@ -15,13 +15,12 @@ depend on how the rows were chunked. All of it is numpy searches: no per-pair Py
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow as pa
 
 from kaudit.audit.producers.record_content import np_col, records_crc
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.ranges import offsets as offset_span
 
 RECENT_ROWS = 100_000   # batches: how far back a repeat is looked for (bounds the memory)
 _K1, _K2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -159,7 +158,7 @@ class Repetitions:
             lb, ll, lp, ls = s["last"]
             who = "producer id -1 (no idempotence)" if q < 0 else f"producer {q}"
             out.append(finding(
-                "repeated-records", f"{where}: {s['n']} batch(es) of {who} at offsets {fb}-{ll} repeat the "
+                "repeated-records", f"{where}: {s['n']} batch(es) of {who} at {offset_span(fb, ll)} repeat the "
                 f"records (keys, values, headers) of earlier batches - first offset(s) {_span(fb, fl)}, the same as "
                 f"offset(s) {_span(ob, ol)}. The batches carry no timestamp, so a client's retry cannot be told from "
                 f"the application sending the same values again, and nothing shows a failed send: most "

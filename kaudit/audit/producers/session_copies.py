@@ -30,6 +30,7 @@ from kaudit.audit.producers.record_content import np_col
 from kaudit.audit.registry import evidence, finding
 from kaudit.audit.producers.repeated_records import content_fingerprints
 from kaudit.audit.thresholds import RESTART_WINDOW_MS
+from kaudit.ranges import offsets as offset_span
 
 HEAD = 10                       # a session's first batches that may be re-sends
 RECENT_ROWS = 100_000           # batches of the window the originals are looked for in
@@ -167,7 +168,7 @@ class SessionCopies:
         return out
 
     def _finding(self, key, pairs, sources) -> dict:
-        (ca, cb), (b0, a0), (b1, a1) = key, pairs[0], pairs[-1]
+        (ca, cb), (b0, _), (b1, _) = key, pairs[0], pairs[-1]
         pa_, ea, pb, eb = ca // EPOCHS, ca % EPOCHS, cb // EPOCHS, cb % EPOCHS
         where = f"{self.topic}-{self.partition} (replica {self.replica})"
         new = (f"a new producer id {pb} (epoch {eb})" if pb != pa_ else
@@ -176,7 +177,7 @@ class SessionCopies:
         ev = [evidence(sources[b["source"]], b["position"], "batch") for b, _ in pairs[:4]]
         ev += [evidence(sources[a["source"]], a["position"], "batch", "original") for _, a in pairs[:4]]
         return finding(
-            "duplicate-records", f"{where}: records at offsets {b0['base']}-{b1['last']}, the first batches of "
+            "duplicate-records", f"{where}: records at {offset_span(b0['base'], b1['last'])}, the first batches of "
             f"{new}, are the same records (keys, values, headers, offset and timestamp deltas) as offsets "
             f"{lo}-{hi} of producer {pa_} epoch {ea}, which wrote nothing here after them: its last writes "
             f"were sent again by a new producer session - an application that restarted or re-created its "

@@ -24,6 +24,7 @@ from kaudit.audit.producers import acked_pairs as P
 from kaudit.audit.producers import acked_writes as A
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.timefmt import iso_ms
+from kaudit.ranges import offsets as offset_span
 
 KEY = ("topic", "partition")
 COLUMNAR = True   # _refetched_columns; False: the reference loop alone (tests run both)
@@ -194,7 +195,7 @@ class AckedPartition(TablesByKind):
                else "returned by a Fetch as " + _fetched_text(first_x))
         where = f"{self.topic}-{self.partition}"
         n = f"{len(ws)} acknowledged writes" if len(ws) > 1 else "an acknowledged write"
-        msg = (f"{where}: offsets {lo}-{hi} held {n} that the partition's log no longer holds there: "
+        msg = (f"{where}: {offset_span(lo, hi)} held {n} that the partition's log no longer holds there: "
                f"{A.ack_text(first_w)}; offset {max(first_w.lo, first_x.lo)} was later {how}"
                + (f" (and {len(reps) - 1} more)" if len(reps) > 1 else "")
                + f". Lost ({states[id(first_w)]})")
@@ -202,7 +203,7 @@ class AckedPartition(TablesByKind):
         for w, x in reps[:A.MAX_LISTED]:
             ev.append(A.ack_evidence(w))
             ev.append(evidence(x.row.get("source"), x.row.get("position"), kind,
-                               f"{'acknowledged' if kind == 'produce' else 'fetched'} at offsets {x.lo}-{x.hi}: "
+                               f"{'acknowledged' if kind == 'produce' else 'fetched'} at {offset_span(x.lo, x.hi)}: "
                                f"{x.who()}"))
         pids = {w.pid for w in ws}
         clients = {w.row.get("client_id") for w in ws}
@@ -219,13 +220,13 @@ class AckedPartition(TablesByKind):
 def _other(x: A.Batch) -> str:
     r = x.row
     return (f"{x.who()} (client {r.get('client_id') or '?'}, at {iso_ms(A.ms(r.get('response_ts')))}, "
-            f"offsets {x.lo}-{x.hi})")
+            f"{offset_span(x.lo, x.hi)})")
 
 
 def _fetched_text(x: A.Batch) -> str:
     r = x.row
     epoch = r.get("partition_leader_epoch")
-    return (f"{x.who()} at offsets {x.lo}-{x.hi}" + (f" of leader epoch {epoch}" if epoch is not None and epoch >= 0 else "")
+    return (f"{x.who()} at {offset_span(x.lo, x.hi)}" + (f" of leader epoch {epoch}" if epoch is not None and epoch >= 0 else "")
             + f" (client {r.get('client_id') or '?'}, at {iso_ms(A.ms(r.get('response_ts')))})")
 
 

@@ -9,6 +9,7 @@ from kaudit.audit.registry import evidence, finding, fold_rules
 from kaudit.audit.txn.txn_model import Part, ProducerTxns, Range, Transaction, group
 from kaudit.audit.txn.txn_rules import ABORT_HINT, two_phase_commit
 from kaudit.timefmt import iso_ms
+from kaudit.ranges import offsets as offset_span
 
 TIMELINE = 16   # lines of the producer's story a wire finding carries
 FOLD = "transactions"   # the rules registered for this judge (registry.fold_rules)
@@ -66,7 +67,8 @@ class _Say:
     def where(self, part: Part) -> str:
         if self.wire:
             return part.tp
-        return f"{part.tp} (replicas {','.join(str(r) for r in part.replicas)})"
+        many = len(part.replicas) > 1
+        return f"{part.tp} (replica{'s' if many else ''} {','.join(str(r) for r in part.replicas)})"
 
     def fields(self, part: Part, **kw) -> dict:
         t = self.of.get(id(part))
@@ -183,7 +185,7 @@ class _Say:
     def late(self, part: Part, why: str, batches: list[dict]) -> dict:
         prev = part.previous.marker
         last = batches[-1]["last_offset"]
-        text = (f"producer {part.producer_id}'s data at offsets {_off(part.start_offset)}-{_off(last)} reached the "
+        text = (f"producer {part.producer_id}'s data at {offset_span(_off(part.start_offset), _off(last))} reached the "
                 f"partition after its previous {prev.result} marker at {_at(prev)}: {why}")
         # its own transaction aborted, the next one's COMMIT took it in: read_committed consumers
         # read aborted data - an atomicity break, as a torn transaction is
