@@ -44,6 +44,17 @@ def _marker(m: dict | None) -> str:
     return f"{m['result']}{where} epoch {m['epoch']} (coord epoch {m['coordinator_epoch']}{by})"
 
 
+def _wire_writers(t: dict) -> dict:
+    """(partition, result, epoch) -> the writer the capture shows of that marker (an admin's
+    WriteTxnMarkers, kafka-transactions.sh abort), for a transaction seen on both feeds."""
+    out = {}
+    for p in (t.get("wire") or {}).get("parts") or ():
+        m = p.get("marker")
+        if m is not None and m.get("writer"):
+            out[(p["partition"], m["result"], m["epoch"])] = {"writer": m["writer"], "client_id": m.get("client_id")}
+    return out
+
+
 def write_transactions_table(transactions: list[dict], out=None, columns: int | None = None) -> None:
     """One block per transaction, within the terminal's width (COLUMNS, else 80): who and how it
     ended on the first line, then its start, its partitions (first offset -> marker) and the
@@ -70,7 +81,8 @@ def write_transactions_table(transactions: list[dict], out=None, columns: int | 
             put(f"{t['transactional_id'] or ''} moved from producer id {change['from']} to {change['to']} at {at}: "
                 f"{change['how']}".lstrip(), "")
         tid = t["transactional_id"] or "no transactional id"
-        ended = f", ended by {t['ended_by']}" if t.get("ended_by") else ""
+        enders = list(dict.fromkeys(x for x in (t.get("ended_by"), (t.get("wire") or {}).get("ended_by")) if x))
+        ended = f", ended by {' and by '.join(enders)}" if enders else ""   # a torn one: each side's
         put(f"{tid}  producer {t['producer_id']} epoch {t['producer_epoch']}: {t['outcome'] or 'unknown outcome'}"
             f"{ended}", "")
         start = iso_ms(t["start_ms"]) if t["start_ms"] is not None else "an unknown time"
@@ -79,9 +91,14 @@ def write_transactions_table(transactions: list[dict], out=None, columns: int | 
         put(f"started {start}{timeout}; seen in {seen}", "  ")
         if t["parts"]:
             put("partitions (first offset -> marker):", "  ")
+            seen = _wire_writers(t)
             for p in t["parts"]:
-                first = p["first_offset"] if p["first_offset"] is not None else "?"
-                put(f"{p['partition']} {first} -> {_marker(p['marker'])}", "    ")
+                first = "(no data)" if p.get("data_batches") == 0 else \
+                    p["first_offset"] if p["first_offset"] is not None else "?"
+                m = p["marker"]
+                if m is not None and not m.get("writer"):   # the log cannot tell who wrote it; the wire can
+                    m = {**m, **seen.get((p["partition"], m["result"], m["epoch"]), {})}
+                put(f"{p['partition']} {first} -> {_marker(m)}", "    ")
         if t["coordinator_states"]:
             put("coordinator states:", "  ")
             for st in t["coordinator_states"]:

@@ -130,3 +130,26 @@ def test_a_consumers_incident_is_titled_by_what_happened_and_names_its_group(tmp
     sim, dirs, pcap, end = simulate(h, tmp_path)
     titles = [i["title"] for i in incidents(audit("pcap", dirs, pcap, end), end)]
     assert "Input committed twice by exactly-once transactions on shared-0: group g2" in titles, titles
+
+
+def test_kaudit_txn_table_tells_the_admins_markers_and_the_empty_part(tmp_path):
+    """`kaudit txn` given wire and disk: the log's ABORT markers name the admin client the
+    capture shows wrote them, a COMMIT that ends no data says so, and both enders are named."""
+    import io
+
+    from kaudit.audit.txn.txn_view import merge_rows
+    from kaudit.engine.local import list_transactions, wire_transactions
+    from kaudit.report.transactions import write_transactions_table
+    from kaudit.sources.pcap import PcapOptions
+
+    h = json.loads((REGRESSIONS / "txn-admin_abort-tv2-two-of-three.json").read_text())["history"]
+    sim, dirs, pcap, end = simulate(h, tmp_path)
+    _, wire = wire_transactions([str(pcap)], PcapOptions())
+    _, disk = list_transactions([str(d) for d in dirs])
+    rows = merge_rows(disk, wire)
+    out = io.StringIO()
+    write_transactions_table([t for t in rows if t["outcome"] == "torn"], out, columns=300)
+    text = out.getvalue()
+    assert "e0-0 0 -> ABORT@2 epoch 0 (coord epoch -1, by adminclient-1)" in text, text
+    assert "e0-1 (no data) -> COMMIT@3" in text, text
+    assert "ended by client (EndTxn commit) and by admin" in text, text
