@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 
-from kaudit.audit.txn import txn_fetched
+from kaudit.audit.txn import txn_fetched, txn_kept
 from kaudit.audit.txn.coordinator_state import partition_names
 from kaudit.audit.folds import Context
 from kaudit.audit.registry import evidence
@@ -73,6 +73,7 @@ class _Txn:
         self.fence_row: dict | None = None
         self.prepared_at: float | None = None     # when its PrepareX was recorded
         self.rows: dict[str, list[dict]] = {}     # tp -> its data rows, in order
+        self.kept: tuple | None = None            # KIP-939: the recovering session (producer id, epoch)
 
 
 class WireFeed:
@@ -172,12 +173,16 @@ class WireFeed:
         if r.get("enable_2pc"):
             self.timeout_ms = NO_TIMEOUT_MS   # KIP-939: the coordinator never times it out
         keep = bool(r.get("keep_prepared_txn"))
+        t = self.open_txn()
+        # KIP-939: a recovery keeps the prepared transaction its answer names (an error or no
+        # answer: taken at its word) - no fencing of it
+        kept = t is not None and keep and (not ok or txn_kept.keeps(r, self.pid, t.epoch))
         text = (f"InitProducerId transactional id {r['transactional_id']!r}"
                 + (" (two-phase commit, KIP-939)" if r.get("enable_2pc") else "")
-                + (" keeping its prepared transaction" if keep else "")
+                + (" keeping its prepared transaction" if kept else " (KeepPreparedTxn)" if keep else "")
                 + (f" -> producer id {self.pid} epoch {epoch}" if ok else
                    f" -> error {','.join(map(str, errs))}" if errs else " -> no response"))
-        t = None if keep else self.open_txn()   # KIP-939 keeps a prepared transaction: no fencing
+        t = None if kept else t
         if t is not None and (not ok or _newer(epoch, t.epoch)):
             if t.fence_request is None:
                 t.fence_request, t.fence_row = ts, r
@@ -194,10 +199,15 @@ class WireFeed:
                         cause=COORDINATOR, detail="fencing")
             t.prepared, t.prepare_epoch = "ABORT", bumped
             self._maybe_complete(t, ts, r, force=True)
-        if keep and self.open_txn() is not None:
-            return   # KIP-939: the new instance takes the prepared transaction over, still open
+        if kept:
+            # KIP-939: the new instance takes the prepared transaction over, still open
+            txn_kept.take_over(self, self.cur, ts, r, (self.pid, epoch))
+            return
         self.cur = None
         self.record("Empty", ts, r, _Txn(self.tid, epoch, ts, self.timeout_ms))
+
+    _kept = txn_kept.kept           # KIP-939: another producer id's recovery kept this one's transaction
+    _kept_end = txn_kept.kept_end   # and its recovering session ended it
 
     def _add(self, ts: float, r: dict, errs: list[int]) -> None:
         broker = r.get("api_version") is not None and r["api_version"] >= 4
@@ -331,14 +341,16 @@ class WireFeed:
         at this epoch whose markers are still out, else the open one."""
         tps = set(partition_names(r["partitions"]))
         for t in reversed(self.txns[-16:]):   # markers follow their end within moments
-            if (t.prepared == r["result"] and t.prepare_epoch == r["producer_epoch"] and not t.complete
+            if (t.prepared == r["result"] and r["producer_epoch"] in txn_kept.marker_epochs(t) and not t.complete
                     and (tps & set(t.partitions) or any(tp.startswith("__consumer_offsets-") for tp in tps))):
                 return t
         return self.open_txn()
 
     def _coordinator_end(self, t: _Txn, ts: float, r: dict) -> None:
         """Markers with no EndTxn before them: the coordinator ended the transaction itself."""
-        if t.fence_request is not None:
+        if t.kept is not None:
+            cause, detail = "client", "the recovering session's end (KIP-939)"   # only it may end it
+        elif t.fence_request is not None:
             cause, detail = COORDINATOR, "fencing"
         elif not self.client_coordinator:
             cause, detail = None, None      # the client's requests are not in the capture
@@ -463,7 +475,8 @@ class WireFeed:
 
 # each event's handler in WireFeed
 _HANDLERS = {"INIT_PRODUCER_ID": "_init", "ADD_PARTITIONS": "_add", "ADD_OFFSETS": "_offsets",
-             "TXN_OFFSET_COMMIT": "_offsets", "END_TXN": "_end", "WRITE_MARKERS": "_markers"}
+             "TXN_OFFSET_COMMIT": "_offsets", "END_TXN": "_end", "WRITE_MARKERS": "_markers",
+             txn_kept.KEEP_PREPARED: "_kept", txn_kept.KEPT_END: "_kept_end"}
 
 
 class WireCoverage(Coverage):
