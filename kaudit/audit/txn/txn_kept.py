@@ -107,6 +107,17 @@ def marker_epochs(t) -> tuple:
     return out
 
 
+def marker_epoch(t, epoch: int):
+    """Transaction `t`, its markers' `epoch` (one of marker_epochs) taken as its PrepareX's: the
+    markers show which epoch the coordinator wrote for a kept transaction - the KIP's kept
+    epoch + 1, or the recovering session's end - where the requests left it open."""
+    if epoch != t.prepare_epoch:
+        t.prepare_epoch = epoch
+        if t.prepare_record is not None:
+            t.prepare_record["producer_epoch"] = epoch
+    return t
+
+
 def linked_rows(cols: dict) -> list[dict]:
     """KEEP_PREPARED and KEPT_END rows for the kept producer ids that differ from their
     recovering session's (`cols`: txn_wire's joined event columns, any order), as row dicts of

@@ -74,6 +74,7 @@ class _Txn:
         self.prepared_at: float | None = None     # when its PrepareX was recorded
         self.rows: dict[str, list[dict]] = {}     # tp -> its data rows, in order
         self.kept: tuple | None = None            # KIP-939: the recovering session (producer id, epoch)
+        self.prepare_record: dict | None = None
 
 
 class WireFeed:
@@ -129,6 +130,8 @@ class WireFeed:
             "transaction_timeout_ms": t.timeout_ms, "tombstone": False,
             "client_transaction_version": self.version, "end_cause": cause, "end_detail": detail,
             "evidence": [evidence(r["source"], r["position"], "request", f"{state} on {r['connection']}")]})
+        if state.startswith("Prepare"):
+            t.prepare_record = self.records[-1]   # txn_kept.marker_epoch may date its epoch
 
     def open_txn(self) -> _Txn | None:
         t = self.cur
@@ -343,7 +346,7 @@ class WireFeed:
         for t in reversed(self.txns[-16:]):   # markers follow their end within moments
             if (t.prepared == r["result"] and r["producer_epoch"] in txn_kept.marker_epochs(t) and not t.complete
                     and (tps & set(t.partitions) or any(tp.startswith("__consumer_offsets-") for tp in tps))):
-                return t
+                return txn_kept.marker_epoch(t, r["producer_epoch"])
         return self.open_txn()
 
     def _coordinator_end(self, t: _Txn, ts: float, r: dict) -> None:
