@@ -138,3 +138,36 @@ def test_recovery_naming_another_transaction_keeps_nothing_of_this_one(tmp_path,
     _recover(s, 40, pid=NEW_PID, epoch=0, ongoing=(PID + 7, 0))
     fs = run(tmp_path, s, now_ms=LATE_MS)
     assert {f["partition"] for f in by_rule(fs, "hanging-transaction")} == {0, 1}, said(fs)
+
+
+# -- wire-lso: the transaction at a stuck LSO, kept by a recovery with Enable2Pc ------------------
+
+def _recovery_conn(ongoing: tuple, two_pc: bool = True):
+    from tests.audit.wire.test_wire_txn_crafted import PID as HELD
+    from tests.sources.pcap.craft import Conn
+
+    ongoing = (HELD if ongoing[0] == PID else ongoing[0], ongoing[1])   # the producer _held_by writes
+    return Conn(init_producer_id_v6(1, NEW_PID, 0, txn_id="tx-wire", enable_2pc=two_pc, keep_prepared=True,
+                                    timeout_ms=2**31 - 1, client_id="recovered-producer", ongoing=ongoing),
+                client=("10.0.0.6", 41006))
+
+
+@pytest.mark.parametrize("ongoing, two_pc, severity", [
+    ((PID, 0), True, "info"),        # the recovery with Enable2Pc kept the transaction at the LSO
+    ((-1, -1), True, "warning"),     # it kept nothing: the plain transaction's timeout applies
+    ((PID, 3), True, "warning"),     # it kept another epoch's transaction, not this one
+    ((PID, 0), False, "warning"),    # kept without Enable2Pc: its timeout still applies
+])
+def test_lso_held_by_a_kept_transaction(tmp_path, ongoing, two_pc, severity):
+    """KIP-939: the transaction at the stuck LSO began with a plain InitProducerId (v4); a
+    recovery under another producer id kept it with Enable2Pc (its answer's OngoingTxnProducerId
+    and Epoch name it): a two-phase-commit transaction, told at info; the twins are not."""
+    from tests.audit.wire.test_wire_txn_crafted import _fetches, _held_by
+    from tests.audit.wire.wirecraft import audit, details
+
+    fs = audit(tmp_path, [_held_by(False), _recovery_conn(ongoing, two_pc),
+                          _fetches([(13, 10), (15, 10), (17, 10), (19, 10)])],
+               timed={"delay": lambda i, p: 2.0})
+    (f,) = by_rule(fs, "lso-stuck")
+    assert f["severity"] == severity, f["message"]
+    assert (details(f).get("two_phase_commit") is True) == (severity == "info")
