@@ -351,8 +351,9 @@ class WireFeed:
 
     def _coordinator_end(self, t: _Txn, ts: float, r: dict) -> None:
         """Markers with no EndTxn before them: the coordinator ended the transaction itself."""
-        if t.kept is not None:
-            cause, detail = "client", "the recovering session's end (KIP-939)"   # only it may end it
+        if t.kept is not None and (r["result"] == "COMMIT" or (t.timeout_ms or 0) >= NO_TIMEOUT_MS):
+            # KIP-939: only the recovering session ends a kept transaction (but a timeout's abort)
+            cause, detail = "client", "the recovering session's end (KIP-939)"
         elif t.fence_request is not None:
             cause, detail = COORDINATOR, "fencing"
         elif not self.client_coordinator:
