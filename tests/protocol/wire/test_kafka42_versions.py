@@ -144,3 +144,25 @@ def test_a_version_newer_than_known_is_reported_as_such():
         assert f"v{version}" in str(err.value) and "newer than kaudit knows" in str(err.value)
         r, _ = decode_request(payload, strict=False)
         assert (r.api_key, r.api_version, r.correlation_id, r.client_id) == (key, version, 1, "future-client")
+
+
+def test_init_producer_id_v6_fields_round_trip():
+    """Any v6 exchange: the row's fields are the bytes' (KIP-939's four fields included)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    i64s, i16s = st.integers(-1, 2**63 - 1), st.integers(-1, 2**15 - 1)
+
+    @settings(max_examples=60, deadline=None)
+    @given(pid=i64s, epoch=i16s, opid=i64s, oepoch=i16s, two_pc=st.booleans(), keep=st.booleans(),
+           err=st.sampled_from([0, 51, 90]))
+    def check(pid, epoch, opid, oepoch, two_pc, keep, err):
+        req = (request_header(22, 6, 7, "p", True) + cstring("tx") + i32(2**31 - 1) + i64(-1) + i16(-1)
+               + boolean(two_pc) + boolean(keep) + TAGS0)
+        resp = response_header(7, True) + i32(0) + i16(err) + i64(pid) + i16(epoch) + i64(opid) + i16(oepoch) + TAGS0
+        (e,) = txn_events(*_pair(req, resp))
+        assert (e["producer_id"], e["producer_epoch"], e["ongoing_txn_producer_id"], e["ongoing_txn_producer_epoch"],
+                e["enable_2pc"], e["keep_prepared_txn"], e["error_codes"]) == (
+            pid, epoch, opid, oepoch, two_pc, keep, str(err) if err else "")
+
+    check()
