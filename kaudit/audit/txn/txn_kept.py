@@ -97,6 +97,13 @@ def kept_end(feed, ts: float, r: dict, errs: list[int]) -> None:
     feed._maybe_complete(t, ts, r)
 
 
+def session_end(t, result: str) -> bool:
+    """Whether a coordinator's markers with no EndTxn before them are the recovering session's
+    end of kept transaction `t`: only that session ends it - but for a timeout's abort of one
+    kept without Enable2Pc (its timeout still applies)."""
+    return getattr(t, "kept", None) is not None and (result == "COMMIT" or (t.timeout_ms or 0) >= NO_TIMEOUT_MS)
+
+
 def marker_epochs(t) -> tuple:
     """The epochs a coordinator's markers may carry for transaction `t`: its PrepareX's, and
     for a kept transaction also its own epoch + 1 (KIP-939: the markers of a kept transaction

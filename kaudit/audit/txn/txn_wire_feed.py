@@ -117,8 +117,6 @@ class WireFeed:
 
     def record(self, state: str, ts: float, r: dict, t: _Txn, *, epoch=None, cause=None, detail=None) -> None:
         e = t.epoch if epoch is None else epoch
-        if state.startswith("Prepare"):
-            t.prepared_at = ts
         if e is not None and (self.top_epoch is None or e > self.top_epoch):
             self.top_epoch = e
         self.records.append({
@@ -130,8 +128,8 @@ class WireFeed:
             "transaction_timeout_ms": t.timeout_ms, "tombstone": False,
             "client_transaction_version": self.version, "end_cause": cause, "end_detail": detail,
             "evidence": [evidence(r["source"], r["position"], "request", f"{state} on {r['connection']}")]})
-        if state.startswith("Prepare"):
-            t.prepare_record = self.records[-1]   # txn_kept.marker_epoch may date its epoch
+        if state.startswith("Prepare"):   # its record: txn_kept.marker_epoch may date its epoch
+            t.prepared_at, t.prepare_record = ts, self.records[-1]
 
     def open_txn(self) -> _Txn | None:
         t = self.cur
@@ -177,8 +175,7 @@ class WireFeed:
             self.timeout_ms = NO_TIMEOUT_MS   # KIP-939: the coordinator never times it out
         keep = bool(r.get("keep_prepared_txn"))
         t = self.open_txn()
-        # KIP-939: a recovery keeps the prepared transaction its answer names (an error or no
-        # answer: taken at its word) - no fencing of it
+        # KIP-939: a recovery keeps (no fencing) the transaction its answer names (no answer: as asked)
         kept = t is not None and keep and (not ok or txn_kept.keeps(r, self.pid, t.epoch))
         text = (f"InitProducerId transactional id {r['transactional_id']!r}"
                 + (" (two-phase commit, KIP-939)" if r.get("enable_2pc") else "")
@@ -209,8 +206,7 @@ class WireFeed:
         self.cur = None
         self.record("Empty", ts, r, _Txn(self.tid, epoch, ts, self.timeout_ms))
 
-    _kept = txn_kept.kept           # KIP-939: another producer id's recovery kept this one's transaction
-    _kept_end = txn_kept.kept_end   # and its recovering session ended it
+    _kept, _kept_end = txn_kept.kept, txn_kept.kept_end   # KIP-939: another producer id's recovery
 
     def _add(self, ts: float, r: dict, errs: list[int]) -> None:
         broker = r.get("api_version") is not None and r["api_version"] >= 4
@@ -351,8 +347,7 @@ class WireFeed:
 
     def _coordinator_end(self, t: _Txn, ts: float, r: dict) -> None:
         """Markers with no EndTxn before them: the coordinator ended the transaction itself."""
-        if t.kept is not None and (r["result"] == "COMMIT" or (t.timeout_ms or 0) >= NO_TIMEOUT_MS):
-            # KIP-939: only the recovering session ends a kept transaction (but a timeout's abort)
+        if txn_kept.session_end(t, r["result"]):
             cause, detail = "client", "the recovering session's end (KIP-939)"
         elif t.fence_request is not None:
             cause, detail = COORDINATOR, "fencing"
