@@ -171,3 +171,50 @@ def test_lso_held_by_a_kept_transaction(tmp_path, ongoing, two_pc, severity):
     (f,) = by_rule(fs, "lso-stuck")
     assert f["severity"] == severity, f["message"]
     assert (details(f).get("two_phase_commit") is True) == (severity == "info")
+
+
+# -- the rows a recovery gives the kept producer id (txn_kept.linked_rows), generated ------------
+
+def test_linked_rows_follow_the_answers():
+    """Any interleaving of InitProducerIds (kept or not, answered or not) and EndTxns of a few
+    producer ids: a KEEP_PREPARED row for each answered KeepPreparedTxn naming another producer
+    id's transaction, under that id; a KEPT_END for the recovering session's first answered
+    EndTxn after it (none once that session re-initialised), under the kept id and epoch."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from kaudit.audit.txn import txn_kept
+
+    row = st.fixed_dictionaries({
+        "event": st.sampled_from(["INIT_PRODUCER_ID", "END_TXN"]), "producer_id": st.integers(1, 3),
+        "producer_epoch": st.integers(0, 2), "error_codes": st.sampled_from(["", "0", "51", None]),
+        "keep_prepared_txn": st.booleans(), "ongoing_txn_producer_id": st.sampled_from([None, -1, 1, 2, 3]),
+        "ongoing_txn_producer_epoch": st.integers(-1, 2), "result": st.sampled_from(["COMMIT", "ABORT"])})
+
+    @settings(max_examples=200, deadline=None)
+    @given(rows=st.lists(row, max_size=12))
+    def check(rows):
+        if not rows:
+            return
+        cols = {c: [r[c] for r in rows] for c in rows[0]}
+        cols["ts"] = [float(i) for i in range(len(rows))]
+        cols["position"] = list(range(len(rows)))
+        pending, want = {}, []
+        for r in rows:
+            ok = r["error_codes"] in ("", "0")
+            if r["event"] == "INIT_PRODUCER_ID" and ok:
+                k = r["ongoing_txn_producer_id"]
+                if r["keep_prepared_txn"] and k is not None and k >= 0 and k != r["producer_id"]:
+                    e = r["ongoing_txn_producer_epoch"]
+                    pending[r["producer_id"]] = (k, e if e >= 0 else None)
+                    want.append(("KEEP_PREPARED", k, pending[r["producer_id"]][1], r["producer_id"]))
+                else:
+                    pending.pop(r["producer_id"], None)
+            elif r["event"] == "END_TXN" and ok and r["producer_id"] in pending:
+                k, e = pending.pop(r["producer_id"])
+                want.append(("KEPT_END", k, e, r["producer_id"]))
+        got = [(x["event"], x["producer_id"], x["producer_epoch"], x["new_producer_id"])
+               for x in txn_kept.linked_rows(cols)]
+        assert got == want
+
+    check()
