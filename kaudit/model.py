@@ -359,6 +359,11 @@ TXN_EVENT = pa.schema([
     # KIP-939 (InitProducerId v6): two-phase commit with an external transaction manager
     ("enable_2pc", B),
     ("keep_prepared_txn", B),
+    # KIP-939 (InitProducerId v6 answer): the transaction the coordinator kept open for a
+    # KeepPreparedTxn recovery, its producer id and epoch (-1: none; null: an older version, no
+    # answer, or another event). producer_id/_epoch are the recovering session's own.
+    ("ongoing_txn_producer_id", I64),
+    ("ongoing_txn_producer_epoch", I16),
     # KIP-360 (InitProducerId v3+): the producer id and epoch the client asked with (-1: none; null:
     # an older version or another event). producer_id/_epoch above are the answer's.
     ("request_producer_id", I64),

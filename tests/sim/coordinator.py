@@ -28,6 +28,7 @@ class TxnMeta:
     start_ms: int = -1
     two_pc: bool = False
     ending: tuple = (True, -1)
+    session: tuple = (-1, -1)     # KIP-939: the recovering session's (producer id, epoch)
 
 
 class Coordinator:
@@ -88,6 +89,31 @@ class Coordinator:
         m.partitions, m.start_ms = [], -1
         self.write_state(m, "Empty")
         return 0, m.pid, m.epoch
+
+    def keep_prepared(self, txn_id: str, new_pid, *, new_id: bool) -> tuple[int, int, int, int]:
+        """KIP-939 InitProducerId with KeepPreparedTxn and Enable2Pc while the id's transaction is
+        open: the coordinator keeps it (no abort), rewrites its timeout to Int.MaxValue and bumps
+        the epoch for the recovering session - on a new producer id when `new_id` (the epoch ran
+        out). Returns (session pid, session epoch, kept pid, kept epoch); the Ongoing record keeps
+        the kept transaction's producer id and epoch (the session's id in NextProducerId)."""
+        m = self.txns[txn_id]
+        kept = (m.pid, m.epoch)
+        m.timeout_ms, m.two_pc = TWO_PC_TIMEOUT_MS, True
+        m.session = (new_pid(), 0) if new_id else (m.pid, m.epoch + 1)
+        self.write_state(m, "Ongoing", next_pid=m.session[0] if new_id else -1)
+        return m.session + kept
+
+    def end_kept(self, m: TxnMeta, *, committed: bool) -> int:
+        """The recovering session's EndTxn of the kept transaction: PrepareX and the markers under
+        the kept producer id at its epoch + 1 (KIP-939), CompleteX; the id then goes on with the
+        session's producer id. Returns the markers' epoch."""
+        new_id = m.session[0] != m.pid
+        m.epoch += 1
+        m.ending = (committed, m.session[0] if new_id else -1)
+        self.write_state(m, "PrepareCommit" if committed else "PrepareAbort", next_pid=m.ending[1])
+        epoch = self.finish_end(m)
+        m.pid, m.epoch = m.session
+        return epoch
 
     def add_partition(self, m: TxnMeta, part) -> None:
         if part in m.partitions:

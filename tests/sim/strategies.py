@@ -39,7 +39,10 @@ def txn_episode(kind: str, tv=None):
         "admin": st.lists(st.integers(0, 2), min_size=1, max_size=3),
         "admin_then_write": st.booleans(),
         # two_pc: whether the log dirs given hold `__transaction_state` (txn_episodes._two_pc_left_open)
-        "coord_log": st.booleans() if fault == "two_pc" else st.just(True)})
+        "coord_log": st.booleans() if fault == "two_pc" else st.just(True),
+        # two_pc, version 2: a new instance recovers the prepared transaction (KeepPreparedTxn) and
+        # ends it, under the same producer id or a new one (txn_episodes._recover)
+        "recover": st.sampled_from(["none", "same", "new_id"]) if fault == "two_pc" else st.just("none")})
 
 
 def _fix(h: dict) -> dict:

@@ -50,7 +50,7 @@ def txn(sim: Sim, i: int, ep: dict) -> None:
             if stop:
                 break
         elif fault == "two_pc" and j == len(txns) - 1:
-            _two_pc_left_open(sim, c, ep, written)
+            _two_pc_left_open(sim, c, ep, written, t["commit"])
         else:
             before = (c.pid, c.epoch)
             c.end(t["commit"])
@@ -64,18 +64,50 @@ def txn(sim: Sim, i: int, ep: dict) -> None:
     _judge_late(sim, c, getattr(c, "late", ()), later)
 
 
-def _two_pc_left_open(sim, c, ep, written) -> None:
+def _two_pc_left_open(sim, c, ep, written, commit: bool) -> None:
     """KIP-939: the last transaction prepared, waiting for its external coordinator past its
     timeout: not hanging. The coordinator's records hold Int.MaxValue as its timeout, so the log
     dirs tell it too - unless they leave `__transaction_state` out (`coord_log` False): then the
     log dirs alone judge its age against transaction.max.timeout.ms (15 min, passed here), and
-    only the capture's InitProducerId Enable2Pc tells `kaudit audit` what it is."""
+    only the capture's InitProducerId Enable2Pc tells `kaudit audit` what it is. `recover`
+    (transaction version 2): the application crashed; a new instance recovers the prepared
+    transaction (_recover) and ends it - nothing to report."""
     state = ep.get("coord_log", True)
     sim.state_log = sim.state_log and state
     sim.wait(c.timeout_ms * 3 if state else 20 * 60_000)
+    recover = ep.get("recover", "none") if c.tv >= 2 else "none"
+    if recover != "none":
+        _recover(sim, c, new_id=recover == "new_id", commit=commit)
+        return
     for p, _, _ in written:
         sim.expect("prepared-2pc" if state else "prepared-2pc-disk", p, feeds=("segments",))
         sim.expect("prepared-2pc", p, feeds=("pcap", "audit"))
+
+
+def _recover(sim, c, *, new_id: bool, commit: bool) -> None:
+    """KIP-939 recovery of the prepared transaction by a new instance (another host): its
+    InitProducerId v6 with KeepPreparedTxn and Enable2Pc is answered with its own producer id and
+    epoch (a new producer id when `new_id`: the epoch ran out) beside the kept transaction's
+    (OngoingTxnProducerId/Epoch); its EndTxn (v5, its own id and epoch) commits or aborts the
+    kept transaction, whose markers carry the kept producer id at its epoch + 1."""
+    r = Client(sim, f"{c.name}-recovered", txn_id=c.txn_id, tv=c.tv, two_pc=True, timeout_ms=c.timeout_ms)
+    r.client_ip = "10.0.1.4"
+    node = sim.coord.node
+    ts = sim.tick()
+    pid, epoch, kpid, kepoch = sim.coord.keep_prepared(c.txn_id, sim.new_pid, new_id=new_id)
+    msgs = wire.init_producer_id_v6(r.corr(node), pid, epoch, txn_id=c.txn_id, enable_2pc=True, keep_prepared=True,
+                                    timeout_ms=c.timeout_ms, client_id=r.name, ongoing=(kpid, kepoch))
+    r.exchange(node, msgs[:1], ts)
+    r.exchange(node, msgs[1:])
+    sim.wait(100)
+    ts = sim.tick()
+    sim.coord.end_kept(sim.coord.txns[c.txn_id], committed=commit)
+    m = sim.coord.txns[c.txn_id]
+    m.epoch += 1                 # EndTxn v5 answers the session's next epoch (KIP-890)
+    msgs = wire.end_txn_v5(r.corr(node), pid, epoch, committed=commit, new_epoch=m.epoch, new_pid=m.pid,
+                           txn_id=c.txn_id, client_id=r.name)
+    r.exchange(node, msgs[:1], ts)
+    r.exchange(node, msgs[1:])
 
 
 def _old_id_zombie(sim, c, old, u, i, j) -> None:

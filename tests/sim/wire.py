@@ -93,13 +93,14 @@ class Capture:
 
 def init_producer_id_v6(corr: int, pid: int, epoch: int, *, txn_id: str, enable_2pc: bool,
                         keep_prepared: bool = False, timeout_ms: int = 60000, error: int = 0,
-                        client_id: str = "sim-producer"):
+                        client_id: str = "sim-producer", ongoing: tuple = (-1, -1)):
     """InitProducerId v6 (KIP-939): Enable2Pc, KeepPreparedTxn; the answer's OngoingTxnProducerId
-    and OngoingTxnProducerEpoch are -1 (no prepared transaction kept)."""
+    and OngoingTxnProducerEpoch are `ongoing`: the prepared transaction a KeepPreparedTxn
+    recovery kept (its producer id and epoch), (-1, -1) when none."""
     req = (request_header(22, 6, corr, client_id, True) + cstring(txn_id) + i32(timeout_ms)
            + i64(-1) + i16(-1) + boolean(enable_2pc) + boolean(keep_prepared) + TAGS0)
     resp = (response_header(corr, True) + i32(0) + i16(error) + i64(pid) + i16(epoch)
-            + i64(-1) + i16(-1) + TAGS0)
+            + i64(ongoing[0]) + i16(ongoing[1]) + TAGS0)
     return [(0, frame(req)), (1, frame(resp))]
 
 

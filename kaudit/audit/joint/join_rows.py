@@ -42,7 +42,8 @@ READER_BATCH_TAP = Fold("join-reader-batch", {"batch": WR.BATCH_COLUMNS}, (), ()
                             pc.fill_null(pc.equal(t.column("source_kind"), "fetch"), False),
                             pc.fill_null(pc.or_(t.column("is_transactional"), t.column("is_control")), False))})
 # the InitProducerIds: which producers asked for KIP-939 two-phase commit (two_pc_inits)
-INIT_COLUMNS = ("ts", "event", "transactional_id", "producer_id", "producer_epoch", "error_codes", "enable_2pc")
+INIT_COLUMNS = ("ts", "event", "transactional_id", "producer_id", "producer_epoch", "error_codes", "enable_2pc",
+                "keep_prepared_txn", "ongoing_txn_producer_id", "ongoing_txn_producer_epoch")
 INIT_TAP = Fold("join-init-producer-id", {"txn_event": INIT_COLUMNS}, (), (), None,
                 where={"txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "INIT_PRODUCER_ID"), False)})
 WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP, INIT_TAP)
@@ -50,17 +51,18 @@ WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP, INIT_
 
 def two_pc_inits(rows: list[dict]) -> dict:
     """producer id -> ((epoch, enable_2pc, transactional id), ...) of the answered InitProducerIds (no error) of
-    every producer id one of them gave to a client asking for KIP-939 two-phase commit: the
+    every producer id one of them gave to a client asking for KIP-939 two-phase commit, or whose
+    prepared transaction a KeepPreparedTxn recovery with Enable2Pc kept (txn_kept): the
     capture's knowledge the disk's transactions fold needs (folds.Context.two_pc_inits)."""
     ok = [r for r in rows if r["error_codes"] is not None and not _errors(r["error_codes"])
           and r["producer_id"] is not None and r["producer_id"] >= 0]
-    asked = {r["producer_id"] for r in ok if r.get("enable_2pc")}
-    out: dict = {}
+    from kaudit.audit.txn import txn_kept
+
+    entries = []
     for r in sorted(ok, key=lambda r: r["ts"] or 0):
-        if r["producer_id"] in asked:
-            out.setdefault(r["producer_id"], []).append((r["producer_epoch"], bool(r.get("enable_2pc")),
-                                                         r["transactional_id"]))
-    return {pid: tuple(v) for pid, v in out.items()}
+        entries.append((r["producer_id"], (r["producer_epoch"], bool(r.get("enable_2pc")), r["transactional_id"])))
+        entries.extend(txn_kept.two_pc_entries(r))   # KIP-939: the prepared transaction a recovery kept
+    return txn_kept.two_pc_by_pid(entries)
 
 
 def _errors(codes: str) -> list[int]:

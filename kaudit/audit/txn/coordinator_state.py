@@ -223,6 +223,10 @@ def _add_record(t: CoordTxn, r: dict, st: dict, state: str) -> None:
     for tp in partition_names(r["partitions"]):
         t.partitions.add(tp)
         t.registered_at.setdefault(tp, r["timestamp_ms"])
+    if r.get("transaction_timeout_ms") is not None:
+        # the latest record's: a KIP-939 recovery (KeepPreparedTxn with Enable2Pc) rewrites the
+        # kept transaction's timeout to Int.MaxValue; no other request changes an open one's
+        t.timeout_ms = r["transaction_timeout_ms"]
     if r.get("end_cause"):
         t.ended_by, t.end_detail = r["end_cause"], r.get("end_detail")
     if state in ("PrepareCommit", "PrepareAbort"):

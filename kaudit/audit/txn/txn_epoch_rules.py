@@ -106,7 +106,8 @@ def stale_epoch_write(part: Part, pt: ProducerTxns) -> tuple[list[dict], str, st
 def _own_end(part: Part, e: int) -> bool:
     """Whether the part's marker is the end the coordinator wrote for a transaction begun at
     epoch `e` (its Prepare record's epoch): a KIP-939 prepared transaction a new instance kept
-    (KeepPreparedTxn) ends at that instance's epoch."""
+    (KeepPreparedTxn) ends at that instance's epoch - or at its own epoch + 1, the markers KIP-939
+    describes (txn_kept)."""
     c, m = part.coord, part.marker
     return (c is not None and c.epoch == e and c.result == m.result and c.prepare_epoch is not None
             and c.prepare_epoch == m.epoch)

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kaudit.audit.txn import txn_kept
+
 
 @dataclass(frozen=True)
 class Move:
@@ -144,7 +146,8 @@ def wire_links(table: pa.Table) -> list[dict]:
         if r["event"] == "INIT_PRODUCER_ID" and answered:
             out.append({"tid": tid, "pid": pid, "first": ms, "last": ms, "epoch": r.get("producer_epoch"),
                         "source": r["source"], "position": r["position"], "via": "init",
-                        "two_pc": bool(r.get("enable_2pc"))})   # KIP-939 Enable2Pc (two_pc_inits)
+                        "two_pc": bool(r.get("enable_2pc")),   # KIP-939 Enable2Pc (two_pc_inits)
+                        "kept": txn_kept.two_pc_entries(r)})   # and the prepared transaction it kept
         elif r["event"] == "END_TXN":
             new = r.get("new_producer_id")
             out.append({"tid": tid, "pid": pid, "first": ms, "last": ms, "epoch": r.get("producer_epoch"),
@@ -158,15 +161,15 @@ def wire_links(table: pa.Table) -> list[dict]:
 def two_pc_inits(rows: list[dict]) -> dict:
     """producer id -> ((epoch, enable_2pc, transactional id), ...) in time order, of the answered
     InitProducerIds among the wire's link rows, for every producer id one of them gave to a client
-    asking for KIP-939 two-phase commit (folds.Context.two_pc_inits: the wire's own, as
+    asking for KIP-939 two-phase commit, or whose prepared transaction a KeepPreparedTxn recovery
+    with Enable2Pc kept (txn_kept.two_pc_entries) (folds.Context.two_pc_inits: the wire's own, as
     joint.join_rows.two_pc_inits is the capture's for the log dirs)."""
     inits = sorted((r for r in rows if r.get("via") == "init" and "two_pc" in r), key=lambda r: r["first"] or 0)
-    asked = {r["pid"] for r in inits if r["two_pc"]}
-    out: dict = {}
+    entries = []
     for r in inits:
-        if r["pid"] in asked:
-            out.setdefault(r["pid"], []).append((r["epoch"], r["two_pc"], r["tid"]))
-    return {pid: tuple(v) for pid, v in out.items()}
+        entries.append((r["pid"], (r["epoch"], r["two_pc"], r["tid"])))
+        entries.extend(r.get("kept") or ())   # KIP-939: a recovery's Enable2Pc is its kept transaction's
+    return txn_kept.two_pc_by_pid(entries)
 
 
 def _asked_with_an_id(table: pa.Table, ev) -> pa.Array:

@@ -143,7 +143,11 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
     coordinator's records, or an InitProducerId with Enable2Pc on the wire - in `kaudit audit` the
     capture's tells the log dirs') has no timeout: the coordinator keeps it open, prepared, until
     its external transaction manager commits or aborts it, so its age never makes it hanging (a
-    dangling-transaction that says so); the other reasons still do.
+    dangling-transaction that says so); the other reasons still do. A KeepPreparedTxn recovery
+    (InitProducerId v6) keeps the transaction its answer names (OngoingTxnProducerId/Epoch) open
+    for the recovering session, whatever producer id and epoch that session got: not fenced, with
+    Enable2Pc not timed out, ended by that session's EndTxn (txn_kept); one answered
+    OngoingTxnProducerId -1, or naming another transaction, keeps nothing of it.
     Benign causes: none once these hold; evidence without the coordinator's view (no
     `__transaction_state`, a capture without the producer's coordinator traffic) judges by age
     only, and only registrations and markers the evidence would show count."""
@@ -186,9 +190,11 @@ def two_phase_commit(part: Part, pt: ProducerTxns) -> bool:
     """Whether the part belongs to a KIP-939 two-phase-commit transaction, which its coordinator
     never times out (TransactionStateManager skips isDistributedTwoPhaseCommitTxn): the
     coordinator keeps Int.MaxValue as its timeout - in its `__transaction_state` records (the
-    log dirs) and in the wire's replay of an InitProducerId with Enable2Pc - or, in `kaudit
-    audit`, the capture shows the InitProducerId in effect at the part's epoch asking for it
-    (ProducerTxns.two_pc_inits: the log dirs may not hold the coordinator's records)."""
+    log dirs) and in the wire's replay of an InitProducerId with Enable2Pc, or of a KeepPreparedTxn
+    recovery with Enable2Pc that kept it - or, in `kaudit audit`, the capture shows the
+    InitProducerId in effect at the part's epoch asking for it, or such a recovery naming the
+    part's producer id and epoch as the transaction it kept (ProducerTxns.two_pc_inits: the log
+    dirs may not hold the coordinator's records)."""
     t = part.coord
     timeout = t.timeout_ms if t is not None else pt.view.timeout_ms
     return (timeout is not None and timeout >= NO_TIMEOUT_MS) or pt.two_pc_at(part.data_epoch)

@@ -19,6 +19,12 @@ consumer fetches, which a lagging consumer reads minutes later - settled before,
 would be told hanging where the file's audit sees the marker. A hanging transaction is then told
 that much later on a live capture.
 
+A producer whose InitProducerId asked Enable2Pc (KIP-939) has no timeout: it is never settled
+by age, only at the end. A KeepPreparedTxn recovery links the producer id of the transaction it
+kept (its answer's OngoingTxnProducerId) to the recovering session's: the two are settled together
+(txn_wire.prepare replays the recovery under both), the kept one without a timeout when the
+recovery asked Enable2Pc.
+
 Rows of a producer that come after it was settled start it over (coverage
 `live.txn_producers_back`): the file's audit would have judged them with the earlier ones.
 """
@@ -85,10 +91,15 @@ class TxnSettle(Settler):
 
     def split(self, items: list, now: float) -> tuple[list, list]:
         """(the rows of the producers settled at capture time `now`, the rows kept)."""
-        pids_of, last, timeout, unended = self._producers(items)
+        pids_of, last, timeout, unended, partners = self._producers(items)
         done = {p for p, ts in last.items()
                 if ts < now - (timeout.get(p) or DEFAULT_TIMEOUT_S) - TXN_MARGIN_S
                 - (MARKER_FETCH_WAIT_S if p in unended else 0.0)}
+        while True:   # a kept transaction's producer id and its recovering session's go together
+            held = {p for p in done if not partners.get(p, set()) <= done}
+            if not held:
+                break
+            done -= held
         if not done:
             return [], items
         self.settled |= done
@@ -137,7 +148,7 @@ class TxnSettle(Settler):
         """Per chunk, its rows' producer ids (as prepare resolves them); each producer's newest
         row time, its transaction timeout (s), and the producers whose last transaction shows no
         end (a write or registration after every end the capture holds of it)."""
-        pids_of, last, timeout = [], {}, {}
+        pids_of, last, timeout, partners = [], {}, {}, {}
         began, ended = {}, {}
         for kind, t in items:
             if kind == "txn_event":
@@ -145,9 +156,7 @@ class TxnSettle(Settler):
                         for p, tid in zip(t.column("producer_id").to_pylist(),
                                           t.column("transactional_id").to_pylist())]
                 times = t.column("ts").to_pylist()
-                for p, ms in zip(pids, t.column("timeout_ms").to_pylist()):
-                    if p is not None and ms:
-                        timeout[p] = ms / 1000.0
+                _timeouts(t, pids, timeout, partners)
                 pids_of.append(pa.array(pids, pa.int64()))
                 ev = t.column("event")
                 _mark(ended, pids_of[-1], t.column("ts"), pc.is_in(ev, ENDS))
@@ -166,7 +175,29 @@ class TxnSettle(Settler):
                 if p is not None and p >= 0 and ts is not None and ts > last.get(p, float("-inf")):
                     last[p] = ts
         unended = {p for p, ts in began.items() if ts > ended.get(p, float("-inf"))}
-        return pids_of, last, timeout, unended
+        return pids_of, last, timeout, unended, partners
+
+
+def _timeouts(t: pa.Table, pids: list, timeout: dict, partners: dict) -> None:
+    """Each producer's transaction timeout (s) from its InitProducerIds in row order: none (never
+    settled by age) once one asked Enable2Pc, as KIP-939's coordinator never times it out - and
+    for the transaction a KeepPreparedTxn recovery kept (OngoingTxnProducerId), whose producer
+    id is settled with the recovering session's (`partners`)."""
+    cols = t.column_names
+    get = lambda c: t.column(c).to_pylist() if c in cols else [None] * t.num_rows   # noqa: E731
+    for p, ms, on, keep, kept in zip(pids, get("timeout_ms"), get("enable_2pc"), get("keep_prepared_txn"),
+                                     get("ongoing_txn_producer_id")):
+        if p is None:
+            continue
+        if on:
+            timeout[p] = float("inf")
+        elif ms:
+            timeout[p] = ms / 1000.0
+        if keep and kept is not None and kept >= 0 and kept != p:
+            partners.setdefault(p, set()).add(kept)
+            partners.setdefault(kept, set()).add(p)
+            if on:
+                timeout[kept] = float("inf")
 
 
 BEGINS = pa.array(["ADD_PARTITIONS", "ADD_OFFSETS", "TXN_OFFSET_COMMIT"])

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, Fold, KeyedState
+from kaudit.audit.txn import txn_kept
 from kaudit.audit.txn.txn_model import ProducerTxns
 from kaudit.audit.txn.txn_settle import TxnSettle
 from kaudit.audit.txn.txn_wire_feed import WireFeed
@@ -43,7 +44,7 @@ KEY = ("producer_id",)
 TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id", "producer_id",
                "producer_epoch", "partitions", "result", "coordinator_epoch", "timeout_ms", "group_id",
                "new_producer_id", "new_producer_epoch", "error_codes", "transaction_version", "enable_2pc",
-               "keep_prepared_txn")
+               "keep_prepared_txn", "ongoing_txn_producer_id", "ongoing_txn_producer_epoch")
 BATCH_COLUMNS = ("source_kind", "source", "connection", "position", "request_ts", "response_ts", "topic", "topic_id",
                  "partition",
                  "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count",
@@ -181,6 +182,11 @@ def _joined_events(t: pa.Table, frames: dict, admins: set) -> pa.Table:
         cols[c] = [f[k] for f in joined]
     listed = sorted(admins)
     cols["admin_clients"] = [listed if e == "WRITE_MARKERS" else None for e in cols["event"]]
+    if "ongoing_txn_producer_id" in cols:
+        # KIP-939: a recovery under another producer id reaches the kept transaction's producer id
+        for row in txn_kept.linked_rows(cols):
+            for c in cols:
+                cols[c].append(row[c])
     return pa.Table.from_pydict(cols)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 
-from kaudit.audit.txn import txn_fetched
+from kaudit.audit.txn import txn_fetched, txn_kept
 from kaudit.audit.txn.coordinator_state import partition_names
 from kaudit.audit.folds import Context
 from kaudit.audit.registry import evidence
@@ -73,6 +73,8 @@ class _Txn:
         self.fence_row: dict | None = None
         self.prepared_at: float | None = None     # when its PrepareX was recorded
         self.rows: dict[str, list[dict]] = {}     # tp -> its data rows, in order
+        self.kept: tuple | None = None            # KIP-939: the recovering session (producer id, epoch)
+        self.prepare_record: dict | None = None
 
 
 class WireFeed:
@@ -115,8 +117,6 @@ class WireFeed:
 
     def record(self, state: str, ts: float, r: dict, t: _Txn, *, epoch=None, cause=None, detail=None) -> None:
         e = t.epoch if epoch is None else epoch
-        if state.startswith("Prepare"):
-            t.prepared_at = ts
         if e is not None and (self.top_epoch is None or e > self.top_epoch):
             self.top_epoch = e
         self.records.append({
@@ -128,6 +128,8 @@ class WireFeed:
             "transaction_timeout_ms": t.timeout_ms, "tombstone": False,
             "client_transaction_version": self.version, "end_cause": cause, "end_detail": detail,
             "evidence": [evidence(r["source"], r["position"], "request", f"{state} on {r['connection']}")]})
+        if state.startswith("Prepare"):   # its record: txn_kept.marker_epoch may date its epoch
+            t.prepared_at, t.prepare_record = ts, self.records[-1]
 
     def open_txn(self) -> _Txn | None:
         t = self.cur
@@ -172,12 +174,15 @@ class WireFeed:
         if r.get("enable_2pc"):
             self.timeout_ms = NO_TIMEOUT_MS   # KIP-939: the coordinator never times it out
         keep = bool(r.get("keep_prepared_txn"))
+        t = self.open_txn()
+        # KIP-939: a recovery keeps (no fencing) the transaction its answer names (no answer: as asked)
+        kept = t is not None and keep and (not ok or txn_kept.keeps(r, self.pid, t.epoch))
         text = (f"InitProducerId transactional id {r['transactional_id']!r}"
                 + (" (two-phase commit, KIP-939)" if r.get("enable_2pc") else "")
-                + (" keeping its prepared transaction" if keep else "")
+                + (" keeping its prepared transaction" if kept else " (KeepPreparedTxn)" if keep else "")
                 + (f" -> producer id {self.pid} epoch {epoch}" if ok else
                    f" -> error {','.join(map(str, errs))}" if errs else " -> no response"))
-        t = None if keep else self.open_txn()   # KIP-939 keeps a prepared transaction: no fencing
+        t = None if kept else t
         if t is not None and (not ok or _newer(epoch, t.epoch)):
             if t.fence_request is None:
                 t.fence_request, t.fence_row = ts, r
@@ -194,10 +199,14 @@ class WireFeed:
                         cause=COORDINATOR, detail="fencing")
             t.prepared, t.prepare_epoch = "ABORT", bumped
             self._maybe_complete(t, ts, r, force=True)
-        if keep and self.open_txn() is not None:
-            return   # KIP-939: the new instance takes the prepared transaction over, still open
+        if kept:
+            # KIP-939: the new instance takes the prepared transaction over, still open
+            txn_kept.take_over(self, self.cur, ts, r, (self.pid, epoch))
+            return
         self.cur = None
         self.record("Empty", ts, r, _Txn(self.tid, epoch, ts, self.timeout_ms))
+
+    _kept, _kept_end = txn_kept.kept, txn_kept.kept_end   # KIP-939: another producer id's recovery
 
     def _add(self, ts: float, r: dict, errs: list[int]) -> None:
         broker = r.get("api_version") is not None and r["api_version"] >= 4
@@ -331,14 +340,16 @@ class WireFeed:
         at this epoch whose markers are still out, else the open one."""
         tps = set(partition_names(r["partitions"]))
         for t in reversed(self.txns[-16:]):   # markers follow their end within moments
-            if (t.prepared == r["result"] and t.prepare_epoch == r["producer_epoch"] and not t.complete
+            if (t.prepared == r["result"] and r["producer_epoch"] in txn_kept.marker_epochs(t) and not t.complete
                     and (tps & set(t.partitions) or any(tp.startswith("__consumer_offsets-") for tp in tps))):
-                return t
+                return txn_kept.marker_epoch(t, r["producer_epoch"])
         return self.open_txn()
 
     def _coordinator_end(self, t: _Txn, ts: float, r: dict) -> None:
         """Markers with no EndTxn before them: the coordinator ended the transaction itself."""
-        if t.fence_request is not None:
+        if txn_kept.session_end(t, r["result"]):
+            cause, detail = "client", "the recovering session's end (KIP-939)"
+        elif t.fence_request is not None:
             cause, detail = COORDINATOR, "fencing"
         elif not self.client_coordinator:
             cause, detail = None, None      # the client's requests are not in the capture
@@ -463,7 +474,8 @@ class WireFeed:
 
 # each event's handler in WireFeed
 _HANDLERS = {"INIT_PRODUCER_ID": "_init", "ADD_PARTITIONS": "_add", "ADD_OFFSETS": "_offsets",
-             "TXN_OFFSET_COMMIT": "_offsets", "END_TXN": "_end", "WRITE_MARKERS": "_markers"}
+             "TXN_OFFSET_COMMIT": "_offsets", "END_TXN": "_end", "WRITE_MARKERS": "_markers",
+             txn_kept.KEEP_PREPARED: "_kept", txn_kept.KEPT_END: "_kept_end"}
 
 
 class WireCoverage(Coverage):

@@ -39,11 +39,15 @@ def lso_stuck(run: list) -> bool:
     Benign causes: a long transaction still within its transaction.timeout.ms (the coordinator
     aborts it then and the LSO moves); a consumer that polls a partition nobody writes to no longer
     changes anything (the responses then show a constant high watermark); a KIP-939
-    two-phase-commit transaction (its producer's InitProducerId in effect asked Enable2Pc) whose
-    data the capture shows at that offset: its coordinator never times it out
-    (TransactionStateManager skips isDistributedTwoPhaseCommitTxn), so it holds the LSO, by design,
-    until its external transaction manager commits or aborts it - told at info, naming it (its
-    open data is dangling-transaction's to judge).
+    two-phase-commit transaction (its producer's InitProducerId in effect asked Enable2Pc, or a
+    KeepPreparedTxn recovery with Enable2Pc kept it: the recovery's answer names the kept
+    transaction's producer id and epoch in OngoingTxnProducerId/Epoch, whatever producer id the
+    recovering session got - txn_kept) whose data the capture shows at that offset: its
+    coordinator never times it out (TransactionStateManager skips
+    isDistributedTwoPhaseCommitTxn), so it holds the LSO, by design, until its external
+    transaction manager commits or aborts it - told at info, naming it (its open data is
+    dangling-transaction's to judge). A recovery that kept nothing (OngoingTxnProducerId -1) or
+    another transaction excuses none.
     Severity: warning; error when stuck longer than transaction.max.timeout.ms (15 min by
     default), which no open transaction but a two-phase-commit one outlives: read_committed
     consumers are stalled."""
@@ -156,7 +160,8 @@ class LsoPartition:
             pid, epoch, tid = held
             details.update(two_phase_commit=True, producer_id=pid, producer_epoch=epoch, transactional_id=tid)
             text += (f": producer {pid} epoch {epoch}'s transaction (transactional id {tid or 'unknown'}) starts "
-                     "there, a two-phase-commit transaction (KIP-939: its InitProducerId asked Enable2Pc), which "
+                     "there, a two-phase-commit transaction (KIP-939: its InitProducerId, or the recovery that kept it, "
+                     "asked Enable2Pc), which "
                      "its coordinator never times out; read_committed consumers wait there until its external "
                      "transaction manager commits or aborts it")
             remediation = ("Have the external transaction manager complete it (its recovery commits or aborts the "

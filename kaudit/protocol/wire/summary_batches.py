@@ -337,7 +337,8 @@ def fetch_batches(request, response, partitions: list[dict] | None = None) -> li
 TXN_EVENT_FIELDS = ("event", "transactional_id", "producer_id", "producer_epoch", "partitions",
                     "result", "coordinator_epoch", "timeout_ms", "group_id", "new_producer_id",
                     "new_producer_epoch", "error_codes", "transaction_version", "enable_2pc",
-                    "keep_prepared_txn", "request_producer_id", "request_producer_epoch")
+                    "keep_prepared_txn", "request_producer_id", "request_producer_epoch",
+                    "ongoing_txn_producer_id", "ongoing_txn_producer_epoch")
 
 
 def _event(**kw) -> dict:
@@ -374,7 +375,10 @@ def txn_events(request, response=None) -> list[dict]:
                        enable_2pc=req.get("enable2_pc"), keep_prepared_txn=req.get("keep_prepared_txn"),
                        # v3+ (KIP-360): the id and epoch the client holds and asks to bump (-1: none)
                        request_producer_id=req.get("producer_id"),
-                       request_producer_epoch=req.get("producer_epoch"))]
+                       request_producer_epoch=req.get("producer_epoch"),
+                       # v6 answer (KIP-939): the prepared transaction a KeepPreparedTxn recovery kept
+                       ongoing_txn_producer_id=resp.get("ongoing_txn_producer_id") if resp else None,
+                       ongoing_txn_producer_epoch=resp.get("ongoing_txn_producer_epoch") if resp else None)]
     if key == apis.ADD_PARTITIONS_TO_TXN:
         return _add_partitions_events(req, resp)
     if key == apis.ADD_OFFSETS_TO_TXN:
