@@ -122,7 +122,7 @@ def test_consumers_html_draws_every_partition_of_the_group(captures, tmp_path):
 
 def test_every_consumer_rule_has_its_impact_in_words():
     from kaudit.audit.registry import fold_rules
-    from kaudit.report.story import CONSUMED
+    from kaudit.report.impact import CONSUMED
 
     assert set(CONSUMED) == {r.id for r in fold_rules("consumers")}
 
