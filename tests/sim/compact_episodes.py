@@ -1,0 +1,55 @@
+"""A compacted topic (cleanup.policy=compact, its own topic `c<i>`): keyed records from an
+idempotent producer (tombstones among them) and a transactional one (commits and aborts,
+transaction version 1 or 2), with the log cleaner (compaction.clean) run between rounds on
+the closed segments of some replicas - each broker's cleaner on its own schedule, sometimes while
+a transaction is open (the cleaner stops below the last stable offset), sometimes past a
+marker's delete horizon.
+
+Fault-free: compaction removes superseded records, aborted transactions' data and, past their
+delete horizon, markers - offset gaps, sequence gaps between a producer's kept batches, empty
+batches kept for a producer's sequence state, markers with no data before them, replicas whose
+files differ. None of it is an anomaly: the oracle expects nothing at warning or above on any
+feed (compaction is a benign cause every rule must allow)."""
+
+from __future__ import annotations
+
+from tests.sim.cluster import Client, Sim
+from tests.sim.compaction import SEGMENT_BYTES, clean
+from tests.sim.episodes import values
+
+
+def compact(sim: Sim, i: int, ep: dict) -> None:
+    topic = ep.get("topic") or f"c{i}"
+    parts = [sim.partition(topic, p) for p in range(ep["parts"])]
+    for p in parts:
+        for pb in p.pbs.values():
+            pb.segment_bytes = SEGMENT_BYTES
+    idem = Client(sim, f"cidem-{i}")
+    idem.init()
+    tx = Client(sim, f"ctxn-{i}", txn_id=f"ctx-{i}", tv=ep["tv"])
+    tx.init()
+    nkeys = ep["keys"]
+    for r, rnd in enumerate(ep["rounds"]):
+        for j in range(rnd["idem"]):
+            p = parts[(r + j) % len(parts)]
+            n = rnd["size"]
+            keys = [f"key-{(r * 3 + j * 2 + k) % nkeys}".encode() for k in range(n)]
+            vals = values(i, r * 10 + j, n, tag="-c")
+            if rnd.get("tombstone") and j == 0:
+                vals[0] = None             # a delete of its key
+            idem.send(p, vals, keys=keys)
+        if rnd["txn"] is not None:
+            for k, p in enumerate(parts):
+                keys = [f"key-{(r + k + m) % nkeys}".encode() for m in range(2)]
+                tx.send(p, values(i, r, 2, tag=f"-ct{k}"), keys=keys)
+            if rnd.get("mid"):
+                _clean(sim, parts, rnd["clean"])    # below the open transaction only
+            tx.end(rnd["txn"])
+        sim.wait(rnd["wait"])
+        _clean(sim, parts, rnd["clean"])
+
+
+def _clean(sim: Sim, parts, nodes) -> None:
+    for n in nodes:
+        for p in parts:
+            clean(p.pbs[n], sim.clock)
