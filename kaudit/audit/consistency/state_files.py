@@ -32,7 +32,7 @@ KEY = ("replica", "topic", "partition")
 ORDER = ("source", "position")
 BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "magic", "crc_ok", "producer_id", "producer_epoch",
                                "last_sequence", "is_transactional", "is_control", "control_type",
-                               "coordinator_epoch", "max_timestamp_ms", "partition_leader_epoch")
+                               "coordinator_epoch", "max_timestamp_ms", "partition_leader_epoch", "record_count")
 SNAPSHOT_COLUMNS = KEY + ORDER + ("snapshot_offset", "crc_ok", "producer_id", "producer_epoch", "last_sequence",
                                   "last_offset", "offset_delta", "timestamp_ms", "coordinator_epoch",
                                   "current_txn_first_offset")

@@ -126,6 +126,7 @@ class Replay:
         """One source's batches (log order); `ok`: the valid ones (CRC), as arrays."""
         every = ok.all()
         self._gaps_of(base if every else base[ok], last if every else last[ok])
+        self._thinned(t, base, last, ok)
         pid = np_col(t, "producer_id", -1, np.int64)
         use = ok & (pid >= 0)
         if not use.any():
@@ -154,6 +155,19 @@ class Replay:
             self.gap_starts.append(np.minimum(prev[irregular] + 1, base[irregular]))
             self._gaps = None
         self.prev_last = max(self.prev_last, int(last.max()))
+
+    def _thinned(self, t: pa.Table, base: np.ndarray, last: np.ndarray, ok: np.ndarray) -> None:
+        """A v2 data batch holding fewer records than offsets: the log cleaner removed records
+        from it and rebuilt it (MemoryRecords.buildRetainedRecordsInto keeps the base offset and the
+        last offset delta, not the max timestamp), or kept it as an empty header for its producer's
+        sequence state. Its offsets count as missing: what it held is no longer all shown."""
+        count = np_col(t, "record_count", -1, np.int64)
+        thin = ok & (count >= 0) & (count < last - base + 1) & ~np_col(t, "is_control", False, bool)
+        if thin.any():
+            thin &= np_col(t, "magic", 0, np.int64) >= 2
+            self.gap_ends.append(last[thin])
+            self.gap_starts.append(base[thin])
+            self._gaps = None
 
     def _producers(self, t, idx, pid, base, last, marker, abort) -> None:
         n = idx.size
