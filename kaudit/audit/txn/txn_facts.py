@@ -155,6 +155,11 @@ def _batch_side(t: pa.Table | None, flags: dict) -> tuple[dict, dict[str, int], 
     epoch, epoch_ok = (a[order] for a in int_column(t, "producer_epoch"))
     ce, ce_ok = (a[order] for a in int_column(t, "coordinator_epoch"))
     bts, bts_ok = (a[order] for a in int_column(t, "base_timestamp_ms"))
+    # a batch the log cleaner rewrote holds the delete horizon (or -1) there, not its create time
+    # (txn_parts.create_ms): the full check reads it
+    bts_ok &= bts >= 0
+    if "has_delete_horizon" in t.column_names:
+        bts_ok &= ~bool_column(t, "has_delete_horizon")[order]
     mts, mts_ok = (a[order] for a in int_column(t, "max_timestamp_ms"))
     lo, lo_ok = (a[order] for a in int_column(t, "last_offset"))
     shape |= _same_as_first(group, stream, [bo, lo, lo_ok, kind, epoch, epoch_ok, ce, ce_ok,

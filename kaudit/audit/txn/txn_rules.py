@@ -8,6 +8,7 @@ from __future__ import annotations
 from kaudit.audit.txn import txn_clean
 from kaudit.audit.registry import rule
 from kaudit.audit.txn.txn_model import Part, ProducerTxns, Range, Transaction
+from kaudit.audit.txn.txn_parts import create_ms
 from kaudit.timefmt import duration
 from kaudit.audit.thresholds import DEFAULT_MAX_TIMEOUT_MS, EPOCH_SLACK_MS, LATE_SLACK_MS, NO_TIMEOUT_MS
 
@@ -373,7 +374,7 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
         return f"its epoch {part.first_epoch} is older than the marker's {prev.marker.epoch}: {outcome}", late
     if pt.version == "2" or prev.marker.ts is None:
         return None
-    ts = part.data[0]["base_timestamp_ms"]
+    ts = create_ms(part.data[0])
     if ts is None or ts <= prev.marker.ts:
         return None
     if part.marker is None:
