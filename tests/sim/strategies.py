@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from tests.sim.episodes import IDEM_FAULT_NAMES
 
-TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "admin_abort", "coord_failover",
+TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "admin_abort", "admin_abort_ended",
+             "coord_failover",
              "timeout", "late_endtxn", "two_pc", "exhaust", "stuck_markers")
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
                "uncommitted_read", "eos", "eos_double")

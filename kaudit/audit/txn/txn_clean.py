@@ -106,8 +106,9 @@ def no_coordinator_abort(facts: Facts) -> np.ndarray:
 
 
 def no_stray_marker(facts: Facts) -> np.ndarray:
-    """stray-marker: a marker with no data no transaction claims."""
-    return facts.of("loose_empty", "unmatched", "unlisted")
+    """stray-marker: a marker with no data no transaction claims, or one after its transaction's
+    marker on the partition."""
+    return facts.of("loose_empty", "unmatched", "unlisted", "marker_again")
 
 
 def coordinator_epochs_rise(facts: Facts) -> np.ndarray:

@@ -181,6 +181,9 @@ def _batch_side(t: pa.Table | None, flags: dict) -> tuple[dict, dict[str, int], 
     _flag(flags, "abort_bumped", pid[ends[abort]])           # a coordinator abort, or a version-2 end
     has_prev = ~stream[starts]
     before = np.maximum(starts - 1, 0)
+    # a marker right after another one of its producer on the partition: a re-sent marker, one
+    # whose data compaction removed, or an admin's abort of an ended transaction (stray-marker)
+    _flag(flags, "marker_again", pid[starts[empty & has_prev]])
     late = ~empty & has_prev & bts_ok[starts] & bts_ok[before] & (bts[starts] > bts[before])
     # data of an epoch below the marker before it: an ended transaction's (late-transactional-write)
     _flag(flags, "late", pid[starts[~empty & has_prev & (epoch[starts] < epoch[before])]])
