@@ -335,7 +335,9 @@ def stray_marker(part: Part, following: Part | None = None) -> bool:
     to (an empty transaction: the coordinator still writes its marker: not flagged when the
     coordinator's records list it), data removed by retention or compaction, the same result
     re-sent by the coordinator after a coordinator or leader failover (not flagged when it
-    follows the transaction's own marker). `following`: the next part on the partition - when it
+    follows the transaction's own marker; a marker matched by its time and result to a
+    transaction that began before the previous marker's is not that one's either).
+    `following`: the next part on the partition - when it
     holds data of the transaction the marker was matched to, the marker came before that data, so
     it is not that transaction's (the coordinator writes a marker after all the data): the
     transaction before's written again, or stray."""
@@ -347,8 +349,13 @@ def stray_marker(part: Part, following: Part | None = None) -> bool:
     if following is not None and following.coord is part.coord and following.data:
         return not (prev is not None and prev.marker is not None and prev.marker.result == part.marker.result
                     and part.marker.writer != ADMIN)
-    if prev is None or prev.coord is not part.coord or prev.marker is None:
+    if prev is None or prev.coord is None or prev.marker is None:
         return False
+    if prev.coord is not part.coord:
+        # matched to a transaction that began before the one the previous marker ended: not its
+        # marker either (a transaction's markers are written before the next one can register)
+        a, b = part.coord.start_ms, prev.coord.start_ms
+        return a is not None and b is not None and a < b
     decided = part.coord.result
     return (decided is not None and part.marker.result != decided) or part.marker.writer == ADMIN
 

@@ -81,3 +81,19 @@ def test_markers_written_again_after_a_coordinator_failover_are_not_stray(tmp_pa
     out = _run(tmp_path, script)
     assert [f for fs in out.values() for f in fs if "ends nothing" in f["message"]] == []
     assert all(f["severity"] == "info" for fs in out.values() for f in fs)
+
+
+def test_an_admin_abort_is_not_an_earlier_aborted_transactions_marker(tmp_path):
+    """Matched by its result to the producer's earlier ABORTed transaction, the marker came after
+    a later transaction's COMMIT there: not that one's marker either."""
+    def script(sim, c, p):
+        c.send(p, [b"a"])
+        c.end(False)
+        sim.wait(10)
+        c.send(p, [b"b"])
+        c.end(True)
+        _admin_abort(sim, c, p)
+    out = _run(tmp_path, script)
+    for feed in ("segments", "pcap"):
+        (f,) = out[feed]
+        assert (f["rule"], f["severity"]) == ("stray-marker", "info") and "after the COMMIT" in f["message"]
