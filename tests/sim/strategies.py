@@ -95,10 +95,11 @@ MIX_GROUP = tuple(f for f in GROUP_KINDS if f != "uncommitted_read")
 _OWN_TOPIC = ("seq_wrap", "unknown_pid", "compacted")
 
 
-def mix(passing):
+def mix(passing, with_kind: str | None = None):
     """Several faulted episodes in one history, of the kinds the auditor passes (`passing`): the
     oracle is the union of theirs. `shared`: the producers share one topic's partitions (their
-    batches, markers and transactions interleave in each partition's log)."""
+    batches, markers and transactions interleave in each partition's log). `with_kind`: one of
+    the episodes is of that kind (anywhere among them)."""
     def share(h, shared):
         if shared:
             for ep in h["episodes"]:
@@ -112,6 +113,10 @@ def mix(passing):
     episode = episode_of
     producers = sorted(k for k in passing if not k.startswith("group:"))
     eps = st.lists(st.sampled_from(producers).flatmap(episode), min_size=2, max_size=3)
+    if with_kind is not None:
+        eps = st.builds(lambda one, rest, at: rest[:at] + [one] + rest[at:], episode(with_kind),
+                        st.lists(st.sampled_from(producers).flatmap(episode), min_size=1, max_size=2),
+                        st.integers(0, 2))
     # and often a consumer group reading one of their topics (zombie writes, hanging transactions
     # holding the last stable offset, aborts and retention under its Fetches)
     consumers = sorted(k for k in passing if k.startswith("group:") and k.split(":")[1] in MIX_GROUP)

@@ -55,12 +55,12 @@ def _check_coordinator_abort(j):
 
 def _check_stray(j):
     for parts in j.pt.partitions.values():
-        for part, following in zip(parts, parts[1:] + [None]):
-            yield from _stray(j, part, following)
+        for i, part in enumerate(parts):
+            yield from _stray(j, part, parts[i + 1:])
 
 
-def _stray(j, part, following):
-    if not stray_marker(part, following):
+def _stray(j, part, later):
+    if not stray_marker(part, later):
         return
     m = part.marker
     prev = part.previous.marker if part.previous is not None else None
@@ -321,7 +321,7 @@ def coordinator_abort(txn: Transaction, pt: ProducerTxns) -> str | None:
       "producer never wrote to, one whose data retention or compaction removed, or an admin's "
       "abort of a transaction that had already ended there.", clean=txn_clean.no_stray_marker,
       fold="transactions", check=_check_stray)
-def stray_marker(part: Part, following: Part | None = None) -> bool:
+def stray_marker(part: Part, later=()) -> bool:
     """Invariant: an end marker closes an open transaction of its producer on that partition
     (ProducerStateManager.completeTxn); the coordinator writes one marker per partition of a
     transaction, with its result.
@@ -337,16 +337,16 @@ def stray_marker(part: Part, following: Part | None = None) -> bool:
     re-sent by the coordinator after a coordinator or leader failover (not flagged when it
     follows the transaction's own marker; a marker matched by its time and result to a
     transaction that began before the previous marker's is not that one's either).
-    `following`: the next part on the partition - when it
-    holds data of the transaction the marker was matched to, the marker came before that data, so
-    it is not that transaction's (the coordinator writes a marker after all the data): the
-    transaction before's written again, or stray."""
+    `later`: the parts after it on the partition - when one holds data of the transaction the
+    marker was matched to, the marker came before that data, so it is not that transaction's (the
+    coordinator writes a marker after all the data): the transaction before's written again, or
+    stray."""
     if part.marker is None or part.data:
         return False
     if part.coord is None:
         return True
     prev = part.previous
-    if following is not None and following.coord is part.coord and following.data:
+    if any(q.coord is part.coord and q.data for q in later):
         return not (prev is not None and prev.marker is not None and prev.marker.result == part.marker.result
                     and part.marker.writer != ADMIN)
     if prev is None or prev.coord is None or prev.marker is None:
