@@ -3,7 +3,8 @@ idempotent producer (tombstones among them) and a transactional one (commits and
 transaction version 1 or 2), with the log cleaner (compaction.clean) run between rounds on
 the closed segments of some replicas - each broker's cleaner on its own schedule, sometimes while
 a transaction is open (the cleaner stops below the last stable offset), sometimes past a
-marker's delete horizon.
+marker's delete horizon, sometimes after a day without writes (the producers' state expired: the cleaner
+keeps no batch for them).
 
 Fault-free: compaction removes superseded records, aborted transactions' data and, past their
 delete horizon, markers - offset gaps, sequence gaps between a producer's kept batches, empty
@@ -46,7 +47,23 @@ def compact(sim: Sim, i: int, ep: dict) -> None:
                 _clean(sim, parts, rnd["clean"])    # below the open transaction only
             tx.end(rnd["txn"])
         sim.wait(rnd["wait"])
+        if rnd.get("expire"):
+            _expire(sim, parts, (idem.pid, tx.pid))
         _clean(sim, parts, rnd["clean"])
+
+
+def _expire(sim: Sim, parts, pids) -> None:
+    """A day without writes: every broker expires both producers' state on each partition
+    (producer.id.expiration.ms, ProducerStateManager.removeExpiredProducers - no transaction is
+    open between rounds); the cleaner then no longer keeps their last batches
+    (lastRecordsOfActiveProducers), and their next writes are an unknown producer's (accepted at
+    any sequence)."""
+    sim.wait(86_400_000)
+    for p in parts:
+        for pid in pids:
+            p.expire(pid)
+            for pb in p.pbs.values():
+                pb.producers.pop(pid, None)
 
 
 def _clean(sim: Sim, parts, nodes) -> None:

@@ -33,7 +33,7 @@ def compact_episode(fault: str = "compacted"):
         "idem": st.integers(0, 3), "size": st.integers(1, 4), "tombstone": st.booleans(),
         "txn": st.sampled_from([None, True, True, False]), "mid": st.booleans(),
         "clean": st.lists(st.sampled_from([1, 2, 3]), unique=True, max_size=3),
-        "wait": st.sampled_from([10, 5_000, 70_000])})
+        "wait": st.sampled_from([10, 5_000, 70_000]), "expire": st.sampled_from([False] * 5 + [True])})
     return st.fixed_dictionaries({
         "kind": st.just("compact"), "fault": st.just(fault), "tv": st.sampled_from([1, 2]),
         "parts": st.integers(1, 2), "keys": st.integers(2, 6), "rounds": st.lists(rnd, min_size=3, max_size=9)})

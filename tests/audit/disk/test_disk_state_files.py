@@ -241,3 +241,22 @@ def test_the_bench_shapes_index_agrees(tmp_path):
     assert stats["aborted"] == 40
     assert audit(tmp_path / "bench", rules=BOTH) == []
     assert len(list((tmp_path / "bench").glob("*/*.txnindex"))) == 5
+
+
+@pytest.mark.parametrize("idle_ms, reported", [(2 * 86_400_000, False), (60_000, True)])
+def test_snapshot_of_a_producer_that_expired_after_its_marker(tmp_path, idle_ms, reported):
+    """Producer 7 commits (coordinator epoch 3), then writes again after idling: past
+    producer.id.expiration.ms its state may have expired in between - the broker's new entry
+    begins with coordinator epoch -1 (ProducerStateManager.removeExpiredProducers); a minute
+    later it cannot have."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("orders", 0)
+    pb.append_batch(values=[b"a"], producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True,
+                    timestamp=1_000)
+    pb.append_control(7, 0, "COMMIT", 3, timestamp=1_010)
+    pb.append_batch(values=[b"b"], producer_id=7, producer_epoch=0, base_sequence=1, is_transactional=False,
+                    timestamp=1_010 + idle_ms)
+    root = ld.write()
+    _snapshot(root, 3, [ke.ProducerSnapshotEntry(7, 0, 1, 2, 0, 1_010 + idle_ms, -1, -1)])
+    fs = audit(root, rules=SNAP)
+    assert [("coordinator_epoch -1 (the log gives 3)" in f["message"]) for f in fs] == ([True] if reported else [])
