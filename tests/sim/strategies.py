@@ -14,7 +14,7 @@ TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "ad
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
                "uncommitted_read", "eos", "eos_double")
 # log: what the brokers themselves do to a partition's log (compacted: the log cleaner, fault-free)
-LOG_KINDS = ("compacted",)
+LOG_KINDS = ("compacted", "compacted_coordinator")
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
     + tuple(f"log:{f}" for f in LOG_KINDS) + tuple(f"group:{f}" for f in GROUP_KINDS)
 
@@ -28,7 +28,8 @@ def idem_episode(fault: str):
 
 def compact_episode(fault: str = "compacted"):
     """A compacted topic written by an idempotent and a transactional producer, cleaned between
-    rounds on some replicas (compact_episodes.py)."""
+    rounds on some replicas (compact_episodes.py); `compacted_coordinator`: the transactional
+    id's `__transaction_state` partition rolls and is cleaned with it."""
     rnd = st.fixed_dictionaries({
         "idem": st.integers(0, 3), "size": st.integers(1, 4), "tombstone": st.booleans(),
         "txn": st.sampled_from([None, True, True, False]), "mid": st.booleans(),
@@ -36,6 +37,8 @@ def compact_episode(fault: str = "compacted"):
         "wait": st.sampled_from([10, 5_000, 70_000]), "expire": st.sampled_from([False] * 5 + [True])})
     return st.fixed_dictionaries({
         "kind": st.just("compact"), "fault": st.just(fault), "tv": st.sampled_from([1, 2]),
+        # compacted_coordinator: __transaction_state compacted too
+        "coord_compact": st.just(fault == "compacted_coordinator"),
         "parts": st.integers(1, 2), "keys": st.integers(2, 6), "rounds": st.lists(rnd, min_size=3, max_size=9)})
 
 
@@ -92,7 +95,7 @@ MIX_GROUP = tuple(f for f in GROUP_KINDS if f != "uncommitted_read")
 
 # faults that move a partition's log start (retention), and compaction (it may remove another
 # fault's evidence, as Kafka's cleaner would): kept on their own topic in a mix
-_OWN_TOPIC = ("seq_wrap", "unknown_pid", "compacted")
+_OWN_TOPIC = ("seq_wrap", "unknown_pid", "compacted", "compacted_coordinator")
 
 
 def mix(passing, with_kind: str | None = None):
@@ -107,6 +110,7 @@ def mix(passing, with_kind: str | None = None):
                     ep["topic"] = "shared"
         for ep in h["episodes"]:
             ep["coord_log"] = True    # the other faults' verdicts need the coordinator's records
+            ep["coord_compact"] = False   # ... all of them (its cleaner would remove theirs too)
         h["shared"] = shared
         return h
 
@@ -192,6 +196,7 @@ def wide(passing, size: int | None = None):
         h = {"broker": b, "episodes": producers_ + groups, "retransmit_every": rt, "shared": shared}
         for ep in producers_:
             ep["coord_log"] = True    # the other faults' verdicts need the coordinator's records
+            ep["coord_compact"] = False
         if shared:   # two of them on one topic: their batches and markers interleave
             for ep in [e for e in producers_ if e["fault"] not in _OWN_TOPIC][:2]:
                 ep["topic"] = "shared"

@@ -92,3 +92,26 @@ def test_create_time_of_rewritten_batches():
     assert create_ms({"base_timestamp_ms": 90_000, "max_timestamp_ms": 9, "has_delete_horizon": True}) == 9
     assert create_ms({"base_timestamp_ms": -1, "max_timestamp_ms": 9}) == 9
     assert create_ms({"base_timestamp_ms": -1, "max_timestamp_ms": -1}) is None
+
+
+def test_registrations_the_coordinators_cleaner_removed_are_not_asked_for(tmp_path):
+    """`__transaction_state` is compacted too: its cleaner keeps a transactional id's latest
+    records, so the registrations of its earlier transactions are gone. Data older than the
+    producer's earliest coordinator record is not judged against them (unregistered-partition)."""
+    from tests.sim.compaction import SEGMENT_BYTES, parse
+
+    def script(sim, c, parts):
+        coord = sim.coord.log_partition(c.txn_id)
+        for pb in coord.pbs.values():
+            pb.segment_bytes = SEGMENT_BYTES
+        for r in range(12):    # c-1 in the first transactions only: their registrations go
+            _txn(c, parts if r < 3 else parts[:1], r, r % 3 != 1)
+            sim.wait(70_000)
+            _clean(sim, parts + [coord])
+        return coord
+
+    coords = []
+    sim, found = _run(tmp_path, lambda sim, c, parts: coords.append(script(sim, c, parts)))
+    assert found == set()
+    kept = [b for s in coords[0].pbs[1].segments for b in parse(bytes(s.data))]
+    assert kept[0].base_offset > 0, "the cleaner must have removed the id's first records"
