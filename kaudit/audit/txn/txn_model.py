@@ -128,7 +128,7 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
                             since_ms=min((r["timestamp_ms"] for r in txn_log if r.get("timestamp_ms") is not None),
                                          default=None))
     pt = ProducerTxns(producer_id, partitions, view, coverage, two_pc_inits=tuple(two_pc_inits or ()))
-    match_markers(pt.all_parts(), view)
+    match_markers(pt.all_parts(), view, since_ms=coverage.since_ms)
     pt.version = transaction_version(pt, cluster_tv)
     return pt
 

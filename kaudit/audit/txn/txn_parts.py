@@ -193,12 +193,15 @@ def merge_replicas(per_replica: dict) -> list[Part]:
     return out
 
 
-def match_markers(parts: list[Part], view: CoordView) -> None:
+def match_markers(parts: list[Part], view: CoordView, since_ms: int | None = None) -> None:
     """Each part with a marker gets the coordinator transaction that wrote it: one listing its
     partition, with the marker's result, whose [PrepareX, CompleteX] window is nearest the
     marker's time (the first such in the coordinator's order on a tie; a transaction with
     another result only when none has the marker's; none further than MATCH_WINDOW_MS). A part
-    without marker gets the coordinator's open transaction if it lists the partition."""
+    without marker gets the coordinator's open transaction if it lists the partition.
+    `since_ms`: the producer's earliest coordinator record - a marker written before it ended a
+    transaction whose records are gone (`__transaction_state` is compacted: its cleaner keeps a
+    transactional id's latest records), so it gets none."""
     by_tp: dict[str, list[CoordTxn]] = {}   # the coordinator transactions listing each partition, in order
     for t in view.txns:
         for tp in t.partitions:
@@ -223,7 +226,7 @@ def match_markers(parts: list[Part], view: CoordView) -> None:
                 p.coord = _ended_with(by_tp.get(tp), p.first_ts)
             continue
         cands = by_tp.get(tp)
-        if not cands:
+        if not cands or (since_ms is not None and p.marker.ts is not None and p.marker.ts < since_ms):
             continue
         inside = _ended_early(cands, p)
         if inside is not None:

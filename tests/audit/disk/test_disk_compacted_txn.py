@@ -9,21 +9,23 @@ transaction. Log dirs from the simulator and its cleaner (tests/sim/compaction.p
 
 from __future__ import annotations
 
+import pytest
+
 from kaudit.audit.txn.txn_parts import create_ms
 
 
-def _run(tmp_path, script, *, state_log=True):
+def _run(tmp_path, script, *, state_log=True, tv=1):
     from kaudit.engine.local import audit_segments
     from tests.sim.cluster import Client, Sim
     from tests.sim.compaction import SEGMENT_BYTES
 
-    sim = Sim(tmp_path)
+    sim = Sim(tmp_path, broker="4.1" if tv >= 2 else "3.0")
     sim.state_log = state_log
     parts = [sim.partition("c", p) for p in range(2)]
     for p in parts:
         for pb in p.pbs.values():
             pb.segment_bytes = SEGMENT_BYTES
-    c = Client(sim, "p", txn_id="tx", tv=1)
+    c = Client(sim, "p", txn_id="tx", tv=tv)
     c.init()
     script(sim, c, parts)
     sim.wait(100)
@@ -94,10 +96,13 @@ def test_create_time_of_rewritten_batches():
     assert create_ms({"base_timestamp_ms": -1, "max_timestamp_ms": -1}) is None
 
 
-def test_registrations_the_coordinators_cleaner_removed_are_not_asked_for(tmp_path):
+@pytest.mark.parametrize("tv", [1, 2])
+def test_transactions_the_coordinators_cleaner_removed_are_not_asked_for(tmp_path, tv):
     """`__transaction_state` is compacted too: its cleaner keeps a transactional id's latest
-    records, so the registrations of its earlier transactions are gone. Data older than the
-    producer's earliest coordinator record is not judged against them (unregistered-partition)."""
+    records, so the registrations and results of its earlier transactions are gone. Data older
+    than the producer's earliest coordinator record is not judged against registrations
+    (unregistered-partition), nor its markers matched to a later transaction's record (a false
+    torn-transaction or mixed-epoch-transaction: a TV2 marker's epoch is not that one's)."""
     from tests.sim.compaction import SEGMENT_BYTES, parse
 
     def script(sim, c, parts):
@@ -106,12 +111,12 @@ def test_registrations_the_coordinators_cleaner_removed_are_not_asked_for(tmp_pa
             pb.segment_bytes = SEGMENT_BYTES
         for r in range(12):    # c-1 in the first transactions only: their registrations go
             _txn(c, parts if r < 3 else parts[:1], r, r % 3 != 1)
-            sim.wait(70_000)
+            sim.wait(5_000 if r % 4 else 70_000)   # transactions within the matching window
             _clean(sim, parts + [coord])
         return coord
 
     coords = []
-    sim, found = _run(tmp_path, lambda sim, c, parts: coords.append(script(sim, c, parts)))
+    sim, found = _run(tmp_path, lambda sim, c, parts: coords.append(script(sim, c, parts)), tv=tv)
     assert found == set()
     kept = [b for s in coords[0].pbs[1].segments for b in parse(bytes(s.data))]
     assert kept[0].base_offset > 0, "the cleaner must have removed the id's first records"
