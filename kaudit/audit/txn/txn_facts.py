@@ -363,6 +363,12 @@ def _against_coordinator(parts: dict, txns: dict, sel: np.ndarray, slack: int, w
     k = np.where(use_before, before, after)
     matched = (has_before | has_after) & (np.where(use_before, d_before, d_after) <= window)
     matched &= txns["result"][k] == res
+    # a marker older than its producer's first coordinator window: the full check matches none
+    # to it when it is older than the producer's earliest record (__transaction_state compacted)
+    first_lo = np.full(len(pids), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first_lo, np.searchsorted(pids, tpid), lo)
+    at_pid = np.minimum(np.searchsorted(pids, pid), len(pids) - 1)
+    matched &= ~((pids[at_pid] == pid) & (ts < first_lo[at_pid]))
     _flag(flags, "unmatched", pid[~matched])
     rk = k * txns["ntp"] + tp
     keys = txns["reg_keys"]
