@@ -219,7 +219,8 @@ def _admin_abort_ended(sim, c, ep, t, written, parts, i, j):
     for an open transaction starting there, finds none and writes nothing); Admin.abortTransaction
     sends WriteTxnMarkers ABORT to the partition leader; ProducerAppendInfo.appendEndTxnMarker
     checks only that the epoch is not below the producer's (the TV0/1 comparison, which 3.0 and
-    4.1 apply to every marker: the strict TV2 one needs WriteTxnMarkers v2's transaction version)
+    4.1 apply to every marker: the strict TV2 one came with KAFKA-19446, apache/kafka#20882, Nov
+    2025, for markers whose WriteTxnMarkers carries transaction version 2)
     and that the coordinator epoch is not below its last marker's - the values DescribeProducers
     shows - so the ABORT is appended; with no open transaction it completes nothing (no
     CompletedTxn: no .txnindex entry, the last stable offset unchanged) and the coordinator never
