@@ -18,6 +18,10 @@ REQUEST_TIMEOUT_MS = 30_000
 # will end the transaction holding it.
 STUCK_MS = DEFAULT_MAX_TIMEOUT_MS
 
+# producer.id.expiration.ms (broker): a producer idle this long may have had its state removed
+# (ProducerStateManager.removeExpiredProducers), and a new entry made at its next write.
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
+
 # -- how close in time facts must be to belong together -------------------------------------
 # A marker further than this from every coordinator transaction's window has none.
 MATCH_WINDOW_MS = 60_000

@@ -157,10 +157,13 @@ class Client:
 
     # -- produce ----------------------------------------------------------------------------
 
-    def batch(self, part: Partition, values, *, seq: int | None = None, ts: int | None = None) -> tuple[bytes, int]:
-        """The batch this client would send next to `part` (bytes at base offset 0, base sequence)."""
+    def batch(self, part: Partition, values, *, seq: int | None = None, ts: int | None = None,
+              keys=None) -> tuple[bytes, int]:
+        """The batch this client would send next to `part` (bytes at base offset 0, base sequence);
+        `keys`: the records' keys (default k0, k1, ...)."""
         s = self.seq.get(part.name, 0) if seq is None else seq
-        recs = [{"key": f"k{i}".encode(), "value": v, "timestamp_delta": i} for i, v in enumerate(values)]
+        keys = keys or [f"k{i}".encode() for i in range(len(values))]
+        recs = [{"key": k, "value": v, "timestamp_delta": i} for i, (k, v) in enumerate(zip(keys, values))]
         data = ke.encode_record_batch_v2(
             0, recs, producer_id=self.pid if self.idempotent else -1,
             producer_epoch=self.epoch if self.idempotent else -1,
@@ -186,11 +189,12 @@ class Client:
                                                 partition=part.partition, txn_id=self.txn_id, client_id=self.name))
 
     def send(self, part: Partition, values, *, answered: bool = True, stored: bool = True, data=None,
-             seq: int | None = None, advance: bool = True, register: bool = True) -> tuple[int | None, int]:
+             seq: int | None = None, advance: bool = True, register: bool = True,
+             keys=None) -> tuple[int | None, int]:
         """A Produce of one batch to `part`'s leader: (error or None when unanswered, base offset).
         `stored=False`: the request was lost before the leader (nothing appended)."""
         if data is None:
-            data, s = self.batch(part, values, seq=seq)
+            data, s = self.batch(part, values, seq=seq, keys=keys)
         else:
             s = seq if seq is not None else self.seq.get(part.name, 0)
         if register:

@@ -165,9 +165,9 @@ IDEM_FAULT_NAMES = ("none", "seq_wrap") + tuple(IDEM_FAULTS)
 def _txn_kinds():
     from tests.sim import txn_episodes
 
-    from tests.sim import consumer_episodes
+    from tests.sim import compact_episodes, consumer_episodes
 
-    return {"txn": txn_episodes.txn, "group": consumer_episodes.group}
+    return {"txn": txn_episodes.txn, "group": consumer_episodes.group, "compact": compact_episodes.compact}
 
 
 KINDS = {"idem": idem}

@@ -60,6 +60,9 @@ INVARIANTS = {
     # partitions whose outcome differs from the coordinator's decision (admin abort)
     "torn-transaction": Invariant(("torn-transaction",), "critical",
                                   also=("stray-marker", "mixed-epoch-transaction", "outcome-mismatch")),
+    # an admin's ABORT (kafka-transactions.sh abort) on a partition whose transaction had already
+    # ended: the leader appends it, it ends nothing - informational, never louder
+    "stray-admin-marker": Invariant(("stray-marker",), "info", ceiling="info"),
     # data of a transaction stored after that transaction's marker, ended by a later transaction
     "late-write": Invariant(("late-transactional-write",), "error", also=("outcome-mismatch", "torn-transaction")),
     # data no marker will ever end

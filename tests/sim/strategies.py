@@ -8,12 +8,15 @@ from hypothesis import strategies as st
 
 from tests.sim.episodes import IDEM_FAULT_NAMES
 
-TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "admin_abort", "coord_failover",
+TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "admin_abort", "admin_abort_ended",
+             "coord_failover",
              "timeout", "late_endtxn", "two_pc", "exhaust", "stuck_markers")
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
                "uncommitted_read", "eos", "eos_double")
+# log: what the brokers themselves do to a partition's log (compacted: the log cleaner, fault-free)
+LOG_KINDS = ("compacted", "compacted_coordinator")
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
-    + tuple(f"group:{f}" for f in GROUP_KINDS)
+    + tuple(f"log:{f}" for f in LOG_KINDS) + tuple(f"group:{f}" for f in GROUP_KINDS)
 
 
 def idem_episode(fault: str):
@@ -21,6 +24,30 @@ def idem_episode(fault: str):
         "kind": st.just("idem"), "parts": st.integers(1, 3), "batches": st.integers(1, 5),
         "sizes": st.lists(st.integers(1, 3), min_size=1, max_size=3), "fault": st.just(fault),
         "at": st.integers(0, 4)})
+
+
+def compact_episode(fault: str = "compacted"):
+    """A compacted topic written by an idempotent and a transactional producer, cleaned between
+    rounds on some replicas (compact_episodes.py); `compacted_coordinator`: the transactional
+    id's `__transaction_state` partition rolls and is cleaned with it."""
+    rnd = st.fixed_dictionaries({
+        "idem": st.integers(0, 3), "size": st.integers(1, 4), "tombstone": st.booleans(),
+        "txn": st.sampled_from([None, True, True, False]), "mid": st.booleans(),
+        "clean": st.lists(st.sampled_from([1, 2, 3]), unique=True, max_size=3),
+        "wait": st.sampled_from([10, 5_000, 70_000]), "expire": st.sampled_from([False] * 5 + [True])})
+    return st.fixed_dictionaries({
+        "kind": st.just("compact"), "fault": st.just(fault), "tv": st.sampled_from([1, 2]),
+        # compacted_coordinator: __transaction_state compacted too
+        "coord_compact": st.just(fault == "compacted_coordinator"),
+        "parts": st.integers(1, 2), "keys": st.integers(2, 6), "rounds": st.lists(rnd, min_size=3, max_size=9)})
+
+
+def episode_of(kind: str):
+    """The episode strategy of a producer or log kind."""
+    family, fault = kind.split(":")
+    if family == "log":
+        return compact_episode(fault)
+    return idem_episode(fault) if family == "idem" else txn_episode(fault)
 
 
 def _txn():
@@ -47,7 +74,7 @@ def txn_episode(kind: str, tv=None):
 
 def _fix(h: dict) -> dict:
     """Versions the faults need: transaction version 2 and KIP-939 on a 4.x broker."""
-    if any(e["kind"] == "txn" and (e["tv"] >= 2 or e["fault"] == "two_pc") for e in h["episodes"]):
+    if any(e["kind"] in ("txn", "compact") and (e["tv"] >= 2 or e["fault"] == "two_pc") for e in h["episodes"]):
         h["broker"] = "4.1"
     return h
 
@@ -56,7 +83,7 @@ def history(kind: str):
     family, fault = kind.split(":")
     if family == "group":
         return group_history(fault)
-    target = idem_episode(fault) if family == "idem" else txn_episode(fault)
+    target = episode_of(kind)
     background = st.one_of(idem_episode("none"), txn_episode("none"))
     # retransmit_every: TCP segments sent twice in the capture (the wire must not count them twice)
     return st.builds(
@@ -69,14 +96,16 @@ def history(kind: str):
 # consumer faults a mix may hold (uncommitted_read's producer is the mix's own)
 MIX_GROUP = tuple(f for f in GROUP_KINDS if f != "uncommitted_read")
 
-# faults that move a partition's log start (retention): kept on their own topic in a mix
-_OWN_TOPIC = ("seq_wrap", "unknown_pid")
+# faults that move a partition's log start (retention), and compaction (it may remove another
+# fault's evidence, as Kafka's cleaner would): kept on their own topic in a mix
+_OWN_TOPIC = ("seq_wrap", "unknown_pid", "compacted", "compacted_coordinator")
 
 
-def mix(passing):
+def mix(passing, with_kind: str | None = None):
     """Several faulted episodes in one history, of the kinds the auditor passes (`passing`): the
     oracle is the union of theirs. `shared`: the producers share one topic's partitions (their
-    batches, markers and transactions interleave in each partition's log)."""
+    batches, markers and transactions interleave in each partition's log). `with_kind`: one of
+    the episodes is of that kind (anywhere among them)."""
     def share(h, shared):
         if shared:
             for ep in h["episodes"]:
@@ -84,15 +113,17 @@ def mix(passing):
                     ep["topic"] = "shared"
         for ep in h["episodes"]:
             ep["coord_log"] = True    # the other faults' verdicts need the coordinator's records
+            ep["coord_compact"] = False   # ... all of them (its cleaner would remove theirs too)
         h["shared"] = shared
         return h
 
-    def episode(kind):
-        family, fault = kind.split(":")
-        return idem_episode(fault) if family == "idem" else txn_episode(fault)
-
+    episode = episode_of
     producers = sorted(k for k in passing if not k.startswith("group:"))
     eps = st.lists(st.sampled_from(producers).flatmap(episode), min_size=2, max_size=3)
+    if with_kind is not None:
+        eps = st.builds(lambda one, rest, at: rest[:at] + [one] + rest[at:], episode(with_kind),
+                        st.lists(st.sampled_from(producers).flatmap(episode), min_size=1, max_size=2),
+                        st.integers(0, 2))
     # and often a consumer group reading one of their topics (zombie writes, hanging transactions
     # holding the last stable offset, aborts and retention under its Fetches)
     consumers = sorted(k for k in passing if k.startswith("group:") and k.split(":")[1] in MIX_GROUP)
@@ -160,9 +191,7 @@ def wide(passing, size: int | None = None):
     per feed."""
     def episode(kind):
         family, fault = kind.split(":")
-        if family == "group":
-            return group_episode(fault)
-        return idem_episode(fault) if family == "idem" else txn_episode(fault)
+        return group_episode(fault) if family == "group" else episode_of(kind)
 
     def build(b, eps, shared, rt):
         # a group reads an earlier producer episode's topic: the groups come after the producers
@@ -170,6 +199,7 @@ def wide(passing, size: int | None = None):
         h = {"broker": b, "episodes": producers_ + groups, "retransmit_every": rt, "shared": shared}
         for ep in producers_:
             ep["coord_log"] = True    # the other faults' verdicts need the coordinator's records
+            ep["coord_compact"] = False
         if shared:   # two of them on one topic: their batches and markers interleave
             for ep in [e for e in producers_ if e["fault"] not in _OWN_TOPIC][:2]:
                 ep["topic"] = "shared"

@@ -8,7 +8,9 @@ transaction), two_pc (KIP-939, left prepared), exhaust (the epoch runs out: a ne
 unless `zombie_then` is "none", a stale instance of the old producer id then writes: a zombie of
 the old id),
 stuck_markers (KAFKA-19999: the markers of one partition refused again and again, the transaction
-left prepared).
+left prepared),
+admin_abort_ended (kafka-transactions.sh abort of partitions whose transaction already ended: a
+stray ABORT marker, nothing lost).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from tests.sim.cluster import Client, Sim
 from tests.sim.coordinator import MAX_EPOCH, TxnMeta
 from tests.sim.episodes import values
 
-TXN_FAULTS = ("none", "fence", "admin_abort", "coord_failover", "timeout", "late_endtxn", "two_pc", "exhaust",
-              "stuck_markers")
+TXN_FAULTS = ("none", "fence", "admin_abort", "admin_abort_ended", "coord_failover", "timeout", "late_endtxn",
+              "two_pc", "exhaust", "stuck_markers")
 ZOMBIES = ("registered", "unregistered", "race")
 
 
@@ -241,6 +243,38 @@ def _admin_abort(sim, c, ep, t, written, parts, i, j):
     return c, False
 
 
+def _admin_abort_ended(sim, c, ep, t, written, parts, i, j):
+    """`kafka-transactions.sh abort --topic T --partition P --producer-id ID --producer-epoch E
+    --coordinator-epoch C` on partitions of a transaction that already ended (committed or
+    aborted). Facts (apache/kafka 1eb7644): TransactionsCommand.AbortTransactionCommand with
+    explicit ids sends the marker as given (with --start-offset it first asks DescribeProducers
+    for an open transaction starting there, finds none and writes nothing); Admin.abortTransaction
+    sends WriteTxnMarkers ABORT to the partition leader; ProducerAppendInfo.appendEndTxnMarker
+    checks only that the epoch is not below the producer's (the TV0/1 comparison, which 3.0 and
+    4.1 apply to every marker: the strict TV2 one came with KAFKA-19446, apache/kafka#20882, Nov
+    2025, for markers whose WriteTxnMarkers carries transaction version 2)
+    and that the coordinator epoch is not below its last marker's - the values DescribeProducers
+    shows - so the ABORT is appended; with no open transaction it completes nothing (no
+    CompletedTxn: no .txnindex entry, the last stable offset unchanged) and the coordinator never
+    hears of it. Nothing is lost or exposed: a stray marker, told at info, nothing louder."""
+    pid = c.pid
+    c.end(t["commit"])
+    sim.wait(1000)
+    for k in sorted({k % len(written) for k in ep.get("admin", [0])} if written else ()):
+        p = written[k][0]
+        st = p.state[pid]
+        offs = sim.coord.send_markers(pid, st.epoch, False, [p], client_id="adminclient-1",
+                                      coordinator_epoch=st.coordinator_epoch)
+        off = offs[p.name]
+        # after an ABORT the log dirs cannot tell it from the coordinator's marker written again
+        # (same result, same epochs); the capture shows its sender
+        feeds = ("segments", "pcap", "audit") if t["commit"] else ("pcap", "audit")
+        sim.expect("stray-admin-marker", p, off, off, pid, feeds=feeds,
+                   note="an admin's ABORT after the transaction ended")
+        sim.wait(5)
+    return c, False
+
+
 def _coord_failover(sim, c, ep, t, written, parts, i, j):
     c.end(t["commit"], resend=True)
     return c, False
@@ -321,5 +355,6 @@ def _stuck_markers(sim, c, ep, t, written, parts, i, j):
     return c, True
 
 
-FAULTS = {"fence": _fence, "admin_abort": _admin_abort, "coord_failover": _coord_failover, "timeout": _timeout,
+FAULTS = {"fence": _fence, "admin_abort": _admin_abort, "admin_abort_ended": _admin_abort_ended,
+          "coord_failover": _coord_failover, "timeout": _timeout,
           "late_endtxn": _late_endtxn, "stuck_markers": _stuck_markers}

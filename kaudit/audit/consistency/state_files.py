@@ -26,13 +26,14 @@ from kaudit.audit.consistency.leader_epochs import ENTRY_COLUMNS, EpochRuns
 from kaudit.audit.consistency.log_chunks import LogFold, OneKeyState, log_batches, same_ends
 from kaudit.audit.producers.producer_replay import Replay
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.audit.thresholds import PRODUCER_ID_EXPIRATION_MS
 from kaudit.audit.consistency.txnindex_check import check_txnindex
 
 KEY = ("replica", "topic", "partition")
 ORDER = ("source", "position")
 BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "magic", "crc_ok", "producer_id", "producer_epoch",
                                "last_sequence", "is_transactional", "is_control", "control_type",
-                               "coordinator_epoch", "max_timestamp_ms", "partition_leader_epoch")
+                               "coordinator_epoch", "max_timestamp_ms", "partition_leader_epoch", "record_count")
 SNAPSHOT_COLUMNS = KEY + ORDER + ("snapshot_offset", "crc_ok", "producer_id", "producer_epoch", "last_sequence",
                                   "last_offset", "offset_delta", "timestamp_ms", "coordinator_epoch",
                                   "current_txn_first_offset")
@@ -68,7 +69,9 @@ def snapshot_mismatch(field: str, expected, stored) -> str | None:
     Severity: error when the open transaction differs (read_committed consumers are affected),
     warning otherwise.
     Benign causes: producers missing because they expired (producer.id.expiration.ms,
-    transactional.id.expiration.ms in 3.0); fields set by batches compaction or retention removed
+    transactional.id.expiration.ms in 3.0), or listed with coordinator epoch -1 when they wrote
+    again after idling past producer.id.expiration.ms since their last marker (their state expired
+    and a new entry began with that write, thresholds.PRODUCER_ID_EXPIRATION_MS); fields set by batches compaction or retention removed
     (not compared: kaudit compares only fields whose batch is followed by no missing offsets)."""
     if expected == stored:
         return None
@@ -188,6 +191,8 @@ class StateFiles:
             checks += ["last_sequence", "last_offset", "offset_delta"]
         if certain(st.last_marker_base):
             checks += ["coordinator_epoch", "current_txn_first_offset"]
+            if r["coordinator_epoch"] == -1 and st.idle_after_marker() >= PRODUCER_ID_EXPIRATION_MS:
+                checks.remove("coordinator_epoch")   # expired after its marker: a new entry since
         return [why for why in (snapshot_mismatch(n, exp[n], r[n]) for n in checks) if why]
 
     def _snap_finding(self, r: dict, at: int, severity: str, text: str, diffs: list[str]) -> None:

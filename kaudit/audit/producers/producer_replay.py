@@ -37,6 +37,13 @@ class Producer:
     coordinator_epoch: int = -1
     last_marker_base: int = -1
     txn_first: int = -1       # currentTxnFirstOffset
+    marker_ts: int = -1       # the time of its last marker
+    after_ts: int = -1        # the time of its first data batch after that marker (-1: none yet)
+
+    def idle_after_marker(self) -> int:
+        """How long the producer wrote nothing after its last marker, when it wrote after it
+        (-1 otherwise): its state may have expired in between (producer.id.expiration.ms)."""
+        return self.after_ts - self.marker_ts if self.after_ts >= 0 and self.marker_ts >= 0 else -1
 
     def expected(self) -> dict:
         """The snapshot entry fields this state implies."""
@@ -48,10 +55,10 @@ class Producer:
 
 
 FIELDS = ("epoch", "timestamp", "last_base", "data_epoch", "last_sequence", "last_offset", "offset_delta",
-          "last_data_base", "cleared", "coordinator_epoch", "last_marker_base", "txn_first")
+          "last_data_base", "cleared", "coordinator_epoch", "last_marker_base", "txn_first", "marker_ts", "after_ts")
 DEFAULTS = {"epoch": -1, "timestamp": -1, "last_base": -1, "data_epoch": -1, "last_sequence": -1,
             "last_offset": -1, "offset_delta": 0, "last_data_base": -1, "cleared": 0, "coordinator_epoch": -1,
-            "last_marker_base": -1, "txn_first": -1}
+            "last_marker_base": -1, "txn_first": -1, "marker_ts": -1, "after_ts": -1}
 
 
 class States:
@@ -126,6 +133,7 @@ class Replay:
         """One source's batches (log order); `ok`: the valid ones (CRC), as arrays."""
         every = ok.all()
         self._gaps_of(base if every else base[ok], last if every else last[ok])
+        self._thinned(t, base, last, ok)
         pid = np_col(t, "producer_id", -1, np.int64)
         use = ok & (pid >= 0)
         if not use.any():
@@ -154,6 +162,19 @@ class Replay:
             self.gap_starts.append(np.minimum(prev[irregular] + 1, base[irregular]))
             self._gaps = None
         self.prev_last = max(self.prev_last, int(last.max()))
+
+    def _thinned(self, t: pa.Table, base: np.ndarray, last: np.ndarray, ok: np.ndarray) -> None:
+        """A v2 data batch holding fewer records than offsets: the log cleaner removed records
+        from it and rebuilt it (MemoryRecords.buildRetainedRecordsInto keeps the base offset and the
+        last offset delta, not the max timestamp), or kept it as an empty header for its producer's
+        sequence state. Its offsets count as missing: what it held is no longer all shown."""
+        count = np_col(t, "record_count", -1, np.int64)
+        thin = ok & (count >= 0) & (count < last - base + 1) & ~np_col(t, "is_control", False, bool)
+        if thin.any():
+            thin &= np_col(t, "magic", 0, np.int64) >= 2
+            self.gap_ends.append(last[thin])
+            self.gap_starts.append(base[thin])
+            self._gaps = None
 
     def _producers(self, t, idx, pid, base, last, marker, abort) -> None:
         n = idx.size
@@ -202,8 +223,26 @@ class Replay:
         c["cleared"][slot[~d]] |= cleared_now[~d]
         m = last_mk >= 0
         c["coordinator_epoch"][slot[m]] = sel["coordinator_epoch"][last_mk[m]]
+        self._idle(c, slot, g, pos, data, last_mk, starts, sel["max_timestamp_ms"])
         c["last_marker_base"][slot[m]] = bs[last_mk[m]]
         c["txn_first"][slot] = np.where(tail == NONE, -1, tail)
+
+    @staticmethod
+    def _idle(c, slot, g, pos, data, last_mk, starts, ts) -> None:
+        """marker_ts / after_ts: each producer's last marker's time and its first data batch's
+        after it (a marker rewritten by the cleaner keeps its record's time as the max)."""
+        m = last_mk >= 0
+        c["marker_ts"][slot[m]] = ts[last_mk[m]]
+        big = np.iinfo(np.int64).max
+        first_after = np.minimum.reduceat(np.where(data & (pos > last_mk[g]), pos, big), starts)
+        fresh = m & (first_after < big)
+        c["after_ts"][slot[m]] = -1
+        c["after_ts"][slot[fresh]] = ts[first_after[fresh]]
+        # no marker here: the first data after a marker of an earlier chunk
+        carry = ~m & (c["after_ts"][slot] < 0) & (c["marker_ts"][slot] >= 0)
+        first = np.minimum.reduceat(np.where(data, pos, big), starts)
+        carry &= first < big
+        c["after_ts"][slot[carry]] = ts[first[carry]]
 
     def _markers(self, ps, bs, ms, seg, tf_of_seg, order, idx, t, abort) -> None:
         m = np.flatnonzero(ms)

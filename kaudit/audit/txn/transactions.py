@@ -35,7 +35,7 @@ KEY = ("producer_id",)
 ORDER = ("replica", "topic", "partition", "base_offset")
 BATCH_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_offset", "last_offset",
                  "is_transactional", "is_control", "control_type", "coordinator_epoch", "producer_id",
-                 "producer_epoch", "base_timestamp_ms", "max_timestamp_ms")
+                 "producer_epoch", "base_timestamp_ms", "max_timestamp_ms", "has_delete_horizon")
 TXN_LOG_COLUMNS = ("replica", "topic", "partition", "source", "position", "offset", "timestamp_ms",
                    "transactional_id", "tombstone", "producer_id", "producer_epoch",
                    "transaction_timeout_ms", "state", "state_id", "partitions", "start_ms",

@@ -58,7 +58,8 @@ def clean_producers(batches: pa.Table | None, txn_log: pa.Table | None, rules=No
     predicates = [r.clean for r in rules] if rules is not None else list(PREDICATES)
     if any(p is None for p in predicates):
         return _NONE
-    batches = None if batches is None else batches.select(_BATCH_NEEDS)
+    batches = None if batches is None else batches.select(
+        _BATCH_NEEDS + [c for c in ("has_delete_horizon",) if c in batches.column_names])
     txn_log = None if txn_log is None else txn_log.select(_TXN_LOG_NEEDS)
     n = max(t.num_rows if t is not None else 0 for t in (batches, txn_log))
     k = 1
@@ -105,8 +106,9 @@ def no_coordinator_abort(facts: Facts) -> np.ndarray:
 
 
 def no_stray_marker(facts: Facts) -> np.ndarray:
-    """stray-marker: a marker with no data no transaction claims."""
-    return facts.of("loose_empty", "unmatched", "unlisted")
+    """stray-marker: a marker with no data no transaction claims, or one after its transaction's
+    marker on the partition."""
+    return facts.of("loose_empty", "unmatched", "unlisted", "marker_again")
 
 
 def coordinator_epochs_rise(facts: Facts) -> np.ndarray:

@@ -155,6 +155,11 @@ def _batch_side(t: pa.Table | None, flags: dict) -> tuple[dict, dict[str, int], 
     epoch, epoch_ok = (a[order] for a in int_column(t, "producer_epoch"))
     ce, ce_ok = (a[order] for a in int_column(t, "coordinator_epoch"))
     bts, bts_ok = (a[order] for a in int_column(t, "base_timestamp_ms"))
+    # a batch the log cleaner rewrote holds the delete horizon (or -1) there, not its create time
+    # (txn_parts.create_ms): the full check reads it
+    bts_ok &= bts >= 0
+    if "has_delete_horizon" in t.column_names:
+        bts_ok &= ~bool_column(t, "has_delete_horizon")[order]
     mts, mts_ok = (a[order] for a in int_column(t, "max_timestamp_ms"))
     lo, lo_ok = (a[order] for a in int_column(t, "last_offset"))
     shape |= _same_as_first(group, stream, [bo, lo, lo_ok, kind, epoch, epoch_ok, ce, ce_ok,
@@ -176,6 +181,9 @@ def _batch_side(t: pa.Table | None, flags: dict) -> tuple[dict, dict[str, int], 
     _flag(flags, "abort_bumped", pid[ends[abort]])           # a coordinator abort, or a version-2 end
     has_prev = ~stream[starts]
     before = np.maximum(starts - 1, 0)
+    # a marker right after another one of its producer on the partition: a re-sent marker, one
+    # whose data compaction removed, or an admin's abort of an ended transaction (stray-marker)
+    _flag(flags, "marker_again", pid[starts[empty & has_prev]])
     late = ~empty & has_prev & bts_ok[starts] & bts_ok[before] & (bts[starts] > bts[before])
     # data of an epoch below the marker before it: an ended transaction's (late-transactional-write)
     _flag(flags, "late", pid[starts[~empty & has_prev & (epoch[starts] < epoch[before])]])
@@ -355,6 +363,12 @@ def _against_coordinator(parts: dict, txns: dict, sel: np.ndarray, slack: int, w
     k = np.where(use_before, before, after)
     matched = (has_before | has_after) & (np.where(use_before, d_before, d_after) <= window)
     matched &= txns["result"][k] == res
+    # a marker older than its producer's first coordinator window: the full check matches none
+    # to it when it is older than the producer's earliest record (__transaction_state compacted)
+    first_lo = np.full(len(pids), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first_lo, np.searchsorted(pids, tpid), lo)
+    at_pid = np.minimum(np.searchsorted(pids, pid), len(pids) - 1)
+    matched &= ~((pids[at_pid] == pid) & (ts < first_lo[at_pid]))
     _flag(flags, "unmatched", pid[~matched])
     rk = k * txns["ntp"] + tp
     keys = txns["reg_keys"]

@@ -40,10 +40,14 @@ class Coverage:
     registrations: bool = False          # every partition registration would show
     markers: bool = True                 # the markers written would show
     slack_ms: int = 100                  # clock slack between data times and coordinator times
+    # disk: the time of the producer's earliest coordinator record - before it the records are
+    # gone (`__transaction_state` is compacted: its cleaner keeps a transactional id's latest
+    # records only) or were never written
+    since_ms: int | None = None
 
     def sees_registration(self, tp: str, ts_ms: int | None) -> bool:
         """Whether a registration of `tp` for data at `ts_ms` would be in the evidence."""
-        return self.registrations
+        return self.registrations and (ts_ms is None or self.since_ms is None or ts_ms >= self.since_ms)
 
     def sees_marker(self, tp: str) -> bool:
         """Whether a marker written to `tp` would be in the evidence."""
@@ -120,9 +124,11 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
             partitions[f"{t}-{p}"] = parts
     if coverage is None:
         coverage = Coverage(coordinator=bool(txn_log) if coordinator_known is None else coordinator_known,
-                            registrations=bool(txn_log) if coordinator_known is None else coordinator_known)
+                            registrations=bool(txn_log) if coordinator_known is None else coordinator_known,
+                            since_ms=min((r["timestamp_ms"] for r in txn_log if r.get("timestamp_ms") is not None),
+                                         default=None))
     pt = ProducerTxns(producer_id, partitions, view, coverage, two_pc_inits=tuple(two_pc_inits or ()))
-    match_markers(pt.all_parts(), view)
+    match_markers(pt.all_parts(), view, since_ms=coverage.since_ms)
     pt.version = transaction_version(pt, cluster_tv)
     return pt
 

@@ -88,7 +88,7 @@ class Part:
 
     @property
     def first_ts(self) -> int | None:
-        ts = [b["base_timestamp_ms"] for b in self.data if b["base_timestamp_ms"] is not None]
+        ts = [t for t in map(create_ms, self.data) if t is not None]
         return min(ts) if ts else (self.marker.ts if self.marker else None)
 
     @property
@@ -99,9 +99,24 @@ class Part:
         return max(ts) if ts else None
 
 
+def create_ms(b: dict) -> int | None:
+    """A batch's create time (its first record's timestamp, as the producer or the coordinator's
+    marker writer set it): its base timestamp - except in a batch the log cleaner rewrote: with
+    the delete-horizon attribute the base timestamp holds the horizon (the cleaning's time +
+    delete.retention.ms, KIP-534: MemoryRecordsBuilder sets it as the base timestamp), and an
+    empty batch kept for its producer's sequence state holds -1 (DefaultRecordBatch.
+    writeEmptyHeader); both keep the records' max timestamp, the time then told (a marker's,
+    exactly: its one record's)."""
+    bts = b.get("base_timestamp_ms")
+    if b.get("has_delete_horizon") or bts is None or bts < 0:
+        mts = b.get("max_timestamp_ms")
+        return mts if mts is not None and mts >= 0 else None
+    return bts
+
+
 def _marker(b: dict) -> Marker:
     return Marker(b["base_offset"], b["control_type"], b["producer_epoch"], b["coordinator_epoch"],
-                  b["base_timestamp_ms"], b["source"], b["position"], b.get("writer"),
+                  create_ms(b), b["source"], b["position"], b.get("writer"),
                   b.get("client_id"), b.get("connection"), b.get("transaction_version"), bool(b.get("fetched")))
 
 
@@ -178,12 +193,15 @@ def merge_replicas(per_replica: dict) -> list[Part]:
     return out
 
 
-def match_markers(parts: list[Part], view: CoordView) -> None:
+def match_markers(parts: list[Part], view: CoordView, since_ms: int | None = None) -> None:
     """Each part with a marker gets the coordinator transaction that wrote it: one listing its
     partition, with the marker's result, whose [PrepareX, CompleteX] window is nearest the
     marker's time (the first such in the coordinator's order on a tie; a transaction with
     another result only when none has the marker's; none further than MATCH_WINDOW_MS). A part
-    without marker gets the coordinator's open transaction if it lists the partition."""
+    without marker gets the coordinator's open transaction if it lists the partition.
+    `since_ms`: the producer's earliest coordinator record - a marker written before it ended a
+    transaction whose records are gone (`__transaction_state` is compacted: its cleaner keeps a
+    transactional id's latest records), so it gets none."""
     by_tp: dict[str, list[CoordTxn]] = {}   # the coordinator transactions listing each partition, in order
     for t in view.txns:
         for tp in t.partitions:
@@ -208,7 +226,7 @@ def match_markers(parts: list[Part], view: CoordView) -> None:
                 p.coord = _ended_with(by_tp.get(tp), p.first_ts)
             continue
         cands = by_tp.get(tp)
-        if not cands:
+        if not cands or (since_ms is not None and p.marker.ts is not None and p.marker.ts < since_ms):
             continue
         inside = _ended_early(cands, p)
         if inside is not None:

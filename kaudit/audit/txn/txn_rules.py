@@ -8,6 +8,7 @@ from __future__ import annotations
 from kaudit.audit.txn import txn_clean
 from kaudit.audit.registry import rule
 from kaudit.audit.txn.txn_model import Part, ProducerTxns, Range, Transaction
+from kaudit.audit.txn.txn_parts import ADMIN, create_ms
 from kaudit.timefmt import duration
 from kaudit.audit.thresholds import DEFAULT_MAX_TIMEOUT_MS, EPOCH_SLACK_MS, LATE_SLACK_MS, NO_TIMEOUT_MS
 
@@ -53,17 +54,27 @@ def _check_coordinator_abort(j):
 
 
 def _check_stray(j):
-    for part in j.pt.all_parts():
-        if stray_marker(part):
-            m = part.marker
-            prev = part.previous.marker if part.previous is not None else None
-            again = prev is not None and prev.result == m.result and prev.epoch == m.epoch
-            why = (f": the {m.result} at {_at(prev)} re-sent (a coordinator or leader failover makes the coordinator "
-                   "write a completed transaction's markers again): not an anomaly") if again else ""
-            yield j.say.part("stray-marker", part, f"{m.result} marker of producer {part.producer_id} at {_at(m)} "
-                             "with no transactional data before it" + j.say.writer(m) + why,
-                             dict({"coordinator_epoch": m.coordinator_epoch, "writer": m.writer},
-                                  **({"resent": True} if again else {})))
+    for parts in j.pt.partitions.values():
+        for i, part in enumerate(parts):
+            yield from _stray(j, part, parts[i + 1:])
+
+
+def _stray(j, part, later):
+    if not stray_marker(part, later):
+        return
+    m = part.marker
+    prev = part.previous.marker if part.previous is not None else None
+    again = prev is not None and prev.result == m.result and prev.epoch == m.epoch and m.writer != ADMIN
+    why = (f": the {m.result} at {_at(prev)} re-sent (a coordinator or leader failover makes the coordinator "
+           "write a completed transaction's markers again): not an anomaly") if again else ""
+    if part.coord is not None and prev is not None and not again:
+        who = "an admin's" if m.writer == ADMIN else "as an admin's"
+        why = (f", after the {prev.result} at {_at(prev)}: it ends nothing ({who} kafka-transactions.sh abort "
+               "of a transaction that had already ended there)")
+    yield j.say.part("stray-marker", part, f"{m.result} marker of producer {part.producer_id} at {_at(m)} "
+                     "with no transactional data before it" + j.say.writer(m) + why,
+                     dict({"coordinator_epoch": m.coordinator_epoch, "writer": m.writer},
+                          **({"resent": True} if again else {})))
 
 
 def _check_ce(j):
@@ -316,13 +327,43 @@ def coordinator_abort(txn: Transaction, pt: ProducerTxns) -> str | None:
       "producer never wrote to, one whose data retention or compaction removed, or an admin's "
       "abort of a transaction that had already ended there.", clean=txn_clean.no_stray_marker,
       fold="transactions", check=_check_stray)
-def stray_marker(part: Part) -> bool:
+def stray_marker(part: Part, later=()) -> bool:
     """Invariant: an end marker closes an open transaction of its producer on that partition
-    (ProducerStateManager.completeTxn).
-    Benign causes: a registered partition the producer never wrote to (an empty transaction:
-    the coordinator still writes its marker: not flagged when the coordinator's records list
-    it), data removed by retention or compaction."""
-    return part.marker is not None and not part.data and part.coord is None
+    (ProducerStateManager.completeTxn); the coordinator writes one marker per partition of a
+    transaction, with its result.
+    Stray: a marker no coordinator transaction claims, or one written after its transaction's
+    marker on that partition with another result, or by an admin (on the wire: the
+    WriteTxnMarkers sender) - `kafka-transactions.sh abort` of a transaction that had already
+    ended there: the leader appends it (ProducerAppendInfo.appendEndTxnMarker checks only that
+    its producer and coordinator epochs are not older) and it ends nothing (no CompletedTxn: no
+    .txnindex entry, the last stable offset unchanged).
+    Benign causes (all of it is informational): a registered partition the producer never wrote
+    to (an empty transaction: the coordinator still writes its marker: not flagged when the
+    coordinator's records list it), data removed by retention or compaction, the same result
+    re-sent by the coordinator after a coordinator or leader failover (not flagged when it
+    follows the transaction's own marker; a marker matched by its time and result to a
+    transaction that began before the previous marker's is not that one's either).
+    `later`: the parts after it on the partition - when one holds data of the transaction the
+    marker was matched to, the marker came before that data, so it is not that transaction's (the
+    coordinator writes a marker after all the data): the transaction before's written again, or
+    stray."""
+    if part.marker is None or part.data:
+        return False
+    if part.coord is None:
+        return True
+    prev = part.previous
+    if any(q.coord is part.coord and q.data for q in later):
+        return not (prev is not None and prev.marker is not None and prev.marker.result == part.marker.result
+                    and part.marker.writer != ADMIN)
+    if prev is None or prev.coord is None or prev.marker is None:
+        return False
+    if prev.coord is not part.coord:
+        # matched to a transaction that began before the one the previous marker ended: not its
+        # marker either (a transaction's markers are written before the next one can register)
+        a, b = part.coord.start_ms, prev.coord.start_ms
+        return a is not None and b is not None and a < b
+    decided = part.coord.result
+    return (decided is not None and part.marker.result != decided) or part.marker.writer == ADMIN
 
 
 @rule("coordinator-epoch-regression", "error", "both", "a marker from an older coordinator epoch than an earlier marker's",
@@ -379,7 +420,7 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
         return f"its epoch {part.first_epoch} is older than the marker's {prev.marker.epoch}: {outcome}", late
     if pt.version == "2" or prev.marker.ts is None:
         return None
-    ts = part.data[0]["base_timestamp_ms"]
+    ts = create_ms(part.data[0])
     if ts is None or ts <= prev.marker.ts:
         return None
     if part.marker is None:

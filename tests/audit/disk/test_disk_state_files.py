@@ -209,6 +209,29 @@ def test_snapshot_after_compaction_compares_what_remains(tmp_path):
     assert audit(root, rules=SNAP) == []
 
 
+@pytest.mark.parametrize("thinned", [True, False])
+def test_snapshot_before_the_cleaner_rebuilt_the_last_batch(tmp_path, thinned):
+    """The cleaner rebuilt producer 5's last batch with the records it kept (offsets 100-102, one
+    record left at 100): its max timestamp is that record's, the snapshot taken at the roll (before
+    the cleaning) holds the batch's as appended - not a mismatch (Kafka's MemoryRecords.
+    buildRetainedRecordsInto). A batch holding all its records still proves its timestamp."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("orders", 0, start_offset=100)
+    recs = [ke.Record(offset_delta=0, timestamp_delta=0, key=b"k", value=b"a")]
+    if not thinned:
+        recs += [ke.Record(offset_delta=d, timestamp_delta=d, key=b"k%d" % d, value=b"b") for d in (1, 2)]
+    pb.append_raw(ke.encode_record_batch_v2(100, recs, producer_id=5, producer_epoch=0, base_sequence=0,
+                                            base_timestamp=1000, last_offset_delta=2))
+    pb.append_batch(values=[b"c"], base_offset=103)
+    root = ld.write()
+    _snapshot(root, 104, [ke.ProducerSnapshotEntry(5, 0, 2, 102, 2, 1002 if thinned else 1005)])
+    fs = audit(root, rules=SNAP)
+    if thinned:
+        assert fs == []
+    else:
+        assert [f["producer_id"] for f in fs] == [5] and "timestamp_ms 1005 (the log gives 1002)" in fs[0]["message"]
+
+
 def test_the_bench_shapes_index_agrees(tmp_path):
     """The transaction benchmark's log dir (fixtures/builder/txn_bench.py) writes .txnindex files
     the rule accepts: its numbers are measured on a clean shape."""
@@ -218,3 +241,22 @@ def test_the_bench_shapes_index_agrees(tmp_path):
     assert stats["aborted"] == 40
     assert audit(tmp_path / "bench", rules=BOTH) == []
     assert len(list((tmp_path / "bench").glob("*/*.txnindex"))) == 5
+
+
+@pytest.mark.parametrize("idle_ms, reported", [(2 * 86_400_000, False), (60_000, True)])
+def test_snapshot_of_a_producer_that_expired_after_its_marker(tmp_path, idle_ms, reported):
+    """Producer 7 commits (coordinator epoch 3), then writes again after idling: past
+    producer.id.expiration.ms its state may have expired in between - the broker's new entry
+    begins with coordinator epoch -1 (ProducerStateManager.removeExpiredProducers); a minute
+    later it cannot have."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("orders", 0)
+    pb.append_batch(values=[b"a"], producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True,
+                    timestamp=1_000)
+    pb.append_control(7, 0, "COMMIT", 3, timestamp=1_010)
+    pb.append_batch(values=[b"b"], producer_id=7, producer_epoch=0, base_sequence=1, is_transactional=False,
+                    timestamp=1_010 + idle_ms)
+    root = ld.write()
+    _snapshot(root, 3, [ke.ProducerSnapshotEntry(7, 0, 1, 2, 0, 1_010 + idle_ms, -1, -1)])
+    fs = audit(root, rules=SNAP)
+    assert [("coordinator_epoch -1 (the log gives 3)" in f["message"]) for f in fs] == ([True] if reported else [])

@@ -223,12 +223,15 @@ def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
     return out
 
 
-def match_markers(parts: list[Part], view: CoordView) -> None:
+def match_markers(parts: list[Part], view: CoordView, since_ms: int | None = None) -> None:
     """Each part with a marker gets the coordinator transaction that wrote it: one listing its
     partition, with the marker's result, whose [PrepareX, CompleteX] window is nearest the
     marker's time (the first such in the coordinator's order on a tie; a transaction with
     another result only when none has the marker's; none further than MATCH_WINDOW_MS). A part
-    without marker gets the coordinator's open transaction if it lists the partition."""
+    without marker gets the coordinator's open transaction if it lists the partition.
+    `since_ms` (the disk's earliest coordinator record, txn_parts.match_markers) is None on the
+    wire, which this reference replays."""
+    assert since_ms is None
     by_tp: dict[str, list[CoordTxn]] = {}   # the coordinator transactions listing each partition, in order
     for t in view.txns:
         for tp in t.partitions:

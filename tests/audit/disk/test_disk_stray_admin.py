@@ -1,0 +1,99 @@
+"""stray-marker for an admin's abort of a transaction that had already ended on a partition
+(`kafka-transactions.sh abort --producer-id --producer-epoch --coordinator-epoch`): the leader
+appends the ABORT (ProducerAppendInfo.appendEndTxnMarker checks only that the epochs are not
+older) and it ends nothing. Told at info on the log dirs where the evidence shows it - after a
+COMMIT of the same transaction, or before the data of the transaction it was matched to - and on
+the wire by its sender; never for the coordinator's own marker written again after a failover.
+Histories from the simulator (tests/sim), judged on `segments` and `pcap`."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _run(tmp_path, script):
+    from kaudit.engine.local import audit_pcaps, audit_segments
+    from kaudit.sources.pcap import PcapOptions
+    from tests.sim.cluster import Client, Sim
+
+    sim = Sim(tmp_path)
+    c = Client(sim, "p", txn_id="tx", tv=1)
+    c.init()
+    script(sim, c, sim.partition("t", 0))
+    sim.wait(100)
+    dirs, pcap, end = sim.write()
+    out = {}
+    for feed, run in (("segments", audit_segments([str(d) for d in dirs], now_ms=end)),
+                      ("pcap", audit_pcaps([str(pcap)], PcapOptions(), now_ms=end))):
+        assert not run.errors
+        out[feed] = [f for f in run.findings if f["rule"] == "stray-marker" or f["severity"] != "info"]
+    return out
+
+
+def _admin_abort(sim, c, p):
+    st = p.state[c.pid]
+    sim.wait(1000)
+    sim.coord.send_markers(c.pid, st.epoch, False, [p], client_id="adminclient-1",
+                           coordinator_epoch=st.coordinator_epoch)
+
+
+@pytest.mark.parametrize("next_txn", [False, True])
+def test_an_admin_abort_after_a_commit(tmp_path, next_txn):
+    def script(sim, c, p):
+        c.send(p, [b"a"])
+        c.end(True)
+        _admin_abort(sim, c, p)
+        if next_txn:
+            sim.wait(10)
+            c.send(p, [b"b"])
+            c.end(True)
+    out = _run(tmp_path, script)
+    for feed in ("segments", "pcap"):
+        (f,) = out[feed]
+        assert (f["rule"], f["severity"]) == ("stray-marker", "info")
+        assert "after the COMMIT" in f["message"] and "it ends nothing" in f["message"]
+    assert out["segments"][0]["first_offset"] == 2
+
+
+def test_an_admin_abort_after_an_abort_shows_on_the_wire(tmp_path):
+    """The log dirs cannot tell it from the coordinator's ABORT written again (same result,
+    same epochs); the capture names its sender."""
+    def script(sim, c, p):
+        c.send(p, [b"a"])
+        c.end(False)
+        _admin_abort(sim, c, p)
+        sim.wait(10)
+        c.send(p, [b"b"])
+        c.end(False)
+    out = _run(tmp_path, script)
+    assert out["segments"] == []
+    (f,) = out["pcap"]
+    assert (f["rule"], f["severity"]) == ("stray-marker", "info") and "adminclient-1" in f["message"]
+
+
+def test_markers_written_again_after_a_coordinator_failover_are_not_stray(tmp_path):
+    def script(sim, c, p):
+        c.send(p, [b"a"])
+        c.end(True, resend=True)
+        sim.wait(10)
+        c.send(p, [b"b"])
+        c.end(True)
+    out = _run(tmp_path, script)
+    assert [f for fs in out.values() for f in fs if "ends nothing" in f["message"]] == []
+    assert all(f["severity"] == "info" for fs in out.values() for f in fs)
+
+
+def test_an_admin_abort_is_not_an_earlier_aborted_transactions_marker(tmp_path):
+    """Matched by its result to the producer's earlier ABORTed transaction, the marker came after
+    a later transaction's COMMIT there: not that one's marker either."""
+    def script(sim, c, p):
+        c.send(p, [b"a"])
+        c.end(False)
+        sim.wait(10)
+        c.send(p, [b"b"])
+        c.end(True)
+        _admin_abort(sim, c, p)
+    out = _run(tmp_path, script)
+    for feed in ("segments", "pcap"):
+        (f,) = out[feed]
+        assert (f["rule"], f["severity"]) == ("stray-marker", "info") and "after the COMMIT" in f["message"]

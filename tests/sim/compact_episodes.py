@@ -1,0 +1,82 @@
+"""A compacted topic (cleanup.policy=compact, its own topic `c<i>`): keyed records from an
+idempotent producer (tombstones among them) and a transactional one (commits and aborts,
+transaction version 1 or 2), with the log cleaner (compaction.clean) run between rounds on
+the closed segments of some replicas - each broker's cleaner on its own schedule, sometimes while
+a transaction is open (the cleaner stops below the last stable offset), sometimes past a
+marker's delete horizon, sometimes after a day without writes (the producers' state expired: the cleaner
+keeps no batch for them).
+
+Fault-free: compaction removes superseded records, aborted transactions' data and, past their
+delete horizon, markers - offset gaps, sequence gaps between a producer's kept batches, empty
+batches kept for a producer's sequence state, markers with no data before them, replicas whose
+files differ. None of it is an anomaly: the oracle expects nothing at warning or above on any
+feed (compaction is a benign cause every rule must allow)."""
+
+from __future__ import annotations
+
+from tests.sim.cluster import Client, Sim
+from tests.sim.compaction import SEGMENT_BYTES, clean
+from tests.sim.episodes import values
+
+
+def compact(sim: Sim, i: int, ep: dict) -> None:
+    topic = ep.get("topic") or f"c{i}"
+    parts = [sim.partition(topic, p) for p in range(ep["parts"])]
+    for p in parts:
+        for pb in p.pbs.values():
+            pb.segment_bytes = SEGMENT_BYTES
+    idem = Client(sim, f"cidem-{i}")
+    idem.init()
+    tx = Client(sim, f"ctxn-{i}", txn_id=f"ctx-{i}", tv=ep["tv"])
+    cleaned = list(parts)
+    if ep.get("coord_compact"):
+        # __transaction_state is compacted too (cleanup.policy=compact, Kafka's own): its
+        # partition rolls and is cleaned with the topic's (only this id's records are on it
+        # unless another episode's id hashes there: a history without other faults draws this)
+        coord = sim.coord.log_partition(tx.txn_id)
+        for pb in coord.pbs.values():
+            pb.segment_bytes = SEGMENT_BYTES
+        cleaned.append(coord)
+    tx.init()
+    nkeys = ep["keys"]
+    for r, rnd in enumerate(ep["rounds"]):
+        for j in range(rnd["idem"]):
+            p = parts[(r + j) % len(parts)]
+            n = rnd["size"]
+            keys = [f"key-{(r * 3 + j * 2 + k) % nkeys}".encode() for k in range(n)]
+            vals = values(i, r * 10 + j, n, tag="-c")
+            if rnd.get("tombstone") and j == 0:
+                vals[0] = None             # a delete of its key
+            idem.send(p, vals, keys=keys)
+        if rnd["txn"] is not None:
+            for k, p in enumerate(parts):
+                keys = [f"key-{(r + k + m) % nkeys}".encode() for m in range(2)]
+                tx.send(p, values(i, r, 2, tag=f"-ct{k}"), keys=keys)
+            if rnd.get("mid"):
+                _clean(sim, cleaned, rnd["clean"])    # below the open transaction only
+            tx.end(rnd["txn"])
+        sim.wait(rnd["wait"])
+        if rnd.get("expire"):
+            _expire(sim, parts, (idem.pid, tx.pid))
+        _clean(sim, cleaned, rnd["clean"])
+
+
+def _expire(sim: Sim, parts, pids) -> None:
+    """A day without writes: every broker expires both producers' state on each partition
+    (producer.id.expiration.ms, ProducerStateManager.removeExpiredProducers - no transaction is
+    open between rounds); the cleaner then no longer keeps their last batches
+    (lastRecordsOfActiveProducers), and their next writes are an unknown producer's (accepted at
+    any sequence)."""
+    sim.wait(86_400_000)
+    for p in parts:
+        for pid in pids:
+            p.expire(pid)
+            for pb in p.pbs.values():
+                pb.producers.pop(pid, None)
+
+
+def _clean(sim: Sim, parts, nodes) -> None:
+    for n in nodes:
+        for p in parts:
+            clean(p.pbs[n], sim.clock)
+
