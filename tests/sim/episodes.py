@@ -167,7 +167,9 @@ def _txn_kinds():
 
     from tests.sim import consumer_episodes
 
-    return {"txn": txn_episodes.txn, "group": consumer_episodes.group}
+    from tests.sim import elect_episodes
+
+    return {"txn": txn_episodes.txn, "group": consumer_episodes.group, "elect": elect_episodes.elect}
 
 
 KINDS = {"idem": idem}

@@ -12,8 +12,9 @@ TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "ad
              "timeout", "late_endtxn", "two_pc", "exhaust", "stuck_markers")
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
                "uncommitted_read", "eos", "eos_double")
+ELECT_KINDS = ("clean", "tail", "stale", "unclean")
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
-    + tuple(f"group:{f}" for f in GROUP_KINDS)
+    + tuple(f"group:{f}" for f in GROUP_KINDS) + tuple(f"elect:{f}" for f in ELECT_KINDS)
 
 
 def idem_episode(fault: str):
@@ -21,6 +22,16 @@ def idem_episode(fault: str):
         "kind": st.just("idem"), "parts": st.integers(1, 3), "batches": st.integers(1, 5),
         "sizes": st.lists(st.integers(1, 3), min_size=1, max_size=3), "fault": st.just(fault),
         "at": st.integers(0, 4)})
+
+
+def elect_episode(fault: str):
+    """A partition-leader election (elect_episodes.py); `kraft`: the log dirs hold the
+    `__cluster_metadata` log (moved to the history by _fix)."""
+    return st.fixed_dictionaries({
+        "kind": st.just("elect"), "fault": st.just(fault), "parts": st.integers(1, 2),
+        "before": st.integers(1, 4), "tail": st.integers(1, 3), "after": st.integers(0, 3),
+        "sizes": st.lists(st.integers(1, 3), min_size=1, max_size=3), "acks": st.sampled_from(["all", "1"]),
+        "rejoin": st.booleans(), "kraft": st.booleans()})
 
 
 def _txn():
@@ -46,6 +57,8 @@ def _fix(h: dict) -> dict:
     """Versions the faults need: transaction version 2 and KIP-939 on a 4.x broker."""
     if any(e["kind"] == "txn" and (e["tv"] >= 2 or e["fault"] == "two_pc") for e in h["episodes"]):
         h["broker"] = "4.1"
+    if any(e["kind"] == "elect" and e.get("kraft") for e in h["episodes"]):
+        h["kraft"] = True       # the cluster's metadata log in the log dirs
     return h
 
 
@@ -53,7 +66,7 @@ def history(kind: str):
     family, fault = kind.split(":")
     if family == "group":
         return group_history(fault)
-    target = idem_episode(fault) if family == "idem" else txn_episode(fault)
+    target = {"idem": idem_episode, "txn": txn_episode, "elect": elect_episode}[family](fault)
     background = st.one_of(idem_episode("none"), txn_episode("none"))
     # retransmit_every: TCP segments sent twice in the capture (the wire must not count them twice)
     return st.builds(
@@ -66,8 +79,8 @@ def history(kind: str):
 # consumer faults a mix may hold (uncommitted_read's producer is the mix's own)
 MIX_GROUP = tuple(f for f in GROUP_KINDS if f != "uncommitted_read")
 
-# faults that move a partition's log start (retention): kept on their own topic in a mix
-_OWN_TOPIC = ("seq_wrap", "unknown_pid")
+# faults that move a partition's log start (retention) or its leader: kept on their own topic in a mix
+_OWN_TOPIC = ("seq_wrap", "unknown_pid", "clean", "tail", "stale", "unclean")
 
 
 def mix(passing):
@@ -86,7 +99,7 @@ def mix(passing):
 
     def episode(kind):
         family, fault = kind.split(":")
-        return idem_episode(fault) if family == "idem" else txn_episode(fault)
+        return {"idem": idem_episode, "txn": txn_episode, "elect": elect_episode}[family](fault)
 
     producers = sorted(k for k in passing if not k.startswith("group:"))
     eps = st.lists(st.sampled_from(producers).flatmap(episode), min_size=2, max_size=3)
@@ -159,7 +172,7 @@ def wide(passing, size: int | None = None):
         family, fault = kind.split(":")
         if family == "group":
             return group_episode(fault)
-        return idem_episode(fault) if family == "idem" else txn_episode(fault)
+        return {"idem": idem_episode, "txn": txn_episode, "elect": elect_episode}[family](fault)
 
     def build(b, eps, shared, rt):
         # a group reads an earlier producer episode's topic: the groups come after the producers

@@ -46,7 +46,10 @@ def acknowledged_write_lost(holders: dict, others: dict, absent: list, reached: 
     records. Flagged: no covering replica holds it (other records, or none, at its offsets),
     or every replica that holds it holds it in an earlier leader epoch than another replica's
     log reached at or before those offsets (the partition's later leader wrote over it or
-    truncated it: the holder truncates to that epoch's boundary when it follows again).
+    truncated it: the holder truncates to that epoch's boundary when it follows again). The
+    epoch a log reached is its batches' and its leader-epoch-checkpoint's: a new leader records
+    (epoch, its log end) before it appends anything (Partition.makeLeader), so a leader elected
+    over a deposed one's acks=1 tail shows the loss before it writes over it.
     Severity: critical once the write reached a committed state (acks=all without a
     transaction, a transaction the client was told committed or whose COMMIT marker a replica
     still holding the write holds), error for acks=all data of a

@@ -1,0 +1,155 @@
+"""Partition-leader elections (issue 27, branch h-elect): one producer writes a topic of its own
+(partition 0 replicated on nodes 2, 3, 1, led by node 2) and the partition changes leader as
+replication.py says Kafka does it. The episode dict (strategies.elect_episode):
+
+    {"kind": "elect", "fault": F, "parts": 1-2, "before": 1-4, "tail": 1-3, "after": 0-3,
+     "sizes": [...], "acks": "all" | "1", "rejoin": bool}
+
+and the history's `kraft` says whether the log dirs hold the `__cluster_metadata` log.
+
+| fault | what happens | the oracle |
+|---|---|---|
+| `clean` | node 2 dies with every follower in sync; node 3 (ISR) leads | nothing |
+| `tail` | node 2 appended `tail` batches nodes 3 and 1 had not fetched, then died; node 3 (ISR) leads; node 2 rejoins and truncates them (KIP-279) | acks=all: nothing at warning or above (never acknowledged; the idempotent producer's retries are stored by node 3 at new offsets); acks=1: `acked-leader-only-lost` (warning, the acknowledged tail) on audit, and on the wire where a later write was acknowledged at those offsets |
+| `stale` | as `tail`, node 2's log dir read as it died (not truncated): its tail is above its high watermark, in the old epoch, where node 3 wrote the new one | as `tail` |
+| `unclean` | node 1 stops fetching and leaves the ISR; node 2 acknowledges `tail` batches (acks=all, committed by the ISR {2, 3}); nodes 2 and 3 die; node 1 is elected uncleanly; a restarted producer writes `after` batches; nodes 2 and 3 rejoin and truncate (`rejoin`) or stay as they died | `committed-lost` (critical) on audit and on the wire where overlapping; with the metadata log `unclean-election` (critical when a replica in the inputs still holds the lost offsets, error - not countable - when all rejoined); without it, where the disk shows it, `replica-diverged` (error: the same offsets in two epochs below both high watermarks) or `replica-lags` (warning: committed offsets the new leader lacks) |
+"""
+
+from __future__ import annotations
+
+from tests.sim import replication as R
+from tests.sim.broker import NONE
+from tests.sim.cluster import Client, Sim
+from tests.sim.episodes import values
+
+OLD, NEW, THIRD = 2, 3, 1       # partition 0: led by node 2, followed by 3 and 1
+
+
+def elect(sim: Sim, i: int, ep: dict) -> None:
+    topic = ep.get("topic") or f"e{i}"
+    parts = [sim.partition(topic, p, leader=OLD if p == 0 else None) for p in range(ep["parts"])]
+    p0 = parts[0]
+    acks1 = ep["acks"] == "1" and ep["fault"] != "unclean"
+    # acks=1 turns idempotence off (the producer requires acks=all for it)
+    c = Client(sim, f"elect-{i}", idempotent=not acks1, acks=1 if acks1 else -1)
+    c.init()
+    sizes = ep["sizes"]
+    n = 0
+
+    def vals(tag=""):
+        nonlocal n
+        n += 1
+        return values(i, n, sizes[n % len(sizes)], tag)
+
+    for j in range(ep["before"]):
+        c.send(parts[j % len(parts)], vals())
+    {"clean": _clean, "tail": _tail, "stale": _tail, "unclean": _unclean}[ep["fault"]](sim, c, p0, ep, vals)
+    for p in parts[1:]:
+        c.send(p, vals())
+
+
+def _clean(sim, c, p, ep, vals):
+    """Node 2 dies in sync: node 3 leads (from the ISR), node 2 rejoins or stays as it died."""
+    sim.wait(500)
+    R.fall_behind(p, OLD, leave_isr=False)
+    R.elect(p, NEW, isr=p.isr - {OLD})
+    c.reconnect()
+    for _ in range(ep["after"]):
+        c.send(p, vals())
+    _old_leader_after(sim, p, ep["rejoin"])
+
+
+def _tail(sim, c, p, ep, vals):
+    """Node 2 appends batches its followers have not fetched, then dies; node 3 leads."""
+    p.behind |= {NEW, THIRD}                    # in the ISR, not fetched yet: the high watermark stays
+    sent = []
+    for _ in range(ep["tail"]):
+        v = vals("t")
+        data, s = c.batch(p, v)
+        # acks=all: the leader waits for the ISR, dies first (no answer); acks=1: answered
+        err, off = c.send(p, v, data=data, seq=s, answered=c.acks == 1)
+        sent.append((v, data, s, off))
+    hw = p.rhw[OLD]
+    sim.wait(200)
+    p.behind.discard(THIRD)
+    R.fall_behind(p, OLD, leave_isr=False)
+    R.elect(p, NEW, isr={NEW, THIRD})
+    c.reconnect()
+    sim.wait(100)
+    if c.acks == -1:        # the producer retries what was never answered: node 3 stores it anew
+        for v, data, s, _ in sent:
+            err, _ = c.send(p, v, data=data, seq=s)
+            assert err == NONE
+    for _ in range(ep["after"]):
+        c.send(p, vals())
+    if c.acks == 1:
+        first, last = sent[0][3], sent[-1][3] + len(sent[-1][0]) - 1
+        note = f"acks=1 writes at {first}-{last} the dead leader alone had"
+        sim.expect("acked-leader-only-lost", p, first, last, None, feeds=("audit",), note=note)
+        if p.next_offset > first:       # a later write acknowledged at those offsets: the wire shows it
+            sim.expect("acked-leader-only-lost", p, first, min(last, p.next_offset - 1), None,
+                       feeds=("pcap",), note=note)
+    assert hw <= sent[0][3]
+    _old_leader_after(sim, p, ep["fault"] == "tail")
+
+
+def _old_leader_after(sim, p, rejoin: bool) -> None:
+    if rejoin:
+        sim.wait(1000)
+        R.rejoin(p, OLD)
+    else:
+        R.crashed(p, OLD)
+        _behind(sim, p, OLD)
+
+
+def _behind(sim, p, node: int) -> None:
+    """A replica read as it died lacks what the others committed after: a replica out of the ISR
+    (`replica-behind`, a warning: it fetches them when it runs)."""
+    end, top = p.log_end(node), max(p.rhw[n] for n in p.pbs if n != node)
+    if top > end:
+        sim.expect("replica-behind", p, end, top - 1, None, feeds=("segments", "audit"),
+                   note=f"replica {node} read as it died")
+
+
+def _unclean(sim, c, p, ep, vals):
+    """Node 1 leaves the ISR; the ISR {2, 3} commits the tail; both die; node 1 leads uncleanly."""
+    R.fall_behind(p, THIRD, leave_isr=True)
+    start = p.log_end(THIRD)
+    for _ in range(ep["tail"]):
+        c.send(p, vals("t"))                    # acks=all, acknowledged: the ISR {2, 3} has it
+    lost_last = p.next_offset - 1
+    sim.wait(500)
+    for node in (OLD, NEW):
+        R.fall_behind(p, node, leave_isr=False)
+    p.behind.discard(THIRD)
+    R.elect(p, THIRD, unclean=True)
+    # the application restarts (its producer's sequences no longer match the new leader's log)
+    c.reconnect()
+    c.init()
+    c.name += "-restarted"
+    for _ in range(ep["after"]):
+        c.send(p, vals("a"))
+    sim.wait(1000)
+    for node in (OLD, NEW):
+        if ep["rejoin"]:
+            R.rejoin(p, node)
+        else:
+            R.crashed(p, node)
+            _behind(sim, p, node)
+    _unclean_oracle(sim, p, ep, start, lost_last)
+
+
+def _unclean_oracle(sim, p, ep, start: int, lost_last: int) -> None:
+    note = f"committed offsets {start}-{lost_last} the ISR had, lost to the unclean election"
+    sim.expect("committed-lost", p, start, lost_last, None, feeds=("audit",), note=note)
+    if p.next_offset > start:
+        sim.expect("committed-lost", p, start, min(lost_last, p.next_offset - 1), None, feeds=("pcap",), note=note)
+    if sim.kraft is not None:
+        sim.expect("unclean-election" if not ep["rejoin"] else "unclean-election-uncounted", p, start, lost_last,
+                   None, feeds=("segments", "audit"), note=note)
+    elif not ep["rejoin"]:
+        if p.next_offset > start:
+            sim.expect("replica-diverged", p, start, min(lost_last, p.next_offset - 1), None,
+                       feeds=("segments", "audit"), note=note)
+        else:
+            sim.expect("replica-lags", p, start, lost_last, None, feeds=("segments", "audit"), note=note)
