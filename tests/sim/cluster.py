@@ -52,6 +52,7 @@ class Sim:
         self.oracle: list[Expect] = []
         self.state_log = True     # False: the log dirs given leave `__transaction_state` out
         self.kraft = None         # replication.Kraft: the `__cluster_metadata` log in the log dirs
+        self.at_end: list = []    # expectations that depend on what later episodes did (called by write)
         if kraft:
             from tests.sim.replication import Kraft
             self.kraft = Kraft(self, kip704=broker != "3.0")
@@ -87,6 +88,8 @@ class Sim:
 
     def write(self) -> tuple[list[Path], Path, int]:
         """(log dirs, capture, the time the history ended in ms)."""
+        for f in self.at_end:
+            f()
         end = self.tick()
         if not self.state_log:
             for ld in self.logdirs.values():

@@ -86,9 +86,9 @@ def _tail(sim, c, p, ep, vals):
         first, last = sent[0][3], sent[-1][3] + len(sent[-1][0]) - 1
         note = f"acks=1 writes at {first}-{last} the dead leader alone had"
         sim.expect("acked-leader-only-lost", p, first, last, None, feeds=("audit",), note=note)
-        if p.next_offset > first:       # a later write acknowledged at those offsets: the wire shows it
-            sim.expect("acked-leader-only-lost", p, first, min(last, p.next_offset - 1), None,
-                       feeds=("pcap",), note=note)
+        # the wire shows it where a later write was acknowledged (or served) at those offsets
+        sim.at_end.append(lambda: p.next_offset > first and sim.expect(
+            "acked-leader-only-lost", p, first, min(last, p.next_offset - 1), None, feeds=("pcap",), note=note))
     assert hw <= sent[0][3]
     _old_leader_after(sim, p, ep["fault"] == "tail")
 
@@ -104,11 +104,13 @@ def _old_leader_after(sim, p, rejoin: bool) -> None:
 
 def _behind(sim, p, node: int) -> None:
     """A replica read as it died lacks what the others committed after: a replica out of the ISR
-    (`replica-behind`, a warning: it fetches them when it runs)."""
-    end, top = p.log_end(node), max(p.rhw[n] for n in p.pbs if n != node)
-    if top > end:
-        sim.expect("replica-behind", p, end, top - 1, None, feeds=("segments", "audit"),
-                   note=f"replica {node} read as it died")
+    (`replica-behind`, a warning: it fetches them when it runs) - judged once the history ended."""
+    def check():
+        end, top = p.log_end(node), max(p.rhw[n] for n in p.pbs if n != node)
+        if top > end:
+            sim.expect("replica-behind", p, end, top - 1, None, feeds=("segments", "audit"),
+                       note=f"replica {node} read as it died")
+    sim.at_end.append(check)
 
 
 def _unclean(sim, c, p, ep, vals):
@@ -142,14 +144,19 @@ def _unclean(sim, c, p, ep, vals):
 def _unclean_oracle(sim, p, ep, start: int, lost_last: int) -> None:
     note = f"committed offsets {start}-{lost_last} the ISR had, lost to the unclean election"
     sim.expect("committed-lost", p, start, lost_last, None, feeds=("audit",), note=note)
-    if p.next_offset > start:
-        sim.expect("committed-lost", p, start, min(lost_last, p.next_offset - 1), None, feeds=("pcap",), note=note)
     if sim.kraft is not None:
         sim.expect("unclean-election" if not ep["rejoin"] else "unclean-election-uncounted", p, start, lost_last,
                    None, feeds=("segments", "audit"), note=note)
-    elif not ep["rejoin"]:
+
+    def check():        # what later writes put at the lost offsets, once the history ended
+        if p.next_offset > start:
+            sim.expect("committed-lost", p, start, min(lost_last, p.next_offset - 1), None, feeds=("pcap",),
+                       note=note)
+        if sim.kraft is not None or ep["rejoin"]:
+            return
         if p.next_offset > start:
             sim.expect("replica-diverged", p, start, min(lost_last, p.next_offset - 1), None,
                        feeds=("segments", "audit"), note=note)
         else:
             sim.expect("replica-lags", p, start, lost_last, None, feeds=("segments", "audit"), note=note)
+    sim.at_end.append(check)
