@@ -117,8 +117,8 @@ INVARIANTS = {
     "unclean-election-uncounted": Invariant(("unclean-leader-election",), "error",
                                             also=("acknowledged-write-lost",)),
     # without the metadata log: the same offsets in two leader epochs below both replicas' high
-    # watermarks (committed data that differs)
-    "replica-diverged": Invariant(("replica-divergence",), "error", also=("acknowledged-write-lost",)),
+    # watermarks (committed data that differs: one side's committed records are lost)
+    "replica-diverged": Invariant(("replica-divergence",), "critical", also=("acknowledged-write-lost",)),
     # ... or committed offsets the (new) leader lacks, nothing written over them yet
     "replica-lags": Invariant(("replica-divergence",), "warning", also=("acknowledged-write-lost",)),
     # a replica read as its broker died lacks offsets the others committed after: out of the ISR, it

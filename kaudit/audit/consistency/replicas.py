@@ -54,7 +54,11 @@ def replica_divergence(m_or_d) -> str:
     warning for a tail it lost unflushed or has not fetched yet, i.e. it was out of the ISR), and
     replicas holding different batches at an offset below both their high watermarks, or of the
     same leader epoch anywhere (two versions of one epoch: an unclean leader election, a disk
-    or software fault).
+    or software fault). Different batches below the high watermark of every replica holding
+    them are critical: each replica counted its version committed (acknowledged to acks=all
+    producers), and whichever leads, the others' committed records are lost to consumers - the
+    disk's trace of an unclean leader election whose deposed replicas were not yet truncated
+    (they truncate to the new leader's epoch start when they follow it, KIP-279).
     Compaction is told apart from divergence: each broker runs its own log cleaner, so replicas
     of a compacted partition legitimately differ (batches one cleaner removed and another not
     yet, records dropped from a batch, a delete horizon set at different times: other CRCs). The
@@ -214,10 +218,15 @@ class ReplicaGroup(TablesByKind):
                 b, e = int(rep.base[row]), int(rep.last[row])
                 parts.append(f"replica {name}: batch {b}-{e}, leader epoch {epoch}, producer {pid}, crc {crc}")
                 ev.append(evidence(src, pos, "batch", f"replica {name}"))
+            hws = [by_name[n].hw for n in d.versions]
+            committed = all(hw is not None and d.first < hw for hw in hws)
+            tail = (f": below every one's high watermark (lowest {min(hws)}), so each counted its version "
+                    "committed - whichever replica leads, the others' committed records are lost") if committed else ""
             out.append(finding(
                 "replica-divergence", f"{self._where(d.replica)}: holds different batches than replica(s) "
                 f"{', '.join(n for n in d.versions if n != d.replica)} at offsets {d.first}-{d.last} "
-                f"({'; '.join(parts)}): consumers read different records depending on which replica leads",
+                f"({'; '.join(parts)}): consumers read different records depending on which replica leads{tail}",
+                severity="critical" if committed else None,
                 evidence=ev, topic=self.topic, partition=self.partition, replica=d.replica,
                 first_offset=d.first, last_offset=d.last,
                 details={"kind": replica_divergence(d), "versions": {n: list(v) for n, v in d.versions.items()}}))

@@ -130,7 +130,8 @@ def _epochs(first: int, second: int, at: int = 20, n: int = 30, tag: bytes = b"v
 
 def test_unclean_election_below_the_high_watermark(tmp_path):
     """Replica 1 (leader of epoch 0) had 20-29 acknowledged (its high watermark 30); after an
-    unclean election replicas 2 and 3 wrote other records at 20-29 in epoch 1."""
+    unclean election replicas 2 and 3 wrote other records at 20-29 in epoch 1: below every
+    replica's high watermark, committed on each - critical."""
     root = tmp_path / "cluster"
 
     def build(ld, node):
@@ -140,7 +141,7 @@ def test_unclean_election_below_the_high_watermark(tmp_path):
     write_replicas(root, build)
     (f,) = audit(root, rules=RULES)
     assert (f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"]) == \
-        ("replica-divergence", "error", "1", 20, 29)
+        ("replica-divergence", "critical", "1", 20, 29)
     versions = _details(f)["versions"]
     assert sorted(versions) == ["1", "2", "3"] and [versions[n][1] for n in "123"] == [0, 1, 1]
     assert "holds different batches than replica(s) 2, 3" in f["message"]
