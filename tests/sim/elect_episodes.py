@@ -2,15 +2,15 @@
 (partition 0 replicated on nodes 2, 3, 1, led by node 2) and the partition changes leader as
 replication.py says Kafka does it. The episode dict (strategies.elect_episode):
 
-    {"kind": "elect", "fault": F, "parts": 1-2, "before": 1-4, "tail": 1-3, "after": 0-3,
-     "sizes": [...], "acks": "all" | "1", "rejoin": bool}
+    {"kind": "elect", "fault": F, "parts": 1-2, "before": 1-4, "tail": 1-3, "fetched": 0-3,
+     "after": 0-3, "sizes": [...], "acks": "all" | "1", "rejoin": bool}
 
 and the history's `kraft` says whether the log dirs hold the `__cluster_metadata` log.
 
 | fault | what happens | the oracle |
 |---|---|---|
 | `clean` | node 2 dies with every follower in sync; node 3 (ISR) leads | nothing |
-| `tail` | node 2 appended `tail` batches nodes 3 and 1 had not fetched, then died; node 3 (ISR) leads; node 2 rejoins and truncates them (KIP-279) | acks=all: nothing at warning or above (never acknowledged; the idempotent producer's retries are stored by node 3 at new offsets); acks=1: `acked-leader-only-lost` (warning, the acknowledged tail) on audit, and on the wire where a later write was acknowledged at those offsets |
+| `tail` | node 2 appended `tail` batches, nodes 3 and 1 fetched the first `fetched` of them (the high watermark did not move: the leader learns it from their next fetch), then node 2 died; node 3 (ISR) leads; node 2 rejoins and truncates the rest (KIP-279) | acks=all: nothing at warning or above (never acknowledged; the idempotent producer's retries: a batch node 3 fetched is a duplicate answered with its offset, the others stored anew); acks=1: `acked-leader-only-lost` (warning, the acknowledged batches nobody fetched) on audit, and on the wire where a later write was acknowledged at those offsets |
 | `stale` | as `tail`, node 2's log dir read as it died (not truncated): its tail is above its high watermark, in the old epoch, where node 3 wrote the new one | as `tail` |
 | `unclean` | node 1 stops fetching and leaves the ISR; node 2 acknowledges `tail` batches (acks=all, committed by the ISR {2, 3}); nodes 2 and 3 die; node 1 is elected uncleanly; a restarted producer writes `after` batches; nodes 2 and 3 rejoin and truncate (`rejoin`) or stay as they died | `committed-lost` (critical) on audit and on the wire where overlapping; with the metadata log `unclean-election` (critical when a replica in the inputs still holds the lost offsets, error - not countable - when all rejoined); without it, where the disk shows it, `replica-diverged` (error: the same offsets in two epochs below both high watermarks) or `replica-lags` (warning: committed offsets the new leader lacks) |
 """
@@ -61,35 +61,41 @@ def _clean(sim, c, p, ep, vals):
 
 def _tail(sim, c, p, ep, vals):
     """Node 2 appends batches its followers have not fetched, then dies; node 3 leads."""
-    p.behind |= {NEW, THIRD}                    # in the ISR, not fetched yet: the high watermark stays
+    hw0 = p.rhw[OLD]
+    fetched = min(ep.get("fetched", 0), ep["tail"])
     sent = []
-    for _ in range(ep["tail"]):
+    for k in range(ep["tail"]):
+        if k == fetched:                        # in the ISR, not fetched yet
+            p.behind |= {NEW, THIRD}
         v = vals("t")
         data, s = c.batch(p, v)
         # acks=all: the leader waits for the ISR, dies first (no answer); acks=1: answered
         err, off = c.send(p, v, data=data, seq=s, answered=c.acks == 1)
         sent.append((v, data, s, off))
-    hw = p.rhw[OLD]
+    # the followers fetched the first `fetched` batches; the leader learns that from their next
+    # fetch, which never came: the high watermark stayed (and acks=all stayed unanswered)
+    for n in (OLD, NEW, THIRD):
+        p.rhw[n] = hw0
     sim.wait(200)
     p.behind.discard(THIRD)
     R.fall_behind(p, OLD, leave_isr=False)
     R.elect(p, NEW, isr={NEW, THIRD})
     c.reconnect()
     sim.wait(100)
-    if c.acks == -1:        # the producer retries what was never answered: node 3 stores it anew
-        for v, data, s, _ in sent:
-            err, _ = c.send(p, v, data=data, seq=s)
-            assert err == NONE
+    if c.acks == -1:        # the producer retries what was never answered: node 3 stores it anew,
+        for k, (v, data, s, off) in enumerate(sent):   # or answers a batch it had fetched with its offset
+            err, again = c.send(p, v, data=data, seq=s)
+            assert err == NONE and (k >= fetched or again == off)
     for _ in range(ep["after"]):
         c.send(p, vals())
-    if c.acks == 1:
-        first, last = sent[0][3], sent[-1][3] + len(sent[-1][0]) - 1
+    if c.acks == 1 and fetched < len(sent):    # what the followers had fetched survives
+        first, last = sent[fetched][3], sent[-1][3] + len(sent[-1][0]) - 1
         note = f"acks=1 writes at {first}-{last} the dead leader alone had"
         sim.expect("acked-leader-only-lost", p, first, last, None, feeds=("audit",), note=note)
         # the wire shows it where a later write was acknowledged (or served) at those offsets
         sim.at_end.append(lambda: p.next_offset > first and sim.expect(
             "acked-leader-only-lost", p, first, min(last, p.next_offset - 1), None, feeds=("pcap",), note=note))
-    assert hw <= sent[0][3]
+    assert hw0 <= sent[0][3]
     _old_leader_after(sim, p, ep["fault"] == "tail")
 
 

@@ -29,7 +29,8 @@ def elect_episode(fault: str):
     `__cluster_metadata` log (moved to the history by _fix)."""
     return st.fixed_dictionaries({
         "kind": st.just("elect"), "fault": st.just(fault), "parts": st.integers(1, 2),
-        "before": st.integers(1, 4), "tail": st.integers(1, 3), "after": st.integers(0, 3),
+        "before": st.integers(1, 4), "tail": st.integers(1, 3), "fetched": st.integers(0, 3),
+        "after": st.integers(0, 3),
         "sizes": st.lists(st.integers(1, 3), min_size=1, max_size=3), "acks": st.sampled_from(["all", "1"]),
         "rejoin": st.booleans(), "kraft": st.booleans()})
 
