@@ -80,7 +80,7 @@ def elect(part, new: int, *, isr=None, unclean: bool = False) -> None:
     part.next_offset = part.log_end(new)
     part.markers = {o: m for o, m in part.markers.items() if o < part.next_offset}
     part.state = producer_state(keep)
-    part.pbs[new].epochs.append((part.leader_epoch, part.next_offset))
+    part.pbs[new].assign_epoch(part.leader_epoch, part.next_offset)
     part.isr = set(isr) if isr is not None else ({new} if unclean else set(part.isr) | {new})
     part.behind.discard(new)
     kraft = getattr(part.sim, "kraft", None)
@@ -118,14 +118,18 @@ def truncation_offset(part, node: int) -> int:
     return min(part.rhw[node], end)
 
 
-def rebuild(part, node: int, keep: list[bytes]) -> None:
-    """The replica's partition dir holding `keep` only (a truncation: the builder re-appends)."""
+def rebuild(part, node: int, cut: int) -> None:
+    """The replica truncated to `cut` (UnifiedLog.truncateTo): its partition dir holding the
+    batches below it only (the builder re-appends them)."""
+    keep = [d for d in part.rlog[node] if fields(d)["base"] < cut]
     ld = part.sim.logdirs[node]
     old = part.pbs[node]
     del ld.partitions[old.dirname]
     pb = ld.partition(part.topic, part.partition, start_offset=part.start_offset, role=old.role)
     for data in keep:
         pb.append_raw(data)
+    # truncateFromEnd: the cache keeps its entries below the cut (a leader's entry without batches too)
+    pb.epochs = [(e, o) for e, o in old.epochs if o < cut]
     part.pbs[node] = pb
     part.rlog[node] = list(keep)
 
@@ -135,7 +139,7 @@ def rejoin(part, node: int) -> int:
     the ISR once caught up. Returns the offset it truncated to."""
     cut = truncation_offset(part, node)
     if cut < part.log_end(node):
-        rebuild(part, node, [d for d in part.rlog[node] if fields(d)["base"] < cut])
+        rebuild(part, node, cut)
         part.rhw[node] = min(part.rhw[node], cut)
     catch_up(part, node)
     return cut
