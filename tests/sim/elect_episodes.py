@@ -12,6 +12,7 @@ and the history's `kraft` says whether the log dirs hold the `__cluster_metadata
 | `clean` | node 2 dies with every follower in sync; node 3 (ISR) leads | nothing |
 | `tail` | node 2 appended `tail` batches, nodes 3 and 1 fetched the first `fetched` of them (the high watermark did not move: the leader learns it from their next fetch), then node 2 died; node 3 (ISR) leads; node 2 rejoins and truncates the rest (KIP-279) | acks=all: nothing at warning or above (never acknowledged; the idempotent producer's retries: a batch node 3 fetched is a duplicate answered with its offset, the others stored anew); acks=1: `acked-leader-only-lost` (warning, the acknowledged batches nobody fetched) on audit, and on the wire where a later write was acknowledged at those offsets |
 | `stale` | as `tail`, node 2's log dir read as it died (not truncated): its tail is above its high watermark, in the old epoch, where node 3 wrote the new one | as `tail` |
+| `flap` | clean elections in a row (acks=all): each leader appends 0-2 batches nobody fetches and dies, a follower from the ISR leads, the producer retries there; the deposed leaders rejoin at once, or after the last election (KIP-279's loop across an epoch the new leader never had) | nothing; `replica-behind` for one left dead |
 | `unclean` | node 1 stops fetching and leaves the ISR; node 2 acknowledges `tail` batches (acks=all, committed by the ISR {2, 3}); nodes 2 and 3 die; node 1 is elected uncleanly; a restarted producer writes `after` batches; nodes 2 and 3 rejoin and truncate (`rejoin`) or stay as they died | `committed-lost` (critical) on audit and on the wire where overlapping; with the metadata log `unclean-election` (critical when a replica in the inputs still holds the lost offsets, error - not countable - when all rejoined); without it, where the disk shows it, `replica-diverged` (error: the same offsets in two epochs below both high watermarks) or `replica-lags` (warning: committed offsets the new leader lacks) |
 """
 
@@ -43,7 +44,8 @@ def elect(sim: Sim, i: int, ep: dict) -> None:
 
     for j in range(ep["before"]):
         c.send(parts[j % len(parts)], vals())
-    {"clean": _clean, "tail": _tail, "stale": _tail, "unclean": _unclean}[ep["fault"]](sim, c, p0, ep, vals)
+    {"clean": _clean, "tail": _tail, "stale": _tail, "unclean": _unclean, "flap": _flap}[ep["fault"]](
+        sim, c, p0, ep, vals)
     for p in parts[1:]:
         c.send(p, vals())
 
@@ -166,3 +168,48 @@ def _unclean_oracle(sim, p, ep, start: int, lost_last: int) -> None:
         else:
             sim.expect("replica-lags", p, start, lost_last, None, feeds=("segments", "audit"), note=note)
     sim.at_end.append(check)
+
+
+def _flap(sim, c, p, ep, vals):
+    """Clean elections one after another (acks=all, idempotent): each leader appends 0-2 batches
+    its followers never fetch and dies; a follower from the ISR leads; the producer retries what
+    was never answered there. The deposed leaders rejoin at once (`rejoin`), or only after the
+    last election - a replica then holds a tail of an epoch the new leader never had, and KIP-279's
+    loop (an epoch the leader does not know: truncate to its own end of the largest epoch below,
+    ask again) cuts it. Expected: nothing at warning or above (`replica-behind` for a dead one)."""
+    between = ep["rejoin"]
+    flaps = 3 if between else 2
+    dead = []
+    for k in range(flaps):
+        lead = p.leader
+        followers = [n for n in (OLD, NEW, THIRD) if n != lead and n not in dead]
+        p.behind |= set(followers)
+        pending = []
+        for _ in range((ep["tail"] + k) % 3):
+            v = vals("t")
+            data, s = c.batch(p, v)
+            c.send(p, v, data=data, seq=s, answered=False)
+            pending.append((v, data, s))
+        sim.wait(300)
+        R.fall_behind(p, lead, leave_isr=False)
+        for n in followers:
+            p.behind.discard(n)
+        R.elect(p, followers[k % len(followers)], isr=set(followers))
+        c.reconnect()
+        for v, data, s in pending:
+            err, _ = c.send(p, v, data=data, seq=s)
+            assert err == NONE
+        for _ in range(ep["after"]):
+            c.send(p, vals())
+        if between:
+            sim.wait(1000)
+            R.rejoin(p, lead)
+        else:
+            dead.append(lead)
+    sim.wait(1000)
+    for n in dead:      # the first deposed leader rejoins; the last one too, or stays as it died
+        if n == dead[0] or ep.get("fetched", 0) % 2:
+            R.rejoin(p, n)
+        else:
+            R.crashed(p, n)
+            _behind(sim, p, n)

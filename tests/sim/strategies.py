@@ -12,7 +12,7 @@ TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "ad
              "timeout", "late_endtxn", "two_pc", "exhaust", "stuck_markers")
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
                "uncommitted_read", "eos", "eos_double")
-ELECT_KINDS = ("clean", "tail", "stale", "unclean")
+ELECT_KINDS = ("clean", "tail", "stale", "flap", "unclean")
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
     + tuple(f"group:{f}" for f in GROUP_KINDS) + tuple(f"elect:{f}" for f in ELECT_KINDS)
 
@@ -81,7 +81,7 @@ def history(kind: str):
 MIX_GROUP = tuple(f for f in GROUP_KINDS if f != "uncommitted_read")
 
 # faults that move a partition's log start (retention) or its leader: kept on their own topic in a mix
-_OWN_TOPIC = ("seq_wrap", "unknown_pid", "clean", "tail", "stale", "unclean")
+_OWN_TOPIC = ("seq_wrap", "unknown_pid") + ELECT_KINDS
 
 
 def mix(passing):

@@ -51,3 +51,25 @@ def test_an_unclean_leader_starts_its_epoch_at_its_own_log_end(tmp_path):
     R.elect(p, 1, unclean=True)
     assert p.next_offset == 1 and p.isr == {1}
     assert R.truncation_offset(p, 2) == 1             # the committed offset 1 goes
+
+
+def test_a_replica_with_an_epoch_the_leader_never_had_truncates_in_two_steps(tmp_path):
+    """KIP-279: node 2 led epoch 0 (offset 1 unfetched), node 3 led epoch 1 from offset 1 (1-2
+    unfetched), node 1 leads epoch 2 from offset 1. Node 3 asks for epoch 1: node 1 never had it
+    and answers epoch 0 ending at 1; node 3 cuts to its own end of epoch 0 (1) and asks again."""
+    sim, p, c = _sim(tmp_path)
+    c.send(p, [b"a"])
+    p.behind |= {1, 3}
+    c.send(p, [b"t0"], answered=False)           # offset 1, epoch 0, node 2 only
+    R.fall_behind(p, 2, leave_isr=False)
+    p.behind -= {1, 3}
+    R.elect(p, 3, isr={1, 3})
+    p.behind |= {1}
+    c.reconnect()
+    c.send(p, [b"t0"], answered=False, seq=1)     # the retry: offset 1, epoch 1, node 3 only
+    c.send(p, [b"t1"], answered=False)            # offset 2, epoch 1
+    R.fall_behind(p, 3, leave_isr=False)
+    p.behind.discard(1)
+    R.elect(p, 1, isr={1})
+    assert p.pbs[1].epochs == [(0, 0), (2, 1)]
+    assert R.truncation_offset(p, 3) == 1 and R.truncation_offset(p, 2) == 1
