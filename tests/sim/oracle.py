@@ -116,11 +116,10 @@ INVARIANTS = {
     # be counted from the log dirs
     "unclean-election-uncounted": Invariant(("unclean-leader-election",), "error",
                                             also=("acknowledged-write-lost",)),
-    # without the metadata log: the same offsets in two leader epochs below both replicas' high
-    # watermarks (committed data that differs: one side's committed records are lost)
+    # without the metadata log: replicas hold committed offsets (below their high watermark) in an
+    # older leader epoch past another replica's start of a later epoch - the disk's trace of an
+    # unclean election before the deposed replicas truncate
     "replica-diverged": Invariant(("replica-divergence",), "critical", also=("acknowledged-write-lost",)),
-    # ... or committed offsets the (new) leader lacks, nothing written over them yet
-    "replica-lags": Invariant(("replica-divergence",), "warning", also=("acknowledged-write-lost",)),
     # a replica read as its broker died lacks offsets the others committed after: out of the ISR, it
     # fetches them when it runs - a warning, nothing lost
     "replica-behind": Invariant(("replica-divergence",), "warning", ceiling="warning"),

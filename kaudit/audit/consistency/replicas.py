@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.consistency import replica_compare as C
+from kaudit.audit.consistency import replica_epochs as E
 from kaudit.audit.consistency import replica_rows as R
 from kaudit.audit.folds import Fold, KeyedState
 from kaudit.audit.consistency.log_chunks import LogFold, TablesByKind, log_batches
@@ -128,9 +129,20 @@ class ReplicaGroup(TablesByKind):
         out = []
         for r in reps:
             out.extend(self._checkpoints(r))
+        entries: dict[str, list[dict]] = {}
+        for t in self.tables.get("leader_epoch_entry", []):
+            for x in t.to_pylist():
+                entries.setdefault(x["replica"], []).append(x)
         for group in _same_cluster([r for r in reps if r.has_batches and r.detail]):
-            out.extend(self._missing(C.missing(group)))
-            out.extend(self._diverged(C.divergences(group), {r.name: r for r in group}))
+            sup = E.superseded(group, entries)
+            divs = C.divergences(group)
+            # offsets lacking where every holder's records are superseded (past a later epoch's
+            # start) will never be fetched: told as the holders' (superseded), not as a lag
+            out.extend(self._missing([m for m in C.missing(group) if not m.holders or not all(any(
+                x.replica.name == h.name and x.first <= m.first and m.last <= x.last for x in sup)
+                for h in m.holders)]))
+            out.extend(self._diverged(divs, {r.name: r for r in group}))
+            out.extend(self._superseded(sup, [[d.first, d.last] for d in divs], entries))
         return out
 
     def _replicas(self) -> list[R.Replica]:
@@ -233,6 +245,44 @@ class ReplicaGroup(TablesByKind):
         return out
 
 
+    def _superseded(self, found: list[E.Superseded], covered: list, entries: dict) -> list[dict]:
+        """Records of an older leader epoch past another replica's start of a later one: below
+        the holder's high watermark (less what a divergence finding already tells) critical,
+        above it an uncommitted tail that Kafka truncates (info)."""
+        out = []
+        for x in found[:MAX_FINDINGS]:
+            r = x.replica
+            pieces = C._subtract([[x.first, x.last]], covered) if x.committed else [[x.first, x.last]]
+            ev = [evidence(r.rows.column("source")[x.row].as_py(), r.rows.column("position")[x.row].as_py(),
+                           "batch", f"replica {r.name}: leader epoch {x.epoch}")]
+            ev += [evidence(e["source"], e["position"], "leader_epoch_entry",
+                            f"replica {x.by} starts epoch {x.later} at {x.start}")
+                   for e in entries.get(x.by, []) if e["leader_epoch"] == x.later and e["start_offset"] == x.start][:1]
+            began = (f"past offset {x.start}, where replica {x.by}'s log began leader epoch {x.later}: the "
+                     f"leader of epoch {x.later} never had them, and replica {r.name} truncates them when it "
+                     "follows again (KIP-101/KIP-279)")
+            for lo, hi in pieces:
+                if x.committed:
+                    msg = (f"{self._where(r.name)}: holds offsets {lo}-{hi} in leader epoch {x.epoch}, below its high "
+                           f"watermark {r.hw} (committed: acknowledged to acks=all producers), {began}: committed "
+                           "records lost - an unclean leader election, or a log restored from an old copy")
+                elif r.hw is None:
+                    msg = (f"{self._where(r.name)}: holds offsets {lo}-{hi} in leader epoch {x.epoch}, {began}; "
+                           "whether they were committed cannot be told (no replication-offset-checkpoint entry)")
+                else:
+                    msg = (f"{self._where(r.name)}: holds offsets {lo}-{hi} in leader epoch {x.epoch}, above its "
+                           f"high watermark {r.hw}, {began}: a deposed leader's uncommitted tail - never "
+                           "acknowledged to acks=all producers; writes acknowledged with acks=1 there are lost "
+                           "(`kaudit audit` with a capture names them)")
+                out.append(finding(
+                    "replica-divergence", msg, severity="critical" if x.committed else "info", evidence=ev,
+                    topic=self.topic, partition=self.partition, replica=r.name, first_offset=lo, last_offset=hi,
+                    details={"kind": "superseded-committed" if x.committed else "deposed-tail",
+                             "epoch": x.epoch, "later_epoch": x.later, "later_epoch_start": x.start,
+                             "replica_of_later_epoch": x.by, "high_watermark": r.hw}))
+        return out
+
+
 def _same_cluster(reps: list[R.Replica]) -> list[list[R.Replica]]:
     """The sets of replicas to compare: those of one cluster id, with those whose cluster is
     unknown (log dirs of different clusters hold different partitions that share a name)."""
@@ -294,5 +344,5 @@ def _crc_failed(r: R.Replica, first: int, last: int):
 
 
 FOLD = ReplicaFold("replicas", {"batch": R.DETAIL_COLUMNS + ("log_dir",), "checkpoint_entry": CHECKPOINT_COLUMNS,
-                                "partition_metadata": PRESENCE_COLUMNS},
+                                "partition_metadata": PRESENCE_COLUMNS, "leader_epoch_entry": E.ENTRY_COLUMNS},
                    KEY, ORDER, lambda ctx: KeyedState(KEY, ReplicaGroup), where={"batch": log_batches})
