@@ -3,14 +3,14 @@
 replication.py says Kafka does it. The episode dict (strategies.elect_episode):
 
     {"kind": "elect", "fault": F, "parts": 1-2, "before": 1-4, "tail": 1-3, "fetched": 0-3,
-     "after": 0-3, "sizes": [...], "acks": "all" | "1", "rejoin": bool}
+     "after": 0-3, "sizes": [...], "acks": "all" | "1", "rejoin": bool, "alive": bool}
 
 and the history's `kraft` says whether the log dirs hold the `__cluster_metadata` log.
 
 | fault | what happens | the oracle |
 |---|---|---|
 | `clean` | node 2 dies with every follower in sync; node 3 (ISR) leads | nothing |
-| `tail` | node 2 appended `tail` batches, nodes 3 and 1 fetched the first `fetched` of them (the high watermark did not move: the leader learns it from their next fetch), then node 2 died; node 3 (ISR) leads; node 2 rejoins and truncates the rest (KIP-279) | acks=all: nothing at warning or above (never acknowledged; the idempotent producer's retries: a batch node 3 fetched is a duplicate answered with its offset, the others stored anew); acks=1: `acked-leader-only-lost` (warning, the acknowledged batches nobody fetched) on audit, and on the wire where a later write was acknowledged at those offsets |
+| `tail` | node 2 appended `tail` batches, nodes 3 and 1 fetched the first `fetched` of them (the high watermark did not move: the leader learns it from their next fetch), then node 2 died (or, `alive`, was deposed alive: the acks=all requests waiting for the ISR are answered NOT_LEADER_OR_FOLLOWER); node 3 (ISR) leads; node 2 rejoins and truncates the rest (KIP-279) | acks=all: nothing at warning or above (never acknowledged; the idempotent producer's retries: a batch node 3 fetched is a duplicate answered with its offset, the others stored anew); acks=1: `acked-leader-only-lost` (warning, the acknowledged batches nobody fetched) on audit, and on the wire where a later write was acknowledged at those offsets |
 | `stale` | as `tail`, node 2's log dir read as it died (not truncated): its tail is above its high watermark, in the old epoch, where node 3 wrote the new one | as `tail` |
 | `flap` | clean elections in a row (acks=all): each leader appends 0-2 batches nobody fetches and dies, a follower from the ISR leads, the producer retries there; the deposed leaders rejoin at once, or after the last election (KIP-279's loop across an epoch the new leader never had) | nothing; `replica-behind` for one left dead |
 | `unclean` | node 1 stops fetching and leaves the ISR; node 2 acknowledges `tail` batches (acks=all, committed by the ISR {2, 3}); nodes 2 and 3 die; node 1 is elected uncleanly; a restarted producer writes `after` batches; nodes 2 and 3 rejoin and truncate (`rejoin`) or stay as they died | `committed-lost` (critical) on audit and on the wire where overlapping; with the metadata log `unclean-election` (critical when a replica in the inputs still holds the lost offsets, error - not countable - when all rejoined); without it, when nodes 2 and 3 are read as they died, `replica-diverged` (replica-divergence critical: they hold the committed offsets in epoch 0 past node 1's start of epoch 1 - its batches there or its leader-epoch-checkpoint entry) |
@@ -22,6 +22,9 @@ from tests.sim import replication as R
 from tests.sim.broker import NONE
 from tests.sim.cluster import Client, Sim
 from tests.sim.episodes import values
+from tests.sim.wire import produce_response
+
+NOT_LEADER_OR_FOLLOWER = 6
 
 OLD, NEW, THIRD = 2, 3, 1       # partition 0: led by node 2, followed by 3 and 1
 
@@ -65,7 +68,7 @@ def _tail(sim, c, p, ep, vals):
     """Node 2 appends batches its followers have not fetched, then dies; node 3 leads."""
     hw0 = p.rhw[OLD]
     fetched = min(ep.get("fetched", 0), ep["tail"])
-    sent = []
+    sent, corrs = [], []
     for k in range(ep["tail"]):
         if k == fetched:                        # in the ISR, not fetched yet
             p.behind |= {NEW, THIRD}
@@ -74,6 +77,7 @@ def _tail(sim, c, p, ep, vals):
         # acks=all: the leader waits for the ISR, dies first (no answer); acks=1: answered
         err, off = c.send(p, v, data=data, seq=s, answered=c.acks == 1)
         sent.append((v, data, s, off))
+        corrs.append(sim.cap.corr[c._conn(OLD)])
     # the followers fetched the first `fetched` batches; the leader learns that from their next
     # fetch, which never came: the high watermark stayed (and acks=all stayed unanswered)
     for n in (OLD, NEW, THIRD):
@@ -82,6 +86,11 @@ def _tail(sim, c, p, ep, vals):
     p.behind.discard(THIRD)
     R.fall_behind(p, OLD, leave_isr=False)
     R.elect(p, NEW, isr={NEW, THIRD})
+    if ep.get("alive") and c.acks == -1 and ep["fault"] == "tail":
+        # deposed alive (its controller session lost, not dead): the Produce requests waiting for
+        # the ISR complete NOT_LEADER_OR_FOLLOWER (checkEnoughReplicasReachOffset, no local leader)
+        for corr in corrs:
+            c.exchange(OLD, [(1, produce_response(corr, [(p.topic, p.partition, NOT_LEADER_OR_FOLLOWER, -1)]))])
     c.reconnect()
     sim.wait(100)
     if c.acks == -1:        # the producer retries what was never answered: node 3 stores it anew,
