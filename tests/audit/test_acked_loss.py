@@ -92,6 +92,11 @@ def test_unclean_election_whose_lost_tail_was_acknowledged(tmp_path):
     assert (lost["topic"], lost["partition"]) == ("orders", 0)
     kinds = {e["kind"] for e in lost["evidence"]}
     assert kinds == {"produce", "batch"}
+    # each batch is told as its own replica's file (the finding's replica is the holder, 1)
+    own = dict(zip(((e["kind"], e["source"]) for e in lost["evidence"]), d["evidence_replicas"]))
+    assert {k: v for k, v in own.items() if k[0] == "batch"} == {
+        ("batch", e["source"]): e["source"].split("/node")[1][0] for e in lost["evidence"] if e["kind"] == "batch"}
+    assert all(v is None for k, v in own.items() if k[0] == "produce")
     assert r.coverage["join"]["acknowledged_lost"] == 5
 
 
