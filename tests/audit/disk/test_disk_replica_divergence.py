@@ -347,3 +347,26 @@ def test_replicas_behind_without_a_later_epoch_only_lag(tmp_path):
     """The twin: no replica began a later epoch - replicas 2 and 3 are behind (they fetch 20-29)."""
     assert _superseded(tmp_path, hw1=30, entry=False) == [("replica-divergence", "warning", "2", 20, 29),
                                                           ("replica-divergence", "warning", "3", 20, 29)]
+
+
+def test_an_unclean_elections_trace_is_one_incident(tmp_path):
+    """Replica 1 had 20-29 committed in epoch 0; replica 2 began epoch 1 at 20 and wrote 20-24:
+    different batches at 20-24 below both high watermarks and replica 1's 25-29 past replica 2's
+    epoch start - both critical, one incident (no metadata log to head it)."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        for i in range(30 if node == 1 else 20):
+            pb.append_batch(values=[b"v%d" % i])
+        if node == 2:
+            pb.set_leader_epoch(1)
+            for i in range(20, 25):
+                pb.append_batch(values=[b"w%d" % i])
+        pb.high_watermark = pb.next_offset
+
+    write_replicas(root, build, nodes=(1, 2))
+    fs = audit(root, rules=RULES)
+    assert sorted((f["severity"], f["replica"], f["first_offset"], f["last_offset"]) for f in fs) == [
+        ("critical", "1", 20, 24), ("critical", "1", 25, 29)]
+    assert len({f["incident"] for f in fs}) == 1
