@@ -3,9 +3,13 @@
 replication.py says Kafka does it. The episode dict (strategies.elect_episode):
 
     {"kind": "elect", "fault": F, "parts": 1-2, "before": 1-4, "tail": 1-3, "fetched": 0-3,
-     "after": 0-3, "sizes": [...], "acks": "all" | "1", "rejoin": bool, "alive": bool}
+     "after": 0-3, "sizes": [...], "acks": "all" | "1", "rejoin": bool, "alive": bool,
+     "fetch_wire": bool}
 
-and the history's `kraft` says whether the log dirs hold the `__cluster_metadata` log.
+and the history's `kraft` says whether the log dirs hold the `__cluster_metadata` log;
+`fetch_wire`: a rejoining replica's Fetch to the new leader (replica id = its broker id) is in the
+capture, as a capture of the brokers' port shows replication - what it is served at the offsets
+it truncated is the wire's view of the loss (acknowledged-records-replaced).
 
 | fault | what happens | the oracle |
 |---|---|---|
@@ -61,7 +65,7 @@ def _clean(sim, c, p, ep, vals):
     c.reconnect()
     for _ in range(ep["after"]):
         c.send(p, vals())
-    _old_leader_after(sim, p, ep["rejoin"])
+    _old_leader_after(sim, p, ep["rejoin"], ep)
 
 
 def _tail(sim, c, p, ep, vals):
@@ -107,13 +111,13 @@ def _tail(sim, c, p, ep, vals):
         sim.at_end.append(lambda: p.next_offset > first and sim.expect(
             "acked-leader-only-lost", p, first, min(last, p.next_offset - 1), None, feeds=("pcap",), note=note))
     assert hw0 <= sent[0][3]
-    _old_leader_after(sim, p, ep["fault"] == "tail")
+    _old_leader_after(sim, p, ep["fault"] == "tail", ep)
 
 
-def _old_leader_after(sim, p, rejoin: bool) -> None:
+def _old_leader_after(sim, p, rejoin: bool, ep=None) -> None:
     if rejoin:
         sim.wait(1000)
-        R.rejoin(p, OLD)
+        R.rejoin(p, OLD, wire=bool(ep and ep.get("fetch_wire")))
     else:
         R.crashed(p, OLD)
         _behind(sim, p, OLD)
@@ -151,7 +155,7 @@ def _unclean(sim, c, p, ep, vals):
     sim.wait(1000)
     for node in (OLD, NEW):
         if ep["rejoin"]:
-            R.rejoin(p, node)
+            R.rejoin(p, node, wire=bool(ep.get("fetch_wire")))
         else:
             R.crashed(p, node)
             _behind(sim, p, node)
@@ -210,13 +214,13 @@ def _flap(sim, c, p, ep, vals):
             c.send(p, vals())
         if between:
             sim.wait(1000)
-            R.rejoin(p, lead)
+            R.rejoin(p, lead, wire=bool(ep.get("fetch_wire")))
         else:
             dead.append(lead)
     sim.wait(1000)
     for n in dead:      # the first deposed leader rejoins; the last one too, or stays as it died
         if n == dead[0] or ep.get("fetched", 0) % 2:
-            R.rejoin(p, n)
+            R.rejoin(p, n, wire=bool(ep.get("fetch_wire")))
         else:
             R.crashed(p, n)
             _behind(sim, p, n)

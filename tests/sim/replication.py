@@ -134,23 +134,29 @@ def rebuild(part, node: int, cut: int) -> None:
     part.rlog[node] = list(keep)
 
 
-def rejoin(part, node: int) -> int:
+def rejoin(part, node: int, *, wire: bool = False) -> int:
     """A replica follows the leader again: truncates (truncation_offset), fetches the rest, is in
     the ISR once caught up. Returns the offset it truncated to."""
     cut = truncation_offset(part, node)
     if cut < part.log_end(node):
         rebuild(part, node, cut)
         part.rhw[node] = min(part.rhw[node], cut)
-    catch_up(part, node)
+    catch_up(part, node, wire=wire)
     return cut
 
 
-def catch_up(part, node: int) -> None:
+def catch_up(part, node: int, *, wire: bool = False) -> None:
+    """The follower fetches what the leader has past its log end (`wire`: its Fetch is in the
+    capture, replica id = its broker id, as the capture of a broker port shows replication)."""
     pb = part.pbs[node]
+    start, got = pb.next_offset, []
     for data in part.rlog[part.leader]:
         if fields(data)["base"] >= pb.next_offset:
             pb.append_raw(data)
             part.rlog[node].append(data)
+            got.append(data)
+    if wire:
+        _replica_fetch(part, node, start, b"".join(got))
     part.behind.discard(node)
     if node not in part.isr:
         part.isr.add(node)
@@ -158,6 +164,22 @@ def catch_up(part, node: int) -> None:
         if kraft is not None:
             kraft.change(part, isr=sorted(part.isr))
     part.advance_hw()
+
+
+def _replica_fetch(part, node: int, offset: int, records: bytes) -> None:
+    """ReplicaFetcherThread's Fetch v5 to the leader and its answer (the leader's high watermark
+    once the follower has it all: the ISR's least log end)."""
+    from tests.sim import wire
+    from tests.sim.wire_group import fetch
+
+    sim = part.sim
+    name = f"replica-fetcher-{node}->{part.leader}"
+    hw = min(part.log_end(n) for n in (part.isr | {node, part.leader}))
+    msgs = fetch(sim.cap.next_corr(name), f"broker-{node}-fetcher-0", 5, "read_uncommitted",
+                 [(part.topic, part.partition, offset)],
+                 [(part.topic, part.partition, 0, hw, hw, part.log_start, [], records)], replica_id=node)
+    sim.cap.exchange(name, msgs[:1], sim.tick(), client_ip=wire.node_ip(node), server_ip=wire.node_ip(part.leader))
+    sim.cap.exchange(name, msgs[1:], sim.tick(), client_ip=wire.node_ip(node), server_ip=wire.node_ip(part.leader))
 
 
 def fall_behind(part, node: int, *, leave_isr: bool) -> None:

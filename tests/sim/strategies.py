@@ -32,7 +32,7 @@ def elect_episode(fault: str):
         "before": st.integers(1, 4), "tail": st.integers(1, 3), "fetched": st.integers(0, 3),
         "after": st.integers(0, 3),
         "sizes": st.lists(st.integers(1, 3), min_size=1, max_size=3), "acks": st.sampled_from(["all", "1"]),
-        "rejoin": st.booleans(), "kraft": st.booleans(), "alive": st.booleans()})
+        "rejoin": st.booleans(), "kraft": st.booleans(), "alive": st.booleans(), "fetch_wire": st.booleans()})
 
 
 def _txn():
