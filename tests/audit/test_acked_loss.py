@@ -92,6 +92,11 @@ def test_unclean_election_whose_lost_tail_was_acknowledged(tmp_path):
     assert (lost["topic"], lost["partition"]) == ("orders", 0)
     kinds = {e["kind"] for e in lost["evidence"]}
     assert kinds == {"produce", "batch"}
+    # each batch is told as its own replica's file (the finding's replica is the holder, 1)
+    own = dict(zip(((e["kind"], e["source"]) for e in lost["evidence"]), d["evidence_replicas"]))
+    assert {k: v for k, v in own.items() if k[0] == "batch"} == {
+        ("batch", e["source"]): e["source"].split("/node")[1][0] for e in lost["evidence"] if e["kind"] == "batch"}
+    assert all(v is None for k, v in own.items() if k[0] == "produce")
     assert r.coverage["join"]["acknowledged_lost"] == 5
 
 
@@ -214,3 +219,32 @@ def test_acknowledged_tail_past_the_new_leaders_log_end(tmp_path):
     r = _audit(_capture(tmp_path, range(8, 10), unanswered=range(5, 8)), _cluster(tmp_path, election="unclean"))
     lost = [f for f in r.findings if f["rule"] == "acknowledged-write-lost"]
     assert _brief(lost) == [("acknowledged-write-lost", "critical", 8, 9, "1")]
+
+
+def _deposed_tail(tmp_path, *, new_epoch_entry: bool):
+    """orders-0: broker 1 led epoch 0 and appended producer 7's batches 0-9, brokers 2 and 3 had
+    fetched 0-4 (high watermark 5) when broker 1 died; broker 2 was elected (clean) and has written
+    nothing yet. `new_epoch_entry`: broker 2's leader-epoch-checkpoint holds (1, 5), as
+    Partition.makeLeader records it before any append (False: the file of a broker that never led)."""
+    def build(ld, node):
+        pb = ld.partition("orders", 0, topic_id=TID, role="leader" if node == 1 else "follower")
+        for i in range(10 if node == 1 else 5):
+            pb.append_batch(values=[b"v%d" % i], producer_id=PID, producer_epoch=0, base_sequence=i)
+        if node == 2 and new_epoch_entry:
+            pb.epochs.append((1, 5))
+        pb.high_watermark = 5
+    return write_replicas(tmp_path / "cluster", build)
+
+
+def test_acks1_tail_lost_to_a_new_leader_that_has_written_nothing_yet(tmp_path):
+    """The acks=1 writes at 5-9 only the deposed leader holds, in epoch 0: broker 2 began epoch 1
+    at offset 5 (its leader-epoch-checkpoint), so broker 1 truncates them when it follows."""
+    r = _audit(_capture(tmp_path, range(10), acks=1), _deposed_tail(tmp_path, new_epoch_entry=True))
+    assert _brief(r.findings) == [("acknowledged-write-lost", "warning", 5, 9, "1")]
+
+
+def test_acks1_tail_on_one_replica_without_a_later_epoch_is_not_called_lost(tmp_path):
+    """The twin: no replica's log or checkpoint reached a later epoch - the replicas are behind
+    (not lost: they fetch 5-9 from broker 1)."""
+    r = _audit(_capture(tmp_path, range(10), acks=1), _deposed_tail(tmp_path, new_epoch_entry=False))
+    assert [f for f in r.findings if f["rule"] == "acknowledged-write-lost"] == []

@@ -59,6 +59,14 @@ class Partition:
         self.log_start = start_offset
         self.log: list[bytes] = []     # the leader's stored batches, in order (what a Fetch serves)
         self.markers: dict[int, str] = {}   # offset -> COMMIT | ABORT of each marker stored
+        # replication (tests/sim/replication.py): each replica's stored batches, the replicas not
+        # fetching now (down, or out of the ISR), the ISR, each replica's high watermark
+        self.rlog: dict[int, list[bytes]] = {n: [] for n in nodes}
+        self.behind: set[int] = set()
+        self.isr: set[int] = set(nodes)
+        self.rhw: dict[int, int] = {n: start_offset for n in nodes}
+        self.start_offset = start_offset
+        self.elections = 0            # > 0: the replicas' high watermarks are written as tracked
 
     @property
     def name(self) -> str:
@@ -67,19 +75,36 @@ class Partition:
     def _store(self, batch: bytes) -> int:
         off = self.next_offset
         data = with_leader_epoch(batch, off, self.leader_epoch)
-        for pb in self.pbs.values():
-            pb.set_leader_epoch(self.leader_epoch)
-            pb.append_raw(data)
+        for n, pb in self.pbs.items():   # the leader, and the followers fetching now
+            if n == self.leader or n not in self.behind:
+                pb.set_leader_epoch(self.leader_epoch)
+                pb.append_raw(data)
+                self.rlog[n].append(data)
         self.log.append(data)
         n = struct.unpack(">i", batch[23:27])[0] + 1   # last offset delta + 1
         self.next_offset += n
+        self.advance_hw()
         return off
 
+    def log_end(self, node: int) -> int:
+        """A replica's log end offset."""
+        return self.pbs[node].next_offset
+
+    def advance_hw(self) -> None:
+        """Partition.maybeIncrementLeaderHW: the leader's high watermark is the least log end of
+        the ISR; a fetching follower learns it with its next fetch (min with its own log end);
+        a replica not fetching keeps the one it had."""
+        hw = min(self.log_end(n) for n in self.isr | {self.leader})
+        self.rhw[self.leader] = max(self.rhw[self.leader], hw)
+        for n in self.pbs:
+            if n != self.leader and n not in self.behind:
+                self.rhw[n] = max(self.rhw[n], min(hw, self.log_end(n)))
+
     def fail_over(self, new_leader: int) -> None:
-        """A new leader (the ISR held everything appended so far): the leader epoch goes up;
-        producer state is rebuilt from the log, i.e. the same."""
-        self.leader = new_leader
-        self.leader_epoch += 1
+        """A new leader from the ISR that held everything appended so far (replication.elect)."""
+        from tests.sim.replication import elect
+
+        elect(self, new_leader)
 
     # -- ProducerAppendInfo ------------------------------------------------------------------
 

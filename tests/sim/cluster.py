@@ -38,7 +38,7 @@ class Expect:
 
 
 class Sim:
-    def __init__(self, root, *, nodes=(1, 2, 3), broker: str = "3.0", start_ms: int = T0_MS):
+    def __init__(self, root, *, nodes=(1, 2, 3), broker: str = "3.0", start_ms: int = T0_MS, kraft: bool = False):
         self.root = Path(root)
         self.nodes = tuple(nodes)
         self.clock = start_ms
@@ -51,6 +51,11 @@ class Sim:
         self._pid = 1000
         self.oracle: list[Expect] = []
         self.state_log = True     # False: the log dirs given leave `__transaction_state` out
+        self.kraft = None         # replication.Kraft: the `__cluster_metadata` log in the log dirs
+        self.at_end: list = []    # expectations that depend on what later episodes did (called by write)
+        if kraft:
+            from tests.sim.replication import Kraft
+            self.kraft = Kraft(self, kip704=broker != "3.0")
 
     def tick(self, ms: int = 1) -> int:
         now = self.clock
@@ -72,6 +77,8 @@ class Sim:
         if part is None:
             lead = self.nodes[p % len(self.nodes)] if leader is None else leader
             part = self.parts[name] = Partition(self, topic, p, self.nodes, lead, start_offset=start_offset)
+            if self.kraft is not None:
+                self.kraft.created(part)
         return part
 
     def expect(self, invariant: str, part, first=None, last=None, pid=None, *, feeds=("segments", "pcap", "audit"),
@@ -81,11 +88,17 @@ class Sim:
 
     def write(self) -> tuple[list[Path], Path, int]:
         """(log dirs, capture, the time the history ended in ms)."""
+        for f in self.at_end:
+            f()
         end = self.tick()
         if not self.state_log:
             for ld in self.logdirs.values():
                 for name in [n for n in ld.partitions if n.startswith("__transaction_state-")]:
                     del ld.partitions[name]
+        for part in self.parts.values():
+            if part.elections:   # the high watermarks each replica had (replication-offset-checkpoint)
+                for n, pb in part.pbs.items():
+                    pb.high_watermark = part.rhw[n]
         dirs = [ld.write() for ld in self.logdirs.values()]
         pcap = self.root / "capture.pcap"
         self.cap.write(pcap, end)
@@ -96,8 +109,9 @@ class Client:
     """One producer instance (an application process)."""
 
     def __init__(self, sim: Sim, name: str, *, txn_id: str | None = None, tv: int = 1, timeout_ms: int = 60000,
-                 idempotent: bool = True, two_pc: bool = False):
+                 idempotent: bool = True, two_pc: bool = False, acks: int = -1):
         self.sim, self.name = sim, name
+        self.acks = acks                          # -1 (all) or 1 (the leader alone)
         self.txn_id, self.tv, self.timeout_ms = txn_id, tv, timeout_ms
         self.idempotent = idempotent or txn_id is not None
         self.two_pc = two_pc
@@ -208,7 +222,8 @@ class Client:
                 err, off = part.append_data(data, pid=self.pid if self.idempotent else -1, epoch=self.epoch, seq=s,
                                             count=count, transactional=self.txn_id is not None)
         msgs = wire.produce_exchange(self.corr(part.leader), part.topic, part.partition, data, txn_id=self.txn_id,
-                                     error=err if answered else None, offset=off, client_id=self.name)
+                                     error=err if answered else None, offset=off, acks=self.acks,
+                                     client_id=self.name)
         self.exchange(part.leader, msgs[:1], ts_req)
         if msgs[1:]:
             self.exchange(part.leader, msgs[1:])

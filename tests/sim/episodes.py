@@ -167,7 +167,10 @@ def _txn_kinds():
 
     from tests.sim import compact_episodes, consumer_episodes
 
-    return {"txn": txn_episodes.txn, "group": consumer_episodes.group, "compact": compact_episodes.compact}
+    from tests.sim import elect_episodes
+
+    return {"txn": txn_episodes.txn, "group": consumer_episodes.group, "compact": compact_episodes.compact,
+            "elect": elect_episodes.elect}
 
 
 KINDS = {"idem": idem}

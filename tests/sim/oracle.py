@@ -101,6 +101,31 @@ INVARIANTS = {
     "markers-refused": Invariant(("txn-markers-refused",), "critical",
                                  also=("hanging-transaction", "torn-transaction", "fenced-epoch", "producer-error",
                                        "dangling-transaction", "lso-stuck")),
+    # ---- partition-leader elections (tests/sim/replication.py, elect_episodes.py) ----
+    # acks=1 writes the leader alone had acknowledged, truncated by a clean election: the producer's
+    # documented risk (Kafka answers acks=1 before any follower has it), told as a warning, never
+    # louder (the acks=all contract was never given)
+    "acked-leader-only-lost": Invariant(("acknowledged-write-lost", "offset-acknowledged-twice",
+                                         "acknowledged-records-replaced"), "warning", ceiling="warning"),
+    # acks=all writes the ISR had (committed, acknowledged) lost to an unclean election
+    "committed-lost": Invariant(("acknowledged-write-lost", "offset-acknowledged-twice",
+                                 "acknowledged-records-replaced"), "critical",
+                                also=("unclean-leader-election", "replica-divergence")),
+    # the metadata log records a leader from outside the ISR and a replica in the inputs still holds
+    # committed offsets past the new leader's epoch start
+    "unclean-election": Invariant(("unclean-leader-election",), "critical",
+                                  also=("replica-divergence", "acknowledged-write-lost")),
+    # ... and every replica has rejoined and truncated: the election is recorded, what it lost cannot
+    # be counted from the log dirs
+    "unclean-election-uncounted": Invariant(("unclean-leader-election",), "error",
+                                            also=("acknowledged-write-lost",)),
+    # without the metadata log: replicas hold committed offsets (below their high watermark) in an
+    # older leader epoch past another replica's start of a later epoch - the disk's trace of an
+    # unclean election before the deposed replicas truncate
+    "replica-diverged": Invariant(("replica-divergence",), "critical", also=("acknowledged-write-lost",)),
+    # a replica read as its broker died lacks offsets the others committed after: out of the ISR, it
+    # fetches them when it runs - a warning, nothing lost
+    "replica-behind": Invariant(("replica-divergence",), "warning", ceiling="warning"),
     "hanging-transaction": Invariant(("hanging-transaction",), "critical",
                                      also=("unregistered-partition", "late-transactional-write", "dangling-transaction",
                                            "write-after-epoch-end", "fenced-epoch")),

@@ -11,7 +11,7 @@ FEEDS = ("segments", "pcap", "audit")
 
 
 def simulate(history: dict, root) -> tuple[Sim, list[Path], Path, int]:
-    sim = Sim(root, broker=history.get("broker", "3.0"))
+    sim = Sim(root, broker=history.get("broker", "3.0"), kraft=history.get("kraft", False))
     sim.cap.retransmit_every = history.get("retransmit_every", 0)
     run_history(sim, history)
     dirs, pcap, end = sim.write()

@@ -15,8 +15,10 @@ GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_ses
                "uncommitted_read", "eos", "eos_double")
 # log: what the brokers themselves do to a partition's log (compacted: the log cleaner, fault-free)
 LOG_KINDS = ("compacted", "compacted_coordinator")
+ELECT_KINDS = ("clean", "tail", "stale", "flap", "unclean")
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
-    + tuple(f"log:{f}" for f in LOG_KINDS) + tuple(f"group:{f}" for f in GROUP_KINDS)
+    + tuple(f"log:{f}" for f in LOG_KINDS) + tuple(f"group:{f}" for f in GROUP_KINDS) \
+    + tuple(f"elect:{f}" for f in ELECT_KINDS)
 
 
 def idem_episode(fault: str):
@@ -43,11 +45,22 @@ def compact_episode(fault: str = "compacted"):
 
 
 def episode_of(kind: str):
-    """The episode strategy of a producer or log kind."""
+    """The episode strategy of a producer, log or election kind."""
     family, fault = kind.split(":")
     if family == "log":
         return compact_episode(fault)
-    return idem_episode(fault) if family == "idem" else txn_episode(fault)
+    return {"idem": idem_episode, "txn": txn_episode, "elect": elect_episode}[family](fault)
+
+
+def elect_episode(fault: str):
+    """A partition-leader election (elect_episodes.py); `kraft`: the log dirs hold the
+    `__cluster_metadata` log (moved to the history by _fix)."""
+    return st.fixed_dictionaries({
+        "kind": st.just("elect"), "fault": st.just(fault), "parts": st.integers(1, 2),
+        "before": st.integers(1, 4), "tail": st.integers(1, 3), "fetched": st.integers(0, 3),
+        "after": st.integers(0, 3),
+        "sizes": st.lists(st.integers(1, 3), min_size=1, max_size=3), "acks": st.sampled_from(["all", "1"]),
+        "rejoin": st.booleans(), "kraft": st.booleans(), "alive": st.booleans(), "fetch_wire": st.booleans()})
 
 
 def _txn():
@@ -76,6 +89,8 @@ def _fix(h: dict) -> dict:
     """Versions the faults need: transaction version 2 and KIP-939 on a 4.x broker."""
     if any(e["kind"] in ("txn", "compact") and (e["tv"] >= 2 or e["fault"] == "two_pc") for e in h["episodes"]):
         h["broker"] = "4.1"
+    if any(e["kind"] == "elect" and e.get("kraft") for e in h["episodes"]):
+        h["kraft"] = True       # the cluster's metadata log in the log dirs
     return h
 
 
@@ -96,9 +111,9 @@ def history(kind: str):
 # consumer faults a mix may hold (uncommitted_read's producer is the mix's own)
 MIX_GROUP = tuple(f for f in GROUP_KINDS if f != "uncommitted_read")
 
-# faults that move a partition's log start (retention), and compaction (it may remove another
-# fault's evidence, as Kafka's cleaner would): kept on their own topic in a mix
-_OWN_TOPIC = ("seq_wrap", "unknown_pid", "compacted", "compacted_coordinator")
+# faults that move a partition's log start (retention) or its leader, and compaction (it may
+# remove another fault's evidence, as Kafka's cleaner would): kept on their own topic in a mix
+_OWN_TOPIC = ("seq_wrap", "unknown_pid", "compacted", "compacted_coordinator") + ELECT_KINDS
 
 
 def mix(passing, with_kind: str | None = None):

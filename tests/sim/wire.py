@@ -114,4 +114,4 @@ def produce_exchange(corr: int, topic: str, partition: int, data: bytes, *, txn_
 
 
 __all__ = ["Capture", "node_ip", "CLIENT_HOST", "init_producer_id", "init_producer_id_v6", "add_partitions",
-           "end_txn", "end_txn_v5", "leader_add", "markers", "produce_exchange"]
+           "end_txn", "end_txn_v5", "leader_add", "markers", "produce_exchange", "produce_response"]

@@ -21,8 +21,8 @@ def topic_id(topic: str) -> uuid.UUID:
 
 
 def fetch(corr: int, client: str, version: int, isolation: str, asked, answered, *, session=(0, -1),
-          answer_session: int = 0):
-    """A consumer Fetch (replica id -1) and its response, of several partitions: v5 (no fetch
+          answer_session: int = 0, replica_id: int = -1):
+    """A consumer Fetch (replica id -1; a follower's: its broker id) and its response, of several partitions: v5 (no fetch
     session), v12 (flexible, topic names) or v13 (flexible, topic ids), with a KIP-227 fetch session
     (`session` (id, epoch) of the request; an incremental request lists only the partitions whose
     position changed, the response only those with something new).
@@ -41,7 +41,7 @@ def fetch(corr: int, client: str, version: int, isolation: str, asked, answered,
             out.setdefault(r[0], []).append(r)
         return sorted(out.items())
 
-    req = (request_header(1, version, corr, client, flex) + i32(-1) + i32(500) + i32(1) + i32(52428800)
+    req = (request_header(1, version, corr, client, flex) + i32(replica_id) + i32(500) + i32(1) + i32(52428800)
            + i8(1 if isolation == "read_committed" else 0))
     if version >= 7:
         req += i32(session[0]) + i32(session[1])

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.consistency import replica_compare as C
+from kaudit.audit.consistency import replica_epochs as E
 from kaudit.audit.consistency import replica_rows as R
 from kaudit.audit.folds import KeyedState
 from kaudit.audit.consistency.log_chunks import LogFold, TablesByKind, log_batches
@@ -55,7 +56,11 @@ def replica_divergence(m_or_d) -> str:
     warning for a tail it lost unflushed or has not fetched yet, i.e. it was out of the ISR), and
     replicas holding different batches at an offset below both their high watermarks, or of the
     same leader epoch anywhere (two versions of one epoch: an unclean leader election, a disk
-    or software fault).
+    or software fault). Different batches below the high watermark of every replica holding
+    them are critical: each replica counted its version committed (acknowledged to acks=all
+    producers), and whichever leads, the others' committed records are lost to consumers - the
+    disk's trace of an unclean leader election whose deposed replicas were not yet truncated
+    (they truncate to the new leader's epoch start when they follow it, KIP-279).
     Compaction is told apart from divergence: each broker runs its own log cleaner, so replicas
     of a compacted partition legitimately differ (batches one cleaner removed and another not
     yet, records dropped from a batch, a delete horizon set at different times: other CRCs). The
@@ -125,9 +130,20 @@ class ReplicaGroup(TablesByKind):
         out = []
         for r in reps:
             out.extend(self._checkpoints(r))
+        entries: dict[str, list[dict]] = {}
+        for t in self.tables.get("leader_epoch_entry", []):
+            for x in t.to_pylist():
+                entries.setdefault(x["replica"], []).append(x)
         for group in _same_cluster([r for r in reps if r.has_batches and r.detail]):
-            out.extend(self._missing(C.missing(group)))
-            out.extend(self._diverged(C.divergences(group), {r.name: r for r in group}))
+            sup = E.superseded(group, entries)
+            divs = C.divergences(group)
+            # offsets lacking where every holder's records are superseded (past a later epoch's
+            # start) will never be fetched: told as the holders' (superseded), not as a lag
+            out.extend(self._missing([m for m in C.missing(group) if not m.holders or not all(any(
+                x.replica.name == h.name and x.first <= m.first and m.last <= x.last for x in sup)
+                for h in m.holders)]))
+            out.extend(self._diverged(divs, {r.name: r for r in group}))
+            out.extend(self._superseded(sup, [[d.first, d.last] for d in divs], entries))
         return out
 
     def _replicas(self) -> list[R.Replica]:
@@ -215,13 +231,56 @@ class ReplicaGroup(TablesByKind):
                 b, e = int(rep.base[row]), int(rep.last[row])
                 parts.append(f"replica {name}: batch {b}-{e}, leader epoch {epoch}, producer {pid}, crc {crc}")
                 ev.append(evidence(src, pos, "batch", f"replica {name}"))
+            hws = [by_name[n].hw for n in d.versions]
+            committed = all(hw is not None and d.first < hw for hw in hws)
+            tail = (f": below every one's high watermark (lowest {min(hws)}), so each counted its version "
+                    "committed - whichever replica leads, the others' committed records are lost") if committed else ""
             out.append(finding(
                 "replica-divergence", f"{self._where(d.replica)}: holds different batches than replica(s) "
                 f"{', '.join(n for n in d.versions if n != d.replica)} at {offset_span(d.first, d.last)} "
-                f"({'; '.join(parts)}): consumers read different records depending on which replica leads",
+                f"({'; '.join(parts)}): consumers read different records depending on which replica leads{tail}",
+                severity="critical" if committed else None,
                 evidence=ev, topic=self.topic, partition=self.partition, replica=d.replica,
                 first_offset=d.first, last_offset=d.last,
                 details={"kind": replica_divergence(d), "versions": {n: list(v) for n, v in d.versions.items()}}))
+        return out
+
+
+    def _superseded(self, found: list[E.Superseded], covered: list, entries: dict) -> list[dict]:
+        """Records of an older leader epoch past another replica's start of a later one: below
+        the holder's high watermark (less what a divergence finding already tells) critical,
+        above it an uncommitted tail that Kafka truncates (info)."""
+        out = []
+        for x in found[:MAX_FINDINGS]:
+            r = x.replica
+            pieces = C._subtract([[x.first, x.last]], covered) if x.committed else [[x.first, x.last]]
+            ev = [evidence(r.rows.column("source")[x.row].as_py(), r.rows.column("position")[x.row].as_py(),
+                           "batch", f"replica {r.name}: leader epoch {x.epoch}")]
+            ev += [evidence(e["source"], e["position"], "leader_epoch_entry",
+                            f"replica {x.by} starts epoch {x.later} at {x.start}")
+                   for e in entries.get(x.by, []) if e["leader_epoch"] == x.later and e["start_offset"] == x.start][:1]
+            began = (f"past offset {x.start}, where replica {x.by}'s log began leader epoch {x.later}: the "
+                     f"leader of epoch {x.later} never had them, and replica {r.name} truncates them when it "
+                     "follows again (KIP-101/KIP-279)")
+            for lo, hi in pieces:
+                if x.committed:
+                    msg = (f"{self._where(r.name)}: holds offsets {lo}-{hi} in leader epoch {x.epoch}, below its high "
+                           f"watermark {r.hw} (committed: acknowledged to acks=all producers), {began}: committed "
+                           "records lost - an unclean leader election, or a log restored from an old copy")
+                elif r.hw is None:
+                    msg = (f"{self._where(r.name)}: holds offsets {lo}-{hi} in leader epoch {x.epoch}, {began}; "
+                           "whether they were committed cannot be told (no replication-offset-checkpoint entry)")
+                else:
+                    msg = (f"{self._where(r.name)}: holds offsets {lo}-{hi} in leader epoch {x.epoch}, above its "
+                           f"high watermark {r.hw}, {began}: a deposed leader's uncommitted tail - never "
+                           "acknowledged to acks=all producers; writes acknowledged with acks=1 there are lost "
+                           "(`kaudit audit` with a capture names them)")
+                out.append(finding(
+                    "replica-divergence", msg, severity="critical" if x.committed else "info", evidence=ev,
+                    topic=self.topic, partition=self.partition, replica=r.name, first_offset=lo, last_offset=hi,
+                    details={"kind": "superseded-committed" if x.committed else "deposed-tail",
+                             "epoch": x.epoch, "later_epoch": x.later, "later_epoch_start": x.start,
+                             "replica_of_later_epoch": x.by, "high_watermark": r.hw}))
         return out
 
 
@@ -286,5 +345,5 @@ def _crc_failed(r: R.Replica, first: int, last: int):
 
 
 FOLD = ReplicaFold("replicas", {"batch": R.DETAIL_COLUMNS + ("log_dir",), "checkpoint_entry": CHECKPOINT_COLUMNS,
-                                "partition_metadata": PRESENCE_COLUMNS},
+                                "partition_metadata": PRESENCE_COLUMNS, "leader_epoch_entry": E.ENTRY_COLUMNS},
                    KEY, ORDER, lambda ctx: KeyedState(KEY, ReplicaGroup), where={"batch": log_batches})

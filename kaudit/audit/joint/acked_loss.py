@@ -47,7 +47,10 @@ def acknowledged_write_lost(holders: dict, others: dict, absent: list, reached: 
     records. Flagged: no covering replica holds it (other records, or none, at its offsets),
     or every replica that holds it holds it in an earlier leader epoch than another replica's
     log reached at or before those offsets (the partition's later leader wrote over it or
-    truncated it: the holder truncates to that epoch's boundary when it follows again).
+    truncated it: the holder truncates to that epoch's boundary when it follows again). The
+    epoch a log reached is its batches' and its leader-epoch-checkpoint's: a new leader records
+    (epoch, its log end) before it appends anything (Partition.makeLeader), so a leader elected
+    over a deposed one's acks=1 tail shows the loss before it writes over it.
     Severity: critical once the write reached a committed state (acks=all without a
     transaction, a transaction the client was told committed or whose COMMIT marker a replica
     still holding the write holds), error for acks=all data of a
@@ -283,20 +286,24 @@ def _finding(topic, part, run: list) -> dict:
                      "acknowledgement: compare the copy's time)")
     msg = (f"{topic}-{part}: {n} at {offset_span(lo, hi)} {'are' if len(ws) > 1 else 'is'} lost: {A.ack_text(ws[0])}"
            + (f" and {len(ws) - 1} more" if len(ws) > 1 else "") + "; " + "; ".join(parts) + f" ({states[0]})")
-    ev = [A.ack_evidence(w) for w in ws[:A.MAX_LISTED]]
+    ev = [(A.ack_evidence(w), None) for w in ws[:A.MAX_LISTED]]
     for rep, bs in sorted(others.items(), key=lambda kv: str(kv[0])):
         for b in bs[:A.MAX_LISTED]:
-            ev.append(evidence(b.row["source"], b.row["position"], "batch", f"replica {rep}: {b.who()} at {b.lo}-{b.hi}"))
+            ev.append((evidence(b.row["source"], b.row["position"], "batch", f"replica {rep}: {b.who()} at {b.lo}-{b.hi}"),
+                       rep))
+    # each piece once; the replica whose file it is (the finding names the holders, not them)
+    ev = list({(e["source"], e["position"], e["kind"]): (e, rep) for e, rep in ev}.values())
     pids = {w.pid for w in ws}
     clients = {w.row.get("client_id") for w in ws}
     return finding(
         "acknowledged-write-lost", msg, severity=sev,
-        evidence=list({(e["source"], e["position"], e["kind"]): e for e in ev}.values()),
+        evidence=[e for e, _ in ev],
         topic=topic, partition=part, topic_id=ws[0].row.get("topic_id"), first_offset=lo, last_offset=hi,
         replica=",".join(map(str, holders)) or None, first_ts_ms=A.ms(ws[0].row.get("response_ts")),
         producer_id=pids.pop() if len(pids) == 1 else None, client_id=clients.pop() if len(clients) == 1 else None,
         details={"lost": [A.ack_detail(w, s) for w, s in zip(ws[:A.MAX_LISTED], states)], "lost_writes": len(ws),
                  "still_on": holders, "other_records_on": sorted(map(str, others)), "nothing_on": absent,
+                 "evidence_replicas": [None if rep is None else str(rep) for _, rep in ev],
                  "log_ranges": {str(rep): rng for _, v in run for rep, rng in v["ranges"].items()}})
 
 

@@ -157,6 +157,9 @@ class DiskTap(Tap):
             if t is not None:
                 self.out.append(("txnindex", t.select(list(RJ.TXNINDEX_COLUMNS))))
             return
+        if kind == "leader_epoch_entry" and self.acked:
+            self._checkpoint_epochs(t)
+            return
         if kind != "batch":
             return
         t = t.filter(pc.and_(pc.fill_null(pc.equal(t.column("source_kind"), "log"), False),
@@ -209,6 +212,17 @@ class DiskTap(Tap):
                                                ("replica", "topic", "partition", "partition_leader_epoch",
                                                 "base_offset_min"))):
             if epoch is not None and epoch >= 0 and (top, part) in self.acked:
+                merge_epochs(self.epoch_starts.setdefault((rep, top, part), {}), [(epoch, lo)])
+
+    def _checkpoint_epochs(self, t: pa.Table) -> None:
+        """A replica's leader-epoch-checkpoint entries (epoch, start offset) of an acknowledged
+        partition: its log reached that epoch by that offset even where no batch of the epoch is
+        stored yet - a new leader records its epoch's start (its log end) before it appends
+        anything (Partition.makeLeader, maybeAssignEpochStartOffset), and a follower's entry is a
+        batch it copied from that epoch's leader."""
+        cols = [t.column(c).to_pylist() for c in ("replica", "topic", "partition", "leader_epoch", "start_offset")]
+        for rep, top, part, epoch, lo in zip(*cols):
+            if epoch is not None and epoch >= 0 and lo is not None and lo >= 0 and (top, part) in self.acked:
                 merge_epochs(self.epoch_starts.setdefault((rep, top, part), {}), [(epoch, lo)])
 
     def _at_acked(self, t: pa.Table) -> None:

@@ -104,7 +104,10 @@ def out_of_order_sequence(st: ProducerState, b: BatchView) -> tuple[str, int] | 
     OUT_OF_ORDER_SEQUENCE_NUMBER (45).
     Benign causes, not flagged: a producer's first batch in what the log still holds (retention),
     a gap where the offsets also jump (compaction removed the batches between), the sequence
-    reset of a bumped epoch (KIP-360), a new producer id after re-initialisation."""
+    reset of a bumped epoch (KIP-360), a new producer id after re-initialisation; on the wire, a
+    refused batch whose missing sequences were in flight in batches the broker refused too
+    (pipelined requests: OUT_OF_ORDER_SEQUENCE_NUMBER in their wake, or NOT_LEADER_OR_FOLLOWER
+    from a leader deposed while they waited for the ISR - the producer retries them in order)."""
     if b.producer_epoch > st.epoch:
         return ("new-epoch", 0) if b.base_sequence != 0 else None
     if st.last_seq == UNKNOWN_SEQUENCE:

@@ -307,11 +307,26 @@ def _leadership(findings: list[dict], primary: list[int], uf) -> None:
                 uf.union(heads[k], i)
             else:
                 heads[k] = i
+    lost: dict[tuple, int] = {}
     for i in primary:
         f = findings[i]
         head = heads.get((f["topic"], f["partition"]))
         if head is not None and f["rule"] in REPLICA_RULES:
             uf.union(head, i)
+        elif head is None and _replicas_lost(f):
+            # without the metadata log: the replicas' committed records that disagree (an unclean
+            # election's trace on disk) are one incident per partition
+            k = (f["topic"], f["partition"])
+            if k in lost:
+                uf.union(lost[k], i)
+            else:
+                lost[k] = i
+
+
+def _replicas_lost(f: dict) -> bool:
+    """A replica-divergence finding of committed records lost (critical: replica_epochs.py, or
+    different batches below every holder's high watermark)."""
+    return f["rule"] == "replica-divergence" and f["severity"] == "critical"
 
 
 # Acknowledged writes lost (wire and join) and the findings on the same partition's offsets that
@@ -329,7 +344,7 @@ def _acked_losses(findings: list[dict], primary: list[int], uf) -> None:
     by_tp: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
     for i in primary:
         f = findings[i]
-        if f["rule"] in ACKED_LOSS_RULES or f["rule"] in LOSS_CAUSE_RULES:
+        if f["rule"] in ACKED_LOSS_RULES or f["rule"] in LOSS_CAUSE_RULES or _replicas_lost(f):
             span = loss_span(f)
             if span is not None:
                 by_tp[(f["topic"], f["partition"])].append((i, *span))

@@ -130,7 +130,8 @@ def _epochs(first: int, second: int, at: int = 20, n: int = 30, tag: bytes = b"v
 
 def test_unclean_election_below_the_high_watermark(tmp_path):
     """Replica 1 (leader of epoch 0) had 20-29 acknowledged (its high watermark 30); after an
-    unclean election replicas 2 and 3 wrote other records at 20-29 in epoch 1."""
+    unclean election replicas 2 and 3 wrote other records at 20-29 in epoch 1: below every
+    replica's high watermark, committed on each - critical."""
     root = tmp_path / "cluster"
 
     def build(ld, node):
@@ -140,7 +141,7 @@ def test_unclean_election_below_the_high_watermark(tmp_path):
     write_replicas(root, build)
     (f,) = audit(root, rules=RULES)
     assert (f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"]) == \
-        ("replica-divergence", "error", "1", 20, 29)
+        ("replica-divergence", "critical", "1", 20, 29)
     versions = _details(f)["versions"]
     assert sorted(versions) == ["1", "2", "3"] and [versions[n][1] for n in "123"] == [0, 1, 1]
     assert "holds different batches than replica(s) 2, 3" in f["message"]
@@ -149,7 +150,8 @@ def test_unclean_election_below_the_high_watermark(tmp_path):
 def test_different_epochs_need_both_high_watermarks(tmp_path):
     """Replica 1's replication-offset-checkpoint is missing: its epoch-0 batches at 20-29 may be
     a deposed leader's uncommitted tail, so they are not called divergent (the same records
-    with both checkpoints are: test_unclean_election_below_the_high_watermark)."""
+    with both checkpoints are: test_unclean_election_below_the_high_watermark) - only told, at
+    info, to lie past the others' start of epoch 1 (truncated when it follows)."""
     root = tmp_path / "cluster"
 
     def build(ld, node):
@@ -158,13 +160,17 @@ def test_different_epochs_need_both_high_watermarks(tmp_path):
 
     write_replicas(root, build)
     (root / "node1" / "replication-offset-checkpoint").unlink()
-    assert audit(root, rules=RULES) == []
+    (f,) = audit(root, rules=RULES)
+    assert (f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"]) == \
+        ("replica-divergence", "info", "1", 20, 29)
+    assert "cannot be told" in f["message"]
 
 
 def test_deposed_leader_tail_above_the_high_watermark(tmp_path):
     """The negative twin: replica 1's epoch-0 records at 20-24 were never committed (its high
     watermark is 20); it truncates them when it rejoins. It is behind on 25-29 (a warning), and
-    its different batches above its high watermark are not divergence."""
+    its different batches above its high watermark are not divergence: told at info as a
+    deposed leader's uncommitted tail past the others' start of epoch 1."""
     root = tmp_path / "cluster"
 
     def build(ld, node):
@@ -177,7 +183,8 @@ def test_deposed_leader_tail_above_the_high_watermark(tmp_path):
 
     write_replicas(root, build)
     assert [(f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"])
-            for f in audit(root, rules=RULES)] == [("replica-divergence", "warning", "1", 25, 29)]
+            for f in audit(root, rules=RULES)] == [("replica-divergence", "warning", "1", 25, 29),
+                                                   ("replica-divergence", "info", "1", 20, 24)]
 
 
 def test_two_versions_in_one_epoch_are_divergence_anywhere(tmp_path):
@@ -305,3 +312,61 @@ def test_other_clusters_are_not_replicas(tmp_path):
     assert audit(tmp_path / "two", rules=RULES) == []
     write_replicas(tmp_path / "one", build, nodes=(1, 2))
     assert [f["first_offset"] for f in audit(tmp_path / "one", rules=RULES)] == [0]
+
+
+def _superseded(tmp_path, *, hw1: int, entry: bool):
+    """Replica 1 (leader of epoch 0) holds 0-29; replicas 2 and 3 hold 0-19 and nothing more, and
+    (`entry`) replica 2's leader-epoch-checkpoint starts epoch 1 at 20: it was made leader and has
+    written nothing yet (Partition.makeLeader records the entry first)."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        for i in range(30 if node == 1 else 20):
+            pb.append_batch(values=[b"v%d" % i])
+        pb.high_watermark = hw1 if node == 1 else 20
+        if node == 2 and entry:
+            pb.epochs.append((1, 20))
+
+    write_replicas(root, build)
+    return [(f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"])
+            for f in audit(root, rules=RULES)]
+
+
+def test_committed_records_past_a_new_leaders_epoch_start_are_critical(tmp_path):
+    """Replica 1's 20-29 are below its high watermark 30 (committed), yet replica 2 began epoch 1
+    at 20 without them: an unclean election - lost, however far the new leader has written."""
+    assert _superseded(tmp_path, hw1=30, entry=True) == [("replica-divergence", "critical", "1", 20, 29)]
+
+
+def test_an_uncommitted_tail_past_a_new_leaders_epoch_start_is_info(tmp_path):
+    assert _superseded(tmp_path, hw1=20, entry=True) == [("replica-divergence", "info", "1", 20, 29)]
+
+
+def test_replicas_behind_without_a_later_epoch_only_lag(tmp_path):
+    """The twin: no replica began a later epoch - replicas 2 and 3 are behind (they fetch 20-29)."""
+    assert _superseded(tmp_path, hw1=30, entry=False) == [("replica-divergence", "warning", "2", 20, 29),
+                                                          ("replica-divergence", "warning", "3", 20, 29)]
+
+
+def test_an_unclean_elections_trace_is_one_incident(tmp_path):
+    """Replica 1 had 20-29 committed in epoch 0; replica 2 began epoch 1 at 20 and wrote 20-24:
+    different batches at 20-24 below both high watermarks and replica 1's 25-29 past replica 2's
+    epoch start - both critical, one incident (no metadata log to head it)."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        for i in range(30 if node == 1 else 20):
+            pb.append_batch(values=[b"v%d" % i])
+        if node == 2:
+            pb.set_leader_epoch(1)
+            for i in range(20, 25):
+                pb.append_batch(values=[b"w%d" % i])
+        pb.high_watermark = pb.next_offset
+
+    write_replicas(root, build, nodes=(1, 2))
+    fs = audit(root, rules=RULES)
+    assert sorted((f["severity"], f["replica"], f["first_offset"], f["last_offset"]) for f in fs) == [
+        ("critical", "1", 20, 24), ("critical", "1", 25, 29)]
+    assert len({f["incident"] for f in fs}) == 1

@@ -134,6 +134,30 @@ def test_in_flight_batches_refused_in_the_wake_of_a_retriable_error(tmp_path):
     assert [details(f)["outcome"] for f in by_rule(fs, "retried-batch")] == ["stored once"] * 2
 
 
+def test_in_flight_batches_refused_by_a_deposed_leader(tmp_path):
+    """5-9 and 10-14 wait for the ISR when the leader is deposed: both complete
+    NOT_LEADER_OR_FOLLOWER (Partition.checkEnoughReplicasReachOffset without a local leader); the
+    client retries them in order at the new leader (another connection). 10-14 refused after a
+    refused 5-9 is no sequence jump."""
+    m = send(1, batch(PID, 0, 0, 5), offset=0)
+    m += [(0, produce(2, [(TOPIC, 0, batch(PID, 0, 5, 5))])),
+          (0, produce(3, [(TOPIC, 0, batch(PID, 0, 10, 5))])),
+          (1, produce_response(2, [(TOPIC, 0, NOT_LEADER, -1)])),
+          (1, produce_response(3, [(TOPIC, 0, NOT_LEADER, -1)]))]
+    retry = send(1, batch(PID, 0, 5, 5), offset=5) + send(2, batch(PID, 0, 10, 5), offset=10)
+    fs = audit(tmp_path, [Conn(m), Conn(retry, client=("10.0.0.1", 40002))])
+    assert not by_rule(fs, "out-of-order-sequence")
+
+
+def test_a_refused_batch_that_skips_sequences_never_sent_is_a_jump(tmp_path):
+    """The twin: 10-14 refused NOT_LEADER_OR_FOLLOWER, but 5-9 were never sent (nor refused)."""
+    m = send(1, batch(PID, 0, 0, 5), offset=0)
+    m += [(0, produce(3, [(TOPIC, 0, batch(PID, 0, 10, 5))])),
+          (1, produce_response(3, [(TOPIC, 0, NOT_LEADER, -1)]))]
+    f = one(audit(tmp_path, Conn(m)), "out-of-order-sequence")
+    assert (f["severity"], details(f)["kind"], details(f)["expected_sequence"]) == ("warning", "gap", 5)
+
+
 def test_retry_accepted_out_of_order_after_a_rejection_is_an_error(tmp_path):
     """10-14 refused 45 (gap after 0-4), then the same batch accepted: the broker lost its state."""
     m = (send(1, batch(PID, 0, 0, 5), offset=0) + send(2, batch(PID, 0, 10, 5), error=OUT_OF_ORDER)
