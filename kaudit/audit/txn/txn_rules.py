@@ -63,7 +63,8 @@ def _stray(j, part, later):
     if not stray_marker(part, later):
         return
     m = part.marker
-    prev = part.previous.marker if part.previous is not None else None
+    before = previous_in_log(part)
+    prev = before.marker if before is not None else None
     again = prev is not None and prev.result == m.result and prev.epoch == m.epoch and m.writer != ADMIN
     why = (f": the {m.result} at {_at(prev)} re-sent (a coordinator or leader failover makes the coordinator "
            "write a completed transaction's markers again): not an anomaly") if again else ""
@@ -351,8 +352,8 @@ def stray_marker(part: Part, later=()) -> bool:
         return False
     if part.coord is None:
         return True
-    prev = part.previous
-    if any(q.coord is part.coord and q.data for q in later):
+    prev = previous_in_log(part)
+    if any(q.coord is part.coord and q.data and _data_after(q, part.marker) for q in later):
         return not (prev is not None and prev.marker is not None and prev.marker.result == part.marker.result
                     and part.marker.writer != ADMIN)
     if prev is None or prev.coord is None or prev.marker is None:
@@ -364,6 +365,22 @@ def stray_marker(part: Part, later=()) -> bool:
         return a is not None and b is not None and a < b
     decided = part.coord.result
     return (decided is not None and part.marker.result != decided) or part.marker.writer == ADMIN
+
+
+def previous_in_log(part: Part) -> Part | None:
+    """The part before `part` on its partition where the log's order shows it: by the markers'
+    offsets where both are known - a capture lists fetched markers in the order consumers fetched
+    them, which need not be the log's - else as the parts are listed."""
+    prev = part.previous
+    if prev is None or prev.marker is None or part.marker is None:
+        return prev
+    a, b = prev.marker.offset, part.marker.offset
+    return prev if a is None or b is None or a < b else None
+
+
+def _data_after(q: Part, m) -> bool:
+    """Whether part `q`'s data comes after marker `m` in the log (as listed where an offset is unknown)."""
+    return m.offset is None or q.start_offset is None or q.start_offset > m.offset
 
 
 @rule("coordinator-epoch-regression", "error", "both", "a marker from an older coordinator epoch than an earlier marker's",

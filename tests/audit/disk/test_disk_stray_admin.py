@@ -97,3 +97,24 @@ def test_an_admin_abort_is_not_an_earlier_aborted_transactions_marker(tmp_path):
     for feed in ("segments", "pcap"):
         (f,) = out[feed]
         assert (f["rule"], f["severity"]) == ("stray-marker", "info") and "after the COMMIT" in f["message"]
+
+
+def test_a_capture_lists_fetched_markers_out_of_the_logs_order():
+    """A capture sees fetched markers in the order consumers fetched them: a COMMIT at offset
+    320 fetched before an ABORT at offset 65 is not that ABORT's previous marker - no 'after the
+    COMMIT at offset 320' story, no re-send, no stray - while in log order the rule still judges."""
+    from kaudit.audit.txn.coordinator_state import CoordTxn
+    from kaudit.audit.txn.txn_parts import Marker, Part
+    from kaudit.audit.txn.txn_rules import previous_in_log, stray_marker
+
+    def part(offset, result, coord):
+        return Part("payments", 1, 4002, marker=Marker(offset, result, 1, 0, 1000, "c.pcap", offset, fetched=True),
+                    coord=coord)
+    a = CoordTxn("tx", 4002, 1, 0, 60_000, {"payments-1"}, result="COMMIT")
+    later = part(320, "COMMIT", a)
+    early = part(65, "ABORT", a)
+    early.previous = later            # listed after it: fetched later
+    assert previous_in_log(early) is None
+    assert not stray_marker(early)
+    later.previous, early.previous = early, None   # in the log's order the ABORT then the COMMIT
+    assert previous_in_log(later) is early
