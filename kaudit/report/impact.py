@@ -110,6 +110,29 @@ def _torn_impact(d: dict) -> list[str]:
     return out
 
 
+def _open_or_late(by: dict, stalled: list[dict], reference_ms: int | None) -> list[str]:
+    """What a late write's outcome and an open transaction mean to read_committed consumers."""
+    lines = []
+    for f in by.get("late-transactional-write", []):
+        out = str(details(f).get("outcome") or "")
+        late = f"{f['topic']}-{f['partition']}: data written after its transaction ended (offsets " \
+               f"{_offsets(f['first_offset'], f.get('last_offset'))}): {out}"
+        if "committed by the next" in out or f["severity"] == "critical":   # aborted data exposed
+            lines.append(f"{late}; read_committed consumers read it")
+        elif "aborted by the next" in out:   # its writer meant it for a transaction of its own
+            lines.append(f"{late}; read_committed consumers never read it")
+    stalled_at = {(f["topic"], f["partition"]) for f in stalled}
+    for f in by.get("dangling-transaction", [])[:2]:
+        if (f.get("topic"), f.get("partition")) in stalled_at or f.get("first_offset") is None:
+            continue
+        since = f.get("first_ts_ms")
+        held = f" ({duration(reference_ms - since)} by the end of the evidence)" \
+            if since is not None and reference_ms is not None else ""
+        lines.append(f"read_committed consumers of {f['topic']}-{f['partition']} cannot read past offset "
+                     f"{f['first_offset']} while it is open{held}")
+    return lines
+
+
 def impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
     """What consumers saw, in words (the evidence's own numbers: offsets, times)."""
     by = defaultdict(list)
@@ -158,23 +181,7 @@ def impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
                      f"the same as offsets {_offsets(d.get('original_first_offset'), d.get('original_last_offset'))}); "
                      "consumers read every copy. No timestamp and no sign of a failed send: most likely the "
                      "application sending the same values again, not a retry")
-    for f in by.get("late-transactional-write", []):
-        out = str(details(f).get("outcome") or "")
-        late = f"{f['topic']}-{f['partition']}: data written after its transaction ended (offsets " \
-               f"{_offsets(f['first_offset'], f.get('last_offset'))}): {out}"
-        if "committed by the next" in out or f["severity"] == "critical":   # aborted data exposed
-            lines.append(f"{late}; read_committed consumers read it")
-        elif "aborted by the next" in out:   # its writer meant it for a transaction of its own
-            lines.append(f"{late}; read_committed consumers never read it")
-    stalled_at = {(f["topic"], f["partition"]) for f in stalled}
-    for f in by.get("dangling-transaction", [])[:2]:
-        if (f.get("topic"), f.get("partition")) in stalled_at or f.get("first_offset") is None:
-            continue
-        since = f.get("first_ts_ms")
-        held = f" ({duration(reference_ms - since)} by the end of the evidence)" \
-            if since is not None and reference_ms is not None else ""
-        lines.append(f"read_committed consumers of {f['topic']}-{f['partition']} cannot read past offset "
-                     f"{f['first_offset']} while it is open{held}")
+    lines.extend(_open_or_late(by, stalled, reference_ms))
     for f in by.get("non-transactional-write-in-transaction", [])[:1]:
         lines.append(f"{f['topic']}-{f['partition']}: writes outside the transaction are read whatever its outcome")
     if by.get("fenced-epoch") or by.get("write-after-epoch-end"):

@@ -125,6 +125,23 @@ def _outcome(part: Part) -> str:
     return "open" if m is None else ("committed" if m.result == "COMMIT" else "aborted")
 
 
+def _stale_evidence(pt, part: Part, batches: list[dict], span, e: int) -> tuple:
+    """(pick, evidence): the stale batches read in a part - in each replica's own files
+    (_Say.replica_evidence) - and the record of the epoch's end."""
+    kind = "produce" if pt.coverage.source == "wire" else "batch"
+    stale = {b["base_offset"] for b in batches[:4]}
+
+    def stale_data(p: Part) -> list[dict]:
+        own = [b for b in p.data if b["base_offset"] in stale] if p is not part else batches[:4]
+        return [evidence(b["source"], b["position"], kind, "stale epoch data" if i == 0 else None)
+                for i, b in enumerate(own[:4])]
+    ev = []
+    if span is not None and span.source is not None and span.position is not None:
+        ev.append(evidence(span.source, span.position, "txn_log" if pt.coverage.source == "disk" else "request",
+                           f"epoch {e} {span.how}"))
+    return stale_data, ev
+
+
 def _stale_finding(j, part: Part, batches: list[dict], why: str, outcome: str) -> dict:
     pt = j.pt
     e = batches[0]["producer_epoch"]
@@ -167,17 +184,7 @@ def _stale_finding(j, part: Part, batches: list[dict], why: str, outcome: str) -
     else:
         start = part.start_offset
         said = ("no marker ends it" + (f": read_committed consumers stop at offset {start}" if start is not None else ""))
-    kind = "produce" if pt.coverage.source == "wire" else "batch"
-    stale = {b["base_offset"] for b in batches[:4]}
-
-    def stale_data(p: Part) -> list[dict]:   # in each replica's own files (replica_evidence)
-        own = [b for b in p.data if b["base_offset"] in stale] if p is not part else batches[:4]
-        return [evidence(b["source"], b["position"], kind, "stale epoch data" if i == 0 else None)
-                for i, b in enumerate(own[:4])]
-    ev = []
-    if span is not None and span.source is not None and span.position is not None:
-        ev.append(evidence(span.source, span.position, "txn_log" if pt.coverage.source == "disk" else "request",
-                           f"epoch {e} {span.how}"))
+    stale_data, ev = _stale_evidence(pt, part, batches, span, e)
     details = j.say.details(part, None, {
         "epoch": e, "current_epoch": max(part.epochs),
         "epoch_ended_ms": span.ended_ms if span else None, "epoch_end": span.how if span else None,
