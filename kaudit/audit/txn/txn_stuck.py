@@ -97,7 +97,8 @@ def markers_refused(writes: list[dict]) -> bool:
     codes are not on disk).
     Benign causes: a refusal answered by a later acceptance (a leader moved); a zombie
     coordinator's markers (TRANSACTION_COORDINATOR_FENCED) followed by the new coordinator's; a
-    transaction version 2 id whose epoch ran out completes under its next producer id; a log
+    transaction version 2 id whose epoch ran out, or a KIP-939 recovery given a new producer id,
+    completes under its next producer id (the id's lineage shows the move); a log
     dir copied while the markers were being written (within PREPARE_STUCK_MS)."""
     refused = [w for w in writes if w["code"] not in (0, None)]
     if not refused:
@@ -209,12 +210,21 @@ def _rotates(t: CoordTxn) -> bool:
     return t.prepare_epoch == MAX_EPOCH and (t.client_version or 0) >= 2
 
 
+def _left_for_another_id(pt: ProducerTxns) -> bool:
+    """The transactional id left this producer id for another (txn_lineage): its coordinator
+    completes a prepared transaction under the next id - a KIP-939 KeepPreparedTxn recovery given a
+    new producer id, whose Complete record is the new id's - and gives a new id only to a
+    transactional id with no transaction left pending otherwise (CONCURRENT_TRANSACTIONS)."""
+    return pt.lineage is not None and pt.lineage.next_move(pt.producer_id) is not None
+
+
 def _disk_prepare_stuck(pt: ProducerTxns, reference_ms: int | None, keys: dict):
     view = pt.view
     if reference_ms is None or not view.txns or view.last_state not in ("PrepareCommit", "PrepareAbort"):
         return
     t = view.txns[-1]
-    if not _prepared_only(t) or _rotates(t) or t.prepare_ts is None or reference_ms - t.prepare_ts <= PREPARE_STUCK_MS:
+    if not _prepared_only(t) or _rotates(t) or _left_for_another_id(pt) or t.prepare_ts is None \
+            or reference_ms - t.prepare_ts <= PREPARE_STUCK_MS:
         return
     landed, missing = [], []
     since = t.start_ms if t.start_ms is not None else t.prepare_ts
