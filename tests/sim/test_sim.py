@@ -58,17 +58,24 @@ def _keep(kind: str, h) -> None:
         json.dumps({"kind": kind, "history": h, "failures_when_kept": found}, indent=1) + "\n")
 
 
-def test_a_mix_of_passing_kinds_on_shared_partitions_is_reported_exactly():
-    """Several faults of the kinds the auditor passes, in one history, their producers often on the
-    same partitions: the union of their oracles, nothing else (grows as KNOWN_FAILING shrinks)."""
-    passing = [k for k in KINDS if k not in KNOWN_FAILING]
+def _passing() -> list[str]:
+    return [k for k in KINDS if k not in KNOWN_FAILING]
 
+
+def _exact_for_every(histories) -> None:
+    """The property: every history the strategy draws is reported exactly (the sim's budget)."""
     @sim_settings()
-    @given(h=mix(passing))
+    @given(h=histories)
     def check(h):
         assert_exact(h)
 
     check()
+
+
+def test_a_mix_of_passing_kinds_on_shared_partitions_is_reported_exactly():
+    """Several faults of the kinds the auditor passes, in one history, their producers often on the
+    same partitions: the union of their oracles, nothing else (grows as KNOWN_FAILING shrinks)."""
+    _exact_for_every(mix(_passing()))
 
 
 @pytest.mark.parametrize("kind", ["log:compacted", "txn:admin_abort_ended"])
@@ -76,14 +83,7 @@ def test_a_mix_holding_a_fault_free_log_change_is_reported_exactly(kind):
     """A history holding `kind` - what Kafka itself does to a log that is no anomaly (the log
     cleaner of a compacted topic, an admin's abort of an ended transaction) - beside faults of the
     passing kinds: the faults are all found, nothing else is told at warning or above."""
-    passing = [k for k in KINDS if k not in KNOWN_FAILING]
-
-    @sim_settings()
-    @given(h=mix(passing, with_kind=kind))
-    def check(h):
-        assert_exact(h)
-
-    check()
+    _exact_for_every(mix(_passing(), with_kind=kind))
 
 
 @pytest.mark.skipif(not os.environ.get("KAUDIT_SIM_EXAMPLES"),
@@ -91,11 +91,4 @@ def test_a_mix_holding_a_fault_free_log_change_is_reported_exactly(kind):
 def test_wide_histories_on_the_local_engine_are_reported_exactly():
     """strategies.wide (an episode of every passing kind side by side, the Spark test's histories)
     on the local engine: the union of the episodes' oracles on each feed, nothing else."""
-    passing = [k for k in KINDS if k not in KNOWN_FAILING]
-
-    @sim_settings()
-    @given(h=wide(passing))
-    def check(h):
-        assert_exact(h)
-
-    check()
+    _exact_for_every(wide(_passing()))
