@@ -57,6 +57,9 @@ class Part:
     # wire: its transaction ended at the coordinator, its marker here not in the capture (the
     # start time of that coordinator transaction: txn_wire_feed._ends_unseen)
     ended_unseen: int | None = None
+    # its own transaction's marker is missing here: `marker` is the next one in the log, a later
+    # transaction's, which ended this data too (split_lost_markers)
+    borrowed_marker: bool = False
     tp: str = field(init=False, default="")                 # "topic-partition"
 
     def __post_init__(self):
@@ -94,7 +97,7 @@ class Part:
     @property
     def last_ts(self) -> int | None:
         ts = [b["max_timestamp_ms"] for b in self.data if b["max_timestamp_ms"] is not None]
-        if self.marker and self.marker.ts is not None:
+        if self.marker and self.marker.ts is not None and not self.borrowed_marker:
             ts.append(self.marker.ts)
         return max(ts) if ts else None
 
@@ -193,6 +196,103 @@ def merge_replicas(per_replica: dict) -> list[Part]:
     return out
 
 
+def split_lost_markers(parts: list[Part], view: CoordView, slack_ms: int) -> list[Part]:
+    """A partition's parts with the data of a transaction whose own marker is missing cut from
+    the data after it. Invariant: the coordinator writes a transaction's marker to every partition
+    it registered before it writes its Complete record (TransactionMarkerChannelManager, KIP-98),
+    so where a coordinator transaction that registered the partition completed, and the part's
+    marker was written after that and is a later transaction's (the one whose window is nearest
+    it, as match_markers picks), while the part's first data was
+    created inside that transaction (not after its own marker: the previous marker came before
+    its Prepare), its marker there is missing - lost (an unclean election, a truncation) - and
+    the later marker ended its data too. Its data: the batches of its epoch created up to its
+    Prepare (clock slack `slack_ms`); the rest is the later transactions'. A fenced instance's
+    late write is another case: its transaction never registered the partition, or its data
+    follows its own marker (write-after-epoch-end, late-transactional-write).
+    The transaction's piece gets its transaction (`coord`), the part's marker and
+    `borrowed_marker`; every piece keeps the part's previous marker (`previous`)."""
+    out: list[Part] = []
+    for p in parts:
+        while True:
+            cut = _lost_marker_cut(p, view, slack_ms)
+            if cut is None:
+                break
+            i, t = cut
+            if i == len(p.data):   # all of it: the later transaction wrote only its marker here
+                for q in (p, *p.copies.values()):
+                    q.coord, q.borrowed_marker = t, True
+                break
+            head, p = _split(p, i, t)
+            out.append(head)
+        out.append(p)
+    return out
+
+
+def _lost_marker_cut(p: Part, view: CoordView, slack_ms: int) -> tuple[int, CoordTxn] | None:
+    """(where its data ends, the transaction) of the data of a transaction whose marker is missing
+    at the start of part `p` (split_lost_markers), else None."""
+    m = p.marker
+    if m is None or m.ts is None or not p.data or p.borrowed_marker:
+        return None
+    e, t0 = p.data[0]["producer_epoch"], create_ms(p.data[0])
+    if e is None or t0 is None:
+        return None
+    before = p.previous.marker if p.previous is not None else None
+    for t in view.txns:
+        if (t.epoch == e and p.tp in t.partitions and t.complete_ts is not None and m.ts > t.complete_ts
+                and t.prepare_ts is not None and t.start_ms is not None
+                and t.start_ms - MATCH_WINDOW_MS <= t0 <= t.prepare_ts + slack_ms
+                and (before is None or before.ts is None or before.ts < t.prepare_ts)
+                and _owner(p, view).index > t.index):
+            end = t.prepare_ts + slack_ms
+            i = next((k for k, b in enumerate(p.data)
+                      if b["producer_epoch"] != e or (create_ms(b) or 0) > end), len(p.data))
+            return i, t
+    return None
+
+
+def _owner(p: Part, view: CoordView) -> CoordTxn:
+    """The coordinator transaction listing the part's partition whose window is nearest its
+    marker's time, one with the marker's result first (as match_markers picks it)."""
+    cands = [t for t in view.txns if p.tp in t.partitions]
+    same = [t for t in cands if t.result is None or t.result == p.marker.result] or cands
+    return min(same, key=lambda t: _distance(t, p.marker.ts))
+
+
+def _split(p: Part, i: int, t: CoordTxn) -> tuple[Part, Part]:
+    """`p` cut before its data's `i`th batch (and each replica's copy at the same batch)."""
+    cut_at = p.data[i]
+    head = _piece(p, p.data[:i], cut_at, before=True)
+    tail = _piece(p, p.data[i:], cut_at, before=False)
+    head.coord, head.borrowed_marker = t, True
+    head.copies = {rep: _piece(cp, _cut(cp, cut_at)[0], cut_at, before=True) for rep, cp in p.copies.items()}
+    tail.copies = {rep: _piece(cp, _cut(cp, cut_at)[1], cut_at, before=False) for rep, cp in p.copies.items()}
+    for rep in head.copies:
+        head.copies[rep].coord, head.copies[rep].borrowed_marker = t, True
+    return head, tail
+
+
+def _cut(cp: Part, at: dict) -> tuple[list[dict], list[dict]]:
+    """A replica's copy of a part's data cut before the batch `at` (the same offset, else its epoch)."""
+    off = at["base_offset"]
+    k = next((j for j, b in enumerate(cp.data)
+              if (b["base_offset"] >= off if off is not None and b["base_offset"] is not None
+                  else b["producer_epoch"] == at["producer_epoch"])), len(cp.data))
+    return cp.data[:k], cp.data[k:]
+
+
+def _piece(p: Part, data: list[dict], at: dict, before: bool) -> Part:
+    off = at["base_offset"]
+    own = [b for b in p.nontxn if (off is None or b["base_offset"] is None
+                                    or (b["base_offset"] < off) == before)]
+    if off is None and before:
+        own = []   # where offsets are unknown plain writes stay with the later piece
+    q = Part(p.topic, p.partition, p.producer_id, list(p.replicas), data, own, p.marker,
+             list(p.replicas_without_marker), None, p.previous, {}, p.key if before else _rank(data[0]),
+             None if before else p.ended_unseen)
+    return q
+
+
 def match_markers(parts: list[Part], view: CoordView, since_ms: int | None = None) -> None:
     """Each part with a marker gets the coordinator transaction that wrote it: one listing its
     partition, with the marker's result, whose [PrepareX, CompleteX] window is nearest the
@@ -210,6 +310,8 @@ def match_markers(parts: list[Part], view: CoordView, since_ms: int | None = Non
     started: dict | None = None
     for p in parts:
         tp = p.tp
+        if p.borrowed_marker:   # its transaction is known (split_lost_markers), its marker another's
+            continue
         if p.marker is None:
             t = view.open_txn
             if p.ended_unseen is not None:
