@@ -109,13 +109,6 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
     `two_pc_inits`: another feed's InitProducerIds (ProducerTxns.two_pc_inits)."""
     from kaudit.audit.txn import coordinator_state
 
-    by_rep: dict[tuple, list[dict]] = {}
-    for b in batches:
-        by_rep.setdefault((b["topic"], b["partition"], b["replica"]), []).append(b)
-    per_tp: dict[tuple, dict] = {}
-    for (t, p, rep), bs in by_rep.items():
-        bs.sort(key=_rank_key(bs))
-        per_tp.setdefault((t, p), {})[rep] = assemble_replica(bs)
     view = coordinator_state.build(txn_log, check=coverage is None or coverage.source == "disk")
     if coverage is None:
         coverage = Coverage(coordinator=bool(txn_log) if coordinator_known is None else coordinator_known,
@@ -125,11 +118,19 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
     # a log holds every marker between its data; a capture may miss one (not captured, or
     # ordered by the answers): lost markers are read on disk only
     split = view.txns and coverage.source == "disk"
+    by_rep: dict[tuple, list[dict]] = {}
+    for b in batches:
+        by_rep.setdefault((b["topic"], b["partition"], b["replica"]), []).append(b)
+    per_tp: dict[tuple, dict] = {}
+    for (t, p, rep), bs in by_rep.items():
+        bs.sort(key=_rank_key(bs))
+        parts = assemble_replica(bs)
+        per_tp.setdefault((t, p), {})[rep] = split_lost_markers(parts, view, EPOCH_SLACK_MS) if split else parts
     partitions = {}
     for (t, p) in sorted(per_tp):
         parts = merge_replicas(per_tp[(t, p)])
         if parts:
-            partitions[f"{t}-{p}"] = split_lost_markers(parts, view, EPOCH_SLACK_MS) if split else parts
+            partitions[f"{t}-{p}"] = parts
     pt = ProducerTxns(producer_id, partitions, view, coverage, two_pc_inits=tuple(two_pc_inits or ()))
     match_markers(pt.all_parts(), view, since_ms=coverage.since_ms)
     pt.version = transaction_version(pt, cluster_tv)

@@ -183,13 +183,17 @@ def merge_replicas(per_replica: dict) -> list[Part]:
             m.copies[rep] = p
             if p.marker is None:
                 m.replicas_without_marker.append(rep)
-            elif m.marker is None:
-                m.marker = p.marker
+            elif m.marker is None or (m.borrowed_marker and not p.borrowed_marker):
+                # a replica that holds the part's own marker: the others lost it (split_lost_markers)
+                m.marker, m.borrowed_marker, m.coord = p.marker, False, None
             if len(p.data) > len(m.data):
                 m.data, m.nontxn = p.data, p.nontxn
     out = [merged[k] for k in sorted(merged)]
-    for a, b in zip(out, out[1:]):
-        b.previous = a
+    prev = None
+    for p in out:   # the part before, whose marker is its own (a borrowed one comes later in the log)
+        p.previous = prev
+        if not p.borrowed_marker:
+            prev = p
     for p in out:
         if p.marker is not None and len(p.replicas_without_marker) == len(p.replicas):
             p.replicas_without_marker = []
@@ -197,30 +201,32 @@ def merge_replicas(per_replica: dict) -> list[Part]:
 
 
 def split_lost_markers(parts: list[Part], view: CoordView, slack_ms: int) -> list[Part]:
-    """A partition's parts with the data of a transaction whose own marker is missing cut from
-    the data after it. Invariant: the coordinator writes a transaction's marker to every partition
-    it registered before it writes its Complete record (TransactionMarkerChannelManager, KIP-98),
-    so where a coordinator transaction that registered the partition completed, and the part's
-    marker was written after that and is a later transaction's (the one whose window is nearest
-    it, as match_markers picks), while the part's first data was
-    created inside that transaction (not after its own marker: the previous marker came before
-    its Prepare), its marker there is missing - lost (an unclean election, a truncation) - and
-    the later marker ended its data too. Its data: the batches of its epoch created up to its
-    Prepare (clock slack `slack_ms`); the rest is the later transactions'. A fenced instance's
-    late write is another case: its transaction never registered the partition, or its data
-    follows its own marker (write-after-epoch-end, late-transactional-write).
+    """One replica's parts of a partition (in log order) with the data of a transaction whose own
+    marker is missing there cut from the data after it. Invariant: the coordinator writes a
+    transaction's marker to every partition it registered before it writes its Complete record
+    (TransactionMarkerChannelManager, KIP-98). So where a coordinator transaction that registered
+    the partition completed, the part's marker was written after that and is a later
+    transaction's (the one whose window is nearest it, as match_markers picks), and the part's
+    first data was created inside that transaction (not after its own marker: the previous
+    marker came before its Prepare), its marker is missing on this replica - lost (an unclean
+    election, a truncation) - and the later marker ended its data too. Its data: the batches of
+    its epoch created up to its Prepare (clock slack `slack_ms`); the rest is the later
+    transactions'. A fenced instance's late write is another case: its transaction never
+    registered the partition, or its data follows its own marker (write-after-epoch-end,
+    late-transactional-write). Cut on each replica before they are merged (merge_replicas: a
+    replica holding the marker keeps it for the part, the others' loss is replica-divergence's).
     The transaction's piece gets its transaction (`coord`), the part's marker and
-    `borrowed_marker`; every piece keeps the part's previous marker (`previous`)."""
+    `borrowed_marker`."""
     out: list[Part] = []
-    for p in parts:
+    for k, p in enumerate(parts):
+        before = parts[k - 1].marker if k else None
         while True:
-            cut = _lost_marker_cut(p, view, slack_ms)
+            cut = _lost_marker_cut(p, before, view, slack_ms)
             if cut is None:
                 break
             i, t = cut
             if i == len(p.data):   # all of it: the later transaction wrote only its marker here
-                for q in (p, *p.copies.values()):
-                    q.coord, q.borrowed_marker = t, True
+                p.coord, p.borrowed_marker = t, True
                 break
             head, p = _split(p, i, t)
             out.append(head)
@@ -228,20 +234,21 @@ def split_lost_markers(parts: list[Part], view: CoordView, slack_ms: int) -> lis
     return out
 
 
-def _lost_marker_cut(p: Part, view: CoordView, slack_ms: int) -> tuple[int, CoordTxn] | None:
+def _lost_marker_cut(p: Part, before: Marker | None, view: CoordView,
+                     slack_ms: int) -> tuple[int, CoordTxn] | None:
     """(where its data ends, the transaction) of the data of a transaction whose marker is missing
-    at the start of part `p` (split_lost_markers), else None."""
+    at the start of part `p` (split_lost_markers; `before`: the marker before it), else None."""
     m = p.marker
     if m is None or m.ts is None or not p.data or p.borrowed_marker:
         return None
     e, t0 = p.data[0]["producer_epoch"], create_ms(p.data[0])
     if e is None or t0 is None:
         return None
-    before = p.previous.marker if p.previous is not None else None
     for t in view.txns:
         if (t.epoch == e and p.tp in t.partitions and t.complete_ts is not None and m.ts > t.complete_ts
                 and t.prepare_ts is not None and t.start_ms is not None
                 and t.start_ms - MATCH_WINDOW_MS <= t0 <= t.prepare_ts + slack_ms
+                # after a marker written once it ended (its own): a late write, not its data
                 and (before is None or before.ts is None or before.ts < t.prepare_ts)
                 and _owner(p, view).index > t.index):
             end = t.prepare_ts + slack_ms
@@ -260,37 +267,14 @@ def _owner(p: Part, view: CoordView) -> CoordTxn:
 
 
 def _split(p: Part, i: int, t: CoordTxn) -> tuple[Part, Part]:
-    """`p` cut before its data's `i`th batch (and each replica's copy at the same batch)."""
-    cut_at = p.data[i]
-    head = _piece(p, p.data[:i], cut_at, before=True)
-    tail = _piece(p, p.data[i:], cut_at, before=False)
-    head.coord, head.borrowed_marker = t, True
-    head.copies = {rep: _piece(cp, _cut(cp, cut_at)[0], cut_at, before=True) for rep, cp in p.copies.items()}
-    tail.copies = {rep: _piece(cp, _cut(cp, cut_at)[1], cut_at, before=False) for rep, cp in p.copies.items()}
-    for rep in head.copies:
-        head.copies[rep].coord, head.copies[rep].borrowed_marker = t, True
+    """One replica's part cut before its data's `i`th batch: (its transaction's piece, the rest)."""
+    off = p.data[i]["base_offset"]
+    plain = ([b for b in p.nontxn if b["base_offset"] < off], [b for b in p.nontxn if b["base_offset"] >= off])
+    head = Part(p.topic, p.partition, p.producer_id, list(p.replicas), p.data[:i], plain[0], p.marker,
+                coord=t, key=p.key, borrowed_marker=True)
+    tail = Part(p.topic, p.partition, p.producer_id, list(p.replicas), p.data[i:], plain[1], p.marker,
+                key=_rank(p.data[i]))
     return head, tail
-
-
-def _cut(cp: Part, at: dict) -> tuple[list[dict], list[dict]]:
-    """A replica's copy of a part's data cut before the batch `at` (the same offset, else its epoch)."""
-    off = at["base_offset"]
-    k = next((j for j, b in enumerate(cp.data)
-              if (b["base_offset"] >= off if off is not None and b["base_offset"] is not None
-                  else b["producer_epoch"] == at["producer_epoch"])), len(cp.data))
-    return cp.data[:k], cp.data[k:]
-
-
-def _piece(p: Part, data: list[dict], at: dict, before: bool) -> Part:
-    off = at["base_offset"]
-    own = [b for b in p.nontxn if (off is None or b["base_offset"] is None
-                                    or (b["base_offset"] < off) == before)]
-    if off is None and before:
-        own = []   # where offsets are unknown plain writes stay with the later piece
-    q = Part(p.topic, p.partition, p.producer_id, list(p.replicas), data, own, p.marker,
-             list(p.replicas_without_marker), None, p.previous, {}, p.key if before else _rank(data[0]),
-             None if before else p.ended_unseen)
-    return q
 
 
 def match_markers(parts: list[Part], view: CoordView, since_ms: int | None = None) -> None:

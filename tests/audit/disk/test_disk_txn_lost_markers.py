@@ -12,6 +12,7 @@ from diskcraft import brief, details, logdir, of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fixtures.builder.replicas import write_replicas
 from kaudit.audit.stories import incidents
 from kaudit.engine.local import audit_segments
 from kaudit.report import story
@@ -28,9 +29,10 @@ def serious(fs):
     return [f for f in fs if f["severity"] in ("warning", "error", "critical")]
 
 
-def end_losing(p, kind: str, lost, *, epoch: int | None = None):
+def end_losing(p, kind: str, lost, *, epoch: int | None = None, hole: bool = False):
     """The coordinator ends the producer's transaction (`kind`), its marker on `lost` never
-    written; `epoch`: the markers' epoch (default: as the version writes them)."""
+    written (`hole`: its offset left empty, as where its bytes were cut out of the log);
+    `epoch`: the markers' epoch (default: as the version writes them)."""
     tv2 = p.transaction_version >= 2
     e = epoch if epoch is not None else (p.producer_epoch + 1 if tv2 else p.producer_epoch)
     prepare, complete = {"COMMIT": ("PrepareCommit", "CompleteCommit"), "ABORT": ("PrepareAbort", "CompleteAbort")}[kind]
@@ -38,6 +40,9 @@ def end_losing(p, kind: str, lost, *, epoch: int | None = None):
     for pb in p.txn_members:
         if pb is not lost:
             pb.append_control(p.producer_id, e, kind, 0)
+        elif hole:
+            pb.next_offset += 1
+            pb.logdir.tick()   # the clock as where it was written: replicas stay byte-identical
     p._state(complete, {}, producer_epoch=e)
     p.txn_members, p.txn_partitions = [], {}
     if tv2:
@@ -177,3 +182,41 @@ def test_generated_lost_markers(tmp_path_factory, tv, steps, lose, on):
     (m,) = of(fs, "mixed-epoch-transaction")
     assert m["topic"] == where.topic and "no marker of its own" in m["message"]
     assert {f["rule"] for f in serious(fs)} <= {"torn-transaction", "mixed-epoch-transaction"}, brief(fs)
+
+
+def lost_on(nodes_losing):
+    """A log dir builder: the committed transaction's COMMIT on b-0 missing on `nodes_losing`,
+    the next transaction writes b-0 and aborts (every node holds the rest)."""
+    def build(ld, node):
+        ts = ld.partition("__transaction_state", 0)
+        a, b = ld.partition("a", 0), ld.partition("b", 0)
+        p = ld.producer(7, 0, transactional_id="tx", txn_state=ts, transaction_version=2)
+        p.send([b"a1"], partition=a); p.send([b"b1", b"b2"], partition=b)
+        end_losing(p, "COMMIT", b if node in nodes_losing else None, hole=True)
+        ld.tick(5_000)
+        p.send([b"b3"], partition=b)
+        p.abort()
+    return build
+
+
+def test_marker_lost_on_one_follower_is_that_replica_s(tmp_path):
+    """Replicas 1 and 2 hold the COMMIT, replica 3 lost it: the transaction is not torn (the
+    replicas holding it give the part its own marker), replica 3's hole is told on replica 3
+    (replica-divergence), and no later write is called late."""
+    roots = write_replicas(tmp_path / "cluster", lost_on({3}), nodes=(1, 2, 3), start_time_ms=T0)
+    fs = audit_segments([str(r) for r in roots]).findings
+    assert of(fs, "torn-transaction") == [] and of(fs, "late-transactional-write") == [], brief(fs)
+    assert of(fs, "write-after-epoch-end") == [] and of(fs, "mixed-epoch-transaction") == [], brief(fs)
+    (d,) = of(fs, "replica-divergence")
+    assert (d["topic"], d["replica"]) == ("b", "3") and "lacks offset 2" in d["message"]
+    assert "producer 7's COMMIT marker" in d["message"] and "ended by the next marker in its log" in d["message"]
+
+
+def test_marker_lost_on_every_replica(tmp_path):
+    """Every replica lost it: torn on b-0 (all three replicas' files), the next transaction's data
+    is no late write (its previous marker is the one before the lost transaction's)."""
+    roots = write_replicas(tmp_path / "cluster", lost_on({1, 2, 3}), nodes=(1, 2, 3), start_time_ms=T0)
+    fs = audit_segments([str(r) for r in roots]).findings
+    (t,) = of(fs, "torn-transaction")
+    assert (t["topic"], t["first_offset"], t["last_offset"], t["replica"]) == ("b", 0, 1, "1,2,3")
+    assert {f["rule"] for f in serious(fs)} == {"torn-transaction", "mixed-epoch-transaction"}, brief(fs)
