@@ -210,8 +210,11 @@ def split_lost_markers(parts: list[Part], view: CoordView, slack_ms: int) -> lis
     first data was created inside that transaction (not after its own marker: the previous
     marker came before its Prepare), its marker is missing on this replica - lost (an unclean
     election, a truncation) - and the later marker ended its data too. Its data: the batches of
-    its epoch created up to its Prepare (clock slack `slack_ms`); the rest is the later
-    transactions'. A fenced instance's late write is another case: its transaction never
+    its epoch up to the first of another epoch (the later transaction's: version 2 gives each
+    transaction its own epoch, a fencing moves to a new one). Under version 0/1 transactions of
+    one epoch are not told apart: only the clocks would cut them (client times against the
+    coordinator's, `slack_ms` apart, transactions milliseconds apart), which the evidence does not
+    make safe. A fenced instance's late write is another case: its transaction never
     registered the partition, or its data follows its own marker (write-after-epoch-end,
     late-transactional-write). Cut on each replica before they are merged (merge_replicas: a
     replica holding the marker keeps it for the part, the others' loss is replica-divergence's).
@@ -224,11 +227,7 @@ def split_lost_markers(parts: list[Part], view: CoordView, slack_ms: int) -> lis
             cut = _lost_marker_cut(p, before, view, slack_ms)
             if cut is None:
                 break
-            i, t = cut
-            if i == len(p.data):   # all of it: the later transaction wrote only its marker here
-                p.coord, p.borrowed_marker = t, True
-                break
-            head, p = _split(p, i, t)
+            head, p = _split(p, *cut)
             out.append(head)
         out.append(p)
     return out
@@ -237,7 +236,8 @@ def split_lost_markers(parts: list[Part], view: CoordView, slack_ms: int) -> lis
 def _lost_marker_cut(p: Part, before: Marker | None, view: CoordView,
                      slack_ms: int) -> tuple[int, CoordTxn] | None:
     """(where its data ends, the transaction) of the data of a transaction whose marker is missing
-    at the start of part `p` (split_lost_markers; `before`: the marker before it), else None."""
+    at the start of part `p`, data of a later epoch after it (split_lost_markers; `before`: the
+    marker before it), else None."""
     m = p.marker
     if m is None or m.ts is None or not p.data or p.borrowed_marker:
         return None
@@ -251,10 +251,8 @@ def _lost_marker_cut(p: Part, before: Marker | None, view: CoordView,
                 # after a marker written once it ended (its own): a late write, not its data
                 and (before is None or before.ts is None or before.ts < t.prepare_ts)
                 and _owner(p, view).index > t.index):
-            end = t.prepare_ts + slack_ms
-            i = next((k for k, b in enumerate(p.data)
-                      if b["producer_epoch"] != e or (create_ms(b) or 0) > end), len(p.data))
-            return i, t
+            i = next((k for k, b in enumerate(p.data) if b["producer_epoch"] != e), None)
+            return None if i is None or p.data[i]["producer_epoch"] is None else (i, t)
     return None
 
 

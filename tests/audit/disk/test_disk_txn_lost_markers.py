@@ -1,7 +1,7 @@
 """A transaction's marker missing on one partition it registered (lost: an unclean election, a
 truncation), its data then ended in the log by a later transaction's marker
 (txn_parts.split_lost_markers): the story is told on that partition and offsets, with the
-outcome consumers get; under transaction version 0/1 and 2, by epoch and by time. Negative
+outcome consumers get; under transaction version 2 and across a fencing (0/1), by epoch. Negative
 twins: a fenced instance's late write (its own marker came first), a zombie on a partition its
 transaction never registered, a transaction that committed everywhere."""
 
@@ -58,7 +58,7 @@ def setup(tmp_path, tv):
     return ld, a, b, p
 
 
-@pytest.mark.parametrize("tv", [0, 2])
+@pytest.mark.parametrize("tv", [2])
 def test_lost_commit_then_next_transaction_aborts(tmp_path, tv):
     """The committed transaction's COMMIT on b-0 is missing; the next transaction writes b-0 and
     aborts: its ABORT discards the committed data there - torn, told on b-0 at that data."""
@@ -109,21 +109,19 @@ def test_fencing_abort_lost_then_new_instance_commits(tmp_path):
     assert "aborted" in critical[0]["narrative"]["impact"] and "read_committed consumers" in critical[0]["narrative"]["impact"]
 
 
-def test_same_epoch_lost_commit_cut_by_time(tmp_path):
-    """Version 0/1 keeps one epoch across transactions: the missing COMMIT's data is told apart
-    from the next transaction's by the coordinator's times (created before its PrepareCommit,
-    the next one's after it)."""
+def test_same_epoch_transactions_are_not_cut_by_time(tmp_path):
+    """Version 0/1 keeps one epoch across transactions: one whose COMMIT on b-0 is missing is not
+    told apart from the next by clocks (client times against the coordinator's, transactions
+    ms apart): no lost marker is read, and no false story told (a known gap: docs)."""
     ld, a, b, p = setup(tmp_path, 0)
-    p.send([b"a1"], partition=a); first = p.send([b"b1"], partition=b)
+    p.send([b"a1"], partition=a); p.send([b"b1"], partition=b)
     end_losing(p, "COMMIT", b)
-    ld.tick(5_000)
-    nxt = p.send([b"b2"], partition=b)
-    p.abort()
+    ld.tick(200)
+    p.send([b"b2"], partition=b)
+    p.commit()
     ld.write()
     fs = audit(ld.root)
-    (t,) = of(fs, "torn-transaction")
-    assert (t["topic"], t["first_offset"], t["last_offset"]) == ("b", first.base_offset, first.base_offset)
-    assert nxt.base_offset == 1 and "b-0 offset 0 aborted by the ABORT at offset 2" in t["message"]
+    assert serious(fs) == [], brief(fs)
 
 
 @pytest.mark.parametrize("tv", [0, 2])
@@ -152,10 +150,10 @@ STEP = st.sampled_from(["commit", "abort"])
 
 
 @settings(max_examples=10, deadline=None)
-@given(tv=st.sampled_from([0, 2]), steps=st.lists(STEP, min_size=2, max_size=5), lose=st.integers(0, 3),
+@given(tv=st.just(2), steps=st.lists(STEP, min_size=2, max_size=5), lose=st.integers(0, 3),
        on=st.integers(0, 1))
 def test_generated_lost_markers(tmp_path_factory, tv, steps, lose, on):
-    """Transactions over a-0 and b-0 that commit or abort; the marker of transaction `lose` on
+    """Version 2 transactions over a-0 and b-0 that commit or abort; the marker of transaction `lose` on
     one partition is never written. The next transaction's marker ends its data there: exactly
     one torn-transaction where the two outcomes differ, on that partition and that data, and the
     lost marker always told (mixed-epoch-transaction); nothing else at warning or above. A lost
