@@ -28,6 +28,24 @@ def _offsets(a, b) -> str:
     return f"{a}" if b is None or a == b else f"{a}-{b}"
 
 
+def _state_impact(by: dict) -> list[str]:
+    """A replica's own files against each other and the other replicas: what consumers read from
+    it, were it the leader (the findings' own words say why)."""
+    out = []
+    for f in by.get("replica-divergence", [])[:2]:
+        if f["severity"] in ("error", "critical"):
+            out.append(f"replica {f.get('replica')} of {f['topic']}-{f['partition']} differs from the others at "
+                       f"{offset_span(f['first_offset'], f.get('last_offset'))}: consumers read what the leader holds")
+    for f in by.get("checkpoint-mismatch", [])[:1]:
+        if f["severity"] in ("error", "critical"):
+            out.append(f"{f['topic']}-{f['partition']} (replica {f.get('replica')}): records its checkpoints say "
+                       "it held are gone from its log")
+    for f in by.get("txnindex-mismatch", [])[:1]:
+        out.append(f"{f['topic']}-{f['partition']} (replica {f.get('replica')}): read_committed consumers get their "
+                   "aborted transactions from its .txnindex, which does not match its log")
+    return out
+
+
 def _zombie_impact(by: dict) -> list[str]:
     """What became of a zombie's writes, from the findings only: stored (where, and whether a
     COMMIT exposed them), refused (the requests the evidence shows), or not in the evidence."""
@@ -203,6 +221,7 @@ def impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
         lines.append(f"offsets {_offsets(f['first_offset'], f.get('last_offset'))} of {f['topic']}-{f['partition']} "
                      f"are gone from replica {f.get('replica')}: consumers reading it cannot read them (a fetch at a "
                      "missing offset returns the next batch; past the log end it fails OFFSET_OUT_OF_RANGE)")
+    lines.extend(_state_impact(by))
     for f in (by.get("crc-mismatch", []) + by.get("corrupt-batch", []))[:1]:
         lines.append(f"consumers fetching offsets around {f.get('first_offset')} of {f.get('topic')}-{f.get('partition')} "
                      "(replica " + str(f.get("replica")) + ") fail on corrupt bytes (CorruptRecordException)")

@@ -36,6 +36,15 @@ TXN_TITLES = {"late-transactional-write": "Transaction data after its marker",
               "stray-marker": "Marker with no transaction",
               "coordinator-abort": "Transaction aborted by the coordinator"}
 
+# an incident of a log dir's own state (its files against each other, replicas against each
+# other) is titled by its worst finding's rule, and names the replicas
+STATE_TITLES = {"replica-divergence": "Replicas disagree",
+                "checkpoint-mismatch": "Checkpoint past the log's end",
+                "txnindex-mismatch": "Transaction index out of step with its log",
+                "snapshot-mismatch": "Producer snapshot out of step with its log",
+                "leader-epoch-mismatch": "Leader-epoch checkpoint out of step with its log",
+                "remote-segment-stuck": "Remote segment stuck"}
+
 # a consumers' incident is titled by its worst finding's rule, and names its group
 CONSUMER_TITLES = {"eos-double-commit": "Input committed twice by exactly-once transactions",
                    "aborted-read": "Aborted records given to a read_committed consumer",
@@ -287,6 +296,10 @@ def _title(inc: dict, fs: list[dict]) -> str:
             groups = list(dict.fromkeys(str(details(f)["group"]) for f in fs if details(f).get("group")))
             return f"{CONSUMER_TITLES[lead['rule']]}{where}" + (f": group {', '.join(groups[:2])}" if groups else "")
     if kind in ("coverage", "other"):
+        lead = max((f for f in fs if f["rule"] in STATE_TITLES), key=_sev_rank, default=None)
+        if lead is not None:
+            reps = ", ".join(inc["replicas"][:3])
+            return f"{STATE_TITLES[lead['rule']]}{where}" + (f" (replica {reps})" if reps else "")
         return f"{rule_of(fs[0]['rule']).title}{where}"
     if kind == "errors":
         names = sorted({str(details(f).get("errors") or "") for f in fs} - {""})

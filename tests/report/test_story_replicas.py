@@ -153,3 +153,34 @@ def test_kaudit_txn_table_tells_the_admins_markers_and_the_empty_part(tmp_path):
     assert "e0-0 0 -> ABORT@2 epoch 0 (coord epoch -1, by adminclient-1)" in text, text
     assert "e0-1 (no data) -> COMMIT@3" in text, text
     assert "ended by client (EndTxn commit) and by admin" in text, text
+
+
+
+def test_a_replica_s_own_state_is_titled_by_what_it_is(tmp_path):
+    """Replica 3 lacks a batch the others hold (a hole below later offsets): titled "Replicas
+    disagree on acct-0 (replica 3)", not by the rule's lower-case description, and its impact in
+    words, not "see the findings"."""
+    from fixtures.builder.replicas import write_replicas
+    from kaudit.audit.stories import incidents as assign
+    from kaudit.engine.local import audit_segments
+    from kaudit.report import story
+
+    def build(ld, node):
+        pb = ld.partition("acct", 0)
+        p = pb.producer(5, 0)
+        for i in range(3):
+            if node == 3 and i == 1:   # its copy of the middle batch is missing (the clock as if written)
+                pb.next_offset += 1
+                ld.tick()
+                p.sequences[("acct", 0)] = p.sequences.get(("acct", 0), 0) + 1
+                continue
+            p.send([b"v%d" % i])
+
+    roots = write_replicas(tmp_path / "c", build, nodes=(1, 2, 3), start_time_ms=1_700_000_000_000)
+    fs = audit_segments([str(r) for r in roots]).findings
+    assign.assign(fs)
+    incs = [i for i in story.incidents(fs, None) if "replica-divergence" in i["rules"]]
+    assert incs, [(f["rule"], f["message"]) for f in fs]
+    inc = incs[0]
+    assert inc["title"].startswith("Replicas disagree on acct-0 (replica 3)"), inc["title"]
+    assert inc["narrative"]["impact"].startswith("replica 3 of acct-0 differs from the others at offset 1:")
