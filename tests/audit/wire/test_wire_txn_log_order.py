@@ -1,0 +1,91 @@
+"""A partition's transaction parts in the log's order, whatever order the capture shows them in
+(txn_parts.log_order): consumers fetch markers in any order - one that seeks back re-reads old
+transactions after newer ones, a lagging consumer (or a follower) reads what another read long
+before - and a Produce whose answer the capture lacks has no offset. Each part's `previous` is
+the part before it in the log, so the rules that read it (coordinator-epoch-regression,
+late-transactional-write, stray-marker, mixed-epoch-transaction, write-after-epoch-end) judge
+the log, not the capture. Crafted captures: out-of-order fetches give no false finding, and a
+real anomaly fetched out of order is still found, with the right story."""
+
+from __future__ import annotations
+
+from tests.audit.wire.test_wire_txn_fetched_markers import CONSUMER, OTHER, PID, data, fetch, marker
+from tests.audit.wire.wirecraft import add_partitions, audit, batch, by_rule, details, end_txn, init_producer_id, send
+from tests.sources.pcap.craft import Conn
+
+TXN = ("coordinator-epoch-regression", "late-transactional-write", "stray-marker", "mixed-epoch-transaction",
+       "write-after-epoch-end", "torn-transaction", "hanging-transaction", "dangling-transaction",
+       "coordinator-abort", "unregistered-partition")
+
+
+def _rules(fs):
+    return sorted(f["rule"] for f in fs if f["rule"] in TXN)
+
+
+def _two_txns():
+    """The producer's coordinator traffic only (its Produce went to a leader outside the capture):
+    an aborted transaction on partition 2 (its ABORT at offset 13), then a committed one (its
+    COMMIT at offset 17)."""
+    return (init_producer_id(1, PID, 0) + add_partitions(2, PID, 0, partition=2) + end_txn(3, PID, 0, committed=False)
+            + add_partitions(4, PID, 0, partition=2) + end_txn(5, PID, 0))
+
+
+def _fetches(first: int, second: int, *, ce=(5, 6), split=True):
+    """Consumers fetching the two transactions (data and marker): `first` (13 or 17) then `second`;
+    `split`: two consumers at different positions, else one that seeks back to re-read."""
+    served = {13: fetch(1, data(10, 0) + marker(13, "ABORT", 0, ce[0]), fetch_offset=10),
+              17: fetch(2, data(14, 3) + marker(17, "COMMIT", 0, ce[1]), fetch_offset=14)}
+    if split:
+        return [Conn(served[first], **CONSUMER), Conn(served[second], **OTHER)]
+    return [Conn(served[first] + served[second], **CONSUMER)]
+
+
+def test_markers_fetched_out_of_log_order_are_no_coordinator_epoch_regression(tmp_path):
+    """The coordinator moved (coordinator epoch 5, then 6) between the two transactions; a consumer
+    at the head reads the COMMIT at 17, then one behind it (or the same one after a seek back to
+    offset 0) reads the ABORT at 13: in the log the coordinator epochs rise - no finding."""
+    for k, split in enumerate((True, False)):
+        fs = audit(tmp_path, [Conn(_two_txns())] + _fetches(17, 13, split=split), name=f"c{k}.pcap")
+        assert _rules(fs) == [], fs
+
+
+def test_a_real_coordinator_epoch_regression_fetched_out_of_order_is_found(tmp_path):
+    """The COMMIT at 17 carries coordinator epoch 5, below the ABORT's 6 at 13 before it (a zombie
+    coordinator's marker): found on the COMMIT at offset 17 whichever marker the consumers read
+    first."""
+    for k, order in enumerate(((13, 17), (17, 13))):
+        fs = audit(tmp_path, [Conn(_two_txns())] + _fetches(*order, ce=(6, 5)), name=f"c{k}.pcap")
+        (f,) = by_rule(fs, "coordinator-epoch-regression")
+        assert "COMMIT marker at offset 17 has coordinator epoch 5, below the earlier 6" in f["message"], order
+        assert details(f)["previous_coordinator_epoch"] == 6 and _rules(fs) == ["coordinator-epoch-regression"]
+
+
+def _fenced_then_late(consumer_first: bool):
+    """A producer's first Produce (epoch 0, offsets 10-12) is unanswered in the capture (no offset);
+    a new instance fences it (the coordinator's ABORT at epoch 1, offset 13); the old instance's
+    next batch (epoch 0, seq 3) is stored after that marker, at offset 14 - a late write. A
+    consumer fetches the ABORT before (`consumer_first`) or after that late write."""
+    old = (init_producer_id(1, PID, 0) + add_partitions(2, PID, 0, partition=2)
+           + send(3, batch(PID, 0, 0, 3, transactional=True), partition=2, error=None, txn_id="tx-wire"))
+    new = init_producer_id(1, PID, 1, client_id="wire-producer-2")
+    zombie = send(1, batch(PID, 0, 3, 3, transactional=True), partition=2, offset=14, txn_id="tx-wire")
+    consumer = Conn(fetch(1, data(10, 0) + marker(13, "ABORT", 1), fetch_offset=10), **CONSUMER)
+    conns = [Conn(old), Conn(new, client=("10.0.0.1", 40002)), Conn(zombie, client=("10.0.0.1", 40003))]
+    return conns[:2] + [consumer] + conns[2:] if consumer_first else conns + [consumer]
+
+
+def test_a_late_write_is_found_whenever_its_previous_marker_is_fetched(tmp_path):
+    """The late write at offset 14 comes after the fencing's ABORT at 13 in the log whether the
+    consumer read that marker before the write or after it: late-transactional-write (epoch 0
+    below the marker's 1, opening a transaction no coordinator knows) with the ABORT at offset
+    13 as its previous marker - not a transaction the ABORT took in."""
+    for k, first in enumerate((True, False)):
+        fs = audit(tmp_path, _fenced_then_late(first), name=f"c{k}.pcap")
+        (f,) = by_rule(fs, "late-transactional-write")
+        assert "data at offsets 14-16 reached the partition after its previous ABORT marker at offset 13" in f["message"]
+        assert "its epoch 0 is older than the marker's 1" in f["message"], first
+        assert details(f)["previous_marker_offset"] == 13
+        (h,) = by_rule(fs, "hanging-transaction")   # no coordinator will end it
+        assert h["first_offset"] == 14
+        # not data the fencing's ABORT discarded: it lies after that marker
+        assert not any("discarded" in f["message"] for f in by_rule(fs, "write-after-epoch-end"))
