@@ -191,13 +191,17 @@ def log_order(rows: list[dict]) -> list:
     the offsets are known and rise with the capture (the common case) the order is the capture's.
     `rank` orders what no offset orders (several writes without answers, a marker without an
     offset): it cannot be dropped."""
-    if not rows or rows[0].get("rank") is None and all(b.get("rank") is None for b in rows):
+    ranks = [b.get("rank") for b in rows]
+    if None not in ranks:
+        rows.sort(key=_RANK)
+    elif ranks.count(None) == len(ranks):
         rows.sort(key=_BASE_OFFSET)
         return [b["base_offset"] for b in rows]
-    rows.sort(key=lambda b: b.get("rank") or ())
+    else:
+        rows.sort(key=lambda b: b.get("rank") or ())
     top = -1          # the highest offset known so far in the capture's order
     keys = []
-    shuffled = False  # a known offset below one known before it: the capture's order is not the log's
+    shuffled = False  # a known offset at or below one known before it: the capture's order is not the log's
     for i, b in enumerate(rows):
         bo = b["base_offset"]
         if bo is None:
