@@ -200,23 +200,31 @@ def log_order(rows: list[dict]) -> list:
     else:
         rows.sort(key=lambda b: b.get("rank") or ())
     top = -1          # the highest offset known so far in the capture's order
-    keys = []
-    shuffled = False  # a known offset at or below one known before it: the capture's order is not the log's
+    for b in rows:
+        bo = b["base_offset"]
+        if bo is None:
+            continue
+        if bo <= top:
+            return _by_offsets(rows)
+        lo = b["last_offset"]
+        top = bo if lo is None or lo < bo else lo
+    return list(range(len(rows)))   # the known offsets rise with the capture: its order is the log's
+
+
+def _by_offsets(rows: list[dict]) -> list:
+    """log_order of rows in the capture's order whose known offsets do not rise with it."""
+    top, keys = -1, []
     for i, b in enumerate(rows):
         bo = b["base_offset"]
         if bo is None:
             keys.append((top, 1, i))
             continue
-        if bo <= top:
-            shuffled = True
         keys.append((bo, 0, i))
         lo = b["last_offset"]
         top = max(top, bo if lo is None else lo)
-    if shuffled:
-        at = sorted(range(len(rows)), key=keys.__getitem__)
-        rows[:] = [rows[i] for i in at]
-        keys = [keys[i] for i in at]
-    return keys
+    at = sorted(range(len(rows)), key=keys.__getitem__)
+    rows[:] = [rows[i] for i in at]
+    return [keys[i] for i in at]
 
 
 def merge_replicas(per_replica: dict) -> list[Part]:

@@ -94,27 +94,30 @@ def test_a_late_write_is_found_whenever_its_previous_marker_is_fetched(tmp_path)
 def _v2_read_mid_transaction(re_read: bool):
     """A version-2 producer (EndTxn v5 bumps the epoch): its first transaction's Produce (epoch 0,
     offsets 10-12) unanswered in the capture, committed (COMMIT at offset 13, epoch 1); its second
-    transaction's data at offsets 14-16 (epoch 1), committed (COMMIT at 17, epoch 2). A consumer
-    reads the COMMIT at 13 while the second transaction is open, and the one at 17 after it -
-    or (`re_read`) reads the second transaction first and the first one after a seek back."""
+    transaction's data at offsets 14-16 (epoch 1), committed (the coordinator's WriteTxnMarkers in
+    the capture: its COMMIT at 17, epoch 2). A consumer reads the COMMIT at 13 while the second
+    transaction is open, and the one at 17 after it - or (`re_read`) reads the second transaction
+    first and the first one after a seek back."""
+    from tests.audit.wire.test_wire_txn_crafted import BROKER, write_markers
     from tests.audit.wire.wirecraft_txn import end_txn_v5
 
     first = (init_producer_id(1, PID, 0) + send(2, batch(PID, 0, 0, 3, transactional=True), partition=2, error=None,
                                                 txn_id="tx-wire") + end_txn_v5(3, PID, 0))
     second = send(4, batch(PID, 1, 0, 3, transactional=True), partition=2, offset=14, txn_id="tx-wire")
-    end = end_txn_v5(5, PID, 1)
+    end = [Conn(end_txn_v5(5, PID, 1), client=("10.0.0.1", 40002)),
+           Conn(write_markers(1, PID, 2, committed=True), **BROKER)]
     m13 = fetch(1, data(10, 0) + marker(13, "COMMIT", 1), fetch_offset=10)
     m17 = fetch(2, data(14, 0, epoch=1) + marker(17, "COMMIT", 2), fetch_offset=14)
     if re_read:
-        return [Conn(first + second + end), Conn(m17 + m13, **CONSUMER)]
-    return [Conn(first + second), Conn(m13, **CONSUMER), Conn(end, client=("10.0.0.1", 40002)),
-            Conn(m17, **OTHER)]
+        return [Conn(first + second)] + end + [Conn(m17 + m13, **CONSUMER)]
+    return [Conn(first + second), Conn(m13, **CONSUMER)] + end + [Conn(m17, **OTHER)]
 
 
 def test_a_marker_read_while_the_next_transaction_is_written_ends_its_own(tmp_path):
-    """The COMMIT at 13 ends the first transaction, wherever the capture shows it: not the second
-    transaction's data (no mixed-epoch-transaction of epochs 0 and 1 ended at 17, no stray
-    COMMIT at 13) - both transactions committed, nothing to report."""
+    """The COMMIT at 13 ends the first transaction's data, wherever the capture shows it (the
+    transaction boundaries txn_fetched.ends_unseen draws read the log's order too): no hanging
+    first transaction "with no marker on orders-2", no torn one, no mixed-epoch or stray finding -
+    both committed, nothing to report."""
     for k, re_read in enumerate((False, True)):
         fs = audit(tmp_path, _v2_read_mid_transaction(re_read), name=f"c{k}.pcap")
         assert _rules(fs) == [], [(f["rule"], f["message"]) for f in fs]
