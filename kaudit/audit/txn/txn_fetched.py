@@ -284,24 +284,28 @@ def ends_unseen(feed) -> list[dict]:
         if m["rank"] is not None:
             marks.setdefault((m["topic"], m["partition"]), []).append(m)
     out = []
+    get = owner.get
     for key, rows in feed.data_by_tp.items():
         seq = rows + marks.get(key, [])
         log_order(seq)
-        last, t, ended = None, None, False   # the last data row, its transaction, a marker after it
-        for x in seq:
-            if x["is_control"]:
+        own = [_MARK if x["is_control"] else get(id(x)) for x in seq]   # each row's transaction
+        last, t, ended = 0, None, False   # the last data row, its transaction, a marker after it
+        for k, u in enumerate(own):
+            if u is _MARK:
                 ended = True
                 continue
-            u = owner.get(id(x))
             # a boundary after `last` unless it is not its transaction's last data here, data no
             # transaction claims follows (a write racing the marker may have landed before it),
             # or a marker the capture shows ends it
-            if t is not None and u is not t and u is not None and not ended and t.prepared is not None:
-                out.append(_boundary(feed, last, t))
-            last, t, ended = x, u, False
+            if u is not t and not ended and t is not None and u is not None and t.prepared is not None:
+                out.append(_boundary(feed, seq[last], t))
+            last, t, ended = k, u, False
         if t is not None and not ended and t.prepared is not None:
-            out.append(_boundary(feed, last, t))
+            out.append(_boundary(feed, seq[last], t))
     return out
+
+
+_MARK = object()   # ends_unseen: a marker's place
 
 
 def _boundary(feed, d: dict, t) -> dict:
