@@ -10,7 +10,10 @@ refused, its heartbeat answered UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH), reset 
 auto.offset.reset=latest starts at the log end: info), reset_range (the committed offset fell below
 the log start by retention, OFFSET_OUT_OF_RANGE, reset to latest jumps over the records since:
 error), start_beyond (a member starts past the committed offset: a seek), commit_beyond (a commit
-past what was served), uncommitted_read (read_uncommitted members served aborted data: info).
+past what was served), uncommitted_read (read_uncommitted members served aborted data: info),
+seek_back (the group starts at a committed offset before the last batch, reads to the end, and its members
+seek back to the beginning - seekToBeginning: ListOffsets -2 - and read their partitions again,
+so the capture shows old transactions' markers after newer ones: nothing to report).
 EOS faults: eos (a transaction aborted, the application seeks back and the next transaction
 commits the same inputs: normal), eos_double (two instances with their own transactional ids,
 pre-KIP-447 TxnOffsetCommit: both commit the same inputs: critical)."""
@@ -22,7 +25,7 @@ from tests.sim.cluster import Client, Sim
 from tests.sim.consumer_group import FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, Group, Member, serve, stored
 
 GROUP_FAULTS = ("none", "die", "fenced", "reset", "reset_range", "start_beyond", "commit_beyond",
-                "uncommitted_read", "eos", "eos_double")
+                "uncommitted_read", "seek_back", "eos", "eos_double")
 SESSION_MS = 10_000
 MAX_ROUNDS = 40
 
@@ -49,6 +52,10 @@ def group(sim: Sim, i: int, ep: dict) -> None:
     if fault == "start_beyond":
         for tp, p in g.parts.items():   # a previous run of the group committed past the first batch
             g.committed[tp] = _boundaries(p)[1] if len(_boundaries(p)) > 1 else p.log_start
+    elif fault == "seek_back":
+        for tp, p in g.parts.items():   # a previous run committed up to the last batch
+            b = _boundaries(p)
+            g.committed[tp] = b[-1] if b else p.log_start
     members = [_new(g, k, iso, ep, reset="latest" if fault == "reset" else "earliest") for k in range(n)]
     if fault == "start_beyond":
         members[ep["victim"] % n].seek = ep["at"] + 1
@@ -180,7 +187,23 @@ def _commit_beyond(sim: Sim, g: Group, victim: Member, ep: dict) -> None:
                note=f"group {g.name} member {victim.k} committed {off} after being served to {known}")
 
 
-FAULTS = {"die": _die, "fenced": lambda *a: _die(*a, stall=True), "commit_beyond": _commit_beyond}
+def _seek_back(sim: Sim, g: Group, victim: Member, ep: dict) -> None:
+    """The members, having read on from the committed offset to the end, seek to the beginning
+    of their partitions (KafkaConsumer.seekToBeginning, a replay: ListOffsets -2 on the wire)
+    and read them again: the older transactions' markers come after the newer ones in the
+    capture. Re-reading one's own partitions is no redelivery (one ownership), and no position
+    goes back unseen (the look-up shows it)."""
+    for _ in range(MAX_ROUNDS):
+        _round(g, ep["commit"])
+        if _done(g):
+            break
+    for m in g.alive():
+        for tp in sorted(m.owned):
+            m.position[tp] = m.look_up(tp, -2)
+
+
+FAULTS = {"die": _die, "fenced": lambda *a: _die(*a, stall=True), "commit_beyond": _commit_beyond,
+          "seek_back": _seek_back}
 
 
 def _own_topic(sim: Sim, i: int) -> list:

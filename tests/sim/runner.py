@@ -13,6 +13,9 @@ FEEDS = ("segments", "pcap", "audit")
 def simulate(history: dict, root) -> tuple[Sim, list[Path], Path, int]:
     sim = Sim(root, broker=history.get("broker", "3.0"), kraft=history.get("kraft", False))
     sim.cap.retransmit_every = history.get("retransmit_every", 0)
+    if history.get("capture") == "no_produce":
+        from tests.sim import wire
+        sim.cap.hidden = wire.hidden_producers(sim.coord.node)
     run_history(sim, history)
     dirs, pcap, end = sim.write()
     return sim, dirs, pcap, end

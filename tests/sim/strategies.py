@@ -12,7 +12,7 @@ TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "ad
              "coord_failover",
              "timeout", "late_endtxn", "two_pc", "exhaust", "stuck_markers")
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
-               "uncommitted_read", "eos", "eos_double")
+               "uncommitted_read", "seek_back", "eos", "eos_double")
 # log: what the brokers themselves do to a partition's log (compacted: the log cleaner, fault-free)
 LOG_KINDS = ("compacted", "compacted_coordinator")
 ELECT_KINDS = ("clean", "tail", "stale", "flap", "unclean")
@@ -109,7 +109,7 @@ def history(kind: str):
 
 
 # consumer faults a mix may hold (uncommitted_read's producer is the mix's own)
-MIX_GROUP = tuple(f for f in GROUP_KINDS if f != "uncommitted_read")
+MIX_GROUP = tuple(f for f in GROUP_KINDS if f not in ("uncommitted_read", "seek_back"))
 
 # faults that move a partition's log start (retention) or its leader, and compaction (it may
 # remove another fault's evidence, as Kafka's cleaner would): kept on their own topic in a mix
@@ -179,11 +179,25 @@ def _aborting(ep: dict) -> dict:
     return ep
 
 
+def _several(ep: dict) -> dict:
+    """At least two transactions on at least two partitions, the fault in the last transaction."""
+    if len(ep["txns"]) < 2:
+        ep["txns"] = ep["txns"] * 2
+    ep["parts"], ep["at"] = max(ep["parts"], 2), len(ep["txns"]) - 1
+    return ep
+
+
 def group_history(fault: str):
     """Producers (clean) write; a consumer group reads one of their topics with the fault."""
     if fault == "uncommitted_read":
         producers = st.tuples(txn_episode("none").map(_aborting), st.none() | idem_episode("none")).map(
             lambda t: [e for e in t if e is not None])
+    elif fault == "seek_back":
+        # version 2 (a marker's epoch names its transaction) over 2-3 transactions on 2-3 partitions
+        # (the coordinator's broker leads one), the coordinator failing over in the last one: the
+        # markers written since carry a higher coordinator epoch
+        producers = st.tuples(txn_episode("coord_failover", tv=2).map(_several),
+                              st.none() | idem_episode("none")).map(lambda t: [e for e in t if e is not None])
     else:
         producers = st.lists(st.one_of(idem_episode("none"), txn_episode("none")), min_size=1,
                              max_size=2)
@@ -193,6 +207,10 @@ def group_history(fault: str):
             for ep in ps:
                 ep["topic"] = "shared"
         h = {"broker": "4.1" if g["protocol"] == "848" else b, "episodes": ps + [g], "retransmit_every": rt}
+        if fault == "seek_back":
+            # the capture lacks the producers' Produce to the other leaders and the markers written:
+            # the consumers read the markers without the offsets of the data below them
+            h["capture"] = "no_produce"
         return _fix(h)
     return st.builds(build, st.sampled_from(["3.0", "4.1"]), producers, group_episode(fault),
                      st.sampled_from([0, 0, 5]), st.booleans())

@@ -41,6 +41,9 @@ class Capture:
     corr: dict = field(default_factory=dict)
     retransmit_every: int = 0     # every N-th data segment is sent twice (a TCP retransmission)
     _segments: int = 0
+    # connection name -> True when the capture does not hold it (a capture point that misses that
+    # traffic: `hidden_producers`)
+    hidden: object = None
 
     def conn(self, name: str, client_ip: str, server_ip: str, server_port: int = 9092) -> _Conn:
         c = self.conns.get(name)
@@ -58,6 +61,8 @@ class Capture:
     def exchange(self, name: str, msgs, ts_ms: int, *, client_ip: str, server_ip: str,
                  server_port: int = 9092) -> None:
         """`msgs`: [(direction, frame bytes)] of one conversation on connection `name`."""
+        if self.hidden is not None and self.hidden(name):
+            return
         c = self.conn(name, client_ip, server_ip, server_port)
         t = ts_ms / 1000.0
         if not c.opened:
@@ -87,6 +92,19 @@ class Capture:
         pkts = sorted(self.packets, key=lambda p: p[0])
         with open(path, "wb") as f:
             f.write(write_pcap(pkts))
+
+
+def hidden_producers(coordinator_node: int):
+    """A capture without the producers' own traffic to the partition leaders nor the coordinator's
+    markers (taken where the coordinator and the consumers talk, not the producers' links to the
+    other brokers): their Produce requests to the leaders other than the coordinator's broker and
+    every WriteTxnMarkers are not in it. A consumer then reads their markers without the offsets
+    of the data below them (txn_parts.log_order)."""
+    def hidden(name: str) -> bool:
+        if "-txn-marker-sender->" in name:
+            return True
+        return "#" in name and "@" not in name and not name.endswith(f"->{coordinator_node}")
+    return hidden
 
 
 # ---- requests the existing helpers do not write ------------------------------------------------

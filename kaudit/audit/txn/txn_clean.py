@@ -13,7 +13,8 @@ logs, and the transaction tests run the reference path (no certification) too.
 
 The facts (`Facts`), and the shape they can describe (what each rules out in brackets):
 
-Batches (per replica, topic, partition, in offset order; the fold's batch rows): transactional
+Batches (per replica, topic, partition, in offset order - the log's order, the one the model's
+parts and their `previous` follow, txn_parts.log_order; the fold's batch rows): transactional
 data (D) and COMMIT/ABORT markers (M), no other control types, strictly increasing offsets,
 identical replicas (offsets, kinds, epochs, coordinator epochs, timestamps: merging changes
 nothing), epochs present, markers with a coordinator epoch and a timestamp. Parts are a marker

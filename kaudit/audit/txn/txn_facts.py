@@ -116,10 +116,11 @@ def _same_as_first(group_start: np.ndarray, stream_start: np.ndarray, cols: list
 # -- batches ---------------------------------------------------------------------------------
 
 def _batch_side(t: pa.Table | None, flags: dict) -> tuple[dict, dict[str, int], np.ndarray]:
-    """Per part (a marker and the data before it, on every replica): producer id, partition id,
-    marker time and result, whether it may be a late write and its first data time; the
-    partition ids by "topic-partition"; the producer ids outside the shape. Conditions on the
-    way go to `flags`."""
+    """Per part (a marker and the data before it, on every replica; rows in offset order - the
+    log's, as txn_parts.log_order orders a log's rows, so a part's previous is the one before it
+    here too): producer id, partition id, marker time and result, whether it may be a late
+    write and its first data time; the partition ids by "topic-partition"; the producer ids
+    outside the shape. Conditions on the way go to `flags`."""
     empty = {"all_pids": _NONE, "pid": _NONE, "ntp": 1}
     if t is None or t.num_rows == 0:
         return empty, {}, _NONE

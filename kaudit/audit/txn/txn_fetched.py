@@ -28,8 +28,9 @@ capture does not show (the next transaction's data there is another part)."""
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from operator import itemgetter
+from bisect import bisect_left
+
+from kaudit.audit.txn.txn_parts import log_order
 
 
 def fetched(feed, ts: float, r: dict) -> None:
@@ -267,10 +268,6 @@ def place(feed) -> None:
                 m["rank"] = tuple(after["rank"]) + (1,)
 
 
-_RANK = itemgetter("rank")
-_NONE = object()   # ends_unseen: the owner after a partition's last row (there is no next row)
-
-
 def ends_unseen(feed) -> list[dict]:
     """Where a transaction the coordinator ended stops on a partition whose marker the capture
     does not show: a boundary row right after its last data there (txn_parts: it closes the
@@ -278,28 +275,40 @@ def ends_unseen(feed) -> list[dict]:
     once the previous one completed - its markers written to every registered partition
     (TransactionCoordinator: CONCURRENT_TRANSACTIONS until then) - so the data of two
     transactions on one partition is two parts, whether or not the capture shows the marker
-    between; lumped, the later one's open part would start at the earlier one's offsets."""
+    between; lumped, the later one's open part would start at the earlier one's offsets. Read
+    in the log's order (txn_parts.log_order, the parts' own): a marker a consumer fetched late
+    still ends the data below it."""
     owner = {id(d): t for t in feed.txns for rows in t.rows.values() for d in rows}
     marks: dict[tuple, list] = {}
     for m in feed.markers:
         if m["rank"] is not None:
-            marks.setdefault((m["topic"], m["partition"]), []).append(m["rank"])
+            marks.setdefault((m["topic"], m["partition"]), []).append(m)
     out = []
+    get = owner.get
     for key, rows in feed.data_by_tp.items():
-        rows = sorted(rows, key=_RANK)
-        ranks = sorted(marks.get(key, ()))
-        owners = [owner.get(id(d)) for d in rows] + [_NONE]
-        for k, d in enumerate(rows):
-            t, u = owners[k], owners[k + 1]
-            if t is None or t.prepared is None or u is t or u is None:
-                continue   # not its last data here, or data no transaction claims follows (a write
-                # racing the marker may have landed before it)
-            nxt = rows[k + 1] if u is not _NONE else None
-            j = bisect_right(ranks, d["rank"])
-            if j < len(ranks) and (nxt is None or ranks[j] < nxt["rank"]):
-                continue   # a marker the capture shows ends it
-            out.append({"topic": d["topic"], "partition": d["partition"], "replica": None,
-                        "producer_id": feed.pid, "is_control": True, "is_transactional": True,
-                        "control_type": None, "boundary": True, "rank": tuple(d["rank"]) + (2,),
-                        "coord_start_ms": int(t.start * 1000), "base_offset": None})
+        seq = rows + marks.get(key, [])
+        log_order(seq)
+        own = [_MARK if x["is_control"] else get(id(x)) for x in seq]   # each row's transaction
+        last, t, ended = 0, None, False   # the last data row, its transaction, a marker after it
+        for k, u in enumerate(own):
+            if u is _MARK:
+                ended = True
+                continue
+            # a boundary after `last` unless it is not its transaction's last data here, data no
+            # transaction claims follows (a write racing the marker may have landed before it),
+            # or a marker the capture shows ends it
+            if u is not t and not ended and t is not None and u is not None and t.prepared is not None:
+                out.append(_boundary(feed, seq[last], t))
+            last, t, ended = k, u, False
+        if t is not None and not ended and t.prepared is not None:
+            out.append(_boundary(feed, seq[last], t))
     return out
+
+
+_MARK = object()   # ends_unseen: a marker's place
+
+
+def _boundary(feed, d: dict, t) -> dict:
+    return {"topic": d["topic"], "partition": d["partition"], "replica": None, "producer_id": feed.pid,
+            "is_control": True, "is_transactional": True, "control_type": None, "boundary": True,
+            "rank": tuple(d["rank"]) + (2,), "coord_start_ms": int(t.start * 1000), "base_offset": None}

@@ -10,21 +10,22 @@ rules (txn_rules.py) and the `kaudit txn` view (`describe`) read only these. The
 markers' matching to the coordinator's transactions are the floor below (txn_parts.py); here the
 producer's facts are assembled on them and its transactions grouped.
 
-Order within a partition: on disk the offset; on the wire the order the broker appended in -
-a batch by its request, a marker by its answer (data sent before a marker was answered may
-have landed before it); rows carry it as `rank`.
+Order within a partition: the log's (txn_parts.log_order), which every rule reads through a
+part's `previous` and the parts' order - on disk the offset; on the wire the offset wherever the
+evidence gives it (a Produce's answer, a served marker), else the order the broker appended in,
+which rows carry as `rank` - a batch by its request, a marker by its answer (data sent before a
+marker was answered may have landed before it), placed after the highest offset known by then.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import itemgetter
 
 from kaudit.audit.txn.coordinator_state import CoordTxn, CoordView
 from kaudit.audit.thresholds import EPOCH_SLACK_MS, MARKER_CLUSTER_MS, MATCH_WINDOW_MS  # noqa: F401  (MATCH_WINDOW_MS: the model's names)
 from kaudit.audit.txn.txn_parts import (  # noqa: F401  (the parts, as the model's names)
-    ADMIN, COORDINATOR, Marker, Part, _rank, assemble_replica, match_markers, merge_replicas, split_lost_markers,
+    ADMIN, COORDINATOR, Marker, Part, assemble_replica, log_order, match_markers, merge_replicas, split_lost_markers,
 )
 
 
@@ -59,7 +60,7 @@ class ProducerTxns:
     """Everything known about one producer id's transactions."""
 
     producer_id: int
-    partitions: dict[str, list[Part]]            # tp -> parts in log order
+    partitions: dict[str, list[Part]]            # tp -> parts in the log's order (txn_parts.log_order)
     view: CoordView
     coverage: Coverage = field(default_factory=Coverage)
     version: str | None = None                   # "2" | "0/1" | "mixed" | None (see transaction_version)
@@ -104,8 +105,8 @@ class ProducerTxns:
 def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
              coordinator_known: bool | None = None, coverage: Coverage | None = None,
              cluster_tv: int | None = None, two_pc_inits=None) -> ProducerTxns:
-    """The facts of one producer from its batch rows (data and markers, any replica; `rank`
-    orders wire rows) and coordinator records (`__transaction_state` rows, or the wire's);
+    """The facts of one producer from its batch rows (data and markers, any replica; in the log's
+    order per partition: log_order) and coordinator records (`__transaction_state` rows, or the wire's);
     `two_pc_inits`: another feed's InitProducerIds (ProducerTxns.two_pc_inits)."""
     from kaudit.audit.txn import coordinator_state
 
@@ -123,8 +124,7 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
         by_rep.setdefault((b["topic"], b["partition"], b["replica"]), []).append(b)
     per_tp: dict[tuple, dict] = {}
     for (t, p, rep), bs in by_rep.items():
-        bs.sort(key=_rank_key(bs))
-        parts = assemble_replica(bs)
+        parts = assemble_replica(bs, log_order(bs))
         per_tp.setdefault((t, p), {})[rep] = split_lost_markers(parts, view, EPOCH_SLACK_MS) if split else parts
     partitions = {}
     for (t, p) in sorted(per_tp):
@@ -135,20 +135,6 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
     match_markers(pt.all_parts(), view, since_ms=coverage.since_ms)
     pt.version = transaction_version(pt, cluster_tv)
     return pt
-
-
-def _rank_key(bs: list[dict]):
-    """txn_parts._rank as a sort key: the rows' `rank` (the wire's rows all have one) or `base_offset`
-    (a log's have none) read directly where every row has the one it uses."""
-    ranks = [b.get("rank") for b in bs]
-    if None not in ranks:
-        return _RANK
-    if ranks.count(None) == len(ranks):
-        return _BASE_OFFSET
-    return _rank
-
-
-_RANK, _BASE_OFFSET = itemgetter("rank"), itemgetter("base_offset")
 
 
 def transaction_version(pt: ProducerTxns, cluster_tv: int | None = None) -> str | None:

@@ -3,13 +3,18 @@ on one partition, up to the COMMIT/ABORT marker that ends it, merged over the re
 it) and each marker's coordinator transaction (`match_markers`). The first floor of the one
 transaction model (txn_model.py builds the producer's facts and groups its transactions on it);
 both feeds' rows come in as dicts: on disk the log's batches, on the wire the requests' and
-answers' (txn_wire.py), ordered by `rank` where the offset does not order them.
+answers' (txn_wire.py).
+
+The invariant every reader relies on: a partition's parts are in the order of the log
+(`log_order`), and `Part.previous` is the part right before it in the log - by the offsets
+wherever the evidence gives them, by the capture's order only where it gives none.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from kaudit.audit.txn.coordinator_state import CoordTxn, CoordView
 from kaudit.audit.thresholds import MATCH_WINDOW_MS
@@ -51,9 +56,9 @@ class Part:
     marker: Marker | None = None
     replicas_without_marker: list = field(default_factory=list)
     coord: CoordTxn | None = None                           # matched coordinator transaction
-    previous: "Part | None" = None                          # the part before it on the partition
+    previous: "Part | None" = None                          # the part before it in the partition's log
     copies: dict = field(default_factory=dict)              # replica -> its own Part (its files)
-    key: object = None                                      # the rank of its first row
+    key: object = None                                      # its first row's place in the log (log_order)
     # wire: its transaction ended at the coordinator, its marker here not in the capture (the
     # start time of that coordinator transaction: txn_wire_feed._ends_unseen)
     ended_unseen: int | None = None
@@ -123,12 +128,13 @@ def _marker(b: dict) -> Marker:
                   b.get("client_id"), b.get("connection"), b.get("transaction_version"), bool(b.get("fetched")))
 
 
-def assemble_replica(batches: list[dict]) -> list[Part]:
-    """The parts of one producer on one replica of one partition, batches in log order."""
+def assemble_replica(batches: list[dict], keys: list | None = None) -> list[Part]:
+    """The parts of one producer on one replica of one partition, batches in log order (`keys`:
+    their places, log_order's; by default their base offsets: a log's rows)."""
     parts: list[Part] = []
     cur: Part | None = None
     plain = False   # the previous batch was a non-transactional write inside `cur`
-    for b in batches:
+    for i, b in enumerate(batches):
         was_plain, plain = plain, False
         if b["is_control"]:
             if b.get("boundary"):
@@ -140,13 +146,15 @@ def assemble_replica(batches: list[dict]) -> list[Part]:
             if b["control_type"] not in ("COMMIT", "ABORT"):
                 continue
             if cur is None:
-                cur = Part(b["topic"], b["partition"], b["producer_id"], [b["replica"]], key=_rank(b))
+                cur = Part(b["topic"], b["partition"], b["producer_id"], [b["replica"]],
+                           key=b["base_offset"] if keys is None else keys[i])
             cur.marker = _marker(b)
             parts.append(cur)
             cur = None
         elif b["is_transactional"]:
             if cur is None:
-                cur = Part(b["topic"], b["partition"], b["producer_id"], [b["replica"]], key=_rank(b))
+                cur = Part(b["topic"], b["partition"], b["producer_id"], [b["replica"]],
+                           key=b["base_offset"] if keys is None else keys[i])
             cur.data.append(b)
         elif cur is not None and cur.data:
             if was_plain:   # one stretch: its rows may come as runs cut anywhere (txn_rows.runs)
@@ -161,14 +169,70 @@ def assemble_replica(batches: list[dict]) -> list[Part]:
     return parts
 
 
-def _rank(b: dict):
-    r = b.get("rank")
-    return b["base_offset"] if r is None else r
+_BASE_OFFSET, _RANK = itemgetter("base_offset"), itemgetter("rank")
+
+
+def log_order(rows: list[dict]) -> list:
+    """Sorts one producer's rows of one replica of one partition into the log's order, in place,
+    and returns each row's place (comparable within the partition: a part's `key`).
+
+    A log's rows (no `rank`) by their offsets. A capture's rows carry `rank`, their place in
+    the capture (txn_wire_feed: a Produce at its request, a WriteTxnMarkers at its answer, a
+    served marker right after the data below it, else when it was fetched), which is the log's
+    order only for what was appended while the capture watched: consumers fetch in any order (a
+    seek back or a rebalance re-reads old transactions after newer ones, a lagging consumer or
+    a follower reads what another read long before), so a marker served late would land after
+    later data. So: a row whose offset the evidence gives (a Produce's answer's base offset, a
+    served marker's, a WriteTxnMarkers' when a served copy gave it) at that offset; a row with
+    none (a Produce unanswered in the capture, a WriteTxnMarkers no consumer fetched, a boundary
+    of txn_fetched.ends_unseen) right after the highest offset known before it in the capture -
+    the log held that offset by then, so what was appended at that moment lies after it - and
+    after the rows of known offsets up to it, in the capture's order among themselves. Where
+    the offsets are known and rise with the capture (the common case) the order is the capture's.
+    `rank` orders what no offset orders (several writes without answers, a marker without an
+    offset): it cannot be dropped."""
+    ranks = [b.get("rank") for b in rows]
+    if None not in ranks:
+        rows.sort(key=_RANK)
+    elif ranks.count(None) == len(ranks):
+        rows.sort(key=_BASE_OFFSET)
+        return [b["base_offset"] for b in rows]
+    else:
+        rows.sort(key=lambda b: b.get("rank") or ())
+    top = -1          # the highest offset known so far in the capture's order
+    for b in rows:
+        bo = b["base_offset"]
+        if bo is None:
+            continue
+        if bo <= top:
+            return _by_offsets(rows)
+        lo = b["last_offset"]
+        top = bo if lo is None or lo < bo else lo
+    return list(range(len(rows)))   # the known offsets rise with the capture: its order is the log's
+
+
+def _by_offsets(rows: list[dict]) -> list:
+    """log_order of rows in the capture's order whose known offsets do not rise with it."""
+    top, keys = -1, []
+    for i, b in enumerate(rows):
+        bo = b["base_offset"]
+        if bo is None:
+            keys.append((top, 1, i))
+            continue
+        keys.append((bo, 0, i))
+        lo = b["last_offset"]
+        top = max(top, bo if lo is None else lo)
+    at = sorted(range(len(rows)), key=keys.__getitem__)
+    rows[:] = [rows[i] for i in at]
+    return [keys[i] for i in at]
 
 
 def merge_replicas(per_replica: dict) -> list[Part]:
-    """One list of parts per partition: parts starting at the same place on several replicas are
-    one part; a replica missing a marker another replica holds is noted (a lagging replica)."""
+    """One list of parts per partition, in the log's order (their keys: log_order's places),
+    each one's `previous` the part before it in the log whose marker is its own (a borrowed one,
+    split_lost_markers, comes later in the log): parts starting at the same place on several
+    replicas are one part; a replica missing a marker another replica holds is noted (a lagging
+    replica)."""
     merged: dict = {}
     for rep in sorted(per_replica, key=str):
         for p in per_replica[rep]:
@@ -271,7 +335,7 @@ def _split(p: Part, i: int, t: CoordTxn) -> tuple[Part, Part]:
     head = Part(p.topic, p.partition, p.producer_id, list(p.replicas), p.data[:i], plain[0], p.marker,
                 coord=t, key=p.key, borrowed_marker=True)
     tail = Part(p.topic, p.partition, p.producer_id, list(p.replicas), p.data[i:], plain[1], p.marker,
-                key=_rank(p.data[i]))
+                key=off)   # disk only: a log's parts are keyed by their offsets (log_order)
     return head, tail
 
 

@@ -74,8 +74,7 @@ def _stray(j, part, later):
     if not stray_marker(part, later):
         return
     m = part.marker
-    before = previous_in_log(part)
-    prev = before.marker if before is not None else None
+    prev = part.previous.marker if part.previous is not None else None
     again = prev is not None and prev.result == m.result and prev.epoch == m.epoch and m.writer != ADMIN
     why = (f": the {m.result} at {_at(prev)} re-sent (a coordinator or leader failover makes the coordinator "
            "write a completed transaction's markers again): not an anomaly") if again else ""
@@ -366,7 +365,7 @@ def stray_marker(part: Part, later=()) -> bool:
     re-sent by the coordinator after a coordinator or leader failover (not flagged when it
     follows the transaction's own marker; a marker matched by its time and result to a
     transaction that began before the previous marker's is not that one's either).
-    `later`: the parts after it on the partition - when one holds data of the transaction the
+    `later`: the parts after it in the partition's log - when one holds data of the transaction the
     marker was matched to, the marker came before that data, so it is not that transaction's (the
     coordinator writes a marker after all the data): the transaction before's written again, or
     stray."""
@@ -374,8 +373,8 @@ def stray_marker(part: Part, later=()) -> bool:
         return False
     if part.coord is None:
         return True
-    prev = previous_in_log(part)
-    if any(q.coord is part.coord and q.data and _data_after(q, part.marker) for q in later):
+    prev = part.previous
+    if any(q.coord is part.coord and q.data for q in later):
         return not (prev is not None and prev.marker is not None and prev.marker.result == part.marker.result
                     and part.marker.writer != ADMIN)
     if prev is None or prev.coord is None or prev.marker is None:
@@ -389,30 +388,16 @@ def stray_marker(part: Part, later=()) -> bool:
     return (decided is not None and part.marker.result != decided) or part.marker.writer == ADMIN
 
 
-def previous_in_log(part: Part) -> Part | None:
-    """The part before `part` on its partition where the log's order shows it: by the markers'
-    offsets where both are known - a capture lists fetched markers in the order consumers fetched
-    them, which need not be the log's - else as the parts are listed."""
-    prev = part.previous
-    if prev is None or prev.marker is None or part.marker is None:
-        return prev
-    a, b = prev.marker.offset, part.marker.offset
-    return prev if a is None or b is None or a < b else None
-
-
-def _data_after(q: Part, m) -> bool:
-    """Whether part `q`'s data comes after marker `m` in the log (as listed where an offset is unknown)."""
-    return m.offset is None or q.start_offset is None or q.start_offset > m.offset
-
-
 @rule("coordinator-epoch-regression", "error", "both", "a marker from an older coordinator epoch than an earlier marker's",
       "A zombie coordinator wrote a marker after a newer one took over the transaction log "
       "partition. Check the coordinator failover around that time; compare the replicas.",
       clean=txn_clean.coordinator_epochs_rise, fold="transactions", check=_check_ce)
 def coordinator_epoch_regression(previous: int | None, current: int | None) -> bool:
     """Invariant: for one producer and partition, markers carry non-decreasing coordinator epochs
-    (the partition leader rejects older ones: ProducerStateManager / ProducerAppendInfo
-    .appendEndTxnMarker, TRANSACTION_COORDINATOR_FENCED; KIP-98).
+    in the log's order (the partition leader rejects older ones: ProducerStateManager /
+    ProducerAppendInfo.appendEndTxnMarker, TRANSACTION_COORDINATOR_FENCED; KIP-98). On the wire
+    the markers are ordered by their offsets where the capture gives them (consumers fetch in any
+    order: txn_parts.log_order), not by when they were read.
     Benign causes: none."""
     return previous is not None and current is not None and current < previous
 
@@ -447,6 +432,8 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
     transaction no coordinator transaction lists, or is ended by the producer's very next
     transaction while it was created more than LATE_SLACK_MS (on the wire: any time) before that
     transaction registered the partition (a heuristic on client timestamps on disk).
+    The marker before the data is the one before it in the log (txn_parts.log_order: on the wire
+    by the offsets where the capture gives them, whenever a consumer fetched it).
     Benign causes: the next transaction's first batches (a version-2 producer's data always
     precedes its registration: its leader registers it); client clocks within the slack."""
     prev = part.previous

@@ -101,20 +101,23 @@ def test_an_admin_abort_is_not_an_earlier_aborted_transactions_marker(tmp_path):
 
 def test_a_capture_lists_fetched_markers_out_of_the_logs_order():
     """A capture sees fetched markers in the order consumers fetched them: a COMMIT at offset
-    320 fetched before an ABORT at offset 65 is not that ABORT's previous marker - no 'after the
-    COMMIT at offset 320' story, no re-send, no stray - while in log order the rule still judges."""
+    320 fetched before an ABORT at offset 65 is not that ABORT's previous marker - the parts are
+    in the log's order (txn_parts.log_order), the ABORT first: no 'after the COMMIT at offset 320'
+    story, no re-send, no stray - while the COMMIT's previous part is the ABORT's."""
     from kaudit.audit.txn.coordinator_state import CoordTxn
-    from kaudit.audit.txn.txn_parts import Marker, Part
-    from kaudit.audit.txn.txn_rules import previous_in_log, stray_marker
+    from kaudit.audit.txn.txn_parts import assemble_replica, log_order, merge_replicas
+    from kaudit.audit.txn.txn_rules import stray_marker
 
-    def part(offset, result, coord):
-        return Part("payments", 1, 4002, marker=Marker(offset, result, 1, 0, 1000, "c.pcap", offset, fetched=True),
-                    coord=coord)
+    def row(offset, result, fetched_at):
+        return {"topic": "payments", "partition": 1, "producer_id": 4002, "replica": None, "is_control": True,
+                "is_transactional": True, "control_type": result, "base_offset": offset, "last_offset": offset,
+                "producer_epoch": 1, "coordinator_epoch": 0, "base_timestamp_ms": 1000, "max_timestamp_ms": 1000,
+                "source": "c.pcap", "position": offset, "rank": (fetched_at, offset), "fetched": True}
+    rows = [row(320, "COMMIT", 1.0), row(65, "ABORT", 2.0)]   # the COMMIT fetched first
+    keys = log_order(rows)
+    early, later = merge_replicas({None: assemble_replica(rows, keys)})
+    assert (early.marker.offset, later.marker.offset) == (65, 320)
+    assert early.previous is None and later.previous is early
     a = CoordTxn("tx", 4002, 1, 0, 60_000, {"payments-1"}, result="COMMIT")
-    later = part(320, "COMMIT", a)
-    early = part(65, "ABORT", a)
-    early.previous = later            # listed after it: fetched later
-    assert previous_in_log(early) is None
-    assert not stray_marker(early)
-    later.previous, early.previous = early, None   # in the log's order the ABORT then the COMMIT
-    assert previous_in_log(later) is early
+    early.coord = later.coord = a
+    assert not stray_marker(early, [later])

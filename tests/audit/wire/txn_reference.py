@@ -5,14 +5,12 @@ holds the fast versions to - the same findings, story and `kaudit txn` rows on a
 # ruff: noqa
 from __future__ import annotations
 
-from bisect import bisect_right
-
 import pyarrow as pa
 
 from kaudit.audit.txn import txn_fetched
 from kaudit.audit.txn.txn_fetched import (_bare_txn, _date, _later_owner, _markers_on, _txn_of, _written,
                                           decides)
-from kaudit.audit.txn.txn_parts import MATCH_WINDOW_MS, _ended_early, _ended_with, _Nearest
+from kaudit.audit.txn.txn_parts import MATCH_WINDOW_MS, _ended_early, _ended_with, _Nearest, log_order
 from kaudit.audit.txn.txn_wire import ADMIN_APIS, FRAME_COLUMNS, row_ts
 from kaudit.audit.txn.txn_wire_feed import FENCED, _host
 from kaudit.audit.txn.txn_wire_rows import drop_fetched_repeats, rows_of
@@ -126,29 +124,24 @@ def _already_ended(feed, r: dict, mine: list[dict], last: dict) -> bool:
 
 def ends_unseen(feed) -> list[dict]:
     """Where a transaction the coordinator ended stops on a partition whose marker the capture
-    does not show: a boundary row right after its last data there (txn_parts: it closes the
-    part, without a marker, as that transaction's). A transaction begins at the coordinator only
-    once the previous one completed - its markers written to every registered partition
-    (TransactionCoordinator: CONCURRENT_TRANSACTIONS until then) - so the data of two
-    transactions on one partition is two parts, whether or not the capture shows the marker
-    between; lumped, the later one's open part would start at the earlier one's offsets."""
+    does not show: a boundary row right after its last data there, in the log's order
+    (txn_parts.log_order) - txn_fetched.ends_unseen without its single pass: for each data row,
+    the next one and the markers between, looked for anew."""
     owner = {id(d): t for t in feed.txns for rows in t.rows.values() for d in rows}
-    marks: dict[tuple, list] = {}
-    for m in feed.markers:
-        if m["rank"] is not None:
-            marks.setdefault((m["topic"], m["partition"]), []).append(m["rank"])
     out = []
     for key, rows in feed.data_by_tp.items():
-        rows = sorted(rows, key=lambda d: d["rank"])
-        ranks = sorted(marks.get(key, ()))
-        for k, d in enumerate(rows):
+        seq = list(rows) + [m for m in feed.markers if (m["topic"], m["partition"]) == key and m["rank"] is not None]
+        log_order(seq)
+        data = [i for i, x in enumerate(seq) if not x["is_control"]]
+        for n, i in enumerate(data):
+            d = seq[i]
             t = owner.get(id(d))
-            nxt = rows[k + 1] if k + 1 < len(rows) else None
+            j = data[n + 1] if n + 1 < len(data) else len(seq)
+            nxt = seq[j] if j < len(seq) else None
             if t is None or t.prepared is None or (nxt is not None and owner.get(id(nxt)) in (t, None)):
                 continue   # not its last data here, or data no transaction claims follows (a write
                 # racing the marker may have landed before it)
-            j = bisect_right(ranks, d["rank"])
-            if j < len(ranks) and (nxt is None or ranks[j] < nxt["rank"]):
+            if any(seq[k]["is_control"] for k in range(i + 1, j)):
                 continue   # a marker the capture shows ends it
             out.append({"topic": d["topic"], "partition": d["partition"], "replica": None,
                         "producer_id": feed.pid, "is_control": True, "is_transactional": True,

@@ -1,0 +1,123 @@
+"""A partition's transaction parts in the log's order, whatever order the capture shows them in
+(txn_parts.log_order): consumers fetch markers in any order - one that seeks back re-reads old
+transactions after newer ones, a lagging consumer (or a follower) reads what another read long
+before - and a Produce whose answer the capture lacks has no offset. Each part's `previous` is
+the part before it in the log, so the rules that read it (coordinator-epoch-regression,
+late-transactional-write, stray-marker, mixed-epoch-transaction, write-after-epoch-end) judge
+the log, not the capture. Crafted captures: out-of-order fetches give no false finding, and a
+real anomaly fetched out of order is still found, with the right story."""
+
+from __future__ import annotations
+
+from tests.audit.wire.test_wire_txn_fetched_markers import CONSUMER, OTHER, PID, data, fetch, marker
+from tests.audit.wire.wirecraft import add_partitions, audit, batch, by_rule, details, end_txn, init_producer_id, send
+from tests.sources.pcap.craft import Conn
+
+TXN = ("coordinator-epoch-regression", "late-transactional-write", "stray-marker", "mixed-epoch-transaction",
+       "write-after-epoch-end", "torn-transaction", "hanging-transaction", "dangling-transaction",
+       "coordinator-abort", "unregistered-partition")
+
+
+def _rules(fs):
+    return sorted(f["rule"] for f in fs if f["rule"] in TXN)
+
+
+def _two_txns():
+    """The producer's coordinator traffic only (its Produce went to a leader outside the capture):
+    an aborted transaction on partition 2 (its ABORT at offset 13), then a committed one (its
+    COMMIT at offset 17)."""
+    return (init_producer_id(1, PID, 0) + add_partitions(2, PID, 0, partition=2) + end_txn(3, PID, 0, committed=False)
+            + add_partitions(4, PID, 0, partition=2) + end_txn(5, PID, 0))
+
+
+def _fetches(first: int, second: int, *, ce=(5, 6), split=True):
+    """Consumers fetching the two transactions (data and marker): `first` (13 or 17) then `second`;
+    `split`: two consumers at different positions, else one that seeks back to re-read."""
+    served = {13: fetch(1, data(10, 0) + marker(13, "ABORT", 0, ce[0]), fetch_offset=10),
+              17: fetch(2, data(14, 3) + marker(17, "COMMIT", 0, ce[1]), fetch_offset=14)}
+    if split:
+        return [Conn(served[first], **CONSUMER), Conn(served[second], **OTHER)]
+    return [Conn(served[first] + served[second], **CONSUMER)]
+
+
+def test_markers_fetched_out_of_log_order_are_no_coordinator_epoch_regression(tmp_path):
+    """The coordinator moved (coordinator epoch 5, then 6) between the two transactions; a consumer
+    at the head reads the COMMIT at 17, then one behind it (or the same one after a seek back to
+    offset 0) reads the ABORT at 13: in the log the coordinator epochs rise - no finding."""
+    for k, split in enumerate((True, False)):
+        fs = audit(tmp_path, [Conn(_two_txns())] + _fetches(17, 13, split=split), name=f"c{k}.pcap")
+        assert _rules(fs) == [], fs
+
+
+def test_a_real_coordinator_epoch_regression_fetched_out_of_order_is_found(tmp_path):
+    """The COMMIT at 17 carries coordinator epoch 5, below the ABORT's 6 at 13 before it (a zombie
+    coordinator's marker): found on the COMMIT at offset 17 whichever marker the consumers read
+    first."""
+    for k, order in enumerate(((13, 17), (17, 13))):
+        fs = audit(tmp_path, [Conn(_two_txns())] + _fetches(*order, ce=(6, 5)), name=f"c{k}.pcap")
+        (f,) = by_rule(fs, "coordinator-epoch-regression")
+        assert "COMMIT marker at offset 17 has coordinator epoch 5, below the earlier 6" in f["message"], order
+        assert details(f)["previous_coordinator_epoch"] == 6 and _rules(fs) == ["coordinator-epoch-regression"]
+
+
+def _fenced_then_late(consumer_first: bool):
+    """A producer's first Produce (epoch 0, offsets 10-12) is unanswered in the capture (no offset);
+    a new instance fences it (the coordinator's ABORT at epoch 1, offset 13); the old instance's
+    next batch (epoch 0, seq 3) is stored after that marker, at offset 14 - a late write. A
+    consumer fetches the ABORT before (`consumer_first`) or after that late write."""
+    old = (init_producer_id(1, PID, 0) + add_partitions(2, PID, 0, partition=2)
+           + send(3, batch(PID, 0, 0, 3, transactional=True), partition=2, error=None, txn_id="tx-wire"))
+    new = init_producer_id(1, PID, 1, client_id="wire-producer-2")
+    zombie = send(1, batch(PID, 0, 3, 3, transactional=True), partition=2, offset=14, txn_id="tx-wire")
+    consumer = Conn(fetch(1, data(10, 0) + marker(13, "ABORT", 1), fetch_offset=10), **CONSUMER)
+    conns = [Conn(old), Conn(new, client=("10.0.0.1", 40002)), Conn(zombie, client=("10.0.0.1", 40003))]
+    return conns[:2] + [consumer] + conns[2:] if consumer_first else conns + [consumer]
+
+
+def test_a_late_write_is_found_whenever_its_previous_marker_is_fetched(tmp_path):
+    """The late write at offset 14 comes after the fencing's ABORT at 13 in the log whether the
+    consumer read that marker before the write or after it: late-transactional-write (epoch 0
+    below the marker's 1, opening a transaction no coordinator knows) with the ABORT at offset
+    13 as its previous marker - not a transaction the ABORT took in."""
+    for k, first in enumerate((True, False)):
+        fs = audit(tmp_path, _fenced_then_late(first), name=f"c{k}.pcap")
+        (f,) = by_rule(fs, "late-transactional-write")
+        assert "data at offsets 14-16 reached the partition after its previous ABORT marker at offset 13" in f["message"]
+        assert "its epoch 0 is older than the marker's 1" in f["message"], first
+        assert details(f)["previous_marker_offset"] == 13
+        (h,) = by_rule(fs, "hanging-transaction")   # no coordinator will end it
+        assert h["first_offset"] == 14
+        # not data the fencing's ABORT discarded: it lies after that marker
+        assert not any("discarded" in f["message"] for f in by_rule(fs, "write-after-epoch-end"))
+
+
+def _v2_read_mid_transaction(re_read: bool):
+    """A version-2 producer (EndTxn v5 bumps the epoch): its first transaction's Produce (epoch 0,
+    offsets 10-12) unanswered in the capture, committed (COMMIT at offset 13, epoch 1); its second
+    transaction's data at offsets 14-16 (epoch 1), committed (the coordinator's WriteTxnMarkers in
+    the capture: its COMMIT at 17, epoch 2). A consumer reads the COMMIT at 13 while the second
+    transaction is open, and the one at 17 after it - or (`re_read`) reads the second transaction
+    first and the first one after a seek back."""
+    from tests.audit.wire.test_wire_txn_crafted import BROKER, write_markers
+    from tests.audit.wire.wirecraft_txn import end_txn_v5
+
+    first = (init_producer_id(1, PID, 0) + send(2, batch(PID, 0, 0, 3, transactional=True), partition=2, error=None,
+                                                txn_id="tx-wire") + end_txn_v5(3, PID, 0))
+    second = send(4, batch(PID, 1, 0, 3, transactional=True), partition=2, offset=14, txn_id="tx-wire")
+    end = [Conn(end_txn_v5(5, PID, 1), client=("10.0.0.1", 40002)),
+           Conn(write_markers(1, PID, 2, committed=True), **BROKER)]
+    m13 = fetch(1, data(10, 0) + marker(13, "COMMIT", 1), fetch_offset=10)
+    m17 = fetch(2, data(14, 0, epoch=1) + marker(17, "COMMIT", 2), fetch_offset=14)
+    if re_read:
+        return [Conn(first + second)] + end + [Conn(m17 + m13, **CONSUMER)]
+    return [Conn(first + second), Conn(m13, **CONSUMER)] + end + [Conn(m17, **OTHER)]
+
+
+def test_a_marker_read_while_the_next_transaction_is_written_ends_its_own(tmp_path):
+    """The COMMIT at 13 ends the first transaction's data, wherever the capture shows it (the
+    transaction boundaries txn_fetched.ends_unseen draws read the log's order too): no hanging
+    first transaction "with no marker on orders-2", no torn one, no mixed-epoch or stray finding -
+    both committed, nothing to report."""
+    for k, re_read in enumerate((False, True)):
+        fs = audit(tmp_path, _v2_read_mid_transaction(re_read), name=f"c{k}.pcap")
+        assert _rules(fs) == [], [(f["rule"], f["message"]) for f in fs]
