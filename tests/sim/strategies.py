@@ -14,7 +14,7 @@ TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "ad
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
                "uncommitted_read", "eos", "eos_double")
 # log: what the brokers themselves do to a partition's log (compacted: the log cleaner, fault-free)
-LOG_KINDS = ("compacted", "compacted_coordinator")
+LOG_KINDS = ("compacted", "compacted_coordinator", "compacted_compressed", "clean_interrupted")
 ELECT_KINDS = ("clean", "tail", "stale", "flap", "unclean")
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
     + tuple(f"log:{f}" for f in LOG_KINDS) + tuple(f"group:{f}" for f in GROUP_KINDS) \
@@ -37,11 +37,22 @@ def compact_episode(fault: str = "compacted"):
         "txn": st.sampled_from([None, True, True, False]), "mid": st.booleans(),
         "clean": st.lists(st.sampled_from([1, 2, 3]), unique=True, max_size=3),
         "wait": st.sampled_from([10, 5_000, 70_000]), "expire": st.sampled_from([False] * 5 + [True])})
+    codecs = {"compacted_compressed": st.sampled_from(["gzip", "snappy", "lz4", "zstd"]),
+              "clean_interrupted": st.sampled_from(["none", "none", "gzip", "lz4", "zstd", "snappy"])}
+    # clean_interrupted: one partition's cleaner on one node stopped mid-round (clean_crash.py)
+    cut = st.fixed_dictionaries({
+        "node": st.sampled_from([1, 2, 3]), "part": st.integers(0, 1), "at": st.integers(0, 2),
+        "stage": st.sampled_from(["cleaned", "swap", "swap_deleting", "deleting"]), "deleted": st.integers(0, 3),
+        "lingering": st.booleans(), "partial": st.booleans(), "crash": st.booleans(), "behind": st.integers(1, 9)})
     return st.fixed_dictionaries({
+        "codec": codecs.get(fault, st.just("none")),
+        "interrupt": cut if fault == "clean_interrupted" else st.none(),
         "kind": st.just("compact"), "fault": st.just(fault), "tv": st.sampled_from([1, 2]),
         # compacted_coordinator: __transaction_state compacted too
         "coord_compact": st.just(fault == "compacted_coordinator"),
-        "parts": st.integers(1, 2), "keys": st.integers(2, 6), "rounds": st.lists(rnd, min_size=3, max_size=9)})
+        "parts": st.integers(1, 2), "keys": st.integers(2, 6),
+        # an interrupted round needs closed dirty segments: more rounds
+        "rounds": st.lists(rnd, min_size=6 if fault == "clean_interrupted" else 3, max_size=9)})
 
 
 def episode_of(kind: str):
@@ -113,7 +124,7 @@ MIX_GROUP = tuple(f for f in GROUP_KINDS if f != "uncommitted_read")
 
 # faults that move a partition's log start (retention) or its leader, and compaction (it may
 # remove another fault's evidence, as Kafka's cleaner would): kept on their own topic in a mix
-_OWN_TOPIC = ("seq_wrap", "unknown_pid", "compacted", "compacted_coordinator") + ELECT_KINDS
+_OWN_TOPIC = ("seq_wrap", "unknown_pid") + LOG_KINDS + ELECT_KINDS
 
 
 def mix(passing, with_kind: str | None = None):
