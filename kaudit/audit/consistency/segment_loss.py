@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from kaudit.audit.folds import Fold, KeyedState, constant, np_col
 from kaudit.audit.consistency.log_chunks import log_batches
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.audit.segment_files import is_log, log_sources, stem as segment_stem
 
 KEY = ("replica", "topic", "partition")
 ORDER = ("source", "position")
@@ -119,7 +120,7 @@ class LossGroup:
         self._on_disk: dict | None = None
 
     def _seg(self, src: str) -> _Segment:
-        stem = os.path.splitext(src)[0]
+        stem = segment_stem(src)
         s = self.segments.get(stem)
         if s is None:
             s = self.segments[stem] = _Segment(stem, _stem_base(stem))
@@ -142,7 +143,7 @@ class LossGroup:
                 self._batches(s, src, part)
             elif kind == "index_entry":
                 self._index(s, src, part)
-            elif src.endswith(".log"):
+            elif is_log(src):
                 s.log = src
                 for r in part.to_pylist():
                     if r["issue"] in CUT_ISSUES:
@@ -375,7 +376,7 @@ def _by_source(t: pa.Table):
 
 
 def _log_issues(t: pa.Table):
-    return pc.and_(pc.is_null(t.column("connection")), pc.ends_with(t.column("source"), ".log"))
+    return pc.and_(pc.is_null(t.column("connection")), log_sources(t.column("source")))
 
 
 def _make(ctx, unread: tuple = ()) -> KeyedState:
