@@ -81,13 +81,13 @@ def recovered(targets: list[Target], renamed) -> list[Target]:
         name = names[t.path]
         off = _offset(name)
         if name.endswith(DELETED):
-            out.append(_skip(t, "a .deleted file: Kafka deletes it at start-up (LogLoader), not read"))
+            out.append(_skip(t, ".deleted file: Kafka deletes it at start-up (LogLoader), not read"))
         elif name.endswith(CLEANED):
-            out.append(_skip(t, "an interrupted cleaning's .cleaned file: Kafka deletes it at start-up (LogLoader) "
+            out.append(_skip(t, ".cleaned file (an interrupted cleaning's): Kafka deletes it at start-up (LogLoader) "
                                 "and keeps the segments it was to replace - those are read"))
         elif name.endswith(SWAP) and t not in valid:
-            out.append(_skip(t, f"an incomplete swap (at or past the .cleaned file of offset {min_cleaned}): Kafka "
-                                "deletes it at start-up (LogLoader), not read"))
+            out.append(_skip(t, f".swap file of an incomplete swap (at or past the .cleaned file of offset {min_cleaned}): "
+                                "Kafka deletes it at start-up (LogLoader), not read"))
         elif name.endswith(SWAP):
             out.append(renamed(t))
         elif lo is not None and off is not None and lo <= off < hi:
