@@ -32,6 +32,7 @@ def compact(sim: Sim, i: int, ep: dict) -> None:
     parts = [sim.partition(topic, p) for p in range(ep["parts"])]
     cut = ep.get("interrupt")
     for p in parts:
+        p.cleaned = True            # a consumer is served the leader's cleaned segments
         for pb in p.pbs.values():
             # an interrupted round needs closed dirty segments: smaller ones
             pb.segment_bytes = SEGMENT_BYTES // 2 if cut else SEGMENT_BYTES

@@ -28,8 +28,11 @@ MAX_ROUNDS = 40
 
 
 def inputs(sim: Sim, ep: dict) -> list:
-    """The partitions of one topic an earlier producer episode wrote (ep['input'] picks it)."""
-    topics = sorted({p.topic for p in sim.parts.values() if p.topic[:1] in ("e", "s")})
+    """The partitions of one topic an earlier producer episode wrote (ep['input'] picks it);
+    `compacted_input`: a compacted topic's (log:compacted_consumers) when the history has one."""
+    kinds = ("c",) if ep.get("compacted_input") and any(p.topic[:1] == "c" for p in sim.parts.values()) \
+        else ("e", "s")
+    topics = sorted({p.topic for p in sim.parts.values() if p.topic[:1] in kinds})
     if not topics:
         return []
     t = topics[ep.get("input", 0) % len(topics)]

@@ -14,7 +14,7 @@ TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "ad
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
                "uncommitted_read", "eos", "eos_double")
 # log: what the brokers themselves do to a partition's log (compacted: the log cleaner, fault-free)
-LOG_KINDS = ("compacted", "compacted_coordinator", "compacted_compressed", "clean_interrupted")
+LOG_KINDS = ("compacted", "compacted_coordinator", "compacted_compressed", "clean_interrupted", "compacted_consumers")
 ELECT_KINDS = ("clean", "tail", "stale", "flap", "unclean")
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
     + tuple(f"log:{f}" for f in LOG_KINDS) + tuple(f"group:{f}" for f in GROUP_KINDS) \
@@ -38,6 +38,7 @@ def compact_episode(fault: str = "compacted"):
         "clean": st.lists(st.sampled_from([1, 2, 3]), unique=True, max_size=3),
         "wait": st.sampled_from([10, 5_000, 70_000]), "expire": st.sampled_from([False] * 5 + [True])})
     codecs = {"compacted_compressed": st.sampled_from(["gzip", "snappy", "lz4", "zstd"]),
+              "compacted_consumers": st.sampled_from(["none", "none", "gzip", "zstd"]),
               "clean_interrupted": st.sampled_from(["none", "none", "gzip", "lz4", "zstd", "snappy"])}
     # clean_interrupted: one partition's cleaner on one node stopped mid-round (clean_crash.py)
     cut = st.fixed_dictionaries({
@@ -109,6 +110,8 @@ def history(kind: str):
     family, fault = kind.split(":")
     if family == "group":
         return group_history(fault)
+    if kind == "log:compacted_consumers":
+        return compacted_consumers_history()
     target = episode_of(kind)
     background = st.one_of(idem_episode("none"), txn_episode("none"))
     # retransmit_every: TCP segments sent twice in the capture (the wire must not count them twice)
@@ -156,15 +159,17 @@ def mix(passing, with_kind: str | None = None):
     group = st.none() | (st.sampled_from(consumers).flatmap(lambda k: group_episode(k.split(":")[1]))
                          if consumers else st.none())
 
-    def build(b, e, sh, rt, g):
+    def build(b, e, sh, rt, g, cin):
         h = share({"broker": b, "episodes": e, "retransmit_every": rt}, sh)
         if g is not None:
             h["episodes"].append(g)
+            if cin and any(ep["kind"] == "compact" for ep in e):
+                g["compacted_input"] = True      # it reads a compacted topic (compacted_fetch.py)
             if g["protocol"] == "848":
                 h["broker"] = "4.1"
         return h
     return st.builds(build, st.sampled_from(["3.0", "4.1"]), eps, st.booleans(), st.sampled_from([0, 3]),
-                     group).map(_fix)
+                     group, st.booleans()).map(_fix)
 
 
 # ---- consumers (issue 31) ----------------------------------------------------------------------
@@ -207,6 +212,25 @@ def group_history(fault: str):
         return _fix(h)
     return st.builds(build, st.sampled_from(["3.0", "4.1"]), producers, group_episode(fault),
                      st.sampled_from([0, 0, 5]), st.booleans())
+
+
+# the group faults a compacted topic's consumers are drawn with (reset_range has a topic of its own)
+COMPACTED_GROUP = ("none", "die", "fenced", "reset", "start_beyond", "commit_beyond", "uncommitted_read", "eos",
+                   "eos_double")
+
+
+def compacted_consumers_history():
+    """log:compacted_consumers: a compacted topic (its codec none or drawn), then a consumer group
+    or an exactly-once application reading it as the leader's cleaner left it (compacted_fetch.py)."""
+    def build(b, c, g, rt):
+        g["compacted_input"] = True
+        if g["fault"] == "uncommitted_read":
+            g["isolation"] = "read_uncommitted"
+        h = {"broker": "4.1" if g["protocol"] == "848" else b, "episodes": [c, g], "retransmit_every": rt}
+        return _fix(h)
+    c = compact_episode("compacted_consumers").map(lambda e: dict(e, codec=e["codec"]))
+    return st.builds(build, st.sampled_from(["3.0", "4.1"]), c,
+                     st.sampled_from(COMPACTED_GROUP).flatmap(group_episode), st.sampled_from([0, 0, 5]))
 
 
 def wide(passing, size: int | None = None):
