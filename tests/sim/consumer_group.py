@@ -260,6 +260,8 @@ class Member:
                                        part.partition, off, error=error))
         if not error:
             g.committed[tp] = off
+            if g.offsets_log is not None:
+                g.offsets_log.commit(tp, off)
 
     def commit_all(self) -> None:
         for tp in sorted(self.owned):
@@ -292,6 +294,7 @@ class Group:
         self.redelivered: dict = {}     # (tp, previous owner k, next owner k) -> offsets served again
         self.aborted_reads: dict = {}   # (member k, tp, pid, marker) -> [first, last]
         self.markers_served: set = set()   # (tp, offset) of the markers some Fetch returned
+        self.offsets_log = None            # its coordinator's __consumer_offsets log (offsets_log.py)
 
     def member(self, k: int, isolation: str, **kw) -> Member:
         m = Member(self, k, isolation, **kw)

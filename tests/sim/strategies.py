@@ -12,7 +12,7 @@ TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "ad
              "coord_failover",
              "timeout", "late_endtxn", "two_pc", "exhaust", "stuck_markers")
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
-               "uncommitted_read", "eos", "eos_double")
+               "uncommitted_read", "eos", "eos_double", "offsets_compacted")
 # log: what the brokers themselves do to a partition's log (compacted: the log cleaner, fault-free)
 LOG_KINDS = ("compacted", "compacted_coordinator", "compacted_compressed", "clean_interrupted", "compacted_consumers")
 ELECT_KINDS = ("clean", "tail", "stale", "flap", "unclean")
@@ -185,7 +185,14 @@ def group_episode(kind: str):
         "commit": st.sampled_from(["after", "before"]), "fault": st.just(fault), "at": st.integers(0, 3),
         "victim": st.integers(0, 2), "change": st.sampled_from(["none", "leave", "join"]),
         "fetch": st.integers(1, 2), "input": st.integers(0, 3), "session": session, "live": st.integers(0, 3),
-        "rejoin": st.booleans()})
+        "rejoin": st.booleans(),
+        # offsets_compacted: the coordinator's __consumer_offsets log, its tombstones and cleaner (offsets_log.py)
+        "offsets": st.fixed_dictionaries({
+            "then": st.sampled_from(["delete", "expire", "none"]),
+            "clean": st.lists(st.sampled_from([1, 2, 3]), unique=True, max_size=3),
+            "wait": st.sampled_from([10, 70_000]),
+            "again": st.lists(st.sampled_from([1, 2, 3]), unique=True, max_size=3)})
+        if kind == "offsets_compacted" else st.none()})
 
 
 def _aborting(ep: dict) -> dict:
