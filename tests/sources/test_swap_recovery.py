@@ -138,3 +138,32 @@ def test_inputs_are_never_modified(tmp_path):
     _rows(d, "batch")
     audit(d.parent, rules=())
     assert state() == before
+
+
+def _short_swap(tmp_path: Path, *, swap: bool) -> Path:
+    """Segment 6 cleaned down to its first two batches (offsets 6-7; the cleaner removed 8-11):
+    as a `.swap` beside the old segment renamed `.deleted` (`swap`), or as a plain segment."""
+    d = _partition(tmp_path)
+    old = d / (SEG.format(6) + ".log")
+    data = old.read_bytes()
+    first_two = 0
+    for _ in range(2):
+        first_two += 12 + int.from_bytes(data[first_two + 8:first_two + 12], "big")
+    if swap:
+        (d / (SEG.format(6) + ".log.swap")).write_bytes(data[:first_two])
+        _as(d, 6, ".deleted", keep=False)
+    else:
+        old.write_bytes(data[:first_two])
+        for ext in ("index", "timeindex"):
+            (d / f"{SEG.format(6)}.{ext}").write_bytes(b"")
+    return d
+
+
+def test_a_swap_segment_ending_short_is_the_cleaners_a_plain_one_a_loss(tmp_path):
+    """A segment read from a `.swap` file is the cleaner's output: offsets missing at its end
+    (8-11, before segment 12) are compaction. The same bytes as a plain segment of a log that
+    shows no compaction anywhere: offsets lost (missing-offsets)."""
+    rules = ("missing-offsets", "replica-divergence")
+    assert audit(_short_swap(tmp_path / "a", swap=True).parent, rules=rules) == []
+    [f] = audit(_short_swap(tmp_path / "b", swap=False).parent, rules=rules)
+    assert (f["rule"], f["first_offset"], f["last_offset"]) == ("missing-offsets", 8, 11)

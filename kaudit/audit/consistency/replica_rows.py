@@ -106,7 +106,8 @@ class Replica:
     def _rewritten_end(self, t: pa.Table) -> int:
         """Past the last segment the cleaner visibly rewrote: offsets missing between a segment's
         batches or before its first one, or a v2 batch holding fewer records than its offsets
-        (a batch the cleaner rebuilt or kept empty); where one such sign shows, a segment ending
+        (a batch the cleaner rebuilt or kept empty), a segment read from a `.swap` file (the
+        cleaner's output, renamed into place at start-up); where one such sign shows, a segment ending
         short of the next segment's base too. The cleaner rewrites a log from its start
         up (Cleaner.doClean), so every segment below such a one was rewritten too - and it
         writes the cleaner-offset-checkpoint only once a whole round is swapped in
@@ -115,11 +116,14 @@ class Replica:
         src = pc.dictionary_encode(t.column("source")).combine_chunks()
         bases = np.array([-1 if segment_base(s) is None else segment_base(s) for s in src.dictionary.to_pylist()]
                          + [-1], np.int64)
-        seg = bases[src.indices.fill_null(len(bases) - 1).to_numpy(zero_copy_only=False)]
+        idx = src.indices.fill_null(len(bases) - 1).to_numpy(zero_copy_only=False)
+        seg = bases[idx]
+        # a segment read from an interrupted cleaning's .swap file (sources.swap_recovery)
+        swapped = np.array([str(s).endswith(".swap") for s in src.dictionary.to_pylist()] + [False], bool)[idx]
         base, last = self.base, self.last
         count = np_col(t, "record_count", -1, np.int64)
         magic = np_col(t, "magic", -1, np.int64)
-        signs = (magic == 2) & (count >= 0) & (count < last - base + 1) & self.ok
+        signs = ((magic == 2) & (count >= 0) & (count < last - base + 1) & self.ok) | swapped
         first = np.ones(base.size, bool)
         first[1:] = seg[1:] != seg[:-1]
         signs |= first & (seg >= 0) & (base > seg)

@@ -70,8 +70,9 @@ def missing_offsets(last: int, next_base: int, compacted: bool, index_past: bool
     end was lost after the roll); a segment whose last offset + 1 is below the next segment's base
     offset, when its indexes name offsets past its end, or when the partition shows no sign of
     compaction (no offsets missing between the batches of any segment, no batch with the delete
-    horizon flag that only the cleaner sets, every segment's first batch at its base offset, not
-    __consumer_offsets / __transaction_state).
+    horizon flag that only the cleaner sets, every segment's first batch at its base offset, no
+    segment read from an interrupted cleaning's `.swap` file, not __consumer_offsets /
+    __transaction_state).
     Benign causes: compaction (as above: a gap at a segment's end in a compacted partition with no
     index naming it is not reported). A log dir copied while Kafka deleted (retention) or replaced
     (compaction) a segment: its files are renamed `.deleted`, `.cleaned`, `.swap` one by one, so a
@@ -161,7 +162,8 @@ class LossGroup:
         ok = np_col(t, "crc_ok", True, bool)
         if not ok.all():
             s.corrupt = True   # a batch whose header is not trusted: crc-mismatch tells it
-        if np_col(t, "has_delete_horizon", False, bool).any():
+        if np_col(t, "has_delete_horizon", False, bool).any() or src.endswith(".swap"):
+            # (a .swap segment, read where Kafka's start-up renames it, is the cleaner's output)
             self.compacted = True
         base = np_col(t, "base_offset", -1, np.int64)[ok]
         last = np_col(t, "last_offset", -1, np.int64)[ok]
