@@ -28,7 +28,8 @@ from kaudit.audit.segment_files import is_log, log_sources, stem as segment_stem
 
 KEY = ("replica", "topic", "partition")
 ORDER = ("source", "position")
-BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "batch_size", "crc_ok", "has_delete_horizon")
+BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "batch_size", "crc_ok", "has_delete_horizon", "magic",
+                               "record_count")
 INDEX_COLUMNS = KEY + ORDER + ("index_type", "segment_base_offset", "offset", "file_position")
 ISSUE_COLUMNS = KEY + ORDER + ("issue", "length", "message")
 EPOCH_COLUMNS = KEY + ORDER + ("leader_epoch", "start_offset")
@@ -70,7 +71,8 @@ def missing_offsets(last: int, next_base: int, compacted: bool, index_past: bool
     end was lost after the roll); a segment whose last offset + 1 is below the next segment's base
     offset, when its indexes name offsets past its end, or when the partition shows no sign of
     compaction (no offsets missing between the batches of any segment, no batch with the delete
-    horizon flag that only the cleaner sets, every segment's first batch at its base offset, no
+    horizon flag that only the cleaner sets, no v2 batch holding fewer records than its offsets
+    (the cleaner keeps a rebuilt batch's last offset delta), every segment's first batch at its base offset, no
     segment read from an interrupted cleaning's `.swap` file, not __consumer_offsets /
     __transaction_state).
     Benign causes: compaction (as above: a gap at a segment's end in a compacted partition with no
@@ -169,6 +171,9 @@ class LossGroup:
         last = np_col(t, "last_offset", -1, np.int64)[ok]
         if not base.size:
             return
+        count = np_col(t, "record_count", -1, np.int64)[ok]
+        if ((np_col(t, "magic", -1, np.int64)[ok] == 2) & (count >= 0) & (count < last - base + 1)).any():
+            self.compacted = True   # a v2 batch with fewer records than offsets: rebuilt by the cleaner
         prev = np.concatenate(([s.prev_last if s.prev_last is not None else base[0] - 1], last[:-1]))
         if (base > prev + 1).any():
             s.inner_gap = self.compacted = True
