@@ -72,9 +72,9 @@ def missing_offsets(last: int, next_base: int, compacted: bool, index_past: bool
     offset, when its indexes name offsets past its end, or when the partition shows no sign of
     compaction (no offsets missing between the batches of any segment, no batch with the delete
     horizon flag that only the cleaner sets, no v2 batch holding fewer records than its offsets
-    (the cleaner keeps a rebuilt batch's last offset delta), every segment's first batch at its base offset, no
-    segment read from an interrupted cleaning's `.swap` file, not __consumer_offsets /
-    __transaction_state).
+    (the cleaner keeps a rebuilt batch's last offset delta), every segment's first batch at its
+    base offset, no segment read from an interrupted cleaning's `.swap` file, not
+    __consumer_offsets / __transaction_state).
     Benign causes: compaction (as above: a gap at a segment's end in a compacted partition with no
     index naming it is not reported). A log dir copied while Kafka deleted (retention) or replaced
     (compaction) a segment: its files are renamed `.deleted`, `.cleaned`, `.swap` one by one, so a

@@ -57,7 +57,7 @@ def acknowledged_write_lost(holders: dict, others: dict, absent: list, reached: 
     transaction whose outcome is unknown, warning for acks=1 (a leader change may lose it: the
     producer's documented risk).
     Benign causes: retention or compaction removed it (offsets below a replica's log start and
-    below its cleaner-offset-checkpoint are not judged); the log dirs given are not the cluster
+    below any replica's cleaner-offset-checkpoint are not judged); the log dirs given are not the cluster
     the capture saw, or not its current replicas; the topic deleted and created again."""
     if not holders:
         return bool(others or absent)
