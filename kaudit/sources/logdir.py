@@ -5,7 +5,10 @@ A replica is (log dir, topic, partition); its `replica` tag is the node id from 
 `meta.properties` when there is one, else the log dir's path - and the path too when another log
 dir of the same node holds the same partition (two snapshots of one broker, or the duplicate
 directories Kafka's LogManager refuses to start with): replicas are never merged. Entries Kafka itself would ignore
-(`*.deleted`, `*.cleaned`, `*.swap`, `-delete`/`-future`/`-stray` dirs) are reported as skipped.
+(`-delete`/`-future`/`-stray` dirs, `*.deleted`, `*.cleaned`, and `*.swap` files of an incomplete
+swap) are reported as skipped; a partition dir left by an interrupted cleaning is read as Kafka's
+start-up recovers it (sources.swap_recovery: a completed swap's `.swap` files read in place of the
+files they replace).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 from kaudit.protocol.errors import DecodeError
 from kaudit.protocol.file_kinds import LOG_FILES, LogFile
 from kaudit.protocol.logfiles import decode_partition_metadata
+from kaudit.sources.swap_recovery import recovered
 from kaudit.sources.targets import (  # noqa: F401  (Plan, Target, LogDir and the meta readers: this module's API too)
     LOG_DIR_FILES, MAX_DEPTH, PARTITION_DIR, REMOTE_EXTS, REMOTE_PARTITION_DIR, REMOTE_SEGMENT_FILE, SEGMENT_EXTS,
     SEGMENT_FILE, SKIP_DIR_SUFFIXES, SKIP_FILE_SUFFIXES, LogDir, Plan, Target, log_dir_clusters, read_cluster_id,
@@ -43,8 +47,9 @@ def _skip_reason(name: str, is_dir: bool) -> str | None:
     return None
 
 
-def classify_file(path: str, log_dir: LogDir | None, topic=None, partition=None) -> Target:
-    name = os.path.basename(path)
+def classify_file(path: str, log_dir: LogDir | None, topic=None, partition=None, name: str | None = None) -> Target:
+    """`name`: classify as that file (a swap file read as the file Kafka renames it to)."""
+    name = name or os.path.basename(path)
     try:
         size = os.path.getsize(path)
     except OSError:
@@ -77,14 +82,24 @@ def _partition_targets(pdir: str, log_dir: LogDir, out: list[Target]) -> None:
     topic, partition = m["topic"], int(m["partition"])
     names = sorted(os.listdir(pdir))
     topic_id = read_topic_id(pdir) if "partition.metadata" in names else None
+    mine = []
     for name in names:
         path = os.path.join(pdir, name)
         if os.path.isdir(path):
-            out.append(Target(path, "skipped", log_dir, topic, partition, reason="unexpected directory"))
+            mine.append(Target(path, "skipped", log_dir, topic, partition, reason="unexpected directory"))
         else:
             t = classify_file(path, log_dir, topic, partition)
             t.topic_id = topic_id
-            out.append(t)
+            mine.append(t)
+    if any(n.endswith(SKIP_FILE_SUFFIXES) for n in names):
+        mine = recovered(mine, _as_renamed)   # an interrupted cleaning: the dir as Kafka recovers it
+    out.extend(mine)
+
+
+def _as_renamed(t: Target) -> Target:
+    r = classify_file(t.path, t.log_dir, t.topic, t.partition, name=os.path.basename(t.path)[:-len(".swap")])
+    r.topic_id = t.topic_id
+    return r
 
 
 def _remote_partition_targets(pdir: str, m, cache: dict, out: list[Target]) -> None:

@@ -40,7 +40,9 @@ def cut_points(log_path: str, size: int, split_bytes: int, max_batch_bytes: int 
     apart, each the first byte of a whole-looking batch. [] when the file stays whole."""
     if size <= split_bytes:
         return []
-    positions = _index_positions(log_path[: -len(".log")] + ".index")
+    # a swap segment (sources.swap_recovery) has its own index renamed the same way
+    swap = ".swap" if log_path.endswith(".log.swap") else ""
+    positions = _index_positions(log_path[: -len(".log" + swap)] + ".index" + swap)
     if positions.size == 0:
         return []
     cuts = []

@@ -248,3 +248,33 @@ def test_acks1_tail_on_one_replica_without_a_later_epoch_is_not_called_lost(tmp_
     (not lost: they fetch 5-9 from broker 1)."""
     r = _audit(_capture(tmp_path, range(10), acks=1), _deposed_tail(tmp_path, new_epoch_entry=False))
     assert [f for f in r.findings if f["rule"] == "acknowledged-write-lost"] == []
+
+
+def _cleaned_elsewhere(checkpoint: int | None) -> list[int]:
+    """Writes acknowledged at 0-9; replica 1 lacks 5-7 (its cleaner-offset-checkpoint says
+    nothing: an interrupted cleaning round swapped its segment in before writing it); replica 2
+    holds 8-9 alone - its cleaner removed everything before, up to its checkpoint `checkpoint`."""
+    produce, rows = [], []
+    for i in range(10):
+        produce.append(dict(_row(i, 1, 7, i, 1000 + i, None, 0), position=i, connection="c", correlation_id=i,
+                            request_ts=float(i), response_ts=i + 0.5, acks=-1, is_transactional=False,
+                            transactional_id=None, response_error=0, response_base_offset=i, client_id="app",
+                            base_offset=0, last_offset=0, topic_id=None))
+        if not 5 <= i <= 7:
+            rows.append(_row(i, 1, 7, i, 1000 + i, "1", 0))
+        if i >= 8:
+            rows.append(_row(i, 1, 7, i, 1000 + i, "2", 0))
+    ranges = {("1", "orders", 0): [0, 9], ("2", "orders", 0): [8, 9]}
+    cleaned = {("2", "orders", 0): checkpoint} if checkpoint is not None else {}
+    fs = join(JoinInput(produce=produce, disk=rows, at_acked=rows, ranges=ranges, cleaned=cleaned))[0]
+    return sorted(o for f in fs if f["rule"] == "acknowledged-write-lost"
+                  for d in json.loads(f["details"])["lost"] for o in range(d["offsets"][0], d["offsets"][1] + 1))
+
+
+def test_a_write_another_replicas_cleaner_passed_is_not_judged():
+    """Replica 2's cleaner processed offsets 0-7 (checkpoint 8) and removed them: each broker's
+    cleaner decides from the same records, so replica 1 lacking 5-7 may be its own cleaner's
+    work - not judged, though replica 2's first batch left is past them. Without replica 2's
+    checkpoint nothing says a cleaner ran: lost."""
+    assert _cleaned_elsewhere(8) == []
+    assert _cleaned_elsewhere(None) == [5, 6, 7]

@@ -120,6 +120,7 @@ class Client:
         self.txn_parts: list[Partition] = []     # this instance's view of its open transaction
         self.client_ip = wire.CLIENT_HOST
         self.generation = 0                       # a new connection set after a reconnect
+        self.codec = "none"                       # compression.type (the batches' codec)
 
     # -- connections ------------------------------------------------------------------------
 
@@ -182,7 +183,7 @@ class Client:
             0, recs, producer_id=self.pid if self.idempotent else -1,
             producer_epoch=self.epoch if self.idempotent else -1,
             base_sequence=s if self.idempotent else -1, is_transactional=self.txn_id is not None,
-            base_timestamp=self.sim.clock if ts is None else ts)
+            base_timestamp=self.sim.clock if ts is None else ts, codec=self.codec)
         return data, s
 
     def register(self, part: Partition) -> None:

@@ -10,10 +10,18 @@ Fault-free: compaction removes superseded records, aborted transactions' data an
 delete horizon, markers - offset gaps, sequence gaps between a producer's kept batches, empty
 batches kept for a producer's sequence state, markers with no data before them, replicas whose
 files differ. None of it is an anomaly: the oracle expects nothing at warning or above on any
-feed (compaction is a benign cause every rule must allow)."""
+feed (compaction is a benign cause every rule must allow).
+
+`codec` (log:compacted_compressed): both producers compress their batches; the cleaner
+decompresses a batch to filter it and writes the rebuilt batch with the same codec
+(MemoryRecords.buildRetainedRecordsInto). `interrupt` (log:clean_interrupted): after the rounds,
+one partition's cleaner on one node is interrupted mid-round (clean_crash.py) - `.cleaned`,
+`.swap`, `.deleted` files left in its dir, the node's log dir read as it is then (`crash`: the
+broker died, its active segment not closed)."""
 
 from __future__ import annotations
 
+from tests.sim.clean_crash import interrupted_clean
 from tests.sim.cluster import Client, Sim
 from tests.sim.compaction import SEGMENT_BYTES, clean
 from tests.sim.episodes import values
@@ -22,12 +30,16 @@ from tests.sim.episodes import values
 def compact(sim: Sim, i: int, ep: dict) -> None:
     topic = ep.get("topic") or f"c{i}"
     parts = [sim.partition(topic, p) for p in range(ep["parts"])]
+    cut = ep.get("interrupt")
     for p in parts:
+        p.cleaned = True            # a consumer is served the leader's cleaned segments
         for pb in p.pbs.values():
-            pb.segment_bytes = SEGMENT_BYTES
+            # an interrupted round needs closed dirty segments: smaller ones
+            pb.segment_bytes = SEGMENT_BYTES // 2 if cut else SEGMENT_BYTES
     idem = Client(sim, f"cidem-{i}")
     idem.init()
     tx = Client(sim, f"ctxn-{i}", txn_id=f"ctx-{i}", tv=ep["tv"])
+    idem.codec = tx.codec = ep.get("codec") or "none"
     cleaned = list(parts)
     if ep.get("coord_compact"):
         # __transaction_state is compacted too (cleanup.policy=compact, Kafka's own): its
@@ -58,7 +70,11 @@ def compact(sim: Sim, i: int, ep: dict) -> None:
         sim.wait(rnd["wait"])
         if rnd.get("expire"):
             _expire(sim, parts, (idem.pid, tx.pid))
-        _clean(sim, cleaned, rnd["clean"])
+        # the interrupted node's cleaner is `behind` rounds late: its dirty range is not empty
+        late = cut is not None and r >= len(ep["rounds"]) - cut["behind"]
+        _clean(sim, cleaned, [n for n in rnd["clean"] if not (late and n == cut["node"])])
+    if cut:
+        _interrupt(sim, parts, cut)
 
 
 def _expire(sim: Sim, parts, pids) -> None:
@@ -75,8 +91,20 @@ def _expire(sim: Sim, parts, pids) -> None:
                 pb.producers.pop(pid, None)
 
 
+def _interrupt(sim: Sim, parts, cut: dict) -> None:
+    """One partition's cleaner on node `cut["node"]` stopped mid-round (one cleaner thread: one
+    partition at a time) - the first, from `cut["part"]` on, with something to clean."""
+    for k in range(len(parts)):
+        pb = parts[(cut["part"] + k) % len(parts)].pbs[cut["node"]]
+        if interrupted_clean(pb, sim.clock, cut) is not None:
+            if cut["crash"]:
+                pb.unclean_shutdown()
+            return
+
+
 def _clean(sim: Sim, parts, nodes) -> None:
     for n in nodes:
         for p in parts:
-            clean(p.pbs[n], sim.clock)
+            pb = p.pbs[n]
+            clean(pb, sim.clock, max_bytes=pb.segment_bytes)
 

@@ -115,21 +115,51 @@ def _records(body: bytes, count: int) -> list:
     return out
 
 
+CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+def decompress(codec: int, body: bytes) -> bytes:
+    """A v2 batch's records section as its codec wrote it (the encoders' formats: gzip, xerial
+    snappy, Kafka's LZ4 frame, a zstd frame without the content size)."""
+    if codec == 0:
+        return body
+    if codec == 1:
+        import gzip
+
+        return gzip.decompress(body)
+    if codec == 2:
+        import cramjam
+
+        out, pos = b"", 16                        # the xerial header, then [int32 length, block]
+        while pos + 4 <= len(body):
+            n = struct.unpack_from(">i", body, pos)[0]
+            out += bytes(cramjam.snappy.decompress_raw(body[pos + 4:pos + 4 + n]))
+            pos += 4 + n
+        return out
+    if codec == 3:
+        import lz4.frame
+
+        return lz4.frame.decompress(body)
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompressobj().decompress(body)
+
+
 def parse(data: bytes) -> list[Batch]:
-    """The v2 batches (uncompressed: the simulator writes no codec) of a segment's bytes."""
+    """The v2 batches of a segment's bytes (their records decompressed)."""
     out, pos = [], 0
     while pos + 12 <= len(data):
         base, length, ple, magic, _crc, attrs, lod, bts, mts, pid, ep, bseq, n = _HDR.unpack_from(data, pos)
         end = pos + 12 + length
-        out.append(Batch(base, ple, attrs, lod, bts, mts, pid, ep, bseq, _records(data[pos + 61:end], n),
-                         bytes(data[pos:end])))
+        body = decompress(attrs & 7, bytes(data[pos + 61:end]))
+        out.append(Batch(base, ple, attrs, lod, bts, mts, pid, ep, bseq, _records(body, n), bytes(data[pos:end])))
         pos = end
     return out
 
 
 def encode(b: Batch, records: list, horizon: int | None = None) -> bytes:
     """The batch rebuilt with `records` [(record, its timestamp)] (MemoryRecords.
-    buildRetainedRecordsInto)."""
+    buildRetainedRecordsInto: compressed again with the original batch's codec)."""
     abs_ts = [r[1] for r in records]
     base_ts = horizon if horizon is not None else abs_ts[0]
     recs = [ke.Record(offset_delta=r[0].offset_delta, timestamp_delta=t - base_ts, key=r[0].key, value=r[0].value,
@@ -138,11 +168,12 @@ def encode(b: Batch, records: list, horizon: int | None = None) -> bytes:
         b.base_offset, recs, partition_leader_epoch=b.leader_epoch, is_transactional=b.is_txn,
         is_control=b.is_control, has_delete_horizon=horizon is not None, producer_id=b.pid, producer_epoch=b.epoch,
         base_sequence=b.base_seq, base_timestamp=base_ts, max_timestamp=max(abs_ts),
-        last_offset_delta=b.last_offset_delta)
+        last_offset_delta=b.last_offset_delta, codec=CODECS[b.attributes & 7])
 
 
 def empty_header(b: Batch) -> bytes:
-    """DefaultRecordBatch.writeEmptyHeader: the batch's header alone, no records."""
+    """DefaultRecordBatch.writeEmptyHeader: the batch's header alone, no records (and no codec:
+    CompressionType.NONE whatever the batch had)."""
     return ke.encode_record_batch_v2(
         b.base_offset, [], partition_leader_epoch=b.leader_epoch, is_transactional=b.is_txn,
         is_control=b.is_control, producer_id=b.pid, producer_epoch=b.epoch, base_sequence=b.base_seq,
@@ -269,6 +300,29 @@ def _groups(segs: list, max_bytes: int) -> list:
 def clean(pb, now: int, *, max_bytes: int = SEGMENT_BYTES) -> bool:
     """One cleaning round of a replica (PartitionBuilder `pb`) at `now`; False when it has no
     dirty cleanable bytes (the cleaner would not pick it)."""
+    planned = plan_round(pb, now, max_bytes=max_bytes)
+    if planned is None:
+        return False
+    done, latest = planned
+    for group, out in done:
+        replace(pb, group, out)
+    pb.cleaner_offset = latest + 1
+    return True
+
+
+def replace(pb, group: list, out) -> None:
+    """LocalLog.replaceSegments completed: the cleaned segment in place of its group, and the
+    replaced segments' producer snapshots deleted (UnifiedLog.deleteProducerSnapshots of those
+    whose base offset the new segment does not take)."""
+    i = pb.segments.index(group[0])
+    pb.segments[i:i + len(group)] = [out]
+    for s in group[1:]:
+        pb.snapshots.pop(s.base_offset, None)
+
+
+def plan_round(pb, now: int, *, max_bytes: int = SEGMENT_BYTES) -> tuple[list, int] | None:
+    """What one round writes (Cleaner.doClean): [(the group of segments, its cleaned segment)]
+    and the map's latest offset; None when nothing is dirty. Nothing is swapped in yet."""
     segs = [s for s in pb.segments if not s.suffix]
     open_txns = [st.txn_first_offset for st in pb.producers.values() if st.txn_first_offset >= 0]
     stop = min(min(open_txns, default=pb.next_offset), segs[-1].base_offset)
@@ -276,7 +330,7 @@ def clean(pb, now: int, *, max_bytes: int = SEGMENT_BYTES) -> bool:
     cleanable = [s for s in segs if s.base_offset < upper]
     first_dirty = max(pb.cleaner_offset or 0, segs[0].base_offset)
     if first_dirty >= upper:
-        return False
+        return None
     parsed = {s.base_offset: parse(bytes(s.data)) for s in cleanable}
     entries = [e for s in segs for e in s.txnindex]
     keys, latest = _offset_map(cleanable, parsed, entries, first_dirty, upper)
@@ -300,13 +354,7 @@ def clean(pb, now: int, *, max_bytes: int = SEGMENT_BYTES) -> bool:
         out.time_maybe_append()        # onBecomeInactiveSegment
         out.closed = True
         done.append((group, out))
-    for group, out in done:
-        i = pb.segments.index(group[0])
-        pb.segments[i:i + len(group)] = [out]
-        for s in group[1:]:             # deleteProducerSnapshots of the segments replaced
-            pb.snapshots.pop(s.base_offset, None)
-    pb.cleaner_offset = latest + 1
-    return True
+    return done, latest
 
 
 def _offset_map(cleanable, parsed, entries, first_dirty: int, upper: int) -> tuple[dict, int]:

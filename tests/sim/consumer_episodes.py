@@ -31,8 +31,11 @@ MAX_ROUNDS = 40
 
 
 def inputs(sim: Sim, ep: dict) -> list:
-    """The partitions of one topic an earlier producer episode wrote (ep['input'] picks it)."""
-    topics = sorted({p.topic for p in sim.parts.values() if p.topic[:1] in ("e", "s")})
+    """The partitions of one topic an earlier producer episode wrote (ep['input'] picks it);
+    `compacted_input`: a compacted topic's (log:compacted_consumers) when the history has one."""
+    kinds = ("c",) if ep.get("compacted_input") and any(p.topic[:1] == "c" for p in sim.parts.values()) \
+        else ("e", "s")
+    topics = sorted({p.topic for p in sim.parts.values() if p.topic[:1] in kinds})
     if not topics:
         return []
     t = topics[ep.get("input", 0) % len(topics)]
@@ -43,10 +46,16 @@ def group(sim: Sim, i: int, ep: dict) -> None:
     fault = ep["fault"]
     if fault in ("eos", "eos_double"):
         return eos(sim, i, ep)
+    if fault == "offsets_compacted":
+        fault = "none"          # a fault-free group whose __consumer_offsets log is compacted
     parts = _own_topic(sim, i) if fault == "reset_range" else inputs(sim, ep)
     if not parts:
         return
     g = Group(sim, i, ep["protocol"], parts)
+    if ep.get("offsets"):
+        from tests.sim.offsets_log import OffsetsLog
+
+        g.offsets_log = OffsetsLog(sim, g.name, g.node)
     iso = "read_uncommitted" if fault == "uncommitted_read" else ep["isolation"]
     n = ep["members"]
     if fault == "start_beyond":
@@ -78,6 +87,11 @@ def group(sim: Sim, i: int, ep: dict) -> None:
         _reset_range(sim, g, ep, iso)
     for m in g.alive():
         g.leave(m)
+    if g.offsets_log is not None:
+        from tests.sim.offsets_log import finish
+
+        # a KIP-848 group's own records are not GroupMetadata: only its offsets' tombstones here
+        finish(sim, g.offsets_log, g.generation if g.protocol != "848" else 0, ep["offsets"])
     g.expect()
 
 

@@ -30,9 +30,34 @@ class Stored:
     txn: bool
     control: str | None     # COMMIT | ABORT for a marker
     data: bytes
+    offsets: tuple | None = None    # the records' offsets where a cleaner removed some (None: all)
+    is_control: bool = False        # a control batch (an emptied one has no COMMIT/ABORT left)
+
+    def records(self, offset: int) -> list:
+        """The offsets of the records it delivers to a consumer at `offset`."""
+        if self.offsets is None:
+            return list(range(max(self.base, offset), self.last + 1))
+        return [o for o in self.offsets if o >= offset]
 
 
 def stored(part) -> list[Stored]:
+    return log_view(part)[0]
+
+
+def log_view(part) -> tuple[list, list, dict]:
+    """(the batches a Fetch serves, [(pid, first, marker offset)] of the aborted transactions,
+    {pid: first offset} of the open ones); a compacted partition's from its leader's cleaned
+    segments (compacted_fetch.py)."""
+    if getattr(part, "cleaned", False):
+        from tests.sim.compacted_fetch import view
+
+        return view(part, Stored)
+    batches = _as_written(part)
+    ended, open_ = txn_ranges(batches)
+    return batches, [(pid, first, m) for pid, first, m, kind in ended if kind == "ABORT"], open_
+
+
+def _as_written(part) -> list[Stored]:
     out = []
     for data in part.log:
         base = struct.unpack(">q", data[:8])[0]
@@ -68,9 +93,8 @@ class Served:
 
 def serve(part, offset: int, isolation: str, max_batches: int) -> tuple[Served, dict]:
     """The leader's answer to a consumer Fetch at `offset` (and the response's fields)."""
-    batches = stored(part)
+    batches, aborts, open_ = log_view(part)
     hw = part.next_offset
-    ended, open_ = txn_ranges(batches)
     lso = min(open_.values(), default=hw)
     upper = lso if isolation == "read_committed" else hw
     if offset < part.log_start or offset > hw:
@@ -78,19 +102,19 @@ def serve(part, offset: int, isolation: str, max_batches: int) -> tuple[Served, 
         return Served([], offset, [], []), dict(hw=-1, lso=-1, log_start=-1, error=OFFSET_OUT_OF_RANGE, aborted=())
     out = [b for b in batches if b.last >= offset and b.base < upper][:max_batches]
     end = out[-1].last + 1 if out else offset
-    aborts = [(pid, first, m) for pid, first, m, kind in ended if kind == "ABORT"]
     listed = [(pid, first) for pid, first, m in aborts if m >= offset and first < end] \
         if isolation == "read_committed" else []
     delivered, aread = [], []
     for b in out:
-        if b.control:
+        if b.control or b.is_control:
             continue
         ab = next(((pid, m) for pid, first, m in aborts if pid == b.pid and b.txn and first <= b.base < m), None)
         if ab is not None and isolation == "read_committed":
             continue
-        if ab is not None:
-            aread.append((b.pid, ab[1], max(b.base, offset), b.last))
-        delivered.extend(range(max(b.base, offset), b.last + 1))
+        got = b.records(offset)
+        if ab is not None and got:
+            aread.append((b.pid, ab[1], got[0], got[-1]))
+        delivered.extend(got)
     return Served(out, end, delivered, aread), dict(hw=hw, lso=lso, log_start=part.log_start, error=0,
                                                    aborted=tuple(listed))
 
@@ -236,6 +260,8 @@ class Member:
                                        part.partition, off, error=error))
         if not error:
             g.committed[tp] = off
+            if g.offsets_log is not None:
+                g.offsets_log.commit(tp, off)
 
     def commit_all(self) -> None:
         for tp in sorted(self.owned):
@@ -268,6 +294,7 @@ class Group:
         self.redelivered: dict = {}     # (tp, previous owner k, next owner k) -> offsets served again
         self.aborted_reads: dict = {}   # (member k, tp, pid, marker) -> [first, last]
         self.markers_served: set = set()   # (tp, offset) of the markers some Fetch returned
+        self.offsets_log = None            # its coordinator's __consumer_offsets log (offsets_log.py)
 
     def member(self, k: int, isolation: str, **kw) -> Member:
         m = Member(self, k, isolation, **kw)

@@ -12,9 +12,9 @@ TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "ad
              "coord_failover",
              "timeout", "late_endtxn", "two_pc", "exhaust", "stuck_markers")
 GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
-               "uncommitted_read", "seek_back", "eos", "eos_double")
+               "uncommitted_read", "seek_back", "eos", "eos_double", "offsets_compacted")
 # log: what the brokers themselves do to a partition's log (compacted: the log cleaner, fault-free)
-LOG_KINDS = ("compacted", "compacted_coordinator")
+LOG_KINDS = ("compacted", "compacted_coordinator", "compacted_compressed", "clean_interrupted", "compacted_consumers")
 ELECT_KINDS = ("clean", "tail", "stale", "flap", "unclean")
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
     + tuple(f"log:{f}" for f in LOG_KINDS) + tuple(f"group:{f}" for f in GROUP_KINDS) \
@@ -37,11 +37,23 @@ def compact_episode(fault: str = "compacted"):
         "txn": st.sampled_from([None, True, True, False]), "mid": st.booleans(),
         "clean": st.lists(st.sampled_from([1, 2, 3]), unique=True, max_size=3),
         "wait": st.sampled_from([10, 5_000, 70_000]), "expire": st.sampled_from([False] * 5 + [True])})
+    codecs = {"compacted_compressed": st.sampled_from(["gzip", "snappy", "lz4", "zstd"]),
+              "compacted_consumers": st.sampled_from(["none", "none", "gzip", "zstd"]),
+              "clean_interrupted": st.sampled_from(["none", "none", "gzip", "lz4", "zstd", "snappy"])}
+    # clean_interrupted: one partition's cleaner on one node stopped mid-round (clean_crash.py)
+    cut = st.fixed_dictionaries({
+        "node": st.sampled_from([1, 2, 3]), "part": st.integers(0, 1), "at": st.integers(0, 2),
+        "stage": st.sampled_from(["cleaned", "swap", "swap_deleting", "deleting"]), "deleted": st.integers(0, 3),
+        "lingering": st.booleans(), "partial": st.booleans(), "crash": st.booleans(), "behind": st.integers(1, 9)})
     return st.fixed_dictionaries({
+        "codec": codecs.get(fault, st.just("none")),
+        "interrupt": cut if fault == "clean_interrupted" else st.none(),
         "kind": st.just("compact"), "fault": st.just(fault), "tv": st.sampled_from([1, 2]),
         # compacted_coordinator: __transaction_state compacted too
         "coord_compact": st.just(fault == "compacted_coordinator"),
-        "parts": st.integers(1, 2), "keys": st.integers(2, 6), "rounds": st.lists(rnd, min_size=3, max_size=9)})
+        "parts": st.integers(1, 2), "keys": st.integers(2, 6),
+        # an interrupted round needs closed dirty segments: more rounds
+        "rounds": st.lists(rnd, min_size=6 if fault == "clean_interrupted" else 3, max_size=9)})
 
 
 def episode_of(kind: str):
@@ -98,6 +110,8 @@ def history(kind: str):
     family, fault = kind.split(":")
     if family == "group":
         return group_history(fault)
+    if kind == "log:compacted_consumers":
+        return compacted_consumers_history()
     target = episode_of(kind)
     background = st.one_of(idem_episode("none"), txn_episode("none"))
     # retransmit_every: TCP segments sent twice in the capture (the wire must not count them twice)
@@ -113,7 +127,7 @@ MIX_GROUP = tuple(f for f in GROUP_KINDS if f not in ("uncommitted_read", "seek_
 
 # faults that move a partition's log start (retention) or its leader, and compaction (it may
 # remove another fault's evidence, as Kafka's cleaner would): kept on their own topic in a mix
-_OWN_TOPIC = ("seq_wrap", "unknown_pid", "compacted", "compacted_coordinator") + ELECT_KINDS
+_OWN_TOPIC = ("seq_wrap", "unknown_pid") + LOG_KINDS + ELECT_KINDS
 
 
 def mix(passing, with_kind: str | None = None):
@@ -145,15 +159,17 @@ def mix(passing, with_kind: str | None = None):
     group = st.none() | (st.sampled_from(consumers).flatmap(lambda k: group_episode(k.split(":")[1]))
                          if consumers else st.none())
 
-    def build(b, e, sh, rt, g):
+    def build(b, e, sh, rt, g, cin):
         h = share({"broker": b, "episodes": e, "retransmit_every": rt}, sh)
         if g is not None:
             h["episodes"].append(g)
+            if cin and any(ep["kind"] == "compact" for ep in e):
+                g["compacted_input"] = True      # it reads a compacted topic (compacted_fetch.py)
             if g["protocol"] == "848":
                 h["broker"] = "4.1"
         return h
     return st.builds(build, st.sampled_from(["3.0", "4.1"]), eps, st.booleans(), st.sampled_from([0, 3]),
-                     group).map(_fix)
+                     group, st.booleans()).map(_fix)
 
 
 # ---- consumers (issue 31) ----------------------------------------------------------------------
@@ -169,7 +185,14 @@ def group_episode(kind: str):
         "commit": st.sampled_from(["after", "before"]), "fault": st.just(fault), "at": st.integers(0, 3),
         "victim": st.integers(0, 2), "change": st.sampled_from(["none", "leave", "join"]),
         "fetch": st.integers(1, 2), "input": st.integers(0, 3), "session": session, "live": st.integers(0, 3),
-        "rejoin": st.booleans()})
+        "rejoin": st.booleans(),
+        # offsets_compacted: the coordinator's __consumer_offsets log, its tombstones and cleaner (offsets_log.py)
+        "offsets": st.fixed_dictionaries({
+            "then": st.sampled_from(["delete", "expire", "none"]),
+            "clean": st.lists(st.sampled_from([1, 2, 3]), unique=True, max_size=3),
+            "wait": st.sampled_from([10, 70_000]),
+            "again": st.lists(st.sampled_from([1, 2, 3]), unique=True, max_size=3)})
+        if kind == "offsets_compacted" else st.none()})
 
 
 def _aborting(ep: dict) -> dict:
@@ -214,6 +237,25 @@ def group_history(fault: str):
         return _fix(h)
     return st.builds(build, st.sampled_from(["3.0", "4.1"]), producers, group_episode(fault),
                      st.sampled_from([0, 0, 5]), st.booleans())
+
+
+# the group faults a compacted topic's consumers are drawn with (reset_range has a topic of its own)
+COMPACTED_GROUP = ("none", "die", "fenced", "reset", "start_beyond", "commit_beyond", "uncommitted_read", "eos",
+                   "eos_double")
+
+
+def compacted_consumers_history():
+    """log:compacted_consumers: a compacted topic (its codec none or drawn), then a consumer group
+    or an exactly-once application reading it as the leader's cleaner left it (compacted_fetch.py)."""
+    def build(b, c, g, rt):
+        g["compacted_input"] = True
+        if g["fault"] == "uncommitted_read":
+            g["isolation"] = "read_uncommitted"
+        h = {"broker": "4.1" if g["protocol"] == "848" else b, "episodes": [c, g], "retransmit_every": rt}
+        return _fix(h)
+    c = compact_episode("compacted_consumers").map(lambda e: dict(e, codec=e["codec"]))
+    return st.builds(build, st.sampled_from(["3.0", "4.1"]), c,
+                     st.sampled_from(COMPACTED_GROUP).flatmap(group_episode), st.sampled_from([0, 0, 5]))
 
 
 def wide(passing, size: int | None = None):

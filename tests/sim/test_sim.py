@@ -78,7 +78,8 @@ def test_a_mix_of_passing_kinds_on_shared_partitions_is_reported_exactly():
     _exact_for_every(mix(_passing()))
 
 
-@pytest.mark.parametrize("kind", ["log:compacted", "txn:admin_abort_ended"])
+@pytest.mark.parametrize("kind", ["log:compacted", "txn:admin_abort_ended", "log:compacted_compressed",
+                                  "log:clean_interrupted"])
 def test_a_mix_holding_a_fault_free_log_change_is_reported_exactly(kind):
     """A history holding `kind` - what Kafka itself does to a log that is no anomaly (the log
     cleaner of a compacted topic, an admin's abort of an ended transaction) - beside faults of the

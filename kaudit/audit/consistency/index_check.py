@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import Fold, KeyedState, constant, np_col
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.audit.segment_files import is_log, log_sources, stem as segment_stem
 from kaudit.timefmt import iso_ms
 
 KEY = ("replica", "topic", "partition")
@@ -52,7 +53,7 @@ def index_mismatch(entry: dict, seg: dict | None) -> str | None:
 
 
 def _segment_of(path: str) -> str:
-    return os.path.splitext(path)[0]
+    return segment_stem(path)
 
 
 class _Entries:
@@ -104,7 +105,7 @@ class IndexGroup:
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
         if kind == "decode_issue":
             for src, issue in zip(t.column("source").to_pylist(), t.column("issue").to_pylist()):
-                if issue in ("truncated-tail", "zero-fill") and src.endswith(".log"):
+                if issue in ("truncated-tail", "zero-fill") and is_log(src):
                     self.cut.add(_segment_of(src))
             return []
         if kind == "index_entry":
@@ -262,7 +263,7 @@ def _log_batches(t: pa.Table):
 
 
 def _log_issues(t: pa.Table):
-    return pc.and_(pc.is_null(t.column("connection")), pc.ends_with(t.column("source"), ".log"))
+    return pc.and_(pc.is_null(t.column("connection")), log_sources(t.column("source")))
 
 
 FOLD = Fold("disk-indexes", {"batch": BATCH_COLUMNS, "index_entry": INDEX_COLUMNS,

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import Fold, KeyedState, constant, np_col
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.audit.segment_files import is_log, log_sources, renamed, stem as segment_stem
 from kaudit.ranges import offsets as offset_span
 
 KEY = ("replica", "topic", "partition")
@@ -75,9 +76,9 @@ class IntegrityGroup:
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
         one, src = constant(t.column("source"))
         if one:
-            m = src if src.endswith(".log") else None
+            m = src if is_log(src) else None
         else:
-            logs = pc.filter(t.column("source"), pc.ends_with(t.column("source"), ".log"))
+            logs = pc.filter(t.column("source"), log_sources(t.column("source")))
             m = pc.max(logs).as_py() if len(logs) else None
         if m is not None and (self.last_log is None or m > self.last_log):
             self.last_log = m
@@ -117,25 +118,25 @@ class IntegrityGroup:
                       details={"issue": issue, "position": r["position"], "length": r["length"],
                                "resync_position": r["resync_position"]})
         length = f"{r['length']} bytes" if r["length"] is not None else "length unknown"
-        is_log = src.endswith(".log")
-        batches = is_log or src.endswith(".checkpoint")  # files of record batches (KRaft snapshots)
+        log = is_log(src)
+        batches = log or src.endswith(".checkpoint")  # files of record batches (KRaft snapshots)
         if issue == "crc-mismatch":
             return finding("crc-mismatch", f"{self._where()}: {name}: {r['message']}", **common)
-        if issue == "truncated" and not is_log:
+        if issue == "truncated" and not log:
             issue = "truncated-tail"  # a small file (producer snapshot) cut in the middle of an entry
-        if issue in ("truncated-tail", "zero-fill") and (is_log or issue == "truncated-tail"):
-            if not is_log and issue == "zero-fill":
+        if issue in ("truncated-tail", "zero-fill") and (log or issue == "truncated-tail"):
+            if not log and issue == "zero-fill":
                 return None
-            active = is_log and src == self.last_log
-            if src.endswith((".index", ".timeindex", ".txnindex")):
+            active = log and src == self.last_log
+            if renamed(src).endswith((".index", ".timeindex", ".txnindex")):
                 # index files: compare with the log of the same segment (a producer snapshot is
                 # written whole at a roll or shutdown: never "active")
                 active = self.last_log is not None and \
-                    os.path.splitext(src)[0] == os.path.splitext(self.last_log)[0]
+                    segment_stem(src) == segment_stem(self.last_log)
             sev = truncated_tail(r, active)
             what = ("ends in zero bytes" if issue == "zero-fill" else
                     "ends mid-batch" if batches else "ends mid-entry")
-            seg = f"; {'active' if active else 'closed'} segment" if src.endswith(SEGMENT_FILES) else ""
+            seg = f"; {'active' if active else 'closed'} segment" if renamed(src).endswith(SEGMENT_FILES) else ""
             return finding("truncated-tail", f"{self._where()}: {name} {what} at byte {r['position']} "
                            f"({length}{seg}): {r['message']}", severity=sev, **common)
         if issue in ("corrupt", "limit", "records", "coordinator-record"):

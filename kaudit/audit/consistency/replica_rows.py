@@ -21,7 +21,7 @@ from kaudit.audit.folds import np_col
 
 DETAIL_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_offset", "last_offset", "crc",
                   "crc_ok", "magic", "producer_id", "producer_epoch", "base_sequence", "is_transactional",
-                  "is_control", "control_type", "partition_leader_epoch", "has_delete_horizon")
+                  "is_control", "control_type", "partition_leader_epoch", "has_delete_horizon", "record_count")
 BATCHES, DH_LAST, DETAIL, CLUSTER = "batches", "dh_last", "detail", "cluster"
 
 
@@ -100,6 +100,45 @@ class Replica:
         dh = np_col(t, DH_LAST, -1, np.int64)
         # the part its cleaner may have rewritten or removed batches from
         self.cleaned = max(self.cleaner or 0, int(dh.max()) + 1 if dh.size else 0)
+        if self.detail and t.num_rows:
+            self.cleaned = max(self.cleaned, self._rewritten_end(t))
+
+    def _rewritten_end(self, t: pa.Table) -> int:
+        """Past the last segment the cleaner visibly rewrote: offsets missing between a segment's
+        batches or before its first one, or a v2 batch holding fewer records than its offsets
+        (a batch the cleaner rebuilt or kept empty), a segment read from a `.swap` file (the
+        cleaner's output, renamed into place at start-up); where one such sign shows, a segment ending
+        short of the next segment's base too. The cleaner rewrites a log from its start
+        up (Cleaner.doClean), so every segment below such a one was rewritten too - and it
+        writes the cleaner-offset-checkpoint only once a whole round is swapped in
+        (LogCleanerManager.doneCleaning): a round stopped by a crash leaves cleaned segments
+        past the checkpoint."""
+        src = pc.dictionary_encode(t.column("source")).combine_chunks()
+        bases = np.array([-1 if segment_base(s) is None else segment_base(s) for s in src.dictionary.to_pylist()]
+                         + [-1], np.int64)
+        idx = src.indices.fill_null(len(bases) - 1).to_numpy(zero_copy_only=False)
+        seg = bases[idx]
+        # a segment read from an interrupted cleaning's .swap file (sources.swap_recovery)
+        swapped = np.array([str(s).endswith(".swap") for s in src.dictionary.to_pylist()] + [False], bool)[idx]
+        base, last = self.base, self.last
+        count = np_col(t, "record_count", -1, np.int64)
+        magic = np_col(t, "magic", -1, np.int64)
+        signs = ((magic == 2) & (count >= 0) & (count < last - base + 1) & self.ok) | swapped
+        first = np.ones(base.size, bool)
+        first[1:] = seg[1:] != seg[:-1]
+        signs |= first & (seg >= 0) & (base > seg)
+        gap = np.zeros(base.size, bool)
+        gap[1:] = base[1:] > last[:-1] + 1
+        signs |= gap & ~first
+        if not signs.any():
+            return 0
+        # a segment ending short of the next one's base: cleaned too where the log shows the
+        # cleaner's work (otherwise a lost tail: missing-offsets and the comparison tell it)
+        short = np.zeros(base.size, bool)
+        short[:-1] = gap[1:] & first[1:]
+        top = int(max(seg[signs].max(), seg[short].max(initial=-1)))
+        later = [s for s in self.segments if s > top]
+        return later[0] if later else int(last[seg == top].max()) + 1
 
     @property
     def log_end(self) -> int:

@@ -67,8 +67,12 @@ def replica_divergence(m_or_d) -> str:
     cleaner keeps a v2 batch's base and last offset, producer id/epoch, base sequence, flags and
     leader epoch (MemoryRecords.filterTo), so those are compared everywhere; CRCs only where
     neither copy can have been rewritten, and a replica's missing offsets are excused only
-    inside the part its own cleaner processed - below its `cleaner-offset-checkpoint` entry, or
-    up to its last batch carrying the delete-horizon flag that only the cleaner sets.
+    inside the part its own cleaner processed - below its `cleaner-offset-checkpoint` entry, up
+    to its last batch carrying the delete-horizon flag that only the cleaner sets, or to the end
+    of the last segment its cleaner visibly rewrote (offsets missing between its batches or
+    before its first, a batch with fewer records than offsets, a segment read from a `.swap`;
+    then a segment ending short of the next too): a round interrupted by a crash swaps groups
+    in before the checkpoint is written.
     Benign causes: compaction (as above), retention (log starts differ: offsets below a
     replica's log start are not compared), uncommitted data above the high watermark (a deposed
     leader's tail, truncated when it rejoins)."""

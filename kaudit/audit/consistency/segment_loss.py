@@ -24,10 +24,12 @@ import pyarrow.compute as pc
 from kaudit.audit.folds import Fold, KeyedState, constant, np_col
 from kaudit.audit.consistency.log_chunks import log_batches
 from kaudit.audit.registry import evidence, finding, rule
+from kaudit.audit.segment_files import is_log, log_sources, stem as segment_stem
 
 KEY = ("replica", "topic", "partition")
 ORDER = ("source", "position")
-BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "batch_size", "crc_ok", "has_delete_horizon")
+BATCH_COLUMNS = KEY + ORDER + ("base_offset", "last_offset", "batch_size", "crc_ok", "has_delete_horizon", "magic",
+                               "record_count")
 INDEX_COLUMNS = KEY + ORDER + ("index_type", "segment_base_offset", "offset", "file_position")
 ISSUE_COLUMNS = KEY + ORDER + ("issue", "length", "message")
 EPOCH_COLUMNS = KEY + ORDER + ("leader_epoch", "start_offset")
@@ -69,7 +71,9 @@ def missing_offsets(last: int, next_base: int, compacted: bool, index_past: bool
     end was lost after the roll); a segment whose last offset + 1 is below the next segment's base
     offset, when its indexes name offsets past its end, or when the partition shows no sign of
     compaction (no offsets missing between the batches of any segment, no batch with the delete
-    horizon flag that only the cleaner sets, every segment's first batch at its base offset, not
+    horizon flag that only the cleaner sets, no v2 batch holding fewer records than its offsets
+    (the cleaner keeps a rebuilt batch's last offset delta), every segment's first batch at its
+    base offset, no segment read from an interrupted cleaning's `.swap` file, not
     __consumer_offsets / __transaction_state).
     Benign causes: compaction (as above: a gap at a segment's end in a compacted partition with no
     index naming it is not reported). A log dir copied while Kafka deleted (retention) or replaced
@@ -119,7 +123,7 @@ class LossGroup:
         self._on_disk: dict | None = None
 
     def _seg(self, src: str) -> _Segment:
-        stem = os.path.splitext(src)[0]
+        stem = segment_stem(src)
         s = self.segments.get(stem)
         if s is None:
             s = self.segments[stem] = _Segment(stem, _stem_base(stem))
@@ -142,7 +146,7 @@ class LossGroup:
                 self._batches(s, src, part)
             elif kind == "index_entry":
                 self._index(s, src, part)
-            elif src.endswith(".log"):
+            elif is_log(src):
                 s.log = src
                 for r in part.to_pylist():
                     if r["issue"] in CUT_ISSUES:
@@ -160,12 +164,16 @@ class LossGroup:
         ok = np_col(t, "crc_ok", True, bool)
         if not ok.all():
             s.corrupt = True   # a batch whose header is not trusted: crc-mismatch tells it
-        if np_col(t, "has_delete_horizon", False, bool).any():
+        if np_col(t, "has_delete_horizon", False, bool).any() or src.endswith(".swap"):
+            # (a .swap segment, read where Kafka's start-up renames it, is the cleaner's output)
             self.compacted = True
         base = np_col(t, "base_offset", -1, np.int64)[ok]
         last = np_col(t, "last_offset", -1, np.int64)[ok]
         if not base.size:
             return
+        count = np_col(t, "record_count", -1, np.int64)[ok]
+        if ((np_col(t, "magic", -1, np.int64)[ok] == 2) & (count >= 0) & (count < last - base + 1)).any():
+            self.compacted = True   # a v2 batch with fewer records than offsets: rebuilt by the cleaner
         prev = np.concatenate(([s.prev_last if s.prev_last is not None else base[0] - 1], last[:-1]))
         if (base > prev + 1).any():
             s.inner_gap = self.compacted = True
@@ -375,7 +383,7 @@ def _by_source(t: pa.Table):
 
 
 def _log_issues(t: pa.Table):
-    return pc.and_(pc.is_null(t.column("connection")), pc.ends_with(t.column("source"), ".log"))
+    return pc.and_(pc.is_null(t.column("connection")), log_sources(t.column("source")))
 
 
 def _make(ctx, unread: tuple = ()) -> KeyedState:

@@ -57,7 +57,7 @@ def acknowledged_write_lost(holders: dict, others: dict, absent: list, reached: 
     transaction whose outcome is unknown, warning for acks=1 (a leader change may lose it: the
     producer's documented risk).
     Benign causes: retention or compaction removed it (offsets below a replica's log start and
-    below its cleaner-offset-checkpoint are not judged); the log dirs given are not the cluster
+    below any replica's cleaner-offset-checkpoint are not judged); the log dirs given are not the cluster
     the capture saw, or not its current replicas; the topic deleted and created again."""
     if not holders:
         return bool(others or absent)
@@ -169,7 +169,9 @@ def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: d
 
 def _verdict(w: A.Batch, rngs: dict, st: _Stored, cleaned: dict, topic, part, epoch_starts: dict) -> dict | None:
     covering = {rep: rng for rep, rng in rngs.items() if rng[0] <= w.lo}
-    if not covering or any(w.lo < cleaned.get((rep, topic, part), -1) for rep in covering):
+    # any replica's cleaner past it (even one whose first batch left is later: it removed the
+    # ones before) may have removed it - each cleaner decides from the same records
+    if not covering or any(w.lo < cleaned.get((rep, topic, part), -1) for rep in rngs):
         return None    # below a log start (retention) or the cleaner's reach (compaction): not judged
     me = _exact(dict(w.row, base_offset=w.lo, last_offset=w.hi), None)[1:]
     if all((rep, *me) in st.exact for rep in covering):

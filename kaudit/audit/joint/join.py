@@ -180,7 +180,7 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
             if r["response_error"] == 0 and r["response_base_offset"] is not None and r["response_base_offset"] >= 0:
                 off = r["response_base_offset"]
                 covering = {rep: rng for rep, rng in holders.items() if rng[0] <= off}
-                compacted = {rep for rep in covering if off < inp.cleaned.get((rep, r0["topic"], r0["partition"]), -1)}
+                compacted = {rep for rep in holders if off < inp.cleaned.get((rep, r0["topic"], r0["partition"]), -1)}
                 if compacted:
                     cov["acknowledged_compacted"] += 1   # the cleaner may have removed it: not judged
                     covering = {}

@@ -232,11 +232,49 @@ def test_each_cleaner_compacts_on_its_own(tmp_path):
     assert audit(_compaction_cluster(tmp_path, checkpoint=True, horizon=True), rules=RULES) == []
 
 
-def test_gaps_without_a_cleaner_are_holes(tmp_path):
-    """The same gaps where nothing says replica 2 was compacted: holes."""
-    fs = audit(_compaction_cluster(tmp_path, checkpoint=False), rules=RULES)
+def test_cleaned_segment_past_the_checkpoint(tmp_path):
+    """The same gaps between replica 2's batches, no cleaner-offset-checkpoint entry: a cleaning
+    round that a crash (or the copy) interrupted had swapped that segment in - the checkpoint is
+    written once a whole round is done (LogCleanerManager.doneCleaning) - and only the cleaner
+    removes offsets from between a segment's batches (appends are contiguous): compaction."""
+    assert audit(_compaction_cluster(tmp_path, checkpoint=False), rules=RULES) == []
+
+
+def _segment_lost(pb, node, *, thinned: bool):
+    """Three segments of ten batches (one of offsets 3-4); replica 2 lacks the middle segment's offsets
+    10-19 (its first segment then ends short of the third's base); `thinned`: its first segment
+    holds a batch its cleaner rebuilt with fewer records than offsets."""
+    for i in range(30):
+        if i and i % 10 == 0:
+            pb.roll_segment()
+        if node == 2 and 10 <= i <= 19:
+            pb.next_offset += 1
+            continue
+        if i == 3:   # one batch of offsets 3-4 (replica 2's cleaner dropped its first record)
+            recs = [{"value": b"v3", "offset_delta": 0}, {"value": b"v4", "offset_delta": 1}]
+            pb.append_batch(recs[1:] if node == 2 and thinned else recs, base_offset=3, timestamp=T0 + i,
+                            last_offset_delta=1)
+        elif i != 4:
+            pb.append_batch(values=[b"v%d" % i], base_offset=i, timestamp=T0 + i)
+
+
+def test_offsets_missing_at_a_segment_end_without_a_cleaner_are_a_hole(tmp_path):
+    """A segment's offsets missing where no segment of the replica shows the cleaner's work (no
+    gap between a segment's batches, no batch thinned, no checkpoint, no delete horizon): a hole."""
+    root = tmp_path / "cluster"
+    write_replicas(root, lambda ld, node: _segment_lost(ld.partition(TOPIC, 0), node, thinned=False))
+    fs = audit(root, rules=RULES)
     assert [(f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"]) for f in fs] == [
-        ("replica-divergence", "error", "2", 5, 9), ("replica-divergence", "error", "2", 15, 15)]
+        ("replica-divergence", "error", "2", 10, 19)]
+
+
+def test_offsets_missing_at_a_segment_end_of_a_cleaned_log(tmp_path):
+    """The twin: replica 2's first segment holds a batch its cleaner rebuilt (fewer records than
+    offsets: MemoryRecords.filterTo keeps the last offset delta) - its cleaner rewrote the log
+    up to the segment ending short of the next: compaction, not a hole."""
+    root = tmp_path / "cluster"
+    write_replicas(root, lambda ld, node: _segment_lost(ld.partition(TOPIC, 0), node, thinned=True))
+    assert audit(root, rules=RULES) == []
 
 
 def test_delete_horizon_alone_excuses_its_batches(tmp_path):

@@ -233,3 +233,26 @@ def test_files_not_given_are_not_files_lost(tmp_path):
     d = _three_segments(tmp_path)
     files = [_seg(d, 0), _seg(d, 12), _seg(d, 6, "index"), _seg(d, 6, "timeindex")]
     assert _lost(audit([str(f) for f in files], rules=RULES)) == []
+
+
+def _end_gap(tmp_path, name, thinned: bool):
+    """orders-0: segment 0 holds batches 0-1 and 2-3 and ends before segment 6 (offsets 4-5
+    missing at its end, nothing missing between its batches); `thinned`: batch 0-1 holds one
+    record - rebuilt by the cleaner, which keeps a batch's last offset delta."""
+    ld = logdir(tmp_path, name)
+    pb = ld.partition("orders", 0, index_interval_bytes=10_000)
+    recs = [{"value": b"x" * 40, "offset_delta": 0}, {"value": b"y" * 40, "offset_delta": 1}]
+    pb.append_batch(recs[1:] if thinned else recs, base_offset=0, last_offset_delta=1)
+    pb.append_batch(recs, base_offset=2)
+    pb.next_offset = 6
+    pb.roll_segment()
+    pb.append_batch(recs, base_offset=6)
+    return ld.write() / "orders-0"
+
+
+def test_a_rebuilt_batch_marks_the_partition_compacted(tmp_path):
+    """A gap at a segment's end is compaction where a batch holds fewer records than its
+    offsets (only the cleaner writes one: a producer's batch has a record per offset, which
+    the broker checks); without that mark the same gap is a loss."""
+    assert _lost(audit(_end_gap(tmp_path, "thinned", True).parent, rules=RULES)) == []
+    assert _lost(audit(_end_gap(tmp_path, "whole", False).parent, rules=RULES)) == [("error", 4, 5)]
