@@ -60,6 +60,8 @@ def superseded(reps: list[Replica], entries: dict[str, list[dict]]) -> list[Supe
     reached = {r.name: starts(r, entries.get(r.name, [])) for r in reps}
     out = []
     for r in reps:
+        if not r.has_batches:         # it holds nothing: it only tells where it reached an epoch
+            continue
         epoch = np_col(r.rows, "partition_leader_epoch", -1, np.int64)
         best = None      # (first offset, row, epoch, by, later, start)
         for s in reps:

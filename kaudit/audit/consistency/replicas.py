@@ -134,8 +134,15 @@ class ReplicaGroup(TablesByKind):
         for t in self.tables.get("leader_epoch_entry", []):
             for x in t.to_pylist():
                 entries.setdefault(x["replica"], []).append(x)
-        for group in _same_cluster([r for r in reps if r.has_batches and r.detail]):
+        # a replica holding no batch still tells where its log began a leader epoch (a leader
+        # elected with an empty log records (epoch, its log end) before it appends anything)
+        empty = [r for r in reps if not r.has_batches and entries.get(r.name)]
+        for group in _same_cluster([r for r in reps if r.has_batches and r.detail] + empty):
             sup = E.superseded(group, entries)
+            group = [r for r in group if r.has_batches]
+            if len(group) < 2:
+                out.extend(self._superseded(sup, [], entries))
+                continue
             divs = C.divergences(group)
             # offsets lacking where every holder's records are superseded (past a later epoch's
             # start) will never be fetched: told as the holders' (superseded), not as a lag
