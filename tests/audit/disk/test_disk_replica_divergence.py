@@ -370,3 +370,39 @@ def test_an_unclean_elections_trace_is_one_incident(tmp_path):
     assert sorted((f["severity"], f["replica"], f["first_offset"], f["last_offset"]) for f in fs) == [
         ("critical", "1", 20, 24), ("critical", "1", 25, 29)]
     assert len({f["incident"] for f in fs}) == 1
+
+
+def _empty_leader(tmp_path, *, hw1: int, entry: bool):
+    """Replica 1 (leader of epoch 0) holds 0-9; replica 2's log is empty and (`entry`) its
+    leader-epoch-checkpoint starts epoch 1 at 0: elected (uncleanly) with an empty log, it wrote
+    nothing yet - its log holds no batch to compare, only that entry."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        if node == 1:
+            for i in range(10):
+                pb.append_batch(values=[b"v%d" % i])
+        pb.high_watermark = hw1 if node == 1 else 0
+        if node == 2 and entry:
+            pb.epochs.append((1, 0))
+
+    write_replicas(root, build, nodes=(1, 2))
+    return [(f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"])
+            for f in audit(root, rules=RULES)]
+
+
+def test_committed_records_past_an_empty_new_leaders_epoch_start_are_critical(tmp_path):
+    """An empty replica's leader-epoch-checkpoint still tells where its log began epoch 1: replica
+    1's committed 0-9 in epoch 0 are past it - lost (missed while only replicas with batches were
+    compared: the simulator's elect:txn_unclean, regressions/elect-txn_unclean-empty-leader.json)."""
+    assert _empty_leader(tmp_path, hw1=10, entry=True) == [("replica-divergence", "critical", "1", 0, 9)]
+
+
+def test_an_uncommitted_tail_past_an_empty_new_leaders_epoch_start_is_info(tmp_path):
+    assert _empty_leader(tmp_path, hw1=0, entry=True) == [("replica-divergence", "info", "1", 0, 9)]
+
+
+def test_an_empty_replica_without_a_later_epoch_is_no_divergence(tmp_path):
+    """The twin: the empty replica began no later epoch - nothing superseded."""
+    assert _empty_leader(tmp_path, hw1=10, entry=False) == []
