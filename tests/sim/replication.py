@@ -91,10 +91,13 @@ def elect(part, new: int, *, isr=None, unclean: bool = False) -> None:
 
 def end_offset_for(cache: list[tuple[int, int]], log_end: int, epoch: int) -> tuple[int, int]:
     """LeaderEpochFileCache.endOffsetFor: (the largest epoch <= `epoch` the cache knows, its end
-    offset: the start of the next epoch, or the log end for the latest); (-1, -1) if none."""
+    offset: the start of the next epoch, or the log end for the latest); for an epoch below every
+    entry (`epoch`, the first entry's start offset); (-1, -1) for an empty cache."""
     below = [i for i, (e, _) in enumerate(cache) if e <= epoch]
     if not below:
-        return -1, -1
+        # an epoch older than any the cache knows: (that epoch, the first known epoch's start) -
+        # the follower truncates there (a leader elected with an empty log: its log end)
+        return (epoch, cache[0][1]) if cache else (-1, -1)
     i = below[-1]
     return cache[i][0], cache[i + 1][1] if i + 1 < len(cache) else log_end
 

@@ -169,9 +169,12 @@ def merge_replicas(per_replica: dict) -> list[Part]:
     merged: dict = {}
     for rep in sorted(per_replica, key=str):
         for p in per_replica[rep]:
-            m = merged.get(p.key)
+            # the same part starts with the same batch: replicas that diverged (an unclean
+            # election, then another epoch written at those offsets) hold different parts there
+            k = (p.key, _first_epoch(p))
+            m = merged.get(k)
             if m is None:
-                merged[p.key] = p
+                merged[k] = p
                 p.copies = {rep: p}
                 if p.marker is None:
                     p.replicas_without_marker = [rep]
@@ -191,6 +194,11 @@ def merge_replicas(per_replica: dict) -> list[Part]:
         if p.marker is not None and len(p.replicas_without_marker) == len(p.replicas):
             p.replicas_without_marker = []
     return out
+
+
+def _first_epoch(p: Part) -> int:
+    e = p.data[0]["producer_epoch"] if p.data else (p.marker.epoch if p.marker else None)
+    return -1 if e is None else e
 
 
 def match_markers(parts: list[Part], view: CoordView, since_ms: int | None = None) -> None:
