@@ -151,9 +151,10 @@ def _of_keys(items: list, keys: set) -> list[tuple[str, pa.Table]]:
 
 
 class AckedPartition(TablesByKind):
-    def __init__(self, key: tuple):
+    def __init__(self, key: tuple, ctx=None):
         super().__init__()
         self.topic, self.partition = key
+        self.ends = (ctx.txn_ends if ctx is not None else None) or {}
 
     def finish(self) -> list[dict]:
         b = self.concat("batch")
@@ -173,6 +174,7 @@ class AckedPartition(TablesByKind):
             _refetched(acked, _rows(near), responses, lost, seen)
         if not lost:
             return []
+        _note_ends(acked, self.ends, lost, seen)
         return [f for group in _runs(acked, lost) for f in self._findings(group, lost, seen)]
 
     def _findings(self, group: list[A.Batch], lost: dict, seen: dict) -> list[dict]:
@@ -417,6 +419,20 @@ def _note_commits(acked: list[A.Batch], markers: list[dict], seen: dict) -> None
             seen[id(w)] = f"committed: its transaction's COMMIT marker at offset {m['base_offset']} was fetched"
 
 
+def _note_ends(acked: list[A.Batch], ends: dict, lost: dict, seen: dict) -> None:
+    """A lost transactional write whose transaction the client was told committed: the next
+    EndTxn of its producer id and epoch the capture shows answered without error, after the write
+    was sent, is a COMMIT - the coordinator had decided it (PrepareCommit written) and it is as
+    committed as acks=all data (as the joint audit's acknowledged-write-lost judges it)."""
+    for w in acked:
+        if id(w) not in lost or id(w) in seen or not w.row.get("is_transactional"):
+            continue
+        sent = w.row.get("request_ts") or 0
+        end = next(((ts, res) for ts, res in ends.get((w.pid, w.epoch), ()) if ts > sent), None)
+        if end is not None and end[1] == "COMMIT":
+            seen[id(w)] = f"committed: the client was told its transaction committed (EndTxn) at {iso_ms(A.ms(end[0]))}"
+
+
 def _runs(acked: list[A.Batch], lost: dict) -> list[list[A.Batch]]:
     """The lost writes in offset order, cut where an acknowledged write that survived lies between
     two of them (the writes that replaced them do not cut)."""
@@ -490,7 +506,7 @@ def _keep(kind: str, t: pa.Table, ranges: dict) -> pa.Table:
 
 
 FOLD = Fold("wire-acked", {"batch": BATCH_COLUMNS, "fetch_partition": FETCH_COLUMNS}, KEY, ORDER,
-            lambda ctx: KeyedState(KEY, AckedPartition),
+            lambda ctx: KeyedState(KEY, lambda k: AckedPartition(k, ctx)),
             prepare=certify_clean, prepare_by_key=True,
             where={"batch": _batch_where,
                    "fetch_partition": lambda t: pc.fill_null(pc.equal(t.column("error_code"), 0), False)},
