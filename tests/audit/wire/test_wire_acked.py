@@ -156,7 +156,7 @@ def test_a_lost_transactional_write_the_client_was_told_committed_is_critical(tm
     """Its EndTxn COMMIT answered without error: the coordinator had decided the commit, the write
     was as committed as acks=all data - critical (an error before, 'its transaction's outcome not
     seen', though the capture showed it: the simulator's elect:txn_unclean,
-    regressions/elect-txn_unclean-data-tv2.json)."""
+    regressions/elect-txn_unclean-data-committed-capture.json)."""
     fs = _txn_write_lost(tmp_path, wc.end_txn(2, 7, 0, committed=True, txn_id="tx", client_id="app-a"))
     assert _brief(fs) == [("offset-acknowledged-twice", "critical", 5, 7)]
     assert "EndTxn" in fs[0]["message"]
