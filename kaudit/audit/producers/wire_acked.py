@@ -174,7 +174,7 @@ class AckedPartition(TablesByKind):
             _refetched(acked, _rows(near), responses, lost, seen)
         if not lost:
             return []
-        _note_ends(acked, self.ends, lost, seen)
+        A.note_ends(acked, self.ends, lost, seen)
         return [f for group in _runs(acked, lost) for f in self._findings(group, lost, seen)]
 
     def _findings(self, group: list[A.Batch], lost: dict, seen: dict) -> list[dict]:
@@ -417,20 +417,6 @@ def _note_commits(acked: list[A.Batch], markers: list[dict], seen: dict) -> None
         if after:
             m = min(after, key=lambda m: m["base_offset"])
             seen[id(w)] = f"committed: its transaction's COMMIT marker at offset {m['base_offset']} was fetched"
-
-
-def _note_ends(acked: list[A.Batch], ends: dict, lost: dict, seen: dict) -> None:
-    """A lost transactional write whose transaction the client was told committed: the next
-    EndTxn of its producer id and epoch the capture shows answered without error, after the write
-    was sent, is a COMMIT - the coordinator had decided it (PrepareCommit written) and it is as
-    committed as acks=all data (as the joint audit's acknowledged-write-lost judges it)."""
-    for w in acked:
-        if id(w) not in lost or id(w) in seen or not w.row.get("is_transactional"):
-            continue
-        sent = w.row.get("request_ts") or 0
-        end = next(((ts, res) for ts, res in ends.get((w.pid, w.epoch), ()) if ts > sent), None)
-        if end is not None and end[1] == "COMMIT":
-            seen[id(w)] = f"committed: the client was told its transaction committed (EndTxn) at {iso_ms(A.ms(end[0]))}"
 
 
 def _runs(acked: list[A.Batch], lost: dict) -> list[list[A.Batch]]:
