@@ -165,9 +165,14 @@ def impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
         d = details(f)
         a, b = d.get("original_first_offset"), d.get("original_last_offset")
         if f.get("first_offset") is not None and reused(f):
-            lines.append(f"offsets {_offsets(f['first_offset'], f.get('last_offset'))} hold other records under "
+            what = ("another batch's records" if d.get("original_batch_sequences") else "other records")
+            lines.append(f"offsets {_offsets(f['first_offset'], f.get('last_offset'))} hold {what} under "
                          f"sequences already stored at offsets {_offsets(a, b)}: not a copy - the producer's "
                          f"sequence numbers were reused, so records may be missing or out of order")
+        elif f.get("first_offset") is not None and d.get("payload") == "unknown":
+            lines.append(f"offsets {_offsets(f['first_offset'], f.get('last_offset'))} hold sequences already stored "
+                         f"at offsets {_offsets(a, b)}, whose records were not compared: the same records twice "
+                         "(consumers process them twice) if it is a copy, else reused sequence numbers")
         elif f.get("first_offset") is not None:
             n = (f["last_offset"] - f["first_offset"] + 1) if f.get("last_offset") is not None else None
             if b is None and a is not None and n:

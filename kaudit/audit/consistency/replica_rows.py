@@ -21,7 +21,7 @@ from kaudit.audit.folds import np_col
 
 DETAIL_COLUMNS = ("replica", "topic", "partition", "source", "position", "base_offset", "last_offset", "crc",
                   "crc_ok", "magic", "producer_id", "producer_epoch", "base_sequence", "is_transactional",
-                  "is_control", "partition_leader_epoch", "has_delete_horizon")
+                  "is_control", "control_type", "partition_leader_epoch", "has_delete_horizon")
 BATCHES, DH_LAST, DETAIL, CLUSTER = "batches", "dh_last", "detail", "cluster"
 
 

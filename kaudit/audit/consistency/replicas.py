@@ -220,6 +220,11 @@ class ReplicaGroup(TablesByKind):
                     ev.append(evidence(*at, "batch", f"replica {s.name} holds it"))
             bad = _crc_failed(r, m.first, m.last)
             note = f"; its copy there fails its CRC (crc-mismatch at byte {bad[1]})" if bad else ""
+            markers = _markers_only(m.holders[0], m.first, m.last) if m.holders and m.kind == "hole" else None
+            if markers:   # consumers skip no record: the transactions' outcome there is what changes
+                why = (f"{markers}: it holds later offsets, so it will never fetch them again; if it leads, "
+                       "the data that marker ended there is ended by the next marker in its log (read_committed consumers "
+                       "read it with that one's outcome)")
             out.append(finding(
                 "replica-divergence", f"{self._where(r.name)}: lacks {offset_span(m.first, m.last)} that replica(s) "
                 f"{holders} hold below their high watermark{note}: {why}", severity=sev, evidence=ev,
@@ -312,6 +317,19 @@ def _same_cluster(reps: list[R.Replica]) -> list[list[R.Replica]]:
     known = sorted({r.cluster for r in reps if r.cluster is not None})
     groups = [reps] if len(known) <= 1 else [[r for r in reps if r.cluster in (c, None)] for c in known]
     return [g for g in groups if len(g) >= 2]
+
+
+def _markers_only(r: R.Replica, first: int, last: int) -> str | None:
+    """What a replica holds at offsets [first, last] when it is only transaction markers
+    ("producer 7's COMMIT marker"), else None."""
+    i = np.flatnonzero((r.base >= first) & (r.last <= last))
+    if not i.size:
+        return None
+    rows = r.rows.take(pa.array(i)).select(["is_control", "producer_id", "control_type"]).to_pylist()
+    if not all(x["is_control"] and x["control_type"] in ("COMMIT", "ABORT") for x in rows):
+        return None
+    return "; ".join(f"producer {x['producer_id']}'s {x['control_type']} marker" for x in rows[:4]) + (
+        f" and {len(rows) - 4} more" if len(rows) > 4 else "")
 
 
 def _missing_words(m: C.Missing) -> tuple[str, str]:

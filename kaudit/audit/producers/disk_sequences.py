@@ -23,7 +23,7 @@ from kaudit.audit.producers.producer_state import (
 )
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.audit.producers.duplicate_records import RecordDuplicates
-from kaudit.audit.producers.record_content import same_records
+from kaudit.audit.producers.record_content import records_differ, same_records
 from kaudit.audit.producers.sequence_catchup import COLUMNS, KEY, ORDER, CatchUp
 from kaudit.ranges import offsets as offset_span
 
@@ -42,6 +42,18 @@ REUSED_REMEDIATION = (
     "producer.id.expiration.ms, unclean leader election, deleted snapshots). Check the producers' "
     "logs for OutOfOrderSequenceException and compare both offset ranges with the application's "
     "records: some may be missing or out of order.")
+UNCOMPARED_REMEDIATION = (
+    "Compare both offset ranges (`kaudit decode segments --deep`, or kafka-dump-log.sh "
+    "--print-data-log): the same records mean consumers processed them twice - deduplicate "
+    "downstream by (producer id, epoch, sequence); other records mean the producer's sequence "
+    "numbers were reused (a second instance sharing its producer id and epoch, or the broker lost "
+    "its state: transactional.id.expiration.ms / producer.id.expiration.ms, unclean leader "
+    "election, deleted snapshots).")
+REMEDIATIONS = {"different": REUSED_REMEDIATION, "unknown": UNCOMPARED_REMEDIATION}
+
+
+def _same_sequences(v: BatchView | None, b: BatchView) -> BatchView | None:
+    return v if v is not None and (v.base_sequence, v.last_sequence) == (b.base_sequence, b.last_sequence) else None
 
 
 @rule("duplicate-batch", "error", "both", "a producer's sequences stored twice",
@@ -63,13 +75,15 @@ def duplicate_batch(st: ProducerState, b: BatchView) -> list[tuple[str, dict]]:
     parts = sequence_parts(b.base_sequence, b.last_sequence)  # two when b wraps past Int.MaxValue
     reported = set()   # sequence ranges already reported for b: against their first copy only
     for r in overlaps(runs, b.base_sequence, b.last_sequence):
-        orig = r.first
         # a copy is judged by its records (keys, values, headers, offset and timestamp deltas),
         # not the batch CRC: a producer whose state the broker lost may have the same records
-        # stored again under a new batch timestamp
-        copy = (same_records(orig, b) if orig is not None and orig.base_sequence == b.base_sequence
-                and orig.last_sequence == b.last_sequence else None)
+        # stored again under a new batch timestamp. The first copy: the batch that held exactly
+        # these sequences - the run's first, or one of the last few noted
+        orig = _same_sequences(r.first, b) or _same_sequences(st.stored(b.producer_epoch, b.base_sequence,
+                                                                         b.last_sequence), b)
+        copy = same_records(orig, b)
         same = copy is not None
+        orig = orig or r.first
         lo, hi = next((max(r.lo, pl), min(r.hi, ph)) for pl, ph in parts if r.lo <= ph and pl <= r.hi)
         if (lo, hi) in reported:   # stored more than once already: n copies, n findings (not n^2/2)
             continue
@@ -84,9 +98,17 @@ def duplicate_batch(st: ProducerState, b: BatchView) -> list[tuple[str, dict]]:
             first, last, exact = r.first_offset + lo - r.lo, r.first_offset + hi - r.lo, True
         else:
             first, last, exact = r.first_offset, r.last_offset, False
-        out.append(("identical" if same else "different", {
+        # "different" where the records were compared, or where the first copy held these
+        # sequences in a batch of other bounds (a client resends a batch whole: not a resend);
+        # "unknown" where that batch is not at hand
+        held = st.stored(b.producer_epoch, lo, hi) if not same else None
+        rebatched = held is not None and _same_sequences(held, b) is None
+        kind = ("identical" if same else "different" if rebatched or records_differ(_same_sequences(orig, b), b)
+                else "unknown")
+        out.append((kind, {
             "original_first_offset": first, "original_last_offset": last, "exact": exact,
             "original_sequences": [lo, hi], **({"copy": copy} if copy == "same-records" else {}),
+            **({"original_batch_sequences": [held.base_sequence, held.last_sequence]} if rebatched else {}),
             "original": orig if same or r.lo == lo else st.stored(b.producer_epoch, lo, hi),
         }))
     return out
@@ -315,7 +337,13 @@ class PartitionTimeline(CatchUp):
                 ev_o = ev + [evidence(orig.source, orig.position, "batch", "original")]
             else:
                 ev_o = ev
-            what = ("sequences re-used with a different payload" if kind != "identical" else
+            bounds = d.get("original_batch_sequences")
+            what = ("sequences re-used with a different payload" if kind == "different" and not bounds else
+                    f"sequences re-used by a batch of other bounds (the first copy's batch held sequences "
+                    f"{bounds[0]}-{bounds[1]}): not a resend of it - a client resends a batch whole"
+                    if kind == "different" else
+                    "the records were not compared (the first copy's batch is not at hand, or was batched "
+                    "otherwise): compare both offset ranges" if kind == "unknown" else
                     "a byte-identical copy (same CRC)" if d.get("copy") != "same-records" else
                     "a copy of the same records (same keys, values, headers and offset and timestamp "
                     "deltas; only the batch header differs: " + _header_diff(orig, b) + ")")
@@ -327,7 +355,7 @@ class PartitionTimeline(CatchUp):
                 f"{'at' if d['exact'] else 'within'} offsets {d['original_first_offset']}-"
                 f"{d['original_last_offset']}: {what}",
                 evidence=ev_o, details=dict(d, payload=kind), timeline=st.recent + [b.describe()],
-                remediation=REUSED_REMEDIATION if kind == "different" else None, **self._fields(b)))
+                remediation=REMEDIATIONS.get(kind), **self._fields(b)))
         verdict = out_of_order_sequence(st, b)
         if verdict is None:
             return

@@ -34,6 +34,11 @@ def sequence_parts(lo: int, hi: int) -> list[tuple[int, int]]:
     return [(lo, hi)]
 
 
+# batches whose views a producer keeps: the timeline shows the last 4, a sequence stored again
+# is compared with the batch that first held it when it is among them (duplicate_batch)
+NOTED = 32
+
+
 @dataclass(slots=True)
 class BatchView:
     """The facts of one batch that the sequence rules read (disk or wire)."""
@@ -166,24 +171,24 @@ class ProducerState:
             return False   # every earlier run ends at or behind `last`, none so far it wraps ahead
         return any(0 < (r.hi - last) % (INT32_MAX + 1) < _AHEAD for r in islice(runs, len(runs) - 1))
 
-    def note(self, view: BatchView, keep: int = 4) -> None:
+    def note(self, view: BatchView, keep: int = NOTED) -> None:
         self.views.append(view)
         if len(self.views) > keep:
             del self.views[0]
 
     def noted(self) -> list[BatchView]:
-        """The last few batches' views (fields noted as a tuple become their view here)."""
+        """The last NOTED batches' views (fields noted as a tuple become their view here)."""
         views = self.views
         for k, v in enumerate(views):
-            if not isinstance(v, BatchView):
-                views[k] = BatchView(*v)
+            if not isinstance(v, BatchView):   # noted fields, or a row read when asked (wire)
+                views[k] = v.batch_view() if hasattr(v, "batch_view") else BatchView(*v)
         return views
 
     @property
     def recent(self) -> list[str]:
         """The timeline excerpt: the last few batches, described only when a finding asks
         (most producers never need it)."""
-        return [v.describe() for v in self.noted()]
+        return [v.describe() for v in self.noted()[-4:]]
 
     def stored(self, epoch: int, lo: int, hi: int) -> BatchView | None:
         """A recent data batch of `epoch` holding sequences lo..hi (exact evidence), if noted."""

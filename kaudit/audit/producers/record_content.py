@@ -171,6 +171,17 @@ def view_records_crc(b) -> int | None:
     return b.crc ^ _multmodp(x8n("crc32c", n), crc32c(head), _POLY["crc32c"])
 
 
+def records_differ(a, b) -> bool:
+    """Whether two batches certainly hold other records: other record counts or sizes, or both
+    records checksums known and different (False: the same records, or not known)."""
+    if a is None or b is None:
+        return False
+    if a.record_count != b.record_count or a.batch_size != b.batch_size:
+        return True
+    x, y = view_records_crc(a), view_records_crc(b)
+    return x is not None and y is not None and x != y
+
+
 def same_records(a, b) -> str | None:
     """How two batches' records compare: "byte-identical" (same CRC, size and timestamps: the
     very batch again), "same-records" (the same record bytes under another batch header: other

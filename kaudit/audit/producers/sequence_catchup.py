@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from kaudit.audit.producers.producer_state import UNKNOWN_SEQUENCE, BatchView, ProducerState
+from kaudit.audit.producers.producer_state import NOTED, UNKNOWN_SEQUENCE, BatchView, ProducerState
 
 KEY = ("replica", "topic", "partition")
 ORDER = ("source", "position")
@@ -113,7 +113,7 @@ class CatchUp:
             sel = sel[sel > st.applied_upto]
         noted = -1 if st.noted_upto is None else st.noted_upto
         runs, bump = self._epoch_runs(st, sel)
-        self._apply([(st, i, runs, bump, [j for j in sel[-4:].tolist() if j > noted])], views)
+        self._apply([(st, i, runs, bump, [j for j in sel[-NOTED:].tolist() if j > noted])], views)
 
     def _catch_up_all(self, order, pid, t, cols) -> None:
         """`_catch_up` at the chunk's end: every producer's rows not yet applied (a suffix of its
@@ -161,7 +161,7 @@ class CatchUp:
             else:
                 runs, bump = [], (first_row[k] if epochs[k] != st.epoch else None)
             noted = -1 if st.noted_upto is None else st.noted_upto
-            steps.append((st, last_row[k], runs, bump, [j for j in rows[max(a, z - 4):z] if j > noted]))
+            steps.append((st, last_row[k], runs, bump, [j for j in rows[max(a, z - NOTED):z] if j > noted]))
         self._apply(steps, views)
 
     def _apply(self, steps: list, views: "_Views") -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from kaudit.audit.producers.producer_state import ProducerState
+from kaudit.audit.producers.producer_state import BatchView, ProducerState
 from kaudit.audit.thresholds import RETRY_WINDOW_S
 
 MAX_ATTEMPT_KEYS = 4096     # batches remembered per producer id and partition
@@ -43,6 +43,13 @@ class LazyRow(tuple):
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self[0].row(self[1]), name)
+
+    def batch_view(self) -> BatchView:
+        """The batch as the sequence rules read it (ProducerState.noted: a noted clean row)."""
+        r, off = self[0].row(self[1]), self.response_base_offset
+        return BatchView(r.source, r.position, off, off + r.record_count - 1, r.producer_id, r.producer_epoch,
+                         r.base_sequence, r.last_sequence, r.record_count, r.crc, r.batch_size, False, None,
+                         r.base_timestamp_ms, r.max_timestamp_ms, r.attributes)
 
 
 class Attempts:

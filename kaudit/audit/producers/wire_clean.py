@@ -109,6 +109,7 @@ def apply_clean(t: pa.Table, view: type, pids: dict, groups: list, mask: np.ndar
         p.attempts.add_new(keys, rows, [ts[i] for i in idx])
         p.recent.extend(rows[-4:])
         del p.recent[:-4]
+        _note(p.state, rows[1:][-4:])   # the first is noted by _advance
 
 
 def _add_later(pids: dict, q: int, sel: np.ndarray, cols: dict, rts: np.ndarray, chunk: Chunk, count: np.ndarray,
@@ -133,8 +134,17 @@ def _add_later(pids: dict, q: int, sel: np.ndarray, cols: dict, rts: np.ndarray,
         return False
     pids[q] = p
     _advance(p, chunk.off, ends, [key(i) for i in ends], count, head)
-    p.recent.extend(LazyRow((chunk, i)) for i in sel[-4:].tolist())
+    last = [LazyRow((chunk, i)) for i in sel[-4:].tolist()]
+    p.recent.extend(last)
+    _note(p.state, last)
     return True
+
+
+def _note(st, rows: list) -> None:
+    """A clean run's last rows at hand in the state (the last four, as `recent`: a capture's
+    copies are mostly retries of recent batches), read only if a later copy is compared."""
+    for r in rows:
+        st.note(r)
 
 
 _FIRST = ("response_base_offset", "source", "position", "producer_id", "crc", "batch_size", "base_timestamp_ms",
@@ -156,6 +166,7 @@ def _advance(p: Pid, offsets: list, idx: list, keys: list, count: np.ndarray, r:
         st = p.state = ProducerState(epoch, last, epoch, None, 0)
     st.epoch, st.last_seq = epoch, last
     st.remember(b)
+    st.note(b)
     if len(idx) > 1:
         j = idx[-1]
         run = st.history(epoch)[-1]

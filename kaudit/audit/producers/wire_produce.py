@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.producers.disk_sequences import REUSED_REMEDIATION, duplicate_batch, fenced_epoch, out_of_order_sequence
+from kaudit.audit.producers.disk_sequences import REMEDIATIONS, duplicate_batch, fenced_epoch, out_of_order_sequence
 from kaudit.audit.producers.duplicate_records import duplicate_records  # noqa: F401  (registers the rule)
 from kaudit.audit.folds import Fold, KeyedState, np_mask
 from kaudit.audit.producers.producer_state import BatchView, ProducerState
@@ -45,6 +45,12 @@ def _sent_again(prior: list, r) -> bool:
 
 
 def _copy_words(kind: str, d: dict) -> str:
+    if kind == "unknown":
+        return "the records not compared: the first copy is not at hand or was batched otherwise"
+    bounds = d.get("original_batch_sequences")
+    if kind != "identical" and bounds:
+        return (f"in a batch of other bounds: the first copy's batch held sequences {bounds[0]}-{bounds[1]}, "
+                "and a client resends a batch whole")
     if kind != "identical":
         return "with a different payload"
     return "same batch" if d.get("copy") != "same-records" else "the same records under a new batch header"
@@ -267,6 +273,7 @@ class WirePartition:
             if err == 0 and b.base_offset is not None and b.base_offset >= 0:
                 b.last_offset = b.base_offset + b.record_count - 1
                 st.remember(b)
+                st.note(b)   # at hand to compare a later copy with (duplicate_batch)
         elif err not in (None, 0, 46):
             p.refused.append((b.producer_epoch, b.base_sequence, b.last_sequence))
             del p.refused[:-MAX_REFUSED]
@@ -314,7 +321,7 @@ class WirePartition:
                     f"again at offset {b.base_offset} "
                     f"({_copy_words(kind, d)})",
                     evidence=[self._ev(r)], details={"payload": kind, **{k: v for k, v in d.items() if k != 'original'}},
-                    timeline=timeline.lines(), remediation=REUSED_REMEDIATION if kind == "different" else None,
+                    timeline=timeline.lines(), remediation=REMEDIATIONS.get(kind),
                     **self._fields(r)))
         verdict = out_of_order_sequence(st, b) if st is not None else None
         if verdict is None and err != 45:

@@ -88,9 +88,9 @@ def every_part_ends(facts: Facts) -> np.ndarray:
 
 
 def one_result_per_transaction(facts: Facts) -> np.ndarray:
-    """torn-transaction: a marker its transaction would not claim with the same result, or loose
-    markers of both results close together."""
-    return facts.of("unmatched", "unlisted", "loose_mixed")
+    """torn-transaction: a marker its transaction would not claim with the same result, loose
+    markers of both results close together, or a registration with no marker."""
+    return facts.of("unmatched", "unlisted", "loose_mixed", "unmarked")
 
 
 def every_partition_registered(facts: Facts) -> np.ndarray:
@@ -133,15 +133,16 @@ def valid_transitions(facts: Facts) -> np.ndarray:
 
 
 def one_epoch_per_part(facts: Facts) -> np.ndarray:
-    """mixed-epoch-transaction: data of several epochs in a part, or a marker epoch other than
-    its data's (+1) or its transaction's Prepare record's."""
-    return facts.of("mixed_epoch", "marker_epoch", "prep_epoch", "unmatched", "unlisted")
+    """mixed-epoch-transaction: data of several epochs in a part, a marker epoch other than
+    its data's (+1) or its transaction's Prepare record's, or a registration with no marker (a
+    later transaction's marker may end its data)."""
+    return facts.of("mixed_epoch", "marker_epoch", "prep_epoch", "unmatched", "unlisted", "unmarked")
 
 
 def no_stale_epoch(facts: Facts) -> np.ndarray:
-    """write-after-epoch-end: data of an epoch below its part's newest or its marker's - 1, or
-    data with no marker (its epoch may have ended before it)."""
-    return facts.of("mixed_epoch", "marker_epoch", "unended")
+    """write-after-epoch-end: data of an epoch below its part's newest or its marker's - 1,
+    data with no marker (its epoch may have ended before it), or a registration with no marker."""
+    return facts.of("mixed_epoch", "marker_epoch", "unended", "unmarked")
 
 
 def no_prepare_left(facts: Facts) -> np.ndarray:

@@ -92,7 +92,8 @@ def stale_epoch_write(part: Part, pt: ProducerTxns) -> tuple[list[dict], str, st
         if top is not None and e < top:
             stale.append(b)
             why = why or "inside"
-        elif m is not None and m.epoch is not None and m.epoch > e + 1 and not _own_end(part, e):
+        elif (m is not None and m.epoch is not None and m.epoch > e + 1 and not part.borrowed_marker
+              and not _own_end(part, e)):
             stale.append(b)
             why = why or "marker"
         elif ended is not None and (m is None or wire) and _after(b, ended, wire):
@@ -221,6 +222,9 @@ def mixed_epoch_part(part: Part, pt: ProducerTxns) -> str | None:
     Without the coordinator's records the data's epoch and the transaction version decide: the
     marker's own when its WriteTxnMarkers v2 carries it (KIP-1228: version 2 - exactly epoch + 1,
     the leader refuses any marker at or below the data's epoch), else the producer's.
+    A part cut where its transaction's own marker is missing (txn_parts.split_lost_markers: data of
+    a registered transaction, then a later epoch's, then one marker) breaks the second clause: the
+    marker that ended it is a later transaction's.
     Benign causes: an admin's abort (kafka-transactions.sh writes the data's epoch: allowed for
     an ABORT), a marker whose result differs from its transaction's (torn-transaction's)."""
     if not part.data:
@@ -229,6 +233,12 @@ def mixed_epoch_part(part: Part, pt: ProducerTxns) -> str | None:
     if len(epochs) > 1:
         return f"holds batches of {len(epochs)} epochs ({', '.join(map(str, epochs))}): one transaction is one epoch's"
     m = part.marker
+    if part.borrowed_marker and m is not None:
+        c = part.coord
+        return (f"(epoch {epochs[0]}) has no marker of its own: its transaction ({c.result} decided"
+                + (f" at {iso_ms(c.prepare_ts)}" if c.prepare_ts is not None else "") + f") registered {part.tp}, "
+                f"but the next marker there, the {m.result} at {_at(m)} (epoch {m.epoch}), is a later "
+                "transaction's: its own marker is missing (lost), and that one ended this data too")
     if m is None or m.epoch is None or not epochs:
         return None
     e = epochs[0]

@@ -337,7 +337,8 @@ def _against_coordinator(parts: dict, txns: dict, sel: np.ndarray, slack: int, w
     match_markers picks when it lists the partition with the marker's result:
     "unmatched" - none within `window` ms, or one with another result; "unlisted" - it does not
     list the partition; "empty_abort_bumped" - an empty part ABORTed with that transaction's
-    epoch + 1; "late" - a part created after the previous marker, whose transaction directly
+    epoch + 1; "unmarked" - a completed transaction that registered a partition no marker there is
+    matched to; "late" - a part created after the previous marker, whose transaction directly
     follows that marker's, with data older than its transaction's registration of the partition
     by more than `slack` ms."""
     if not sel.any():
@@ -377,6 +378,10 @@ def _against_coordinator(parts: dict, txns: dict, sel: np.ndarray, slack: int, w
         return
     at = np.minimum(np.searchsorted(keys, rk), len(keys) - 1)
     _flag(flags, "unlisted", pid[keys[at] != rk])           # the transaction lists the partition
+    # a completed transaction's registration no marker is matched to: its marker there is missing,
+    # and a later one may have ended its data (txn_parts.split_lost_markers)
+    reg_txn = keys // txns["ntp"]
+    _flag(flags, "unmarked", tpid[reg_txn[complete[reg_txn] & ~np.isin(keys, rk[matched])]])
     _flag(flags, "empty_abort_bumped", pid[empty & (res == ABORT) & (epoch == txns["epoch"][k] + 1)])
     # a marker at another epoch than its transaction's Prepare record (mixed-epoch-transaction)
     _flag(flags, "prep_epoch", pid[~empty & matched & (epoch != txns["prep_epoch"][k])])

@@ -79,7 +79,8 @@ class _Say:
                    producer_id=part.producer_id,
                    producer_epoch=part.data_epoch if part.data else (part.marker.epoch if part.marker else None),
                    transactional_id=tid, first_offset=part.start_offset,
-                   last_offset=part.marker.offset if part.marker and part.marker.offset is not None else part.last_data_offset,
+                   last_offset=(part.marker.offset if part.marker and part.marker.offset is not None
+                                and not part.borrowed_marker else part.last_data_offset),
                    first_ts_ms=part.first_ts, last_ts_ms=part.last_ts)
         if self.wire:
             out["connection"] = (first or {}).get("connection") or (part.marker.connection if part.marker else None)
@@ -397,6 +398,9 @@ class _Say:
         m = r.marker
         verb = {"COMMIT": "committed", "ABORT": "aborted"}.get(r.result, r.result)
         by = ""
+        if r.part.borrowed_marker:   # split_lost_markers
+            return (f"{r.tp} {r.offsets} {verb} by the {m.result} at {_at(m)} of a later transaction (epoch "
+                    f"{m.epoch}): its own marker there is missing")
         if m.writer == "admin":
             by = f" by an admin (WriteTxnMarkers from {m.client_id!r}, not the coordinator)"
         elif c is not None and c.prepare_epoch is not None and m.epoch is not None and m.epoch != c.prepare_epoch:

@@ -22,9 +22,9 @@ from functools import cached_property
 from operator import itemgetter
 
 from kaudit.audit.txn.coordinator_state import CoordTxn, CoordView
-from kaudit.audit.thresholds import MARKER_CLUSTER_MS, MATCH_WINDOW_MS  # noqa: F401  (MATCH_WINDOW_MS: the model's names)
+from kaudit.audit.thresholds import EPOCH_SLACK_MS, MARKER_CLUSTER_MS, MATCH_WINDOW_MS  # noqa: F401  (MATCH_WINDOW_MS: the model's names)
 from kaudit.audit.txn.txn_parts import (  # noqa: F401  (the parts, as the model's names)
-    ADMIN, COORDINATOR, Marker, Part, _rank, assemble_replica, match_markers, merge_replicas,
+    ADMIN, COORDINATOR, Marker, Part, _rank, assemble_replica, match_markers, merge_replicas, split_lost_markers,
 )
 
 
@@ -109,24 +109,28 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
     `two_pc_inits`: another feed's InitProducerIds (ProducerTxns.two_pc_inits)."""
     from kaudit.audit.txn import coordinator_state
 
+    view = coordinator_state.build(txn_log, check=coverage is None or coverage.source == "disk")
+    if coverage is None:
+        coverage = Coverage(coordinator=bool(txn_log) if coordinator_known is None else coordinator_known,
+                            registrations=bool(txn_log) if coordinator_known is None else coordinator_known,
+                            since_ms=min((r["timestamp_ms"] for r in txn_log if r.get("timestamp_ms") is not None),
+                                         default=None))
+    # a log holds every marker between its data; a capture may miss one (not captured, or
+    # ordered by the answers): lost markers are read on disk only
+    split = view.txns and coverage.source == "disk"
     by_rep: dict[tuple, list[dict]] = {}
     for b in batches:
         by_rep.setdefault((b["topic"], b["partition"], b["replica"]), []).append(b)
     per_tp: dict[tuple, dict] = {}
     for (t, p, rep), bs in by_rep.items():
         bs.sort(key=_rank_key(bs))
-        per_tp.setdefault((t, p), {})[rep] = assemble_replica(bs)
-    view = coordinator_state.build(txn_log, check=coverage is None or coverage.source == "disk")
+        parts = assemble_replica(bs)
+        per_tp.setdefault((t, p), {})[rep] = split_lost_markers(parts, view, EPOCH_SLACK_MS) if split else parts
     partitions = {}
     for (t, p) in sorted(per_tp):
         parts = merge_replicas(per_tp[(t, p)])
         if parts:
             partitions[f"{t}-{p}"] = parts
-    if coverage is None:
-        coverage = Coverage(coordinator=bool(txn_log) if coordinator_known is None else coordinator_known,
-                            registrations=bool(txn_log) if coordinator_known is None else coordinator_known,
-                            since_ms=min((r["timestamp_ms"] for r in txn_log if r.get("timestamp_ms") is not None),
-                                         default=None))
     pt = ProducerTxns(producer_id, partitions, view, coverage, two_pc_inits=tuple(two_pc_inits or ()))
     match_markers(pt.all_parts(), view, since_ms=coverage.since_ms)
     pt.version = transaction_version(pt, cluster_tv)

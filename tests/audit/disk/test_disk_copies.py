@@ -172,3 +172,57 @@ def test_session_copies_whatever_the_chunking(tmp_path, monkeypatch):
         chunked = audit(root, rules=("duplicate-records",))
     assert len(whole) == 4 and [f["id"] for f in whole] == [f["id"] for f in chunked]
     assert all(details(f)["original_producer_id"] == f["producer_id"] - 1 for f in whole)
+
+
+def _resend_of_batch(tmp_path, k: int, batches: int, values_again=None):
+    """Producer 7 stores `batches` batches of 3 records; after its state was lost the broker
+    stores batch `k`'s sequences again (its records, or `values_again`) under a new timestamp."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("dup-old", 0)
+    p = pb.producer(7, 0)
+    for i in range(batches):
+        p.send([b"v%d-%d" % (i, j) for j in range(3)], timestamp=1_000 + i)
+    again = values_again or [b"v%d-%d" % (k, j) for j in range(3)]
+    p.send(again, base_sequence=3 * k, timestamp=900_000)
+    return audit(ld.write())
+
+
+def test_a_copy_of_a_batch_inside_a_run_is_compared_with_that_batch(tmp_path):
+    """The batch that first held the sequences is the one compared, not the run's first (the
+    copy of the 3rd-last batch was once called other records: a copy called new data)."""
+    fs = _resend_of_batch(tmp_path, 7, 10)
+    [d] = of(fs, "duplicate-batch")
+    assert details(d)["payload"] == "identical" and details(d)["copy"] == "same-records"
+    assert (details(d)["original_first_offset"], details(d)["original_last_offset"]) == (21, 23)
+    [inc] = [i for i in incidents(fs, None) if i["kind"] == "duplicate"]
+    assert "30-32 repeat offsets 21-23" in inc["narrative"]["impact"]
+
+
+def test_a_copy_far_back_says_its_records_were_not_compared(tmp_path):
+    """Beyond the batches a producer's state keeps at hand (producer_state.NOTED), the first
+    copy's records are not compared: neither 'other records' nor 'delivered twice' is told."""
+    fs = _resend_of_batch(tmp_path, 5, 60)
+    [d] = of(fs, "duplicate-batch")
+    assert details(d)["payload"] == "unknown" and "were not compared" in d["message"]
+    assert "different payload" not in d["message"] and "Compare both offset ranges" in d["remediation"]
+    [inc] = [i for i in incidents(fs, None) if i["kind"] == "duplicate"]
+    assert not inc["title"].startswith("Sequence numbers reused")
+    impact = inc["narrative"]["impact"]
+    assert "whose records were not compared" in impact and "delivered twice" not in impact
+    assert "records may be missing" not in impact
+
+
+def test_sequences_reused_by_a_batch_of_other_bounds(tmp_path):
+    """Sequences 3-4 stored again in a batch of two while the first copy's batch held 3-5: no
+    resend (a client resends a batch whole), so reused sequences whatever the records."""
+    ld = logdir(tmp_path)
+    pb = ld.partition("dup-bounds", 0)
+    p = pb.producer(7, 0)
+    p.send([b"a", b"b", b"c"]); p.send([b"d", b"e", b"f"])
+    p.send([b"d", b"e"], base_sequence=3)
+    fs = audit(ld.write())
+    [d] = of(fs, "duplicate-batch")
+    assert details(d)["payload"] == "different" and details(d)["original_batch_sequences"] == [3, 5]
+    assert "a batch of other bounds" in d["message"]
+    [inc] = [i for i in incidents(fs, None) if i["kind"] == "duplicate"]
+    assert inc["title"].startswith("Sequence numbers reused")

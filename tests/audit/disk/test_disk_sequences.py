@@ -54,7 +54,7 @@ def test_sequences_reused_with_a_different_payload(tmp_path):
     dd = details(d)
     assert dd["payload"] == "different" and dd["original_sequences"] == [5, 7]
     assert (dd["original_first_offset"], dd["original_last_offset"], dd["exact"]) == (5, 7, True)
-    assert "different payload" in d["message"]
+    assert "a batch of other bounds (the first copy's batch held sequences 4-7)" in d["message"]
     # the batch that stored sequences 5-7 first (seq 4-7) is the original's evidence
     assert [(e["position"], e["note"]) for e in d["evidence"]][1:] == [(second.position, "original")]
 

@@ -283,8 +283,9 @@ def test_resent_marker_without_coordinator_records_is_explained(tmp_path):
 
 def test_lost_marker_of_a_committed_transaction_is_not_an_exposure(tmp_path):
     """TV2: the first transaction committed but its marker on a-0 is missing; the next one's
-    COMMIT takes its data in. Reported (another epoch's marker ends it), but consumers read it as
-    the coordinator decided: not critical."""
+    COMMIT takes its data in. Reported (another epoch's marker ends it: the data was written
+    while its own transaction ran, so no write after its epoch's end), but consumers read it as
+    the coordinator decided: neither torn nor critical."""
     ld = logdir(tmp_path, start_time_ms=T0)
     ts = ld.partition("__transaction_state", 0)
     a, b = ld.partition("a", 0), ld.partition("b", 0)
@@ -349,3 +350,11 @@ def test_one_replicas_data_ended_by_another_epochs_marker_is_still_told(tmp_path
     ld.write()
     fs = audit(ld.root)
     assert of(fs, "write-after-epoch-end") or of(fs, "mixed-epoch-transaction")
+
+
+    (z,) = of(fs, "mixed-epoch-transaction")
+    assert z["severity"] == "error" and "has no marker of its own" in z["message"]
+    assert z["first_offset"] == 0 and z["last_offset"] == 0 and z["topic"] == "a"
+    assert "COMMIT decided" in z["message"] and "the COMMIT at offset 2 (epoch 2)" in z["message"]
+    assert of(fs, "write-after-epoch-end") == [] and of(fs, "torn-transaction") == []
+    assert [f for f in fs if f["severity"] == "critical"] == []
