@@ -27,6 +27,9 @@ PRODUCER_ID_EXPIRATION_MS = 86_400_000
 MATCH_WINDOW_MS = 60_000
 # The markers of one transaction are written within moments of each other.
 MARKER_CLUSTER_MS = 2_000
+# A transaction the coordinator decided (PrepareX) this recently before the end of the evidence
+# may still have its markers on their way (WriteTxnMarkers, retried: request.timeout.ms 30 s).
+MARKERS_IN_FLIGHT_MS = 30_000
 # A late write is data created after the previous marker of its partition and this long
 # before the coordinator registered the partition for the transaction whose marker ends it.
 LATE_SLACK_MS = 100

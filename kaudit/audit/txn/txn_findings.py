@@ -248,7 +248,14 @@ class _Say:
                              details, remediation=f"{cmd} ({known})")
         if two_phase_commit(part, self.pt):
             return self._prepared(part, text, details)
-        return self.part("dangling-transaction", part, f"{text} (still open at the coordinator)", details)
+        if self.pt.coordinator_known and part.coord is not None and part.coord.result is None:
+            # the coordinator lists it open, within its timeout: a transaction in progress when the
+            # evidence was taken, what the rule's invariant allows - told at info
+            return self.part("dangling-transaction", part, f"{text} (still open at the coordinator, within its "
+                             "timeout: in progress when the evidence was taken)", details, severity="info")
+        why = ("still open at the coordinator" if self.pt.coordinator_known else
+               "within the transaction timeout; the coordinator's view of it is not in the evidence")
+        return self.part("dangling-transaction", part, f"{text} ({why})", details)
 
     def _undecided_aborts(self, part: Part) -> list[str]:
         """Wire: the other partitions of the part's transaction ended by an ABORT at its data's

@@ -10,7 +10,8 @@ from kaudit.audit.registry import rule
 from kaudit.audit.txn.txn_model import Part, ProducerTxns, Range, Transaction
 from kaudit.audit.txn.txn_parts import ADMIN, create_ms
 from kaudit.timefmt import duration
-from kaudit.audit.thresholds import DEFAULT_MAX_TIMEOUT_MS, EPOCH_SLACK_MS, LATE_SLACK_MS, NO_TIMEOUT_MS
+from kaudit.audit.thresholds import (DEFAULT_MAX_TIMEOUT_MS, EPOCH_SLACK_MS, LATE_SLACK_MS, MARKERS_IN_FLIGHT_MS,
+                                     NO_TIMEOUT_MS)
 
 
 ABORT_HINT = ("kafka-transactions.sh --bootstrap-server <broker> abort --topic {topic} "
@@ -26,15 +27,25 @@ def _check_dangling(j):
     for parts in j.pt.partitions.values():
         last_ce = None              # the latest marker's coordinator epoch before the part
         for part in parts:
-            if dangling_transaction(part, j.pt):
+            if dangling_transaction(part, j.pt) and not markers_in_flight(part.coord, j.reference_ms):
                 yield j.say.dangling(part, hanging_transaction(part, j.pt, j.reference_ms), last_ce)
             if part.marker is not None and part.marker.coordinator_epoch is not None:
                 last_ce = part.marker.coordinator_epoch
 
 
+def markers_in_flight(t, reference_ms: int | None) -> bool:
+    """Whether a coordinator transaction's markers may still be on their way at the end of the
+    evidence: decided (PrepareX) but not completed, within MARKERS_IN_FLIGHT_MS of that end (a
+    capture or a copy of the log dirs taken while it committed). The coordinator writes its
+    Complete record only once every registered partition has its marker
+    (TransactionMarkerChannelManager), so until then a partition without one is not told of."""
+    return (t is not None and t.result is not None and not t.complete and t.prepare_ts is not None
+            and reference_ms is not None and reference_ms - t.prepare_ts <= MARKERS_IN_FLIGHT_MS)
+
+
 def _check_torn(j):
     for t in j.txns:
-        damaged = torn_transaction(t, j.pt)
+        damaged = torn_transaction(t, j.pt, markers_in_flight(t.coord, j.reference_ms))
         if damaged is not None:
             yield j.say.torn(t, damaged)
 
@@ -130,11 +141,20 @@ def dangling_transaction(part: Part, pt: ProducerTxns) -> bool:
     partition only, the others stay open. On the wire the data of successive transactions on one
     partition is split at the coordinator's transaction boundary even where the marker between
     is not in the capture (a transaction begins only once the previous one's markers are
-    written), so an open transaction's part starts at its own first offset."""
-    if part.marker is not None or not part.data:
+    written), so an open transaction's part starts at its own first offset. A part of Produce
+    requests none of which was answered shows no stored data (`unconfirmed`): not judged."""
+    if part.marker is not None or not part.data or unconfirmed(part, pt):
         return False
     t = part.coord
     return not (t is not None and t.result is not None and not pt.coverage.sees_marker(part.tp))
+
+
+def unconfirmed(part: Part, pt: ProducerTxns) -> bool:
+    """On the wire, a part whose every Produce went unanswered (a capture ending before the
+    answers, a leader holding a version-2 Produce until its registration is verified): nothing
+    shows its data was stored, so no open transaction is told of it."""
+    return pt.coverage.source == "wire" and all(
+        b.get("response_error") is None and b.get("answered") is None and not b.get("fetched") for b in part.data)
 
 
 @rule("hanging-transaction", "critical", "both",
@@ -237,7 +257,7 @@ def _ended_epoch(part: Part, pt: ProducerTxns) -> str | None:
       "brokers for lost markers (unclean leader election, truncation) and for admins who "
       "aborted part of it (kafka-transactions.sh abort).", clean=txn_clean.one_result_per_transaction,
       fold="transactions", check=_check_torn)
-def torn_transaction(t: Transaction, pt: ProducerTxns) -> list[Range] | None:
+def torn_transaction(t: Transaction, pt: ProducerTxns, in_flight: bool = False) -> list[Range] | None:
     """Invariant: a transaction's markers carry one result on every partition it registered, the
     coordinator's decision (TransactionMarkerChannelManager writes the same marker to all of
     them, KIP-98): every stretch of its data on every partition ends with that result.
@@ -248,8 +268,10 @@ def torn_transaction(t: Transaction, pt: ProducerTxns) -> list[Range] | None:
     coordinator's decision (every stretch when the coordinator's is unknown), else None.
     Benign causes: none; a partition whose log, or whose leader's traffic, is not in the
     evidence is not judged; a marker re-sent after a coordinator or leader failover (the same
-    result again) is not a second outcome."""
-    ranges = judged_ranges(t, pt)
+    result again) is not a second outcome; nor a partition without a marker yet while the
+    coordinator's markers may still be on their way at the end of the evidence (`in_flight`:
+    markers_in_flight)."""
+    ranges = [r for r in judged_ranges(t, pt) if not (in_flight and r.result is None)]
     results = {r.result for r in ranges}
     decided = t.coord.result if t.coord is not None else None
     if decided is not None and any(r.result != decided for r in ranges):
@@ -261,7 +283,7 @@ def torn_transaction(t: Transaction, pt: ProducerTxns) -> list[Range] | None:
 
 def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
     """The stretches whose outcome is judged: those with data (without a marker only where the
-    evidence would show one), and on a partition without data the first marker (a registered
+    evidence would show one, and shows the data stored: not `unconfirmed`), and on a partition without data the first marker (a registered
     partition never written gets the coordinator's marker all the same; later markers there may
     be other transactions' the evidence could not tell apart: on the wire the offsets group's
     markers come without its data)."""
@@ -270,7 +292,7 @@ def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
     with_data = {r.tp for r in ranges if r.has_data}
     for r in ranges:
         if r.has_data:
-            if r.result is not None or pt.coverage.sees_marker(r.tp):
+            if r.result is not None or (pt.coverage.sees_marker(r.tp) and not unconfirmed(r.part, pt)):
                 out.append(r)
         elif r.tp not in with_data and r.tp not in bare:
             bare.add(r.tp)

@@ -458,6 +458,7 @@ class WireFeed:
                     d["rank"] = (m["rank"][0], m["position"], d["position"])
                 if d["last_offset"] is not None:
                     top = max(top, d["last_offset"])
+            _after_markers(data.get(tp, ()), ms, self.version == 2)
 
     def facts(self) -> ProducerTxns:
         self._order_races()
@@ -498,3 +499,26 @@ class WireCoverage(Coverage):
 
     def sees_marker(self, tp: str) -> bool:
         return self.feed.produce_hosts.get(tp) in self.feed.marker_hosts
+
+
+def _after_markers(data, markers: list[dict], v2: bool) -> None:
+    """Data sent before a coordinator's marker was answered, and answered (if at all) after that
+    marker was sent, that is of a later transaction than the marker's lands after it (neither
+    the answers' order nor a marker's unknown offset tells): data of a newer epoch than the
+    marker's, or - under transaction version 2, whose
+    every transaction has its own epoch - of the marker's own epoch (which ends the one before):
+    that transaction registers the partition only once the marker is written (the leader holds
+    a version-2 Produce until its registration is verified: CONCURRENT_TRANSACTIONS until then),
+    and a fenced producer's successor writes only after the fencing's markers. An admin's
+    marker carries the data's own epoch: not judged."""
+    coord = [m for m in markers if m.get("writer") != ADMIN and m.get("producer_epoch") is not None]
+    for d in data:
+        e = d.get("producer_epoch")
+        if e is None:
+            continue
+        done = d.get("answered") or float("inf")   # unanswered: it may land any time after
+        later = [m for m in coord if d["rank"] < m["rank"] and m["sent"] <= done
+                 and (e > m["producer_epoch"] or (v2 and e == m["producer_epoch"]))]
+        if later:
+            m = max(later, key=lambda m: m["rank"])
+            d["rank"] = (m["rank"][0], m["position"], d["position"])
