@@ -56,6 +56,10 @@ class Context:
     # KIP-939 two-phase commit, producer id -> ((epoch, enable_2pc, transactional id), ...), settled before the
     # disk's transactions fold runs (the wire's knowledge the log dirs may lack)
     two_pc_inits: dict | None = None
+    # wire: (producer id, epoch) -> [(time s, COMMIT|ABORT)] of the EndTxns the captures show
+    # answered without error, in time order (txn_lineage.ends_by_producer): a transaction the
+    # client was told committed (wire-acked: a transactional write's committed state)
+    txn_ends: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ class Facts:
         self.metadata_complete = False   # a metadata log from offset 0, or a KRaft snapshot
         self.cluster_ids: dict[str, set] = {}   # capture path -> Metadata cluster ids
         self.links: list[dict] = []   # txn_lineage's link rows (transactional id -> producer ids)
+        self.txn_ends: list[tuple] = []   # wire: the EndTxns answered without error (txn_lineage.wire_ends)
         self.linked = 0               # link rows the context's lineage was last built from (so_far)
 
     def add(self, kind: str, table: pa.Table) -> None:
@@ -84,6 +85,7 @@ class Facts:
         else:
             if kind == "txn_event":
                 self.links.extend(txn_lineage.wire_links(table))
+                self.txn_ends.extend(txn_lineage.wire_ends(table))
             coverage.add_wire(self.cov, kind, table)
             if kind == "topic_name" and "cluster_id" in table.schema.names and table.column("cluster_id").null_count < table.num_rows:
                 for src, cid in set(zip(table.column("source").to_pylist(), table.column("cluster_id").to_pylist())):
@@ -109,6 +111,7 @@ class Facts:
         self.features.extend(other.features)
         self.metadata_complete |= other.metadata_complete
         self.links.extend(getattr(other, "links", ()))
+        self.txn_ends.extend(getattr(other, "txn_ends", ()))
         for src, ids in getattr(other, "cluster_ids", {}).items():
             self.cluster_ids.setdefault(src, set()).update(ids)
 
@@ -224,6 +227,7 @@ class Audit:
             ctx.producer_lineage = txn_lineage.build(facts.links)   # {}: built, nothing to link
         if self.side == "wire":
             ctx.topic_names = facts.names.names
+            ctx.txn_ends = txn_lineage.ends_by_producer(facts.txn_ends) or None
         if self.known:
             ctx.two_pc_inits = self.known.get("two_pc_inits")
         elif self.side == "wire" and facts.links:   # the captures' own InitProducerIds (wire-lso)
@@ -238,6 +242,8 @@ class Audit:
             ctx.producer_lineage = txn_lineage.build(facts.links) or None
             if self.side == "wire" and not self.known:
                 ctx.two_pc_inits = txn_lineage.two_pc_inits(facts.links) or None
+        if self.side == "wire" and facts.txn_ends:
+            ctx.txn_ends = txn_lineage.ends_by_producer(facts.txn_ends) or None
 
     def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
         """The context a buffered fold runs with; a live audit's, before `settle`, with the

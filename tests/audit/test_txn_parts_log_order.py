@@ -8,11 +8,12 @@ from hypothesis import given, settings, strategies as st
 from kaudit.audit.txn import txn_parts
 
 
-def _rows(spec):
-    """Rows in the capture's order: (offset or None, length) each, ranked by their place."""
+def _rows(spec, control=True):
+    """Rows in the capture's order: (offset or None, length) each, ranked by their place
+    (markers a consumer was served, by default: their offsets come in any order)."""
     out = []
     for i, (off, n) in enumerate(spec):
-        out.append({"rank": (float(i), i), "base_offset": off,
+        out.append({"rank": (float(i), i), "base_offset": off, "is_control": control,
                     "last_offset": None if off is None else off + n, "i": i})
     return out
 
@@ -51,3 +52,14 @@ def test_a_marker_fetched_late_goes_back_to_its_offset():
 def test_a_log_is_ordered_by_offset():
     rows = [{"base_offset": 7, "last_offset": 9}, {"base_offset": 3, "last_offset": 3}]
     assert txn_parts.log_order(rows) == [3, 7] and rows[0]["base_offset"] == 3
+
+
+def test_offsets_answered_twice_keep_the_capture_s_order():
+    """Two Produce answers giving the same offsets: the log was truncated between them (a leader
+    elected without the first write), so offsets name two places - the capture's order is the
+    log's history (a marker served at 2 then ends the later write, not the lost one)."""
+    rows = _rows([(0, 1), (None, 0), (0, 1)], control=False) + _rows([(2, 0)])[:0]
+    marker = {"rank": (3.0, 3), "base_offset": 2, "last_offset": 2, "is_control": True, "i": 3}
+    rows.append(marker)
+    txn_parts.log_order(rows)
+    assert [r["i"] for r in rows] == [0, 1, 2, 3]

@@ -192,6 +192,29 @@ class Coordinator:
         self.sim.cap.exchange(name, msgs, ts, client_ip=wire.node_ip(self.node), server_ip=wire.node_ip(part.leader),
                               server_port=9093)
 
+    def move_to(self, node: int) -> None:
+        """The `__transaction_state` partitions' leadership moves to `node`, the old leader staying
+        up (kafka-leader-election, a reassignment, a controlled shutdown of the old leader's
+        listener): each partition elects `node` from its ISR at the next leader epoch
+        (Partition.makeLeader), the new coordinator loads it (TransactionStateManager.
+        loadTransactionsForTxnTopicPartition) under the coordinator epoch = that leader epoch
+        (the simulator keeps one coordinator epoch for all, one more than before), and the old
+        leader follows, truncating what it alone held (makeFollower, KIP-279). Requests still sent
+        to the old node are answered NOT_COORDINATOR; what the new coordinator does with a
+        loaded PrepareX (the markers sent again) is the caller's (elect_txn_episodes)."""
+        from tests.sim import replication as R
+
+        old = self.node
+        self.epoch += 1
+        self.node = node
+        for name, part in list(self.sim.parts.items()):
+            if not name.startswith("__transaction_state-") or part.leader == node:
+                continue
+            R.fall_behind(part, old, leave_isr=False)
+            part.behind.discard(node)
+            R.elect(part, node, isr=(part.isr | {node}) - {old})
+            R.rejoin(part, old)
+
     def fail_over(self) -> None:
         """A new coordinator (the __transaction_state partition's leader changed): the coordinator
         epoch goes up; transactions in PrepareX have their markers written again (not an anomaly).

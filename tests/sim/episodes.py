@@ -167,10 +167,10 @@ def _txn_kinds():
 
     from tests.sim import compact_episodes, consumer_episodes
 
-    from tests.sim import elect_episodes
+    from tests.sim import elect_episodes, elect_txn_episodes
 
     return {"txn": txn_episodes.txn, "group": consumer_episodes.group, "compact": compact_episodes.compact,
-            "elect": elect_episodes.elect}
+            "elect": elect_episodes.elect, "elect_txn": elect_txn_episodes.elect_txn}
 
 
 KINDS = {"idem": idem}

@@ -126,6 +126,15 @@ INVARIANTS = {
     # a replica read as its broker died lacks offsets the others committed after: out of the ISR, it
     # fetches them when it runs - a warning, nothing lost
     "replica-behind": Invariant(("replica-divergence",), "warning", ceiling="warning"),
+    # an unclean election lost a committed transaction's marker on the partition (the new leader
+    # fetched its data, not its marker): the new leader's copy of the transaction stays open - its
+    # last stable offset stuck, read_committed consumers stop - while the coordinator completed it.
+    # Told by the hanging transaction on the leader, by the deposed replicas still holding the
+    # marker in an older epoch past the new leader's start (replica-divergence), or the recorded
+    # unclean election
+    "marker-lost": Invariant(("hanging-transaction", "replica-divergence", "unclean-leader-election"), "critical",
+                             also=("torn-transaction", "acknowledged-write-lost", "dangling-transaction",
+                                   "lso-stuck", "outcome-mismatch")),
     "hanging-transaction": Invariant(("hanging-transaction",), "critical",
                                      also=("unregistered-partition", "late-transactional-write", "dangling-transaction",
                                            "write-after-epoch-end", "fenced-epoch")),

@@ -28,6 +28,32 @@ The facts the simulator follows (Kafka trunk, 2024-10, and the KIPs named):
   (KIP-704). Its epoch starts at its own log end, and what the old ISR held past it - committed,
   acknowledged to acks=all producers - is truncated from every replica that follows it.
 - A broker that died keeps its log as it was: it truncates only when it runs again and follows.
+- LeaderEpochFileCache.endOffsetFor answers an epoch older than every entry it holds with (that
+  epoch, the first entry's start offset): a replica following a leader elected with an empty log
+  (its only entry (epoch, 0)) truncates to 0.
+
+Under a transactional producer (elect_txn_episodes.py, branch h-elecxn):
+- a truncation or a new leader rebuilds the producer state from the log (UnifiedLog.truncateTo ->
+  ProducerStateManager.truncateAndReload; makeLeader loads its own log's): the ongoing
+  transactions are each producer's transactional data past its last marker, the last stable
+  offset the first offset of the earliest - so a transaction in flight goes on at a new leader
+  that has its data (no new KIP-890 verification), and a deposed leader's unfetched
+  transactional batches go with their open transaction when it truncates;
+- the partition leader appends WriteTxnMarkers with acks=all (KafkaApis.
+  handleWriteTxnMarkersRequest: requiredAcks -1, AppendOrigin.COORDINATOR); a leader deposed with
+  the marker above its high watermark answers NOT_LEADER_OR_FOLLOWER, a dead one nothing;
+  TransactionMarkerRequestCompletionHandler re-enqueues the marker (retriable
+  NOT_LEADER_OR_FOLLOWER, or the disconnection) to the partition's current leader, same producer
+  epoch and coordinator epoch;
+- the coordinator appends its `__transaction_state` records with acks=all too
+  (TransactionStateManager.appendTransactionToLog); a record its leader could not replicate before
+  losing leadership fails NOT_LEADER_OR_FOLLOWER, answered NOT_COORDINATOR to the client, the
+  transition undone; the new leader's coordinator loads the partition (coordinator epoch = its
+  leader epoch) and sends the markers of every transaction it finds prepared
+  (loadTransactionsForTxnTopicPartition), then writes CompleteX;
+- an unclean election can lose a committed transaction's data or only its marker; a new leader
+  that has the data and not the marker holds an ongoing transaction no coordinator will end (the
+  coordinator completed it): its last stable offset stays there (KIP-664's hanging transaction).
 """
 
 from __future__ import annotations
@@ -91,10 +117,13 @@ def elect(part, new: int, *, isr=None, unclean: bool = False) -> None:
 
 def end_offset_for(cache: list[tuple[int, int]], log_end: int, epoch: int) -> tuple[int, int]:
     """LeaderEpochFileCache.endOffsetFor: (the largest epoch <= `epoch` the cache knows, its end
-    offset: the start of the next epoch, or the log end for the latest); (-1, -1) if none."""
+    offset: the start of the next epoch, or the log end for the latest); for an epoch below every
+    entry (`epoch`, the first entry's start offset); (-1, -1) for an empty cache."""
     below = [i for i, (e, _) in enumerate(cache) if e <= epoch]
     if not below:
-        return -1, -1
+        # an epoch older than any the cache knows: (that epoch, the first known epoch's start) -
+        # the follower truncates there (a leader elected with an empty log: its log end)
+        return (epoch, cache[0][1]) if cache else (-1, -1)
     i = below[-1]
     return cache[i][0], cache[i + 1][1] if i + 1 < len(cache) else log_end
 

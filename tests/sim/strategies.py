@@ -15,7 +15,9 @@ GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_ses
                "uncommitted_read", "seek_back", "eos", "eos_double", "offsets_compacted")
 # log: what the brokers themselves do to a partition's log (compacted: the log cleaner, fault-free)
 LOG_KINDS = ("compacted", "compacted_coordinator", "compacted_compressed", "clean_interrupted", "compacted_consumers")
-ELECT_KINDS = ("clean", "tail", "stale", "flap", "unclean")
+# elections under a transactional producer and of `__transaction_state` (elect_txn_episodes.py)
+ELECT_TXN_KINDS = ("txn_clean", "txn_tail", "txn_marker", "txn_unclean", "coordinator")
+ELECT_KINDS = ("clean", "tail", "stale", "flap", "unclean") + ELECT_TXN_KINDS
 KINDS = tuple(f"idem:{f}" for f in IDEM_FAULT_NAMES) + tuple(f"txn:{f}" for f in TXN_KINDS) \
     + tuple(f"log:{f}" for f in LOG_KINDS) + tuple(f"group:{f}" for f in GROUP_KINDS) \
     + tuple(f"elect:{f}" for f in ELECT_KINDS)
@@ -67,12 +69,28 @@ def episode_of(kind: str):
 def elect_episode(fault: str):
     """A partition-leader election (elect_episodes.py); `kraft`: the log dirs hold the
     `__cluster_metadata` log (moved to the history by _fix)."""
+    if fault in ELECT_TXN_KINDS:
+        return elect_txn_episode(fault)
     return st.fixed_dictionaries({
         "kind": st.just("elect"), "fault": st.just(fault), "parts": st.integers(1, 2),
         "before": st.integers(1, 4), "tail": st.integers(1, 3), "fetched": st.integers(0, 3),
         "after": st.integers(0, 3),
         "sizes": st.lists(st.integers(1, 3), min_size=1, max_size=3), "acks": st.sampled_from(["all", "1"]),
         "rejoin": st.booleans(), "kraft": st.booleans(), "alive": st.booleans(), "fetch_wire": st.booleans()})
+
+
+def elect_txn_episode(fault: str):
+    """An election under a transactional producer, or of the coordinator's partitions
+    (elect_txn_episodes.py)."""
+    stage = {"txn_marker": st.sampled_from(["before", "deposed"]),
+             "coordinator": st.sampled_from(["ongoing", "prepare", "prepare_lost"])}.get(fault, st.just("none"))
+    return st.fixed_dictionaries({
+        "kind": st.just("elect_txn"), "fault": st.just(fault), "tv": st.sampled_from([1, 2]),
+        "parts": st.integers(1, 2), "before": st.integers(0, 2), "batches": st.integers(1, 2),
+        "tail": st.integers(1, 3), "fetched": st.integers(0, 3), "after": st.integers(0, 2),
+        "commit": st.booleans(), "rejoin": st.booleans(), "alive": st.booleans(), "fetch_wire": st.booleans(),
+        "lose": st.sampled_from(["data", "marker"]), "stage": stage, "sent": st.integers(0, 2),
+        "kraft": st.booleans()})
 
 
 def _txn():
@@ -99,9 +117,10 @@ def txn_episode(kind: str, tv=None):
 
 def _fix(h: dict) -> dict:
     """Versions the faults need: transaction version 2 and KIP-939 on a 4.x broker."""
-    if any(e["kind"] in ("txn", "compact") and (e["tv"] >= 2 or e["fault"] == "two_pc") for e in h["episodes"]):
+    if any(e["kind"] in ("txn", "compact", "elect_txn") and (e["tv"] >= 2 or e["fault"] == "two_pc")
+           for e in h["episodes"]):
         h["broker"] = "4.1"
-    if any(e["kind"] == "elect" and e.get("kraft") for e in h["episodes"]):
+    if any(e["kind"] in ("elect", "elect_txn") and e.get("kraft") for e in h["episodes"]):
         h["kraft"] = True       # the cluster's metadata log in the log dirs
     return h
 

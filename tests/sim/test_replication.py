@@ -13,7 +13,10 @@ def test_end_offset_for_is_the_next_epochs_start_or_the_log_end():
     assert R.end_offset_for(cache, 12, 0) == (0, 5)
     assert R.end_offset_for(cache, 12, 3) == (2, 9)      # an epoch it never had: the largest below
     assert R.end_offset_for(cache, 12, 4) == (4, 12)
-    assert R.end_offset_for([(3, 4)], 8, 1) == (-1, -1)
+    # an epoch below every entry: (that epoch, the first entry's start) - LeaderEpochFileCache's
+    # floorEntry null branch (a leader elected with an empty log answers its log end)
+    assert R.end_offset_for([(3, 4)], 8, 1) == (1, 4)
+    assert R.end_offset_for([], 8, 1) == (-1, -1)
 
 
 def _sim(tmp_path, **kw):

@@ -60,6 +60,8 @@ def superseded(reps: list[Replica], entries: dict[str, list[dict]]) -> list[Supe
     reached = {r.name: starts(r, entries.get(r.name, [])) for r in reps}
     out = []
     for r in reps:
+        if not r.has_batches:         # it holds nothing: it only tells where it reached an epoch
+            continue
         epoch = np_col(r.rows, "partition_leader_epoch", -1, np.int64)
         best = None      # (first offset, row, epoch, by, later, start)
         for s in reps:
@@ -80,4 +82,30 @@ def superseded(reps: list[Replica], entries: dict[str, list[dict]]) -> list[Supe
                                   (first if hw is None else max(first, hw), last, False)):
             if lo <= hi and (committed is False or hw is not None):
                 out.append(Superseded(r, lo, hi, old, by, later, at, row, committed))
+    return out
+
+
+def open_on_leader(x: Superseded, lo: int, hi: int) -> list[dict]:
+    """The transaction markers among a replica's superseded records [lo, hi] whose transaction's
+    data lies below the later epoch's start (x.start): the replica that began that epoch holds
+    the data without the marker - an ongoing transaction there that no coordinator will end (it
+    completed it): its producer state keeps it open and the partition's last stable offset stops
+    at its first offset (ProducerStateManager; KIP-664's hanging transaction). Per marker:
+    producer id, marker offset, the data's first and last offset."""
+    r = x.replica
+    pid = np_col(r.rows, "producer_id", -1, np.int64)
+    control = np_col(r.rows, "is_control", False, bool)
+    txn = np_col(r.rows, "is_transactional", False, bool)
+    out = []
+    for i in np.flatnonzero(r.ok & control & (r.base >= lo) & (r.base <= hi)).tolist():
+        p = int(pid[i])
+        if p < 0:
+            continue
+        mine = r.ok & (pid == p) & (r.base < int(r.base[i]))
+        ends = np.flatnonzero(mine & control)
+        after = int(r.base[ends[-1]]) if ends.size else -1     # the producer's previous marker
+        data = np.flatnonzero(mine & txn & ~control & (r.base > after))
+        if data.size and int(r.last[data].max()) < x.start:
+            out.append({"producer_id": p, "marker_offset": int(r.base[i]),
+                        "data": [int(r.base[data].min()), int(r.last[data].max())]})
     return out

@@ -138,8 +138,15 @@ class ReplicaGroup(TablesByKind):
         for t in self.tables.get("leader_epoch_entry", []):
             for x in t.to_pylist():
                 entries.setdefault(x["replica"], []).append(x)
-        for group in _same_cluster([r for r in reps if r.has_batches and r.detail]):
+        # a replica holding no batch still tells where its log began a leader epoch (a leader
+        # elected with an empty log records (epoch, its log end) before it appends anything)
+        empty = [r for r in reps if not r.has_batches and entries.get(r.name)]
+        for group in _same_cluster([r for r in reps if r.has_batches and r.detail] + empty):
             sup = E.superseded(group, entries)
+            group = [r for r in group if r.has_batches]
+            if len(group) < 2:
+                out.extend(self._superseded(sup, [], entries))
+                continue
             divs = C.divergences(group)
             # offsets lacking where every holder's records are superseded (past a later epoch's
             # start) will never be fetched: told as the holders' (superseded), not as a lag
@@ -272,10 +279,12 @@ class ReplicaGroup(TablesByKind):
                      f"leader of epoch {x.later} never had them, and replica {r.name} truncates them when it "
                      "follows again (KIP-101/KIP-279)")
             for lo, hi in pieces:
+                opened = E.open_on_leader(x, lo, hi) if x.committed else []
                 if x.committed:
                     msg = (f"{self._where(r.name)}: holds offsets {lo}-{hi} in leader epoch {x.epoch}, below its high "
                            f"watermark {r.hw} (committed: acknowledged to acks=all producers), {began}: committed "
-                           "records lost - an unclean leader election, or a log restored from an old copy")
+                           "records lost - an unclean leader election, or a log restored from an old copy"
+                           + _open_words(opened, x.by))
                 elif r.hw is None:
                     msg = (f"{self._where(r.name)}: holds offsets {lo}-{hi} in leader epoch {x.epoch}, {began}; "
                            "whether they were committed cannot be told (no replication-offset-checkpoint entry)")
@@ -289,8 +298,21 @@ class ReplicaGroup(TablesByKind):
                     topic=self.topic, partition=self.partition, replica=r.name, first_offset=lo, last_offset=hi,
                     details={"kind": "superseded-committed" if x.committed else "deposed-tail",
                              "epoch": x.epoch, "later_epoch": x.later, "later_epoch_start": x.start,
-                             "replica_of_later_epoch": x.by, "high_watermark": r.hw}))
+                             "replica_of_later_epoch": x.by, "high_watermark": r.hw,
+                             **({"open_on_leader": opened} if opened else {})}))
         return out
+
+
+def _open_words(opened: list[dict], by: str) -> str:
+    """What a lost transaction marker leaves on the replica that began the later epoch."""
+    if not opened:
+        return ""
+    o = opened[0]
+    more = f" (and {len(opened) - 1} more)" if len(opened) > 1 else ""
+    return (f"; among them producer {o['producer_id']}'s transaction marker at offset {o['marker_offset']}{more}, "
+            f"whose data at {o['data'][0]}-{o['data'][1]} replica {by} holds without it: an open transaction "
+            f"there that no coordinator will end - its last stable offset stops at {o['data'][0]}, and "
+            "read_committed consumers with it")
 
 
 def _same_cluster(reps: list[R.Replica]) -> list[list[R.Replica]]:

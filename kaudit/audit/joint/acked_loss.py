@@ -140,6 +140,12 @@ def judge(produce: list[dict], disk: list[dict], at_acked: list[dict], ranges: d
     rng_of: dict = defaultdict(dict)
     for (rep, t, p), rng in ranges.items():
         rng_of[(t, p)][rep] = rng
+    for (rep, t, p), starts in (epoch_starts or {}).items():
+        if starts and (rep, t, p) not in ranges:
+            # a replica holding no batch: an empty log whose leader-epoch-checkpoint says where it
+            # stands (a leader elected with an empty log: (epoch, its log end), log start = end)
+            top = max(starts.values())
+            rng_of[(t, p)][rep] = (top, top - 1)
     out, verdicts = [], []
     empty = _Stored([])
     for (topic, part), ws in sorted(by_tp.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):

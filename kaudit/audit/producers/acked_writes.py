@@ -234,3 +234,17 @@ def _placed(rows: list[dict], sums: list) -> list[Batch]:
         nxt[k] = b.hi + 1
         out.append(b)
     return out
+
+
+def note_ends(acked: list[Batch], ends: dict, lost: dict, seen: dict) -> None:
+    """A lost transactional write whose transaction the client was told committed: the next
+    EndTxn of its producer id and epoch the capture shows answered without error, after the write
+    was sent, is a COMMIT - the coordinator had decided it (PrepareCommit written) and it is as
+    committed as acks=all data (as the joint audit's acknowledged-write-lost judges it)."""
+    for w in acked:
+        if id(w) not in lost or id(w) in seen or not w.row.get("is_transactional"):
+            continue
+        sent = w.row.get("request_ts") or 0
+        end = next(((ts, res) for ts, res in ends.get((w.pid, w.epoch), ()) if ts > sent), None)
+        if end is not None and end[1] == "COMMIT":
+            seen[id(w)] = f"committed: the client was told its transaction committed (EndTxn) at {iso_ms(ms(end[0]))}"

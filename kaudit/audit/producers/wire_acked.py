@@ -151,9 +151,10 @@ def _of_keys(items: list, keys: set) -> list[tuple[str, pa.Table]]:
 
 
 class AckedPartition(TablesByKind):
-    def __init__(self, key: tuple):
+    def __init__(self, key: tuple, ctx=None):
         super().__init__()
         self.topic, self.partition = key
+        self.ends = (ctx.txn_ends if ctx is not None else None) or {}
 
     def finish(self) -> list[dict]:
         b = self.concat("batch")
@@ -173,6 +174,7 @@ class AckedPartition(TablesByKind):
             _refetched(acked, _rows(near), responses, lost, seen)
         if not lost:
             return []
+        A.note_ends(acked, self.ends, lost, seen)
         return [f for group in _runs(acked, lost) for f in self._findings(group, lost, seen)]
 
     def _findings(self, group: list[A.Batch], lost: dict, seen: dict) -> list[dict]:
@@ -490,7 +492,7 @@ def _keep(kind: str, t: pa.Table, ranges: dict) -> pa.Table:
 
 
 FOLD = Fold("wire-acked", {"batch": BATCH_COLUMNS, "fetch_partition": FETCH_COLUMNS}, KEY, ORDER,
-            lambda ctx: KeyedState(KEY, AckedPartition),
+            lambda ctx: KeyedState(KEY, lambda k: AckedPartition(k, ctx)),
             prepare=certify_clean, prepare_by_key=True,
             where={"batch": _batch_where,
                    "fetch_partition": lambda t: pc.fill_null(pc.equal(t.column("error_code"), 0), False)},

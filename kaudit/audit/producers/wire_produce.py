@@ -334,12 +334,12 @@ class WirePartition:
             kind, expected = "broker", None
         else:
             kind, expected = verdict
-            if err not in (None, 0) and kind == "gap" and \
+            if err not in (None, 0) and kind in ("gap", "new-epoch") and \
                     p.covered_by_refused(b.producer_epoch, expected, b.base_sequence - 1):
-                # the sequences in between were in flight in batches the broker refused (a
-                # retriable error: OUT_OF_ORDER_SEQUENCE_NUMBER in their wake, NOT_LEADER_OR_FOLLOWER
-                # from a leader deposed while they waited for the ISR): this batch, refused too,
-                # followed them in order and is retried after them
+                # the sequences in between (a new epoch's from 0) were in flight in batches the
+                # broker refused (a retriable error: OUT_OF_ORDER_SEQUENCE_NUMBER in their wake,
+                # NOT_LEADER_OR_FOLLOWER from a leader deposed while they waited for the ISR): this
+                # batch, refused too, followed them in order and is retried after them
                 return
             text = {"gap": f"jumps from {st.last_seq} to {b.base_sequence} (expected {expected})",
                     "regression": f"goes back from {st.last_seq} to {b.base_sequence} (expected {expected})",

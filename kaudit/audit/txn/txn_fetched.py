@@ -55,6 +55,10 @@ def fetched(feed, ts: float, r: dict) -> None:
         lo = d["last_offset"]
         if lo is not None and lo < offset and (top is None or lo > top):
             last, top = d, lo
+        elif lo is not None and lo == top and d["producer_epoch"] != last["producer_epoch"]:
+            # the offsets acknowledged again to another epoch's write (an unclean election lost
+            # the first): the log holds the later one, which the marker follows
+            last = d
     if last is not None:
         e, me = last["producer_epoch"], r["producer_epoch"]
         t = _txn_of(feed, tp, last)

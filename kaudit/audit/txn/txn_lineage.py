@@ -115,6 +115,33 @@ def disk_links(table: pa.Table) -> list[dict]:
     return out
 
 
+def wire_ends(table: pa.Table) -> list[tuple]:
+    """(producer id, epoch, time s, COMMIT|ABORT) of each EndTxn of a txn_event chunk answered
+    without error (folds.Context.txn_ends)."""
+    need = ("event", "producer_id", "producer_epoch", "ts", "result", "error_codes")
+    if table.num_rows == 0 or any(_col(table, n) is None for n in need):
+        return []
+    ev = table.column("event")
+    ev = ev.cast(pa.string()) if pa.types.is_dictionary(ev.type) else ev
+    t = table.filter(pc.fill_null(pc.equal(ev, "END_TXN"), False))
+    out = []
+    for pid, epoch, ts, result, codes in zip(*(t.column(c).to_pylist() for c in need[1:])):
+        if pid is not None and pid >= 0 and ts is not None and codes is not None and \
+                all(c.strip() in ("", "0") for c in str(codes).replace(";", ",").split(",")):
+            out.append((pid, epoch, ts, result))
+    return out
+
+
+def ends_by_producer(ends: list[tuple]) -> dict:
+    """(producer id, epoch) -> [(time s, result)] in time order (folds.Context.txn_ends)."""
+    out: dict = {}
+    for pid, epoch, ts, result in ends:
+        out.setdefault((pid, epoch), []).append((ts, result))
+    for v in out.values():
+        v.sort()
+    return out
+
+
 def wire_links(table: pa.Table) -> list[dict]:
     """Link rows of a txn_event chunk: each answered InitProducerId (the producer id it gave the
     transactional id) and each EndTxn answered with another producer id (TV2: the epoch ran out)."""

@@ -200,15 +200,34 @@ def log_order(rows: list[dict]) -> list:
     else:
         rows.sort(key=lambda b: b.get("rank") or ())
     top = -1          # the highest offset known so far in the capture's order
+    back = False
     for b in rows:
         bo = b["base_offset"]
         if bo is None:
             continue
         if bo <= top:
-            return _by_offsets(rows)
+            back = True
         lo = b["last_offset"]
-        top = bo if lo is None or lo < bo else lo
-    return list(range(len(rows)))   # the known offsets rise with the capture: its order is the log's
+        top = max(top, bo if lo is None or lo < bo else lo)
+    if not back:
+        return list(range(len(rows)))   # the known offsets rise with the capture: its order is the log's
+    if _truncated(rows):
+        return list(range(len(rows)))
+    return _by_offsets(rows)
+
+
+def _truncated(rows: list[dict]) -> bool:
+    """Whether Produce answers in the capture's order give an offset already given to another
+    write: the log was truncated between them (a leader elected without those records, KIP-101),
+    so offsets no longer name one place - the capture's order is the log's history."""
+    top = -1
+    for b in rows:
+        if b.get("is_control") or b.get("fetched") or b["base_offset"] is None:
+            continue
+        if b["base_offset"] <= top:
+            return True
+        top = max(top, b["last_offset"] if b["last_offset"] is not None else b["base_offset"])
+    return False
 
 
 def _by_offsets(rows: list[dict]) -> list:
@@ -236,9 +255,12 @@ def merge_replicas(per_replica: dict) -> list[Part]:
     merged: dict = {}
     for rep in sorted(per_replica, key=str):
         for p in per_replica[rep]:
-            m = merged.get(p.key)
+            # the same part starts with the same batch: replicas that diverged (an unclean
+            # election, then another epoch written at those offsets) hold different parts there
+            k = (p.key, _first_epoch(p))
+            m = merged.get(k)
             if m is None:
-                merged[p.key] = p
+                merged[k] = p
                 p.copies = {rep: p}
                 if p.marker is None:
                     p.replicas_without_marker = [rep]
@@ -262,6 +284,11 @@ def merge_replicas(per_replica: dict) -> list[Part]:
         if p.marker is not None and len(p.replicas_without_marker) == len(p.replicas):
             p.replicas_without_marker = []
     return out
+
+
+def _first_epoch(p: Part) -> int:
+    e = p.data[0]["producer_epoch"] if p.data else (p.marker.epoch if p.marker else None)
+    return -1 if e is None else e
 
 
 def split_lost_markers(parts: list[Part], view: CoordView, slack_ms: int) -> list[Part]:

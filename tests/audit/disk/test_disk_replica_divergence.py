@@ -408,3 +408,76 @@ def test_an_unclean_elections_trace_is_one_incident(tmp_path):
     assert sorted((f["severity"], f["replica"], f["first_offset"], f["last_offset"]) for f in fs) == [
         ("critical", "1", 20, 24), ("critical", "1", 25, 29)]
     assert len({f["incident"] for f in fs}) == 1
+
+
+def _empty_leader(tmp_path, *, hw1: int, entry: bool):
+    """Replica 1 (leader of epoch 0) holds 0-9; replica 2's log is empty and (`entry`) its
+    leader-epoch-checkpoint starts epoch 1 at 0: elected (uncleanly) with an empty log, it wrote
+    nothing yet - its log holds no batch to compare, only that entry."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        if node == 1:
+            for i in range(10):
+                pb.append_batch(values=[b"v%d" % i])
+        pb.high_watermark = hw1 if node == 1 else 0
+        if node == 2 and entry:
+            pb.epochs.append((1, 0))
+
+    write_replicas(root, build, nodes=(1, 2))
+    return [(f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"])
+            for f in audit(root, rules=RULES)]
+
+
+def test_committed_records_past_an_empty_new_leaders_epoch_start_are_critical(tmp_path):
+    """An empty replica's leader-epoch-checkpoint still tells where its log began epoch 1: replica
+    1's committed 0-9 in epoch 0 are past it - lost (missed while only replicas with batches were
+    compared: the simulator's elect:txn_unclean, regressions/elect-txn_unclean-empty-leader.json)."""
+    assert _empty_leader(tmp_path, hw1=10, entry=True) == [("replica-divergence", "critical", "1", 0, 9)]
+
+
+def test_an_uncommitted_tail_past_an_empty_new_leaders_epoch_start_is_info(tmp_path):
+    assert _empty_leader(tmp_path, hw1=0, entry=True) == [("replica-divergence", "info", "1", 0, 9)]
+
+
+def test_an_empty_replica_without_a_later_epoch_is_no_divergence(tmp_path):
+    """The twin: the empty replica began no later epoch - nothing superseded."""
+    assert _empty_leader(tmp_path, hw1=10, entry=False) == []
+
+
+def _lost_marker(tmp_path, *, epoch_start: int):
+    """Replica 1 holds producer 7's transaction at 0-1 and its COMMIT at 2 (committed: high
+    watermark 3); replica 2 holds 0-1 only, and began epoch 1 at `epoch_start` (an unclean
+    election after it fetched the data - 2 - or before - 0)."""
+    root = tmp_path / "cluster"
+
+    def build(ld, node):
+        pb = ld.partition(TOPIC, 0)
+        if node == 1 or epoch_start > 0:
+            pb.append_batch(values=[b"a", b"b"], producer_id=7, producer_epoch=0, base_sequence=0,
+                            is_transactional=True)
+        if node == 1:
+            pb.append_control(7, 0, "COMMIT")
+        else:
+            pb.epochs.append((1, epoch_start))
+        pb.high_watermark = pb.next_offset
+    write_replicas(root, build, nodes=(1, 2))
+    return [f for f in audit(root, rules=RULES) if f["severity"] == "critical"]
+
+
+def test_a_lost_marker_names_the_open_transaction_it_leaves_on_the_new_leader(tmp_path):
+    """The COMMIT at 2 is past replica 2's start of epoch 1, its data below it: replica 2 holds the
+    transaction without its end - an open transaction there that no coordinator will end (the
+    simulator's elect:txn_unclean losing the marker)."""
+    (f,) = _lost_marker(tmp_path, epoch_start=2)
+    assert (f["replica"], f["first_offset"], f["last_offset"]) == ("1", 2, 2)
+    assert _details(f)["open_on_leader"] == [{"producer_id": 7, "marker_offset": 2, "data": [0, 1]}]
+    assert "open transaction" in f["message"] and "replica 2 holds without it" in f["message"]
+
+
+def test_a_transaction_lost_whole_leaves_nothing_open(tmp_path):
+    """The twin: replica 2 began epoch 1 at 0 - the data went with the marker, nothing is open."""
+    fs = _lost_marker(tmp_path, epoch_start=0)
+    assert [(f["replica"], f["first_offset"], f["last_offset"]) for f in fs] == [("1", 0, 2)]
+    assert "open_on_leader" not in _details(fs[0]) and "open transaction" not in fs[0]["message"]

@@ -306,3 +306,51 @@ def test_lost_marker_of_a_committed_transaction_is_not_an_exposure(tmp_path):
     assert "COMMIT decided" in z["message"] and "the COMMIT at offset 2 (epoch 2)" in z["message"]
     assert of(fs, "write-after-epoch-end") == [] and of(fs, "torn-transaction") == []
     assert [f for f in fs if f["severity"] == "critical"] == []
+
+
+def _diverged(root: Path):
+    """orders-0 on two brokers that diverged at offset 0 (an unclean election: broker 1 led epoch
+    1 with an empty log). Broker 2 holds producer 7's committed transaction of producer epoch 0:
+    two batches at 0-3 and its COMMIT at 4 (version 2: the marker at epoch + 1), leader epoch 0;
+    broker 1 the restarted application's transaction of producer epoch 2, one batch at 0-1 and
+    its COMMIT (epoch 3) at 2, leader epoch 1."""
+    def build(ld, node):
+        pb = ld.partition("orders", 0)
+        if node == 2:
+            for k in range(2):
+                pb.append_batch(values=[b"a%d" % k, b"b%d" % k], producer_id=7, producer_epoch=0,
+                                base_sequence=2 * k, is_transactional=True)
+            pb.append_control(7, 1, "COMMIT")
+        else:
+            pb.set_leader_epoch(1)
+            pb.assign_epoch(1, 0)
+            pb.append_batch(values=[b"c", b"d"], producer_id=7, producer_epoch=2, base_sequence=0,
+                            is_transactional=True)
+            pb.append_control(7, 3, "COMMIT")
+        pb.high_watermark = pb.next_offset
+    return write_replicas(root / "cluster", build, nodes=(1, 2))
+
+
+def test_diverged_replicas_hold_two_transactions_not_one_of_two_epochs(tmp_path):
+    """Each replica's transaction at offset 0 is its own: epoch 0's data and COMMIT on broker 2,
+    epoch 2's on broker 1 - not one transaction whose epoch-0 data an epoch-3 marker ended (told
+    before: the parts were merged by their start offset alone, broker 2's data with broker 1's
+    marker; the simulator's elect:txn_unclean, regressions/elect-txn_unclean-diverged-parts.json).
+    The divergence itself is replica-divergence's."""
+    fs = audit(_diverged(tmp_path))
+    assert not of(fs, "write-after-epoch-end") and not of(fs, "mixed-epoch-transaction")
+    assert {f["rule"] for f in serious(fs)} == {"replica-divergence"}
+
+
+def test_one_replicas_data_ended_by_another_epochs_marker_is_still_told(tmp_path):
+    """The twin on one log: epoch 0's data ended by an epoch-3 COMMIT is still judged."""
+    root = tmp_path / "one"
+    ld = logdir(root, start_time_ms=T0)
+    pb = ld.partition("orders", 0)
+    for k in range(2):
+        pb.append_batch(values=[b"a%d" % k, b"b%d" % k], producer_id=7, producer_epoch=0, base_sequence=2 * k,
+                        is_transactional=True)
+    pb.append_control(7, 3, "COMMIT")
+    ld.write()
+    fs = audit(ld.root)
+    assert of(fs, "write-after-epoch-end") or of(fs, "mixed-epoch-transaction")

@@ -141,3 +141,30 @@ def test_fetch_of_the_later_write_at_an_offset_acknowledged_twice(tmp_path):
     assert _brief(fs) == [("acknowledged-records-replaced", "critical", 5, 7),
                           ("offset-acknowledged-twice", "critical", 5, 7)]
     assert len({f["incident"] for f in fs}) == 1
+
+
+def _txn_write_lost(tmp_path, end):
+    """Producer 7's transactional batch acknowledged at 5-7 (acks=all), then (`end`) its EndTxn,
+    then producer 8's batch acknowledged at 5-7: an unclean election lost the first write."""
+    first = Conn(send(1, wc.batch(7, 0, 0, transactional=True), offset=5, txn_id="tx", client_id="app-a")
+                 + end, **P1)
+    later = Conn(send(1, wc.batch(8, 0, 0), offset=5, client_id="app-b"), **P2)
+    return run(tmp_path, [first, later])
+
+
+def test_a_lost_transactional_write_the_client_was_told_committed_is_critical(tmp_path):
+    """Its EndTxn COMMIT answered without error: the coordinator had decided the commit, the write
+    was as committed as acks=all data - critical (an error before, 'its transaction's outcome not
+    seen', though the capture showed it: the simulator's elect:txn_unclean,
+    regressions/elect-txn_unclean-data-committed-capture.json)."""
+    fs = _txn_write_lost(tmp_path, wc.end_txn(2, 7, 0, committed=True, txn_id="tx", client_id="app-a"))
+    assert _brief(fs) == [("offset-acknowledged-twice", "critical", 5, 7)]
+    assert "EndTxn" in fs[0]["message"]
+
+
+@pytest.mark.parametrize("end", ["abort", "refused", "none"])
+def test_a_lost_transactional_write_not_known_committed_stays_an_error(tmp_path, end):
+    """The twins: its EndTxn aborted, refused (CONCURRENT_TRANSACTIONS), or not in the capture."""
+    msgs = {"abort": wc.end_txn(2, 7, 0, committed=False, txn_id="tx", client_id="app-a"),
+            "refused": wc.end_txn(2, 7, 0, error=51, txn_id="tx", client_id="app-a"), "none": []}[end]
+    assert _brief(_txn_write_lost(tmp_path, msgs)) == [("offset-acknowledged-twice", "error", 5, 7)]

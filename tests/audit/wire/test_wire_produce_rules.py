@@ -158,6 +158,30 @@ def test_a_refused_batch_that_skips_sequences_never_sent_is_a_jump(tmp_path):
     assert (f["severity"], details(f)["kind"], details(f)["expected_sequence"]) == ("warning", "gap", 5)
 
 
+def test_a_new_epochs_in_flight_batches_refused_by_a_deposed_leader(tmp_path):
+    """The same at a new epoch (a version-2 transactional producer's next transaction: every
+    EndTxn bumps its epoch): 0-4 and 5-9 of epoch 1 wait for the ISR and are refused
+    NOT_LEADER_OR_FOLLOWER; 5-9 refused after a refused 0-4 does not start epoch 1 out of order
+    (a false warning before: the simulator's elect:txn_tail, regressions/elect-txn_tail-tv2-deposed.json)."""
+    m = send(1, batch(PID, 0, 0, 5), offset=0)
+    m += [(0, produce(2, [(TOPIC, 0, batch(PID, 1, 0, 5))])),
+          (0, produce(3, [(TOPIC, 0, batch(PID, 1, 5, 5))])),
+          (1, produce_response(2, [(TOPIC, 0, NOT_LEADER, -1)])),
+          (1, produce_response(3, [(TOPIC, 0, NOT_LEADER, -1)]))]
+    retry = send(1, batch(PID, 1, 0, 5), offset=5) + send(2, batch(PID, 1, 5, 5), offset=10)
+    fs = audit(tmp_path, [Conn(m), Conn(retry, client=("10.0.0.1", 40002))])
+    assert not by_rule(fs, "out-of-order-sequence")
+
+
+def test_a_refused_batch_starting_a_new_epoch_past_0_is_out_of_order(tmp_path):
+    """The twin: epoch 1's 5-9 refused NOT_LEADER_OR_FOLLOWER, but its 0-4 were never sent."""
+    m = send(1, batch(PID, 0, 0, 5), offset=0)
+    m += [(0, produce(3, [(TOPIC, 0, batch(PID, 1, 5, 5))])),
+          (1, produce_response(3, [(TOPIC, 0, NOT_LEADER, -1)]))]
+    f = one(audit(tmp_path, Conn(m)), "out-of-order-sequence")
+    assert (f["severity"], details(f)["kind"], details(f)["expected_sequence"]) == ("warning", "new-epoch", 0)
+
+
 def test_retry_accepted_out_of_order_after_a_rejection_is_an_error(tmp_path):
     """10-14 refused 45 (gap after 0-4), then the same batch accepted: the broker lost its state."""
     m = (send(1, batch(PID, 0, 0, 5), offset=0) + send(2, batch(PID, 0, 10, 5), error=OUT_OF_ORDER)

@@ -184,3 +184,39 @@ def test_marker_fetched_long_after_the_producer_died(tmp_path):
                            timed={"delay": delay}, now_ms=T0_MS + 600_000) if f["rule"] in TXN]
     (f,) = fs
     assert f["rule"] == "coordinator-abort" and details(f)["markers_unseen"] == ["orders-3"]
+
+
+def _rewritten(b_offset: int):
+    """Transaction version 0/1: epoch 0's transaction writes offsets 10-15 of partition 2 (two
+    batches) and commits; (an unclean election loses them and the marker) the restarted
+    application's epoch 1 writes one batch at `b_offset` and commits; a consumer is served epoch
+    1's data and its COMMIT (epoch 1) right after it - at 13, an offset epoch 0's second batch was
+    acknowledged at too."""
+    a = init_producer_id(1, PID, 0) + add_partitions(2, PID, 0, partition=2)
+    a += send(3, batch(PID, 0, 0, 3, transactional=True), partition=2, offset=10, txn_id="tx-wire")
+    a += send(4, batch(PID, 0, 3, 3, transactional=True), partition=2, offset=13, txn_id="tx-wire")
+    a += end_txn(5, PID, 0, committed=True)
+    b = init_producer_id(1, PID, 1) + add_partitions(2, PID, 1, partition=2)
+    b += send(3, batch(PID, 1, 0, 3, transactional=True, tag="b"), partition=2, offset=b_offset, txn_id="tx-wire")
+    b += end_txn(4, PID, 1, committed=True)
+    served = data(b_offset, 0, epoch=1) + marker(b_offset + 3, "COMMIT", 1)
+    return [Conn(a), Conn(write_markers(1, PID, 0, committed=True), **BROKER), Conn(b, client=("10.0.0.1", 40002)),
+            Conn(write_markers(1, PID, 1, committed=True), client=("10.0.0.3", 50002), server=("10.0.0.4", 9093)),
+            Conn(fetch(1, served, fetch_offset=b_offset), **CONSUMER)]
+
+
+def test_a_marker_after_offsets_acknowledged_again_ends_the_later_write(tmp_path):
+    """Offsets 10-12 were acknowledged to epoch 0's write, then to epoch 1's (the first lost): the
+    COMMIT of epoch 1 served at 13 follows the later write the log holds - not epoch 0's 10-12
+    ended by another epoch's marker (a false mixed-epoch-transaction and late-transactional-write
+    before: the simulator's elect:txn_unclean with a rejoining replica's Fetch in the capture,
+    regressions/elect-txn_unclean-refetched-marker.json)."""
+    fs = audit(tmp_path, _rewritten(10), select=TXN + ("mixed-epoch-transaction",))
+    assert by_rule(fs, "mixed-epoch-transaction") == [] and by_rule(fs, "late-transactional-write") == []
+
+
+def test_a_later_epochs_marker_after_the_only_write_there_is_still_judged(tmp_path):
+    """The twin: epoch 1 wrote elsewhere (20-22); what the consumer is served at 20-23 is its own
+    - and epoch 0's 10-15 keep their own verdicts (nothing ties them to epoch 1's COMMIT)."""
+    fs = audit(tmp_path, _rewritten(20), select=TXN + ("mixed-epoch-transaction",))
+    assert by_rule(fs, "mixed-epoch-transaction") == [] and by_rule(fs, "late-transactional-write") == []
