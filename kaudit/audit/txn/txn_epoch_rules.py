@@ -222,7 +222,7 @@ def mixed_epoch_part(part: Part, pt: ProducerTxns) -> str | None:
     Without the coordinator's records the data's epoch and the transaction version decide: the
     marker's own when its WriteTxnMarkers v2 carries it (KIP-1228: version 2 - exactly epoch + 1,
     the leader refuses any marker at or below the data's epoch), else the producer's.
-    A part cut where its transaction's own marker is missing (txn_parts.split_lost_markers: data of
+    A part cut where its transaction's own marker is missing (txn_lost.split_lost_markers: data of
     a registered transaction, then a later epoch's, then one marker) breaks the second clause: the
     marker that ended it is a later transaction's.
     Benign causes: an admin's abort (kafka-transactions.sh writes the data's epoch: allowed for

@@ -380,7 +380,7 @@ def _against_coordinator(parts: dict, txns: dict, sel: np.ndarray, slack: int, w
     at = np.minimum(np.searchsorted(keys, rk), len(keys) - 1)
     _flag(flags, "unlisted", pid[keys[at] != rk])           # the transaction lists the partition
     # a completed transaction's registration no marker is matched to: its marker there is missing,
-    # and a later one may have ended its data (txn_parts.split_lost_markers)
+    # and a later one may have ended its data (txn_lost.split_lost_markers)
     reg_txn = keys // txns["ntp"]
     _flag(flags, "unmarked", tpid[reg_txn[complete[reg_txn] & ~np.isin(keys, rk[matched])]])
     _flag(flags, "empty_abort_bumped", pid[empty & (res == ABORT) & (epoch == txns["epoch"][k] + 1)])

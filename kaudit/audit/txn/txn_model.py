@@ -24,8 +24,9 @@ from functools import cached_property
 
 from kaudit.audit.txn.coordinator_state import CoordTxn, CoordView
 from kaudit.audit.thresholds import EPOCH_SLACK_MS, MARKER_CLUSTER_MS, MATCH_WINDOW_MS  # noqa: F401  (MATCH_WINDOW_MS: the model's names)
+from kaudit.audit.txn.txn_lost import split_lost_markers
 from kaudit.audit.txn.txn_parts import (  # noqa: F401  (the parts, as the model's names)
-    ADMIN, COORDINATOR, Marker, Part, assemble_replica, log_order, match_markers, merge_replicas, split_lost_markers,
+    ADMIN, COORDINATOR, Marker, Part, assemble_replica, log_order, match_markers, merge_replicas,
 )
 
 

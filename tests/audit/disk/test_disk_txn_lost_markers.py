@@ -1,6 +1,6 @@
 """A transaction's marker missing on one partition it registered (lost: an unclean election, a
 truncation), its data then ended in the log by a later transaction's marker
-(txn_parts.split_lost_markers): the story is told on that partition and offsets, with the
+(txn_lost.split_lost_markers): the story is told on that partition and offsets, with the
 outcome consumers get; under transaction version 2 and across a fencing (0/1), by epoch. Negative
 twins: a fenced instance's late write (its own marker came first), a zombie on a partition its
 transaction never registered, a transaction that committed everywhere."""
