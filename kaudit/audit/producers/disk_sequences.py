@@ -74,13 +74,14 @@ def duplicate_batch(st: ProducerState, b: BatchView) -> list[tuple[str, dict]]:
     runs = st.intervals.get(b.producer_epoch, [])
     parts = sequence_parts(b.base_sequence, b.last_sequence)  # two when b wraps past Int.MaxValue
     reported = set()   # sequence ranges already reported for b: against their first copy only
+    # a noted batch that held exactly b's sequences (the views are noted once: looked up once)
+    noted = _same_sequences(st.stored(b.producer_epoch, b.base_sequence, b.last_sequence), b)
     for r in overlaps(runs, b.base_sequence, b.last_sequence):
         # a copy is judged by its records (keys, values, headers, offset and timestamp deltas),
         # not the batch CRC: a producer whose state the broker lost may have the same records
         # stored again under a new batch timestamp. The first copy: the batch that held exactly
         # these sequences - the run's first, or one of the last few noted
-        orig = _same_sequences(r.first, b) or _same_sequences(st.stored(b.producer_epoch, b.base_sequence,
-                                                                         b.last_sequence), b)
+        orig = _same_sequences(r.first, b) or noted
         copy = same_records(orig, b)
         same = copy is not None
         orig = orig or r.first
@@ -101,7 +102,8 @@ def duplicate_batch(st: ProducerState, b: BatchView) -> list[tuple[str, dict]]:
         # "different" where the records were compared, or where the first copy held these
         # sequences in a batch of other bounds (a client resends a batch whole: not a resend);
         # "unknown" where that batch is not at hand
-        held = st.stored(b.producer_epoch, lo, hi) if not same else None
+        stored = st.stored(b.producer_epoch, lo, hi) if not same or r.lo != lo else None
+        held = stored if not same else None
         rebatched = held is not None and _same_sequences(held, b) is None
         kind = ("identical" if same else "different" if rebatched or records_differ(_same_sequences(orig, b), b)
                 else "unknown")
@@ -109,7 +111,7 @@ def duplicate_batch(st: ProducerState, b: BatchView) -> list[tuple[str, dict]]:
             "original_first_offset": first, "original_last_offset": last, "exact": exact,
             "original_sequences": [lo, hi], **({"copy": copy} if copy == "same-records" else {}),
             **({"original_batch_sequences": [held.base_sequence, held.last_sequence]} if rebatched else {}),
-            "original": orig if same or r.lo == lo else st.stored(b.producer_epoch, lo, hi),
+            "original": orig if same or r.lo == lo else stored,
         }))
     return out
 

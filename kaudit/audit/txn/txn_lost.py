@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kaudit.audit.thresholds import MATCH_WINDOW_MS
 from kaudit.audit.txn.coordinator_state import CoordTxn, CoordView
-from kaudit.audit.txn.txn_parts import Marker, Part, _distance, create_ms
+from kaudit.audit.txn.txn_parts import Marker, Part, _Nearest, create_ms
 
 
 def split_lost_markers(parts: list[Part], view: CoordView, slack_ms: int) -> list[Part]:
@@ -71,7 +71,7 @@ def _owner(p: Part, view: CoordView) -> CoordTxn:
     marker's time, one with the marker's result first (as match_markers picks it)."""
     cands = [t for t in view.txns if p.tp in t.partitions]
     same = [t for t in cands if t.result is None or t.result == p.marker.result] or cands
-    return min(same, key=lambda t: _distance(t, p.marker.ts))
+    return _Nearest(same).nearest(p.marker.ts)[0]
 
 
 def _split(p: Part, i: int, t: CoordTxn) -> tuple[Part, Part]:

@@ -53,10 +53,14 @@ def end_losing(p, kind: str, lost, *, epoch: int | None = None, hole: bool = Fal
 
 def setup(tmp_path, tv):
     ld = logdir(tmp_path, start_time_ms=T0)
+    return (ld, *parts_and_producer(ld, tv))
+
+
+def parts_and_producer(ld, tv):
+    """a-0, b-0 and transactional producer 7 ('tx') of a log dir with `__transaction_state`."""
     ts = ld.partition("__transaction_state", 0)
     a, b = ld.partition("a", 0), ld.partition("b", 0)
-    p = ld.producer(7, 0, transactional_id="tx", txn_state=ts, transaction_version=tv)
-    return ld, a, b, p
+    return a, b, ld.producer(7, 0, transactional_id="tx", txn_state=ts, transaction_version=tv)
 
 
 @pytest.mark.parametrize("tv", [2])
@@ -187,9 +191,7 @@ def lost_on(nodes_losing):
     """A log dir builder: the committed transaction's COMMIT on b-0 missing on `nodes_losing`,
     the next transaction writes b-0 and aborts (every node holds the rest)."""
     def build(ld, node):
-        ts = ld.partition("__transaction_state", 0)
-        a, b = ld.partition("a", 0), ld.partition("b", 0)
-        p = ld.producer(7, 0, transactional_id="tx", txn_state=ts, transaction_version=2)
+        a, b, p = parts_and_producer(ld, 2)
         p.send([b"a1"], partition=a); p.send([b"b1", b"b2"], partition=b)
         end_losing(p, "COMMIT", b if node in nodes_losing else None, hole=True)
         ld.tick(5_000)
