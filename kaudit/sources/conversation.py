@@ -188,6 +188,13 @@ class Conversation(TlsConversation):
             d.held.append(("data", off, bytes(data), first_frame, last_frame, ts))
             self._try_decide(direction)
 
+    def delivered_before(self, direction: int, offset: int) -> int | None:
+        """The frame that carried the last byte before stream offset `offset` (a hole's start),
+        Kafka connections only; None: nothing delivered before it."""
+        if self.protocol != "kafka" or offset <= 0:
+            return None
+        return self.dirs[direction].locate(offset - 1, offset)[0]
+
     def gap(self, ev) -> None:
         d = self.dirs[ev.direction]
         if self.protocol is None:

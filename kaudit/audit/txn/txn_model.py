@@ -51,8 +51,9 @@ class Coverage:
         """Whether a registration of `tp` for data at `ts_ms` would be in the evidence."""
         return self.registrations and (ts_ms is None or self.since_ms is None or ts_ms >= self.since_ms)
 
-    def sees_marker(self, tp: str) -> bool:
-        """Whether a marker written to `tp` would be in the evidence."""
+    def sees_marker(self, tp: str, part=None) -> bool:
+        """Whether a marker written to `tp` would be in the evidence (`part`: the one it would
+        end)."""
         return self.markers
 
 

@@ -145,7 +145,7 @@ def dangling_transaction(part: Part, pt: ProducerTxns) -> bool:
     if part.marker is not None or not part.data or unconfirmed(part, pt):
         return False
     t = part.coord
-    return not (t is not None and t.result is not None and not pt.coverage.sees_marker(part.tp))
+    return not (t is not None and t.result is not None and not pt.coverage.sees_marker(part.tp, part))
 
 
 def unconfirmed(part: Part, pt: ProducerTxns) -> bool:
@@ -206,7 +206,7 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
         reasons.append(f"the coordinator's transaction for this producer is already "
                        f"{'complete' if t.complete else 'ending'} ({t.result}, by {t.ended_by or 'its coordinator'}) "
                        f"with no marker on {part.tp}")
-    elif t is None and view.open_txn is None and pt.coverage.sees_marker(part.tp):
+    elif t is None and view.open_txn is None and pt.coverage.sees_marker(part.tp, part):
         reasons.append(f"the coordinator's transaction for this producer is already complete ({view.last_state})")
     elif t is None and view.open_txn is not None and pt.coverage.sees_registration(part.tp, part.first_ts):
         reasons.append(f"the coordinator's open transaction does not list {part.tp}")
@@ -291,7 +291,7 @@ def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
     with_data = {r.tp for r in ranges if r.has_data}
     for r in ranges:
         if r.has_data:
-            if r.result is not None or (pt.coverage.sees_marker(r.tp) and not unconfirmed(r.part, pt)):
+            if r.result is not None or (pt.coverage.sees_marker(r.tp, r.part) and not unconfirmed(r.part, pt)):
                 out.append(r)
         elif r.tp not in with_data and r.tp not in bare:
             bare.add(r.tp)
