@@ -21,7 +21,7 @@ class Judgement:
 
     def __init__(self, pt: ProducerTxns, reference_ms: int | None):
         self.pt = pt
-        self.reference_ms = reference_ms
+        self.reference_ms = pt.reference_ms = reference_ms
         self.txns = group(pt)
         self.of = {id(p): t for t in self.txns for p in t.parts}
         self.say = _Say(pt, self.of)

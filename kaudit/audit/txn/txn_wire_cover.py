@@ -24,13 +24,17 @@ def add_lost(feed, row: dict, tp: str) -> bool:
     (the transaction's start) and before the data. The client registers a partition before it
     sends it data (the Java client's TransactionManager, librdkafka's), so the data is of the
     producer's transaction all the same."""
-    holes = _holes(feed)
-    if not holes or not feed.coord_conns:
-        return False
     t = feed.open_txn()
-    if t is not None and tp in t.partitions:
-        return False
-    return holes.lost_on(feed.coord_conns, feed.since, (row["source"], row["position"])) is not None
+    return not (t is not None and tp in t.partitions) and client_lost(feed, row)
+
+
+def client_lost(feed, row: dict) -> bool:
+    """Whether the client's own connections to its coordinator lost bytes since its last
+    InitProducerId or EndTxn and before `row` (an EndTxn there may be in them: markers with
+    no EndTxn before them are then not the coordinator's own abort)."""
+    holes = _holes(feed)
+    return bool(holes) and bool(feed.coord_conns) and \
+        holes.lost_on(feed.coord_conns, feed.since, (row["source"], row["position"])) is not None
 
 
 def marker_lost(feed, tp: str, part=None):

@@ -361,8 +361,8 @@ class WireFeed:
             cause, detail = "client", "the recovering session's end (KIP-939)"
         elif t.fence_request is not None:
             cause, detail = COORDINATOR, "fencing"
-        elif not self.client_coordinator:
-            cause, detail = None, None      # the client's requests are not in the capture
+        elif not self.client_coordinator or txn_wire_cover.client_lost(self, r):
+            cause, detail = None, None      # the client's requests (its EndTxn) are not in the capture
         elif r["result"] == "ABORT" and t.timeout_ms and (ts - t.start) * 1000 >= t.timeout_ms:
             cause, detail = COORDINATOR, "timeout"
         elif r["result"] == "ABORT":
