@@ -233,7 +233,9 @@ class Conversation(TlsConversation):
         elif self.syn_seen:  # the opener speaks first in Kafka
             looks = plausible_request(data, 0, self.options.max_frame_bytes)
             if looks is True:
-                self._decide(direction)
+                # the acceptor's bytes first: the opener's were lost (a response can read as a
+                # request); the opener (a, direction 0) is the client all the same
+                self._decide(0)
             elif final:
                 return  # finish() tries the other direction, then settles
             elif looks is False and direction == 0:

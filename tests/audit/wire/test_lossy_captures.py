@@ -102,3 +102,16 @@ def test_a_lost_request_is_told_at_info_with_where_the_capture_lost_it(corpus, t
     f = next(f for f in jumps if f["topic"] == "kp-idem" and f["partition"] == 2)
     assert "sequences 10-12 may be in a request it lost" in f["message"]
     assert "127.0.0.1:34718 -> 127.0.0.1:9094 after frame 1280" in f["message"]
+
+
+def test_a_connection_whose_first_request_was_lost_keeps_its_client(corpus, tmp_path):
+    """Brokers on ports kaudit was not told of (9093, 9094: default 9092 only), a connection
+    whose client's first request the capture lost: its opener (the SYN's sender) is the client
+    all the same. The broker's answer, read as a request, was once an unanswered Produce
+    "from" the broker (a warning)."""
+    out = tmp_path / "lossy.pcap"
+    drop(corpus / "real-kafka-4.1.0/v4-idem-retry-java/v4-idem-retry-java.pcap", out, 0.05, 3)
+    run = audit_pcaps([str(out)], PcapOptions(kafka_ports=frozenset({9092})))
+    assert [f for f in run.findings if f["severity"] in ("warning", "error", "critical")] == []
+    assert not any(f.get("connection", "").startswith("127.0.0.1:909") for f in run.findings
+                   if f["rule"] == "unanswered-request")
