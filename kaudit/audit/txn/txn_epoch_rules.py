@@ -69,14 +69,16 @@ def stale_epoch_write(part: Part, pt: ProducerTxns) -> tuple[list[dict], str, st
     has: told at info). Batches after a marker of a newer epoch are late-transactional-write's.
     Benign causes: none for stored data; severity says what became of it: critical where a
     COMMIT exposed it to read_committed consumers, error where nothing ends it, info where the
-    fencing's ABORT discarded it.
+    fencing's ABORT discarded it. On the wire, a part across bytes the capture lost where the
+    EndTxn or the marker that would split it or date its epoch's end would be is not judged
+    (Coverage.lost_within).
     Idempotent producers (wire only, wire_produce): once a KIP-360 InitProducerId that asked
     with producer id P was answered with another id, a Produce under P sent after the answer
     and stored is data of an ended session - told at info: a broker never fences an idempotent
     id (the old id's state is untouched), so storing it was right; consumers read it twice only
     if the client also re-sent it under the new id."""
-    if not part.data:
-        return None
+    if not part.data or pt.coverage.lost_within(part):
+        return None   # (on the wire) what splits the part or dates its epoch's end may be in bytes lost
     m = part.marker
     prev = part.previous.marker if part.previous is not None else None
     floor = prev.epoch if prev is not None and prev.epoch is not None else None
@@ -227,10 +229,14 @@ def mixed_epoch_part(part: Part, pt: ProducerTxns) -> str | None:
     a registered transaction, then a later epoch's, then one marker) breaks the second clause: the
     marker that ended it is a later transaction's.
     Benign causes: an admin's abort (kafka-transactions.sh writes the data's epoch: allowed for
-    an ABORT), a marker whose result differs from its transaction's (torn-transaction's)."""
+    an ABORT), a marker whose result differs from its transaction's (torn-transaction's); on the
+    wire, bytes the capture lost where the EndTxn or the marker between two transactions would
+    be (Coverage.lost_within: not judged)."""
     if not part.data:
         return None
     epochs = part.epochs
+    if pt.coverage.lost_within(part):
+        return None   # the EndTxn or the marker that splits or ends it may be in bytes the capture lost
     if len(epochs) > 1:
         return f"holds batches of {len(epochs)} epochs ({', '.join(map(str, epochs))}): one transaction is one epoch's"
     m = part.marker

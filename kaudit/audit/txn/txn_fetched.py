@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from kaudit.audit.txn.txn_parts import log_order
+from kaudit.audit.txn import txn_kept, txn_wire_cover
+from kaudit.audit.txn.txn_parts import ADMIN, log_order
 
 
 def fetched(feed, ts: float, r: dict) -> None:
@@ -296,6 +297,8 @@ def ends_unseen(feed) -> list[dict]:
         last, t, ended = 0, None, False   # the last data row, its transaction, a marker after it
         for k, u in enumerate(own):
             if u is _MARK:
+                if not ended and t is not None and t.prepared is not None and _lost_own(feed, t, seq[k], seq[last]):
+                    out.append(_boundary(feed, seq[last], t))   # its own marker in bytes the capture lost
                 ended = True
                 continue
             # a boundary after `last` unless it is not its transaction's last data here, data no
@@ -310,6 +313,17 @@ def ends_unseen(feed) -> list[dict]:
 
 
 _MARK = object()   # ends_unseen: a marker's place
+
+
+def _lost_own(feed, t, m: dict, last: dict) -> bool:
+    """Whether marker `m`, the first after transaction `t`'s last data `last` on its partition,
+    is a later transaction's (an epoch `t`'s markers do not carry; not an admin's) while `t`'s
+    own may be in bytes the capture lost (txn_wire_cover.marker_lost): `t` ended there unseen,
+    and `m` ends the data after it only."""
+    e = m.get("producer_epoch")
+    if e is None or m.get("writer") == ADMIN or e in txn_kept.marker_epochs(t):
+        return False
+    return txn_wire_cover.marker_lost(feed, f"{m['topic']}-{m['partition']}", since=last) is not None
 
 
 def _boundary(feed, d: dict, t) -> dict:

@@ -56,6 +56,11 @@ class Coverage:
         end)."""
         return self.markers
 
+    def lost_within(self, part) -> bool:
+        """Whether the evidence lost what would split `part` or date its end (a capture's
+        lost bytes: txn_wire_cover.lost_within; a log dir: never - its losses are told apart)."""
+        return False
+
 
 @dataclass
 class ProducerTxns:

@@ -155,8 +155,14 @@ def unconfirmed(part: Part, pt: ProducerTxns) -> bool:
     """On the wire, a part whose every Produce went unanswered (a capture ending before the
     answers, a leader holding a version-2 Produce until its registration is verified): nothing
     shows its data was stored, so no open transaction is told of it."""
-    return pt.coverage.source == "wire" and all(
-        b.get("response_error") is None and b.get("answered") is None and not b.get("fetched") for b in part.data)
+    return pt.coverage.source == "wire" and not any(_shown_stored(b, pt) for b in part.data)
+
+
+def _shown_stored(b: dict, pt: ProducerTxns) -> bool:
+    """Whether the evidence shows data batch `b` stored: on disk, always; on the wire, a
+    Produce answered (or its batch served to a consumer)."""
+    return pt.coverage.source != "wire" or not (
+        b.get("response_error") is None and b.get("answered") is None and not b.get("fetched"))
 
 
 @rule("hanging-transaction", "critical", "both",
@@ -286,7 +292,9 @@ def torn_transaction(t: Transaction, pt: ProducerTxns) -> list[Range] | None:
 
 def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
     """The stretches whose outcome is judged: those with data (without a marker only where the
-    evidence would show one, and shows the data stored: not `unconfirmed`), and on a partition without data the first marker (a registered
+    evidence would show one, and shows the data stored: not `unconfirmed`; none across bytes a
+    capture lost where its EndTxn or marker would be: Coverage.lost_within), and on a partition
+    without data the first marker (a registered
     partition never written gets the coordinator's marker all the same; later markers there may
     be other transactions' the evidence could not tell apart: on the wire the offsets group's
     markers come without its data)."""
@@ -295,6 +303,8 @@ def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
     with_data = {r.tp for r in ranges if r.has_data}
     for r in ranges:
         if r.has_data:
+            if pt.coverage.lost_within(r.part):
+                continue   # which transaction its marker ended may be in bytes the capture lost
             if r.result is not None or (pt.coverage.sees_marker(r.tp, r.part) and not unconfirmed(r.part, pt)):
                 out.append(r)
         elif r.tp not in with_data and r.tp not in bare:
@@ -444,7 +454,9 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
     if not part.data or prev is None or prev.marker is None:
         return None
     if prev.marker.epoch is not None and part.first_epoch is not None and part.first_epoch < prev.marker.epoch:
-        late = [b for b in part.data if b["producer_epoch"] < prev.marker.epoch]
+        late = [b for b in part.data if b["producer_epoch"] < prev.marker.epoch and _shown_stored(b, pt)]
+        if not late:
+            return None   # on the wire, Produce requests with no answer: nothing shows them stored
         outcome = ("it opens a transaction no coordinator knows" if part.marker is None else
                    f"the {part.marker.result} at {_at(part.marker)} took it in")
         return f"its epoch {part.first_epoch} is older than the marker's {prev.marker.epoch}: {outcome}", late

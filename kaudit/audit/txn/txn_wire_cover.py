@@ -37,18 +37,35 @@ def client_lost(feed, row: dict) -> bool:
         holes.lost_on(feed.coord_conns, feed.since, (row["source"], row["position"])) is not None
 
 
-def marker_lost(feed, tp: str, part=None):
+def marker_lost(feed, tp: str, part=None, since: dict | None = None):
     """The capture hole (capture_holes.Lost) where the coordinator's marker for `tp` may be:
     bytes lost on a connection that carried WriteTxnMarkers to the partition's leader, after
-    the part's first data (its transaction's marker comes after it); None: none."""
+    the part's first data (its transaction's marker comes after it) or the data row `since`;
+    None: none."""
     holes = _holes(feed)
     if not holes:
         return None
     host = feed.produce_hosts.get(tp)
-    first = part.data[0] if part is not None and part.data else None
+    first = since if since is not None else part.data[0] if part is not None and part.data else None
     since = (first.get("source"), first.get("position")) if first is not None else None
     conns = [c for c in holes.carrying("WRITE_MARKERS") if _address(server_of(c)) == host]
     return holes.lost_on(conns, since) if conns else None
+
+
+def lost_within(feed, tp: str, part) -> bool:
+    """Whether the capture lost bytes, between the part's first data and its marker (or the
+    end), on the client's connections to its coordinator or on those that carried
+    WriteTxnMarkers to the partition's leader: an EndTxn or a marker that would split the part
+    in two transactions, or date its epoch's end, may be in them."""
+    holes = _holes(feed)
+    if not holes or not part.data:
+        return False
+    first, m = part.data[0], part.marker
+    lo = (first.get("source"), first.get("position"))
+    hi = (m.source, m.position) if m is not None and not m.fetched else None
+    host = feed.produce_hosts.get(tp)
+    conns = set(feed.coord_conns) | {c for c in holes.carrying("WRITE_MARKERS") if _address(server_of(c)) == host}
+    return holes.lost_on(conns, lo, hi) is not None
 
 
 class WireCoverage(Coverage):
@@ -73,3 +90,6 @@ class WireCoverage(Coverage):
     def sees_marker(self, tp: str, part=None) -> bool:
         f = self.feed
         return f.produce_hosts.get(tp) in f.marker_hosts and marker_lost(f, tp, part) is None
+
+    def lost_within(self, part) -> bool:
+        return lost_within(self.feed, part.tp, part)
