@@ -6,11 +6,13 @@ import json
 import tempfile
 
 from tests.sim.oracle import brief, judge
-from tests.sim.runner import FEEDS, audit, simulate
+from tests.sim.runner import audit, feeds_of, simulate
 
 
-def verdicts(history: dict, *, feeds=FEEDS, spark: bool = False) -> tuple[list, dict]:
-    """(oracle, {feed: judge result}) of a history."""
+def verdicts(history: dict, *, feeds=None, spark: bool = False) -> tuple[list, dict]:
+    """(oracle, {feed: judge result}) of a history (`feeds`: by default the feeds the history is
+    judged on - runner.feeds_of)."""
+    feeds = feeds_of(history) if feeds is None else feeds
     with tempfile.TemporaryDirectory(prefix="kaudit-sim-") as d:
         sim, dirs, pcap, end = simulate(history, d)
         out = {}

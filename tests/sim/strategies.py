@@ -308,3 +308,37 @@ def wide(passing, size: int | None = None):
     return kinds.flatmap(lambda ks: st.builds(
         build, st.sampled_from(["3.0", "4.1"]), st.tuples(*[episode(k) for k in ks]).map(list),
         st.booleans(), st.sampled_from([0, 3])))
+
+
+# ---- capture faults (capture_faults.py): the capture point lost packets or saw one broker ----------
+
+CAPTURE_KINDS = ("lossy", "one_broker")
+
+
+def capture_fault(kind: str):
+    """lossy: a drawn 1-5 % of the payload segments dropped, chosen by a drawn seed; one_broker:
+    the capture of one node's host."""
+    if kind == "lossy":
+        return st.fixed_dictionaries({"kind": st.just("lossy"), "rate": st.integers(1, 5).map(lambda r: r / 100),
+                                      "seed": st.integers(0, 2 ** 32 - 1)})
+    return st.fixed_dictionaries({"kind": st.just("one_broker"), "node": st.sampled_from([1, 2, 3])})
+
+
+def capture_history(kind: str):
+    """capture:<kind>: a CLEAN history (idempotent producers, transactional ones of version 1 or
+    2 committing and aborting, and often a read_committed consumer group reading one of their
+    topics: no anomaly injected) whose capture the capture point damaged. The oracle is empty:
+    nothing at warning or above may be told - the lost bytes prove no absence."""
+    producers = st.lists(st.one_of(idem_episode("none"), txn_episode("none")), min_size=1, max_size=3)
+    consumers = st.none() | group_episode("none").map(lambda g: dict(g, isolation="read_committed"))
+
+    def build(b, ps, g, rt, shared, fault):
+        if shared:   # the producers interleave in one topic's partitions
+            for ep in ps:
+                ep["topic"] = "shared"
+        h = {"broker": b, "episodes": ps + ([g] if g else []), "retransmit_every": rt, "capture_fault": fault}
+        if g and g["protocol"] == "848":
+            h["broker"] = "4.1"
+        return _fix(h)
+    return st.builds(build, st.sampled_from(["3.0", "4.1"]), producers, consumers, st.sampled_from([0, 0, 3, 7]),
+                     st.booleans(), capture_fault(kind))
