@@ -7,9 +7,13 @@ short.
   connection and in either direction (client to leader, the coordinator's marker sender, a leader's
   AddPartitionsToTxn to the coordinator, consumers, admin). Their bytes are gone from the capture:
   the reassembler sees a hole in the stream, never the message that crossed it.
-- `one_broker`: the capture was taken on one broker's host (`tcpdump -i any port 9092` there): only
-  the packets to or from that broker's address are kept, on every connection where it is the
-  server or the client. The others' conversations are absent as wholes.
+- `one_broker`: the capture was taken on one broker only. `side: host` (`tcpdump -i any host B` on
+  its host): the packets to or from that broker's address, on every connection where it is the
+  server or the client. `side: listener` (`tcpdump port 9092` where brokers share a host and
+  are told apart by port, as in the real corpus): only the connections to its listeners - its
+  own outgoing connections (a TV2 leader's AddPartitionsToTxn to the coordinator, a coordinator's
+  marker sender, its replica fetches) leave from an ephemeral port and are not kept. The others'
+  conversations are absent as wholes.
 
 The invariant both test: a capture that lost bytes proves no absence on the connections that lost
 them, and a capture of one broker proves no absence of what the others were sent.
@@ -102,13 +106,22 @@ def lossy(recs: list[bytes], fault: dict) -> list[bytes]:
     return [r for i, r in enumerate(recs) if i not in gone]
 
 
+LISTENERS = (9092, 9093)     # the simulated brokers' client and inter-broker listeners (wire.py)
+
+
 def one_broker(recs: list[bytes], fault: dict) -> list[bytes]:
-    """Only the packets to or from node `node`'s address (the capture taken on that broker)."""
-    host = wire.node_ip(fault["node"])
+    """Only the packets to or from node `node`'s address (`side` host), or only those of the
+    connections to its listeners (`side` listener)."""
+    host, listener = wire.node_ip(fault["node"]), fault.get("side") == "listener"
     keep = []
     for r in recs:
         s = segment(r)
-        if s is not None and host in (s.src, s.dst):
+        if s is None:
+            continue
+        if listener:
+            if (s.dst == host and s.dport in LISTENERS) or (s.src == host and s.sport in LISTENERS):
+                keep.append(r)
+        elif host in (s.src, s.dst):
             keep.append(r)
     return keep
 

@@ -19,6 +19,10 @@ def verdicts(history: dict, *, feeds=None, spark: bool = False) -> tuple[list, d
         for feed in feeds:
             found = audit(feed, dirs, pcap, end, spark=spark)
             out[feed] = judge(found, sim.oracle, feed)
+            if history.get("capture_fault"):
+                # the capture point lost bytes: what the history put there may be unprovable from
+                # what is left (not missed), but nothing may be invented (capture_faults.py)
+                out[feed]["missed"], out[feed]["weak"] = [], []
             if feed == "segments":   # the consumer rules read the wire only: the log dirs hold no consumer
                 out[feed]["wire_only"] = [f for f in found if f["rule"] in _consumer_rules()]
     return sim.oracle, out

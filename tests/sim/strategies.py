@@ -321,16 +321,19 @@ def capture_fault(kind: str):
     if kind == "lossy":
         return st.fixed_dictionaries({"kind": st.just("lossy"), "rate": st.integers(1, 5).map(lambda r: r / 100),
                                       "seed": st.integers(0, 2 ** 32 - 1)})
-    return st.fixed_dictionaries({"kind": st.just("one_broker"), "node": st.sampled_from([1, 2, 3])})
+    return st.fixed_dictionaries({"kind": st.just("one_broker"), "node": st.sampled_from([1, 2, 3]),
+                                  "side": st.sampled_from(["host", "listener"])})
 
 
 def capture_history(kind: str):
     """capture:<kind>: a CLEAN history (idempotent producers, transactional ones of version 1 or
-    2 committing and aborting, and often a read_committed consumer group reading one of their
-    topics: no anomaly injected) whose capture the capture point damaged. The oracle is empty:
-    nothing at warning or above may be told - the lost bytes prove no absence."""
+    2 committing and aborting, and often a read_committed consumer group - rebalancing or not -
+    or an exactly-once application whose aborted transaction seeks back, reading one of their
+    topics: no anomaly injected) whose capture the capture point damaged. Nothing at warning or
+    above may be told: the lost bytes prove no absence."""
     producers = st.lists(st.one_of(idem_episode("none"), txn_episode("none")), min_size=1, max_size=3)
-    consumers = st.none() | group_episode("none").map(lambda g: dict(g, isolation="read_committed"))
+    consumers = st.none() | st.sampled_from(["none", "none", "eos"]).flatmap(group_episode).map(
+        lambda g: dict(g, isolation="read_committed"))
 
     def build(b, ps, g, rt, shared, fault):
         if shared:   # the producers interleave in one topic's partitions
