@@ -3,4 +3,25 @@ stays green and an XPASS shows the day one is fixed. Each reason says which feed
 measured with the simulator; the shrunk example of each is under tests/sim/regressions/.
 Remove an entry once its kind passes (check with KAUDIT_SIM_EXAMPLES=30 first)."""
 
-KNOWN_FAILING: dict[str, str] = {}
+KNOWN_FAILING: dict[str, str] = {
+    # measured 2026-11-27 (branch h-lossy): 37 of 200 clean histories at seed 61, 34/150 (21),
+    # 25/150 (22), 2/40 (11); every base history exact without the fault. One dropped segment is
+    # enough for each (regressions/capture-lossy-*.json)
+    "capture:lossy": (
+        "rules conclude from an absence on connections whose capture lost bytes (a stream-gap on "
+        "them): out-of-order-sequence error (a lost Produce reads as a sequence jump), "
+        "hanging-transaction + torn-transaction critical (a lost WriteTxnMarkers reads as a missing "
+        "marker), late-transactional-write error/critical (a lost AddPartitionsToTxn answer: the next "
+        "transaction's data reads as the previous one's), consumer-poll-skip / "
+        "consumer-commit-beyond-served / consumer-start-beyond-commit error (a lost Fetch answer reads "
+        "as records never served), consumer-nonmonotonic-poll warning (a lost OffsetFetch/ListOffsets), "
+        "unanswered-request warning (a connection's first request segment lost: the reassembler takes "
+        "the server for the client and decodes responses as requests), and on `kaudit audit` "
+        "produce-outcome warning (an unanswered Produce joined by content to an equal batch of an "
+        "earlier transaction: 'stored twice') and outcome-mismatch error (a lost EndTxn ABORT)"),
+    # 7 of 200 at seed 62, 1/200 at 45 (the rest exact)
+    "capture:one_broker": (
+        "consumer-nonmonotonic-poll warning: an exactly-once application's abort seeks back to the "
+        "committed offsets by an OffsetFetch to the group coordinator - another broker, not in the "
+        "capture - and the re-fetch on the captured leader reads as a step back with no look-up seen"),
+}
