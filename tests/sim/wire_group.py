@@ -199,8 +199,8 @@ def txn_offset_commit(corr: int, client: str, txn_id: str, group: str, pid: int,
     the offsets partition itself, no AddOffsetsToTxn) -, else v2 (no member: the pre-KIP-447 API,
     not fenced by the group)."""
     if member is not None:
-        req = (request_header(28, version, corr, client, True) + cstring(txn_id) + cstring(group) + i64(pid) + i16(epoch)
-               + i32(generation) + cstring(member) + cstring(None) + carray(1) + cstring(topic) + carray(1)
+        req = (request_header(28, version, corr, client, True) + cstring(txn_id) + cstring(group) + i64(pid)
+               + i16(epoch) + i32(generation) + cstring(member) + cstring(None) + carray(1) + cstring(topic) + carray(1)
                + i32(partition) + i64(offset) + i32(-1) + cstring(None) + TAGS0 + TAGS0 + TAGS0)
         resp = (response_header(corr, True) + i32(0) + carray(1) + cstring(topic) + carray(1) + i32(partition)
                 + i16(0) + TAGS0 + TAGS0 + TAGS0)
