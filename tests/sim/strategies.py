@@ -317,7 +317,7 @@ CAPTURE_KINDS = ("lossy", "one_broker")
 
 def capture_fault(kind: str):
     """lossy: a drawn 1-5 % of the payload segments dropped, chosen by a drawn seed; one_broker:
-    the capture of one node's host."""
+    the capture of one node - its host's every connection, or only those to its listeners."""
     if kind == "lossy":
         return st.fixed_dictionaries({"kind": st.just("lossy"), "rate": st.integers(1, 5).map(lambda r: r / 100),
                                       "seed": st.integers(0, 2 ** 32 - 1)})
@@ -338,8 +338,8 @@ def _clean_consumer(g: dict, tv: int) -> dict:
 def capture_history(kind: str):
     """capture:<kind>: a CLEAN history (idempotent producers, transactional ones of version 1 or
     2 committing and aborting, and often a read_committed consumer group - rebalancing or not -
-    or an exactly-once application whose aborted transaction seeks back, reading one of their
-    topics: no anomaly injected) whose capture the capture point damaged. Nothing at warning or
+    or an exactly-once application of transaction version 1 or 2 whose aborted transaction seeks
+    back, reading one of their topics: no anomaly injected) whose capture the capture point damaged. Nothing at warning or
     above may be told: the lost bytes prove no absence."""
     producers = st.lists(st.one_of(idem_episode("none"), txn_episode("none")), min_size=1, max_size=3)
     consumers = st.sampled_from([None, "none", "eos", "eos"]).flatmap(

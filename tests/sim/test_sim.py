@@ -45,7 +45,7 @@ def test_auditor_reports_exactly_the_injected_anomalies(kind):
 @pytest.mark.parametrize("kind", _params(tuple(f"capture:{k}" for k in CAPTURE_KINDS)))
 def test_a_capture_that_lost_bytes_proves_no_absence(kind):
     """capture:lossy (1-5 % of the payload segments dropped anywhere) and capture:one_broker (the
-    capture of one broker's host) of CLEAN histories: `kaudit pcap` and `kaudit audit` tell nothing
+    capture of one broker: its host, or its listeners) of CLEAN histories: `kaudit pcap` and `kaudit audit` tell nothing
     at warning or above - a capture that lost bytes proves no absence on the connections that lost
     them, one broker's capture none of what the others were sent (capture_faults.py)."""
     last = {}
