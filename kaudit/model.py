@@ -288,6 +288,9 @@ DECODE_ISSUE = pa.schema(
         ("resync_position", I64),
         ("connection", S),   # wire only: "client ip:port -> server ip:port"
         ("stream_offset", I64),  # wire only: byte offset in that direction of the connection
+        # wire only, a stream-gap: the frame of the last bytes the stream delivered before the
+        # hole (the bytes lost were sent after it; `position` is where the loss was known)
+        ("after_position", I64),
     ]
 )
 

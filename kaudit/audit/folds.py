@@ -60,6 +60,9 @@ class Context:
     # answered without error, in time order (txn_lineage.ends_by_producer): a transaction the
     # client was told committed (wire-acked: a transactional write's committed state)
     txn_ends: dict | None = None
+    # wire: where the captures lost bytes (audit.capture_holes.CaptureHoles), settled before any
+    # buffered fold runs; None: no hole. A rule that concludes from an absence asks it first
+    capture_holes: object = None
 
 
 @dataclass(frozen=True)

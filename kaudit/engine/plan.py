@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 import kaudit.audit
-from kaudit.audit import sort_findings
+from kaudit.audit import capture_holes, sort_findings
 from kaudit.audit.folds import Context, Fold, run_selection
 from kaudit.audit.txn import txn_lineage
 from kaudit.engine import coverage
@@ -73,6 +73,8 @@ class Facts:
         self.links: list[dict] = []   # txn_lineage's link rows (transactional id -> producer ids)
         self.txn_ends: list[tuple] = []   # wire: the EndTxns answered without error (txn_lineage.wire_ends)
         self.linked = 0               # link rows the context's lineage was last built from (so_far)
+        self.holes: list[tuple] = []      # wire: where the captures lost bytes (audit.capture_holes)
+        self.carriers: set[tuple] = set()   # wire: (event, connection) of markers and registrations
 
     def add(self, kind: str, table: pa.Table) -> None:
         if self.side == "disk":
@@ -86,6 +88,9 @@ class Facts:
             if kind == "txn_event":
                 self.links.extend(txn_lineage.wire_links(table))
                 self.txn_ends.extend(txn_lineage.wire_ends(table))
+                self.carriers.update(capture_holes.carrier_rows(table))
+            elif kind == "decode_issue":
+                self.holes.extend(capture_holes.hole_rows(table))
             coverage.add_wire(self.cov, kind, table)
             if kind == "topic_name" and "cluster_id" in table.schema.names and table.column("cluster_id").null_count < table.num_rows:
                 for src, cid in set(zip(table.column("source").to_pylist(), table.column("cluster_id").to_pylist())):
@@ -112,6 +117,8 @@ class Facts:
         self.metadata_complete |= other.metadata_complete
         self.links.extend(getattr(other, "links", ()))
         self.txn_ends.extend(getattr(other, "txn_ends", ()))
+        self.holes.extend(getattr(other, "holes", ()))
+        self.carriers.update(getattr(other, "carriers", ()))
         for src, ids in getattr(other, "cluster_ids", {}).items():
             self.cluster_ids.setdefault(src, set()).update(ids)
 
@@ -228,6 +235,7 @@ class Audit:
         if self.side == "wire":
             ctx.topic_names = facts.names.names
             ctx.txn_ends = txn_lineage.ends_by_producer(facts.txn_ends) or None
+            ctx.capture_holes = self.holes(facts)
         if self.known:
             ctx.two_pc_inits = self.known.get("two_pc_inits")
         elif self.side == "wire" and facts.links:   # the captures' own InitProducerIds (wire-lso)
@@ -244,6 +252,15 @@ class Audit:
                 ctx.two_pc_inits = txn_lineage.two_pc_inits(facts.links) or None
         if self.side == "wire" and facts.txn_ends:
             ctx.txn_ends = txn_lineage.ends_by_producer(facts.txn_ends) or None
+        if self.side == "wire" and facts.holes:
+            ctx.capture_holes = self.holes(facts)
+
+    @staticmethod
+    def holes(facts: Facts):
+        """The captures' holes (audit.capture_holes), their files in the order they were read."""
+        if not facts.holes:
+            return None
+        return capture_holes.CaptureHoles(facts.holes, facts.carriers, facts.captures)
 
     def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
         """The context a buffered fold runs with; a live audit's, before `settle`, with the

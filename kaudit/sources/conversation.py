@@ -188,6 +188,13 @@ class Conversation(TlsConversation):
             d.held.append(("data", off, bytes(data), first_frame, last_frame, ts))
             self._try_decide(direction)
 
+    def delivered_before(self, direction: int, offset: int) -> int | None:
+        """The frame that carried the last byte before stream offset `offset` (a hole's start),
+        Kafka connections only; None: nothing delivered before it."""
+        if self.protocol != "kafka" or offset <= 0:
+            return None
+        return self.dirs[direction].locate(offset - 1, offset)[0]
+
     def gap(self, ev) -> None:
         d = self.dirs[ev.direction]
         if self.protocol is None:
@@ -226,7 +233,9 @@ class Conversation(TlsConversation):
         elif self.syn_seen:  # the opener speaks first in Kafka
             looks = plausible_request(data, 0, self.options.max_frame_bytes)
             if looks is True:
-                self._decide(direction)
+                # the acceptor's bytes first: the opener's were lost (a response can read as a
+                # request); the opener (a, direction 0) is the client all the same
+                self._decide(0)
             elif final:
                 return  # finish() tries the other direction, then settles
             elif looks is False and direction == 0:

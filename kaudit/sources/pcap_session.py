@@ -91,7 +91,8 @@ class Session:
         elif t is StreamGap:
             conv = convs[ev.conn_id]
             rows.issue(conv, ev.frame, "stream-gap", ev.length, ev.stream_offset,
-                       f"{ev.length} bytes missing from the capture ({ev.reason})")
+                       f"{ev.length} bytes missing from the capture ({ev.reason})",
+                       conv.delivered_before(ev.direction, ev.stream_offset))
             conv.gap(ev)
         elif t is StreamConflict:
             rows.issue(convs[ev.conn_id], ev.frame, "tcp-conflict", ev.length, ev.stream_offset,

@@ -169,10 +169,10 @@ class WireRows:
 
     # ---- the sink protocol of Conversation ---------------------------------------------------
 
-    def issue(self, conv, frame, issue, length, stream_offset, message) -> None:
+    def issue(self, conv, frame, issue, length, stream_offset, message, after=None) -> None:
         self.add("decode_issue", {"source": self.source, "position": frame, "issue": issue,
                                   "length": length, "message": message, "connection": conv.name,
-                                  "stream_offset": stream_offset})
+                                  "stream_offset": stream_offset, "after_position": after})
 
     def exchange(self, conv, x) -> None:
         req, resp = x.request, x.response

@@ -24,6 +24,9 @@ BATCH_COLUMNS = ("source_kind", "source", "connection", "position", "topic", "to
                  "control_type")
 TXN_COLUMNS = ("source", "position", "ts", "event", "producer_id", "producer_epoch", "partitions", "result",
                "error_codes")
+# FindCoordinator requests for a group: the clients that are group members (Timelines.seekers)
+FIND_COLUMNS = ("source", "connection", "request_frame", "client_id", "api_key", "coordinator_key_type")
+FIND_COORDINATOR = 10
 
 
 RESPONSE = ["connection", "position", "topic", "partition"]
@@ -234,6 +237,8 @@ class CaptureConsumers(TablesByKind):
         txn = self.concat("txn_event")
         tl = Timelines([] if groups is None else groups.to_pylist(), serves,
                        [] if txn is None else txn.to_pylist(), (self.ctx.topic_names if self.ctx else None))
+        tl.holes = getattr(self.ctx, "capture_holes", None)
+        tl.note_finders(self.concat("frame"))
         return rules.judge(tl, batches)
 
 
@@ -249,6 +254,9 @@ def timelines_of(tables: dict[str, pa.Table], topic_names: dict | None = None) -
     g, t = tables.get("group_event"), tables.get("txn_event")
     tl = Timelines([] if g is None else g.to_pylist(), serves, [] if t is None else t.to_pylist(), topic_names)
     tl.batches = batches   # the fetched transactional and control batches (the rules read them)
+    frames = tables.get("frame")
+    if frames is not None and set(FIND_COLUMNS) <= set(frames.schema.names):
+        tl.note_finders(frames.filter(_find_where(frames)))
     return tl
 
 
@@ -262,6 +270,12 @@ def _fetch_where(t: pa.Table):
     rid = t.column("replica_id")
     follower_name = pc.fill_null(pc.match_substring_regex(t.column("client_id"), FOLLOWER), False)
     return pc.if_else(pc.is_null(rid), pc.invert(follower_name), pc.fill_null(pc.less(rid, 0), False))
+
+
+def _find_where(t: pa.Table):
+    """FindCoordinator requests for a group (key type 0, or none: versions before 1)."""
+    return pc.and_(pc.fill_null(pc.equal(t.column("api_key"), FIND_COORDINATOR), False),
+                   pc.fill_null(pc.equal(t.column("coordinator_key_type"), 0), True))
 
 
 def _batch_where(t: pa.Table):
@@ -281,9 +295,9 @@ class ConsumersSettle(Settler):
 
 
 FOLD = Fold("consumers", {"group_event": GROUP_COLUMNS, "fetch_partition": FETCH_COLUMNS, "batch": BATCH_COLUMNS,
-                          "txn_event": TXN_COLUMNS},
+                          "txn_event": TXN_COLUMNS, "frame": FIND_COLUMNS},
             KEY, ("position",), lambda ctx: KeyedState(KEY, lambda k: CaptureConsumers(k, ctx)),
-            where={"fetch_partition": _fetch_where, "batch": _batch_where,
+            where={"fetch_partition": _fetch_where, "batch": _batch_where, "frame": _find_where,
                    "txn_event": lambda t: pc.fill_null(pc.is_in(t.column("event"),
                                                                 pa.array(["END_TXN", "WRITE_MARKERS"])), False)},
             live=ConsumersSettle, per_key=True, cost=0.55)

@@ -41,7 +41,7 @@ def _poll_pairs(tl: Timelines) -> list[tuple]:
     position change allowed in between (no look-up, rebalance, error, nor a Fetch of that
     partition elsewhere by the client). `previous` is the last response that says where the
     client stood: one with records, or an empty one at a known fetch offset (its position did
-    not move). Made once per timelines: both poll rules read them. Only the pairs of the
+    not move); none across bytes the capture lost on the connection. Made once per timelines: both poll rules read them. Only the pairs of the
     sequences certify.poll_suspects leaves: no other pair is a step back or a jump."""
     pairs = tl.__dict__.get("_poll_pairs")
     if pairs is None:
@@ -73,7 +73,8 @@ def _pairs(tl: Timelines):
                 i = bisect_left(times, prev.ts if prev.request_ts is None else prev.request_ts)
                 quiet = not (i < len(times) and times[i] <= s.ts) and not (
                     (s.client, tp) in several
-                    and any(o.connection != conn for o in tl.client_serves(s.client, tp, prev.ts, s.ts)))
+                    and any(o.connection != conn for o in tl.client_serves(s.client, tp, prev.ts, s.ts))) \
+                    and not _lost_between(tl, conn, prev, s)
                 if quiet:
                     yield prev, s, last
             if s.end is not None or s.error not in (0, None) or s.fetch_offset is not None:
@@ -82,6 +83,12 @@ def _pairs(tl: Timelines):
                 last = s
             elif s.error not in (0, None):
                 last = None
+
+
+def _lost_between(tl: Timelines, conn: str, prev, s) -> bool:
+    """Whether the capture lost bytes of the connection between two of its responses: a Fetch
+    answered there, or a seek's look-up, may be in them (audit.capture_holes)."""
+    return bool(tl.holes) and tl.holes.lost_on([conn], (prev.source, prev.position), (s.source, s.position)) is not None
 
 
 def _expected(prev) -> int | None:
@@ -100,7 +107,8 @@ def check_nonmonotonic(tl: Timelines) -> list[dict]:
     last batch; librdkafka the same); only a seek, a reset or a rebalance moves it back (Jepsen's
     nonmonotonic poll).
     Benign causes: an application seek (invisible on the wire); clients that drop the buffered
-    records of a paused partition and fetch them again (the application saw them once)."""
+    records of a paused partition and fetch them again (the application saw them once); a
+    rebalance or an offset look-up the capture does not hold (as consumer-poll-skip)."""
     out = []
     for prev, s, last in _poll_pairs(tl):
         # the records delivered below where the client stood: those of `prev`, or of the last
@@ -112,7 +120,7 @@ def check_nonmonotonic(tl: Timelines) -> list[dict]:
         if limit is not None and 0 <= s.fetch_offset < limit:
             hi = limit - 1
             out.append(_poll_finding(
-                "consumer-nonmonotonic-poll",
+                tl, "consumer-nonmonotonic-poll",
                 f"{_tp(s.tp)}: client {s.client_id} ({s.connection}) was served offsets up to {hi} (frame "
                 f"{prev.position}), then fetched again from offset {s.fetch_offset} (frame {s.position}) with no "
                 f"seek, offset look-up or rebalance seen: {offset_span(s.fetch_offset, hi)} {verb(s.fetch_offset, hi, 'is', 'are')} fetched a second time",
@@ -128,13 +136,15 @@ def check_poll_skip(tl: Timelines) -> list[dict]:
     """Invariant: a consumer's next Fetch of a partition starts where the records it was last
     served ended (the position after the last batch returned; Jepsen's poll skip when it does
     not). A jump forward with no seek, offset reset or rebalance skips the records in between.
-    Benign causes: an application seek (invisible on the wire)."""
+    Benign causes: an application seek (invisible on the wire); a rebalance or an offset
+    look-up the capture does not hold (bytes it lost on the connection: no pair across them; a
+    group member none of whose requests to its group coordinator it holds: told at info)."""
     out = []
     for prev, s, _ in _poll_pairs(tl):
         expected = _expected(prev)
         if expected is not None and s.fetch_offset > expected:
             out.append(_poll_finding(
-                "consumer-poll-skip",
+                tl, "consumer-poll-skip",
                 f"{_tp(s.tp)}: client {s.client_id} ({s.connection}) stood at offset {expected} after the response "
                 f"of frame {prev.position}, then fetched from offset {s.fetch_offset} (frame {s.position}) with no "
                 f"seek, offset look-up or rebalance seen: {offset_span(expected, s.fetch_offset - 1)} {verb(expected, s.fetch_offset - 1, 'was', 'were')} skipped",
@@ -142,13 +152,21 @@ def check_poll_skip(tl: Timelines) -> list[dict]:
     return out[:MAX_FINDINGS]
 
 
-def _poll_finding(rule_id: str, message: str, prev, s, first: int, last: int, note: str) -> dict:
-    """A finding on the pair of responses (`prev`, then `s`) of one connection and partition."""
+def _poll_finding(tl: Timelines, rule_id: str, message: str, prev, s, first: int, last: int, note: str) -> dict:
+    """A finding on the pair of responses (`prev`, then `s`) of one connection and partition. A
+    group member none of whose requests to its group coordinator is in the capture (that
+    broker outside it: a capture of some brokers only) may have rebalanced or fetched its
+    committed offsets unseen: told at info, saying so."""
+    unseen = tl.coordinator_unseen(s.client)
+    if unseen:
+        message += ("; the capture holds none of this client's requests to its group coordinator (a "
+                    "capture of some brokers only?): a rebalance or an offset fetch may have moved it")
     return consumer_finding(
         rule_id, message, s.tp, first, last,
         [evidence(prev.source, prev.position, "fetch", "served"), evidence(s.source, s.position, "fetch", note)],
         start=prev.ts, end=s.ts, connection=s.connection, client_id=s.client_id,
-        details={"member": s.member.member_id if s.member else None})
+        details={"member": s.member.member_id if s.member else None, **({"group_traffic": "not in the capture"} if unseen else {})},
+        **({"severity": "info"} if unseen else {}))
 
 
 @rule("eos-double-commit", "critical", "wire",

@@ -105,6 +105,9 @@ class Timelines:
         self.batch_table = None          # the fetched transactional and control batches (set by the fold)
         self._batches: list[dict] | None = None
         self.attributed: list[Serve] = []   # the serves tied to a member, in time order
+        self.holes = None   # where the captures lost bytes (audit.capture_holes), set by the fold
+        self.group_clients: set[tuple] = set()   # clients with a request to their group coordinator seen
+        self.seekers: set[tuple] = set()   # clients that asked FindCoordinator for a group: members
         for r in sorted(group_rows, key=lambda r: (r["ts"] or 0, r["position"] or 0)):
             self._event(r)
         self._build_stints()
@@ -156,6 +159,18 @@ class Timelines:
         lo = np.searchsorted(times, after, side="right" if open_start else "left")
         return self.table.objs(rows[lo:np.searchsorted(times, until, side="right")])
 
+    def note_finders(self, frames) -> None:
+        """The clients of a table of FindCoordinator requests for a group (`seekers`)."""
+        if frames is None or frames.num_rows == 0:
+            return
+        for conn, cid in zip(frames.column("connection").to_pylist(), frames.column("client_id").to_pylist()):
+            self.seekers.add((host(conn), cid))
+
+    def coordinator_unseen(self, client) -> bool:
+        """Whether `client` is a group member (it asked FindCoordinator for a group) none of whose
+        requests to its group coordinator the capture holds: that broker's traffic is not in it."""
+        return client in self.seekers and client not in self.group_clients
+
     # ---- membership --------------------------------------------------------------------------
     def _member(self, r: dict) -> Member | None:
         if not r.get("group_id") or not r.get("member_id"):
@@ -174,6 +189,8 @@ class Timelines:
 
     def _event(self, r: dict) -> None:
         ev, err, ts = r["event"], r.get("error_code"), r.get("response_ts") or r["ts"]
+        if ev not in ("TXN_OFFSET_COMMIT", "LIST_OFFSETS"):   # a producer's; a leader's
+            self.group_clients.add((host(r["connection"]), r.get("client_id")))
         if ev in ("OFFSET_FETCH", "LIST_OFFSETS"):
             # any look-up, answered or not, may precede a seek: a position change is allowed there
             self.lookups.append(((host(r["connection"]), r.get("client_id")),

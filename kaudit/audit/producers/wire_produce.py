@@ -346,12 +346,33 @@ class WirePartition:
                     "new-epoch": f"starts new epoch {b.producer_epoch} at sequence {b.base_sequence}, not 0"}[kind]
         # the broker stored it: an error; refused with 45 (or unanswered): a warning
         sev = "error" if accepted else "warning"
+        lost = self._lost_between(p, r) if kind in ("gap", "new-epoch") else None
+        tail = ""
+        if lost is not None:
+            # the sequences in between may be in a request the capture lost: not Kafka's anomaly
+            sev = "info"
+            tail = (f"; the capture lost bytes on {lost.words()}, between this producer's previous "
+                    f"batch here and this one: sequences {expected}-{b.base_sequence - 1} may be in a "
+                    "request it lost")
         self.out.append(finding(
             "out-of-order-sequence", f"{where}: producer {r.producer_id} epoch {r.producer_epoch} "
-            f"sequences {b.base_sequence}-{b.last_sequence} {text}: {self._answer(r)}",
+            f"sequences {b.base_sequence}-{b.last_sequence} {text}: {self._answer(r)}{tail}",
             severity=sev, evidence=[self._ev(r)], timeline=timeline.lines(),
             details={"kind": kind, "expected_sequence": expected, "broker": self._answer(r),
-                     "previous_last_sequence": st.last_seq if st else None}, **self._fields(r)))
+                     "previous_last_sequence": st.last_seq if st else None,
+                     **({"capture_lost": lost.words()} if lost is not None else {})}, **self._fields(r)))
+
+
+    def _lost_between(self, p: Pid, r: Row):
+        """The capture hole (audit.capture_holes.Lost) between the producer's previous request to
+        this partition and `r`, on either's connection; None: none."""
+        holes = getattr(self.ctx, "capture_holes", None)
+        if not holes:
+            return None
+        prev = p.recent[-1] if p.recent else None
+        if prev is None:
+            return holes.lost_on([r.connection], None, (r.source, r.position))
+        return holes.lost_on([r.connection, prev.connection], (prev.source, prev.position), (r.source, r.position))
 
 
 def left_behind(lineage: dict | None) -> dict:

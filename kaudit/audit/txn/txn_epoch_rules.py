@@ -219,7 +219,8 @@ def mixed_epoch_part(part: Part, pt: ProducerTxns) -> str | None:
     transaction version 0/1 - the data's epoch, or epoch + 1 for the coordinator's own abort of
     a fenced or timed-out transaction; version 2 - epoch + 1 for every end, KIP-890); the
     partition leader checks it (ProducerAppendInfo.appendEndTxnMarker).
-    Without the coordinator's records the data's epoch and the transaction version decide: the
+    Without the coordinator's records (on the wire: its replay from the client's or the
+    leaders' requests to it) the data's epoch and the transaction version decide: the
     marker's own when its WriteTxnMarkers v2 carries it (KIP-1228: version 2 - exactly epoch + 1,
     the leader refuses any marker at or below the data's epoch), else the producer's.
     A part cut where its transaction's own marker is missing (txn_lost.split_lost_markers: data of
@@ -246,7 +247,10 @@ def mixed_epoch_part(part: Part, pt: ProducerTxns) -> str | None:
     if m.writer == "admin":
         return None if m.epoch in (e, e + 1) else f"has an admin's {m.result} marker at {_at(m)} of epoch {m.epoch}"
     said = m.transaction_version is not None
-    if c is not None and c.prepare_epoch is not None and c.result == m.result and not said:
+    # the coordinator's epoch only where its view is in the evidence: on the wire, a transaction
+    # replayed from its markers alone (a capture without the client's coordinator traffic nor
+    # the leaders' adds) has the epoch of whichever marker the replay gave it, no fact of its own
+    if c is not None and c.prepare_epoch is not None and c.result == m.result and not said and pt.coverage.coordinator:
         if m.epoch != c.prepare_epoch and not (m.result == "ABORT" and m.epoch == e):
             return (f"(epoch {e}) ends with a {m.result} marker at {_at(m)} of epoch {m.epoch}, not the "
                     f"coordinator's epoch {c.prepare_epoch} for this transaction")

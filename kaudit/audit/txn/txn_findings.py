@@ -21,7 +21,7 @@ class Judgement:
 
     def __init__(self, pt: ProducerTxns, reference_ms: int | None):
         self.pt = pt
-        self.reference_ms = reference_ms
+        self.reference_ms = pt.reference_ms = reference_ms
         self.txns = group(pt)
         self.of = {id(p): t for t in self.txns for p in t.parts}
         self.say = _Say(pt, self.of)
@@ -337,7 +337,8 @@ class _Say:
         if not self.wire or c is None or not any(p.marker is not None for p in t.parts):
             return []
         marked = {p.tp for p in t.parts if p.marker is not None}
-        return sorted(tp for tp in c.partitions if tp not in marked and not self.pt.coverage.sees_marker(tp))
+        parts = {p.tp: p for p in t.parts}
+        return sorted(tp for tp in c.partitions if tp not in marked and not self.pt.coverage.sees_marker(tp, parts.get(tp)))
 
     def torn(self, t: Transaction, damaged: list[Range]) -> dict:
         c = t.coord

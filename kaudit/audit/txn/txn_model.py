@@ -51,8 +51,9 @@ class Coverage:
         """Whether a registration of `tp` for data at `ts_ms` would be in the evidence."""
         return self.registrations and (ts_ms is None or self.since_ms is None or ts_ms >= self.since_ms)
 
-    def sees_marker(self, tp: str) -> bool:
-        """Whether a marker written to `tp` would be in the evidence."""
+    def sees_marker(self, tp: str, part=None) -> bool:
+        """Whether a marker written to `tp` would be in the evidence (`part`: the one it would
+        end)."""
         return self.markers
 
 
@@ -75,6 +76,9 @@ class ProducerTxns:
     # another feed's InitProducerIds of this producer id, ((epoch, enable_2pc, transactional id),
     # ...) (`kaudit audit`: the capture's, for the log dirs; folds.Context.two_pc_inits)
     two_pc_inits: tuple = ()
+    # the end of the evidence (ms; --now, else the latest broker time or the last packet), set by
+    # the judgement: the rules that ask what may still be on its way at that end read it
+    reference_ms: int | None = None
 
     def two_pc_at(self, epoch: int | None) -> bool:
         """Whether the InitProducerId in effect at `epoch` (the latest one answered at or below

@@ -27,7 +27,7 @@ def _check_dangling(j):
     for parts in j.pt.partitions.values():
         last_ce = None              # the latest marker's coordinator epoch before the part
         for part in parts:
-            if dangling_transaction(part, j.pt) and not markers_in_flight(part.coord, j.reference_ms):
+            if dangling_transaction(part, j.pt):
                 yield j.say.dangling(part, hanging_transaction(part, j.pt, j.reference_ms), last_ce)
             if part.marker is not None and part.marker.coordinator_epoch is not None:
                 last_ce = part.marker.coordinator_epoch
@@ -45,7 +45,7 @@ def markers_in_flight(t, reference_ms: int | None) -> bool:
 
 def _check_torn(j):
     for t in j.txns:
-        damaged = torn_transaction(t, j.pt, markers_in_flight(t.coord, j.reference_ms))
+        damaged = torn_transaction(t, j.pt)
         if damaged is not None:
             yield j.say.torn(t, damaged)
 
@@ -141,11 +141,14 @@ def dangling_transaction(part: Part, pt: ProducerTxns) -> bool:
     partition is split at the coordinator's transaction boundary even where the marker between
     is not in the capture (a transaction begins only once the previous one's markers are
     written), so an open transaction's part starts at its own first offset. A part of Produce
-    requests none of which was answered shows no stored data (`unconfirmed`): not judged."""
-    if part.marker is not None or not part.data or unconfirmed(part, pt):
+    requests none of which was answered shows no stored data (`unconfirmed`): not judged; nor a
+    part whose coordinator decided its transaction while its markers may still be on their way
+    at the end of the evidence (`markers_in_flight`)."""
+    if part.marker is not None or not part.data or unconfirmed(part, pt) \
+            or markers_in_flight(part.coord, pt.reference_ms):
         return False
     t = part.coord
-    return not (t is not None and t.result is not None and not pt.coverage.sees_marker(part.tp))
+    return not (t is not None and t.result is not None and not pt.coverage.sees_marker(part.tp, part))
 
 
 def unconfirmed(part: Part, pt: ProducerTxns) -> bool:
@@ -206,7 +209,7 @@ def hanging_transaction(part: Part, pt: ProducerTxns, reference_ms: int | None) 
         reasons.append(f"the coordinator's transaction for this producer is already "
                        f"{'complete' if t.complete else 'ending'} ({t.result}, by {t.ended_by or 'its coordinator'}) "
                        f"with no marker on {part.tp}")
-    elif t is None and view.open_txn is None and pt.coverage.sees_marker(part.tp):
+    elif t is None and view.open_txn is None and pt.coverage.sees_marker(part.tp, part):
         reasons.append(f"the coordinator's transaction for this producer is already complete ({view.last_state})")
     elif t is None and view.open_txn is not None and pt.coverage.sees_registration(part.tp, part.first_ts):
         reasons.append(f"the coordinator's open transaction does not list {part.tp}")
@@ -256,7 +259,7 @@ def _ended_epoch(part: Part, pt: ProducerTxns) -> str | None:
       "brokers for lost markers (unclean leader election, truncation) and for admins who "
       "aborted part of it (kafka-transactions.sh abort).", clean=txn_clean.one_result_per_transaction,
       fold="transactions", check=_check_torn)
-def torn_transaction(t: Transaction, pt: ProducerTxns, in_flight: bool = False) -> list[Range] | None:
+def torn_transaction(t: Transaction, pt: ProducerTxns) -> list[Range] | None:
     """Invariant: a transaction's markers carry one result on every partition it registered, the
     coordinator's decision (TransactionMarkerChannelManager writes the same marker to all of
     them, KIP-98): every stretch of its data on every partition ends with that result.
@@ -268,8 +271,9 @@ def torn_transaction(t: Transaction, pt: ProducerTxns, in_flight: bool = False) 
     Benign causes: none; a partition whose log, or whose leader's traffic, is not in the
     evidence is not judged; a marker re-sent after a coordinator or leader failover (the same
     result again) is not a second outcome; nor a partition without a marker yet while the
-    coordinator's markers may still be on their way at the end of the evidence (`in_flight`:
-    markers_in_flight)."""
+    coordinator's markers may still be on their way at the end of the evidence
+    (markers_in_flight)."""
+    in_flight = markers_in_flight(t.coord, pt.reference_ms)
     ranges = [r for r in judged_ranges(t, pt) if not (in_flight and r.result is None)]
     results = {r.result for r in ranges}
     decided = t.coord.result if t.coord is not None else None
@@ -291,7 +295,7 @@ def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
     with_data = {r.tp for r in ranges if r.has_data}
     for r in ranges:
         if r.has_data:
-            if r.result is not None or (pt.coverage.sees_marker(r.tp) and not unconfirmed(r.part, pt)):
+            if r.result is not None or (pt.coverage.sees_marker(r.tp, r.part) and not unconfirmed(r.part, pt)):
                 out.append(r)
         elif r.tp not in with_data and r.tp not in bare:
             bare.add(r.tp)

@@ -7,17 +7,20 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 
-from kaudit.audit.txn import txn_fetched, txn_kept
+from kaudit.audit.txn import txn_fetched, txn_kept, txn_wire_cover
 from kaudit.audit.txn.coordinator_state import partition_names
 from kaudit.audit.folds import Context
 from kaudit.audit.registry import evidence
-from kaudit.audit.txn.txn_model import ADMIN, COORDINATOR, Coverage, ProducerTxns, assemble
+from kaudit.audit.txn.txn_model import ADMIN, COORDINATOR, ProducerTxns, assemble
 from kaudit.audit.txn.txn_wire_rows import marker_writer, nonzero, produced_row
 from kaudit.timefmt import iso_s
 from kaudit.audit.thresholds import NO_TIMEOUT_MS
 
 FENCED = {47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
 CONCURRENT = 51   # CONCURRENT_TRANSACTIONS: the coordinator is still ending the id's transaction
+# the client's own requests to its coordinator (a version-2 leader's AddPartitionsToTxn aside)
+CLIENT_EVENTS = frozenset({"INIT_PRODUCER_ID", "ADD_PARTITIONS", "ADD_OFFSETS", "END_TXN"})
+
 def _newer(a: int | None, b: int | None) -> bool:
     """Whether epoch `a` is known and above `b` (an unknown `b` is below any known epoch)."""
     return a is not None and (b is None or a > b)
@@ -110,6 +113,8 @@ class WireFeed:
         self.top_epoch: int | None = None         # the highest epoch the coordinator's records reached
         self.marker_writes: list[dict] = []       # the coordinator's markers per partition and their answer
         self.busy: list[tuple] = []               # (ts, frame, event) answered CONCURRENT_TRANSACTIONS
+        self.coord_conns: set[str] = set()        # the client's own connections to its coordinator
+        self.since: tuple | None = None           # (source, frame) of its last InitProducerId or EndTxn
 
     # -- the producer's story ---------------------------------------------------------------
     def step(self, ts: float, position, text) -> None:
@@ -160,6 +165,11 @@ class WireFeed:
         if ev in ("END_TXN", "WRITE_MARKERS") and r["result"] not in ("COMMIT", "ABORT"):
             return   # a result the decoder could not tell: nothing to replay
         handler = _HANDLERS.get(ev)
+        if ev in CLIENT_EVENTS and not (r.get("api_version") is not None and r["api_version"] >= 4
+                                        and ev == "ADD_PARTITIONS"):
+            self.coord_conns.add(r["connection"])   # a version-2 leader's adds are not the client's
+            if ev in ("INIT_PRODUCER_ID", "END_TXN"):
+                self.since = (r["source"], r["position"])
         if handler is not None:
             errs = nonzero(r["error_codes"])
             if CONCURRENT in errs and ev != "WRITE_MARKERS":
@@ -351,8 +361,8 @@ class WireFeed:
             cause, detail = "client", "the recovering session's end (KIP-939)"
         elif t.fence_request is not None:
             cause, detail = COORDINATOR, "fencing"
-        elif not self.client_coordinator:
-            cause, detail = None, None      # the client's requests are not in the capture
+        elif not self.client_coordinator or txn_wire_cover.client_lost(self, r):
+            cause, detail = None, None      # the client's requests (its EndTxn) are not in the capture
         elif r["result"] == "ABORT" and t.timeout_ms and (ts - t.start) * 1000 >= t.timeout_ms:
             cause, detail = COORDINATOR, "timeout"
         elif r["result"] == "ABORT":
@@ -410,7 +420,7 @@ class WireFeed:
         self._seen.add(key)
         if tp not in self.produce_hosts:
             self.produce_hosts[tp] = _host(row["connection"], 1)
-        if self.version == 2 or not self.tv1_adds:
+        if self.version == 2 or not self.tv1_adds or txn_wire_cover.add_lost(self, row, tp):
             self._implicit_add(ts, row, tp)   # its source, position and connection are the request's
         t = self.open_txn()
         self.data.append(row)
@@ -464,7 +474,7 @@ class WireFeed:
         self._order_races()
         txn_fetched.place(self)
         bounds = txn_fetched.ends_unseen(self)
-        coverage = WireCoverage(source="wire", coordinator=self.client_coordinator or self.tv2_adds,
+        coverage = txn_wire_cover.WireCoverage(source="wire", coordinator=self.client_coordinator or self.tv2_adds,
                                 registrations=self.tv2_adds if self.version == 2 else self.tv1_adds,
                                 markers=bool(self.marker_hosts), slack_ms=0, feed=self)
         pt = assemble(self.pid, self.data + self.markers + bounds, self.records, coverage=coverage)
@@ -477,28 +487,6 @@ class WireFeed:
 _HANDLERS = {"INIT_PRODUCER_ID": "_init", "ADD_PARTITIONS": "_add", "ADD_OFFSETS": "_offsets",
              "TXN_OFFSET_COMMIT": "_offsets", "END_TXN": "_end", "WRITE_MARKERS": "_markers",
              txn_kept.KEEP_PREPARED: "_kept", txn_kept.KEPT_END: "_kept_end"}
-
-
-class WireCoverage(Coverage):
-    """What a capture shows of one producer: a partition's registration only when the capture
-    holds its leader's KIP-890 adds (version 2) or the client's own AddPartitionsToTxn (0/1),
-    after a transaction boundary it shows (a capture may start mid-transaction); a marker only
-    when it holds WriteTxnMarkers to that partition's leader."""
-
-    def __init__(self, *, feed: WireFeed, **kw):
-        super().__init__(**kw)
-        self.feed = feed
-
-    def sees_registration(self, tp: str, ts_ms: int | None) -> bool:
-        f = self.feed
-        if not self.registrations or f.known_from is None or ts_ms is None or ts_ms < f.known_from * 1000:
-            return False
-        if f.version == 2:
-            return f.produce_hosts.get(tp) in f.add_hosts
-        return f.tv1_adds
-
-    def sees_marker(self, tp: str) -> bool:
-        return self.feed.produce_hosts.get(tp) in self.feed.marker_hosts
 
 
 def _after_markers(data, markers: list[dict], v2: bool) -> None:

@@ -44,6 +44,12 @@ def fetched(feed, ts: float, r: dict) -> None:
     mine = _recent(feed.data_by_tp.get((r["topic"], r["partition"]), ()), offset)
     below = [d for d in mine if d["last_offset"] is not None and d["last_offset"] < offset]
     last = max(below, key=lambda d: d["last_offset"]) if below else None
+    for d in below:
+        # the offsets acknowledged again to another epoch's write (an unclean election lost the
+        # first): the log holds the later one, which the marker follows
+        if d["last_offset"] == last["last_offset"] and d is not last and below.index(d) > below.index(last) \
+                and d["producer_epoch"] != last["producer_epoch"]:
+            last = d
     if last is not None:
         e, me = last["producer_epoch"], r["producer_epoch"]
         t = _txn_of(feed, tp, last)

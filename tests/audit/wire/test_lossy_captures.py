@@ -1,0 +1,117 @@
+"""Real captures that lost packets, or hold one broker's traffic only, as an SRE's often do
+(tcpdump drops under load; a capture taken on one host): the clean 3.0.2 and 4.1.0 scenarios keep
+nothing at warning or above. A capture that lost bytes on a connection proves no absence there
+(audit.capture_holes): it once gave false out-of-order-sequence errors, hanging and torn
+transactions, an unregistered partition and a consumer poll skip; one broker's view gave a false
+mixed-epoch error (markers without the coordinator's view) and a nonmonotonic-poll warning (a
+group member whose coordinator's traffic is elsewhere)."""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+import pytest
+
+from kaudit.engine.local import audit_pcaps
+from kaudit.sources.pcap_session import PcapOptions
+
+PORTS = frozenset({9092, 9093, 9094})
+V1 = "real-kafka-4.1.0/v1-idempotent-clean/v1-idempotent-clean.pcap"
+V7 = "real-kafka-4.1.0/v7-compacted-eos-changelog/v7-compacted-eos-changelog.pcap"
+LOSSY = [(V1, 0.01, 1), (V7, 0.01, 1), (V7, 0.01, 2), ("real-kafka-3.0.2/pcap/03-txn-java.pcap", 0.05, 3)]
+ONE_BROKER = [(V7, 9093), ("real-kafka-3.0.2/pcap/04-ctp-java.pcap", 9093)]
+
+
+def records(data: bytes) -> tuple[str, list[bytes]]:
+    """(byte order, the records) of a classic pcap."""
+    endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    out, pos = [], 24
+    while pos + 16 <= len(data):
+        n = struct.unpack(endian + "I", data[pos + 8:pos + 12])[0]
+        out.append(data[pos:pos + 16 + n])
+        pos += 16 + n
+    return endian, out
+
+
+def tcp(record: bytes) -> tuple[int, int, int] | None:
+    """(source port, destination port, payload bytes) of an Ethernet/IPv4/TCP record."""
+    pkt = record[16:]
+    if len(pkt) < 34 or pkt[12:14] != b"\x08\x00" or pkt[23] != 6:
+        return None
+    ihl = (pkt[14] & 0x0F) * 4
+    total = struct.unpack(">H", pkt[16:18])[0]
+    t = 14 + ihl
+    sport, dport = struct.unpack(">HH", pkt[t:t + 4])
+    return sport, dport, total - ihl - (pkt[t + 12] >> 4) * 4
+
+
+def write(src: Path, dst: Path, keep) -> int:
+    data = src.read_bytes()
+    _, recs = records(data)
+    kept = [r for r in recs if keep(r)]
+    dst.write_bytes(data[:24] + b"".join(kept))
+    return len(recs) - len(kept)
+
+
+def drop(src: Path, dst: Path, rate: float, seed: int) -> int:
+    """The capture with a seeded `rate` of its TCP segments that carry data left out: the packets
+    dropped."""
+    r = random.Random(seed)
+
+    def keep(rec):
+        t = tcp(rec)
+        return not (t is not None and t[2] > 0 and r.random() < rate)
+    return write(src, dst, keep)
+
+
+def only(src: Path, dst: Path, port: int) -> int:
+    """The capture of one broker's host: the packets to or from `port` only."""
+    return write(src, dst, lambda rec: (t := tcp(rec)) is not None and port in t[:2])
+
+
+def loud(path: Path) -> list[tuple]:
+    run = audit_pcaps([str(path)], PcapOptions(kafka_ports=PORTS))
+    return [(f["rule"], f["severity"], f["topic"], f["partition"], f["message"][:200]) for f in run.findings
+            if f["severity"] in ("warning", "error", "critical")]
+
+
+@pytest.mark.parametrize("path,rate,seed", LOSSY, ids=[f"{Path(p).stem}-{r}-{s}" for p, r, s in LOSSY])
+def test_a_clean_capture_that_lost_packets_stays_clean(corpus, tmp_path, path, rate, seed):
+    out = tmp_path / "lossy.pcap"
+    assert drop(corpus / path, out, rate, seed) > 0
+    assert loud(out) == []
+
+
+@pytest.mark.parametrize("path,port", ONE_BROKER, ids=[f"{Path(p).stem}-{port}" for p, port in ONE_BROKER])
+def test_one_brokers_view_of_a_clean_capture_stays_clean(corpus, tmp_path, path, port):
+    out = tmp_path / "one.pcap"
+    assert only(corpus / path, out, port) > 0
+    assert loud(out) == []
+
+
+def test_a_lost_request_is_told_at_info_with_where_the_capture_lost_it(corpus, tmp_path):
+    """v1 lost the Produce carrying sequences 10-12 of kp-idem-2: the jump the capture shows is
+    the capture's loss, said with the connection and the frame after which it lost bytes."""
+    out = tmp_path / "lossy.pcap"
+    drop(corpus / V1, out, 0.01, 1)
+    run = audit_pcaps([str(out)], PcapOptions(kafka_ports=PORTS))
+    jumps = [f for f in run.findings if f["rule"] == "out-of-order-sequence"]
+    assert jumps and all(f["severity"] == "info" for f in jumps)
+    f = next(f for f in jumps if f["topic"] == "kp-idem" and f["partition"] == 2)
+    assert "sequences 10-12 may be in a request it lost" in f["message"]
+    assert "127.0.0.1:34718 -> 127.0.0.1:9094 after frame 1280" in f["message"]
+
+
+def test_a_connection_whose_first_request_was_lost_keeps_its_client(corpus, tmp_path):
+    """Brokers on ports kaudit was not told of (9093, 9094: default 9092 only), a connection
+    whose client's first request the capture lost: its opener (the SYN's sender) is the client
+    all the same. The broker's answer, read as a request, was once an unanswered Produce
+    "from" the broker (a warning)."""
+    out = tmp_path / "lossy.pcap"
+    drop(corpus / "real-kafka-4.1.0/v4-idem-retry-java/v4-idem-retry-java.pcap", out, 0.05, 3)
+    run = audit_pcaps([str(out)], PcapOptions(kafka_ports=frozenset({9092})))
+    assert [f for f in run.findings if f["severity"] in ("warning", "error", "critical")] == []
+    assert not any(f.get("connection", "").startswith("127.0.0.1:909") for f in run.findings
+                   if f["rule"] == "unanswered-request")
