@@ -263,7 +263,10 @@ class App:
     def __init__(self, g: Group, k: int, ep: dict, out):
         self.g, self.out = g, out
         self.m = _new(g, k, "read_committed", ep)
-        self.c = Client(g.sim, f"producer-eos-{g.index}-{k}", txn_id=f"eos-{g.index}-{k}", tv=1)
+        # eos_tv 2 (a 4.x broker): KIP-890's transaction version 2 - the epoch bumps at every EndTxn,
+        # no AddOffsetsToTxn, TxnOffsetCommit v5
+        self.tv = ep.get("eos_tv", 1)
+        self.c = Client(g.sim, f"producer-eos-{g.index}-{k}", txn_id=f"eos-{g.index}-{k}", tv=self.tv)
         self.c.client_ip = self.m.host
         self.c.init()
         self.v3 = ep["fault"] == "eos"    # KIP-447 TxnOffsetCommit (member id, generation) or the old API
@@ -277,13 +280,14 @@ class App:
         for tp, (offs, _) in read.items():
             self.c.send(self.out, [f"out-{tp[0]}-{tp[1]}-{o}".encode() for o in offs])
         g, c, node = self.g, self.c, self.g.sim.coord.node
-        c.exchange(node, wg.add_offsets(c.corr(node), c.name, c.txn_id, c.pid, c.epoch, g.name))
+        if self.tv < 2:
+            c.exchange(node, wg.add_offsets(c.corr(node), c.name, c.txn_id, c.pid, c.epoch, g.name))
         for tp, (_, pos) in read.items():
             p = g.parts[tp]
             member = self.m.member_id if self.v3 else None
             c.exchange(g.node, wg.txn_offset_commit(c.corr(g.node), c.name, c.txn_id, g.name, c.pid, c.epoch,
                                                      p.topic, p.partition, pos, member=member,
-                                                     generation=self.m.generation))
+                                                     generation=self.m.generation, version=5 if self.tv >= 2 else 3))
         if end:
             self.end(commit, read)
         return read

@@ -8,6 +8,13 @@ from tests.sim.cluster import Sim
 from tests.sim.episodes import run_history
 
 FEEDS = ("segments", "pcap", "audit")
+# a capture fault (capture_faults.py) changes the capture only: the log dirs' feed is the clean
+# history's, judged by its own kinds already
+CAPTURE_FEEDS = ("pcap", "audit")
+
+
+def feeds_of(history: dict) -> tuple:
+    return CAPTURE_FEEDS if history.get("capture_fault") else FEEDS
 
 
 def simulate(history: dict, root) -> tuple[Sim, list[Path], Path, int]:
@@ -18,6 +25,9 @@ def simulate(history: dict, root) -> tuple[Sim, list[Path], Path, int]:
         sim.cap.hidden = wire.hidden_producers(sim.coord.node)
     run_history(sim, history)
     dirs, pcap, end = sim.write()
+    # a capture point that lost packets or saw one broker only (capture:lossy, capture:one_broker)
+    from tests.sim import capture_faults
+    capture_faults.apply(pcap, history.get("capture_fault"))
     return sim, dirs, pcap, end
 
 

@@ -308,3 +308,50 @@ def wide(passing, size: int | None = None):
     return kinds.flatmap(lambda ks: st.builds(
         build, st.sampled_from(["3.0", "4.1"]), st.tuples(*[episode(k) for k in ks]).map(list),
         st.booleans(), st.sampled_from([0, 3])))
+
+
+# ---- capture faults (capture_faults.py): the capture point lost packets or saw one broker ----------
+
+CAPTURE_KINDS = ("lossy", "one_broker")
+
+
+def capture_fault(kind: str):
+    """lossy: a drawn 1-5 % of the payload segments dropped, chosen by a drawn seed; one_broker:
+    the capture of one node - its host's every connection, or only those to its listeners."""
+    if kind == "lossy":
+        return st.fixed_dictionaries({"kind": st.just("lossy"), "rate": st.integers(1, 5).map(lambda r: r / 100),
+                                      "seed": st.integers(0, 2 ** 32 - 1)})
+    return st.fixed_dictionaries({"kind": st.just("one_broker"), "node": st.sampled_from([1, 2, 3]),
+                                  "side": st.sampled_from(["host", "listener"])})
+
+
+def _clean_consumer(g: dict, tv: int) -> dict:
+    """A read_committed group, or an exactly-once application aborting one of its first two
+    transactions (it seeks back to the committed offsets - the log start when it had committed
+    none) under transaction version `tv` (2: TxnOffsetCommit v5, no AddOffsetsToTxn)."""
+    g = dict(g, isolation="read_committed")
+    if g["fault"] == "eos":
+        g.update(at=g["at"] % 2, eos_tv=tv)
+    return g
+
+
+def capture_history(kind: str):
+    """capture:<kind>: a CLEAN history (idempotent producers, transactional ones of version 1 or
+    2 committing and aborting, and often a read_committed consumer group - rebalancing or not -
+    or an exactly-once application of transaction version 1 or 2 whose aborted transaction seeks
+    back, reading one of their topics: no anomaly injected) whose capture the capture point damaged. Nothing at warning or
+    above may be told: the lost bytes prove no absence."""
+    producers = st.lists(st.one_of(idem_episode("none"), txn_episode("none")), min_size=1, max_size=3)
+    consumers = st.sampled_from([None, "none", "eos", "eos"]).flatmap(
+        lambda f: st.none() if f is None else st.builds(_clean_consumer, group_episode(f), st.sampled_from([1, 2])))
+
+    def build(b, ps, g, rt, shared, fault):
+        if shared:   # the producers interleave in one topic's partitions
+            for ep in ps:
+                ep["topic"] = "shared"
+        h = {"broker": b, "episodes": ps + ([g] if g else []), "retransmit_every": rt, "capture_fault": fault}
+        if g and (g["protocol"] == "848" or g.get("eos_tv") == 2):
+            h["broker"] = "4.1"
+        return _fix(h)
+    return st.builds(build, st.sampled_from(["3.0", "4.1"]), producers, consumers, st.sampled_from([0, 0, 3, 7]),
+                     st.booleans(), capture_fault(kind))

@@ -192,12 +192,15 @@ def add_offsets(corr: int, client: str, txn_id: str, pid: int, epoch: int, group
 
 
 def txn_offset_commit(corr: int, client: str, txn_id: str, group: str, pid: int, epoch: int, topic: str,
-                      partition: int, offset: int, *, member: str | None = None, generation: int = -1):
-    """TxnOffsetCommit of one partition: v3 (KIP-447: member id and generation) with `member`,
-    else v2 (no member: the pre-KIP-447 API, not fenced by the group)."""
+                      partition: int, offset: int, *, member: str | None = None, generation: int = -1,
+                      version: int = 3):
+    """TxnOffsetCommit of one partition: v3 (KIP-447: member id and generation) with `member` -
+    or v5, its schema, from a transaction version 2 producer (KIP-890: the group coordinator adds
+    the offsets partition itself, no AddOffsetsToTxn) -, else v2 (no member: the pre-KIP-447 API,
+    not fenced by the group)."""
     if member is not None:
-        req = (request_header(28, 3, corr, client, True) + cstring(txn_id) + cstring(group) + i64(pid) + i16(epoch)
-               + i32(generation) + cstring(member) + cstring(None) + carray(1) + cstring(topic) + carray(1)
+        req = (request_header(28, version, corr, client, True) + cstring(txn_id) + cstring(group) + i64(pid)
+               + i16(epoch) + i32(generation) + cstring(member) + cstring(None) + carray(1) + cstring(topic) + carray(1)
                + i32(partition) + i64(offset) + i32(-1) + cstring(None) + TAGS0 + TAGS0 + TAGS0)
         resp = (response_header(corr, True) + i32(0) + carray(1) + cstring(topic) + carray(1) + i32(partition)
                 + i16(0) + TAGS0 + TAGS0 + TAGS0)
