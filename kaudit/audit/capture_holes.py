@@ -33,15 +33,16 @@ CARRIED = ("WRITE_MARKERS", "ADD_PARTITIONS")
 def hole_rows(table: pa.Table) -> list[tuple]:
     """(source, connection, after, frame, dark) of a decode_issue chunk's rows on a connection:
     the bytes lost were sent after frame `after` - a stream-gap's `after_position`, the last
-    bytes delivered before it; else the frame before the issue's own (a request that did not
-    decode, bytes skipped up to a frame) - and by `frame`, where the capture knew them lost."""
+    bytes delivered before it (none: nothing was, the hole starts the stream: any time before);
+    else the frame before the issue's own (a request that did not decode, bytes skipped up to a
+    frame) - and by `frame`, where the capture knew them lost."""
     if table.num_rows == 0 or "connection" not in table.schema.names:
         return []
     t = table.filter(pc.is_valid(table.column("connection")))
     after = t.column("after_position").to_pylist() if "after_position" in t.schema.names else [None] * t.num_rows
     cols = [t.column(c).to_pylist() for c in ("source", "connection", "position", "issue")]
-    return [(s, c, a if a is not None else p - 1, p, i in DARK) for s, c, p, i, a in zip(*cols, after)
-            if p is not None and i not in NOT_LOST]
+    return [(s, c, a if a is not None else -1 if i == "stream-gap" else p - 1, p, i in DARK)
+            for s, c, p, i, a in zip(*cols, after) if p is not None and i not in NOT_LOST]
 
 
 def carrier_rows(table: pa.Table) -> list[tuple[str, str]]:

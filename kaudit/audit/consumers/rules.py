@@ -25,7 +25,8 @@ def check_commit_beyond(tl: Timelines) -> list[dict]:
     it may also start from are the group's previous commits and the offsets it looked up
     (OffsetFetch, ListOffsets). A commit past all of them skips the records in between.
     Benign causes: a capture that missed some of the group's Fetch connections (only judged when
-    the capture holds the group's Fetch responses for the partition before the commit); an
+    the capture holds the group's Fetch responses for the partition before the commit, and lost
+    no bytes of the connections that served them before it: audit.capture_holes); an
     application seek to a position computed elsewhere; an administrator's offset reset (a commit
     with no member id, named so in the finding: the records are skipped all the same)."""
     known_of = _known_positions(tl)
@@ -36,7 +37,7 @@ def check_commit_beyond(tl: Timelines) -> list[dict]:
         served, known = known_of(c)
         if not served:
             continue
-        if c.offset <= known:
+        if c.offset <= known or _served_lost(tl, c):
             continue
         who = f"member {c.member_id}" if c.member_id else (
             "a client outside the group (no member id; admin tools such as kafka-consumer-groups "
@@ -50,6 +51,20 @@ def check_commit_beyond(tl: Timelines) -> list[dict]:
             transactional_id=c.txn[0] if c.txn else None,
             details={"group": c.group, "member": c.member_id, "committed": c.offset, "known": known}))
     return out[:MAX_FINDINGS]
+
+
+def _served_lost(tl: Timelines, c) -> bool:
+    """Whether the capture lost bytes, before commit `c`, on a Fetch connection of the group's
+    members (an incremental fetch session's answer may serve a partition its request left out)
+    or on their connections to the coordinator (an offset look-up, an earlier commit): what
+    brought the group's position up to the commit may be in them."""
+    if not tl.holes:
+        return False
+    members = [m for m in tl.members.values() if m.group == c.group]
+    clients = {m.client for m in members} | {c.client}
+    conns = {s.connection for (client, _), serves in tl.by_client_tp.items() if client in clients for s in serves}
+    conns |= {m.connection for m in members}   # their coordinator's: a look-up or commit lost there
+    return tl.holes.lost_on(conns, None, (c.source, c.position)) is not None
 
 
 def _known_positions(tl: Timelines):
@@ -181,7 +196,8 @@ def check_start_beyond(tl: Timelines) -> list[dict]:
     auto.offset.reset where there is none (then it sends ListOffsets). Its first Fetch at a higher
     offset skips the records in between.
     Benign causes: an application seek (invisible on the wire: the rule says so) and offsets kept
-    outside Kafka.
+    outside Kafka; bytes the capture lost on the member's connection after the look-up (an
+    earlier answer from the committed offset may be in them: not judged).
     A KIP-227 incremental Fetch leaves out a partition whose position the session already holds
     (FetchSessionHandler sends only what changed): a member given back a partition at the position
     its session kept is answered from there without naming it. Such an answer's records start at or
@@ -200,8 +216,10 @@ def check_start_beyond(tl: Timelines) -> list[dict]:
             # the position the coordinator gave it (OffsetFetch): commits seen elsewhere may not be the
             # last ones (a capture that missed one would accuse the member of a skip)
             committed = fetched[-1]["offset"] if fetched else None
-            if committed is None or at <= committed:
-                continue
+            if committed is None or at <= committed or (tl.holes and tl.holes.lost_on(
+                    [first.connection], (fetched[-1].get("source"), fetched[-1].get("position")),
+                    (first.source, first.position)) is not None):
+                continue   # (or an earlier answer from the committed offset is in bytes the capture lost)
             how = f"started fetching at offset {at}" if first.fetch_offset is not None else (
                 f"was first answered offsets from {at} by its fetch session (the request did not name the "
                 "partition: the broker read from the position the session held)")

@@ -26,7 +26,7 @@ PRODUCE_COLUMNS = ("source", "position", "connection", "correlation_id", "reques
                    "magic", "batch_size", "attributes", "base_offset", "last_offset", "base_timestamp_ms", "codec")
 DISK_COLUMNS = ("source", "position", "replica", "topic", "partition", "base_offset",
                 "last_offset", "producer_id", "producer_epoch", "base_sequence", "last_sequence",
-                "record_count", "crc", "is_control", "control_type", "max_timestamp_ms")
+                "record_count", "crc", "is_control", "control_type", "max_timestamp_ms", "is_transactional")
 END_TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id",
                    "producer_id", "producer_epoch", "result", "error_codes")
 
@@ -168,6 +168,7 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
             continue
         groups[key].append(r)
     by_content, earlier = JC.index(inp.disk), JC.acknowledged(inp.produce, wire_key)
+    markers = _markers(inp.disk)
     chains = []
     for key, attempts in groups.items():
         attempts.sort(key=lambda r: (r["request_ts"] or 0, r["position"] or 0))
@@ -191,11 +192,24 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
         errs = [r["response_error"] for r in attempts]
         if holders and (None in errs or len(attempts) > 1 or any(e not in (None, 0) for e in errs)):
             copies = JC.copies(attempts, key, by_content, earlier, wire_key)
+            aborted = []
+            if r0["is_transactional"]:   # an aborted copy is no copy for the readers of committed data
+                kept, kept_copies, gone = _committed(reps, copies, markers, r0)
+                if gone and (kept or kept_copies):   # all aborted: stored once, as its transaction ended
+                    reps, copies, aborted = kept, kept_copies, gone
             f = _resolve(attempts, key, reps, holders, where_of, copies, inp.latest)
+            if f is not None and aborted:
+                said = (f"stored at offset{'s' if len(aborted) > 1 else ''} {', '.join(map(str, aborted))} in a "
+                        "transaction that aborted (read_committed readers skip it)")
+                f["message"] = (f["message"].replace("not stored as sent; ", f"{said}; ") if "not stored as sent; "
+                                in f["message"] else f"{f['message']}; {said}").replace(
+                    "nothing lost, nothing duplicated", "nothing lost, nothing duplicated for read_committed readers "
+                    "(read_uncommitted ones read both copies)")
+                f["details"] = _with(f["details"], aborted_offsets=aborted)
             if f is not None:
                 out.append(f)
                 cov["resolved"] += 1
-    out.extend(_end_txn(inp, stored, cov))
+    out.extend(_end_txn(inp, stored, cov, markers))
     acov: dict = {}
     lost, verdicts = acked_loss.judge(inp.produce, inp.disk, inp.at_acked, inp.ranges, inp.cleaned, inp.end_txn, acov,
                                       inp.epoch_starts)
@@ -203,6 +217,28 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
     out.extend(lost)
     inp.verdicts = verdicts
     return out, cov
+
+
+def _committed(reps: dict, copies: list[dict], markers: dict, r: dict) -> tuple[dict, list[dict], list[int]]:
+    """A transactional send's stored copies less those their transactions aborted, and the
+    offsets of those (an exactly-once application re-sends an aborted transaction's records in
+    the next one: stored once for read_committed readers; the aborted copy is no duplicate)."""
+    t, p, pid = r["topic"], r["partition"], r["producer_id"]
+    gone = {(rep, o) for rep, offs in reps.items() for o in offs if _aborted(markers, rep, t, p, pid, o)}
+    gone |= {(d["replica"], d["base_offset"]) for d in copies
+             if d.get("is_transactional") and _aborted(markers, d["replica"], t, p, d["producer_id"], d["base_offset"])}
+    kept = {rep: {o for o in offs if (rep, o) not in gone} for rep, offs in reps.items()}
+    return ({rep: offs for rep, offs in kept.items() if offs},
+            [d for d in copies if (d["replica"], d["base_offset"]) not in gone], sorted({o for _, o in gone}))
+
+
+def _with(details, **more) -> dict:
+    """A finding's details (a dict, or its JSON text) with more keys."""
+    import json
+
+    d = json.loads(details) if isinstance(details, str) else dict(details or {})
+    d.update(more)
+    return json.dumps(d, sort_keys=True) if isinstance(details, str) else d
 
 
 def _sends(attempts: list[dict]) -> list[list[dict]]:
@@ -327,15 +363,41 @@ def _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest):
             "the write was lost (unless the client re-sent the records in other batches)")
 
 
-def _end_txn(inp: JoinInput, stored: dict, cov: dict) -> list[dict]:
-    """EndTxn (answered without error) vs the markers after the transaction's batches."""
-    markers = defaultdict(list)     # (replica, topic, partition, pid) -> [(offset, type, epoch, row)]
-    for d in inp.disk:
+def _last_ends(batches: list[dict], stored: dict, markers: dict, pid: int) -> dict:
+    """(replica, topic, partition) -> the marker after the highest stored offset of `batches`
+    there: the end of the transaction an EndTxn ended. A batch of the window before an earlier
+    marker is an earlier transaction's (one epoch spans transactions under version 0/1, and the
+    capture may have lost the EndTxn between)."""
+    top: dict = {}
+    for b in batches:
+        for rep, offs in stored.get(wire_key(b), {}).items():
+            k = (rep, b["topic"], b["partition"])
+            top[k] = max(top.get(k, -1), max(offs))
+    return {k: next((m for m in markers.get((*k, pid), ()) if m[0] > o), None) for k, o in top.items()}
+
+
+def _markers(disk: list[dict]) -> dict:
+    """(replica, topic, partition, pid) -> [(offset, type, epoch, row)] of the log's COMMIT and
+    ABORT markers, in offset order."""
+    markers = defaultdict(list)
+    for d in disk:
         if d["is_control"] and d["control_type"] in ("COMMIT", "ABORT"):
             markers[(d["replica"], d["topic"], d["partition"], d["producer_id"])].append(
                 (d["base_offset"], d["control_type"], d["producer_epoch"], d))
     for v in markers.values():
         v.sort(key=lambda m: m[0])
+    return markers
+
+
+def _aborted(markers: dict, rep, topic: str, partition: int, pid, offset: int) -> bool:
+    """Whether the transactional batch of `pid` at `offset` was aborted: the producer's next
+    marker there is an ABORT (read_committed readers never see it)."""
+    m = next((m for m in markers.get((rep, topic, partition, pid), ()) if m[0] > offset), None)
+    return m is not None and m[1] == "ABORT"
+
+
+def _end_txn(inp: JoinInput, stored: dict, cov: dict, markers: dict) -> list[dict]:
+    """EndTxn (answered without error) vs the markers after the transaction's batches."""
     txn_batches = defaultdict(list)   # pid -> wire transactional batches in send order
     for r in inp.produce:
         if r["is_transactional"] and r["producer_id"] is not None and r["producer_id"] >= 0:
@@ -359,11 +421,14 @@ def _end_txn(inp: JoinInput, stored: dict, cov: dict) -> list[dict]:
                 continue    # unanswered or refused: the client was not told an outcome
             cov["end_txn_checked"] += 1
             wrong, ev, reps = [], [], []
+            last = _last_ends(batches, stored, markers, pid)
             for b in batches:
                 for rep, offs in stored.get(wire_key(b), {}).items():
                     for o in offs:
                         m = next((m for m in markers.get((rep, b["topic"], b["partition"], pid), ())
                                   if m[0] > o), None)
+                        if m is not last.get((rep, b["topic"], b["partition"])):
+                            continue   # an earlier transaction's data: its EndTxn is not in the capture
                         if m is not None and m[1] != e["result"]:
                             wrong.append({"partition": _where(b), "replica": rep, "batch_offset": o,
                                           "marker": m[1], "marker_offset": m[0], "marker_epoch": m[2]})

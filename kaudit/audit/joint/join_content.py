@@ -99,7 +99,8 @@ def acknowledged(produce: list[dict], wire_key) -> dict:
 def copies(attempts: list[dict], key: tuple, by_content: dict, earlier: dict, wire_key) -> list[dict]:
     """The log's batches that hold the records of a send (`attempts`, one batch sent once or
     more) under another batch key - re-sent under a bumped epoch, another producer id, new batch
-    timestamps - written within RESTART_WINDOW_S of it (by the batch's create time). A batch a
+    timestamps; not under other sequences of its own producer epoch (`_same_session`) -
+    written within RESTART_WINDOW_S of it (by the batch's create time). A batch a
     send acknowledged before this one was made is the application's own earlier send of the same
     values, not a copy of this one (`earlier`: wire key -> the time it was acknowledged)."""
     t0 = min((a["request_ts"] for a in attempts if a.get("request_ts") is not None), default=None)
@@ -115,6 +116,8 @@ def copies(attempts: list[dict], key: tuple, by_content: dict, earlier: dict, wi
             ts = d.get("max_timestamp_ms")
             if k == key or d["record_count"] != a["record_count"] or ts is None or ts < 0:
                 continue
+            if _same_session(a, d):
+                continue   # other sequences of the same producer epoch: another send, never a re-send
             if abs(ts / 1000 - t0) > RESTART_WINDOW_S:
                 continue
             acked = earlier.get(k)
@@ -126,11 +129,22 @@ def copies(attempts: list[dict], key: tuple, by_content: dict, earlier: dict, wi
     return out
 
 
+def _same_session(a: dict, d: dict) -> bool:
+    """Whether log batch `d` is of the same idempotent producer id and epoch as send `a`: its
+    sequences then name another batch (a producer retries a batch with the sequences it first
+    had - RecordAccumulator; it re-sequences only after an epoch bump, KIP-360)."""
+    pid = a.get("producer_id")
+    return pid is not None and pid >= 0 and d.get("producer_id") == pid \
+        and d.get("producer_epoch") == a.get("producer_epoch") and d.get("base_sequence") != a.get("base_sequence")
+
+
 def describe(d: dict, pid) -> str:
     """Who stored a copy, said against the send's producer id `pid`."""
     who = d["producer_id"]
     if who is None or who < 0:
         return "a producer without idempotence"
-    how = ("a bumped epoch (KIP-360: the producer reset its sequences)" if who == pid
+    how = ("a later epoch of the same producer id (a later transaction: transaction version 2 bumps the "
+           "epoch at each end, a new instance's InitProducerId at its start)" if who == pid and d.get("is_transactional")
+           else "a bumped epoch (KIP-360: the producer reset its sequences)" if who == pid
            else "another producer id (a new producer session)")
     return f"producer {who} epoch {d['producer_epoch']} sequences {d['base_sequence']}-{d['last_sequence']}, {how}"

@@ -347,12 +347,15 @@ class WireFeed:
 
     def _marker_txn(self, r: dict) -> _Txn | None:
         """The transaction a coordinator's markers end: the latest one ending with this result
-        at this epoch - its markers still out, or already taken as complete because the next
-        transaction began (a version-2 client sends the next one's data once its EndTxn is
-        answered, before the markers are written) -, else the open one."""
+        at this epoch whose markers are still out - under version 2, where every transaction
+        has its own epoch, also one already taken as complete because the next transaction
+        began (the client sends the next one's data once its EndTxn is answered, before the
+        markers are written; under 0/1 one epoch spans transactions, so the marker is the next
+        one's) -, else the open one."""
         tps = set(partition_names(r["partitions"]))
+        v2 = self.version == 2
         for t in reversed(self.txns[-16:]):   # markers follow their end within moments
-            if (t.prepared == r["result"] and r["producer_epoch"] in txn_kept.marker_epochs(t)
+            if (t.prepared == r["result"] and r["producer_epoch"] in txn_kept.marker_epochs(t) and (v2 or not t.complete)
                     and (tps & set(t.partitions) or any(tp.startswith("__consumer_offsets-") for tp in tps))):
                 return txn_kept.marker_epoch(t, r["producer_epoch"])
         return self.open_txn()
