@@ -239,6 +239,7 @@ class CaptureConsumers(TablesByKind):
                        [] if txn is None else txn.to_pylist(), (self.ctx.topic_names if self.ctx else None))
         tl.holes = getattr(self.ctx, "capture_holes", None)
         tl.note_finders(self.concat("frame"))
+        tl.note_unnamed(fetch)
         return rules.judge(tl, batches)
 
 

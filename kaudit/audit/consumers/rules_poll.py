@@ -68,6 +68,8 @@ def _pairs(tl: Timelines):
             if prev is not None and s.fetch_offset is not None and prev.error in (0, None) \
                     and s.error in (0, None) and s.isolation == prev.isolation:
                 times = resets.get((s.client, tp), ())
+                if tp[0] in tl.unnamed:   # a Fetch by topic id no input named: its look-ups by name too
+                    times = sorted(t for same in tl.maybe_same(tp) for t in resets.get((s.client, same), ()))
                 # from when `prev` was sent: a look-up while it was in flight may precede a seek
                 # (the client then drops its answer: KafkaConsumer's fetch at a stale position)
                 i = bisect_left(times, prev.ts if prev.request_ts is None else prev.request_ts)

@@ -108,6 +108,7 @@ class Timelines:
         self.holes = None   # where the captures lost bytes (audit.capture_holes), set by the fold
         self.group_clients: set[tuple] = set()   # clients with a request to their group coordinator seen
         self.seekers: set[tuple] = set()   # clients that asked FindCoordinator for a group: members
+        self.unnamed: set[str] = set()     # topic ids Fetch requests name that no input names
         for r in sorted(group_rows, key=lambda r: (r["ts"] or 0, r["position"] or 0)):
             self._event(r)
         self._build_stints()
@@ -165,6 +166,28 @@ class Timelines:
             return
         for conn, cid in zip(frames.column("connection").to_pylist(), frames.column("client_id").to_pylist()):
             self.seekers.add((host(conn), cid))
+
+    def note_unnamed(self, fetch) -> None:
+        """The topic ids of a fetch_partition table (Fetch v13+) that no Metadata answer in the
+        inputs named (`unnamed`): a look-up by name may be of the same partition."""
+        if fetch is None or "topic_id" not in fetch.schema.names or "topic" not in fetch.schema.names:
+            return
+        import pyarrow.compute as pc
+
+        tid = fetch.column("topic_id").cast("string")
+        topic = fetch.column("topic")
+        # the engines label a topic id they cannot name with the id itself (sources.topics)
+        same = pc.or_(pc.is_null(topic), pc.fill_null(pc.equal(topic.cast("string"), tid), False))
+        ids = pc.filter(tid, pc.and_(same, pc.is_valid(tid)))
+        self.unnamed = {str(i) for i in pc.unique(ids).to_pylist()} - set(self.names)
+
+    def maybe_same(self, tp) -> list[tuple]:
+        """The partitions a look-up may have named for `tp`: itself; for a topic id no input
+        names, the same partition of every topic looked up by name (a Metadata answer lost, or
+        the id of a topic re-created since the log dirs named it)."""
+        if tp[0] not in self.unnamed:
+            return [tp]
+        return [tp] + sorted({t for _, t, _ in self.lookups if t[1] == tp[1] and t != tp}, key=str)
 
     def coordinator_unseen(self, client) -> bool:
         """Whether `client` is a group member (it asked FindCoordinator for a group) none of whose
