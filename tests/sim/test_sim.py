@@ -27,19 +27,7 @@ def _params(kinds=KINDS):
 
 @pytest.mark.parametrize("kind", _params())
 def test_auditor_reports_exactly_the_injected_anomalies(kind):
-    last = {}
-
-    @sim_settings()
-    @given(h=history(kind))
-    def check(h):
-        last["h"] = h
-        assert_exact(h)
-
-    try:
-        check()
-    except AssertionError:
-        _keep(kind, last.get("h"))      # Hypothesis re-runs the shrunk example last
-        raise
+    _exact(kind, history(kind))
 
 
 @pytest.mark.parametrize("kind", _params(tuple(f"capture:{k}" for k in CAPTURE_KINDS)))
@@ -48,10 +36,16 @@ def test_a_capture_that_lost_bytes_proves_no_absence(kind):
     capture of one broker: its host, or its listeners) of CLEAN histories: `kaudit pcap` and `kaudit audit` tell nothing
     at warning or above - a capture that lost bytes proves no absence on the connections that lost
     them, one broker's capture none of what the others were sent (capture_faults.py)."""
+    _exact(kind, capture_history(kind.split(":")[1]))
+
+
+def _exact(kind: str, histories) -> None:
+    """Every history the strategy draws reported exactly (check.assert_exact); the shrunk failing
+    one kept (`_keep`)."""
     last = {}
 
     @sim_settings()
-    @given(h=capture_history(kind.split(":")[1]))
+    @given(h=histories)
     def check(h):
         last["h"] = h
         assert_exact(h)
@@ -59,7 +53,7 @@ def test_a_capture_that_lost_bytes_proves_no_absence(kind):
     try:
         check()
     except AssertionError:
-        _keep(kind, last.get("h"))
+        _keep(kind, last.get("h"))      # Hypothesis re-runs the shrunk example last
         raise
 
 

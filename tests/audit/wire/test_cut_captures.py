@@ -5,35 +5,19 @@ it once gave critical hanging and torn transactions, a false mixed-epoch error a
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import pytest
 
 from kaudit.engine.local import audit_pcaps
 from kaudit.sources.pcap_session import PcapOptions
+from tests.audit.wire.pcap_edit import cut
 
 PORTS = frozenset({9092, 9093, 9094})
 CASES = [("real-kafka-4.1.0/v2-txn-java-tv2/v2-txn-java-tv2.pcap", (0.2, 0.4, 0.6)),
          ("real-kafka-4.1.0/v7-compacted-eos-changelog/v7-compacted-eos-changelog.pcap", (0.2, 0.4, -0.6)),
          ("real-kafka-3.0.2/pcap/03-txn-confluent.pcap", (0.6,)),
          ("real-kafka-3.0.2/pcap/03-txn-java.pcap", (0.4,))]
-
-
-def cut(src: Path, dst: Path, frac: float) -> int:
-    """A classic pcap's first `frac` of its packets (its last -`frac` when negative), as
-    tcpdump would have written them had it stopped (or started) there; the packets kept."""
-    data = src.read_bytes()
-    endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
-    records, pos = [], 24
-    while pos + 16 <= len(data):
-        n = struct.unpack(endian + "I", data[pos + 8:pos + 12])[0]
-        records.append(data[pos:pos + 16 + n])
-        pos += 16 + n
-    k = int(len(records) * abs(frac))
-    kept = records[:k] if frac > 0 else records[k:]
-    dst.write_bytes(data[:24] + b"".join(kept))
-    return len(kept)
 
 
 @pytest.mark.parametrize("path,fracs", CASES, ids=[Path(p).stem for p, _ in CASES])

@@ -8,67 +8,19 @@ group member whose coordinator's traffic is elsewhere)."""
 
 from __future__ import annotations
 
-import random
-import struct
 from pathlib import Path
 
 import pytest
 
 from kaudit.engine.local import audit_pcaps
 from kaudit.sources.pcap_session import PcapOptions
+from tests.audit.wire.pcap_edit import drop, only
 
 PORTS = frozenset({9092, 9093, 9094})
 V1 = "real-kafka-4.1.0/v1-idempotent-clean/v1-idempotent-clean.pcap"
 V7 = "real-kafka-4.1.0/v7-compacted-eos-changelog/v7-compacted-eos-changelog.pcap"
 LOSSY = [(V1, 0.01, 1), (V7, 0.01, 1), (V7, 0.01, 2), ("real-kafka-3.0.2/pcap/03-txn-java.pcap", 0.05, 3)]
 ONE_BROKER = [(V7, 9093), ("real-kafka-3.0.2/pcap/04-ctp-java.pcap", 9093)]
-
-
-def records(data: bytes) -> tuple[str, list[bytes]]:
-    """(byte order, the records) of a classic pcap."""
-    endian = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
-    out, pos = [], 24
-    while pos + 16 <= len(data):
-        n = struct.unpack(endian + "I", data[pos + 8:pos + 12])[0]
-        out.append(data[pos:pos + 16 + n])
-        pos += 16 + n
-    return endian, out
-
-
-def tcp(record: bytes) -> tuple[int, int, int] | None:
-    """(source port, destination port, payload bytes) of an Ethernet/IPv4/TCP record."""
-    pkt = record[16:]
-    if len(pkt) < 34 or pkt[12:14] != b"\x08\x00" or pkt[23] != 6:
-        return None
-    ihl = (pkt[14] & 0x0F) * 4
-    total = struct.unpack(">H", pkt[16:18])[0]
-    t = 14 + ihl
-    sport, dport = struct.unpack(">HH", pkt[t:t + 4])
-    return sport, dport, total - ihl - (pkt[t + 12] >> 4) * 4
-
-
-def write(src: Path, dst: Path, keep) -> int:
-    data = src.read_bytes()
-    _, recs = records(data)
-    kept = [r for r in recs if keep(r)]
-    dst.write_bytes(data[:24] + b"".join(kept))
-    return len(recs) - len(kept)
-
-
-def drop(src: Path, dst: Path, rate: float, seed: int) -> int:
-    """The capture with a seeded `rate` of its TCP segments that carry data left out: the packets
-    dropped."""
-    r = random.Random(seed)
-
-    def keep(rec):
-        t = tcp(rec)
-        return not (t is not None and t[2] > 0 and r.random() < rate)
-    return write(src, dst, keep)
-
-
-def only(src: Path, dst: Path, port: int) -> int:
-    """The capture of one broker's host: the packets to or from `port` only."""
-    return write(src, dst, lambda rec: (t := tcp(rec)) is not None and port in t[:2])
 
 
 def loud(path: Path) -> list[tuple]:
