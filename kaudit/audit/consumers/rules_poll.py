@@ -88,9 +88,13 @@ def _pairs(tl: Timelines):
 
 
 def _lost_between(tl: Timelines, conn: str, prev, s) -> bool:
-    """Whether the capture lost bytes of the connection between two of its responses: a Fetch
-    answered there, or a seek's look-up, may be in them (audit.capture_holes)."""
-    return bool(tl.holes) and tl.holes.lost_on([conn], (prev.source, prev.position), (s.source, s.position)) is not None
+    """Whether the capture lost bytes between two responses of a connection, on it (a Fetch
+    answered there) or on the client's connections to its coordinator and for its look-ups (a
+    seek's OffsetFetch or ListOffsets, a rebalance) (audit.capture_holes)."""
+    if not tl.holes:
+        return False
+    conns = {conn} | tl.client_conns.get(s.client, set())
+    return tl.holes.lost_on(conns, (prev.source, prev.position), (s.source, s.position)) is not None
 
 
 def _expected(prev) -> int | None:

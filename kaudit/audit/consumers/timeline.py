@@ -109,6 +109,7 @@ class Timelines:
         self.group_clients: set[tuple] = set()   # clients with a request to their group coordinator seen
         self.seekers: set[tuple] = set()   # clients that asked FindCoordinator for a group: members
         self.unnamed: set[str] = set()     # topic ids Fetch requests name that no input names
+        self.client_conns: dict[tuple, set] = {}   # client -> its group and look-up connections
         for r in sorted(group_rows, key=lambda r: (r["ts"] or 0, r["position"] or 0)):
             self._event(r)
         self._build_stints()
@@ -212,8 +213,11 @@ class Timelines:
 
     def _event(self, r: dict) -> None:
         ev, err, ts = r["event"], r.get("error_code"), r.get("response_ts") or r["ts"]
-        if ev not in ("TXN_OFFSET_COMMIT", "LIST_OFFSETS"):   # a producer's; a leader's
-            self.group_clients.add((host(r["connection"]), r.get("client_id")))
+        client = (host(r["connection"]), r.get("client_id"))
+        if ev != "TXN_OFFSET_COMMIT":   # a producer's
+            self.client_conns.setdefault(client, set()).add(r["connection"])
+        if ev not in ("TXN_OFFSET_COMMIT", "LIST_OFFSETS"):   # a leader's look-up
+            self.group_clients.add(client)
         if ev in ("OFFSET_FETCH", "LIST_OFFSETS"):
             # any look-up, answered or not, may precede a seek: a position change is allowed there
             self.lookups.append(((host(r["connection"]), r.get("client_id")),
