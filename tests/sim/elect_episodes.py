@@ -57,6 +57,64 @@ def elect(sim: Sim, i: int, ep: dict) -> None:
         c.send(p, vals())
 
 
+def unfetched_tail(sim, c, p, ep, vals, *, answered: bool) -> tuple[list, list, int]:
+    """Node 2, the leader, appends ep["tail"] batches of which its followers fetch the first
+    ep["fetched"]; node 3 is then elected from the ISR {2, 3}. (the batches sent, as (values,
+    data, sequence, offset answered), their requests' correlation ids, the batches fetched)."""
+    hw0 = p.rhw[OLD]
+    fetched = min(ep.get("fetched", 0), ep["tail"])
+    sent, corrs = [], []
+    for k in range(ep["tail"]):
+        if k == fetched:                        # in the ISR, not fetched yet
+            p.behind |= {NEW, THIRD}
+        v = vals("t")
+        data, s = c.batch(p, v)
+        err, off = c.send(p, v, data=data, seq=s, answered=answered)
+        sent.append((v, data, s, off))
+        corrs.append(sim.cap.corr[c._conn(OLD)])
+    # the followers fetched the first `fetched` batches; the leader learns that from their next
+    # fetch, which never came: the high watermark stayed (and acks=all stayed unanswered)
+    for n in (OLD, NEW, THIRD):
+        p.rhw[n] = hw0
+    sim.wait(200)
+    p.behind.discard(THIRD)
+    R.fall_behind(p, OLD, leave_isr=False)
+    R.elect(p, NEW, isr={NEW, THIRD})
+    return sent, corrs, fetched
+
+
+def unclean_election(sim, c, p) -> None:
+    """Nodes 2 and 3 die; node 1, out of the ISR, is elected uncleanly; the application
+    restarts (InitProducerId: epoch + 1)."""
+    sim.wait(500)
+    for node in (OLD, NEW):
+        R.fall_behind(p, node, leave_isr=False)
+    p.behind.discard(THIRD)
+    R.elect(p, THIRD, unclean=True)
+    c.reconnect()
+    c.init()
+    c.name += "-restarted"
+
+
+def _deposed_after(sim, p, ep) -> None:
+    """After an unclean election: nodes 2 and 3 come back and truncate (`rejoin`), or are read
+    as they died."""
+    sim.wait(1000)
+    for node in (OLD, NEW):
+        if ep["rejoin"]:
+            R.rejoin(p, node, wire=bool(ep.get("fetch_wire")))
+        else:
+            R.crashed(p, node)
+            _behind(sim, p, node)
+
+
+def refuse_waiting(c, p, corrs: list) -> None:
+    """Node 2 deposed alive (its controller session lost, not dead): the Produce requests waiting
+    for the ISR complete NOT_LEADER_OR_FOLLOWER (checkEnoughReplicasReachOffset, no local leader)."""
+    for corr in corrs:
+        c.exchange(OLD, [(1, produce_response(corr, [(p.topic, p.partition, NOT_LEADER_OR_FOLLOWER, -1)]))])
+
+
 def _clean(sim, c, p, ep, vals):
     """Node 2 dies in sync: node 3 leads (from the ISR), node 2 rejoins or stays as it died."""
     sim.wait(500)
@@ -71,30 +129,10 @@ def _clean(sim, c, p, ep, vals):
 def _tail(sim, c, p, ep, vals):
     """Node 2 appends batches its followers have not fetched, then dies; node 3 leads."""
     hw0 = p.rhw[OLD]
-    fetched = min(ep.get("fetched", 0), ep["tail"])
-    sent, corrs = [], []
-    for k in range(ep["tail"]):
-        if k == fetched:                        # in the ISR, not fetched yet
-            p.behind |= {NEW, THIRD}
-        v = vals("t")
-        data, s = c.batch(p, v)
-        # acks=all: the leader waits for the ISR, dies first (no answer); acks=1: answered
-        err, off = c.send(p, v, data=data, seq=s, answered=c.acks == 1)
-        sent.append((v, data, s, off))
-        corrs.append(sim.cap.corr[c._conn(OLD)])
-    # the followers fetched the first `fetched` batches; the leader learns that from their next
-    # fetch, which never came: the high watermark stayed (and acks=all stayed unanswered)
-    for n in (OLD, NEW, THIRD):
-        p.rhw[n] = hw0
-    sim.wait(200)
-    p.behind.discard(THIRD)
-    R.fall_behind(p, OLD, leave_isr=False)
-    R.elect(p, NEW, isr={NEW, THIRD})
+    # acks=all: the leader waits for the ISR, dies first (no answer); acks=1: answered
+    sent, corrs, fetched = unfetched_tail(sim, c, p, ep, vals, answered=c.acks == 1)
     if ep.get("alive") and c.acks == -1 and ep["fault"] == "tail":
-        # deposed alive (its controller session lost, not dead): the Produce requests waiting for
-        # the ISR complete NOT_LEADER_OR_FOLLOWER (checkEnoughReplicasReachOffset, no local leader)
-        for corr in corrs:
-            c.exchange(OLD, [(1, produce_response(corr, [(p.topic, p.partition, NOT_LEADER_OR_FOLLOWER, -1)]))])
+        refuse_waiting(c, p, corrs)
     c.reconnect()
     sim.wait(100)
     if c.acks == -1:        # the producer retries what was never answered: node 3 stores it anew,
@@ -141,24 +179,11 @@ def _unclean(sim, c, p, ep, vals):
     for _ in range(ep["tail"]):
         c.send(p, vals("t"))                    # acks=all, acknowledged: the ISR {2, 3} has it
     lost_last = p.next_offset - 1
-    sim.wait(500)
-    for node in (OLD, NEW):
-        R.fall_behind(p, node, leave_isr=False)
-    p.behind.discard(THIRD)
-    R.elect(p, THIRD, unclean=True)
     # the application restarts (its producer's sequences no longer match the new leader's log)
-    c.reconnect()
-    c.init()
-    c.name += "-restarted"
+    unclean_election(sim, c, p)
     for _ in range(ep["after"]):
         c.send(p, vals("a"))
-    sim.wait(1000)
-    for node in (OLD, NEW):
-        if ep["rejoin"]:
-            R.rejoin(p, node, wire=bool(ep.get("fetch_wire")))
-        else:
-            R.crashed(p, node)
-            _behind(sim, p, node)
+    _deposed_after(sim, p, ep)
     _unclean_oracle(sim, p, ep, start, lost_last)
 
 

@@ -48,8 +48,8 @@ from tests.sim import replication as R
 from tests.sim import wire
 from tests.sim.broker import NONE
 from tests.sim.cluster import Client, Sim
-from tests.sim.elect_episodes import NEW, OLD, THIRD, NOT_LEADER_OR_FOLLOWER, _behind, _old_leader_after, \
-    _unclean_oracle
+from tests.sim.elect_episodes import NEW, OLD, THIRD, NOT_LEADER_OR_FOLLOWER, _old_leader_after, \
+    _deposed_after, _unclean_oracle, refuse_waiting, unclean_election, unfetched_tail
 from tests.sim.episodes import values
 
 NOT_COORDINATOR = 16
@@ -108,29 +108,12 @@ def _txn_clean(run: _Run) -> None:
 def _txn_tail(run: _Run) -> None:
     sim, c, p, ep = run.sim, run.c, run.parts[0], run.ep
     run.txn(run.parts[1:])
-    hw0 = p.rhw[OLD]
-    fetched = min(ep["fetched"], ep["tail"])
-    sent, corrs = [], []
-    for k in range(ep["tail"]):
-        if k == fetched:
-            p.behind |= {NEW, THIRD}
-        v = run.vals("t")
-        data, s = c.batch(p, v)
-        c.send(p, v, data=data, seq=s, answered=False)      # acks=all: waits for the ISR
-        sent.append((v, data, s))
-        corrs.append(sim.cap.corr[c._conn(OLD)])
-    for n in (OLD, NEW, THIRD):
-        p.rhw[n] = hw0
-    sim.wait(200)
-    p.behind.discard(THIRD)
-    R.fall_behind(p, OLD, leave_isr=False)
-    R.elect(p, NEW, isr={NEW, THIRD})
+    sent, corrs, _ = unfetched_tail(sim, c, p, ep, run.vals, answered=False)   # acks=all: waits for the ISR
     if ep["alive"]:
-        for corr in corrs:
-            c.exchange(OLD, [(1, wire.produce_response(corr, [(p.topic, p.partition, NOT_LEADER_OR_FOLLOWER, -1)]))])
+        refuse_waiting(c, p, corrs)
     c.reconnect()
     sim.wait(100)
-    for v, data, s in sent:          # the producer retries: node 3 answers what it fetched, stores the rest
+    for v, data, s, _ in sent:       # the producer retries: node 3 answers what it fetched, stores the rest
         err, _ = c.send(p, v, data=data, seq=s)
         assert err == NONE
     run.txn([p], ep["after"])
@@ -155,16 +138,22 @@ def _txn_marker(run: _Run) -> None:
         coord.send_markers(m.pid, m.epoch, committed, [p])       # re-enqueued to the new leader
         return _complete(coord, m)
 
-    coord.finish_end = finish
-    try:
-        c.end(ep["commit"])
-    finally:
-        del coord.finish_end
+    _end_with(c, coord, finish, ep["commit"])
     c.reconnect()
     run.txn([p], ep["after"])
     if ep["after"]:
         c.end(True)
     _old_leader_after(sim, p, ep["rejoin"], ep)
+
+
+def _end_with(c, coord, finish, commit: bool) -> None:
+    """The client's EndTxn, the coordinator writing the markers as `finish` says (in place of
+    Coordinator.finish_end for this one end)."""
+    coord.finish_end = finish
+    try:
+        c.end(commit)
+    finally:
+        del coord.finish_end
 
 
 def _elect_new(sim, p) -> None:
@@ -227,25 +216,12 @@ def _txn_unclean(run: _Run) -> None:
     marker_at = p.next_offset
     c.end(True)                            # a committed transaction
     lost_last = p.next_offset - 1
-    sim.wait(500)
-    for node in (OLD, NEW):
-        R.fall_behind(p, node, leave_isr=False)
-    p.behind.discard(THIRD)
-    R.elect(p, THIRD, unclean=True)
-    c.reconnect()
-    c.init()                               # the application restarts: epoch + 1
-    c.name += "-restarted"
+    unclean_election(sim, c, p)            # the application restarts: epoch + 1
     targets = run.parts if lose_data else run.parts[1:]
     for _ in range(ep["after"] if targets else 0):
         run.txn(targets, 1)
         c.end(True)
-    sim.wait(1000)
-    for node in (OLD, NEW):
-        if ep["rejoin"]:
-            R.rejoin(p, node, wire=bool(ep.get("fetch_wire")))
-        else:
-            R.crashed(p, node)
-            _behind(sim, p, node)
+    _deposed_after(sim, p, ep)
     if lose_data:
         # the data was acknowledged (acks=all, the ISR {2, 3} had it): lost as `elect:unclean`'s
         _unclean_oracle(sim, p, ep, start, written[p.name][1])
@@ -288,11 +264,7 @@ def _coordinator(run: _Run) -> None:
             coord.send_markers(m.pid, m.epoch, committed, m.partitions)
             return _complete(coord, m)
 
-        coord.finish_end = finish
-        try:
-            c.end(ep["commit"])
-        finally:
-            del coord.finish_end
+        _end_with(c, coord, finish, ep["commit"])
     else:
         _prepare_lost(sim, c, old, new, ep["commit"])
     sim.wait(100)
