@@ -139,22 +139,13 @@ def test_in_flight_batches_refused_by_a_deposed_leader(tmp_path):
     NOT_LEADER_OR_FOLLOWER (Partition.checkEnoughReplicasReachOffset without a local leader); the
     client retries them in order at the new leader (another connection). 10-14 refused after a
     refused 5-9 is no sequence jump."""
-    m = send(1, batch(PID, 0, 0, 5), offset=0)
-    m += [(0, produce(2, [(TOPIC, 0, batch(PID, 0, 5, 5))])),
-          (0, produce(3, [(TOPIC, 0, batch(PID, 0, 10, 5))])),
-          (1, produce_response(2, [(TOPIC, 0, NOT_LEADER, -1)])),
-          (1, produce_response(3, [(TOPIC, 0, NOT_LEADER, -1)]))]
-    retry = send(1, batch(PID, 0, 5, 5), offset=5) + send(2, batch(PID, 0, 10, 5), offset=10)
-    fs = audit(tmp_path, [Conn(m), Conn(retry, client=("10.0.0.1", 40002))])
+    fs = _refused_then_retried(tmp_path, epoch=0, first=5)
     assert not by_rule(fs, "out-of-order-sequence")
 
 
 def test_a_refused_batch_that_skips_sequences_never_sent_is_a_jump(tmp_path):
     """The twin: 10-14 refused NOT_LEADER_OR_FOLLOWER, but 5-9 were never sent (nor refused)."""
-    m = send(1, batch(PID, 0, 0, 5), offset=0)
-    m += [(0, produce(3, [(TOPIC, 0, batch(PID, 0, 10, 5))])),
-          (1, produce_response(3, [(TOPIC, 0, NOT_LEADER, -1)]))]
-    f = one(audit(tmp_path, Conn(m)), "out-of-order-sequence")
+    f = _refused_alone(tmp_path, epoch=0, first=10)
     assert (f["severity"], details(f)["kind"], details(f)["expected_sequence"]) == ("warning", "gap", 5)
 
 
@@ -163,23 +154,36 @@ def test_a_new_epochs_in_flight_batches_refused_by_a_deposed_leader(tmp_path):
     EndTxn bumps its epoch): 0-4 and 5-9 of epoch 1 wait for the ISR and are refused
     NOT_LEADER_OR_FOLLOWER; 5-9 refused after a refused 0-4 does not start epoch 1 out of order
     (a false warning before: the simulator's elect:txn_tail, regressions/elect-txn_tail-tv2-deposed.json)."""
+    fs = _refused_then_retried(tmp_path, epoch=1, first=0)
+    assert not by_rule(fs, "out-of-order-sequence")
+
+
+def _refused_then_retried(tmp_path, epoch: int, first: int) -> list[dict]:
+    """Epoch 0's 0-4 stored at offset 0; then two batches of `epoch` (sequences `first`.. and
+    `first` + 5..) in flight together, both refused NOT_LEADER_OR_FOLLOWER, retried in order on
+    another connection (stored at 5 and 10): the findings."""
     m = send(1, batch(PID, 0, 0, 5), offset=0)
-    m += [(0, produce(2, [(TOPIC, 0, batch(PID, 1, 0, 5))])),
-          (0, produce(3, [(TOPIC, 0, batch(PID, 1, 5, 5))])),
+    m += [(0, produce(2, [(TOPIC, 0, batch(PID, epoch, first, 5))])),
+          (0, produce(3, [(TOPIC, 0, batch(PID, epoch, first + 5, 5))])),
           (1, produce_response(2, [(TOPIC, 0, NOT_LEADER, -1)])),
           (1, produce_response(3, [(TOPIC, 0, NOT_LEADER, -1)]))]
-    retry = send(1, batch(PID, 1, 0, 5), offset=5) + send(2, batch(PID, 1, 5, 5), offset=10)
-    fs = audit(tmp_path, [Conn(m), Conn(retry, client=("10.0.0.1", 40002))])
-    assert not by_rule(fs, "out-of-order-sequence")
+    retry = send(1, batch(PID, epoch, first, 5), offset=5) + send(2, batch(PID, epoch, first + 5, 5), offset=10)
+    return audit(tmp_path, [Conn(m), Conn(retry, client=("10.0.0.1", 40002))])
 
 
 def test_a_refused_batch_starting_a_new_epoch_past_0_is_out_of_order(tmp_path):
     """The twin: epoch 1's 5-9 refused NOT_LEADER_OR_FOLLOWER, but its 0-4 were never sent."""
-    m = send(1, batch(PID, 0, 0, 5), offset=0)
-    m += [(0, produce(3, [(TOPIC, 0, batch(PID, 1, 5, 5))])),
-          (1, produce_response(3, [(TOPIC, 0, NOT_LEADER, -1)]))]
-    f = one(audit(tmp_path, Conn(m)), "out-of-order-sequence")
+    f = _refused_alone(tmp_path, epoch=1, first=5)
     assert (f["severity"], details(f)["kind"], details(f)["expected_sequence"]) == ("warning", "new-epoch", 0)
+
+
+def _refused_alone(tmp_path, epoch: int, first: int) -> dict:
+    """Epoch 0's 0-4 stored at offset 0; then one batch of `epoch` from sequence `first` refused
+    NOT_LEADER_OR_FOLLOWER, nothing before it in flight: the out-of-order-sequence finding."""
+    m = send(1, batch(PID, 0, 0, 5), offset=0)
+    m += [(0, produce(3, [(TOPIC, 0, batch(PID, epoch, first, 5))])),
+          (1, produce_response(3, [(TOPIC, 0, NOT_LEADER, -1)]))]
+    return one(audit(tmp_path, Conn(m)), "out-of-order-sequence")
 
 
 def test_retry_accepted_out_of_order_after_a_rejection_is_an_error(tmp_path):
