@@ -64,6 +64,13 @@ def server_of(connection: str | None) -> str | None:
     return connection.rsplit(" -> ", 1)[1]
 
 
+def host_of(connection: str | None, side: int) -> str | None:
+    """The address (no port) of a connection's client (0) or server (1)."""
+    if not connection or " -> " not in connection:
+        return None
+    return connection.split(" -> ")[side].rsplit(":", 1)[0]
+
+
 class Lost(NamedTuple):
     """A hole found: the connection that lost bytes and the frame after which it lost them (in
     capture file `source` when there are several)."""

@@ -321,8 +321,8 @@ def _lost_own(feed, t, m: dict, last: dict) -> bool:
     own may be in bytes the capture lost (txn_wire_cover.marker_lost): `t` ended there unseen,
     and `m` ends the data after it only."""
     e = m.get("producer_epoch")
-    if e is None or m.get("writer") == ADMIN or e in txn_kept.marker_epochs(t):
-        return False
+    if not txn_wire_cover.holes_of(feed) or e is None or m.get("writer") == ADMIN or e in txn_kept.marker_epochs(t):
+        return False    # (no hole in the capture: every marker after data asks, the cheap test first)
     return txn_wire_cover.marker_lost(feed, f"{m['topic']}-{m['partition']}", since=last) is not None
 
 

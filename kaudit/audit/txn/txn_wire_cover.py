@@ -4,17 +4,20 @@ never reads an absence the capture may have lost as an absence of the event."""
 
 from __future__ import annotations
 
-from kaudit.audit.capture_holes import server_of
+from kaudit.audit.capture_holes import host_of
 from kaudit.audit.txn.txn_model import Coverage
 
 
-def _address(endpoint: str | None) -> str | None:
-    """"ip:port" -> "ip" (the feed names leaders by address: txn_wire_feed._host)."""
-    return endpoint.rsplit(":", 1)[0] if endpoint else None
-
-
-def _holes(feed):
+def holes_of(feed):
+    """The captures' holes (audit.capture_holes.CaptureHoles) the feed's context holds; None: none."""
     return getattr(feed.ctx, "capture_holes", None) if feed.ctx is not None else None
+
+
+
+def _marker_conns(holes, host: str | None) -> set[str]:
+    """The connections that carried WriteTxnMarkers to leader address `host` (the feed names
+    leaders by address: a broker's listeners share it)."""
+    return {c for c in holes.carrying("WRITE_MARKERS") if host_of(c, 1) == host}
 
 
 def add_lost(feed, row: dict, tp: str) -> bool:
@@ -24,6 +27,8 @@ def add_lost(feed, row: dict, tp: str) -> bool:
     (the transaction's start) and before the data. The client registers a partition before it
     sends it data (the Java client's TransactionManager, librdkafka's), so the data is of the
     producer's transaction all the same."""
+    if not holes_of(feed):
+        return False    # (every Produce row of a version 0/1 producer asks: the cheap test first)
     t = feed.open_txn()
     return not (t is not None and tp in t.partitions) and client_lost(feed, row)
 
@@ -32,7 +37,7 @@ def client_lost(feed, row: dict) -> bool:
     """Whether the client's own connections to its coordinator lost bytes since its last
     InitProducerId or EndTxn and before `row` (an EndTxn there may be in them: markers with
     no EndTxn before them are then not the coordinator's own abort)."""
-    holes = _holes(feed)
+    holes = holes_of(feed)
     return bool(holes) and bool(feed.coord_conns) and \
         holes.lost_on(feed.coord_conns, feed.since, (row["source"], row["position"])) is not None
 
@@ -42,13 +47,12 @@ def marker_lost(feed, tp: str, part=None, since: dict | None = None):
     bytes lost on a connection that carried WriteTxnMarkers to the partition's leader, after
     the part's first data (its transaction's marker comes after it) or the data row `since`;
     None: none."""
-    holes = _holes(feed)
+    holes = holes_of(feed)
     if not holes:
         return None
-    host = feed.produce_hosts.get(tp)
     first = since if since is not None else part.data[0] if part is not None and part.data else None
     since = (first.get("source"), first.get("position")) if first is not None else None
-    conns = [c for c in holes.carrying("WRITE_MARKERS") if _address(server_of(c)) == host]
+    conns = _marker_conns(holes, feed.produce_hosts.get(tp))
     return holes.lost_on(conns, since) if conns else None
 
 
@@ -57,14 +61,13 @@ def lost_within(feed, tp: str, part) -> bool:
     end), on the client's connections to its coordinator or on those that carried
     WriteTxnMarkers to the partition's leader: an EndTxn or a marker that would split the part
     in two transactions, or date its epoch's end, may be in them."""
-    holes = _holes(feed)
+    holes = holes_of(feed)
     if not holes or not part.data:
         return False
     first, m = part.data[0], part.marker
     lo = (first.get("source"), first.get("position"))
     hi = (m.source, m.position) if m is not None and not m.fetched else None
-    host = feed.produce_hosts.get(tp)
-    conns = set(feed.coord_conns) | {c for c in holes.carrying("WRITE_MARKERS") if _address(server_of(c)) == host}
+    conns = set(feed.coord_conns) | _marker_conns(holes, feed.produce_hosts.get(tp))
     return holes.lost_on(conns, lo, hi) is not None
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 
+from kaudit.audit.capture_holes import host_of as _host   # a connection's client (0) or server (1) address
 from kaudit.audit.txn import txn_fetched, txn_kept, txn_wire_cover
 from kaudit.audit.txn.coordinator_state import partition_names
 from kaudit.audit.folds import Context
@@ -26,11 +27,6 @@ def _newer(a: int | None, b: int | None) -> bool:
     return a is not None and (b is None or a > b)
 
 
-def _host(conn: str | None, side: int) -> str | None:
-    """The address (no port) of a connection's client (0) or server (1)."""
-    if not conn or " -> " not in conn:
-        return None
-    return conn.split(" -> ")[side].rsplit(":", 1)[0]
 
 
 def _produce_text(p: tuple) -> str:
