@@ -37,7 +37,8 @@ def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = Non
     finish = lambda w: w.finish(runner=run_shared if should_share(w, jobs) else None)  # noqa: E731
     with _rare_full_collections():
         if should_fork(audit, jobs):   # a decode in Python: the folds in a child, beside it
-            findings, facts, internal = run_forked(work, chunks, finish, FOLDS_BEHIND)
+            ending = None if captures is None else (lambda: {"captures": captures})
+            findings, facts, internal = run_forked(work, chunks, finish, FOLDS_BEHIND, ending)
             return audit.result(findings, facts, errors, internal=internal)
         with ThreadPoolExecutor(1, thread_name_prefix="kaudit-folds") as folds:
             pending: deque = deque()

@@ -124,6 +124,63 @@ def test_the_fork_is_chosen_only_for_a_decode_in_python(monkeypatch):
     assert not ff.should_fork(audit(orders=big, __transaction_state=1 << 20), None)  # compiled decode
     assert not ff.should_fork(audit(__transaction_state=big), 1)               # --jobs 1: one process
     assert not ff.should_fork(audit(tap=print, __transaction_state=big), None)  # a tap: this process's
-    assert not ff.should_fork(audit("wire", __transaction_state=big), None)
+    assert not ff.should_fork(audit("wire", __transaction_state=big), None)   # no capture's size known
     monkeypatch.setattr(ff, "usable_cpus", lambda: 1)
     assert not ff.should_fork(audit(__transaction_state=big), None)
+
+
+def test_the_fork_is_chosen_for_a_big_capture_decoded_in_one_process(monkeypatch, tmp_path):
+    import threading
+    from types import SimpleNamespace
+
+    from kaudit.engine import forked_folds as ff
+    from kaudit.sources.pcap import PcapOptions
+
+    monkeypatch.setattr(ff, "usable_cpus", lambda: 2)
+    monkeypatch.delenv(ff.MIN_BYTES_ENV, raising=False)
+    for env in ("KAUDIT_PCAP_JOBS", "KAUDIT_JOBS"):
+        monkeypatch.delenv(env, raising=False)
+    big, small = tmp_path / "big.pcap", tmp_path / "small.pcap"
+    with open(big, "wb") as f:
+        f.truncate(ff.FORK_MIN_CAPTURE_BYTES)   # sparse: its size is all that is read
+    small.write_bytes(b"\0" * 100)
+
+    def audit(*paths, tap=None, **options):
+        return SimpleNamespace(side="wire", tap=tap, layout=None, paths=[str(p) for p in paths],
+                               options=PcapOptions(**options))
+
+    alone = threading.active_count() == 1
+    assert ff.should_fork(audit(big), None) is alone
+    assert ff.should_fork(audit(small, small), None, min_bytes=200) is alone
+    assert not ff.should_fork(audit(small), None)
+    assert not ff.should_fork(audit(big), 1)                        # --jobs 1
+    assert not ff.should_fork(audit(big, tap=print), None)          # a tap: this process's
+    assert not ff.should_fork(audit(big, jobs=2), None)             # pcap workers: forked beside the pipe's thread
+    assert not ff.should_fork(audit(tmp_path / "gone.pcap"), None)  # the decode says what is missing
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS} (CI provides ../shared/corpus)")
+def test_forked_wire_folds_find_what_one_process_finds_on_the_corpus():
+    got = _script(f"""
+        from kaudit.sources.pcap import PcapOptions
+        corpus = Path({str(CORPUS)!r})
+        caps = sorted(str(p) for p in corpus.rglob("*") if p.suffix in (".pcap", ".pcapng"))[:40]
+        def runs():
+            out = []
+            for p in caps:
+                r = local.audit_pcaps([p], PcapOptions())
+                out.append((p, r.findings, r.internal_errors, r.coverage, r.reference_time_ms, r.errors))
+            return out
+        forked_folds.FORK_MIN_CAPTURE_BYTES = 1 << 60
+        one = runs()
+        assert not forks
+        forked_folds.FORK_MIN_CAPTURE_BYTES = 0
+        shared_folds.SHARE_MIN_ROWS = 0
+        two = runs()
+        bad = [a[0] for a, b in zip(one, two) if json.dumps(a, default=str) != json.dumps(b, default=str)]
+        print(json.dumps({{"inputs": len(one), "forked": len(forks), "bad": bad,
+                          "findings": sum(len(a[1]) for a in one)}}))
+    """)
+    assert got["bad"] == []
+    assert got["inputs"] >= 20 and got["findings"] > 10
+    assert got["forked"] == got["inputs"]
