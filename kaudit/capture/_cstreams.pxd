@@ -25,7 +25,7 @@ cdef class History:
 cdef class Half:
     cdef public object base, isn, fin_off, last_ack
     cdef public History history
-    cdef public int64_t exp_seq, next_off, pending_bytes, packets
+    cdef public int64_t exp_seq, next_off, pending_bytes, packets, peer_ack
     cdef public list pending
     cpdef start(self, seq)
     cpdef sync(self)

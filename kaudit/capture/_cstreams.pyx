@@ -308,11 +308,13 @@ cdef class Walker:
                         half.history.add_packed(off, p.pstart, n)
                     elif half.base is None:
                         half.start(p.seq)
-                    if other.pending and p.flags & ACK:
-                        other.last_ack = p.ack
-                        out = []
-                        self.r._release_acked(conn, 1 - d, other, self.frame, self.ts, out)
-                        self.queue = out
+                    if p.flags & ACK:
+                        other.peer_ack = p.ack
+                        if other.pending:
+                            other.last_ack = p.ack
+                            out = []
+                            self.r._release_acked(conn, 1 - d, other, self.frame, self.ts, out)
+                            self.queue = out
                     if n:
                         self.d_conn, self.d_dir, self.d_off = conn, d, off
                         self.d_start, self.d_len = p.pstart, n

@@ -98,6 +98,7 @@ cdef class Half:
         self.pending_bytes = 0
         self.history = History()
         self.last_ack = None
+        self.peer_ack = -1
         self.packets = 0
 
     cpdef start(self, seq):

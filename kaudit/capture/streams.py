@@ -122,11 +122,13 @@ class CaptureStreams:
                                 yield StreamData(conn.conn_id, dr, off, payload, frame, frame, ts)
                             elif half.base is None:
                                 half.start(seq)
-                            if other.pending and flags & ack_flag:
-                                other.last_ack = ack
-                                out = []
-                                r._release_acked(conn, 1 - dr, other, frame, ts, out)
-                                yield from out
+                            if flags & ack_flag:
+                                other.peer_ack = ack
+                                if other.pending:
+                                    other.last_ack = ack
+                                    out = []
+                                    r._release_acked(conn, 1 - dr, other, frame, ts, out)
+                                    yield from out
                             continue
                     src, dst = addrs >> 32, addrs & 0xFFFFFFFF
                     sport, dport = ports >> 16, ports & 0xFFFF

@@ -56,11 +56,29 @@ def _piece_off(p):
     return p.off
 
 
+ACKED_UNSEEN = "acknowledged, not captured"   # a tail gap's reason
+
+
+def _acked_unseen(half) -> int:
+    """Bytes at a closing direction's end that the peer acknowledged and the capture never showed
+    (the last segments dropped by the capture, no later byte of theirs to reveal a hole). The FIN
+    is no data: past a FIN seen nothing counts; without one, one byte past the last delivered may
+    be the FIN's own sequence number (a lost FIN, no data lost)."""
+    if half.peer_ack < 0 or half.base is None:
+        return 0
+    acked = half.offset(half.peer_ack)
+    if half.fin_off is not None:
+        acked = min(acked, half.fin_off)
+    elif acked == half.next_off + 1:
+        return 0
+    return max(acked - half.next_off, 0)
+
+
 class _Half:
     """One direction of a connection."""
 
     __slots__ = ("base", "exp_seq", "next_off", "isn", "fin_off", "pending", "pending_bytes",
-                 "history", "last_ack", "packets")
+                 "history", "last_ack", "peer_ack", "packets")
 
     def __init__(self):
         self.base = None  # sequence number of stream offset 0
@@ -77,6 +95,7 @@ class _Half:
         # which keeps the garbage collector out of the hot path
         self.history: deque = deque(maxlen=HISTORY_SEGMENTS)
         self.last_ack = None  # latest ack from the peer while data of this direction waits
+        self.peer_ack = -1  # latest ack from the peer (-1: none): at the close, bytes it shows lost
         self.packets = 0  # the hot counter lives here; ConnStats gets it at the close
 
     def start(self, seq):
@@ -159,10 +178,12 @@ class Reassembler:
                     if half.base is None:
                         half.start(seq)
                     out = ()
-                if other.pending and flags & ACK:
-                    other.last_ack = seg.ack
-                    out = list(out)
-                    self._release_acked(conn, 1 - d, other, frame, ts, out)
+                if flags & ACK:
+                    other.peer_ack = seg.ack
+                    if other.pending:
+                        other.last_ack = seg.ack
+                        out = list(out)
+                        self._release_acked(conn, 1 - d, other, frame, ts, out)
                 return out
         return self._feed_general(ent, seg, frame, ts)
 
@@ -241,9 +262,11 @@ class Reassembler:
         if flags & FIN and half.fin_off is None:
             half.fin_off = half.offset((seq + len(payload) + seg.truncated) & MASK)
         other = conn.halves[1 - d]
-        if other.pending and flags & ACK:
-            other.last_ack = seg.ack
-            self._release_acked(conn, 1 - d, other, frame, ts, out)
+        if flags & ACK:
+            other.peer_ack = seg.ack
+            if other.pending:
+                other.last_ack = seg.ack
+                self._release_acked(conn, 1 - d, other, frame, ts, out)
         self._maybe_finished(conn, frame, ts, out)
         conn.halves[0].sync()
         conn.halves[1].sync()
@@ -262,6 +285,9 @@ class Reassembler:
             half = conn.halves[d]
             while half.pending:
                 self._gap_to_first(conn, d, half, "lost", frame, ts, out)
+            tail = _acked_unseen(half)
+            if tail:
+                self._gap(conn, d, half, tail, ACKED_UNSEEN, frame, ts, out)
             st = conn.stats
             st.stream_bytes[d] = half.next_off
             st.packets[d] = half.packets

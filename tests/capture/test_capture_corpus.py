@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from kaudit.capture.tcp import ACKED_UNSEEN
 from scapy.utils import RawPcapNgReader, RawPcapReader
 
 from kaudit.capture import (
@@ -45,6 +47,12 @@ def _scapy_view(path: Path):
     return out
 
 
+# Bytes a capture lost that only the peer's acknowledgement shows (tshark's TCP analysis: "ACKed
+# segment that wasn't captured"): nDPI's sample keeps 5 of the first connection's packets, and the
+# broker's answer in frame 5 acknowledges 44 client bytes (a second request) past the last kept.
+LOST = {"public/nDPI/kafka.pcapng": [(0, 0, 69, 44, ACKED_UNSEEN)]}
+
+
 def test_every_capture_parses_fully_and_agrees_with_scapy(corpus):
     total = 0
     for path in captures(corpus):
@@ -62,7 +70,8 @@ def test_every_capture_parses_fully_and_agrees_with_scapy(corpus):
         events = list(cs.events())
         # only TCP in these captures, nothing lost on loopback
         assert cs.packets == len(ours) and cs.tcp_packets == len(ours), (path, cs.dropped)
-        assert not [e for e in events if isinstance(e, StreamGap)], path
+        gaps = [(e.conn_id, e.direction, e.stream_offset, e.length, e.reason) for e in events if isinstance(e, StreamGap)]
+        assert gaps == LOST.get(path.relative_to(corpus).as_posix(), []), path
         total += len(ours)
     assert total > 20000
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from kaudit.capture import (
     ConnClose, ConnOpen, Reassembler, StreamConflict, StreamData, StreamGap, TcpSegment,
 )
 from kaudit.capture.link import ACK as TA, PSH as TP
+from kaudit.capture.tcp import ACKED_UNSEEN
 from tests.capture.craft import A, F, P, R, S, Flow, ether, run_both, streams, write_pcap
 
 CLIENT, SERVER = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
@@ -167,6 +169,54 @@ def test_an_ack_past_a_hole_declares_it_at_once():
     assert (gap.stream_offset, gap.length, gap.reason, gap.frame) == (100, 100, "lost", 6)
     # the gap and s3 come out when the ack is seen, before s4 (frame 7)
     assert kinds.index(("StreamGap", 6)) < kinds.index(("StreamData", 7))
+
+
+@pytest.mark.parametrize("close", ["end", "rst"])
+def test_an_ack_past_the_last_bytes_shows_a_lost_tail_at_the_close(close):
+    # the capture dropped the client's last segments and nothing of theirs came after: only the
+    # server's acknowledgement shows them (tshark: "ACKed segment that wasn't captured")
+    f = Flow()
+    hs = f.handshake()
+    s1 = f.send(0, b"A" * 100)
+    f.send(0, b"B" * 60)   # lost
+    f.send(0, b"C" * 40)   # lost
+    ack = f.ack(1)
+    end = [f._pkt(1, R | A)] if close == "rst" else []
+    ev = run_both(cap(hs + [s1, ack] + end))
+    assert streams(ev)[(0, 0)] == [(0, b"A" * 100), (100, None, 100, ACKED_UNSEEN)]
+    gap, st = of(ev, StreamGap)[0], closes(ev)[0].stats
+    assert gap.frame == len(hs) + 2 + (close == "rst")   # declared at the close
+    assert st.gaps[0] == 1 and st.gap_bytes[0] == 100 and st.data_bytes[0] == 100 and st.stream_bytes[0] == 200
+    assert closes(ev)[0].reason == close
+
+
+def test_acks_that_show_nothing_lost_declare_no_tail():
+    f = Flow()
+    hs = f.handshake()
+    whole = hs + [f.send(0, b"A" * 100), f.ack(1)]
+    assert not of(run_both(cap(whole)), StreamGap)          # acked exactly what was seen
+    f.seq[0] += 1                                            # the client's FIN, not captured
+    lost_fin = whole + [f.ack(1)]
+    assert not of(run_both(cap(lost_fin)), StreamGap)       # one past the data: the FIN's number
+    g = Flow()
+    seen_fin = g.handshake() + [g.send(0, b"A" * 10), g.fin(0), g.ack(1), g.fin(1), g.ack(0)]
+    ev = run_both(cap(seen_fin))
+    assert not of(ev, StreamGap) and closes(ev)[0].reason == "fin"
+    h = Flow()
+    h.handshake()
+    h.send(0, b"x" * 500)                                    # before the capture starts
+    late = [h.ack(1), h.send(0, b"y" * 20), h.send(1, b"z" * 5)]
+    assert not of(run_both(cap(late)), StreamGap)           # acks of bytes before the first seen
+
+
+def test_a_lost_tail_past_a_fin_seen_counts_only_the_data():
+    f = Flow()
+    hs = f.handshake()
+    s1 = f.send(0, b"A" * 10)
+    f.send(0, b"B" * 30)       # lost
+    fin = f.fin(0)             # seen: the data ends at its sequence number
+    ev = run_both(cap(hs + [s1, fin, f.ack(1)]))
+    assert streams(ev)[(0, 0)] == [(0, b"A" * 10), (10, None, 30, ACKED_UNSEEN)]
 
 
 def test_snaplen_truncated_segments_become_gaps():
@@ -426,3 +476,25 @@ def test_many_closed_connections_are_forgotten_after_a_while():
     ev = list(cs.events())
     assert len(of(ev, ConnOpen)) == 30
     assert len(cs.reassembler._table) < 2 * 30  # the oldest ones were evicted
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 300), min_size=1, max_size=8), kept=st.integers(0, 8),
+       replies=st.booleans())
+def test_the_bytes_a_final_ack_shows_lost_are_the_dropped_tail(sizes, kept, replies):
+    """Property: a direction whose last segments the capture dropped, then the peer's ack of
+    everything (alone, or on its reply): the tail gap is exactly the dropped bytes, nothing when
+    none was dropped (or one byte: a FIN's place); the stream still tiles (run_both checks it)."""
+    kept = min(kept, len(sizes))
+    f = Flow()
+    frames = f.handshake()
+    for i, n in enumerate(sizes):
+        seg = f.send(0, bytes([65 + i % 26]) * n)
+        if i < kept:
+            frames.append(seg)
+    frames.append(f.send(1, b"r" * 7) if replies else f.ack(1))
+    ev = run_both(cap(frames))
+    lost = sum(sizes[kept:])
+    gaps = [(g.stream_offset, g.length, g.reason) for g in of(ev, StreamGap) if g.direction == 0]
+    # one byte past the last seen, with no FIN seen, may be the FIN's number: no data taken as lost
+    assert gaps == ([(sum(sizes[:kept]), lost, ACKED_UNSEEN)] if lost > 1 else [])

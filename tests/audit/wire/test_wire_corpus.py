@@ -255,8 +255,11 @@ def test_ndpi_sample_lone_requests_are_not_unanswered(corpus):
     evidence of a broker that did not answer: no unanswered-request (it was a false warning)."""
     fs = findings(corpus, "public/nDPI/kafka.pcapng")
     assert [f for f in fs if f["rule"] == "unanswered-request"] == []
-    # what it does report: responses whose requests the sample left out
-    assert {(f["rule"], f["severity"]) for f in fs} == {("undecodable-frame", "info")}
+    # what it does report: responses whose requests the sample left out, and the 44 client bytes
+    # the broker acknowledged (frame 5) that the sample does not hold
+    assert {(f["rule"], f["severity"]) for f in fs} == {("undecodable-frame", "info"), ("stream-gap", "info")}
+    (gap,) = [f for f in fs if f["rule"] == "stream-gap"]
+    assert "44 bytes missing" in gap["message"] and "acknowledged, not captured" in gap["message"]
 
 
 def test_mock_fetch_abandoned_at_close_is_info(corpus):
