@@ -131,6 +131,12 @@ class CaptureHoles:
         (rank, frame), _, conn = found
         return Lost(conn, self._names.get(rank) if len(self._names) > 1 else None, frame)
 
+    def from_hosts(self, hosts: Iterable[str | None]) -> set[str]:
+        """The connections with a hole whose client end is one of `hosts` (addresses, no port): a
+        request lost whole on a connection leaves nothing that names its client but the address."""
+        hosts = {h for h in hosts if h}
+        return {c for c in self._at if host_of(c, 0) in hosts} if hosts else set()
+
     def carrying(self, event: str) -> set[str]:
         """The connections that carried `event` rows (CARRIED)."""
         return self._carried.get(event, set())

@@ -64,3 +64,13 @@ def test_lost_on_is_the_interval_overlap(spans, lo, hi):
     assert (got is None) == (not want)
     if got is not None:
         assert got.after == min(want)
+
+
+def test_the_connections_of_hosts_that_lost_bytes():
+    holes = CaptureHoles([("c.pcap", "10.0.0.5:4000 -> 10.0.0.1:9092", 3, 9, False),
+                          ("c.pcap", "10.0.0.6:4100 -> 10.0.0.1:9092", 3, 9, False),
+                          ("c.pcap", "[::1]:4200 -> 10.0.0.1:9092", 3, 9, False)], sources=["c.pcap"])
+    assert holes.from_hosts(["10.0.0.5", None]) == {"10.0.0.5:4000 -> 10.0.0.1:9092"}
+    assert holes.from_hosts(["[::1]"]) == {"[::1]:4200 -> 10.0.0.1:9092"}
+    assert holes.from_hosts(["10.0.0.1"]) == set()   # a server's address is no client's
+    assert holes.from_hosts([]) == set()

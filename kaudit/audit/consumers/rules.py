@@ -64,6 +64,7 @@ def _served_lost(tl: Timelines, c) -> bool:
     clients = {m.client for m in members} | {c.client}
     conns = {s.connection for (client, _), serves in tl.by_client_tp.items() if client in clients for s in serves}
     conns |= {m.connection for m in members}   # their coordinator's: a look-up or commit lost there
+    conns |= tl.conns_of(clients)
     return tl.holes.lost_on(conns, None, (c.source, c.position)) is not None
 
 
@@ -217,7 +218,8 @@ def check_start_beyond(tl: Timelines) -> list[dict]:
             # last ones (a capture that missed one would accuse the member of a skip)
             committed = fetched[-1]["offset"] if fetched else None
             if committed is None or at <= committed or (tl.holes and tl.holes.lost_on(
-                    [first.connection], (fetched[-1].get("source"), fetched[-1].get("position")),
+                    {first.connection} | tl.conns_of([st.member.client]),
+                    (fetched[-1].get("source"), fetched[-1].get("position")),
                     (first.source, first.position)) is not None):
                 continue   # (or an earlier answer from the committed offset is in bytes the capture lost)
             how = f"started fetching at offset {at}" if first.fetch_offset is not None else (

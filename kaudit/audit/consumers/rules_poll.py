@@ -89,11 +89,11 @@ def _pairs(tl: Timelines):
 
 def _lost_between(tl: Timelines, conn: str, prev, s) -> bool:
     """Whether the capture lost bytes between two responses of a connection, on it (a Fetch
-    answered there) or on the client's connections to its coordinator and for its look-ups (a
-    seek's OffsetFetch or ListOffsets, a rebalance) (audit.capture_holes)."""
+    answered there) or on the client's other connections (Timelines.conns_of: a seek's OffsetFetch
+    or ListOffsets, a rebalance) (audit.capture_holes)."""
     if not tl.holes:
         return False
-    conns = {conn} | tl.client_conns.get(s.client, set())
+    conns = {conn} | tl.conns_of([s.client])
     return tl.holes.lost_on(conns, (prev.source, prev.position), (s.source, s.position)) is not None
 
 

@@ -115,6 +115,15 @@ class Timelines:
         self._build_stints()
         self._attribute()
 
+    def conns_of(self, clients) -> set[str]:
+        """The connections whose lost bytes may hold a request of `clients` ((host, client id)):
+        their group and look-up connections, and any connection from their hosts that lost bytes
+        (a Fetch lost whole on a connection whose other requests are Metadata names no client)."""
+        conns = set().union(*(self.client_conns.get(c, ()) for c in clients))
+        if self.holes:
+            conns |= self.holes.from_hosts(c[0] for c in clients if c)
+        return conns
+
     @property
     def serves(self) -> list[Serve]:
         """Every served partition in time order (all made into objects: the reports read them)."""
