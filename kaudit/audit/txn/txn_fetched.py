@@ -72,7 +72,7 @@ def fetched(feed, ts: float, r: dict) -> None:
             return
     else:
         t = _bare_txn(feed, tp, r, ts, offset)
-        if t is None or _written(feed, r, ts):
+        if t is None or _written(feed, r, ts, t):
             return   # an earlier transaction's, a retried duplicate, or the WriteTxnMarkers replayed
         e = t.epoch
     feed.step(ts, r["position"], f"Fetch from {r['connection']} serves {tp} {result} marker at offset "
@@ -160,13 +160,16 @@ def _owns(t, result: str, me: int, offset: int, tp: str) -> bool:
     return t.epoch is not None and me in (t.epoch, t.epoch + 1)
 
 
-def _written(feed, r: dict, ts: float) -> bool:
-    """Whether a WriteTxnMarkers the capture holds wrote this marker (same partition, result and
-    epoch, the latest sent by the time it was served, its offset not yet known): it is that one -
-    it gets the offset."""
+def _written(feed, r: dict, ts: float, t) -> bool:
+    """Whether a WriteTxnMarkers the capture holds wrote this marker of transaction `t` (same
+    partition, result and epoch, the latest sent by the time it was served within `t`: from its
+    start to the next transaction's - a later transaction's marker of the same result and epoch
+    is its own, however late a consumer reads this one): it is that one - it gets the offset."""
+    later = [u.start for u in feed.txns[feed.txns.index(t) + 1:]] if t in feed.txns else []
+    until = min(later, default=None)
     same = [m for m in _markers_on(feed, r["topic"], r["partition"])
             if not m.get("fetched") and m["control_type"] == r["control_type"]
-            and m["producer_epoch"] == r["producer_epoch"] and m["sent"] <= ts]
+            and m["producer_epoch"] == r["producer_epoch"] and t.start <= m["sent"] <= ts and (until is None or m["sent"] < until)]
     if not same:
         return False
     m = max(same, key=lambda m: m["rank"])

@@ -62,7 +62,7 @@ def fetched(feed, ts: float, r: dict) -> None:
             return
     else:
         t = _bare_txn(feed, tp, r, ts, offset)
-        if t is None or _written(feed, r, ts):
+        if t is None or _written(feed, r, ts, t):
             return   # an earlier transaction's, a retried duplicate, or the WriteTxnMarkers replayed
         e = t.epoch
     feed.step(ts, r["position"], f"Fetch from {r['connection']} serves {tp} {result} marker at offset "
