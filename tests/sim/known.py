@@ -4,14 +4,6 @@ measured with the simulator; the shrunk example of each is under tests/sim/regre
 Remove an entry once its kind passes (check with KAUDIT_SIM_EXAMPLES=30 first)."""
 
 KNOWN_FAILING: dict[str, str] = {
-    # measured 2026-11-27 on main after the capture-holes work: exact at seeds 61, 71, 81 and 91
-    # (100 histories each; at 38066db 18/200 false at seed 61, at e25fe53 37/200); at seed 111 one
-    # consumer-commit-beyond-served error: the member's last Fetch before its commit has no row
-    # and no hole in the capture - both its request and its answer were dropped with nothing
-    # after them on that connection (no later byte or ACK shows the bytes missing)
-    "capture:lossy": (
-        "consumer-commit-beyond-served error where a member's last Fetch exchange before its commit "
-        "was lost whole at the end of what its connection carried: the capture shows no hole there"),
     # 7 of 200 at seed 62 before and after: the simulator's clients send no FindCoordinator, so a
     # member whose coordinator's broker is not captured is not known as a group member (real
     # clients do: 04-ctp-java filtered to port 9093 is told at info, tests/audit/wire)
