@@ -1,5 +1,5 @@
 """engine.forked_folds: the folds in a forked child beside the decode give the findings, coverage,
-reference time and internal errors of one process - on every log dir of the corpus, forced on
+reference time and internal errors of one process - on every log dir and capture of the corpus, forced on
 whatever their size, the child sharing its buffered folds with a child of its own -, a fold that fails in the child fails the audit with its own error, and a
 child that dies is said, never taken for a clean audit. Each check runs in a fresh interpreter
 (no other thread alive, as in a command; pytest's process may hold a Spark session's threads)."""
@@ -39,22 +39,34 @@ def _script(body: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+# each side's inputs on the corpus, how one is audited, and the threshold that forces the fork
+SIDES = {
+    "log dirs": ("""sorted({m.parent.parent.parent if m.parent.name in ("data", "meta") else m.parent
+                         for m in corpus.rglob("meta.properties")})""",
+                 "local.audit_segments([str(x)], jobs=None)", "FORK_MIN_BYTES", 10),
+    "captures": ("""sorted(p for p in corpus.rglob("*") if p.suffix in (".pcap", ".pcapng"))[:40]""",
+                 "local.audit_pcaps([str(x)], PcapOptions())", "FORK_MIN_CAPTURE_BYTES", 20),
+}
+
+
 @pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS} (CI provides ../shared/corpus)")
-def test_forked_folds_find_what_one_process_finds_on_the_corpus():
+@pytest.mark.parametrize("side", list(SIDES))
+def test_forked_folds_find_what_one_process_finds_on_the_corpus(side):
+    inputs, audit, knob, least = SIDES[side]
     got = _script(f"""
+        from kaudit.sources.pcap import PcapOptions
         corpus = Path({str(CORPUS)!r})
-        roots = sorted({{m.parent.parent.parent if m.parent.name in ("data", "meta") else m.parent
-                        for m in corpus.rglob("meta.properties")}})
+        inputs = {inputs}
         def runs():
             out = []
-            for d in roots:
-                r = local.audit_segments([str(d)], jobs=None)
-                out.append((str(d), r.findings, r.internal_errors, r.coverage, r.reference_time_ms, r.errors))
+            for x in inputs:
+                r = {audit}
+                out.append((str(x), r.findings, r.internal_errors, r.coverage, r.reference_time_ms, r.errors))
             return out
-        forked_folds.FORK_MIN_BYTES = 1 << 60
+        forked_folds.{knob} = 1 << 60
         one = runs()
         assert not forks
-        forked_folds.FORK_MIN_BYTES = 0
+        forked_folds.{knob} = 0
         shared_folds.SHARE_MIN_ROWS = 0   # the child shares its buffered folds with a child of its own
         two = runs()
         bad = [a[0] for a, b in zip(one, two) if json.dumps(a, default=str) != json.dumps(b, default=str)]
@@ -62,7 +74,7 @@ def test_forked_folds_find_what_one_process_finds_on_the_corpus():
                           "findings": sum(len(a[1]) for a in one)}}))
     """)
     assert got["bad"] == []
-    assert got["inputs"] >= 10 and got["findings"] > 10
+    assert got["inputs"] >= least and got["findings"] > 10
     assert got["forked"] == got["inputs"]
 
 
@@ -157,30 +169,3 @@ def test_the_fork_is_chosen_for_a_big_capture_decoded_in_one_process(monkeypatch
     assert not ff.should_fork(audit(big, tap=print), None)          # a tap: this process's
     assert not ff.should_fork(audit(big, jobs=2), None)             # pcap workers: forked beside the pipe's thread
     assert not ff.should_fork(audit(tmp_path / "gone.pcap"), None)  # the decode says what is missing
-
-
-@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS} (CI provides ../shared/corpus)")
-def test_forked_wire_folds_find_what_one_process_finds_on_the_corpus():
-    got = _script(f"""
-        from kaudit.sources.pcap import PcapOptions
-        corpus = Path({str(CORPUS)!r})
-        caps = sorted(str(p) for p in corpus.rglob("*") if p.suffix in (".pcap", ".pcapng"))[:40]
-        def runs():
-            out = []
-            for p in caps:
-                r = local.audit_pcaps([p], PcapOptions())
-                out.append((p, r.findings, r.internal_errors, r.coverage, r.reference_time_ms, r.errors))
-            return out
-        forked_folds.FORK_MIN_CAPTURE_BYTES = 1 << 60
-        one = runs()
-        assert not forks
-        forked_folds.FORK_MIN_CAPTURE_BYTES = 0
-        shared_folds.SHARE_MIN_ROWS = 0
-        two = runs()
-        bad = [a[0] for a, b in zip(one, two) if json.dumps(a, default=str) != json.dumps(b, default=str)]
-        print(json.dumps({{"inputs": len(one), "forked": len(forks), "bad": bad,
-                          "findings": sum(len(a[1]) for a in one)}}))
-    """)
-    assert got["bad"] == []
-    assert got["inputs"] >= 20 and got["findings"] > 10
-    assert got["forked"] == got["inputs"]
