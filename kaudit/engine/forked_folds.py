@@ -19,8 +19,9 @@ the decode fills are sent to the child after the last chunk.
 Used only when it is safe and can pay (`should_fork`): no tap (a tap's rows are the main
 process's), Linux with 2+ usable CPUs, `--jobs` not 1, no other Python thread alive at the fork;
 FORK_MIN_BYTES of internal topics' logs, or FORK_MIN_CAPTURE_BYTES of captures decoded in this
-process alone (its pcap workers would be forked beside the pipe's thread). A child that fails says why and the main
-process raises that error; one that dies is seen at the end of its pipes (FoldsProcessDied)."""
+process alone (its pcap workers would be forked beside the pipe's thread). A child that fails says
+why and the main process raises that error; one that dies is seen at the end of its pipes
+(FoldsProcessDied)."""
 
 from __future__ import annotations
 

@@ -70,7 +70,8 @@ def test_every_capture_parses_fully_and_agrees_with_scapy(corpus):
         events = list(cs.events())
         # only TCP in these captures, nothing lost on loopback
         assert cs.packets == len(ours) and cs.tcp_packets == len(ours), (path, cs.dropped)
-        gaps = [(e.conn_id, e.direction, e.stream_offset, e.length, e.reason) for e in events if isinstance(e, StreamGap)]
+        gaps = [(e.conn_id, e.direction, e.stream_offset, e.length, e.reason)
+                for e in events if isinstance(e, StreamGap)]
         assert gaps == LOST.get(path.relative_to(corpus).as_posix(), []), path
         total += len(ours)
     assert total > 20000

@@ -169,7 +169,8 @@ def _written(feed, r: dict, ts: float, t) -> bool:
     until = min(later, default=None)
     same = [m for m in _markers_on(feed, r["topic"], r["partition"])
             if not m.get("fetched") and m["control_type"] == r["control_type"]
-            and m["producer_epoch"] == r["producer_epoch"] and t.start <= m["sent"] <= ts and (until is None or m["sent"] < until)]
+            and m["producer_epoch"] == r["producer_epoch"] and t.start <= m["sent"] <= ts
+            and (until is None or m["sent"] < until)]
     if not same:
         return False
     m = max(same, key=lambda m: m["rank"])
