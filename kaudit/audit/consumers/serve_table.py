@@ -11,13 +11,14 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from kaudit.audit.capture_holes import host_of
 from kaudit.audit.folds import np_indices
 
 
 def host(connection: str | None) -> str:
-    """The client's address of "client:port -> server:port"."""
-    c = (connection or "").split(" -> ")[0]
-    return c.rsplit(":", 1)[0]
+    """The client's address of "client:port -> server:port" ("" for none): the address the
+    capture's holes name clients by too (capture_holes.host_of)."""
+    return host_of(connection, 0) or ""
 
 
 @dataclass
