@@ -131,6 +131,19 @@ class CaptureHoles:
         (rank, frame), _, conn = found
         return Lost(conn, self._names.get(rank) if len(self._names) > 1 else None, frame)
 
+    def lost_until(self, connections: Iterable[str | None], after: tuple, before: tuple) -> tuple | None:
+        """The place by which the capture knew lost the last bytes that `connections` may have
+        carried between places `after` and `before` (as `lost_on`), None: none lost there - what
+        came after it was sent after every request lost between."""
+        lo, hi = self._place(*after), self._place(*before)
+        ends = [by for conn in {c for c in connections if c} for start, by in self._at.get(conn, ())
+                if start < hi and by >= lo]
+        return max(ends) if ends else None
+
+    def place(self, source: str | None, frame: int | None) -> tuple:
+        """A row's place (its capture file's rank, its frame) as the holes' places compare."""
+        return self._place(source, frame)
+
     def from_hosts(self, hosts: Iterable[str | None]) -> set[str]:
         """The connections with a hole whose client end is one of `hosts` (addresses, no port): a
         request lost whole on a connection leaves nothing that names its client but the address."""

@@ -74,3 +74,15 @@ def test_the_connections_of_hosts_that_lost_bytes():
     assert holes.from_hosts(["[::1]"]) == {"[::1]:4200 -> 10.0.0.1:9092"}
     assert holes.from_hosts(["10.0.0.1"]) == set()   # a server's address is no client's
     assert holes.from_hosts([]) == set()
+
+
+def test_until_where_the_bytes_lost_between_two_places_reach():
+    c = "10.0.0.5:4000 -> 10.0.0.1:9092"
+    holes = CaptureHoles([("a.pcap", c, 10, 14, False), ("a.pcap", c, 30, 33, False),
+                          ("b.pcap", c, 2, 5, False)], sources=["a.pcap", "b.pcap"])
+    assert holes.lost_until([c], ("a.pcap", 0), ("a.pcap", 20)) == holes.place("a.pcap", 14)
+    assert holes.lost_until([c], ("a.pcap", 0), ("a.pcap", 40)) == holes.place("a.pcap", 33)
+    assert holes.lost_until([c], ("a.pcap", 15), ("a.pcap", 29)) is None      # between the two holes
+    assert holes.lost_until([c], ("a.pcap", 40), ("b.pcap", 9)) == holes.place("b.pcap", 5)
+    assert holes.lost_until(["other"], ("a.pcap", 0), ("b.pcap", 9)) is None
+    assert holes.place("a.pcap", 99) < holes.place("b.pcap", 1)               # files in their order

@@ -96,6 +96,7 @@ class JoinInput:
     # (replica, topic, partition) -> the latest batch timestamp (ms) the log holds: a log that
     # holds nothing written after a send cannot prove it was never stored
     latest: dict = field(default_factory=dict)
+    holes: object = None   # where the captures lost bytes (capture_holes.CaptureHoles; None: nowhere)
 
 
 def wire_key(r: dict):
@@ -363,6 +364,20 @@ def _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest):
             "the write was lost (unless the client re-sent the records in other batches)")
 
 
+def _after_lost_end(holes, batches: list[dict], e: dict, ends: list[dict]) -> list[dict]:
+    """The batches of EndTxn `e`'s own transaction among those sent since the producer's previous
+    EndTxn: where the capture lost bytes of its coordinator connections between them (an earlier
+    EndTxn may be there, as an earlier transaction's data before it), those sent after the
+    last loss (audit.capture_holes)."""
+    if holes is None or not batches:
+        return batches
+    conns = {x["connection"] for x in ends}
+    by = holes.lost_until(conns, (batches[0]["source"], batches[0]["position"]), (e["source"], e["position"]))
+    if by is None:
+        return batches
+    return [b for b in batches if holes.place(b["source"], b["position"]) > by]
+
+
 def _last_ends(batches: list[dict], stored: dict, markers: dict, pid: int) -> dict:
     """(replica, topic, partition) -> the marker after the highest stored offset of `batches`
     there: the end of the transaction an EndTxn ended. A batch of the window before an earlier
@@ -419,6 +434,7 @@ def _end_txn(inp: JoinInput, stored: dict, cov: dict, markers: dict) -> list[dic
             prev = ts
             if e["error_codes"] != "":
                 continue    # unanswered or refused: the client was not told an outcome
+            batches = _after_lost_end(inp.holes, batches, e, es)
             cov["end_txn_checked"] += 1
             wrong, ev, reps = [], [], []
             last = _last_ends(batches, stored, markers, pid)
