@@ -230,6 +230,7 @@ def _txn_unclean(run: _Run) -> None:
     note = f"the COMMIT at {marker_at} lost to the unclean election: " \
            f"node {THIRD}'s transaction at {first} stays open"
     sim.expect("marker-lost", p, first, marker_at, None, feeds=("segments", "audit"), note=note)
+    sim.expect("marker-lost-read", p, first, marker_at, None, feeds=("pcap",), note=note)
     if sim.kraft is not None:
         sim.expect("unclean-election" if not ep["rejoin"] else "unclean-election-uncounted", p, marker_at, lost_last,
                    None, feeds=("segments", "audit"), note=note)

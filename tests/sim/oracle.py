@@ -135,6 +135,9 @@ INVARIANTS = {
     "marker-lost": Invariant(("hanging-transaction", "replica-divergence", "unclean-leader-election"), "critical",
                              also=("torn-transaction", "acknowledged-write-lost", "dangling-transaction",
                                    "lso-stuck", "outcome-mismatch")),
+    # ... seen on the wire: read_committed consumers of that partition fetch a last stable offset
+    # that stays at the open transaction (allowed on the capture, not required: only when they read it)
+    "marker-lost-read": Invariant((), "info", also=("lso-stuck",)),
     "hanging-transaction": Invariant(("hanging-transaction",), "critical",
                                      also=("unregistered-partition", "late-transactional-write", "dangling-transaction",
                                            "write-after-epoch-end", "fenced-epoch")),
