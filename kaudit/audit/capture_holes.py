@@ -15,7 +15,7 @@ order they were decoded in: rotated files by their first packet, sources.pcap_st
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -109,23 +109,27 @@ class CaptureHoles:
     def _place(self, source: str | None, frame: int | None) -> tuple:
         return (self._rank.get(source, 0), frame if frame is not None else 0)
 
+    def _overlapping(self, connections: Iterable[str | None], after: tuple | None,
+                     before: tuple | None) -> Iterator[tuple]:
+        """(start, by, connection) of the holes on `connections` whose bytes may have been sent
+        at or after place `after` and before place `before` (None: open-ended), the connections
+        in name order, each one's holes in start order."""
+        lo = self._place(*after) if after is not None else None
+        hi = self._place(*before) if before is not None else None
+        for conn in sorted({c for c in connections if c}):
+            for start, by in self._at.get(conn, ()):
+                if hi is not None and start >= hi:
+                    break
+                if lo is None or by >= lo:
+                    yield start, by, conn
+
     def lost_on(self, connections: Iterable[str | None], after: tuple | None = None,
                 before: tuple | None = None) -> Lost | None:
         """The first hole on one of `connections` whose bytes may have been sent at or after
         place `after` and before place `before` (None: open-ended) - places (source, frame),
         a row's `position`; None: no hole. On one connection a request after the hole in its
         stream has a frame past the hole's `after`, one before it a frame at or below it."""
-        lo = self._place(*after) if after is not None else None
-        hi = self._place(*before) if before is not None else None
-        found = None
-        for conn in sorted({c for c in connections if c}):
-            for start, by in self._at.get(conn, ()):
-                if hi is not None and start >= hi:
-                    break
-                if lo is None or by >= lo:
-                    if found is None or start < found[0]:
-                        found = (start, by, conn)
-                    break
+        found = min(self._overlapping(connections, after, before), key=lambda h: h[0], default=None)
         if found is None:
             return None
         (rank, frame), _, conn = found
@@ -135,10 +139,7 @@ class CaptureHoles:
         """The place by which the capture knew lost the last bytes that `connections` may have
         carried between places `after` and `before` (as `lost_on`), None: none lost there - what
         came after it was sent after every request lost between."""
-        lo, hi = self._place(*after), self._place(*before)
-        ends = [by for conn in {c for c in connections if c} for start, by in self._at.get(conn, ())
-                if start < hi and by >= lo]
-        return max(ends) if ends else None
+        return max((by for _, by, _ in self._overlapping(connections, after, before)), default=None)
 
     def place(self, source: str | None, frame: int | None) -> tuple:
         """A row's place (its capture file's rank, its frame) as the holes' places compare."""
