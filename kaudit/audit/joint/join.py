@@ -11,6 +11,7 @@ base offset nor the leader epoch) and, for an acknowledged one, by the offset it
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -388,7 +389,7 @@ def _last_ends(batches: list[dict], stored: dict, markers: dict, pid: int) -> di
         for rep, offs in stored.get(wire_key(b), {}).items():
             k = (rep, b["topic"], b["partition"])
             top[k] = max(top.get(k, -1), max(offs))
-    return {k: next((m for m in markers.get((*k, pid), ()) if m[0] > o), None) for k, o in top.items()}
+    return {k: _next_marker(markers, *k, pid, o) for k, o in top.items()}
 
 
 def _markers(disk: list[dict]) -> dict:
@@ -404,10 +405,17 @@ def _markers(disk: list[dict]) -> dict:
     return markers
 
 
+def _next_marker(markers: dict, rep, topic: str, partition: int, pid, offset: int):
+    """The producer's first marker after `offset` on that replica's partition (None: none)."""
+    ms = markers.get((rep, topic, partition, pid), ())
+    i = bisect_right(ms, offset, key=lambda m: m[0])
+    return ms[i] if i < len(ms) else None
+
+
 def _aborted(markers: dict, rep, topic: str, partition: int, pid, offset: int) -> bool:
     """Whether the transactional batch of `pid` at `offset` was aborted: the producer's next
     marker there is an ABORT (read_committed readers never see it)."""
-    m = next((m for m in markers.get((rep, topic, partition, pid), ()) if m[0] > offset), None)
+    m = _next_marker(markers, rep, topic, partition, pid, offset)
     return m is not None and m[1] == "ABORT"
 
 
@@ -441,8 +449,7 @@ def _end_txn(inp: JoinInput, stored: dict, cov: dict, markers: dict) -> list[dic
             for b in batches:
                 for rep, offs in stored.get(wire_key(b), {}).items():
                     for o in offs:
-                        m = next((m for m in markers.get((rep, b["topic"], b["partition"], pid), ())
-                                  if m[0] > o), None)
+                        m = _next_marker(markers, rep, b["topic"], b["partition"], pid, o)
                         if m is not last.get((rep, b["topic"], b["partition"])):
                             continue   # an earlier transaction's data: its EndTxn is not in the capture
                         if m is not None and m[1] != e["result"]:
