@@ -63,8 +63,7 @@ def _served_lost(tl: Timelines, c) -> bool:
     members = [m for m in tl.members.values() if m.group == c.group]
     clients = {m.client for m in members} | {c.client}
     conns = {s.connection for (client, _), serves in tl.by_client_tp.items() if client in clients for s in serves}
-    conns |= {m.connection for m in members}   # their coordinator's: a look-up or commit lost there
-    conns |= tl.conns_of(clients)
+    conns |= tl.conns_of(clients)   # their coordinator's (a look-up or commit lost there) and their hosts' lossy ones
     return tl.holes.lost_on(conns, None, (c.source, c.position)) is not None
 
 

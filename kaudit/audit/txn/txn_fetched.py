@@ -146,9 +146,13 @@ def _later_owner(feed, t, tp: str, r: dict) -> bool:
     the other result than `t`'s decision at `t`'s data's epoch: else it ends `t`'s data all the
     same - an admin's abort of that partition (at the data's epoch: the coordinator's own would
     carry + 1), which the torn-transaction rule judges."""
-    later = feed.txns[feed.txns.index(t) + 1:] if t in feed.txns else []
     return any(tp in u.partitions and _owns(u, r["control_type"], r["producer_epoch"], r["base_offset"], tp)
-               for u in later)
+               for u in _later(feed, t))
+
+
+def _later(feed, t) -> list:
+    """The producer's transactions after `t`."""
+    return feed.txns[feed.txns.index(t) + 1:] if t in feed.txns else []
 
 
 def _owns(t, result: str, me: int, offset: int, tp: str) -> bool:
@@ -165,8 +169,7 @@ def _written(feed, r: dict, ts: float, t) -> bool:
     partition, result and epoch, the latest sent by the time it was served within `t`: from its
     start to the next transaction's - a later transaction's marker of the same result and epoch
     is its own, however late a consumer reads this one): it is that one - it gets the offset."""
-    later = [u.start for u in feed.txns[feed.txns.index(t) + 1:]] if t in feed.txns else []
-    until = min(later, default=None)
+    until = min((u.start for u in _later(feed, t)), default=None)
     same = [m for m in _markers_on(feed, r["topic"], r["partition"])
             if not m.get("fetched") and m["control_type"] == r["control_type"]
             and m["producer_epoch"] == r["producer_epoch"] and t.start <= m["sent"] <= ts
