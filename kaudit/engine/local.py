@@ -28,7 +28,7 @@ def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = Non
     """The plan run in this process: the facts and the tap on the decoding thread, the folds on
     a second one, at most FOLDS_BEHIND chunks behind (numpy and Arrow release the GIL, so the
     folds overlap decoding, as Parquet encoding does) - or, for log dirs whose decode is mostly
-    Python (internal topics), in a forked child (engine.forked_folds); the buffered folds after the decode,
+    Python (internal topics) and big captures, in a forked child (engine.forked_folds); the buffered folds after the decode,
     shared with a forked child where that pays (engine.shared_folds; `jobs` 1: never).
     `captures` (wire): the capture summaries the decode fills."""
     work = Work(audit, tap=audit.tap)
@@ -36,7 +36,7 @@ def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = Non
         work.facts.captures = captures
     finish = lambda w: w.finish(runner=run_shared if should_share(w, jobs) else None)  # noqa: E731
     with _rare_full_collections():
-        if should_fork(audit, jobs):   # a decode in Python: the folds in a child, beside it
+        if should_fork(audit, jobs):   # a decode that holds the GIL: the folds in a child, beside it
             ending = None if captures is None else (lambda: {"captures": captures})
             findings, facts, internal = run_forked(work, chunks, finish, FOLDS_BEHIND, ending)
             return audit.result(findings, facts, errors, internal=internal)

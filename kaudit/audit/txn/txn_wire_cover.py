@@ -13,7 +13,6 @@ def holes_of(feed):
     return getattr(feed.ctx, "capture_holes", None) if feed.ctx is not None else None
 
 
-
 def _marker_conns(holes, host: str | None) -> set[str]:
     """The connections that carried WriteTxnMarkers to leader address `host` (the feed names
     leaders by address: a broker's listeners share it)."""

@@ -27,8 +27,6 @@ def _newer(a: int | None, b: int | None) -> bool:
     return a is not None and (b is None or a > b)
 
 
-
-
 def _produce_text(p: tuple) -> str:
     """A Produce step's line (`p`: txn_wire_rows.produced_row's tuple)."""
     r, count, base_offset = p[0], p[1], p[2]
