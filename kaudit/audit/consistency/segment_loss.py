@@ -73,8 +73,10 @@ def missing_offsets(last: int, next_base: int, compacted: bool, index_past: bool
     compaction (no offsets missing between the batches of any segment, no batch with the delete
     horizon flag that only the cleaner sets, no v2 batch holding fewer records than its offsets
     (the cleaner keeps a rebuilt batch's last offset delta), every segment's first batch at its
-    base offset, no segment read from an interrupted cleaning's `.swap` file, not
-    __consumer_offsets / __transaction_state).
+    base offset, no segment read from an interrupted cleaning's `.swap` file, no `.cleaned` file in
+    the partition dir and no segment's `.log.deleted` beside a `.log` of the same base offset -
+    the cleaner's output and the segment it replaced, left by a broker that stopped before it
+    deleted them - not __consumer_offsets / __transaction_state).
     Benign causes: compaction (as above: a gap at a segment's end in a compacted partition with no
     index naming it is not reported). A log dir copied while Kafka deleted (retention) or replaced
     (compaction) a segment: its files are renamed `.deleted`, `.cleaned`, `.swap` one by one, so a
@@ -121,6 +123,7 @@ class LossGroup:
         self.epoch_first = None          # the earliest leader epoch's start (Kafka drops those below the log start)
         self.pdir = None                 # the partition dir (from any file of it)
         self._on_disk: dict | None = None
+        self._cleaner_files = False      # the partition dir shows the cleaner's work (_logs_on_disk)
 
     def _seg(self, src: str) -> _Segment:
         stem = segment_stem(src)
@@ -255,13 +258,20 @@ class LossGroup:
         """Base offset -> size of every segment .log in the partition dir: the user may have
         named only some files of it, and a file not given is not a file lost."""
         if self._on_disk is None:
-            self._on_disk = {}
+            self._on_disk, replaced = {}, set()
             try:
                 for n in os.listdir(self.pdir) if self.pdir else ():
                     if SEGMENT_LOG.match(n):
                         self._on_disk[int(n[:20])] = os.path.getsize(os.path.join(self.pdir, n))
+                    elif n.endswith(".cleaned"):
+                        self._cleaner_files = True
+                    elif n.endswith(".log.deleted") and n[:20].isdigit():
+                        replaced.add(int(n[:20]))
             except OSError:
                 pass
+            # a segment's .log.deleted beside a .log of the same base: the cleaner replaced it
+            # (retention deletes a segment whole; a new one starts at the log end, past it)
+            self._cleaner_files = self._cleaner_files or bool(replaced & self._on_disk.keys())
         return self._on_disk
 
     def _where(self) -> str:
@@ -283,7 +293,7 @@ class LossGroup:
             why = (f"{os.path.basename(s.log)} {how} at byte {pos} ({length} bytes) although a later "
                    f"segment exists (a closed segment is never written again): its end was lost")
             ev = [evidence(s.log, pos, "file", "the cut")]
-        elif missing_offsets(s.last, nxt.base, self.compacted, index_past):
+        elif missing_offsets(s.last, nxt.base, self.compacted or self._cleaner_files, index_past):
             why = (f"{os.path.basename(s.log)} ends at offset {s.last} (byte {s.end}) but the next "
                    f"segment starts at offset {nxt.base}")
             ev = [evidence(s.log, s.end_pos, "batch", "the last batch")]
@@ -349,7 +359,7 @@ class LossGroup:
                      "cut": None if s.cut is None else {"position": s.cut[0], "length": s.cut[1],
                                                         "issue": s.cut[2]},
                      "index_last_offset": s.idx_offset if s.idx_offset >= 0 else None,
-                     "compacted": self.compacted})
+                     "compacted": self.compacted or self._cleaner_files})
 
 
 def _remote(s: _Segment | None) -> bool:

@@ -256,3 +256,20 @@ def test_a_rebuilt_batch_marks_the_partition_compacted(tmp_path):
     the broker checks); without that mark the same gap is a loss."""
     assert _lost(audit(_end_gap(tmp_path, "thinned", True).parent, rules=RULES)) == []
     assert _lost(audit(_end_gap(tmp_path, "whole", False).parent, rules=RULES)) == [("error", 4, 5)]
+
+
+def test_the_cleaners_files_mark_the_partition_compacted(tmp_path):
+    """A gap at a segment's end is compaction where the partition dir holds the cleaner's files: a
+    `.cleaned` segment (a cleaning under way, or interrupted), or a segment's `.log.deleted`
+    beside a `.log` of the same base offset (the cleaner swapped in its output and the broker
+    stopped before deleting the old segment; retention deletes a segment whole, and a new one
+    starts at the log end, past it). A `.log.deleted` of a base offset no `.log` has (retention)
+    is no such mark: the gap stays a loss."""
+    whole = tmp_path / "whole"
+    cases = {"cleaned": ("{:020d}.log.cleaned".format(6), []),
+             "replaced": ("{:020d}.log.deleted".format(0), []),
+             "retention": ("{:020d}.log.deleted".format(100), [("error", 4, 5)])}
+    for name, (extra, lost) in cases.items():
+        d = _end_gap(whole / name, name, False)
+        (d / extra).write_bytes(b"")
+        assert _lost(audit(d.parent, rules=RULES)) == lost, name
