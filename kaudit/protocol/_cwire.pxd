@@ -46,6 +46,7 @@ cdef class Msg:
     # header and body facts
     cdef Py_ssize_t client_id, client_id_len, txn_id, txn_id_len    # len -1: null
     cdef Py_ssize_t cluster, cluster_len    # Metadata response v2+: cluster_id (len <= 0: none)
+    cdef object brokers    # Metadata response: "node@host:port" comma-joined (None: none listed)
     cdef int16_t acks, top_error
     cdef int32_t timeout, throttle, replica_id
     cdef int8_t isolation

@@ -112,7 +112,8 @@ cdef bint _int_array(Rd *r, bint flex) noexcept nogil:
 
 cdef bint _metadata_response(Msg m, Rd *r, int v, bint flex) except -1:
     cdef int64_t nb, nt, np, k, j
-    cdef Py_ssize_t length
+    cdef Py_ssize_t length, host, host_len
+    cdef int32_t node, port
     cdef Topic *t
     if v >= 3:
         m.throttle = _i32(r)
@@ -120,15 +121,18 @@ cdef bint _metadata_response(Msg m, Rd *r, int v, bint flex) except -1:
     nb = _length(r, flex, 4)  # brokers
     if r.bad:
         return False
+    listed = []   # summary_batches.metadata_brokers' twin (a capture of some brokers only)
     for k in range(nb):
-        _i32(r)  # node_id
-        _string(r, flex, False, &length)  # host
-        _i32(r)  # port
+        node = _i32(r)
+        host = _string(r, flex, False, &host_len)
+        port = _i32(r)
         if v >= 1:
             _string(r, flex, True, &length)  # rack
         _tags(r, flex)
         if r.bad:
             return False
+        listed.append(f"{node}@{(<const char *>r.p + host)[:host_len].decode('utf-8')}:{port}")
+    m.brokers = ",".join(listed) or None
     if v >= 2:
         m.cluster = _string(r, flex, True, &m.cluster_len)  # cluster_id: the incident ids' cluster
     if v >= 1:

@@ -175,12 +175,12 @@ cdef int other_rows(Sink s, str name, Msg req, Msg resp, const uint8_t *pr, req_
                 names[uuid_text(t.id)] = PyUnicode_DecodeUTF8(<const char *>pr + t.name, t.name_len, NULL)
         cluster = (PyUnicode_DecodeUTF8(<const char *>pr + resp.cluster, resp.cluster_len, NULL)
                    if resp.cluster_len > 0 else None)
-        if cluster is not None and not names:
-            names[None] = None   # the cluster id alone (Metadata v2-v9 name no topic ids)
+        if (cluster is not None or resp.brokers is not None) and not names:
+            names[None] = None   # the cluster alone (Metadata v0-v9 name no topic ids)
         if names:
             out = s.cols_list("topic_name")
             for topic_id, topic in names.items():
-                out.append((s.source, name, resp_frame, resp_ts, key, topic_id, topic, cluster))
+                out.append((s.source, name, resp_frame, resp_ts, key, topic_id, topic, cluster, resp.brokers))
             count += len(names)
     else:
         # the txn_event row, through WireRows.add as the pure path adds it (fields it does not

@@ -33,6 +33,7 @@ from kaudit.protocol.wire.summary_batches import (
     _topic,
     fetch_batches,
     fetch_partitions,
+    metadata_brokers,
     omitted_fetch_parts,
     topic_names,
     txn_events,
@@ -209,11 +210,12 @@ class WireRows:
         if resp is not None and resp.body is not None and req.api_key in TOPIC_NAME_APIS:
             names = topic_names(resp)
             cluster = resp.body.get("cluster_id") if req.api_key == apis.METADATA else None
-            if cluster and not names:
-                names = {None: None}   # the cluster id alone (Metadata v2-v9 name no topic ids)
+            brokers = metadata_brokers(resp) if req.api_key == apis.METADATA else None
+            if (cluster or brokers) and not names:
+                names = {None: None}   # the cluster alone (Metadata v0-v9 name no topic ids)
             for topic_id, topic in names.items():
                 self._list("topic_name").append((self.source, conv.name, x.response_frame, x.response_ts,
-                                                 req.api_key, topic_id, topic, cluster or None))
+                                                 req.api_key, topic_id, topic, cluster or None, brokers))
                 self.count += 1
         for ev in txn_events(req, resp):
             ev = {k: v for k, v in ev.items() if k in _TXN_NAMES}

@@ -112,11 +112,7 @@ def _live(sim: Sim, i: int, g: Group, ep: dict):
 def _new(g: Group, k: int, iso: str, ep: dict, **kw) -> Member:
     m = g.member(k, iso, max_batches=ep["fetch"], sessions={} if ep.get("session") else None, **kw)
     if g.protocol == "848":   # topic ids: the member's metadata (its assignments name topics by id)
-        nodes = list(g.sim.nodes)
-        parts: dict = {}
-        for p in g.parts.values():
-            parts.setdefault(p.topic, {})[p.partition] = p.leader
-        m.exchange(nodes[0], wg.metadata(m.corr(f"n{nodes[0]}"), m.client_id, parts, nodes), f"n{nodes[0]}")
+        m.hello(list(g.sim.nodes)[0])
     return m
 
 

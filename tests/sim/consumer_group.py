@@ -139,6 +139,7 @@ class Member:
     sessions: dict | None = None
     seek: int = 0                    # start_beyond: the application seeks this many batches past the commit
     delivered: dict = field(default_factory=dict)   # tp -> offsets delivered in this ownership
+    greeted: set = field(default_factory=set)       # the brokers it has sent a Metadata request
 
     def __post_init__(self):
         self.client_id = f"consumer-{self.group.name}-{self.k}"
@@ -153,6 +154,18 @@ class Member:
         if msgs[1:]:
             sim.cap.exchange(name, msgs[1:], sim.tick(), client_ip=self.host, server_ip=node_ip(node))
 
+    def hello(self, node: int) -> None:
+        """A Metadata exchange on the member's first request to `node` (not its coordinator
+        connection): the client's bootstrap, then its refreshes (metadata.max.age.ms) go to the
+        brokers it is connected to. The answer lists every broker and names each topic's id."""
+        if node in self.greeted:
+            return
+        self.greeted.add(node)
+        nodes, parts = list(self.group.sim.nodes), {}
+        for p in self.group.parts.values():
+            parts.setdefault(p.topic, {})[p.partition] = p.leader
+        self.exchange(node, wg.metadata(self.corr(f"n{node}"), self.client_id, parts, nodes), f"n{node}")
+
     def corr(self, conn: str) -> int:
         return self.group.sim.cap.next_corr(f"{self.client_id}@{self.host}->{conn}")
 
@@ -161,6 +174,7 @@ class Member:
         self.exchange(self.group.node, build(self.corr("coord")), "coord")
 
     def leader(self, part, build) -> None:
+        self.hello(part.leader)
         self.exchange(part.leader, build(self.corr(f"n{part.leader}")), f"n{part.leader}")
 
     # -- positions ---------------------------------------------------------------------------
@@ -239,6 +253,7 @@ class Member:
             s, f = answers[tp]
             rows_a.append((tp[0], tp[1], f["error"], f["hw"], f["lso"], f["log_start"], f["aborted"],
                            b"".join(b.data for b in s.batches)))
+        self.hello(node)
         self.exchange(node, wg.fetch(self.corr(f"n{node}"), self.client_id, version, self.isolation, rows_q, rows_a,
                                      session=session, answer_session=answer_session), f"n{node}")
         out = {}

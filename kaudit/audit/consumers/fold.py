@@ -27,6 +27,8 @@ TXN_COLUMNS = ("source", "position", "ts", "event", "producer_id", "producer_epo
 # FindCoordinator requests for a group: the clients that are group members (Timelines.seekers)
 FIND_COLUMNS = ("source", "connection", "request_frame", "client_id", "api_key", "coordinator_key_type")
 FIND_COORDINATOR = 10
+# the brokers the Metadata answers list (Timelines.note_brokers: a capture of some brokers only)
+ANSWER_COLUMNS = ("source", "connection", "position", "brokers")
 
 
 RESPONSE = ["connection", "position", "topic", "partition"]
@@ -239,6 +241,7 @@ class CaptureConsumers(TablesByKind):
                        [] if txn is None else txn.to_pylist(), (self.ctx.topic_names if self.ctx else None))
         tl.holes = getattr(self.ctx, "capture_holes", None)
         tl.note_finders(self.concat("frame"))
+        tl.note_brokers(self.concat("topic_name"))
         tl.note_unnamed(fetch)
         return rules.judge(tl, batches)
 
@@ -258,6 +261,7 @@ def timelines_of(tables: dict[str, pa.Table], topic_names: dict | None = None) -
     frames = tables.get("frame")
     if frames is not None and set(FIND_COLUMNS) <= set(frames.schema.names):
         tl.note_finders(frames.filter(_find_where(frames)))
+    tl.note_brokers(tables.get("topic_name"))
     return tl
 
 
@@ -296,9 +300,10 @@ class ConsumersSettle(Settler):
 
 
 FOLD = Fold("consumers", {"group_event": GROUP_COLUMNS, "fetch_partition": FETCH_COLUMNS, "batch": BATCH_COLUMNS,
-                          "txn_event": TXN_COLUMNS, "frame": FIND_COLUMNS},
+                          "txn_event": TXN_COLUMNS, "frame": FIND_COLUMNS, "topic_name": ANSWER_COLUMNS},
             KEY, ("position",), lambda ctx: KeyedState(KEY, lambda k: CaptureConsumers(k, ctx)),
             where={"fetch_partition": _fetch_where, "batch": _batch_where, "frame": _find_where,
+                   "topic_name": lambda t: pc.is_valid(t.column("brokers")),
                    "txn_event": lambda t: pc.fill_null(pc.is_in(t.column("event"),
                                                                 pa.array(["END_TXN", "WRITE_MARKERS"])), False)},
             live=ConsumersSettle, per_key=True, cost=0.55)

@@ -144,7 +144,9 @@ def check_poll_skip(tl: Timelines) -> list[dict]:
     not). A jump forward with no seek, offset reset or rebalance skips the records in between.
     Benign causes: an application seek (invisible on the wire); a rebalance or an offset
     look-up the capture does not hold (bytes it lost on the connection: no pair across them; a
-    group member none of whose requests to its group coordinator it holds: told at info)."""
+    group member none of whose requests to its group coordinator it holds, or a client with no
+    group request in a capture that reaches fewer brokers than its Metadata answers list - a
+    capture of some brokers only: told at info, saying so)."""
     out = []
     for prev, s, _ in _poll_pairs(tl):
         expected = _expected(prev)
@@ -160,13 +162,12 @@ def check_poll_skip(tl: Timelines) -> list[dict]:
 
 def _poll_finding(tl: Timelines, rule_id: str, message: str, prev, s, first: int, last: int, note: str) -> dict:
     """A finding on the pair of responses (`prev`, then `s`) of one connection and partition. A
-    group member none of whose requests to its group coordinator is in the capture (that
-    broker outside it: a capture of some brokers only) may have rebalanced or fetched its
-    committed offsets unseen: told at info, saying so."""
+    client whose group coordinator may be outside the capture (Timelines.coordinator_unseen: a
+    capture of some brokers only) may have rebalanced or fetched its committed offsets unseen:
+    told at info, saying so."""
     unseen = tl.coordinator_unseen(s.client)
     if unseen:
-        message += ("; the capture holds none of this client's requests to its group coordinator (a "
-                    "capture of some brokers only?): a rebalance or an offset fetch may have moved it")
+        message += f"; {unseen}: a rebalance or an offset fetch may have moved it"
     return consumer_finding(
         rule_id, message, s.tp, first, last,
         [evidence(prev.source, prev.position, "fetch", "served"), evidence(s.source, s.position, "fetch", note)],

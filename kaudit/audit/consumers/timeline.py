@@ -108,6 +108,8 @@ class Timelines:
         self.holes = None   # where the captures lost bytes (audit.capture_holes), set by the fold
         self.group_clients: set[tuple] = set()   # clients with a request to their group coordinator seen
         self.seekers: set[tuple] = set()   # clients that asked FindCoordinator for a group: members
+        self.brokers: set[str] = set()     # the node ids the capture's Metadata answers list
+        self.lookup_conns: set[str] = set()   # connections of FindCoordinator and Metadata exchanges
         self.unnamed: set[str] = set()     # topic ids Fetch requests name that no input names
         self.client_conns: dict[tuple, set] = {}   # client -> its group and look-up connections
         for r in sorted(group_rows, key=lambda r: (r["ts"] or 0, r["position"] or 0)):
@@ -176,6 +178,24 @@ class Timelines:
             return
         for conn, cid in zip(frames.column("connection").to_pylist(), frames.column("client_id").to_pylist()):
             self.seekers.add((host(conn), cid))
+            self.lookup_conns.add(conn)
+
+    def note_brokers(self, answers) -> None:
+        """The brokers a table of Metadata answers lists (topic_name rows' `brokers`)."""
+        if answers is None or answers.num_rows == 0 or "brokers" not in answers.schema.names:
+            return
+        for conn, listed in zip(answers.column("connection").to_pylist(), answers.column("brokers").to_pylist()):
+            if listed:
+                self.brokers.update(b.split("@", 1)[0] for b in listed.split(","))
+                self.lookup_conns.add(conn)
+
+    @cached_property
+    def brokers_reached(self) -> int:
+        """How many broker addresses the clients' connections the capture holds reach (Fetch,
+        group, offset, FindCoordinator and Metadata exchanges): a broker only replicas or the
+        transaction coordinator's markers reach counts as not reached."""
+        conns = set(getattr(self.table, "conns", ())) | self.lookup_conns | set().union(*self.client_conns.values())
+        return len({c.split(" -> ", 1)[1] for c in conns if c and " -> " in c})
 
     def note_unnamed(self, fetch) -> None:
         """The topic ids of a fetch_partition table (Fetch v13+) that no Metadata answer in the
@@ -199,10 +219,21 @@ class Timelines:
             return [tp]
         return [tp] + sorted({t for _, t, _ in self.lookups if t[1] == tp[1] and t != tp}, key=str)
 
-    def coordinator_unseen(self, client) -> bool:
-        """Whether `client` is a group member (it asked FindCoordinator for a group) none of whose
-        requests to its group coordinator the capture holds: that broker's traffic is not in it."""
-        return client in self.seekers and client not in self.group_clients
+    def coordinator_unseen(self, client) -> str | None:
+        """Why `client`'s group coordinator may have moved it unseen, or None: it is a group member
+        (it asked FindCoordinator for a group), or a client with no group request in a capture
+        that reaches fewer brokers than its Metadata answers list (a capture of some brokers
+        only), and the capture holds none of its requests to its group coordinator."""
+        if client in self.group_clients:
+            return None
+        if client in self.seekers:
+            return ("the capture holds none of this client's requests to its group coordinator (a capture "
+                    "of some brokers only?)")
+        if len(self.brokers) > self.brokers_reached:
+            return (f"the capture holds no group request of this client and reaches {self.brokers_reached} "
+                    f"of the {len(self.brokers)} brokers its Metadata answers list: if it is a group member, "
+                    "its coordinator is not in the capture")
+        return None
 
     # ---- membership --------------------------------------------------------------------------
     def _member(self, r: dict) -> Member | None:

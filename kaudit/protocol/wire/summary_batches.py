@@ -460,5 +460,14 @@ def topic_names(response) -> dict:
     return out
 
 
+def metadata_brokers(response) -> str | None:
+    """The brokers a decoded Metadata response lists, "node@host:port" comma-joined (None: none
+    listed): how many brokers the cluster has, against those a capture reaches."""
+    body = response.body if response is not None and hasattr(response, "body") else response
+    found = [f"{b.get('node_id')}@{b.get('host')}:{b.get('port')}" for b in (body or {}).get("brokers") or ()
+             if b.get("node_id") is not None]
+    return ",".join(found) or None
+
+
 __all__ = ["ISOLATION", "TXN_EVENT_FIELDS", "fetch_batches", "fetch_partitions",
-           "omitted_fetch_parts", "produce_batches", "produce_partitions", "topic_names", "txn_events"]
+           "metadata_brokers", "omitted_fetch_parts", "produce_batches", "produce_partitions", "topic_names", "txn_events"]

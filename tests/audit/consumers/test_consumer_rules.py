@@ -134,6 +134,26 @@ def test_nonmonotonic_poll_and_poll_skip(tmp_path):
     assert _brief(skip) == [("consumer-poll-skip", "error", "orders", 0, 5, 7)]
 
 
+def test_poll_order_in_a_capture_of_some_brokers_is_told_at_info(tmp_path):
+    """A client with no group request in the capture, whose Metadata answer lists three brokers
+    while the capture reaches one: if it is a group member its coordinator - and so a rebalance
+    or the offset fetch after an abort - may be on a broker the capture does not hold. Its twin,
+    whose Metadata lists the one broker the capture holds, is judged as before."""
+    def poll(nodes, fetch_offset, name):
+        conv = (g.metadata_brokers(1, "solo", nodes) + g.fetch(2, "solo", 0, g.records(0, 5), hw=20)
+                + g.fetch(3, "solo", fetch_offset, g.records(fetch_offset, 3), hw=20))
+        return audit(tmp_path, Conn(conv, **A), select=RULES, name=name)
+
+    back, skip = poll((1, 2, 3), 2, "back.pcap"), poll((1, 2, 3), 8, "skip.pcap")
+    assert _brief(back) == [("consumer-nonmonotonic-poll", "info", "orders", 0, 2, 4)]
+    assert _brief(skip) == [("consumer-poll-skip", "info", "orders", 0, 5, 7)]
+    for f in back + skip:
+        assert "reaches 1 of the 3 brokers its Metadata answers list" in f["message"]
+        assert "a rebalance or an offset fetch may have moved it" in f["message"]
+    assert _brief(poll((1,), 2, "one-back.pcap")) == [("consumer-nonmonotonic-poll", "warning", "orders", 0, 2, 4)]
+    assert _brief(poll((1,), 8, "one-skip.pcap")) == [("consumer-poll-skip", "error", "orders", 0, 5, 7)]
+
+
 def test_poll_order_clean_twins(tmp_path):
     first = g.fetch(1, "solo", 0, g.records(0, 5), hw=20)
     onward = first + g.fetch(2, "solo", 5, g.records(5, 3), hw=20)

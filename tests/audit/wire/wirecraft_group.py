@@ -172,6 +172,17 @@ def metadata_ids(corr: int, client: str):
     return _x(req, resp)
 
 
+def metadata_brokers(corr: int, client: str, nodes=(1, 2, 3)):
+    """Metadata v1 of TOPIC (one partition, led by the first node) listing the brokers `nodes`
+    (b<n>:9092): no cluster id, no topic id."""
+    req = request_header(3, 1, corr, client, False) + array(1) + string(TOPIC)
+    resp = (response_header(corr, False) + array(len(nodes))
+            + b"".join(i32(n) + string(f"b{n}") + i32(9092) + string(None) for n in nodes) + i32(nodes[0])
+            + array(1) + i16(0) + string(TOPIC) + boolean(False)
+            + array(1) + i16(0) + i32(0) + i32(nodes[0]) + array(1) + i32(nodes[0]) + array(1) + i32(nodes[0]))
+    return _x(req, resp)
+
+
 def cg_heartbeat(corr: int, client: str, member: str, epoch: int, *, answer_epoch: int | None = None,
                  partitions=None, error: int = 0, group: str = GROUP):
     """ConsumerGroupHeartbeat v0 (KIP-848); the response assigns `partitions` of TOPIC_ID (None: no

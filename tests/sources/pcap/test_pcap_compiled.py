@@ -97,6 +97,9 @@ def test_the_crafted_conversation_goes_the_compiled_way(crafted):
     rows = dict(decode(crafted, True))
     assert {r["api_name"] for r in rows["frame"]} >= {"Produce", "Fetch", "Metadata",
                                                       "AddPartitionsToTxn", "EndTxn"}
+    # the brokers a Metadata v1 answer lists (no cluster id, no topic id): a row of its own
+    assert [(r["api_key"], r["topic_id"], r["cluster_id"], r["brokers"]) for r in rows["topic_name"]] \
+        == [(3, None, None, "1@broker-1:9092")]
     assert decode(crafted, True) == decode(crafted, False)
 
 
