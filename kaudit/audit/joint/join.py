@@ -199,15 +199,7 @@ def join(inp: JoinInput) -> tuple[list[dict], dict]:
                 kept, kept_copies, gone = _committed(reps, copies, markers, r0)
                 if gone and (kept or kept_copies):   # all aborted: stored once, as its transaction ended
                     reps, copies, aborted = kept, kept_copies, gone
-            f = _resolve(attempts, key, reps, holders, where_of, copies, inp.latest)
-            if f is not None and aborted:
-                said = (f"stored at offset{'s' if len(aborted) > 1 else ''} {', '.join(map(str, aborted))} in a "
-                        "transaction that aborted (read_committed readers skip it)")
-                f["message"] = (f["message"].replace("not stored as sent; ", f"{said}; ") if "not stored as sent; "
-                                in f["message"] else f"{f['message']}; {said}").replace(
-                    "nothing lost, nothing duplicated", "nothing lost, nothing duplicated for read_committed readers "
-                    "(read_uncommitted ones read both copies)")
-                f["details"] = _with(f["details"], aborted_offsets=aborted)
+            f = _resolve(attempts, key, reps, holders, where_of, copies, inp.latest, aborted)
             if f is not None:
                 out.append(f)
                 cov["resolved"] += 1
@@ -232,15 +224,6 @@ def _committed(reps: dict, copies: list[dict], markers: dict, r: dict) -> tuple[
     kept = {rep: {o for o in offs if (rep, o) not in gone} for rep, offs in reps.items()}
     return ({rep: offs for rep, offs in kept.items() if offs},
             [d for d in copies if (d["replica"], d["base_offset"]) not in gone], sorted({o for _, o in gone}))
-
-
-def _with(details, **more) -> dict:
-    """A finding's details (a dict, or its JSON text) with more keys."""
-    import json
-
-    d = json.loads(details) if isinstance(details, str) else dict(details or {})
-    d.update(more)
-    return json.dumps(d, sort_keys=True) if isinstance(details, str) else d
 
 
 def _sends(attempts: list[dict]) -> list[list[dict]]:
@@ -276,10 +259,11 @@ def _answer(r) -> str:
     return f"error {e}" + (f" {NOT_APPENDED[e]}" if e in NOT_APPENDED else "")
 
 
-def _resolve(attempts, key, reps, holders, where_of, copies=(), latest=None):
+def _resolve(attempts, key, reps, holders, where_of, copies=(), latest=None, aborted=()):
     """The produce-outcome (or outcome-mismatch) finding of one batch sent with an uncertain
     answer: no response, several attempts, or an error. Its copies are the log's batches of its
-    key (`reps`) and those holding its records under another key (`copies`, join_content)."""
+    key (`reps`) and those holding its records under another key (`copies`, join_content);
+    `aborted`: the offsets of its copies whose transactions aborted (left out of both)."""
     r = attempts[-1]
     errs = [a["response_error"] for a in attempts]
     held: dict = defaultdict(set)          # replica -> offsets holding the records
@@ -305,8 +289,10 @@ def _resolve(attempts, key, reps, holders, where_of, copies=(), latest=None):
                "log_ranges": {str(rep): list(rng) for rep, rng in holders.items()}}
     if resent:
         details["resent_at"] = sorted(resent)
+    if aborted:
+        details["aborted_offsets"] = list(aborted)
     pid = r["producer_id"]
-    rule_id, outcome, sev, text = _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest)
+    rule_id, outcome, sev, text = _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest, aborted)
     if outcome is None:
         return None
     details["outcome"] = outcome
@@ -321,27 +307,31 @@ def _resolve(attempts, key, reps, holders, where_of, copies=(), latest=None):
         **_fields(r))
 
 
-def _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest):
-    """(rule, outcome, severity, text) of an uncertain send from its copies in the log; outcome
-    None: nothing to report (acknowledged and missing: acked_loss.judge tells it)."""
+def _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest, aborted=()):
+    """(rule, outcome, severity, text) of an uncertain send from its copies in the log (less the
+    `aborted` ones: their offsets are said); outcome None: nothing to report (acknowledged and
+    missing: acked_loss.judge tells it)."""
     pid = r["producer_id"]
+    gone = (f"stored at offset{'s' if len(aborted) > 1 else ''} {', '.join(map(str, aborted))} in a transaction "
+            "that aborted (read_committed readers skip it)") if aborted else ""
     if twice_on:
         how = "".join(f"; offset {o} re-sent by {JC.describe(d, pid)}" for o, d in sorted(resent.items()))
         return ("produce-outcome", "stored twice", "warning",
                 f"stored twice at offsets {', '.join(map(str, offsets))} (already a duplicate on disk, "
-                f"replica {', '.join(map(str, twice_on))}{how})")
+                f"replica {', '.join(map(str, twice_on))}{how})" + (f"; {gone}" if gone else ""))
     if offsets and not reps:
         d = resent[offsets[0]]
         return ("produce-outcome", "stored once", "info",
-                f"not stored as sent; its records are stored once, at offset {d['base_offset']}, re-sent by "
-                f"{JC.describe(d, pid)}: "
-                "nothing lost, nothing duplicated")
+                f"{gone or 'not stored as sent'}; its records are stored once, at offset {d['base_offset']}, "
+                f"re-sent by {JC.describe(d, pid)}: nothing lost, nothing duplicated"
+                + (" for read_committed readers (read_uncommitted ones read both copies)" if gone else ""))
     if offsets:
         text = f"stored once at offset {offsets[0]}"
         if all(e in NOT_APPENDED for e in errs):
             return ("outcome-mismatch", "stored once", "error",
-                    text + ", though every attempt was refused with an error after which the broker does not append")
-        return "produce-outcome", "stored once", "info", text
+                    text + ", though every attempt was refused with an error after which the broker does not append"
+                    + (f"; {gone}" if gone else ""))
+        return "produce-outcome", "stored once", "info", text + (f"; {gone}" if gone else "")
     if 0 in errs:
         return None, None, None, None   # acknowledged and missing: acked_loss.judge tells it
     if all(e in NOT_APPENDED for e in errs):

@@ -95,6 +95,36 @@ def test_refused_then_resent_under_another_key_is_no_mismatch():
     assert brief(fs) == [("produce-outcome", "info", "stored once")]
 
 
+def _txn(row: dict) -> dict:
+    return dict(row, is_transactional=True)
+
+
+def _marker(offset: int, kind: str, *, pid=7, epoch=0) -> dict:
+    return dict(disk(0, offset, pid=pid, epoch=epoch, n=1, content=None), is_control=True, control_type=kind,
+                base_sequence=-1, last_sequence=-1, is_transactional=True)
+
+
+def test_an_aborted_copy_is_said_and_no_duplicate_for_read_committed_readers():
+    """A transactional send unanswered, stored at offset 1 in a transaction that aborted (ABORT at
+    4); the exactly-once application re-sent its records in the next transaction (TV2: epoch 1,
+    offset 5, COMMIT at 8): stored once for read_committed readers - the finding names the aborted copy,
+    and says that read_uncommitted readers read both. With the first transaction committed, the
+    same copies are a duplicate."""
+    send = _txn(wire(0, err=None))
+    rows = [_txn(disk(0, 1)), _marker(4, "ABORT", epoch=1), _txn(disk(0, 5, epoch=1)), _marker(8, "COMMIT", epoch=2)]
+    [f] = run([send], rows)
+    assert brief([f]) == [("produce-outcome", "info", "stored once")]
+    assert ("stored at offset 1 in a transaction that aborted (read_committed readers skip it); its records are "
+            "stored once, at offset 5") in f["message"]
+    assert f["message"].endswith("nothing lost, nothing duplicated for read_committed readers (read_uncommitted "
+                                 "ones read both copies)")
+    assert json.loads(f["details"])["aborted_offsets"] == [1]
+    rows[1] = _marker(4, "COMMIT", epoch=1)
+    [f] = run([send], rows)
+    assert brief([f]) == [("produce-outcome", "warning", "stored twice")]
+    assert "aborted" not in f["message"] and "aborted_offsets" not in json.loads(f["details"])
+
+
 # ---- end to end: log dirs and a capture from the simulator's cluster -----------------------------
 
 def _kip360(sim, *, first_stored: bool):
