@@ -15,7 +15,7 @@ from kaudit.audit.joint import reader_join as RJ
 from kaudit.audit.joint.settle import settle_wire
 from kaudit.audit import sort_findings
 from kaudit.audit.joint.join_rows import (END_TXN_TAP, INIT_TAP, PRODUCE_TAP, READER_BATCH_TAP, READER_FETCH_TAP,
-                                          DiskTap, WireTap, capture_holes, two_pc_inits)
+                                          DiskTap, WireTap, two_pc_inits)
 from kaudit.engine import local
 from kaudit.engine.plan import AuditRun, keep_rules
 from kaudit.sources.logdir import plan
@@ -75,7 +75,7 @@ def audit_both(pcaps: list[str], segments: list[str], options, *, now_ms: int | 
     inp = J.JoinInput(produce=produce, end_txn=_rows(wire_tap.of(END_TXN_TAP.name)), disk=_rows(disk_tap.of("rows")),
                       ranges=disk_tap.ranges, cleaned=disk_tap.cleaned, at_acked=_rows(disk_tap.of("acked")),
                       epoch_starts=disk_tap.epoch_starts, latest=disk_tap.latest,
-                      holes=capture_holes(wire_tap, produce))
+                      holes=wire.capture_holes)
     joined, jcov = J.join(inp)
     # the partition's leadership and loss findings told which of their offsets clients were given
     AL.annotate(disk.findings, inp.verdicts, produce)

@@ -51,6 +51,9 @@ class AuditRun:
     topic_names: dict = field(default_factory=dict)   # topic id -> name, from every input
     internal_errors: list[str] = field(default_factory=list)   # broken engine contracts (reported)
     clusters: object = None   # audit.clusters.ClusterMap of the inputs (incident ids)
+    # wire: where the captures lost bytes (audit.capture_holes.CaptureHoles; None: nowhere), for
+    # the join of `kaudit audit`
+    capture_holes: object = None
 
 
 class Facts:
@@ -308,7 +311,8 @@ class Audit:
                         clusters=clusters,
                         errors=errors + [e for _, e in sorted(facts.errors, key=lambda x: x[0])], engine=engine,
                         topic_names=facts.names.names if self.side == "wire" else {},
-                        internal_errors=list(internal))
+                        internal_errors=list(internal),
+                        capture_holes=self.holes(facts) if self.side == "wire" else None)
 
 
 def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None, max_batch_bytes: int = 64 << 20,

@@ -46,21 +46,7 @@ INIT_COLUMNS = ("ts", "event", "transactional_id", "producer_id", "producer_epoc
                 "keep_prepared_txn", "ongoing_txn_producer_id", "ongoing_txn_producer_epoch")
 INIT_TAP = Fold("join-init-producer-id", {"txn_event": INIT_COLUMNS}, (), (), None,
                 where={"txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "INIT_PRODUCER_ID"), False)})
-# where the captures lost bytes (audit.capture_holes): an EndTxn may be in them
-HOLES_TAP = Fold("join-holes", {"decode_issue": ("source", "connection", "position", "issue", "after_position")},
-                 (), (), None, where={"decode_issue": lambda t: pc.is_valid(t.column("connection"))})
-WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP, INIT_TAP, HOLES_TAP)
-
-
-def capture_holes(wire_tap, produce: list[dict]):
-    """The captures' holes (capture_holes.CaptureHoles) from the holes tap, their files ranked in
-    the order the rows name them (the decode's), or None: none lost."""
-    from kaudit.audit import capture_holes as CH
-
-    holes = [h for t in wire_tap.of(HOLES_TAP.name) for h in CH.hole_rows(t)]
-    if not holes:
-        return None
-    return CH.CaptureHoles(holes, (), dict.fromkeys([r["source"] for r in produce] + [h[0] for h in holes]))
+WIRE_TAPS = (PRODUCE_TAP, END_TXN_TAP, READER_FETCH_TAP, READER_BATCH_TAP, INIT_TAP)
 
 
 def two_pc_inits(rows: list[dict]) -> dict:
