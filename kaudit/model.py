@@ -449,8 +449,8 @@ TOPIC_NAME = pa.schema([
     ("topic_id", S),
     ("topic", S),
     ("cluster_id", S),       # Metadata v2+: the cluster's id (incident ids, audit/stories/clusters.py)
-    # Metadata: the brokers the answer lists, "node@host:port" comma-joined (a capture of some
-    # brokers only: audit/consumers/timeline.py)
+    # Metadata: the brokers the answer lists, "node@host:port" comma-joined, on the answer's first
+    # row (a capture of some brokers only: audit/consumers/timeline.py)
     ("brokers", S),
 ])
 

@@ -179,8 +179,10 @@ cdef int other_rows(Sink s, str name, Msg req, Msg resp, const uint8_t *pr, req_
             names[None] = None   # the cluster alone (Metadata v0-v9 name no topic ids)
         if names:
             out = s.cols_list("topic_name")
+            brokers = resp.brokers   # on the answer's first row only (WireRows.exchange)
             for topic_id, topic in names.items():
-                out.append((s.source, name, resp_frame, resp_ts, key, topic_id, topic, cluster, resp.brokers))
+                out.append((s.source, name, resp_frame, resp_ts, key, topic_id, topic, cluster, brokers))
+                brokers = None
             count += len(names)
     else:
         # the txn_event row, through WireRows.add as the pure path adds it (fields it does not

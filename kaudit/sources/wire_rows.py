@@ -214,9 +214,11 @@ class WireRows:
             if (cluster or brokers) and not names:
                 names = {None: None}   # the cluster alone (Metadata v0-v9 name no topic ids)
             for topic_id, topic in names.items():
+                # the brokers on the answer's first row only: a big cluster's list, once per answer
                 self._list("topic_name").append((self.source, conv.name, x.response_frame, x.response_ts,
                                                  req.api_key, topic_id, topic, cluster or None, brokers))
                 self.count += 1
+                brokers = None
         for ev in txn_events(req, resp):
             ev = {k: v for k, v in ev.items() if k in _TXN_NAMES}
             ev.update(source=self.source, connection=conv.name, position=x.request_frame, ts=x.request_ts)

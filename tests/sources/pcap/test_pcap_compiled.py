@@ -103,6 +103,20 @@ def test_the_crafted_conversation_goes_the_compiled_way(crafted):
     assert decode(crafted, True) == decode(crafted, False)
 
 
+def test_a_metadata_answers_brokers_are_on_its_first_row_only(tmp_path):
+    """Metadata v10 naming two topic ids: a row per topic, the brokers (a big cluster's list)
+    once per answer - on both paths alike."""
+    from tests.sim import wire_group
+
+    msgs = wire_group.metadata(1, "c", {"a": {0: 1}, "b": {0: 2, 1: 3}}, [1, 2, 3])
+    path = tmp_path / "m.pcap"
+    write_capture(path, Conn(msgs))
+    rows = dict(decode(path.read_bytes(), True))["topic_name"]
+    assert sorted((r["topic"], r["cluster_id"], r["brokers"]) for r in rows) == [
+        ("a", "sim", "1@b1:9092,2@b2:9092,3@b3:9092"), ("b", "sim", None)]
+    assert decode(path.read_bytes(), True) == decode(path.read_bytes(), False)
+
+
 def test_every_truncation_gives_the_same_rows(crafted):
     for cut in range(len(crafted) + 1):
         same(crafted[:cut])
