@@ -231,8 +231,8 @@ class Timelines:
                     "of some brokers only?)")
         if len(self.brokers) > self.brokers_reached:
             return (f"the capture holds no group request of this client and reaches {self.brokers_reached} "
-                    f"of the {len(self.brokers)} brokers its Metadata answers list: if it is a group member, "
-                    "its coordinator is not in the capture")
+                    f"of the {len(self.brokers)} brokers its Metadata answers list (a group member's "
+                    "coordinator may be outside it)")
         return None
 
     # ---- membership --------------------------------------------------------------------------
