@@ -114,20 +114,19 @@ def log_order(fp: np.ndarray) -> np.ndarray:
     return o
 
 
-_COLS = ("fp", "base", "count", "pos", "src", "ts", "row")
-
-
 class _Run:
-    """Fingerprints sorted (equal ones in log order), with each row's evidence (base offset,
-    record count, position, source id), create time (window, eviction) and row number in the
-    partition's log order."""
+    """One chunk's rows in log order - fingerprint, evidence (base offset, record count,
+    position, source id), create time (window, eviction) and row number in the partition's log
+    order - and its fingerprints sorted, for the look-ups. The rows' order by fingerprint (equal
+    ones in log order) is made only when a look-up finds an equal one (a copy: rare), or was
+    made for the chunk's own copies."""
 
-    __slots__ = _COLS + ("max_ts", "max_row")
+    __slots__ = ("fp", "raw", "order", "base", "count", "pos", "src", "ts", "row", "max_ts", "max_row")
 
-    def __init__(self, fp, base, count, pos, src, ts, row, order=None):
-        o = log_order(fp) if order is None else order
-        self.fp, self.base, self.count, self.pos, self.src, self.ts, self.row = (
-            fp[o], base[o], count[o], pos[o], src[o], ts[o], row[o])
+    def __init__(self, fp, base, count, pos, src, ts, row, sorted_fp=None, order=None):
+        self.fp = np.sort(fp) if sorted_fp is None else sorted_fp
+        self.raw, self.order = fp, order
+        self.base, self.count, self.pos, self.src, self.ts, self.row = base, count, pos, src, ts, row
         self.max_ts = int(ts.max())
         self.max_row = int(row.max())
 
@@ -135,15 +134,18 @@ class _Run:
         return int(self.base[j] + self.count[j] - 1)
 
     def find(self, fp: np.ndarray, threshold: np.ndarray, min_row: np.ndarray) -> np.ndarray:
-        """For each of `fp`: the index in this run of the earliest equal fingerprint in the retry
-        window (created at or after `threshold`, or at row `min_row` or later), or -1."""
+        """For each of `fp`: the row (in this run's log order) of the earliest equal fingerprint
+        in the retry window (created at or after `threshold`, or at row `min_row` or later), or -1."""
         lo = np.searchsorted(self.fp, fp, "left")
         hi = np.searchsorted(self.fp, fp, "right")
         out = np.full(fp.size, -1, dtype=np.int64)
         for k in np.flatnonzero(hi > lo).tolist():
-            ok = np.flatnonzero((self.ts[lo[k]:hi[k]] >= threshold[k]) | (self.row[lo[k]:hi[k]] >= min_row[k]))
+            if self.order is None:
+                self.order = log_order(self.raw)   # self.fp is self.raw[self.order]
+            at = self.order[lo[k]:hi[k]]   # the equal ones, in log order
+            ok = at[(self.ts[at] >= threshold[k]) | (self.row[at] >= min_row[k])]
             if ok.size:
-                out[k] = lo[k] + ok[0]
+                out[k] = ok[0]
         return out
 
 
@@ -213,11 +215,13 @@ class RecordDuplicates:
                     if c not in found or run.row[jj] < found[c][0]:
                         found[c] = (int(run.row[jj]), int(run.base[jj]), run.last(jj), int(run.pos[jj]),
                                     int(run.src[jj]))
-        # duplicates inside this chunk: a later row equal to an earlier one (earlier chunks first)
-        order = log_order(fp)
-        same = np.flatnonzero(fp[order][1:] == fp[order][:-1])
-        starts = same[np.r_[True, np.diff(same) > 1]] if same.size else same
-        for s_ in starts.tolist():
+        # duplicates inside this chunk: a later row equal to an earlier one (earlier chunks first);
+        # the sort of the values finds whether there is any (faster than the rows' order)
+        sorted_fp = np.sort(fp)
+        same = np.flatnonzero(sorted_fp[1:] == sorted_fp[:-1])
+        order = log_order(fp) if same.size else None   # sorted_fp is fp[order]
+        starts = same[np.r_[True, np.diff(same) > 1]].tolist() if same.size else []
+        for s_ in starts:
             e_ = s_ + 1
             while e_ + 1 < fp.size and fp[order[e_ + 1]] == fp[order[s_]]:
                 e_ += 1
@@ -233,7 +237,7 @@ class RecordDuplicates:
             self._report(int(base[k]), int(base[k] + count[k] - 1), int(pos[k]), int(src[k]),
                          int(mts[k]), ob, ol, op, os_)
         # one sorted run per chunk, never merged: the bitmap leaves few rows to look up in them
-        self.runs.append(_Run(fp, base, count, pos, src, mts, row, order))
+        self.runs.append(_Run(fp, base, count, pos, src, mts, row, sorted_fp, order))
         if self.bits is None:
             self.bits = np.zeros(int(_MASK) + 1, dtype=bool)
         _mark(self.bits, probes)
