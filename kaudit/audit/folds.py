@@ -63,6 +63,9 @@ class Context:
     # wire: where the captures lost bytes (audit.capture_holes.CaptureHoles), settled before any
     # buffered fold runs; None: no hole. A rule that concludes from an absence asks it first
     capture_holes: object = None
+    # wire: (capture path, broker id) of the replicas whose Fetches the captures hold (brokers a
+    # capture shows exist: audit.consumers), settled before any buffered fold runs
+    replica_brokers: frozenset | None = None
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import pyarrow as pa
 import kaudit.audit
 from kaudit.audit import capture_holes, sort_findings
 from kaudit.audit.folds import Context, Fold, run_selection
+from kaudit.audit.consumers.fold import replica_brokers
 from kaudit.audit.txn import txn_lineage
 from kaudit.engine import coverage
 from kaudit.model import ROW_KINDS
@@ -78,6 +79,7 @@ class Facts:
         self.linked = 0               # link rows the context's lineage was last built from (so_far)
         self.holes: list[tuple] = []      # wire: where the captures lost bytes (audit.capture_holes)
         self.carriers: set[tuple] = set()   # wire: (event, connection) of markers and registrations
+        self.replicas: set[tuple] = set()   # wire: (capture, broker id) of replicas' Fetches
 
     def add(self, kind: str, table: pa.Table) -> None:
         if self.side == "disk":
@@ -94,6 +96,8 @@ class Facts:
                 self.carriers.update(capture_holes.carrier_rows(table))
             elif kind == "decode_issue":
                 self.holes.extend(capture_holes.hole_rows(table))
+            elif kind == "fetch_partition":
+                self.replicas |= replica_brokers(table)
             coverage.add_wire(self.cov, kind, table)
             if kind == "topic_name" and "cluster_id" in table.schema.names and table.column("cluster_id").null_count < table.num_rows:
                 for src, cid in set(zip(table.column("source").to_pylist(), table.column("cluster_id").to_pylist())):
@@ -122,6 +126,7 @@ class Facts:
         self.txn_ends.extend(getattr(other, "txn_ends", ()))
         self.holes.extend(getattr(other, "holes", ()))
         self.carriers.update(getattr(other, "carriers", ()))
+        self.replicas |= getattr(other, "replicas", set())
         for src, ids in getattr(other, "cluster_ids", {}).items():
             self.cluster_ids.setdefault(src, set()).update(ids)
 
@@ -239,6 +244,7 @@ class Audit:
             ctx.topic_names = facts.names.names
             ctx.txn_ends = txn_lineage.ends_by_producer(facts.txn_ends) or None
             ctx.capture_holes = self.holes(facts)
+            ctx.replica_brokers = frozenset(facts.replicas) or None
         if self.known:
             ctx.two_pc_inits = self.known.get("two_pc_inits")
         elif self.side == "wire" and facts.links:   # the captures' own InitProducerIds (wire-lso)

@@ -227,6 +227,7 @@ class CaptureConsumers(TablesByKind):
     def __init__(self, key: tuple, ctx):
         super().__init__()
         self.ctx = ctx
+        self.source = key[0]   # the capture (KEY)
 
     def finish(self) -> list[dict]:
         from kaudit.audit.consumers import rules
@@ -242,6 +243,7 @@ class CaptureConsumers(TablesByKind):
         tl.holes = getattr(self.ctx, "capture_holes", None)
         tl.note_finders(self.concat("frame"))
         tl.note_brokers(self.concat("topic_name"))
+        tl.note_replicas(i for s, i in (getattr(self.ctx, "replica_brokers", None) or ()) if s == self.source)
         tl.note_unnamed(fetch)
         return rules.judge(tl, batches)
 
@@ -249,6 +251,7 @@ class CaptureConsumers(TablesByKind):
 def timelines_of(tables: dict[str, pa.Table], topic_names: dict | None = None) -> Timelines:
     """Timelines straight from a capture's tables (kaudit consumers)."""
     fetch = tables.get("fetch_partition")
+    replicas = set() if fetch is None else replica_brokers(fetch)
     if fetch is not None:
         fetch = fetch.filter(_fetch_where(fetch)).select(list(FETCH_COLUMNS))
     batch = tables.get("batch")
@@ -262,12 +265,31 @@ def timelines_of(tables: dict[str, pa.Table], topic_names: dict | None = None) -
     if frames is not None and set(FIND_COLUMNS) <= set(frames.schema.names):
         tl.note_finders(frames.filter(_find_where(frames)))
     tl.note_brokers(tables.get("topic_name"))
+    tl.note_replicas(i for _, i in replicas)
     return tl
 
 
 # Fetch v15+ moved the replica id into a tagged ReplicaState the rows do not keep: a follower is
 # then known by the client id Kafka's replica fetchers use (ReplicaFetcherThread)
 FOLLOWER = r"^broker-[0-9]+-fetcher-[0-9]+$"
+FOLLOWER_ID = r"^broker-(?P<id>[0-9]+)-fetcher-[0-9]+$"
+
+
+def replica_brokers(t: pa.Table) -> set[tuple]:
+    """(capture, broker id) of the replicas whose Fetches a fetch_partition table holds: replica
+    id 0 or more, or (Fetch v15+) a replica fetcher's client id - brokers the capture shows exist
+    (Timelines.note_replicas: a capture of some brokers only)."""
+    if t.num_rows == 0 or not {"source", "replica_id", "client_id"} <= set(t.schema.names):
+        return set()
+    rid = t.column("replica_id")
+    named = pc.struct_field(pc.extract_regex(pc.fill_null(t.column("client_id"), ""), FOLLOWER_ID), "id")
+    ids = pc.if_else(pc.is_null(rid), pc.cast(pc.if_else(pc.equal(named, ""), None, named), pa.int64()),
+                     pc.cast(rid, pa.int64()))
+    keep = pc.fill_null(pc.greater_equal(ids, 0), False)
+    if not pc.any(keep).as_py():
+        return set()
+    pairs = pa.table({"s": pc.filter(t.column("source"), keep), "i": pc.filter(ids, keep)})
+    return set(zip(*(pairs.group_by(["s", "i"]).aggregate([]).column(c).to_pylist() for c in ("s", "i"))))
 
 
 def _fetch_where(t: pa.Table):

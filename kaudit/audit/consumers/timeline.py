@@ -108,7 +108,7 @@ class Timelines:
         self.holes = None   # where the captures lost bytes (audit.capture_holes), set by the fold
         self.group_clients: set[tuple] = set()   # clients with a request to their group coordinator seen
         self.seekers: set[tuple] = set()   # clients that asked FindCoordinator for a group: members
-        self.brokers: set[str] = set()     # the node ids the capture's Metadata answers list
+        self.brokers: set[str] = set()     # the node ids its Metadata answers list and its replicas fetch as
         self.lookup_conns: set[str] = set()   # connections of FindCoordinator and Metadata exchanges
         self.unnamed: set[str] = set()     # topic ids Fetch requests name that no input names
         self.client_conns: dict[tuple, set] = {}   # client -> its group and look-up connections
@@ -189,6 +189,10 @@ class Timelines:
                 self.brokers.update(b.split("@", 1)[0] for b in listed.split(","))
                 self.lookup_conns.add(conn)
 
+    def note_replicas(self, ids) -> None:
+        """Brokers whose replicas' Fetches the capture holds (fold.replica_brokers)."""
+        self.brokers.update(str(i) for i in ids)
+
     @cached_property
     def brokers_reached(self) -> int:
         """How many broker addresses the clients' connections the capture holds reach (Fetch,
@@ -222,17 +226,18 @@ class Timelines:
     def coordinator_unseen(self, client) -> str | None:
         """Why `client`'s group coordinator may have moved it unseen, or None: it is a group member
         (it asked FindCoordinator for a group), or a client with no group request in a capture
-        that reaches fewer brokers than its Metadata answers list (a capture of some brokers
-        only), and the capture holds none of its requests to its group coordinator."""
+        whose clients reach fewer brokers than it names - its Metadata answers list, its
+        replicas fetch as (a capture of some brokers only) - and the capture holds none of its
+        requests to its group coordinator."""
         if client in self.group_clients:
             return None
         if client in self.seekers:
             return ("the capture holds none of this client's requests to its group coordinator (a capture "
                     "of some brokers only?)")
         if len(self.brokers) > self.brokers_reached:
-            return (f"the capture holds no group request of this client and reaches {self.brokers_reached} "
-                    f"of the {len(self.brokers)} brokers its Metadata answers list (a group member's "
-                    "coordinator may be outside it)")
+            return (f"the capture holds no group request of this client, and its clients reach {self.brokers_reached} "
+                    f"of the {len(self.brokers)} brokers it names (Metadata answers, replicas' Fetches): a group "
+                    "member's coordinator may be outside it")
         return None
 
     # ---- membership --------------------------------------------------------------------------

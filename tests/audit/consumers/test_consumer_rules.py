@@ -148,10 +148,25 @@ def test_poll_order_in_a_capture_of_some_brokers_is_told_at_info(tmp_path):
     assert _brief(back) == [("consumer-nonmonotonic-poll", "info", "orders", 0, 2, 4)]
     assert _brief(skip) == [("consumer-poll-skip", "info", "orders", 0, 5, 7)]
     for f in back + skip:
-        assert "reaches 1 of the 3 brokers its Metadata answers list" in f["message"]
+        assert "its clients reach 1 of the 3 brokers it names (Metadata answers, replicas' Fetches)" in f["message"]
         assert "a rebalance or an offset fetch may have moved it" in f["message"]
     assert _brief(poll((1,), 2, "one-back.pcap")) == [("consumer-nonmonotonic-poll", "warning", "orders", 0, 2, 4)]
     assert _brief(poll((1,), 8, "one-skip.pcap")) == [("consumer-poll-skip", "error", "orders", 0, 5, 7)]
+
+
+def test_replicas_fetches_name_the_brokers_of_a_capture_without_metadata(tmp_path):
+    """No Metadata answer, but the followers of the captured broker fetch from it as brokers 2
+    and 3: the capture names two brokers (the captured one's own id it does not show) and its
+    clients reach one, so the client with no group request is told at info. Without the
+    followers' traffic nothing names another broker: the warning stays."""
+    solo = (g.fetch(1, "solo", 0, g.records(0, 5), hw=20) + g.fetch(2, "solo", 2, g.records(2, 3), hw=20))
+    followers = [Conn(g.fetch(1, f"broker-{n}-fetcher-0", 5, b"", hw=20, replica=n),
+                      client=(f"10.0.1.{n}", 42000 + n)) for n in (2, 3)]
+    [f] = audit(tmp_path, [Conn(solo, **A)] + followers, select=RULES)
+    assert (f["rule"], f["severity"]) == ("consumer-nonmonotonic-poll", "info")
+    assert "its clients reach 1 of the 2 brokers it names" in f["message"]
+    [f] = audit(tmp_path, [Conn(solo, **A)], select=RULES, name="alone.pcap")
+    assert (f["rule"], f["severity"]) == ("consumer-nonmonotonic-poll", "warning")
 
 
 def test_poll_order_clean_twins(tmp_path):

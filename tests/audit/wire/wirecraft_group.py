@@ -48,9 +48,10 @@ def marker(base: int, kind: str, pid: int, epoch: int = 0) -> bytes:
 
 
 def fetch(corr: int, client: str, fetch_offset: int, data: bytes, *, hw: int, partition: int = 0,
-          isolation: int = 0, error: int = 0, log_start: int = 0, aborted=()):
-    """Fetch v5 of one partition and its response (records `data`)."""
-    req = (request_header(1, 5, corr, client, False) + i32(-1) + i32(500) + i32(1) + i32(52428800)
+          isolation: int = 0, error: int = 0, log_start: int = 0, aborted=(), replica: int = -1):
+    """Fetch v5 of one partition and its response (records `data`); `replica`: a follower's
+    broker id (-1: a consumer's)."""
+    req = (request_header(1, 5, corr, client, False) + i32(replica) + i32(500) + i32(1) + i32(52428800)
            + i8(isolation) + array(1) + string(TOPIC) + array(1) + i32(partition) + i64(fetch_offset)
            + i64(0) + i32(1048576))
     resp = (response_header(corr, False) + i32(0) + array(1) + string(TOPIC) + array(1) + i32(partition)
