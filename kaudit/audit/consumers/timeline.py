@@ -236,8 +236,8 @@ class Timelines:
                     "of some brokers only?)")
         if len(self.brokers) > self.brokers_reached:
             return (f"the capture holds no group request of this client, and its clients reach {self.brokers_reached} "
-                    f"of the {len(self.brokers)} brokers it names (Metadata answers, replicas' Fetches): a group "
-                    "member's coordinator may be outside it")
+                    f"of the {len(self.brokers)} brokers it names (Metadata answers, replicas' Fetches), so a "
+                    "group member's coordinator may be outside it")
         return None
 
     # ---- membership --------------------------------------------------------------------------
