@@ -95,8 +95,8 @@ class CaptureHoles:
         # connection kaudit could not read is one hole from its start to the end
         self._at: dict[str, list[tuple]] = {}
         for source, conn, after, frame, dark in holes:
-            by = (len(self._rank) + 1, 0) if dark else self._place(source, frame)
-            self._at.setdefault(conn, []).append((self._place(source, after), by))
+            by = (len(self._rank) + 1, 0) if dark else self.place(source, frame)
+            self._at.setdefault(conn, []).append((self.place(source, after), by))
         for spans in self._at.values():
             spans.sort()
         self._carried: dict[str, set[str]] = {}
@@ -106,7 +106,8 @@ class CaptureHoles:
     def __bool__(self) -> bool:
         return bool(self._at)
 
-    def _place(self, source: str | None, frame: int | None) -> tuple:
+    def place(self, source: str | None, frame: int | None) -> tuple:
+        """A row's place (its capture file's rank, its frame) as the holes' places compare."""
         return (self._rank.get(source, 0), frame if frame is not None else 0)
 
     def _overlapping(self, connections: Iterable[str | None], after: tuple | None,
@@ -114,8 +115,8 @@ class CaptureHoles:
         """(start, by, connection) of the holes on `connections` whose bytes may have been sent
         at or after place `after` and before place `before` (None: open-ended), the connections
         in name order, each one's holes in start order."""
-        lo = self._place(*after) if after is not None else None
-        hi = self._place(*before) if before is not None else None
+        lo = self.place(*after) if after is not None else None
+        hi = self.place(*before) if before is not None else None
         for conn in sorted({c for c in connections if c}):
             for start, by in self._at.get(conn, ()):
                 if hi is not None and start >= hi:
@@ -140,10 +141,6 @@ class CaptureHoles:
         carried between places `after` and `before` (as `lost_on`), None: none lost there - what
         came after it was sent after every request lost between."""
         return max((by for _, by, _ in self._overlapping(connections, after, before)), default=None)
-
-    def place(self, source: str | None, frame: int | None) -> tuple:
-        """A row's place (its capture file's rank, its frame) as the holes' places compare."""
-        return self._place(source, frame)
 
     def from_hosts(self, hosts: Iterable[str | None]) -> set[str]:
         """The connections with a hole whose client end is one of `hosts` (addresses, no port): a

@@ -16,6 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
+from kaudit.audit.capture_holes import server_of
 from kaudit.audit.consumers.serve_table import Serve, ServeTable, host  # noqa: F401  (Serve, host: read from here too)
 
 
@@ -199,7 +200,7 @@ class Timelines:
         group, offset, FindCoordinator and Metadata exchanges): a broker only replicas or the
         transaction coordinator's markers reach counts as not reached."""
         conns = set(getattr(self.table, "conns", ())) | self.lookup_conns | set().union(*self.client_conns.values())
-        return len({c.split(" -> ", 1)[1] for c in conns if c and " -> " in c})
+        return len({server_of(c) for c in conns} - {None})
 
     def note_unnamed(self, fetch) -> None:
         """The topic ids of a fetch_partition table (Fetch v13+) that no Metadata answer in the
