@@ -314,11 +314,12 @@ def _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest, aborted=
     pid = r["producer_id"]
     gone = (f"stored at offset{'s' if len(aborted) > 1 else ''} {', '.join(map(str, aborted))} in a transaction "
             "that aborted (read_committed readers skip it)") if aborted else ""
+    also = f"; {gone}" if gone else ""   # the aborted copies, after what the others say
     if twice_on:
         how = "".join(f"; offset {o} re-sent by {JC.describe(d, pid)}" for o, d in sorted(resent.items()))
         return ("produce-outcome", "stored twice", "warning",
                 f"stored twice at offsets {', '.join(map(str, offsets))} (already a duplicate on disk, "
-                f"replica {', '.join(map(str, twice_on))}{how})" + (f"; {gone}" if gone else ""))
+                f"replica {', '.join(map(str, twice_on))}{how}){also}")
     if offsets and not reps:
         d = resent[offsets[0]]
         return ("produce-outcome", "stored once", "info",
@@ -329,9 +330,8 @@ def _verdict(r, errs, reps, offsets, twice_on, resent, holders, latest, aborted=
         text = f"stored once at offset {offsets[0]}"
         if all(e in NOT_APPENDED for e in errs):
             return ("outcome-mismatch", "stored once", "error",
-                    text + ", though every attempt was refused with an error after which the broker does not append"
-                    + (f"; {gone}" if gone else ""))
-        return "produce-outcome", "stored once", "info", text + (f"; {gone}" if gone else "")
+                    f"{text}, though every attempt was refused with an error after which the broker does not append{also}")
+        return "produce-outcome", "stored once", "info", text + also
     if 0 in errs:
         return None, None, None, None   # acknowledged and missing: acked_loss.judge tells it
     if all(e in NOT_APPENDED for e in errs):
