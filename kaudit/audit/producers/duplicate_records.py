@@ -123,8 +123,8 @@ class _Run:
 
     __slots__ = ("fp", "raw", "order", "base", "count", "pos", "src", "ts", "row", "max_ts", "max_row")
 
-    def __init__(self, fp, base, count, pos, src, ts, row, sorted_fp=None, order=None):
-        self.fp = np.sort(fp) if sorted_fp is None else sorted_fp
+    def __init__(self, fp, base, count, pos, src, ts, row, sorted_fp, order=None):
+        self.fp = sorted_fp
         self.raw, self.order = fp, order
         self.base, self.count, self.pos, self.src, self.ts, self.row = base, count, pos, src, ts, row
         self.max_ts = int(ts.max())
@@ -223,7 +223,7 @@ class RecordDuplicates:
         starts = same[np.r_[True, np.diff(same) > 1]].tolist() if same.size else []
         for s_ in starts:
             e_ = s_ + 1
-            while e_ + 1 < fp.size and fp[order[e_ + 1]] == fp[order[s_]]:
+            while e_ + 1 < fp.size and sorted_fp[e_ + 1] == sorted_fp[s_]:
                 e_ += 1
             group = order[s_:e_ + 1].tolist()  # equal fingerprints, in log order
             for i, b in enumerate(group[1:], 1):
