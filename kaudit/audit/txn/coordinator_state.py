@@ -199,7 +199,7 @@ def build(rows: list[dict], check: bool = True) -> CoordView:
                                     r["start_ms"] if (r["start_ms"] or -1) >= 0 else r["timestamp_ms"],
                                     r["transaction_timeout_ms"], index=len(view.txns))
             view.txns.append(t)
-        st["txn"] = t
+        st["txn"] = t.index   # its CoordTxn in view.txns (not the object: t.states holds st)
         _add_record(t, r, st, state)
     for t in view.txns:
         if t.ended_by is None:

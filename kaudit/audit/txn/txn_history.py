@@ -80,7 +80,7 @@ def epochs(view: CoordView) -> dict[int, EpochSpan]:
         if e not in spans:
             spans[e] = EpochSpan(e, st.get("ts"))
         if top is not None and e > top:
-            how = _how(st)
+            how = _how(st, view)
             for s in spans.values():
                 if s.epoch < e and s.ended_ms is None:
                     s.ended_ms, s.how, s.source, s.position = st.get("ts"), how, st.get("source"), st.get("position")
@@ -88,10 +88,10 @@ def epochs(view: CoordView) -> dict[int, EpochSpan]:
     return spans
 
 
-def _how(st: dict) -> str:
+def _how(st: dict, view: CoordView) -> str:
     """Why the record at a higher epoch ended the epochs below it."""
     state = st.get("state")
-    t = st.get("txn")
+    t = view.txns[st["txn"]] if st.get("txn") is not None else None
     if state == "Empty":
         return "fenced: a new InitProducerId got a higher epoch"
     if t is not None and t.ended_by == "coordinator":
