@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 from enum import Enum
 from pathlib import Path
@@ -107,12 +108,16 @@ def run_audit(sp, parquet: Optional[Path], command: str, local, on_spark, source
         writer = parquet_writer(parquet)
         run = local(writer.write if writer else None)
         close_parquet(writer, run, command)
-        return run
-    from kaudit.engine import spark
+    else:
+        from kaudit.engine import spark
 
-    run = on_spark(sp)
-    if parquet is not None:
-        spark.write_parquet(source, names, source_opts(), str(parquet), run.findings, sp)
+        run = on_spark(sp)
+        if parquet is not None:
+            spark.write_parquet(source, names, source_opts(), str(parquet), run.findings, sp)
+    # what is alive now (the run, the decoders' and rules' modules) lives to the end of the
+    # command: the cyclic collector's full collections while the report is built need not walk
+    # it again (one of them cost ~20 ms after the bench capture's audit)
+    gc.freeze()
     return run
 
 
