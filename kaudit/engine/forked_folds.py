@@ -34,7 +34,7 @@ import threading
 import traceback
 
 from kaudit.sources.cores import usable_cpus
-from kaudit.engine.shared_folds import kill_child, wait_child
+from kaudit.engine.shared_folds import kill_child, reap, reap_ending, wait_child
 from kaudit.sources.pcap_workers import recv_parts, send, widen
 from kaudit.sources.records import METADATA_TOPIC, OFFSETS_TOPIC, REMOTE_TOPIC, TXN_TOPIC
 
@@ -97,6 +97,7 @@ def run_forked(work, chunks, finish, behind: int = 4, ending=None) -> tuple[list
     `finish(work)` gives the findings once every chunk is folded (in the child). `ending()`:
     facts this process learnt while decoding (a dict of Facts attributes: the capture summaries),
     sent after the last chunk and set in the child's facts before it finishes."""
+    reap_ending()
     chunks_r, chunks_w = os.pipe()
     results_r, results_w = os.pipe()
     widen(chunks_w)
@@ -119,7 +120,10 @@ def run_forked(work, chunks, finish, behind: int = 4, ending=None) -> tuple[list
                 message = recv_parts(f)
             except (EOFError, pickle.UnpicklingError, ValueError):
                 message = None
-        status = wait_child(pid)
+        if message is None:
+            status = wait_child(pid)
+        else:   # its results are in: its exit (~15-40 ms to free the selections) need not be waited for
+            reap(pid)
         pid = None
     finally:
         if pid is not None:   # the main process failed (or Ctrl-C): the child's work is moot

@@ -99,7 +99,7 @@ def _end(costs: list[float], workers: int = 2) -> float:
 def run_shared(work, folds) -> list[dict]:
     """`Work.run_folds(folds)`, shared with a forked child (see the module's docstring)."""
     folds = list(folds)
-    _reap_ending()
+    reap_ending()
     tasks = tasks_of(work, folds)
     if len(tasks) > 255:
         return work.run_folds(folds)
@@ -123,7 +123,7 @@ def run_shared(work, folds) -> list[dict]:
         if reader.is_alive():   # the child is still at it: load what comes next meanwhile
             _warm()
         reader.join()
-        _reap(pid)
+        reap(pid)
         pid = None
     finally:
         os.close(tokens_r)
@@ -230,20 +230,20 @@ def _receive(fd: int, into: list) -> None:
 _ENDING: list[int] = []   # children whose results are in, not yet reaped
 
 
-def _reap(pid: int) -> None:
-    """Reaps a child whose results are in if it has exited; else once it has (the next sharing,
-    or the process's exit): the main process need not wait for its exit to go on."""
+def reap(pid: int) -> None:
+    """Reaps a child whose results are in if it has exited; else once it has (the next sharing
+    or forked folds, or the process's exit): the main process need not wait for its exit to go on."""
     try:
         ended, _ = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         return
     if not ended:
-        atexit.unregister(_reap_ending)   # registered once
-        atexit.register(_reap_ending)
+        atexit.unregister(reap_ending)   # registered once
+        atexit.register(reap_ending)
         _ENDING.append(pid)
 
 
-def _reap_ending() -> None:
+def reap_ending() -> None:
     while _ENDING:
         wait_child(_ENDING.pop())
 
