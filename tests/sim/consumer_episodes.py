@@ -5,7 +5,9 @@ expectations it implies; and exactly-once consume-transform-produce applications
 Group faults: none (optionally a member leaves or joins mid-way: nothing to report), die (a
 member is served records, dies before committing them, and after the session timeout the next
 owner is served them again: redelivery; with commit-before-processing nothing is redelivered on
-the wire), fenced (the same, the member stalled: the coordinator removed it, its late commit is
+the wire), static_restart (the same under static membership, KIP-345: the process is back within
+the session timeout with the same host, client id and group.instance.id, a new member id and
+the old one's partitions, no rebalance; served them again from the commit: redelivery), fenced (the same, the member stalled: the coordinator removed it, its late commit is
 refused, its heartbeat answered UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH), reset (a new group with
 auto.offset.reset=latest starts at the log end: info), reset_range (the committed offset fell below
 the log start by retention, OFFSET_OUT_OF_RANGE, reset to latest jumps over the records since:
@@ -22,9 +24,10 @@ from __future__ import annotations
 
 from tests.sim import wire_group as wg
 from tests.sim.cluster import Client, Sim
-from tests.sim.consumer_group import FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, Group, Member, serve, stored
+from tests.sim.consumer_group import (FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, Group, Member,
+                                      serve, stored)
 
-GROUP_FAULTS = ("none", "die", "fenced", "reset", "reset_range", "start_beyond", "commit_beyond",
+GROUP_FAULTS = ("none", "die", "fenced", "static_restart", "reset", "reset_range", "start_beyond", "commit_beyond",
                 "uncommitted_read", "seek_back", "eos", "eos_double")
 SESSION_MS = 10_000
 MAX_ROUNDS = 40
@@ -66,6 +69,9 @@ def group(sim: Sim, i: int, ep: dict) -> None:
             b = _boundaries(p)
             g.committed[tp] = b[-1] if b else p.log_start
     members = [_new(g, k, iso, ep, reset="latest" if fault == "reset" else "earliest") for k in range(n)]
+    if fault == "static_restart" and g.protocol != "848":
+        for m in members:   # KIP-345: every member has a group.instance.id
+            m.instance = f"{g.name}-instance-{m.k}"
     if fault == "start_beyond":
         members[ep["victim"] % n].seek = ep["at"] + 1
     g.rebalance(joining=members)
@@ -184,6 +190,30 @@ def _die(sim: Sim, g: Group, victim: Member, ep: dict, *, stall: bool = False) -
             g.rebalance(joining=[victim])
 
 
+def _static_restart(sim: Sim, g: Group, victim: Member, ep: dict) -> None:
+    """A static member (classic protocol) is served its partitions' next records and its process
+    dies before committing them (committing first under commit-before-processing); it is back
+    within the session timeout (Group.restart_static): no rebalance, and the new process is
+    served the records past the commit again (redelivery, as after `die`). With `rejoin` the old
+    process had only stalled: it wakes, and its commit and heartbeat are refused
+    FENCED_INSTANCE_ID. KIP-848 groups: `die`."""
+    if g.protocol == "848":
+        return _die(sim, g, victim, ep)
+    _round(g, ep["commit"], skip=victim)
+    victim.poll()
+    if ep["commit"] == "before":
+        victim.commit_all()
+    late = dict(victim.position)
+    sim.wait(SESSION_MS // 4)
+    g.restart_static(victim)
+    _round(g, ep["commit"])
+    if ep.get("rejoin"):
+        for tp, off in sorted(late.items()):
+            victim.position[tp] = off
+            victim.commit(tp, error=FENCED_INSTANCE_ID)
+        victim.heartbeat(error=FENCED_INSTANCE_ID)
+
+
 def _commit_beyond(sim: Sim, g: Group, victim: Member, ep: dict) -> None:
     _round(g, ep["commit"])
     # a partition the group was served records of (an unread one proves nothing about positions)
@@ -212,7 +242,8 @@ def _seek_back(sim: Sim, g: Group, victim: Member, ep: dict) -> None:
             m.position[tp] = m.look_up(tp, -2)
 
 
-FAULTS = {"die": _die, "fenced": lambda *a: _die(*a, stall=True), "commit_beyond": _commit_beyond,
+FAULTS = {"die": _die, "fenced": lambda *a: _die(*a, stall=True), "static_restart": _static_restart,
+          "commit_beyond": _commit_beyond,
           "seek_back": _seek_back}
 
 

@@ -19,6 +19,7 @@ from tests.sim.wire import node_ip
 UNKNOWN_MEMBER_ID = 25
 REBALANCE_IN_PROGRESS = 27
 FENCED_MEMBER_EPOCH = 110
+FENCED_INSTANCE_ID = 82
 OFFSET_OUT_OF_RANGE = 1
 
 
@@ -140,6 +141,8 @@ class Member:
     seek: int = 0                    # start_beyond: the application seeks this many batches past the commit
     delivered: dict = field(default_factory=dict)   # tp -> offsets delivered in this ownership
     greeted: set = field(default_factory=set)       # the brokers it has sent a Metadata request
+    instance: str | None = None      # group.instance.id (KIP-345 static membership), classic protocol
+    incarnation: int = 0             # its process: a restarted one (same host and client id) on new connections
 
     def __post_init__(self):
         self.client_id = f"consumer-{self.group.name}-{self.k}"
@@ -149,10 +152,13 @@ class Member:
     # -- the wire ----------------------------------------------------------------------------
     def exchange(self, node: int, msgs, conn: str) -> None:
         sim = self.group.sim
-        name = f"{self.client_id}@{self.host}->{conn}"
+        name = self._conn(conn)
         sim.cap.exchange(name, msgs[:1], sim.tick(), client_ip=self.host, server_ip=node_ip(node))
         if msgs[1:]:
             sim.cap.exchange(name, msgs[1:], sim.tick(), client_ip=self.host, server_ip=node_ip(node))
+
+    def _conn(self, conn: str) -> str:
+        return f"{self.client_id}@{self.host}{f'#{self.incarnation}' if self.incarnation else ''}->{conn}"
 
     def hello(self, node: int) -> None:
         """A Metadata exchange on the member's first request to `node` (not its coordinator
@@ -167,7 +173,7 @@ class Member:
         self.exchange(node, wg.metadata(self.corr(f"n{node}"), self.client_id, parts, nodes), f"n{node}")
 
     def corr(self, conn: str) -> int:
-        return self.group.sim.cap.next_corr(f"{self.client_id}@{self.host}->{conn}")
+        return self.group.sim.cap.next_corr(self._conn(conn))
 
     def coord(self, build) -> None:
         """One exchange with the group coordinator: build(corr) -> msgs."""
@@ -289,7 +295,8 @@ class Member:
             self.coord(lambda c: wg.cg_heartbeat(c, self.client_id, g.name, self.member_id, self.generation,
                                                  self.generation, None, topics=g.topics, error=error))
         else:
-            self.coord(lambda c: wg.heartbeat(c, self.client_id, g.name, self.member_id, self.generation, error=error))
+            self.coord(lambda c: wg.heartbeat(c, self.client_id, g.name, self.member_id, self.generation, error=error,
+                                              instance=self.instance))
 
 
 class Group:
@@ -408,10 +415,32 @@ class Group:
         leader = min(self.alive(), key=lambda m: m.k).member_id
         for m in self.alive():
             m.generation = self.generation
-            m.coord(lambda c: wg.join(c, m.client_id, self.name, m.member_id, self.generation, leader))
+            m.coord(lambda c: wg.join(c, m.client_id, self.name, m.member_id, self.generation, leader,
+                                      instance=m.instance))
         for m in self.alive():
-            m.coord(lambda c: wg.sync(c, m.client_id, self.name, m.member_id, self.generation, sorted(target[m])))
+            m.coord(lambda c: wg.sync(c, m.client_id, self.name, m.member_id, self.generation, sorted(target[m]),
+                                      instance=m.instance))
             self._take(m, target[m])
+
+    def restart_static(self, old: Member) -> Member:
+        """A static member's process restarted within the session timeout (KIP-345): the new one
+        (same host, client id and group.instance.id, new connections) joins with no member id, is
+        given a new one and the old one's assignment with no rebalance (the generation and the
+        other members stay: GroupCoordinator's static member replacement), and starts from the
+        group's committed offsets."""
+        m = self.member(old.k, old.isolation, max_batches=old.max_batches, reset=old.reset,
+                        sessions={} if old.sessions is not None else None)
+        m.instance, m.incarnation = old.instance, old.incarnation + 1
+        m.member_id = f"{old.member_id.split('~')[0]}~{m.incarnation}"
+        m.generation = self.generation
+        tps = sorted(old.owned)
+        self.drop(old)
+        leader = min(self.alive(), key=lambda x: x.k).member_id
+        m.coord(lambda c: wg.join(c, m.client_id, self.name, m.member_id, self.generation, leader,
+                                  instance=m.instance, asked=""))
+        m.coord(lambda c: wg.sync(c, m.client_id, self.name, m.member_id, self.generation, tps, instance=m.instance))
+        self._take(m, set(tps))
+        return m
 
     def _take(self, m: Member, tps) -> None:
         for tp in sorted(tps - m.owned):

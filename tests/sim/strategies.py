@@ -11,7 +11,7 @@ from tests.sim.episodes import IDEM_FAULT_NAMES
 TXN_KINDS = ("none", "fence-registered", "fence-unregistered", "fence-race", "admin_abort", "admin_abort_ended",
              "coord_failover",
              "timeout", "late_endtxn", "two_pc", "exhaust", "stuck_markers")
-GROUP_KINDS = ("none", "die", "fenced", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
+GROUP_KINDS = ("none", "die", "fenced", "static_restart", "reset", "reset_range", "reset_range_session", "start_beyond", "commit_beyond",
                "uncommitted_read", "seek_back", "eos", "eos_double", "offsets_compacted")
 # log: what the brokers themselves do to a partition's log (compacted: the log cleaner, fault-free)
 LOG_KINDS = ("compacted", "compacted_coordinator", "compacted_compressed", "clean_interrupted", "compacted_consumers")

@@ -87,26 +87,32 @@ def assignment(tps) -> bytes:
     return out + nbytes(None)
 
 
-def join(corr: int, client: str, group: str, member: str, generation: int, leader: str, *, error: int = 0):
-    """JoinGroup v5 (the request with the member id the coordinator gave, as after MEMBER_ID_REQUIRED)."""
+def join(corr: int, client: str, group: str, member: str, generation: int, leader: str, *, error: int = 0,
+         instance: str | None = None, asked: str | None = None):
+    """JoinGroup v5 (the request with the member id the coordinator gave, as after MEMBER_ID_REQUIRED,
+    else `asked`: a static member's first - `instance`: its group.instance.id, KIP-345 - asks with
+    none and is given `member`)."""
     req = (request_header(11, 5, corr, client, False) + string(group) + i32(10000) + i32(30000)
-           + string(member) + string(None) + string("consumer") + array(1) + string("range") + nbytes(b""))
+           + string(member if asked is None else asked) + string(instance)
+           + string("consumer") + array(1) + string("range") + nbytes(b""))
     resp = (response_header(corr, False) + i32(0) + i16(error) + i32(generation) + string("range")
             + string(leader) + string(member) + array(0))
     return _x(req, resp)
 
 
-def sync(corr: int, client: str, group: str, member: str, generation: int, tps, *, error: int = 0):
+def sync(corr: int, client: str, group: str, member: str, generation: int, tps, *, error: int = 0,
+         instance: str | None = None):
     """SyncGroup v3; the response assigns `tps`."""
     req = (request_header(14, 3, corr, client, False) + string(group) + i32(generation) + string(member)
-           + string(None) + array(0))
+           + string(instance) + array(0))
     resp = response_header(corr, False) + i32(0) + i16(error) + nbytes(assignment(tps))
     return _x(req, resp)
 
 
-def heartbeat(corr: int, client: str, group: str, member: str, generation: int, *, error: int = 0):
+def heartbeat(corr: int, client: str, group: str, member: str, generation: int, *, error: int = 0,
+              instance: str | None = None):
     req = (request_header(12, 3, corr, client, False) + string(group) + i32(generation) + string(member)
-           + string(None))
+           + string(instance))
     return _x(req, response_header(corr, False) + i32(0) + i16(error))
 
 
