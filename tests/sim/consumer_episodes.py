@@ -117,6 +117,7 @@ def _live(sim: Sim, i: int, g: Group, ep: dict):
 
 def _new(g: Group, k: int, iso: str, ep: dict, **kw) -> Member:
     m = g.member(k, iso, max_batches=ep["fetch"], sessions={} if ep.get("session") else None, **kw)
+    m.rack = bool(ep.get("rack"))
     if g.protocol == "848":   # topic ids: the member's metadata (its assignments name topics by id)
         m.hello(list(g.sim.nodes)[0])
     return m

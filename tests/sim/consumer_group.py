@@ -120,6 +120,13 @@ def serve(part, offset: int, isolation: str, max_batches: int) -> tuple[Served, 
                                                    aborted=tuple(listed))
 
 
+def _caught_up(part) -> list:
+    """The partition's followers that hold every batch its leader does (a preferred read replica
+    serves what the leader would)."""
+    have = part.rlog.get(part.leader)
+    return [n for n in sorted(part.rlog) if n != part.leader and part.rlog[n] == have]
+
+
 @dataclass(eq=False)
 class Member:
     """One consumer process (and its group membership)."""
@@ -142,6 +149,8 @@ class Member:
     delivered: dict = field(default_factory=dict)   # tp -> offsets delivered in this ownership
     greeted: set = field(default_factory=set)       # the brokers it has sent a Metadata request
     instance: str | None = None      # group.instance.id (KIP-345 static membership), classic protocol
+    rack: bool = False               # client.rack: its leaders send it to a replica in its rack (KIP-392)
+    reader: dict = field(default_factory=dict)      # tp -> the follower it fetches from (KIP-392)
     incarnation: int = 0             # its process: a restarted one (same host and client id) on new connections
 
     def __post_init__(self):
@@ -225,7 +234,10 @@ class Member:
         tps = sorted(self.owned if tps is None else tps)
         by_node: dict = {}
         for tp in tps:
-            by_node.setdefault(self.group.parts[tp].leader, []).append(tp)
+            part = self.group.parts[tp]
+            if self.reader.get(tp) is not None and self.reader[tp] not in _caught_up(part):
+                del self.reader[tp]   # the follower fell behind or is gone: back to the leader
+            by_node.setdefault(self.reader.get(tp, part.leader), []).append(tp)
         out = {}
         for node, group in sorted(by_node.items()):
             out.update(self._fetch(node, group))
@@ -237,6 +249,12 @@ class Member:
         asked, answered, session, answer_session = list(tps), list(tps), (0, -1), 0
         # KIP-848 era clients fetch by topic id (Fetch v13+, named by the members' Metadata)
         version = 13 if g.protocol == "848" else (12 if self.sessions is not None else 5)
+        # KIP-392: a leader that prefers a caught-up follower in the client's rack answers the
+        # partition with no records and that replica's id; the client fetches from it from then on
+        preferred = {tp: _caught_up(g.parts[tp])[0] for tp in tps if self.rack and version >= 11
+                     and node == g.parts[tp].leader and tp not in self.reader and _caught_up(g.parts[tp])}
+        for tp in preferred:
+            answers[tp] = serve(g.parts[tp], self.position[tp], self.isolation, 0)
         if self.sessions is not None:   # KIP-227: only what changed goes in either direction
             sid, epoch, sent, cached = self.sessions.get(node, (0, 0, {}, {}))
             if set(sent) - set(tps):    # a partition given up: a new full session
@@ -261,7 +279,9 @@ class Member:
                            b"".join(b.data for b in s.batches)))
         self.hello(node)
         self.exchange(node, wg.fetch(self.corr(f"n{node}"), self.client_id, version, self.isolation, rows_q, rows_a,
-                                     session=session, answer_session=answer_session), f"n{node}")
+                                     session=session, answer_session=answer_session,
+                                     preferred={tp: n for tp, n in preferred.items() if tp in answered}), f"n{node}")
+        self.reader.update({tp: n for tp, n in preferred.items() if tp in answered})
         out = {}
         for tp in answered:
             s, f = answers[tp]
@@ -312,7 +332,9 @@ class Group:
         self.committed: dict = {}
         self.generation = 0
         self.owner: dict = {}           # tp -> the member owning it (the oracle's view)
-        self.pending: dict = {}         # tp -> (previous owner, offsets it was delivered past the commit)
+        # tp -> {previous owner: offsets it was delivered past the commit when it gave tp up}: every
+        # owner since, not only the last (one given tp back before it was served anything hides none)
+        self.pending: dict = {}
         self.redelivered: dict = {}     # (tp, previous owner k, next owner k) -> offsets served again
         self.aborted_reads: dict = {}   # (member k, tp, pid, marker) -> [first, last]
         self.markers_served: set = set()   # (tp, offset) of the markers some Fetch returned
@@ -328,11 +350,12 @@ class Group:
 
     # -- the oracle's bookkeeping --------------------------------------------------------------
     def note_served(self, m: Member, tp, s: Served) -> None:
-        prev = self.pending.get(tp)
-        if prev is not None and prev[0] is not m:
-            again = set(s.delivered) & prev[1]
+        # a member given tp back after it gave it up is in a new ownership (fenced, then rejoined):
+        # what it was served before is served again to it too
+        for prev, offs in self.pending.get(tp, {}).items():
+            again = set(s.delivered) & offs
             if again:
-                self.redelivered.setdefault((tp, prev[0].k, m.k), set()).update(again)
+                self.redelivered.setdefault((tp, prev.k, m.k), set()).update(again)
         self.markers_served.update((tp, b.base) for b in s.batches if b.control)
         for pid, marker, first, last in s.aborted_read:
             r = self.aborted_reads.setdefault((m.k, tp, pid, marker), [first, last])
@@ -341,9 +364,10 @@ class Group:
     def released(self, m: Member, tp) -> None:
         """`m` stops owning `tp`: what it was delivered past the group's commit may be served again."""
         c = self.committed.get(tp, -1)
-        self.pending[tp] = (m, {o for o in m.delivered.get(tp, ()) if o >= c})
+        self.pending.setdefault(tp, {}).setdefault(m, set()).update(o for o in m.delivered.get(tp, ()) if o >= c)
         m.owned.discard(tp)
         m.position.pop(tp, None)
+        m.reader.pop(tp, None)   # its preferred read replica goes with the partition's state
         if self.owner.get(tp) is m:
             del self.owner[tp]
 
@@ -430,7 +454,7 @@ class Group:
         group's committed offsets."""
         m = self.member(old.k, old.isolation, max_batches=old.max_batches, reset=old.reset,
                         sessions={} if old.sessions is not None else None)
-        m.instance, m.incarnation = old.instance, old.incarnation + 1
+        m.instance, m.incarnation, m.rack = old.instance, old.incarnation + 1, old.rack
         m.member_id = f"{old.member_id.split('~')[0]}~{m.incarnation}"
         m.generation = self.generation
         tps = sorted(old.owned)

@@ -204,7 +204,7 @@ def group_episode(kind: str):
         "commit": st.sampled_from(["after", "before"]), "fault": st.just(fault), "at": st.integers(0, 3),
         "victim": st.integers(0, 2), "change": st.sampled_from(["none", "leave", "join"]),
         "fetch": st.integers(1, 2), "input": st.integers(0, 3), "session": session, "live": st.integers(0, 3),
-        "rejoin": st.booleans(),
+        "rejoin": st.booleans(), "rack": st.booleans(),
         # offsets_compacted: the coordinator's __consumer_offsets log, its tombstones and cleaner (offsets_log.py)
         "offsets": st.fixed_dictionaries({
             "then": st.sampled_from(["delete", "expire", "none"]),

@@ -21,13 +21,14 @@ def topic_id(topic: str) -> uuid.UUID:
 
 
 def fetch(corr: int, client: str, version: int, isolation: str, asked, answered, *, session=(0, -1),
-          answer_session: int = 0, replica_id: int = -1):
+          answer_session: int = 0, replica_id: int = -1, preferred=None):
     """A consumer Fetch (replica id -1; a follower's: its broker id) and its response, of several partitions: v5 (no fetch
     session), v12 (flexible, topic names) or v13 (flexible, topic ids), with a KIP-227 fetch session
     (`session` (id, epoch) of the request; an incremental request lists only the partitions whose
     position changed, the response only those with something new).
     asked [(topic, partition, fetch offset)]; answered [(topic, partition, error, hw, lso, log start,
-    [(pid, first offset)] aborted, records)]."""
+    [(pid, first offset)] aborted, records)]; `preferred` {(topic, partition): broker id}: the
+    leader's preferred read replica for the partition (KIP-392, v11+), else -1."""
     flex = version >= 12
     arr = carray if flex else array
     tags = TAGS0 if flex else b""
@@ -69,7 +70,7 @@ def fetch(corr: int, client: str, version: int, isolation: str, asked, answered,
             resp += i32(p) + i16(err) + i64(hw) + i64(lso) + i64(start) + arr(len(aborted)) + b"".join(
                 i64(pid) + i64(o) + tags for pid, o in aborted)
             if version >= 11:
-                resp += i32(-1)
+                resp += i32((preferred or {}).get((t, p), -1))
             resp += (cbytes(data) if flex else nbytes(data)) + tags
         resp += tags
     resp += tags
