@@ -28,7 +28,7 @@ from kaudit.cli_common import (  # noqa: E402
     LOG_DIR_EXPECTED, CapturesArg, ManyPathsCommand, JobsOpt, KafkaPortOpt, MaxBatchOpt, MaxFrameOpt, MinSeverityOpt,
     PartitionOpt, PathsArg, ProducerIdOpt, Severity, SinceOpt, TlsKeylogOpt, TopicOpt, TxnIdOpt, UntilOpt, captures_of,
     check_log_plan,
-    check_selection, err, exit_unreadable, inside, no_kafka_traffic, parse_time, pcap_options, selection,
+    check_selection, err, exit_unreadable, frozen_heap, inside, no_kafka_traffic, parse_time, pcap_options, selection,
     sentences_help,
 )
 from kaudit.cli_decode import decode_app  # noqa: E402
@@ -124,19 +124,20 @@ def _report(run, command: str, inputs, format: ReportFormat, output: Optional[Pa
     check_selection(sel, inventory(run.coverage))
     for e in run.internal_errors:   # a broken engine contract: findings of that fold may be off
         err(f"[red]internal error:[/red] {e}; please report it (the findings of that fold may be incomplete)")
-    report = build_report(run, command, [str(p) for p in inputs], sel)
-    if format == ReportFormat.html and charts is not None:
-        report["charts"] = charts(report)
-    write = WRITERS[format.value]
-    args = (sel.min_severity,) if format in (ReportFormat.table, ReportFormat.html) else ()
-    # a live capture's findings already written as they settled (ndjson) are not written again
-    shown = dict(report, findings=[f for f in report["findings"] if f["id"] not in written]) if written else report
-    if output is None:
-        write(shown, sys.stdout, *args)
-        sys.stdout.flush()
-    else:
-        with open(output, "w", encoding="utf-8") as out:
-            write(report, out, *args)
+    with frozen_heap():
+        report = build_report(run, command, [str(p) for p in inputs], sel)
+        if format == ReportFormat.html and charts is not None:
+            report["charts"] = charts(report)
+        write = WRITERS[format.value]
+        args = (sel.min_severity,) if format in (ReportFormat.table, ReportFormat.html) else ()
+        # a live capture's findings already written as they settled (ndjson) are not written again
+        shown = dict(report, findings=[f for f in report["findings"] if f["id"] not in written]) if written else report
+        if output is None:
+            write(shown, sys.stdout, *args)
+            sys.stdout.flush()
+        else:
+            with open(output, "w", encoding="utf-8") as out:
+                write(report, out, *args)
     if run.errors:
         exit_unreadable(run.errors)
     if any(at_or_above(f["severity"], fail_on.value) for f in report["findings"]):

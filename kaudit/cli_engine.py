@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import gc
 import re
 from enum import Enum
 from pathlib import Path
@@ -114,10 +113,6 @@ def run_audit(sp, parquet: Optional[Path], command: str, local, on_spark, source
         run = on_spark(sp)
         if parquet is not None:
             spark.write_parquet(source, names, source_opts(), str(parquet), run.findings, sp)
-    # what is alive now (the run, the decoders' and rules' modules) lives to the end of the
-    # command: the cyclic collector's full collections while the report is built need not walk
-    # it again (one of them cost ~20 ms after the bench capture's audit)
-    gc.freeze()
     return run
 
 
