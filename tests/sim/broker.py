@@ -57,6 +57,7 @@ class Partition:
         self.state: dict[int, PState] = {}
         self.next_offset = start_offset
         self.log_start = start_offset
+        self.ends: list[tuple[int, int]] = []   # (clock, log end) after each append: what followers knew when
         self.log: list[bytes] = []     # the leader's stored batches, in order (what a Fetch serves)
         self.markers: dict[int, str] = {}   # offset -> COMMIT | ABORT of each marker stored
         # replication (tests/sim/replication.py): each replica's stored batches, the replicas not
@@ -84,6 +85,7 @@ class Partition:
         n = struct.unpack(">i", batch[23:27])[0] + 1   # last offset delta + 1
         self.next_offset += n
         self.advance_hw()
+        self.ends.append((self.sim.clock, self.next_offset))
         return off
 
     def log_end(self, node: int) -> int:

@@ -69,7 +69,7 @@ def group(sim: Sim, i: int, ep: dict) -> None:
             b = _boundaries(p)
             g.committed[tp] = b[-1] if b else p.log_start
     members = [_new(g, k, iso, ep, reset="latest" if fault == "reset" else "earliest") for k in range(n)]
-    if fault == "static_restart" and g.protocol != "848":
+    if fault == "static_restart":
         for m in members:   # KIP-345: every member has a group.instance.id
             m.instance = f"{g.name}-instance-{m.k}"
     if fault == "start_beyond":
@@ -197,15 +197,18 @@ def _static_restart(sim: Sim, g: Group, victim: Member, ep: dict) -> None:
     within the session timeout (Group.restart_static): no rebalance, and the new process is
     served the records past the commit again (redelivery, as after `die`). With `rejoin` the old
     process had only stalled: it wakes, and its commit and heartbeat are refused
-    FENCED_INSTANCE_ID. KIP-848 groups: `die`."""
-    if g.protocol == "848":
-        return _die(sim, g, victim, ep)
+    FENCED_INSTANCE_ID. KIP-848: the new process is refused UNRELEASED_INSTANCE_ID until the
+    crashed one's session expires, then joins as a new static member (Group.restart_static_848)."""
     _round(g, ep["commit"], skip=victim)
     victim.poll()
     if ep["commit"] == "before":
         victim.commit_all()
     late = dict(victim.position)
     sim.wait(SESSION_MS // 4)
+    if g.protocol == "848":
+        g.restart_static_848(victim)
+        _round(g, ep["commit"])
+        return
     g.restart_static(victim)
     _round(g, ep["commit"])
     if ep.get("rejoin"):

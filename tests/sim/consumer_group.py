@@ -20,6 +20,8 @@ UNKNOWN_MEMBER_ID = 25
 REBALANCE_IN_PROGRESS = 27
 FENCED_MEMBER_EPOCH = 110
 FENCED_INSTANCE_ID = 82
+UNRELEASED_INSTANCE_ID = 111
+SESSION_WAIT_MS = 6_000   # two refused heartbeats span a session timeout (consumer_episodes.SESSION_MS)
 OFFSET_OUT_OF_RANGE = 1
 
 
@@ -92,12 +94,22 @@ class Served:
     aborted_read: list        # [(pid, marker offset, first, last)] of read_uncommitted reads of aborted data
 
 
-def serve(part, offset: int, isolation: str, max_batches: int) -> tuple[Served, dict]:
-    """The leader's answer to a consumer Fetch at `offset` (and the response's fields)."""
+def serve(part, offset: int, isolation: str, max_batches: int, *, hw: int | None = None) -> tuple[Served, dict]:
+    """The leader's answer to a consumer Fetch at `offset` (and the response's fields); with `hw`,
+    a follower's that knows that high watermark (KIP-392): it serves below it, its stable offset
+    counts a transaction whose marker is not below it as open (ProducerStateManager's unreplicated
+    transactions), and an offset past it but within the log is answered with nothing, no error."""
     batches, aborts, open_ = log_view(part)
-    hw = part.next_offset
+    if hw is None:
+        hw = part.next_offset
+    else:
+        batches = [b for b in batches if b.base < hw]
+        ended, open_ = txn_ranges(batches)
+        aborts = [(pid, first, m) for pid, first, m, kind in ended if kind == "ABORT"]
     lso = min(open_.values(), default=hw)
     upper = lso if isolation == "read_committed" else hw
+    if hw < offset <= part.next_offset:
+        return Served([], offset, [], []), dict(hw=hw, lso=lso, log_start=part.log_start, error=0, aborted=())
     if offset < part.log_start or offset > hw:
         # ReplicaManager.createLogReadResult(e): the error's watermarks and log start are -1
         return Served([], offset, [], []), dict(hw=-1, lso=-1, log_start=-1, error=OFFSET_OUT_OF_RANGE, aborted=())
@@ -122,9 +134,21 @@ def serve(part, offset: int, isolation: str, max_batches: int) -> tuple[Served, 
 
 def _caught_up(part) -> list:
     """The partition's followers that hold every batch its leader does (a preferred read replica
-    serves what the leader would)."""
+    serves what the leader would, up to the high watermark it knows); none on a compacted
+    partition (each replica's cleaner rewrites its own log)."""
+    if getattr(part, "cleaned", False):
+        return []
     have = part.rlog.get(part.leader)
     return [n for n in sorted(part.rlog) if n != part.leader and part.rlog[n] == have]
+
+
+FOLLOWER_LAG_MS = 20   # a follower learns the high watermark with its next fetch from the leader
+
+
+def _follower_hw(part) -> int:
+    """The high watermark a caught-up follower knows: the leader's log end FOLLOWER_LAG_MS ago."""
+    known = [end for ts, end in part.ends if ts <= part.sim.clock - FOLLOWER_LAG_MS]
+    return min(part.next_offset, max([part.log_start] + known[-1:]))
 
 
 @dataclass(eq=False)
@@ -245,7 +269,10 @@ class Member:
 
     def _fetch(self, node: int, tps: list) -> dict:
         g = self.group
-        answers = {tp: serve(g.parts[tp], self.position[tp], self.isolation, self.max_batches) for tp in tps}
+        # a follower (KIP-392) knows the high watermark of FOLLOWER_LAG_MS ago: what its last fetch from the leader said
+        hw = {tp: _follower_hw(g.parts[tp]) for tp in tps if node != g.parts[tp].leader}
+        answers = {tp: serve(g.parts[tp], self.position[tp], self.isolation, self.max_batches, hw=hw.get(tp))
+                   for tp in tps}
         asked, answered, session, answer_session = list(tps), list(tps), (0, -1), 0
         # KIP-848 era clients fetch by topic id (Fetch v13+, named by the members' Metadata)
         version = 13 if g.protocol == "848" else (12 if self.sessions is not None else 5)
@@ -313,7 +340,8 @@ class Member:
         g = self.group
         if g.protocol == "848":
             self.coord(lambda c: wg.cg_heartbeat(c, self.client_id, g.name, self.member_id, self.generation,
-                                                 self.generation, None, topics=g.topics, error=error))
+                                                 self.generation, None, topics=g.topics, error=error,
+                                                 instance=self.instance))
         else:
             self.coord(lambda c: wg.heartbeat(c, self.client_id, g.name, self.member_id, self.generation, error=error,
                                               instance=self.instance))
@@ -446,16 +474,39 @@ class Group:
                                       instance=m.instance))
             self._take(m, target[m])
 
+    def restart_static_848(self, old: Member) -> Member:
+        """KIP-848: a static member's instance id stays the crashed process's until its session
+        expires (it sent no leave, epoch -2): the new process's heartbeats (epoch 0, a new member
+        id) are refused UNRELEASED_INSTANCE_ID (GroupMetadataManager.throwIfInstanceIdIsUnreleased);
+        once the old member is removed, it joins as a new static member (a new group epoch)."""
+        m = self._successor(old)
+        m.hello(list(self.sim.nodes)[0])   # its Metadata first: its assignment names topics by id
+        m.alive = False
+        for _ in range(2):
+            m.coord(lambda c: wg.cg_heartbeat(c, m.client_id, self.name, m.member_id, 0, 0, None, topics=self.topics,
+                                              error=UNRELEASED_INSTANCE_ID, instance=m.instance))
+            self.sim.wait(SESSION_WAIT_MS)
+        self.drop(old)
+        m.alive = True
+        self.rebalance(joining=[m])
+        return m
+
+    def _successor(self, old: Member) -> Member:
+        """The restarted process of a static member: same host, client id and instance id, new
+        connections, a new member id."""
+        m = self.member(old.k, old.isolation, max_batches=old.max_batches, reset=old.reset,
+                        sessions={} if old.sessions is not None else None)
+        m.instance, m.incarnation, m.rack = old.instance, old.incarnation + 1, old.rack
+        m.member_id = f"{old.member_id.split('~')[0]}~{m.incarnation}"
+        return m
+
     def restart_static(self, old: Member) -> Member:
         """A static member's process restarted within the session timeout (KIP-345): the new one
         (same host, client id and group.instance.id, new connections) joins with no member id, is
         given a new one and the old one's assignment with no rebalance (the generation and the
         other members stay: GroupCoordinator's static member replacement), and starts from the
         group's committed offsets."""
-        m = self.member(old.k, old.isolation, max_batches=old.max_batches, reset=old.reset,
-                        sessions={} if old.sessions is not None else None)
-        m.instance, m.incarnation, m.rack = old.instance, old.incarnation + 1, old.rack
-        m.member_id = f"{old.member_id.split('~')[0]}~{m.incarnation}"
+        m = self._successor(old)
         m.generation = self.generation
         tps = sorted(old.owned)
         self.drop(old)
@@ -487,12 +538,12 @@ class Group:
                 self.released(m, tp)
             keep = sorted(m.owned)
             m.coord(lambda c: wg.cg_heartbeat(c, m.client_id, self.name, m.member_id, m.generation, m.generation,
-                                              keep, topics=self.topics))
+                                              keep, topics=self.topics, instance=m.instance))
         for m in self.alive():
             epoch = 0 if m in joining else m.generation
             m.generation = self.generation
             m.coord(lambda c: wg.cg_heartbeat(c, m.client_id, self.name, m.member_id, epoch, self.generation,
-                                              sorted(target[m]), topics=self.topics))
+                                              sorted(target[m]), topics=self.topics, instance=m.instance))
             self._take(m, target[m])
 
     def leave(self, m: Member, *, commit: bool = True) -> None:
@@ -501,7 +552,7 @@ class Group:
             m.commit_all()
         if self.protocol == "848":
             m.coord(lambda c: wg.cg_heartbeat(c, m.client_id, self.name, m.member_id, -1, -1, None,
-                                              topics=self.topics))
+                                              topics=self.topics, instance=m.instance))
         else:
             m.coord(lambda c: wg.leave(c, m.client_id, self.name, m.member_id))
         self.drop(m)

@@ -125,11 +125,11 @@ def leave(corr: int, client: str, group: str, member: str):
 
 
 def cg_heartbeat(corr: int, client: str, group: str, member: str, epoch: int, answer_epoch: int, tps=None, *,
-                 topics=(), error: int = 0):
+                 topics=(), error: int = 0, instance: str | None = None):
     """ConsumerGroupHeartbeat v0 (KIP-848); the response assigns `tps` by topic id (None: no
-    assignment in the answer). epoch 0 joins, -1 leaves."""
+    assignment in the answer). epoch 0 joins, -1 leaves; `instance`: a static member's id."""
     req = (request_header(68, 0, corr, client, True) + cstring(group) + cstring(member) + i32(epoch)
-           + cstring(None) + cstring(None) + i32(30000) + carray(len(topics)) + b"".join(cstring(t) for t in topics)
+           + cstring(instance) + cstring(None) + i32(30000) + carray(len(topics)) + b"".join(cstring(t) for t in topics)
            + cstring(None) + carray(None) + TAGS0)
     if tps is None:
         assigned = i8(-1)
