@@ -59,33 +59,45 @@ class FoldsProcessDied(RuntimeError):
 
 def should_fork(audit, jobs: int | None, min_bytes: int | None = None) -> bool:
     """Whether `audit`'s folds run in a forked child while this process decodes (`jobs`: --jobs)."""
-    if audit.tap is not None or jobs == 1:
-        return False
-    if min_bytes is None:
-        env = os.environ.get(MIN_BYTES_ENV, "").strip()
-        min_bytes = int(env) if env.isdigit() else None
     if audit.side == "wire":
-        pays = _capture_bytes(audit) >= (FORK_MIN_CAPTURE_BYTES if min_bytes is None else min_bytes)
-    elif audit.layout is not None:
-        python = sum(t.size for t in audit.layout.targets if t.kind == "log" and t.topic in PYTHON_DECODED)
-        pays = python >= (FORK_MIN_BYTES if min_bytes is None else min_bytes)
-    else:
+        return should_fork_captures(getattr(audit, "paths", ()), getattr(audit, "options", None), audit.tap, jobs,
+                                    min_bytes)
+    if audit.tap is not None or jobs == 1 or audit.layout is None:
         return False
-    return pays and sys.platform.startswith("linux") and usable_cpus() >= 2 and threading.active_count() == 1
+    python = sum(t.size for t in audit.layout.targets if t.kind == "log" and t.topic in PYTHON_DECODED)
+    return python >= _min_bytes(min_bytes, FORK_MIN_BYTES) and _safe()
 
 
-def _capture_bytes(audit) -> int:
+def should_fork_captures(paths, options, tap, jobs: int | None, min_bytes: int | None = None) -> bool:
+    """should_fork for the wire audit of `paths`, told before its plan is made (the plan, and the
+    rules' modules it loads, can then be made in the child)."""
+    if tap is not None or jobs == 1:
+        return False
+    return _capture_bytes(paths, options) >= _min_bytes(min_bytes, FORK_MIN_CAPTURE_BYTES) and _safe()
+
+
+def _min_bytes(given: int | None, default: int) -> int:
+    if given is None:
+        env = os.environ.get(MIN_BYTES_ENV, "").strip()
+        given = int(env) if env.isdigit() else None
+    return default if given is None else given
+
+
+def _safe() -> bool:
+    return sys.platform.startswith("linux") and usable_cpus() >= 2 and threading.active_count() == 1
+
+
+def _capture_bytes(paths, options) -> int:
     """The captures' bytes when they decode in this process alone (pcap workers are forked once
     the decode starts, when the pipe's writer thread is alive: no fork then); else 0."""
     from kaudit.sources.pcap import auto_jobs
 
     sizes = []
-    for p in getattr(audit, "paths", ()):
+    for p in paths or ():
         try:
             sizes.append(os.path.getsize(p))
         except (OSError, TypeError):
             return 0   # stdin, a file that went away: the decode says so
-    options = getattr(audit, "options", None)
     deep, jobs = bool(getattr(options, "deep", False)), getattr(options, "jobs", None)
     if not sizes or (jobs if jobs is not None else max(auto_jobs(n, deep) for n in sizes)) != 1:
         return 0
@@ -94,7 +106,9 @@ def _capture_bytes(audit) -> int:
 
 def run_forked(work, chunks, finish, behind: int = 4, ending=None) -> tuple[list, object, list]:
     """(findings, facts, internal errors) of `work` over `chunks`, folded in a forked child;
-    `finish(work)` gives the findings once every chunk is folded (in the child). `ending()`:
+    `work`: a plan.Work, or a function that makes it in the child (the rules' modules then load
+    there, beside the decode, not before it). `finish(work)` gives the findings once every chunk
+    is folded (in the child). `ending()`:
     facts this process learnt while decoding (a dict of Facts attributes: the capture summaries),
     sent after the last chunk and set in the child's facts before it finishes."""
     reap_ending()
@@ -180,6 +194,8 @@ def _child(work, finish, chunks: int, results: int) -> None:
     f = os.fdopen(chunks, "rb", buffering=1 << 20)
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)   # Ctrl-C ends it at once, no traceback
+        if callable(work):
+            work = work()
         while (item := recv_parts(f))[0] != _END:
             work.note(*item)
             work.fold(*item)
