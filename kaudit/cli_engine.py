@@ -107,12 +107,12 @@ def run_audit(sp, parquet: Optional[Path], command: str, local, on_spark, source
         writer = parquet_writer(parquet)
         run = local(writer.write if writer else None)
         close_parquet(writer, run, command)
-    else:
-        from kaudit.engine import spark
+        return run
+    from kaudit.engine import spark
 
-        run = on_spark(sp)
-        if parquet is not None:
-            spark.write_parquet(source, names, source_opts(), str(parquet), run.findings, sp)
+    run = on_spark(sp)
+    if parquet is not None:
+        spark.write_parquet(source, names, source_opts(), str(parquet), run.findings, sp)
     return run
 
 

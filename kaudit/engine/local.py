@@ -34,7 +34,7 @@ def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = Non
     work = Work(audit, tap=audit.tap)
     if captures is not None:
         work.facts.captures = captures
-    finish = lambda w: w.finish(runner=run_shared if should_share(w, jobs) else None)  # noqa: E731
+    finish = _finisher(jobs)
     with _rare_full_collections():
         if should_fork(audit, jobs):   # a decode that holds the GIL: the folds in a child, beside it
             ending = None if captures is None else (lambda: {"captures": captures})
@@ -54,6 +54,11 @@ def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = Non
 
 
 FOLDS_BEHIND = 4
+
+
+def _finisher(jobs: int | None):
+    """Work -> its findings: the buffered folds shared with a forked child where that pays."""
+    return lambda w: w.finish(runner=run_shared if should_share(w, jobs) else None)
 
 
 @contextmanager
@@ -144,9 +149,8 @@ def _execute_planned_in_child(planned, chunks, errors: list[str], captures: dict
         yield from chunks
         mine.append(planned())
 
-    finish = lambda w: w.finish(runner=run_shared if should_share(w, jobs) else None)  # noqa: E731
     with _rare_full_collections():
-        findings, facts, internal = run_forked(work, sent(), finish, FOLDS_BEHIND, lambda: {"captures": captures})
+        findings, facts, internal = run_forked(work, sent(), _finisher(jobs), FOLDS_BEHIND, lambda: {"captures": captures})
     audit = mine[0] if mine else planned()
     return audit.result(findings, facts, errors, internal=internal)
 
