@@ -135,7 +135,7 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
 
 def _execute_planned_in_child(planned, chunks, errors: list[str], captures: dict, jobs: int | None) -> AuditRun:
     """execute's forked folds for captures, the plan made in the child: the rules' modules load
-    there while this process decodes (they cost the decode's start ~0.04 s otherwise); this
+    there while this process decodes (they cost the decode's start ~0.02 s otherwise); this
     process makes its own plan, for the result, once it has sent the last chunk (the child is
     then folding it)."""
     def work() -> Work:
