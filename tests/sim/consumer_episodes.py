@@ -198,17 +198,23 @@ def _static_restart(sim: Sim, g: Group, victim: Member, ep: dict) -> None:
     served the records past the commit again (redelivery, as after `die`). With `rejoin` the old
     process had only stalled: it wakes, and its commit and heartbeat are refused
     FENCED_INSTANCE_ID. KIP-848: the new process is refused UNRELEASED_INSTANCE_ID until the
-    crashed one's session expires, then joins as a new static member (Group.restart_static_848)."""
+    crashed one's session expires, then joins as a new static member (Group.restart_static_848);
+    with `rejoin` the restart was graceful: a commit, a static leave (epoch -2), and the new
+    process takes the partitions over with no new group epoch (Group.rejoin_static_848)."""
     _round(g, ep["commit"], skip=victim)
     victim.poll()
-    if ep["commit"] == "before":
+    if ep["commit"] == "before" or (g.protocol == "848" and ep.get("rejoin")):
         victim.commit_all()
     late = dict(victim.position)
-    sim.wait(SESSION_MS // 4)
     if g.protocol == "848":
-        g.restart_static_848(victim)
+        if ep.get("rejoin"):
+            g.rejoin_static_848(victim)
+        else:
+            sim.wait(SESSION_MS // 4)
+            g.restart_static_848(victim)
         _round(g, ep["commit"])
         return
+    sim.wait(SESSION_MS // 4)
     g.restart_static(victim)
     _round(g, ep["commit"])
     if ep.get("rejoin"):

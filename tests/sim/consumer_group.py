@@ -491,6 +491,24 @@ class Group:
         self.rebalance(joining=[m])
         return m
 
+    def rejoin_static_848(self, old: Member) -> Member:
+        """KIP-848: a static member's graceful restart - it committed and left with epoch -2 (a
+        static leave: the coordinator keeps its partitions for the session timeout); the new
+        process (epoch 0, a new member id) replaces it with no new group epoch and the same
+        partitions (GroupMetadataManager: the member copied under its new id)."""
+        old.coord(lambda c: wg.cg_heartbeat(c, old.client_id, self.name, old.member_id, -2, -2, None,
+                                            topics=self.topics, instance=old.instance))
+        self.sim.wait(SESSION_WAIT_MS // 3)
+        m = self._successor(old)
+        m.hello(list(self.sim.nodes)[0])
+        tps = sorted(old.owned)
+        self.drop(old)
+        m.generation = self.generation
+        m.coord(lambda c: wg.cg_heartbeat(c, m.client_id, self.name, m.member_id, 0, self.generation, tps,
+                                          topics=self.topics, instance=m.instance))
+        self._take(m, set(tps))
+        return m
+
     def _successor(self, old: Member) -> Member:
         """The restarted process of a static member: same host, client id and instance id, new
         connections, a new member id."""
