@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from tests.sim import wire_group as wg
 from tests.sim.cluster import Client, Sim
-from tests.sim.consumer_group import (FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, Group, Member,
-                                      serve, stored)
+from tests.sim import static_members
+from tests.sim.consumer_group import FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, Group, Member, serve, stored
+from tests.sim.static_members import FENCED_INSTANCE_ID
 
 GROUP_FAULTS = ("none", "die", "fenced", "static_restart", "reset", "reset_range", "start_beyond", "commit_beyond",
                 "uncommitted_read", "seek_back", "eos", "eos_double")
@@ -194,13 +195,13 @@ def _die(sim: Sim, g: Group, victim: Member, ep: dict, *, stall: bool = False) -
 def _static_restart(sim: Sim, g: Group, victim: Member, ep: dict) -> None:
     """A static member (classic protocol) is served its partitions' next records and its process
     dies before committing them (committing first under commit-before-processing); it is back
-    within the session timeout (Group.restart_static): no rebalance, and the new process is
+    within the session timeout (static_members.restart): no rebalance, and the new process is
     served the records past the commit again (redelivery, as after `die`). With `rejoin` the old
     process had only stalled: it wakes, and its commit and heartbeat are refused
     FENCED_INSTANCE_ID. KIP-848: the new process is refused UNRELEASED_INSTANCE_ID until the
-    crashed one's session expires, then joins as a new static member (Group.restart_static_848);
+    crashed one's session expires, then joins as a new static member (static_members.restart_848);
     with `rejoin` the restart was graceful: a commit, a static leave (epoch -2), and the new
-    process takes the partitions over with no new group epoch (Group.rejoin_static_848)."""
+    process takes the partitions over with no new group epoch (static_members.rejoin_848)."""
     _round(g, ep["commit"], skip=victim)
     victim.poll()
     if ep["commit"] == "before" or (g.protocol == "848" and ep.get("rejoin")):
@@ -208,14 +209,14 @@ def _static_restart(sim: Sim, g: Group, victim: Member, ep: dict) -> None:
     late = dict(victim.position)
     if g.protocol == "848":
         if ep.get("rejoin"):
-            g.rejoin_static_848(victim)
+            static_members.rejoin_848(g, victim)
         else:
             sim.wait(SESSION_MS // 4)
-            g.restart_static_848(victim)
+            static_members.restart_848(g, victim)
         _round(g, ep["commit"])
         return
     sim.wait(SESSION_MS // 4)
-    g.restart_static(victim)
+    static_members.restart(g, victim)
     _round(g, ep["commit"])
     if ep.get("rejoin"):
         for tp, off in sorted(late.items()):

@@ -14,14 +14,12 @@ import struct
 from dataclasses import dataclass, field
 
 from tests.sim import wire_group as wg
+from tests.sim.rack_reads import caught_up, follower_hw
 from tests.sim.wire import node_ip
 
 UNKNOWN_MEMBER_ID = 25
 REBALANCE_IN_PROGRESS = 27
 FENCED_MEMBER_EPOCH = 110
-FENCED_INSTANCE_ID = 82
-UNRELEASED_INSTANCE_ID = 111
-SESSION_WAIT_MS = 6_000   # two refused heartbeats span a session timeout (consumer_episodes.SESSION_MS)
 OFFSET_OUT_OF_RANGE = 1
 
 
@@ -132,25 +130,6 @@ def serve(part, offset: int, isolation: str, max_batches: int, *, hw: int | None
                                                    aborted=tuple(listed))
 
 
-def _caught_up(part) -> list:
-    """The partition's followers that hold every batch its leader does (a preferred read replica
-    serves what the leader would, up to the high watermark it knows); none on a compacted
-    partition (each replica's cleaner rewrites its own log)."""
-    if getattr(part, "cleaned", False):
-        return []
-    have = part.rlog.get(part.leader)
-    return [n for n in sorted(part.rlog) if n != part.leader and part.rlog[n] == have]
-
-
-FOLLOWER_LAG_MS = 20   # a follower learns the high watermark with its next fetch from the leader
-
-
-def _follower_hw(part) -> int:
-    """The high watermark a caught-up follower knows: the leader's log end FOLLOWER_LAG_MS ago."""
-    known = [end for ts, end in part.ends if ts <= part.sim.clock - FOLLOWER_LAG_MS]
-    return min(part.next_offset, max([part.log_start] + known[-1:]))
-
-
 @dataclass(eq=False)
 class Member:
     """One consumer process (and its group membership)."""
@@ -172,7 +151,7 @@ class Member:
     seek: int = 0                    # start_beyond: the application seeks this many batches past the commit
     delivered: dict = field(default_factory=dict)   # tp -> offsets delivered in this ownership
     greeted: set = field(default_factory=set)       # the brokers it has sent a Metadata request
-    instance: str | None = None      # group.instance.id (KIP-345 static membership), classic protocol
+    instance: str | None = None      # group.instance.id (KIP-345 static membership)
     rack: bool = False               # client.rack: its leaders send it to a replica in its rack (KIP-392)
     reader: dict = field(default_factory=dict)      # tp -> the follower it fetches from (KIP-392)
     incarnation: int = 0             # its process: a restarted one (same host and client id) on new connections
@@ -259,7 +238,7 @@ class Member:
         by_node: dict = {}
         for tp in tps:
             part = self.group.parts[tp]
-            if self.reader.get(tp) is not None and self.reader[tp] not in _caught_up(part):
+            if self.reader.get(tp) is not None and self.reader[tp] not in caught_up(part):
                 del self.reader[tp]   # the follower fell behind or is gone: back to the leader
             by_node.setdefault(self.reader.get(tp, part.leader), []).append(tp)
         out = {}
@@ -269,8 +248,8 @@ class Member:
 
     def _fetch(self, node: int, tps: list) -> dict:
         g = self.group
-        # a follower (KIP-392) knows the high watermark of FOLLOWER_LAG_MS ago: what its last fetch from the leader said
-        hw = {tp: _follower_hw(g.parts[tp]) for tp in tps if node != g.parts[tp].leader}
+        # a follower (KIP-392) knows the high watermark of a fetch ago (rack_reads.follower_hw)
+        hw = {tp: follower_hw(g.parts[tp]) for tp in tps if node != g.parts[tp].leader}
         answers = {tp: serve(g.parts[tp], self.position[tp], self.isolation, self.max_batches, hw=hw.get(tp))
                    for tp in tps}
         asked, answered, session, answer_session = list(tps), list(tps), (0, -1), 0
@@ -278,8 +257,8 @@ class Member:
         version = 13 if g.protocol == "848" else (12 if self.sessions is not None else 5)
         # KIP-392: a leader that prefers a caught-up follower in the client's rack answers the
         # partition with no records and that replica's id; the client fetches from it from then on
-        preferred = {tp: _caught_up(g.parts[tp])[0] for tp in tps if self.rack and version >= 11
-                     and node == g.parts[tp].leader and tp not in self.reader and _caught_up(g.parts[tp])}
+        preferred = {tp: caught_up(g.parts[tp])[0] for tp in tps if self.rack and version >= 11
+                     and node == g.parts[tp].leader and tp not in self.reader and caught_up(g.parts[tp])}
         for tp in preferred:
             answers[tp] = serve(g.parts[tp], self.position[tp], self.isolation, 0)
         if self.sessions is not None:   # KIP-227: only what changed goes in either direction
@@ -472,70 +451,9 @@ class Group:
         for m in self.alive():
             m.coord(lambda c: wg.sync(c, m.client_id, self.name, m.member_id, self.generation, sorted(target[m]),
                                       instance=m.instance))
-            self._take(m, target[m])
+            self.take(m, target[m])
 
-    def restart_static_848(self, old: Member) -> Member:
-        """KIP-848: a static member's instance id stays the crashed process's until its session
-        expires (it sent no leave, epoch -2): the new process's heartbeats (epoch 0, a new member
-        id) are refused UNRELEASED_INSTANCE_ID (GroupMetadataManager.throwIfInstanceIdIsUnreleased);
-        once the old member is removed, it joins as a new static member (a new group epoch)."""
-        m = self._successor(old)
-        m.hello(list(self.sim.nodes)[0])   # its Metadata first: its assignment names topics by id
-        m.alive = False
-        for _ in range(2):
-            m.coord(lambda c: wg.cg_heartbeat(c, m.client_id, self.name, m.member_id, 0, 0, None, topics=self.topics,
-                                              error=UNRELEASED_INSTANCE_ID, instance=m.instance))
-            self.sim.wait(SESSION_WAIT_MS)
-        self.drop(old)
-        m.alive = True
-        self.rebalance(joining=[m])
-        return m
-
-    def rejoin_static_848(self, old: Member) -> Member:
-        """KIP-848: a static member's graceful restart - it committed and left with epoch -2 (a
-        static leave: the coordinator keeps its partitions for the session timeout); the new
-        process (epoch 0, a new member id) replaces it with no new group epoch and the same
-        partitions (GroupMetadataManager: the member copied under its new id)."""
-        old.coord(lambda c: wg.cg_heartbeat(c, old.client_id, self.name, old.member_id, -2, -2, None,
-                                            topics=self.topics, instance=old.instance))
-        self.sim.wait(SESSION_WAIT_MS // 3)
-        m = self._successor(old)
-        m.hello(list(self.sim.nodes)[0])
-        tps = sorted(old.owned)
-        self.drop(old)
-        m.generation = self.generation
-        m.coord(lambda c: wg.cg_heartbeat(c, m.client_id, self.name, m.member_id, 0, self.generation, tps,
-                                          topics=self.topics, instance=m.instance))
-        self._take(m, set(tps))
-        return m
-
-    def _successor(self, old: Member) -> Member:
-        """The restarted process of a static member: same host, client id and instance id, new
-        connections, a new member id."""
-        m = self.member(old.k, old.isolation, max_batches=old.max_batches, reset=old.reset,
-                        sessions={} if old.sessions is not None else None)
-        m.instance, m.incarnation, m.rack = old.instance, old.incarnation + 1, old.rack
-        m.member_id = f"{old.member_id.split('~')[0]}~{m.incarnation}"
-        return m
-
-    def restart_static(self, old: Member) -> Member:
-        """A static member's process restarted within the session timeout (KIP-345): the new one
-        (same host, client id and group.instance.id, new connections) joins with no member id, is
-        given a new one and the old one's assignment with no rebalance (the generation and the
-        other members stay: GroupCoordinator's static member replacement), and starts from the
-        group's committed offsets."""
-        m = self._successor(old)
-        m.generation = self.generation
-        tps = sorted(old.owned)
-        self.drop(old)
-        leader = min(self.alive(), key=lambda x: x.k).member_id
-        m.coord(lambda c: wg.join(c, m.client_id, self.name, m.member_id, self.generation, leader,
-                                  instance=m.instance, asked=""))
-        m.coord(lambda c: wg.sync(c, m.client_id, self.name, m.member_id, self.generation, tps, instance=m.instance))
-        self._take(m, set(tps))
-        return m
-
-    def _take(self, m: Member, tps) -> None:
+    def take(self, m: Member, tps) -> None:
         for tp in sorted(tps - m.owned):
             m.owned.add(tp)
             self.owner[tp] = m
@@ -562,7 +480,7 @@ class Group:
             m.generation = self.generation
             m.coord(lambda c: wg.cg_heartbeat(c, m.client_id, self.name, m.member_id, epoch, self.generation,
                                               sorted(target[m]), topics=self.topics, instance=m.instance))
-            self._take(m, target[m])
+            self.take(m, target[m])
 
     def leave(self, m: Member, *, commit: bool = True) -> None:
         """A member leaves (LeaveGroup / heartbeat epoch -1), after committing its positions."""
