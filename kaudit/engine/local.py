@@ -31,15 +31,13 @@ def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = Non
     Python (internal topics) and big captures, in a forked child (engine.forked_folds); the buffered folds after the decode,
     shared with a forked child where that pays (engine.shared_folds; `jobs` 1: never).
     `captures` (wire): the capture summaries the decode fills."""
+    if should_fork(audit, jobs):   # a decode that holds the GIL: the folds in a child, beside it
+        return _execute_forked(lambda: audit, chunks, errors, captures, jobs)
     work = Work(audit, tap=audit.tap)
     if captures is not None:
         work.facts.captures = captures
     finish = _finisher(jobs)
     with _rare_full_collections():
-        if should_fork(audit, jobs):   # a decode that holds the GIL: the folds in a child, beside it
-            ending = None if captures is None else (lambda: {"captures": captures})
-            findings, facts, internal = run_forked(work, chunks, finish, FOLDS_BEHIND, ending)
-            return audit.result(findings, facts, errors, internal=internal)
         with ThreadPoolExecutor(1, thread_name_prefix="kaudit-folds") as folds:
             pending: deque = deque()
             for kind, table in chunks:
@@ -129,18 +127,21 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
     summaries: dict = {}
     errors, chunks = decode_pcaps(paths, options, summaries)
     if should_fork_captures(paths, options, tap, options.jobs):
-        return _execute_planned_in_child(planned, chunks, errors, summaries, options.jobs)
+        # the plan made in the folds' child: the rules' modules load there while this process
+        # decodes (they cost the decode's start ~0.02 s otherwise)
+        return _execute_forked(planned, chunks, errors, summaries, options.jobs)
     return execute(planned(), chunks, errors, summaries, jobs=options.jobs)
 
 
-def _execute_planned_in_child(planned, chunks, errors: list[str], captures: dict, jobs: int | None) -> AuditRun:
-    """execute's forked folds for captures, the plan made in the child: the rules' modules load
-    there while this process decodes (they cost the decode's start ~0.02 s otherwise); this
-    process makes its own plan, for the result, once it has sent the last chunk (the child is
-    then folding it)."""
+def _execute_forked(planned, chunks, errors: list[str], captures: dict | None, jobs: int | None) -> AuditRun:
+    """execute's folds in a forked child (engine.forked_folds) beside the decode in this process;
+    `planned()` makes the plan (untapped: a tap's rows are this process's) - in the child for
+    its work, and here, for the result, once the last chunk is sent (the child is then folding
+    it). `captures` (wire): the summaries the decode fills, sent to the child after the last chunk."""
     def work() -> Work:
         w = Work(planned())
-        w.facts.captures = captures
+        if captures is not None:
+            w.facts.captures = captures
         return w
 
     mine: list[Audit] = []
@@ -149,8 +150,9 @@ def _execute_planned_in_child(planned, chunks, errors: list[str], captures: dict
         yield from chunks
         mine.append(planned())
 
+    ending = None if captures is None else (lambda: {"captures": captures})
     with _rare_full_collections():
-        findings, facts, internal = run_forked(work, sent(), _finisher(jobs), FOLDS_BEHIND, lambda: {"captures": captures})
+        findings, facts, internal = run_forked(work, sent(), _finisher(jobs), FOLDS_BEHIND, ending)
     audit = mine[0] if mine else planned()
     return audit.result(findings, facts, errors, internal=internal)
 
