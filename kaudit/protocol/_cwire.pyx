@@ -278,9 +278,10 @@ cdef bint _produce_request(Msg m, Rd *r, int v, bint flex, int64_t max_batch_byt
 cdef bint _fetch_request(Msg m, Rd *r, int v, bint flex) except -1:
     cdef int64_t nt, np, k, j
     cdef Py_ssize_t length
-    if v < 15:
-        m.replica_id = _i32(r)
-        m.has_replica_id = True
+    # v15+ (KIP-903): the replica id is in the tagged ReplicaState (a follower's: its tags are not
+    # empty, so the schema walk reads them); without it, -1 - a consumer, as Kafka reads it
+    m.replica_id = _i32(r) if v < 15 else -1
+    m.has_replica_id = True
     m.timeout = _i32(r)  # max_wait_ms
     _i32(r)  # min_bytes
     _i32(r)  # max_bytes
@@ -333,8 +334,33 @@ cdef bint _fetch_request(Msg m, Rd *r, int v, bint flex) except -1:
             _tags(r, flex)
     if v >= 11:
         _string(r, flex, False, &length)  # rack_id
-    _tags(r, flex)
+    if v >= 15:
+        _fetch_tags(m, r)
+    else:
+        _tags(r, flex)
     return not r.bad
+
+
+cdef void _fetch_tags(Msg m, Rd *r) noexcept:
+    """A Fetch v15+ request's tagged fields: ClusterId (tag 0) skipped, a follower's ReplicaState
+    (tag 1: replica id, epoch, its own tags) read; any other tag skipped by its size."""
+    cdef int64_t n = _uvarint(r), tag, size, end
+    cdef int64_t k
+    for k in range(n):
+        tag = _uvarint(r)
+        size = _uvarint(r)
+        if r.bad or not _need(r, size):
+            r.bad = True
+            return
+        end = r.off + size
+        if tag == 1:
+            m.replica_id = _i32(r)
+            _i64(r)  # replica_epoch
+            _tags(r, True)
+            if r.bad or r.off != end:
+                r.bad = True
+                return
+        r.off = end
 
 
 include "_cwire_records.pxi"

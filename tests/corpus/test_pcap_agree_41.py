@@ -135,7 +135,9 @@ def test_fetch_partitions_and_batches_agree(decoded):
                      "aborted_transactions": (got["aborted_transactions"], None if aborted is None else ",".join(
                          f"{a['producer_id']}@{a['first_offset']}" for a in aborted)),
                      "isolation_level": (got["isolation_level"],
-                                         {0: "read_uncommitted", 1: "read_committed"}[t["request"]["isolation_level"]])}
+                                         {0: "read_uncommitted", 1: "read_committed"}[t["request"]["isolation_level"]]),
+                     # v15+: a follower's from its tagged ReplicaState, -1 for a consumer (KIP-903)
+                     "replica_id": (got["replica_id"], t["request"]["replica_id"])}
             bad += [f"{scn} corr {t['correlation_id']} {k}: kaudit {g!r} Kafka {w!r}" for k, (g, w) in pairs.items() if g != w]
             ours_b = batches[(_conn(t), t["correlation_id"], want.get("topic_id") or want.get("topic"), want["partition"])]
             if len(ours_b) != len(want["batches"]):

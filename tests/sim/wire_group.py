@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 
 from tests.protocol.wire.wirebytes import (TAGS0, array, boolean, carray, cbytes, cstring, frame, i8, i16, i32, i64,
-                                           nbytes, request_header, response_header, string)
+                                           nbytes, request_header, response_header, string, uvarint)
 
 
 def _x(req: bytes, resp: bytes | None):
@@ -23,7 +23,8 @@ def topic_id(topic: str) -> uuid.UUID:
 def fetch(corr: int, client: str, version: int, isolation: str, asked, answered, *, session=(0, -1),
           answer_session: int = 0, replica_id: int = -1, preferred=None):
     """A consumer Fetch (replica id -1; a follower's: its broker id) and its response, of several partitions: v5 (no fetch
-    session), v12 (flexible, topic names) or v13 (flexible, topic ids), with a KIP-227 fetch session
+    session), v12 (flexible, topic names), v13 (flexible, topic ids) or v15-v18 (the replica id
+    moved into the tagged ReplicaState, KIP-903: a follower's only), with a KIP-227 fetch session
     (`session` (id, epoch) of the request; an incremental request lists only the partitions whose
     position changed, the response only those with something new).
     asked [(topic, partition, fetch offset)]; answered [(topic, partition, error, hw, lso, log start,
@@ -42,8 +43,8 @@ def fetch(corr: int, client: str, version: int, isolation: str, asked, answered,
             out.setdefault(r[0], []).append(r)
         return sorted(out.items())
 
-    req = (request_header(1, version, corr, client, flex) + i32(replica_id) + i32(500) + i32(1) + i32(52428800)
-           + i8(1 if isolation == "read_committed" else 0))
+    req = (request_header(1, version, corr, client, flex) + (i32(replica_id) if version < 15 else b"")
+           + i32(500) + i32(1) + i32(52428800) + i8(1 if isolation == "read_committed" else 0))
     if version >= 7:
         req += i32(session[0]) + i32(session[1])
     topics = by_topic(asked)
@@ -58,7 +59,7 @@ def fetch(corr: int, client: str, version: int, isolation: str, asked, answered,
         req += arr(0)     # forgotten topics (a session drops a partition by not asking it again here)
     if version >= 11:
         req += cstring("") if flex else string("")
-    req += tags
+    req += replica_state(replica_id) if version >= 15 else tags
     resp = response_header(corr, flex) + i32(0)
     if version >= 7:
         resp += i16(0) + i32(answer_session)
@@ -75,6 +76,15 @@ def fetch(corr: int, client: str, version: int, isolation: str, asked, answered,
         resp += tags
     resp += tags
     return _x(req, resp)
+
+
+def replica_state(replica_id: int, epoch: int = 1) -> bytes:
+    """A Fetch v15+ request's tagged fields: a follower's ReplicaState (tag 1: its broker id, its
+    broker epoch, its own empty tags), none for a consumer (the default: replica id -1)."""
+    if replica_id < 0:
+        return TAGS0
+    state = i32(replica_id) + i64(epoch) + TAGS0
+    return uvarint(1) + uvarint(1) + uvarint(len(state)) + state
 
 
 def assignment(tps) -> bytes:

@@ -269,22 +269,13 @@ def timelines_of(tables: dict[str, pa.Table], topic_names: dict | None = None) -
     return tl
 
 
-# Fetch v15+ moved the replica id into a tagged ReplicaState the rows do not keep: a follower is
-# then known by the client id Kafka's replica fetchers use (ReplicaFetcherThread)
-FOLLOWER = r"^broker-[0-9]+-fetcher-[0-9]+$"
-FOLLOWER_ID = r"^broker-(?P<id>[0-9]+)-fetcher-[0-9]+$"
-
-
 def replica_brokers(t: pa.Table) -> set[tuple]:
-    """(capture, broker id) of the replicas whose Fetches a fetch_partition table holds: replica
-    id 0 or more, or (Fetch v15+) a replica fetcher's client id - brokers the capture shows exist
+    """(capture, broker id) of the replicas whose Fetches a fetch_partition table holds (replica
+    id 0 or more; Fetch v15+: its ReplicaState's) - brokers the capture shows exist
     (Timelines.note_replicas: a capture of some brokers only)."""
-    if t.num_rows == 0 or not {"source", "replica_id", "client_id"} <= set(t.schema.names):
+    if t.num_rows == 0 or not {"source", "replica_id"} <= set(t.schema.names):
         return set()
-    rid = t.column("replica_id")
-    named = pc.struct_field(pc.extract_regex(pc.fill_null(t.column("client_id"), ""), FOLLOWER_ID), "id")
-    ids = pc.if_else(pc.is_null(rid), pc.cast(pc.if_else(pc.equal(named, ""), None, named), pa.int64()),
-                     pc.cast(rid, pa.int64()))
+    ids = pc.cast(t.column("replica_id"), pa.int64())
     keep = pc.fill_null(pc.greater_equal(ids, 0), False)
     if not pc.any(keep).as_py():
         return set()
@@ -293,10 +284,9 @@ def replica_brokers(t: pa.Table) -> set[tuple]:
 
 
 def _fetch_where(t: pa.Table):
-    """A consumer's Fetch: replica id -1, or none with a client id that is no broker's fetcher."""
-    rid = t.column("replica_id")
-    follower_name = pc.fill_null(pc.match_substring_regex(t.column("client_id"), FOLLOWER), False)
-    return pc.if_else(pc.is_null(rid), pc.invert(follower_name), pc.fill_null(pc.less(rid, 0), False))
+    """A consumer's Fetch: replica id -1 (Fetch v15+: a request without a follower's
+    ReplicaState), or none - an answer whose request the capture lacks."""
+    return pc.fill_null(pc.less(t.column("replica_id"), 0), True)
 
 
 def _find_where(t: pa.Table):

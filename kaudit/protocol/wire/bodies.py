@@ -101,6 +101,10 @@ def post_process(api_key: int, entity: str, body: dict, deep: bool, max_batch_by
             for part in topic.get("partition_data") or ():
                 part["records"] = decode_record_set(part.get("records"), tail_may_be_cut=False,
                                                     deep=deep, max_batch_bytes=max_batch_bytes)
+    elif api_key == apis.FETCH and entity == "request" and "replica_id" not in body:
+        # Fetch v15+ (KIP-903): the follower's id is in the tagged ReplicaState, -1 (a consumer)
+        # where the request has none - what Kafka's FetchRequest.replicaId() reads
+        body["replica_id"] = (body.get("replica_state") or {}).get("replica_id", -1)
     elif api_key == apis.FETCH and entity == "response":
         for topic in body.get("responses") or ():
             for part in topic.get("partitions") or ():

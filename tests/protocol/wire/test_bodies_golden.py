@@ -97,6 +97,20 @@ def test_fetch_v4_kio_aborted_transactions_isolation_and_a_cut_last_batch():
     assert frame_fields(r, p)["isolation_level"] == "read_committed"
 
 
+def test_fetch_v17_a_followers_replica_id_from_its_replica_state():
+    """Fetch v15+ (KIP-903): ReplicaId left the body for the tagged ReplicaState (tag 1); the
+    body's replica_id is what Kafka's FetchRequest.replicaId() reads: the state's, else -1."""
+    from tests.sim import wire_group
+
+    answered = [("orders", 0, 0, 10, 10, 0, [], b"")]
+    for rid in (3, -1):
+        ((_, q), (_, a)) = wire_group.fetch(9, "c", 17, "read_uncommitted", [("orders", 0, 5)], answered,
+                                            replica_id=rid)
+        r = req(q[4:])
+        assert r.body["replica_id"] == rid
+        assert fetch_partitions(r, resp(a[4:], 1, 17))[0]["replica_id"] == rid
+
+
 def test_old_consumer_apis_hand_written():
     r = req(g.LIST_OFFSETS_V0_REQUEST)
     assert r.body["topics"][0]["partitions"][0] == {

@@ -190,3 +190,30 @@ def test_lying_sizes_allocate_nothing_like_them(tmp_path):
         tracemalloc.stop()
     assert peak < 40 * 1024 * 1024
     assert rows == decode(buf, False)
+
+
+def test_a_fetch_v17_followers_replica_id_is_its_replica_state(tmp_path):
+    """Fetch v15+ (KIP-903) has no ReplicaId field: a follower's id is in the tagged ReplicaState
+    (here beside a ClusterId tag the decoders skip), a consumer's request has none and is -1 -
+    what Kafka's FetchRequest.replicaId() reads - on both paths alike."""
+    from tests.protocol.wire.wirebytes import cstring, uvarint
+    from tests.sim import wire_group
+
+    answered = [("orders", 0, 0, 10, 10, 0, [], b"")]
+    follower = wire_group.fetch(1, "broker-2-fetcher-0", 17, "read_uncommitted", [("orders", 0, 5)], answered,
+                                replica_id=2)
+    consumer = wire_group.fetch(2, "app", 18, "read_committed", [("orders", 0, 5)], answered)
+    # the follower's tags with a ClusterId (tag 0) first
+    req = follower[0][1]
+    state = wire_group.replica_state(2)
+    cluster = cstring("kaudit-cluster")
+    tags = uvarint(2) + uvarint(0) + uvarint(len(cluster)) + cluster + state[1:]
+    body = req[4:-len(state)] + tags
+    follower = [(0, len(body).to_bytes(4, "big") + body)] + follower[1:]
+    path = tmp_path / "f.pcap"
+    # (a connection's first request takes the pure way: the follower's comes second)
+    write_capture(path, Conn(consumer + follower))
+    rows = dict(decode(path.read_bytes(), True))["fetch_partition"]
+    assert [(r["api_version"], r["client_id"], r["replica_id"]) for r in rows] == [
+        (18, "app", -1), (17, "broker-2-fetcher-0", 2)]
+    assert decode(path.read_bytes(), True) == decode(path.read_bytes(), False)
