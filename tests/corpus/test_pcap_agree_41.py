@@ -122,6 +122,8 @@ def test_fetch_partitions_and_batches_agree(decoded):
             continue
         ours = parts[(_conn(t), t["correlation_id"])]
         want_parts = t["response"]["partitions"]
+        asked = {(q.get("topic_id") or q.get("topic"), q["partition"]): q["fetch_offset"]
+                 for q in t["request"].get("partitions", [])}
         if len(ours) != len(want_parts):
             bad.append(f"{scn} corr {t['correlation_id']}: {len(ours)} partitions vs {len(want_parts)}")
             continue
@@ -138,6 +140,9 @@ def test_fetch_partitions_and_batches_agree(decoded):
                                          {0: "read_uncommitted", 1: "read_committed"}[t["request"]["isolation_level"]]),
                      # v15+: a follower's from its tagged ReplicaState, -1 for a consumer (KIP-903)
                      "replica_id": (got["replica_id"], t["request"]["replica_id"])}
+            key = (want.get("topic_id") or want.get("topic"), want["partition"])
+            if key in asked:   # (a fetch session's partition the request does not name: its position is kaudit's)
+                pairs["fetch_offset"] = (got["fetch_offset"], asked[key])
             bad += [f"{scn} corr {t['correlation_id']} {k}: kaudit {g!r} Kafka {w!r}" for k, (g, w) in pairs.items() if g != w]
             ours_b = batches[(_conn(t), t["correlation_id"], want.get("topic_id") or want.get("topic"), want["partition"])]
             if len(ours_b) != len(want["batches"]):
