@@ -128,13 +128,23 @@ def _batch_side(t: pa.Table | None, flags: dict) -> tuple[dict, dict[str, int], 
     rows = np.flatnonzero(pid_ok)
     if len(rows) == 0:
         return empty, {}, _NONE
+    b, topics, shape = _batch_rows(t, pid, rows, flags)
+    parts, names = _parts(b, topics, flags)
+    return parts, names, np.unique(b["pid"][shape])
+
+
+def _batch_rows(t: pa.Table, pid: np.ndarray, rows: np.ndarray, flags: dict) -> tuple[dict, list, np.ndarray]:
+    """The batches `rows` (those with a producer id, `pid`) in log order per replica stream, as
+    columns (pid, tc: topic codes into the topics returned, part, kind: 0 data, 1 COMMIT, 2
+    ABORT, 3 other, 4 plain; epoch, bts, bts_ok, stream and marker starts), and which rows are
+    outside the shape."""
     tc, topics = _codes(t.column("topic"))
     rc, _ = _codes(t.column("replica"))
     ctype, ctypes = _codes(t.column("control_type"))
     part, part_ok = int_column(t, "partition")
     bo, bo_ok = int_column(t, "base_offset")
     ctrl, txn = bool_column(t, "is_control"), bool_column(t, "is_transactional")
-    kind = np.full(len(pid), 3, np.int8)                     # 0 data, 1 COMMIT, 2 ABORT, 3 other, 4 plain
+    kind = np.full(len(pid), 3, np.int8)
     kind[~ctrl & txn] = 0
     kind[~ctrl & ~txn] = 4
     for code, name in ((COMMIT, "COMMIT"), (ABORT, "ABORT")):
@@ -144,12 +154,10 @@ def _batch_side(t: pa.Table | None, flags: dict) -> tuple[dict, dict[str, int], 
     pid, tc, rc, part, bo, kind = pid[order], tc[order], rc[order], part[order], bo[order], kind[order]
     _flag(flags, "plain", pid[kind == 4])                    # non-transactional-write-in-transaction
     shape = ~part_ok[order] | ~bo_ok[order] | (tc < 0) | (rc < 0) | (part < 0) | (kind >= 3)
-    del ctrl, txn, ctype
     stream = _changes(pid, tc, part, rc)
     group = _changes(pid, tc, part)
     last = np.append(stream[1:], True)
     marker = (kind == COMMIT) | (kind == ABORT)
-    prev_marker = np.append(False, marker[:-1])
     _flag(flags, "unended", pid[last & ~marker])             # dangling / hanging
     shape |= last & ~marker                                  # the parts need (D* M)+
     shape |= ~stream & (bo <= np.append(bo[:1], bo[:-1]))   # strictly increasing offsets
@@ -172,9 +180,18 @@ def _batch_side(t: pa.Table | None, flags: dict) -> tuple[dict, dict[str, int], 
         sid = np.cumsum(stream)
         same = sid[m[1:]] == sid[m[:-1]]
         _flag(flags, "ce_regress", pid[m[1:][same & (ce[m[1:]] < ce[m[:-1]])]])
-    # parts: a row starts one when it starts its stream or follows a marker; in the shape a
-    # part's last row is its marker, and a part starting with one is empty
-    starts = np.flatnonzero(stream | prev_marker)
+    cols = {"pid": pid, "tc": tc, "part": part, "kind": kind, "epoch": epoch, "bts": bts, "bts_ok": bts_ok,
+            "stream": stream, "marker": marker}
+    return cols, topics, shape
+
+
+def _parts(b: dict, topics: list, flags: dict) -> tuple[dict, dict[str, int]]:
+    """The parts of `_batch_rows`' columns `b`, and the partition ids by "topic-partition"."""
+    pid, kind, epoch, bts, bts_ok, stream, marker = (b[k] for k in ("pid", "kind", "epoch", "bts", "bts_ok",
+                                                                    "stream", "marker"))
+    # a row starts a part when it starts its stream or follows a marker; in the shape a part's
+    # last row is its marker, and a part starting with one is empty
+    starts = np.flatnonzero(stream | np.append(False, marker[:-1]))
     ends = np.append(starts[1:], len(pid)) - 1
     empty = marker[starts]
     last_data = np.maximum(ends - 1, 0)
@@ -195,13 +212,13 @@ def _batch_side(t: pa.Table | None, flags: dict) -> tuple[dict, dict[str, int], 
     _flag(flags, "mixed_epoch", pid[ends[~empty & (emin != emax)]])
     _flag(flags, "marker_epoch", pid[ends[~empty & (epoch[ends] != emax) & (epoch[ends] != emax + 1)]])
     # partition ids: one per (topic, partition) pair
-    pairs, tp_of_row = np.unique(tc * (1 << 32) + np.maximum(part, 0), return_inverse=True)
+    pairs, tp_of_row = np.unique(b["tc"] * (1 << 32) + np.maximum(b["part"], 0), return_inverse=True)
     names = {f"{topics[int(k) >> 32]}-{int(k) & 0xFFFFFFFF}": i for i, k in enumerate(pairs) if k >= 0}
     parts = {"all_pids": np.unique(pid), "pid": pid[ends], "tp": tp_of_row.reshape(-1)[ends],
              "ts": bts[ends], "result": kind[ends].astype(np.int64), "late": late,
              "first_ts": bts[starts], "ntp": max(len(pairs), 1), "empty": empty,
              "epoch": epoch[ends], "has_prev": has_prev}
-    return parts, names, np.unique(pid[shape])
+    return parts, names
 
 
 # -- the coordinator's records ---------------------------------------------------------------
@@ -217,7 +234,18 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int, flags: 
     rows = np.flatnonzero(pid_ok)
     if len(rows) == 0:
         return empty, _NONE
-    all_pids = np.unique(pid[rows])
+    rec, plists, bad_pids = _state_records(t, pid, rows)
+    txns, of, bad_t = _transactions(rec, flags)
+    keys, reg = _registrations(of, rec["pc"], rec["ts"], plists, tps, ntp)
+    txns.update(all_pids=np.unique(pid[rows]), ntp=ntp, reg_keys=keys, reg=reg)
+    return txns, np.union1d(bad_pids, bad_t)
+
+
+def _state_records(t: pa.Table, pid: np.ndarray, rows: np.ndarray) -> tuple[dict, list, np.ndarray]:
+    """The `__transaction_state` records (`rows`: those with a producer id, `pid`) of each group's first
+    replica, in coordinator_state.build's order per (producer id, transactional id) - as columns
+    (pid, tid, state, pc: the partitions' codes into `plists`, ts, start, start_ok, rank: the
+    build's order, epoch) -, the partitions' lists, and the producer ids outside the shape."""
     tc, _ = _codes(t.column("topic"))
     rc, _ = _codes(t.column("replica"))
     tid, _ = _codes(t.column("transactional_id"))
@@ -257,17 +285,26 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int, flags: 
     rank = np.empty(len(o), np.int64)
     rank[o] = np.arange(len(o))
     o = np.lexsort((rank, tid, pid))
-    pid, tid, state, pc_, ts, start, start_ok, rank, epoch = (
-        a[o] for a in (pid, tid, state, pc_, ts, start, start_ok, rank, epoch))
+    rec = {"pid": pid, "tid": tid, "state": state, "pc": pc_, "ts": ts, "start": start, "start_ok": start_ok,
+           "rank": rank, "epoch": epoch}
+    return {k: v[o] for k, v in rec.items()}, plists, bad_pids
+
+
+def _transactions(rec: dict, flags: dict) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The coordinator's transactions from its ordered records (`_state_records`): runs of an
+    id's non-Empty/Dead records, a new one after a Complete record. Returns their columns, each
+    kept record's transaction (with its `pc` and `ts`, for `_registrations`, in `rec`) and the
+    producer ids whose transactions are outside the shape."""
+    pid, tid, ts, epoch = rec["pid"], rec["tid"], rec["ts"], rec["epoch"]
     first = _changes(pid, tid)
-    st = np.maximum(state, 0)
+    st = np.maximum(rec["state"], 0)
     prev_st = np.append(0, st[:-1])
     _flag(flags, "transitions", pid[~first & ~_VALID[prev_st, st]])   # illegal-state-transition
     _flag(flags, "epoch_limit", pid[epoch >= MAX_EPOCH - 1])            # epoch-exhausted-transaction
-    # transactions: runs of non-Empty/Dead records of an id, a new one after a Complete record
     x = np.flatnonzero(~_EMPTY_DEAD[st])
-    pid, tid, st, pc_, ts, start, start_ok, rank, epoch = (
-        a[x] for a in (pid, tid, st, pc_, ts, start, start_ok, rank, epoch))
+    for k in rec:
+        rec[k] = rec[k][x]
+    pid, tid, ts, epoch, st = rec["pid"], rec["tid"], rec["ts"], rec["epoch"], st[x]
     new = _changes(pid, tid)
     new[1:] |= _COMPLETE[st[:-1]]
     of = np.cumsum(new) - 1
@@ -288,8 +325,8 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int, flags: 
     prep_epoch[of[is_prep]] = epoch[is_prep]
     tpid = pid[first_row]
     bad_t = (n_prep > 1) | (n_comp > 1) | ((n_prep > 0) & (n_comp > 0) & (res_prep != res_comp))
-    s0 = start[first_row]
-    begin = np.where(start_ok[first_row] & (s0 > 0), s0, ts[first_row])
+    s0 = rec["start"][first_row]
+    begin = np.where(rec["start_ok"][first_row] & (s0 > 0), s0, ts[first_row])
     lo = np.where(n_prep > 0, prep_ts, np.where(n_comp > 0, comp_ts, begin))
     complete = n_comp > 0
     result = np.where(complete, res_comp, res_prep)
@@ -299,13 +336,20 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int, flags: 
     _flag(flags, "prepared_open", tpid[~complete & (n_prep > 0)])   # txn-markers-refused (disk)
     # an abort whose PrepareAbort bumped the epoch: the coordinator's own, or a version-2 end
     _flag(flags, "abort_bumped", tpid[(result == ABORT) & (n_prep > 0) & (prep_epoch > epoch[first_row])])
-    view = np.lexsort((rank[first_row], tpid))               # view.txns order per producer
+    view = np.lexsort((rec["rank"][first_row], tpid))        # view.txns order per producer
     position = np.empty(n, np.int64)
     position[view] = np.arange(n)
     follow = tpid[view][1:] == tpid[view][:-1]
     gap_bad = follow & (~complete[view][:-1] | (comp_ts[view][:-1] >= lo[view][1:]))
-    bad_pids = np.union1d(bad_pids, np.union1d(tpid[bad_t], tpid[view][1:][gap_bad]))
-    # registrations: (transaction, partition id) -> first time listed
+    txns = {"pid": tpid, "lo": lo, "hi": comp_ts, "complete": complete, "result": result,
+            "epoch": epoch[first_row], "position": position, "prep_epoch": np.where(n_prep > 0, prep_epoch, -1)}
+    return txns, of, np.union1d(tpid[bad_t], tpid[view][1:][gap_bad])
+
+
+def _registrations(of: np.ndarray, pc_: np.ndarray, ts: np.ndarray, plists: list, tps: dict[str, int],
+                   ntp: int) -> tuple[np.ndarray, np.ndarray]:
+    """(transaction x ntp + partition id) -> the first time a record of the transaction (`of`)
+    listed the partition (`pc_`: its records' codes into `plists`), sorted by key."""
     lens = np.zeros(len(plists) + 1, np.int64)
     flat: list[int] = []
     for i, s in enumerate(plists):
@@ -322,11 +366,7 @@ def _coordinator_side(t: pa.Table | None, tps: dict[str, int], ntp: int, flags: 
     o = np.lexsort((ts[rep], keys))
     keys, reg = keys[o], ts[rep][o]
     keep = _changes(keys)
-    txns = {"all_pids": all_pids, "pid": tpid, "lo": lo, "hi": comp_ts, "complete": complete,
-            "result": result, "ntp": ntp, "reg_keys": keys[keep], "reg": reg[keep],
-            "epoch": epoch[first_row], "position": position,
-            "prep_epoch": np.where(n_prep > 0, prep_epoch, -1)}
-    return txns, bad_pids
+    return keys[keep], reg[keep]
 
 
 # -- markers against the coordinator ---------------------------------------------------------
