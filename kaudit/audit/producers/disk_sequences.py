@@ -182,30 +182,13 @@ class PartitionTimeline(CatchUp):
 
     # -- vectorised pass ---------------------------------------------------------------------
     def feed(self, kind: str, t: pa.Table) -> list[dict]:
-        # A batch failing its CRC cannot be trusted: its producer, sequences and last offset may
-        # be the corrupt bytes (crc-mismatch reports it). It is left out, and the place it held
-        # counts as an offset gap, like a batch compaction removed: what it stored is unknown.
-        crc_ok = np_col(t, "crc_ok", True, bool)
-        unsure = np.zeros(int(crc_ok.sum()), dtype=bool)
-        bad = ~crc_ok
-        if bad.any():
-            good = np.flatnonzero(crc_ok)
-            unsure = np.diff(np.r_[0, np.cumsum(bad)[good]]) > 0
-            t = t.filter(pa.array(crc_ok))
-        if unsure.size:
-            unsure[0] |= self.after_bad
-            self.after_bad = False
-        self.after_bad = self.after_bad or bool(bad.any() and bad[-1])
+        t, unsure = self._trusted(t)
         n = t.num_rows
         if n == 0:
             return []
         base_off = np_col(t, "base_offset", -1, np.int64)
         last_off = np_col(t, "last_offset", -1, np.int64)
         pid = np_col(t, "producer_id", -1, np.int64)
-        epoch = np_col(t, "producer_epoch", -1, np.int64)
-        bseq = np_col(t, "base_sequence", -1, np.int64)
-        lseq = np_col(t, "last_sequence", -1, np.int64)
-        count = np_col(t, "record_count", 0, np.int64)
         magic = np_col(t, "magic", 2, np.int64)
         control = np_col(t, "is_control", False, bool)
 
@@ -230,58 +213,90 @@ class PartitionTimeline(CatchUp):
             # idempotent producers' writes: copies re-sent by a new producer session
             self.dups.sessions.feed(t, tracked & ~control & ~np_col(t, "is_transactional", False, bool))
         self._control = control
-        self._epoch = epoch
+        self._epoch = np_col(t, "producer_epoch", -1, np.int64)
         self._view_arrays = t
-
         self._last_off = last_off
-        slow = overlap.copy()
-        rows = np.flatnonzero(tracked)
-        if rows.size:
-            order = rows[np.argsort(pid[rows], kind="stable")]
-            p = pid[order]
-            ok = self._fast(order, pid, epoch, bseq, lseq, control) if self.fast_pass else np.zeros(order.size, bool)
-            ok &= control[order] | (lseq[order] == bseq[order] + count[order] - 1)
-            dirty = [q for q, st in self.producers.items() if st.dirty()]
-            if dirty:
-                ok &= ~np.isin(p, dirty)
-            slow[order[~ok]] = True
-        else:
-            order = rows
-        # each producer's rows are one slice of `order`, ascending (stable sort): O(log n) lookups
-        if order.size:
-            ps = pid[order]
-            starts = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]])
-            ends = np.r_[starts[1:], order.size]
-            self._slices = {int(ps[a]): (int(a), int(b)) for a, b in zip(starts, ends)}
-        else:
-            self._slices = {}
-
-        slow_rows = np.flatnonzero(slow)
-        if slow_rows.size:
-            # a view reads ~15 cells: past a few dozen slow rows one conversion of the columns
-            # views read beats reading cell by cell (a partition's first chunk: every producer)
-            cols = t.select(list(COLUMNS)).to_pydict() if slow_rows.size > 32 else None
-            heap = slow_rows.tolist()  # ascending: already a heap
-            while heap:
-                i = heapq.heappop(heap)
-                self._catch_up(order, pid, i, t, cols)
-                b = self._view(t, cols, i)
-                self._checked(i, b, int(prev_last[i]) if has_prev[i] else None, int(gaps_before[i]))
-                st = self.producers.get(b.producer_id)
-                if st is not None and st.dirty():
-                    # this producer now has a range ahead of it: check its later rows one by one
-                    a, z = self._slices.get(b.producer_id, (0, 0))
-                    seg = order[a:z]
-                    seg = seg[int(np.searchsorted(seg, i, side="right")):]
-                    later = seg[~slow[seg]]
-                    slow[later] = True
-                    for j in later.tolist():
-                        heapq.heappush(heap, j)
+        order, slow = self._sorted(t, pid, tracked, overlap)
+        self._check_slow(t, order, pid, slow, prev_last, has_prev, gaps_before)
         self._catch_up(order, pid, n, t, None)
         self.prev_last_offset = int(last_off[-1])
         self.offset_gaps = int(gaps_before[-1])
         out, self.out = self.out, []
         return out
+
+    def _trusted(self, t: pa.Table) -> tuple[pa.Table, np.ndarray]:
+        """The chunk's batches that pass their CRC, and which of them follow one that does not.
+        A batch failing its CRC cannot be trusted: its producer, sequences and last offset may be
+        the corrupt bytes (crc-mismatch reports it). It is left out, and the place it held counts
+        as an offset gap, like a batch compaction removed: what it stored is unknown."""
+        crc_ok = np_col(t, "crc_ok", True, bool)
+        unsure = np.zeros(int(crc_ok.sum()), dtype=bool)
+        bad = ~crc_ok
+        if bad.any():
+            good = np.flatnonzero(crc_ok)
+            unsure = np.diff(np.r_[0, np.cumsum(bad)[good]]) > 0
+            t = t.filter(pa.array(crc_ok))
+        if unsure.size:
+            unsure[0] |= self.after_bad
+            self.after_bad = False
+        self.after_bad = self.after_bad or bool(bad.any() and bad[-1])
+        return t, unsure
+
+    def _sorted(self, t: pa.Table, pid: np.ndarray, tracked: np.ndarray,
+                overlap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tracked rows in producer order (each producer's rows one ascending slice of it:
+        `_slices`), and the rows the checked path must read: overlaps, and those the fast pass
+        cannot clear."""
+        slow = overlap.copy()
+        rows = np.flatnonzero(tracked)
+        if not rows.size:
+            self._slices = {}
+            return rows, slow
+        order = rows[np.argsort(pid[rows], kind="stable")]
+        p = pid[order]
+        if self.fast_pass:
+            bseq = np_col(t, "base_sequence", -1, np.int64)
+            lseq = np_col(t, "last_sequence", -1, np.int64)
+            count = np_col(t, "record_count", 0, np.int64)
+            ok = self._fast(order, pid, self._epoch, bseq, lseq, self._control)
+            ok &= self._control[order] | (lseq[order] == bseq[order] + count[order] - 1)
+        else:
+            ok = np.zeros(order.size, bool)
+        dirty = [q for q, st in self.producers.items() if st.dirty()]
+        if dirty:
+            ok &= ~np.isin(p, dirty)
+        slow[order[~ok]] = True
+        starts = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
+        ends = np.r_[starts[1:], order.size]
+        self._slices = {int(p[a]): (int(a), int(b)) for a, b in zip(starts, ends)}
+        return order, slow
+
+    def _check_slow(self, t: pa.Table, order: np.ndarray, pid: np.ndarray, slow: np.ndarray,
+                    prev_last: np.ndarray, has_prev: np.ndarray, gaps_before: np.ndarray) -> None:
+        """The checked path over the `slow` rows, in log order; a producer whose state it leaves
+        with a range ahead has its later rows checked one by one too."""
+        slow_rows = np.flatnonzero(slow)
+        if not slow_rows.size:
+            return
+        # a view reads ~15 cells: past a few dozen slow rows one conversion of the columns
+        # views read beats reading cell by cell (a partition's first chunk: every producer)
+        cols = t.select(list(COLUMNS)).to_pydict() if slow_rows.size > 32 else None
+        heap = slow_rows.tolist()  # ascending: already a heap
+        while heap:
+            i = heapq.heappop(heap)
+            self._catch_up(order, pid, i, t, cols)
+            b = self._view(t, cols, i)
+            self._checked(i, b, int(prev_last[i]) if has_prev[i] else None, int(gaps_before[i]))
+            st = self.producers.get(b.producer_id)
+            if st is not None and st.dirty():
+                # this producer now has a range ahead of it: check its later rows one by one
+                a, z = self._slices.get(b.producer_id, (0, 0))
+                seg = order[a:z]
+                seg = seg[int(np.searchsorted(seg, i, side="right")):]
+                later = seg[~slow[seg]]
+                slow[later] = True
+                for j in later.tolist():
+                    heapq.heappush(heap, j)
 
     # -- checked path --------------------------------------------------------------------------
     def _fields(self, b: BatchView, **kw) -> dict:
