@@ -156,14 +156,44 @@ def impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
     by = defaultdict(list)
     for f in fs:
         by[f["rule"]].append(f)
-    lines = []
     stalled = list({(f["topic"], f["partition"], f["first_offset"]): f for f in
                     reversed(by.get("hanging-transaction", []) + by.get("lso-stuck", []))}.values())[::-1]
+    lines = _stalled_impact(stalled, reference_ms) + _replicas_impact(by)
+    for f in by.get("torn-transaction", [])[:2]:
+        lines.extend(_torn_impact(details(f)))
+    lines += _copies_impact(by)
+    lines.extend(_open_or_late(by, stalled, reference_ms))
+    for f in by.get("non-transactional-write-in-transaction", [])[:1]:
+        lines.append(f"{f['topic']}-{f['partition']}: writes outside the transaction are read whatever its outcome")
+    if by.get("fenced-epoch") or by.get("write-after-epoch-end"):
+        lines.extend(_zombie_impact(by))
+    lines += _lost_impact(by)
+    lines.extend(_state_impact(by))
+    lines += _read_impact(by, fs)
+    if not lines:
+        seq = [f for f in fs if f["rule"] == "out-of-order-sequence"]
+        # refused (warning: the broker's error answer) - the only sequence findings here
+        refused = seq and all(f["severity"] == "warning" for f in seq)
+        lines.append("the broker refused these batches with an error: it did not store them" if refused else
+                     "the evidence shows no damage consumers would see" if not inc["consumer_visible"]
+                     else "see the findings")
+    return "; ".join(dict.fromkeys(lines))
+
+
+def _stalled_impact(stalled: list[dict], reference_ms: int | None) -> list[str]:
+    """read_committed consumers held at a hanging transaction's first offset (or a stuck LSO)."""
+    lines = []
     for f in stalled[:4]:
         since = f.get("first_ts_ms")
         held = f" for {duration(reference_ms - since)}" if since is not None and reference_ms is not None else ""
         lines.append(f"read_committed consumers of {f['topic']}-{f['partition']} stopped at offset "
                      f"{f['first_offset']} since {iso_ms(since)}{held} (read_uncommitted consumers read on)")
+    return lines
+
+
+def _replicas_impact(by: dict) -> list[str]:
+    """An unclean election's lost records, replicas that disagree or miss segments."""
+    lines = []
     for f in by.get("unclean-leader-election", [])[:2]:
         d = details(f)
         lost = ", ".join(f"replica {r} offsets {_offsets(a, b)}" for r, (a, b) in sorted((d.get("lost") or {}).items()))
@@ -177,8 +207,12 @@ def impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
                      if f["rule"] == "unexplained-divergence" else
                      f"{f['topic']}-{f['partition']}: offsets {_offsets(f['first_offset'], f.get('last_offset'))} "
                      f"cannot be read from replica {f.get('replica')}")
-    for f in by.get("torn-transaction", [])[:2]:
-        lines.extend(_torn_impact(details(f)))
+    return lines
+
+
+def _copies_impact(by: dict) -> list[str]:
+    """Records stored twice (or sequences reused), and an application's repeated records."""
+    lines = []
     for f in (by.get("duplicate-batch", []) + by.get("duplicate-records", []))[:1]:
         d = details(f)
         a, b = d.get("original_first_offset"), d.get("original_last_offset")
@@ -204,11 +238,12 @@ def impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
                      f"the same as offsets {_offsets(d.get('original_first_offset'), d.get('original_last_offset'))}); "
                      "consumers read every copy. No timestamp and no sign of a failed send: most likely the "
                      "application sending the same values again, not a retry")
-    lines.extend(_open_or_late(by, stalled, reference_ms))
-    for f in by.get("non-transactional-write-in-transaction", [])[:1]:
-        lines.append(f"{f['topic']}-{f['partition']}: writes outside the transaction are read whatever its outcome")
-    if by.get("fenced-epoch") or by.get("write-after-epoch-end"):
-        lines.extend(_zombie_impact(by))
+    return lines
+
+
+def _lost_impact(by: dict) -> list[str]:
+    """Sequences not in the log, what the client was told against the log, offsets gone."""
+    lines = []
     gaps = [f for f in by.get("out-of-order-sequence", []) if details(f).get("kind") == "gap"
             and f["severity"] in ("error", "critical")]
     for f in gaps[:1]:
@@ -221,7 +256,12 @@ def impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
         lines.append(f"offsets {_offsets(f['first_offset'], f.get('last_offset'))} of {f['topic']}-{f['partition']} "
                      f"are gone from replica {f.get('replica')}: consumers reading it cannot read them (a fetch at a "
                      "missing offset returns the next batch; past the log end it fails OFFSET_OUT_OF_RANGE)")
-    lines.extend(_state_impact(by))
+    return lines
+
+
+def _read_impact(by: dict, fs: list[dict]) -> list[str]:
+    """Corrupt bytes consumers fail on, and what the consumers' own findings say they read."""
+    lines = []
     for f in (by.get("crc-mismatch", []) + by.get("corrupt-batch", []))[:1]:
         lines.append(f"consumers fetching offsets around {f.get('first_offset')} of {f.get('topic')}-{f.get('partition')} "
                      "(replica " + str(f.get("replica")) + ") fail on corrupt bytes (CorruptRecordException)")
@@ -229,11 +269,4 @@ def impact(inc: dict, fs: list[dict], reference_ms: int | None) -> str:
         group = details(f).get("group")
         lines.append(f"{'group ' + group + ', ' if group else ''}{f['topic']}-{f['partition']}: offsets "
                      f"{_offsets(f['first_offset'], f.get('last_offset'))} {CONSUMED[f['rule']]}")
-    if not lines:
-        seq = [f for f in fs if f["rule"] == "out-of-order-sequence"]
-        # refused (warning: the broker's error answer) - the only sequence findings here
-        refused = seq and all(f["severity"] == "warning" for f in seq)
-        lines.append("the broker refused these batches with an error: it did not store them" if refused else
-                     "the evidence shows no damage consumers would see" if not inc["consumer_visible"]
-                     else "see the findings")
-    return "; ".join(dict.fromkeys(lines))
+    return lines
