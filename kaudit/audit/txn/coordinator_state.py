@@ -155,21 +155,7 @@ def build(rows: list[dict], check: bool = True) -> CoordView:
         view.transactional_ids.add(tid)
         last = prev_by_id.get(tid)
         if check and last is not None and illegal_state_transition(last[0], state, r.get("client_transaction_version")):
-            prev = {**last[1], "state": last[0]}
-            view.findings.append(finding(
-                "illegal-state-transition",
-                f"transactional id {tid!r} (producer {r['producer_id']}): {prev['state']} -> {state} "
-                f"at {r['topic']}-{r['partition']} offset {r['offset']} is not a valid transition "
-                f"(valid previous states of {state}: "
-                f"{', '.join(sorted(VALID_PREVIOUS.get(state, ()))) or 'none, unknown state'})",
-                evidence=[evidence(prev["source"], prev["position"], "txn_log", "previous"),
-                          evidence(r["source"], r["position"], "txn_log")],
-                details={"previous_state": prev["state"], "state": state,
-                         "previous_offset": prev["offset"], "offset": r["offset"]},
-                topic=r["topic"], partition=r["partition"], replica=r["replica"],
-                producer_id=r["producer_id"], producer_epoch=r["producer_epoch"],
-                transactional_id=tid, first_offset=prev["offset"], last_offset=r["offset"],
-                first_ts_ms=prev["timestamp_ms"], last_ts_ms=r["timestamp_ms"]))
+            view.findings.append(_illegal(last, r, state))
         prev_by_id[tid] = (state, r)
         st = {"state": state, "epoch": r["producer_epoch"], "ts": r["timestamp_ms"],
               "offset": r["offset"], "partitions": r["partitions"], "source": r["source"],
@@ -202,15 +188,41 @@ def build(rows: list[dict], check: bool = True) -> CoordView:
         st["txn"] = t.index   # its CoordTxn in view.txns (not the object: t.states holds st)
         _add_record(t, r, st, state)
     for t in view.txns:
-        if t.ended_by is None:
-            t.ended_by, t.end_detail = end_cause(t)
-        if t.prepare_epoch == MAX_EPOCH and not t.complete and t.next_producer_id != -1:
-            # the coordinator moved the id to a new producer id (TV2 epoch exhaustion): this
-            # producer id's last transaction completes under the next one (unless its Prepare
-            # record says it moves to none: KAFKA-20090, epoch-exhausted-transaction)
-            t.complete_ts = t.prepare_ts
-            t.end_detail = (t.end_detail + "; " if t.end_detail else "") + "epoch exhausted: completed under the next producer id"
+        _ended(t)
     return view
+
+
+def _illegal(last: tuple[str, dict], r: dict, state: str) -> dict:
+    """The illegal-state-transition finding of record `r` (state `state`) after `last` (the
+    id's previous state and record)."""
+    tid = r["transactional_id"]
+    prev = {**last[1], "state": last[0]}
+    return finding(
+        "illegal-state-transition",
+        f"transactional id {tid!r} (producer {r['producer_id']}): {prev['state']} -> {state} "
+        f"at {r['topic']}-{r['partition']} offset {r['offset']} is not a valid transition "
+        f"(valid previous states of {state}: "
+        f"{', '.join(sorted(VALID_PREVIOUS.get(state, ()))) or 'none, unknown state'})",
+        evidence=[evidence(prev["source"], prev["position"], "txn_log", "previous"),
+                  evidence(r["source"], r["position"], "txn_log")],
+        details={"previous_state": prev["state"], "state": state,
+                 "previous_offset": prev["offset"], "offset": r["offset"]},
+        topic=r["topic"], partition=r["partition"], replica=r["replica"],
+        producer_id=r["producer_id"], producer_epoch=r["producer_epoch"],
+        transactional_id=tid, first_offset=prev["offset"], last_offset=r["offset"],
+        first_ts_ms=prev["timestamp_ms"], last_ts_ms=r["timestamp_ms"])
+
+
+def _ended(t: CoordTxn) -> None:
+    """Who ended the transaction, where its records do not say (end_cause)."""
+    if t.ended_by is None:
+        t.ended_by, t.end_detail = end_cause(t)
+    if t.prepare_epoch == MAX_EPOCH and not t.complete and t.next_producer_id != -1:
+        # the coordinator moved the id to a new producer id (TV2 epoch exhaustion): this
+        # producer id's last transaction completes under the next one (unless its Prepare
+        # record says it moves to none: KAFKA-20090, epoch-exhausted-transaction)
+        t.complete_ts = t.prepare_ts
+        t.end_detail = (t.end_detail + "; " if t.end_detail else "") + "epoch exhausted: completed under the next producer id"
 
 
 def _add_record(t: CoordTxn, r: dict, st: dict, state: str) -> None:
