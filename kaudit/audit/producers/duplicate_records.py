@@ -114,6 +114,35 @@ def log_order(fp: np.ndarray) -> np.ndarray:
     return o
 
 
+def _sorted_fingerprints(fp: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the fingerprints sorted, their rows' order where two are equal, else None): whether a
+    chunk holds any duplicate is told by the sort of the values (faster than the rows' order)."""
+    sorted_fp = np.sort(fp)
+    same = sorted_fp[1:] == sorted_fp[:-1]
+    return sorted_fp, (log_order(fp) if same.any() else None)   # sorted_fp is fp[order]
+
+
+def _within(run: "_Run", found: dict[int, tuple], threshold: np.ndarray, min_row: np.ndarray) -> None:
+    """Duplicates inside one chunk (`run`): a later row equal to an earlier one within its
+    window, where no earlier chunk's row was found for it (`found`, completed in place)."""
+    sorted_fp, order = run.fp, run.order   # (order: None where no two are equal)
+    if order is None:
+        return
+    same = np.flatnonzero(sorted_fp[1:] == sorted_fp[:-1])
+    for s_ in same[np.r_[True, np.diff(same) > 1]].tolist():
+        e_ = s_ + 1
+        while e_ + 1 < sorted_fp.size and sorted_fp[e_ + 1] == sorted_fp[s_]:
+            e_ += 1
+        group = order[s_:e_ + 1].tolist()  # equal fingerprints, in log order
+        for i, b in enumerate(group[1:], 1):
+            if b in found:
+                continue
+            a = next((a for a in group[:i] if run.ts[a] >= threshold[b] or run.row[a] >= min_row[b]), None)
+            if a is not None:
+                found[b] = (int(run.row[a]), int(run.base[a]), int(run.base[a] + run.count[a] - 1),
+                            int(run.pos[a]), int(run.src[a]))
+
+
 class _Run:
     """One chunk's rows in log order - fingerprint, evidence (base offset, record count,
     position, source id), create time (window, eviction) and row number in the partition's log
@@ -204,62 +233,58 @@ class RecordDuplicates:
             seen = np.maximum(seen, self.newest_ts)
         threshold = seen - WINDOW_MS
         min_row = row - RECENT_ROWS
-        found: dict[int, tuple] = {}  # row of this chunk -> (original's row, evidence)
-        if self.runs:
-            # a bitmap of the window's fingerprints rules out almost every row before any search
-            cand = np.flatnonzero(_maybe(self.bits, probes))
-            for run in self.runs if cand.size else ():
-                j = run.find(fp[cand], threshold[cand], min_row[cand])
-                for k in np.flatnonzero(j >= 0).tolist():
-                    jj, c = int(j[k]), int(cand[k])
-                    if c not in found or run.row[jj] < found[c][0]:
-                        found[c] = (int(run.row[jj]), int(run.base[jj]), run.last(jj), int(run.pos[jj]),
-                                    int(run.src[jj]))
-        # duplicates inside this chunk: a later row equal to an earlier one (earlier chunks first);
-        # the sort of the values finds whether there is any (faster than the rows' order)
-        sorted_fp = np.sort(fp)
-        same = np.flatnonzero(sorted_fp[1:] == sorted_fp[:-1])
-        order = log_order(fp) if same.size else None   # sorted_fp is fp[order]
-        starts = same[np.r_[True, np.diff(same) > 1]].tolist() if same.size else []
-        for s_ in starts:
-            e_ = s_ + 1
-            while e_ + 1 < fp.size and sorted_fp[e_ + 1] == sorted_fp[s_]:
-                e_ += 1
-            group = order[s_:e_ + 1].tolist()  # equal fingerprints, in log order
-            for i, b in enumerate(group[1:], 1):
-                if b in found:
-                    continue
-                a = next((a for a in group[:i] if mts[a] >= threshold[b] or row[a] >= min_row[b]), None)
-                if a is not None:
-                    found[b] = (int(row[a]), int(base[a]), int(base[a] + count[a] - 1), int(pos[a]), int(src[a]))
+        found = self._in_runs(fp, probes, threshold, min_row)  # row of this chunk -> (original's row, evidence)
+        run = _Run(fp, base, count, pos, src, mts, row, *_sorted_fingerprints(fp))
+        _within(run, found, threshold, min_row)
         for k in sorted(found):
             _, ob, ol, op, os_ = found[k]
             self._report(int(base[k]), int(base[k] + count[k] - 1), int(pos[k]), int(src[k]),
                          int(mts[k]), ob, ol, op, os_)
         # one sorted run per chunk, never merged: the bitmap leaves few rows to look up in them
-        self.runs.append(_Run(fp, base, count, pos, src, mts, row, sorted_fp, order))
+        self.runs.append(run)
         if self.bits is None:
             self.bits = np.zeros(int(_MASK) + 1, dtype=bool)
         _mark(self.bits, probes)
         self.marked += fp.size
         newest = int(mts.max())
         self.newest_ts = newest if self.newest_ts is None else max(self.newest_ts, newest)
+        self._evict()
+
+    def _in_runs(self, fp: np.ndarray, probes, threshold: np.ndarray, min_row: np.ndarray) -> dict[int, tuple]:
+        """The rows of a chunk (fingerprints `fp`) equal to one of the window's earlier chunks:
+        row -> (the original's row, base, last offset, position, source), the earliest."""
+        found: dict[int, tuple] = {}
+        if not self.runs:
+            return found
+        # a bitmap of the window's fingerprints rules out almost every row before any search
+        cand = np.flatnonzero(_maybe(self.bits, probes))
+        for run in self.runs if cand.size else ():
+            j = run.find(fp[cand], threshold[cand], min_row[cand])
+            for k in np.flatnonzero(j >= 0).tolist():
+                jj, c = int(j[k]), int(cand[k])
+                if c not in found or run.row[jj] < found[c][0]:
+                    found[c] = (int(run.row[jj]), int(run.base[jj]), run.last(jj), int(run.pos[jj]),
+                                int(run.src[jj]))
+        return found
+
+    def _evict(self) -> None:
+        """Drops the runs out of every later row's window (created before the cutoff and
+        RECENT_ROWS rows back), at most once per RECENT_ROWS/4 rows. A dropped run's bits only
+        let rows through to a search that finds nothing, so the bitmap is rebuilt once it holds
+        as many dropped fingerprints as live ones (amortised: not the window per eviction)."""
+        if self.rows - self.evicted_at < RECENT_ROWS // 4:
+            return
         cutoff = self.newest_ts - WINDOW_MS
-        # drop the runs out of every later row's window (created before the cutoff and
-        # RECENT_ROWS rows back), at most once per RECENT_ROWS/4 rows. A dropped run's bits only
-        # let rows through to a search that finds nothing, so the bitmap is rebuilt once it holds
-        # as many dropped fingerprints as live ones (amortised: not the window per eviction)
-        if self.rows - self.evicted_at >= RECENT_ROWS // 4:
-            kept = [r for r in self.runs if r.max_ts >= cutoff or r.max_row >= self.rows - RECENT_ROWS]
-            if len(kept) < len(self.runs):
-                self.evicted_at = self.rows
-                self.runs = kept
-                live = sum(r.fp.size for r in kept)
-                if self.marked > 2 * live:
-                    self.bits[:] = False
-                    for r in kept:
-                        _mark(self.bits, _probes(r.fp))
-                    self.marked = live
+        kept = [r for r in self.runs if r.max_ts >= cutoff or r.max_row >= self.rows - RECENT_ROWS]
+        if len(kept) < len(self.runs):
+            self.evicted_at = self.rows
+            self.runs = kept
+            live = sum(r.fp.size for r in kept)
+            if self.marked > 2 * live:
+                self.bits[:] = False
+                for r in kept:
+                    _mark(self.bits, _probes(r.fp))
+                self.marked = live
 
     def _source_id(self, s: str) -> int:
         try:
