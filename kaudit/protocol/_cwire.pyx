@@ -342,25 +342,24 @@ cdef bint _fetch_request(Msg m, Rd *r, int v, bint flex) except -1:
 
 
 cdef void _fetch_tags(Msg m, Rd *r) noexcept:
-    """A Fetch v15+ request's tagged fields: ClusterId (tag 0) skipped, a follower's ReplicaState
-    (tag 1: replica id, epoch, its own tags) read; any other tag skipped by its size."""
+    """A Fetch v15+ request's tagged fields: a follower's ReplicaState (tag 1: replica id, epoch,
+    no tags of its own) read; any other tag (a ClusterId, one no version defines) or a state of
+    other bytes: given up (the schema walk reads them)."""
     cdef int64_t n = _uvarint(r), tag, size, end
     cdef int64_t k
     for k in range(n):
         tag = _uvarint(r)
         size = _uvarint(r)
-        if r.bad or not _need(r, size):
+        if r.bad or tag != 1 or not _need(r, size):
             r.bad = True
             return
         end = r.off + size
-        if tag == 1:
-            m.replica_id = _i32(r)
-            _i64(r)  # replica_epoch
-            _tags(r, True)
-            if r.bad or r.off != end:
-                r.bad = True
-                return
-        r.off = end
+        m.replica_id = _i32(r)
+        _i64(r)  # replica_epoch
+        _tags(r, True)
+        if r.bad or r.off != end:
+            r.bad = True
+            return
 
 
 include "_cwire_records.pxi"

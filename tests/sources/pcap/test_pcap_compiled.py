@@ -217,3 +217,35 @@ def test_a_fetch_v17_followers_replica_id_is_its_replica_state(tmp_path):
     assert [(r["api_version"], r["client_id"], r["replica_id"]) for r in rows] == [
         (18, "app", -1), (17, "broker-2-fetcher-0", 2)]
     assert decode(path.read_bytes(), True) == decode(path.read_bytes(), False)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(version=st.integers(15, 18),
+       tags=st.lists(st.tuples(st.integers(0, 6), st.binary(max_size=24), st.booleans()), max_size=4,
+                     unique_by=lambda x: x[0]),
+       replica=st.integers(-1, 3))
+def test_fetch_v15_request_tags_both_paths_alike(tmp_path, version, tags, replica):
+    """A Fetch v15+ request's tagged fields as they come - a ClusterId, a ReplicaState (well
+    formed, or of any bytes), tags no version defines, in Kafka's ascending order - give the
+    same rows on the compiled walk and the pure path."""
+    from tests.protocol.wire.wirebytes import cstring, i32, i64, uvarint
+    from tests.sim import wire_group
+
+    answered = [("orders", 0, 0, 10, 10, 0, [], b"")]
+    asked = [("orders", 0, 5)]
+    first = wire_group.fetch(1, "c", version, "read_uncommitted", asked, answered)
+    msgs = wire_group.fetch(2, "c", version, "read_uncommitted", asked, answered)
+    payloads = []
+    for tag, raw, well_formed in sorted(tags):
+        if well_formed and tag == 0:
+            raw = cstring("cluster-" + raw.hex()[:8])
+        elif well_formed and tag == 1:
+            raw = i32(replica) + i64(len(raw)) + b"\x00"
+        payloads.append(uvarint(tag) + uvarint(len(raw)) + raw)
+    body = msgs[0][1][4:-1] + uvarint(len(payloads)) + b"".join(payloads)   # (its empty tags replaced)
+    msgs = [(0, len(body).to_bytes(4, "big") + body)] + msgs[1:]
+    path = tmp_path / f"t{version}.pcap"
+    write_capture(path, Conn(first + msgs))   # (the second request takes the compiled walk)
+    buf = path.read_bytes()
+    assert decode(buf, True) == decode(buf, False)
