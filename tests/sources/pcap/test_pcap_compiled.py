@@ -194,8 +194,9 @@ def test_lying_sizes_allocate_nothing_like_them(tmp_path):
 
 def test_a_fetch_v17_followers_replica_id_is_its_replica_state(tmp_path):
     """Fetch v15+ (KIP-903) has no ReplicaId field: a follower's id is in the tagged ReplicaState
-    (here beside a ClusterId tag the decoders skip), a consumer's request has none and is -1 -
-    what Kafka's FetchRequest.replicaId() reads - on both paths alike."""
+    (here after a ClusterId tag: the compiled walk leaves such a request to the pure path), a
+    consumer's request has none and is -1 - what Kafka's FetchRequest.replicaId() reads - on
+    both paths alike."""
     from tests.protocol.wire.wirebytes import cstring, uvarint
     from tests.sim import wire_group
 
