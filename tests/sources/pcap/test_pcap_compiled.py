@@ -212,11 +212,13 @@ def test_a_fetch_v17_followers_replica_id_is_its_replica_state(tmp_path):
     body = req[4:-len(state)] + tags
     follower = [(0, len(body).to_bytes(4, "big") + body)] + follower[1:]
     path = tmp_path / "f.pcap"
-    # (a connection's first request takes the pure way: the follower's comes second)
-    write_capture(path, Conn(consumer + follower))
+    plain = wire_group.fetch(3, "broker-3-fetcher-0", 18, "read_uncommitted", [("orders", 0, 5)], answered,
+                             replica_id=3)   # its ReplicaState alone: the compiled walk reads it
+    # (a connection's first request takes the pure way: the followers' come after)
+    write_capture(path, Conn(consumer + follower + plain))
     rows = dict(decode(path.read_bytes(), True))["fetch_partition"]
     assert [(r["api_version"], r["client_id"], r["replica_id"]) for r in rows] == [
-        (18, "app", -1), (17, "broker-2-fetcher-0", 2)]
+        (18, "app", -1), (17, "broker-2-fetcher-0", 2), (18, "broker-3-fetcher-0", 3)]
     assert decode(path.read_bytes(), True) == decode(path.read_bytes(), False)
 
 
