@@ -253,9 +253,9 @@ class Member:
         answers = {tp: serve(g.parts[tp], self.position[tp], self.isolation, self.max_batches, hw=hw.get(tp))
                    for tp in tps}
         asked, answered, session, answer_session = list(tps), list(tps), (0, -1), 0
-        # KIP-848 era clients fetch by topic id (Fetch v13+, named by the members' Metadata): 4.x's
-        # v17, whose replica id is in the tagged ReplicaState (KIP-903), absent for a consumer
-        version = 17 if g.protocol == "848" else (12 if self.sessions is not None else 5)
+        # KIP-848 era clients fetch by topic id (Fetch v13+, named by the members' Metadata): 4.1's
+        # v18, whose replica id is in the tagged ReplicaState (KIP-903), absent for a consumer
+        version = 18 if g.protocol == "848" else (12 if self.sessions is not None else 5)
         # KIP-392: a leader that prefers a caught-up follower in the client's rack answers the
         # partition with no records and that replica's id; the client fetches from it from then on
         preferred = {tp: caught_up(g.parts[tp])[0] for tp in tps if self.rack and version >= 11

@@ -196,15 +196,16 @@ def catch_up(part, node: int, *, wire: bool = False) -> None:
 
 
 def _replica_fetch(part, node: int, offset: int, records: bytes) -> None:
-    """ReplicaFetcherThread's Fetch v5 to the leader and its answer (the leader's high watermark
-    once the follower has it all: the ISR's least log end)."""
+    """ReplicaFetcherThread's Fetch to the leader and its answer (the leader's high watermark
+    once the follower has it all: the ISR's least log end): v5 on a 3.0 cluster, v18 on 4.1 -
+    by topic id, its replica id in the tagged ReplicaState (KIP-903), as Kafka 4.1's followers."""
     from tests.sim import wire
     from tests.sim.wire_group import fetch
 
     sim = part.sim
     name = f"replica-fetcher-{node}->{part.leader}"
     hw = min(part.log_end(n) for n in (part.isr | {node, part.leader}))
-    msgs = fetch(sim.cap.next_corr(name), f"broker-{node}-fetcher-0", 5, "read_uncommitted",
+    msgs = fetch(sim.cap.next_corr(name), f"broker-{node}-fetcher-0", 18 if sim.verify else 5, "read_uncommitted",
                  [(part.topic, part.partition, offset)],
                  [(part.topic, part.partition, 0, hw, hw, part.log_start, [], records)], replica_id=node)
     sim.cap.exchange(name, msgs[:1], sim.tick(), client_ip=wire.node_ip(node), server_ip=wire.node_ip(part.leader))
