@@ -121,49 +121,8 @@ def _compile(cls):
                 env[f"C{i}"] = how
             names.append((step[1], f"D{i}" if how is None else f"C{i}(D{i})"))
             continue
-        name, reader = step[1], step[2]
-        var = f"v{i}"
-        f = fields[name]
-        kt = f.metadata.get("kafka_type")
-        t = hints[f.name]
-        inner = [c for c in kb._inner_types(t) if isinstance(c, type) and dataclasses.is_dataclass(c)]
-        seq = kb._is_tuple(t)
-        if inner and seq:
-            sub = compiled(inner[0])
-            if sub is None:
-                raise ValueError("nested class not compiled")
-            env[f"W{i}"] = sub
-            _length_code("n", flexible, lines, "    ")
-            lines.append("    if n < 0:")
-            lines.append(f"        {var} = None")
-            lines.append("    else:")
-            lines.append("        if n > L - off:")
-            lines.append("            raise GIVE_UP")
-            lines.append(f"        {var} = []")
-            lines.append(f"        ap = {var}.append")
-            lines.append("        for _ in range(n):")
-            lines.append(f"            x, off = W{i}(buf, off)")
-            lines.append("            ap(x)")
-        elif not inner and seq and kt in kb._FIXED_FORMATS and kt != "uuid":
-            # an array of fixed-size values: one struct call for all of them
-            size = struct.calcsize(">" + kb._FIXED_FORMATS[kt])
-            _length_code("n", flexible, lines, "    ")
-            lines.append("    if n < 0:")
-            lines.append(f"        {var} = None")
-            lines.append("    else:")
-            lines.append(f"        e = off + n * {size}")
-            lines.append("        if e > L:")
-            lines.append("            raise GIVE_UP")
-            lines.append(f"        {var} = list(fixed_array({kb._FIXED_FORMATS[kt]!r}, n)(buf, off))")
-            lines.append("        off = e")
-        elif not inner and not seq and kt == "string":
-            _sized_code(var, flexible, 2, "str(buf[off:e], 'utf-8')", lines)
-        elif not inner and not seq and kt == "records":
-            _sized_code(var, flexible, 4, "memoryview(buf)[off:e]", lines)
-        else:  # anything else: the generic step reader
-            env[f"R{i}"] = reader
-            lines.append(f"    {var}, off = R{i}(buf, off)")
-        names.append((name, var))
+        name = step[1]
+        names.append((name, _field_code(i, step, fields[name], hints, flexible, env, lines)))
     items = ", ".join(f"{k!r}: {v}" for k, v in names)
     lines.append(f"    out = {{{items}}}")
     if flexible:
@@ -178,6 +137,52 @@ def _compile(cls):
     walk = env["walk"]
     walk.__qualname__ = walk.__name__ = f"walk_{cls.__name__}"
     return walk
+
+
+def _field_code(i: int, step, f, hints: dict, flexible: bool, env: dict, lines: list[str]) -> str:
+    """The walker's lines that read field `f` (step `i`: a generic step's name and reader), its
+    helpers put in `env`; the local variable that holds its value."""
+    var = f"v{i}"
+    kt = f.metadata.get("kafka_type")
+    t = hints[f.name]
+    inner = [c for c in kb._inner_types(t) if isinstance(c, type) and dataclasses.is_dataclass(c)]
+    seq = kb._is_tuple(t)
+    if inner and seq:
+        sub = compiled(inner[0])
+        if sub is None:
+            raise ValueError("nested class not compiled")
+        env[f"W{i}"] = sub
+        _length_code("n", flexible, lines, "    ")
+        lines.append("    if n < 0:")
+        lines.append(f"        {var} = None")
+        lines.append("    else:")
+        lines.append("        if n > L - off:")
+        lines.append("            raise GIVE_UP")
+        lines.append(f"        {var} = []")
+        lines.append(f"        ap = {var}.append")
+        lines.append("        for _ in range(n):")
+        lines.append(f"            x, off = W{i}(buf, off)")
+        lines.append("            ap(x)")
+    elif not inner and seq and kt in kb._FIXED_FORMATS and kt != "uuid":
+        # an array of fixed-size values: one struct call for all of them
+        size = struct.calcsize(">" + kb._FIXED_FORMATS[kt])
+        _length_code("n", flexible, lines, "    ")
+        lines.append("    if n < 0:")
+        lines.append(f"        {var} = None")
+        lines.append("    else:")
+        lines.append(f"        e = off + n * {size}")
+        lines.append("        if e > L:")
+        lines.append("            raise GIVE_UP")
+        lines.append(f"        {var} = list(fixed_array({kb._FIXED_FORMATS[kt]!r}, n)(buf, off))")
+        lines.append("        off = e")
+    elif not inner and not seq and kt == "string":
+        _sized_code(var, flexible, 2, "str(buf[off:e], 'utf-8')", lines)
+    elif not inner and not seq and kt == "records":
+        _sized_code(var, flexible, 4, "memoryview(buf)[off:e]", lines)
+    else:  # anything else: the generic step reader
+        env[f"R{i}"] = step[2]
+        lines.append(f"    {var}, off = R{i}(buf, off)")
+    return var
 
 
 def compiled_walker(api_key: int, api_version: int, entity: str):
