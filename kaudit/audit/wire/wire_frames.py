@@ -243,30 +243,7 @@ class ConnectionGroup:
         if r.api_key == 22 and not r.error_codes and r.producer_id is not None and r.producer_id >= 0 and self.orphans:
             self._adopt(r.producer_id, r.producer_epoch)
         if producer_error(r):
-            ev = [evidence(self.source, r.request_frame, "request"),
-                  evidence(self.source, r.response_frame, "response")]
-            who = f"transactional id {r.transactional_id} " if r.transactional_id else ""
-            pid = f"producer {r.producer_id} epoch {r.producer_epoch} " if r.producer_id is not None else ""
-            failed = _failed_partitions(r.partition_errors)
-            where = ""
-            if failed:
-                where = " (" + ", ".join(f"{t}-{p}: {c}" for t, p, c in failed[:8]) + \
-                    (f", … {len(failed) - 8} more" if len(failed) > 8 else "") + ")"
-            one = dict(topic=failed[0][0], partition=failed[0][1]) if len(failed) == 1 else {}
-            text = f"{r.api_name} v{r.api_version} corr {r.correlation_id} "
-            kw = dict(evidence=ev, details={"api": r.api_name, "errors": r.error_names,
-                                            "error_codes": r.error_codes,
-                                            "partitions": [{"topic": t, "partition": p, "error_code": c}
-                                                           for t, p, c in failed] or None},
-                      first_ts_ms=int(r.request_ts * 1000), last_ts_ms=_ms(r.response_ts),
-                      **one, **self._common(r))
-            if r.api_key == 22 and (r.producer_id is None or r.producer_id < 0):
-                # answered with an error, it names no producer id: the next one the client gets
-                self.orphans.append((text + f"({who}client {r.client_id}) on {self.connection}: "
-                                     f"{r.error_names}{where}", kw))
-            else:
-                self.out.append(finding("producer-error", text + f"({who}{pid}client {r.client_id}) on "
-                                        f"{self.connection}: {r.error_names}{where}", **kw))
+            self._producer_error(r)
         if r.api_key != 0 and r.error_codes and set(r.error_codes.split(",")) & FENCED_CODES:
             self.out.append(finding(
                 "fenced-epoch", f"{r.api_name} v{r.api_version} corr {r.correlation_id} "
@@ -286,6 +263,34 @@ class ConnectionGroup:
                 evidence=[evidence(self.source, frame_no, "request" if r.request_frame is not None else "response")],
                 first_ts_ms=_ms(r.request_ts if r.request_ts is not None else r.response_ts),
                 **self._common(r)))
+
+    def _producer_error(self, r: Frame) -> None:
+        """A producer request answered with an error: its producer-error finding, or - an
+        InitProducerId that names no producer id - one kept for the id the client gets next."""
+        ev = [evidence(self.source, r.request_frame, "request"),
+              evidence(self.source, r.response_frame, "response")]
+        who = f"transactional id {r.transactional_id} " if r.transactional_id else ""
+        pid = f"producer {r.producer_id} epoch {r.producer_epoch} " if r.producer_id is not None else ""
+        failed = _failed_partitions(r.partition_errors)
+        where = ""
+        if failed:
+            where = " (" + ", ".join(f"{t}-{p}: {c}" for t, p, c in failed[:8]) + \
+                (f", … {len(failed) - 8} more" if len(failed) > 8 else "") + ")"
+        one = dict(topic=failed[0][0], partition=failed[0][1]) if len(failed) == 1 else {}
+        text = f"{r.api_name} v{r.api_version} corr {r.correlation_id} "
+        kw = dict(evidence=ev, details={"api": r.api_name, "errors": r.error_names,
+                                        "error_codes": r.error_codes,
+                                        "partitions": [{"topic": t, "partition": p, "error_code": c}
+                                                       for t, p, c in failed] or None},
+                  first_ts_ms=int(r.request_ts * 1000), last_ts_ms=_ms(r.response_ts),
+                  **one, **self._common(r))
+        if r.api_key == 22 and (r.producer_id is None or r.producer_id < 0):
+            # answered with an error, it names no producer id: the next one the client gets
+            self.orphans.append((text + f"({who}client {r.client_id}) on {self.connection}: "
+                                 f"{r.error_names}{where}", kw))
+        else:
+            self.out.append(finding("producer-error", text + f"({who}{pid}client {r.client_id}) on "
+                                    f"{self.connection}: {r.error_names}{where}", **kw))
 
     def _adopt(self, pid: int | None, epoch: int | None) -> None:
         """The failed InitProducerId answers before it belong to producer `pid` (None: unknown)."""
