@@ -34,7 +34,7 @@ from kaudit.audit.txn import txn_lineage
 from kaudit.engine import coverage
 from kaudit.model import ROW_KINDS
 from kaudit.protocol.metadata.history import latest_features
-from kaudit.sources.topics import TopicNames
+from kaudit.sources.topics import BatchNames, TopicNames
 
 STREAM = (("replica", "topic", "partition"), ("source", "position"))   # a log-dir plan's (key, order)
 
@@ -80,6 +80,7 @@ class Facts:
         self.holes: list[tuple] = []      # wire: where the captures lost bytes (audit.capture_holes)
         self.carriers: set[tuple] = set()   # wire: (event, connection) of markers and registrations
         self.replicas: set[tuple] = set()   # wire: (capture, broker id) of replicas' Fetches
+        self.batch_names = BatchNames()   # wire: topic ids a batch seen by name too names (settle)
 
     def add(self, kind: str, table: pa.Table) -> None:
         if self.side == "disk":
@@ -98,6 +99,8 @@ class Facts:
                 self.holes.extend(capture_holes.hole_rows(table))
             elif kind == "fetch_partition":
                 self.replicas |= replica_brokers(table)
+            elif kind == "batch":
+                self.batch_names.note(table)
             coverage.add_wire(self.cov, kind, table)
             if kind == "topic_name" and "cluster_id" in table.schema.names and table.column("cluster_id").null_count < table.num_rows:
                 for src, cid in set(zip(table.column("source").to_pylist(), table.column("cluster_id").to_pylist())):
@@ -127,6 +130,8 @@ class Facts:
         self.holes.extend(getattr(other, "holes", ()))
         self.carriers.update(getattr(other, "carriers", ()))
         self.replicas |= getattr(other, "replicas", set())
+        if getattr(other, "batch_names", None) is not None:
+            self.batch_names.merge(other.batch_names)
         for src, ids in getattr(other, "cluster_ids", {}).items():
             self.cluster_ids.setdefault(src, set()).update(ids)
 
@@ -241,6 +246,10 @@ class Audit:
         if facts.links:
             ctx.producer_lineage = txn_lineage.build(facts.links)   # {}: built, nothing to link
         if self.side == "wire":
+            by_batches = facts.batch_names.names(facts.names.names)
+            if by_batches:   # (the names every later step reads: the folds', the findings')
+                facts.names.add(by_batches)
+                facts.cov["topic_ids_named_by_batches"] = dict(sorted(by_batches.items()))
             ctx.topic_names = facts.names.names
             ctx.txn_ends = txn_lineage.ends_by_producer(facts.txn_ends) or None
             ctx.capture_holes = self.holes(facts)

@@ -4,7 +4,8 @@ Produce v13 and Fetch v13+ name their topics by a 16-byte id only (rows: `topic_
 null). The names come from wherever the evidence maps ids to names: the topics of Metadata
 (v10+), CreateTopics (v7+) and DescribeTopicPartitions responses anywhere in the captures
 (`topic_name` rows: a response later in the capture counts too), and each partition dir's
-`partition.metadata` in log dirs (disk batch rows carry both; `partition_metadata` rows).
+`partition.metadata` in log dirs (disk batch rows carry both; `partition_metadata` rows); and,
+for an id none of those names, a batch seen under a name too (`BatchNames`).
 
 `TopicNames` learns them from row chunks and resolves chunks (`resolve`), a stream with its
 unnamed chunks held back until a name arrives or the stream ends (`resolve_stream`), the topic
@@ -174,6 +175,69 @@ class TopicNames:
             elif f.get("topic_id") is None and len(by_name.get(t, ())) == 1:
                 f["topic_id"] = next(iter(by_name[t]))
         return findings
+
+
+class BatchNames:
+    """Topic ids the batches themselves name. A batch the captures show under a topic name and
+    again under a topic id - the same partition, producer id, epoch, base sequence and CRC (a
+    checksum of its bytes from the attributes on): the same batch, a Produce v12 by name and a
+    follower's or consumer's Fetch v13+ by id - names the id, where every such batch says the
+    same name. Batches without a producer id are left out (a CRC alone may meet another's).
+    Each chunk keeps a 64-bit key per batch and its topic's code: no row of Python objects."""
+
+    COLUMNS = ("topic", "topic_id", "partition", "producer_id", "producer_epoch", "base_sequence", "crc", "crc_ok")
+
+    def __init__(self):
+        self.named: list[tuple[np.ndarray, np.ndarray, list]] = []   # (keys, codes, names)
+        self.ids: list[tuple[np.ndarray, np.ndarray, list]] = []     # (keys, codes, topic ids)
+
+    def note(self, table: pa.Table) -> None:
+        if table.num_rows == 0 or not set(self.COLUMNS) <= set(table.schema.names):
+            return
+        cols = {c: table.column(c) for c in ("partition", "producer_id", "producer_epoch", "base_sequence", "crc")}
+        ok = np.asarray(pc.fill_null(table.column("crc_ok"), False), bool)
+        for c in cols.values():
+            ok &= ~np.asarray(c.is_null(), bool)
+        ok &= np.asarray(pc.fill_null(table.column("producer_id"), -1), np.int64) >= 0
+        if not ok.any():
+            return
+        v = {c: np.asarray(pc.fill_null(col, 0), np.int64).astype(np.uint64) for c, col in cols.items()}
+        key = ((v["producer_id"] * np.uint64(0x9E3779B97F4A7C15)) ^ (v["base_sequence"] * np.uint64(0xBF58476D1CE4E5B9))
+               ^ (v["crc"] * np.uint64(0x94D049BB133111EB)) ^ (v["partition"] << np.uint64(40))
+               ^ (v["producer_epoch"] << np.uint64(20)))
+        topic, tid = table.column("topic"), table.column("topic_id")
+        named = ok & ~np.asarray(topic.is_null(), bool)
+        unnamed = ok & np.asarray(topic.is_null(), bool) & ~np.asarray(tid.is_null(), bool)
+        for mask, col, into in ((named, topic, self.named), (unnamed, tid, self.ids)):
+            if mask.any():
+                enc = pc.dictionary_encode(col.filter(pa.array(mask))).combine_chunks()
+                into.append((key[mask], np.asarray(enc.indices, np.int64), enc.dictionary.to_pylist()))
+
+    def merge(self, other: "BatchNames") -> None:
+        self.named.extend(other.named)
+        self.ids.extend(other.ids)
+
+    def names(self, known: dict[str, str]) -> dict[str, str]:
+        """id -> name for the ids no name in `known` has that the batches name, one name each."""
+        if not self.ids or not self.named:
+            return {}
+        ukey, uid = _flat(self.ids)
+        nkey, nname = _flat(self.named)
+        order = np.argsort(nkey, kind="stable")
+        nkey, nname = nkey[order], nname[order]
+        lo, hi = np.searchsorted(nkey, ukey, "left"), np.searchsorted(nkey, ukey, "right")
+        hit = hi > lo
+        votes: dict[str, set] = {}
+        for i, a, b in zip(np.flatnonzero(hit).tolist(), lo[hit].tolist(), hi[hit].tolist()):
+            votes.setdefault(uid[i], set()).update(nname[a:b].tolist())
+        return {t: next(iter(ns)) for t, ns in votes.items() if len(ns) == 1 and t not in known}
+
+
+def _flat(parts: list[tuple[np.ndarray, np.ndarray, list]]) -> tuple[np.ndarray, np.ndarray]:
+    """BatchNames' chunks as (keys, the topic or id of each, as an object array)."""
+    keys = np.concatenate([k for k, _, _ in parts])
+    values = np.concatenate([np.asarray(vals, dtype=object)[codes] for _, codes, vals in parts])
+    return keys, values
 
 
 def _id_frames(table: pa.Table):
