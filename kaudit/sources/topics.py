@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -183,13 +184,17 @@ class BatchNames:
     checksum of its bytes from the attributes on): the same batch, a Produce v12 by name and a
     follower's or consumer's Fetch v13+ by id - names the id, where every such batch says the
     same name. Batches without a producer id are left out (a CRC alone may meet another's).
-    Each chunk keeps a 64-bit key per batch and its topic's code: no row of Python objects."""
+    Each chunk keeps a 64-bit key per batch and its topic's code: no row of Python objects; at
+    most MAX_KEYS a side, the oldest chunks let go first (a live capture runs for days; a
+    follower fetches what was just written)."""
 
     COLUMNS = ("topic", "topic_id", "partition", "producer_id", "producer_epoch", "base_sequence", "crc", "crc_ok")
+    MAX_KEYS = 1 << 21
 
     def __init__(self):
-        self.named: list[tuple[np.ndarray, np.ndarray, list]] = []   # (keys, codes, names)
-        self.ids: list[tuple[np.ndarray, np.ndarray, list]] = []     # (keys, codes, topic ids)
+        self.named: deque[tuple[np.ndarray, np.ndarray, list]] = deque()   # (keys, codes, names)
+        self.ids: deque[tuple[np.ndarray, np.ndarray, list]] = deque()     # (keys, codes, topic ids)
+        self.kept = {"named": 0, "ids": 0}   # keys held a side
 
     def note(self, table: pa.Table) -> None:
         if table.num_rows == 0 or not set(self.COLUMNS) <= set(table.schema.names):
@@ -208,14 +213,22 @@ class BatchNames:
         topic, tid = table.column("topic"), table.column("topic_id")
         named = ok & ~np.asarray(topic.is_null(), bool)
         unnamed = ok & np.asarray(topic.is_null(), bool) & ~np.asarray(tid.is_null(), bool)
-        for mask, col, into in ((named, topic, self.named), (unnamed, tid, self.ids)):
+        for mask, col, side in ((named, topic, "named"), (unnamed, tid, "ids")):
             if mask.any():
                 enc = pc.dictionary_encode(col.filter(pa.array(mask))).combine_chunks()
-                into.append((key[mask], np.asarray(enc.indices, np.int64), enc.dictionary.to_pylist()))
+                self._keep(side, (key[mask], np.asarray(enc.indices, np.int32), enc.dictionary.to_pylist()))
+
+    def _keep(self, side: str, part: tuple) -> None:
+        into = getattr(self, side)
+        into.append(part)
+        self.kept[side] += len(part[0])
+        while len(into) > 1 and self.kept[side] > self.MAX_KEYS:
+            self.kept[side] -= len(into.popleft()[0])
 
     def merge(self, other: "BatchNames") -> None:
-        self.named.extend(other.named)
-        self.ids.extend(other.ids)
+        for side in ("named", "ids"):
+            for part in getattr(other, side):
+                self._keep(side, part)
 
     def names(self, known: dict[str, str]) -> dict[str, str]:
         """id -> name for the ids no name in `known` has that the batches name, one name each."""
@@ -233,7 +246,7 @@ class BatchNames:
         return {t: next(iter(ns)) for t, ns in votes.items() if len(ns) == 1 and t not in known}
 
 
-def _flat(parts: list[tuple[np.ndarray, np.ndarray, list]]) -> tuple[np.ndarray, np.ndarray]:
+def _flat(parts) -> tuple[np.ndarray, np.ndarray]:
     """BatchNames' chunks as (keys, the topic or id of each, as an object array)."""
     keys = np.concatenate([k for k, _, _ in parts])
     values = np.concatenate([np.asarray(vals, dtype=object)[codes] for _, codes, vals in parts])

@@ -63,3 +63,13 @@ def test_a_followers_fetch_by_id_is_named_by_the_produce_it_copies(tmp_path):
     run = audit_pcaps([str(path)], OPTIONS)
     named = run.coverage.get("topic_ids_named_by_batches") or {}
     assert list(named.values()) == ["orders"] and run.topic_names == named
+
+
+def test_the_keys_kept_are_bounded(monkeypatch):
+    monkeypatch.setattr(BatchNames, "MAX_KEYS", 2)
+    b = BatchNames()
+    for seq in range(5):
+        b.note(table(rows("orders", None, 11, seq=seq)))
+    assert sum(len(k) for k, _, _ in b.named) == 2   # the two newest chunks
+    b.note(table(rows(None, "ID-A", 11, seq=0), rows(None, "ID-B", 11, seq=4)))
+    assert b.names({}) == {"ID-B": "orders"}
