@@ -203,16 +203,18 @@ class BatchNames:
         ok = np.asarray(pc.fill_null(table.column("crc_ok"), False), bool)
         for c in cols.values():
             ok &= ~np.asarray(c.is_null(), bool)
-        ok &= np.asarray(pc.fill_null(table.column("producer_id"), -1), np.int64) >= 0
+        v = {c: np.asarray(pc.fill_null(col, 0), np.int64) for c, col in cols.items()}
+        ok &= v["producer_id"] >= 0
         if not ok.any():
             return
-        v = {c: np.asarray(pc.fill_null(col, 0), np.int64).astype(np.uint64) for c, col in cols.items()}
+        v = {c: a.astype(np.uint64) for c, a in v.items()}
         key = ((v["producer_id"] * np.uint64(0x9E3779B97F4A7C15)) ^ (v["base_sequence"] * np.uint64(0xBF58476D1CE4E5B9))
                ^ (v["crc"] * np.uint64(0x94D049BB133111EB)) ^ (v["partition"] << np.uint64(40))
                ^ (v["producer_epoch"] << np.uint64(20)))
         topic, tid = table.column("topic"), table.column("topic_id")
-        named = ok & ~np.asarray(topic.is_null(), bool)
-        unnamed = ok & np.asarray(topic.is_null(), bool) & ~np.asarray(tid.is_null(), bool)
+        no_name = np.asarray(topic.is_null(), bool)
+        named = ok & ~no_name
+        unnamed = ok & no_name & ~np.asarray(tid.is_null(), bool)
         for mask, col, side in ((named, topic, "named"), (unnamed, tid, "ids")):
             if mask.any():
                 enc = pc.dictionary_encode(col.filter(pa.array(mask))).combine_chunks()
