@@ -100,6 +100,11 @@ def merged(spans) -> tuple[np.ndarray, np.ndarray]:
     return np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
 
 
+def identity(lo, hi, pid, epoch, seq, crc) -> tuple:
+    """A batch at offsets [lo, hi]: by its producer id, epoch and sequence, else by its CRC."""
+    return (lo, hi, pid, epoch, seq) if pid is not None and pid >= 0 else (lo, hi, "crc", crc)
+
+
 def overlap_mask(base: np.ndarray, last: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Rows [base, last] overlapping one of the disjoint sorted ranges [starts, ends]."""
     if not starts.size:

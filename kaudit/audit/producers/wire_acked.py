@@ -18,10 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.consistency.log_chunks import TablesByKind
-from kaudit.audit.folds import Fold, KeyedState, Settler, key_runs, np_col, np_indices, np_mask
+from kaudit.audit.folds import Fold, KeyedState, key_runs, np_col, np_indices, np_mask
 from kaudit.audit.producers import acked_clean
 from kaudit.audit.producers import acked_pairs as P
 from kaudit.audit.producers import acked_writes as A
+from kaudit.audit.producers.acked_settle import AckedSettle
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.timefmt import iso_ms
 from kaudit.ranges import offsets as offset_span
@@ -254,12 +255,12 @@ def _near(t: pa.Table, acked: list[A.Batch], contested: tuple) -> pa.Table:
     commit = pc.fill_null(pc.equal(t.column("control_type"), "COMMIT"), False).to_numpy(zero_copy_only=False)
     t = t.filter(np_mask(A.overlap_mask(base, last, starts, ends) | commit))
     # an exact copy of a write already known committed (acks=all, no transaction) tells nothing more
-    settled = {_identity(w.lo, w.hi, w.pid, w.epoch, w.seq, w.row.get("crc")) for w in acked
+    settled = {A.identity(w.lo, w.hi, w.pid, w.epoch, w.seq, w.row.get("crc")) for w in acked
                if w.row.get("acks") == -1 and not w.row.get("is_transactional")}
     if settled and t.num_rows:
         ids = zip(*(t.column(c).to_pylist() for c in ("base_offset", "last_offset", "producer_id", "producer_epoch",
                                                        "base_sequence", "crc")))
-        keep = np.array([_identity(*x) not in settled for x in ids], dtype=bool)
+        keep = np.array([A.identity(*x) not in settled for x in ids], dtype=bool)
         keep |= A.overlap_mask(np_col(t, "base_offset", -1, np.int64), np_col(t, "last_offset", -1, np.int64),
                                *contested)
         if not keep.all():
@@ -340,10 +341,6 @@ class _Responses:
         if i not in self.rows:
             self.rows[i] = self.t.slice(i, 1).to_pylist()[0]
         return self.rows[i]
-
-
-def _identity(lo, hi, pid, epoch, seq, crc) -> tuple:
-    return (lo, hi, pid, epoch, seq) if pid is not None and pid >= 0 else (lo, hi, "crc", crc)
 
 
 def _same_topic(a: A.Batch, b: A.Batch) -> bool:
@@ -430,65 +427,6 @@ def _runs(acked: list[A.Batch], lost: dict) -> list[list[A.Batch]]:
         elif id(w) not in replacers and runs[-1]:
             runs.append([])
     return [r for r in runs if r]
-
-
-class AckedSettle(Settler):
-    """A live capture keeps, of this fold's selection, the acknowledged writes and only the Fetch
-    rows that can meet one: a fetched batch is compared with the writes acknowledged before it
-    was requested, which the stream has already delivered, so one overlapping none of them (and
-    not a COMMIT marker) never matters. Compacted every COMPACT_ROWS new rows; same findings."""
-
-    COMPACT_ROWS = 4096
-
-    def __init__(self, fold):
-        self.fold = fold
-        self.spans: dict = {}     # partition -> [(lo, hi)] acknowledged (any topic: names may come later)
-        self.done = 0
-        self.dropped = 0
-
-    def note(self, kind: str, table: pa.Table) -> None:
-        if kind != "batch" or not table.num_rows:
-            return
-        t = table.filter(pc.equal(table.column("source_kind"), "produce"))
-        for w in A.acked_batches(t.to_pylist()) if t.num_rows else ():
-            self.spans.setdefault(w.row["partition"], []).append((w.lo, w.hi))
-
-    def settle(self, items: list, now: float) -> list:
-        new = items[self.done:]
-        if sum(t.num_rows for _, t in new) < self.COMPACT_ROWS:
-            return []
-        ranges = {p: A.merged(v) for p, v in self.spans.items()}
-        kept = []
-        for kind, t in new:
-            k = _keep(kind, t, ranges)
-            self.dropped += t.num_rows - k.num_rows
-            if k.num_rows:
-                kept.append((kind, k))
-        items[self.done:] = kept
-        self.done = len(items)
-        return []
-
-    def counters(self) -> dict:
-        return {"acked_rows_dropped": self.dropped}
-
-
-def _keep(kind: str, t: pa.Table, ranges: dict) -> pa.Table:
-    """The rows of a chunk that can still meet an acknowledged write (AckedSettle)."""
-    parts = np_col(t, "partition", -1, np.int64)
-    if kind == "batch":
-        lo, hi = np_col(t, "base_offset", -1, np.int64), np_col(t, "last_offset", -1, np.int64)
-        keep = pc.equal(t.column("source_kind"), "produce").to_numpy(zero_copy_only=False)
-        keep = keep | pc.fill_null(pc.equal(t.column("control_type"), "COMMIT"), False).to_numpy(zero_copy_only=False)
-    else:
-        lo = np_col(t, "fetch_offset", -1, np.int64) if "fetch_offset" in t.column_names else np.zeros(t.num_rows, np.int64)
-        hi = np_col(t, "high_watermark", -1, np.int64) - 1
-        keep = np.zeros(t.num_rows, dtype=bool)
-    for p in np.unique(parts).tolist():
-        iv = ranges.get(p)
-        if iv is not None:
-            rows = parts == p
-            keep[rows] |= A.overlap_mask(lo[rows], hi[rows], *iv)
-    return t if keep.all() else t.filter(np_mask(keep))
 
 
 FOLD = Fold("wire-acked", {"batch": BATCH_COLUMNS, "fetch_partition": FETCH_COLUMNS}, KEY, ORDER,

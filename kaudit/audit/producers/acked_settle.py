@@ -1,0 +1,163 @@
+"""How a live capture keeps the acknowledged-writes fold's selection small (wire_acked.FOLD's
+Settler): the fold judges only at the end, but most of what the stream brings can already be
+let go of without changing its findings.
+
+A fetched batch is compared only with the writes of its own topic partition acknowledged
+before it was requested (wire_acked._refetched), which the stream has already delivered: a
+fetched batch overlapping none of them never matters, nor - as in the fold's own `_near` - an
+exact copy of a write already known committed (acks=all, no transaction) outside offsets
+acknowledged more than once. A Fetch response's partition row is only read for the batches it
+returned (`_note_read`): it goes with them. COMMIT markers are all kept (`_note_commits`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.folds import Settler, concat_by_kind, np_col, np_mask
+from kaudit.audit.producers import acked_writes as A
+
+ANY = object()   # the topic of a write or fetch named by topic id only: it may be any topic
+
+
+def disjoint(spans) -> tuple[np.ndarray, np.ndarray]:
+    """Offset ranges [(lo, hi)] merged where they overlap (not where they only touch: an offset
+    between two writes belongs to neither)."""
+    lo, hi = [], []
+    for a, b in sorted(spans):
+        if lo and a <= hi[-1]:
+            hi[-1] = max(hi[-1], b)
+        else:
+            lo.append(a)
+            hi.append(b)
+    return np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
+
+
+class AckedSettle(Settler):
+    """A live capture keeps, of wire-acked's selection, the acknowledged writes, the COMMIT
+    markers and only the fetched batches (with their response's partition row) that can meet a
+    write (module docstring). Compacted every COMPACT_ROWS new rows; same findings."""
+
+    COMPACT_ROWS = 4096
+
+    def __init__(self, fold):
+        self.fold = fold
+        self.spans: dict = {}     # (topic or ANY, partition) -> [(lo, hi)] acknowledged
+        self.settled: set = set()  # identities of acks=all non-transactional writes
+        self.done = 0
+        self.dropped = 0
+
+    def note(self, kind: str, table: pa.Table) -> None:
+        if kind != "batch" or not table.num_rows:
+            return
+        t = table.filter(pc.equal(table.column("source_kind"), "produce"))
+        for w in A.acked_batches(t.to_pylist()) if t.num_rows else ():
+            r = w.row
+            topic = r.get("topic")
+            self.spans.setdefault((ANY if topic is None else topic, r["partition"]), []).append((w.lo, w.hi))
+            if r.get("acks") == -1 and not r.get("is_transactional"):
+                self.settled.add(A.identity(w.lo, w.hi, w.pid, w.epoch, w.seq, r.get("crc")))
+
+    def settle(self, items: list, now: float) -> list:
+        new = items[self.done:]
+        if sum(t.num_rows for _, t in new) < self.COMPACT_ROWS:
+            return []
+        ranges = _Ranges(self.spans)
+        kept, responses = [], set()
+        for kind, t in new:
+            if kind == "batch":
+                k = _keep_batches(t, ranges, self.settled)
+                f = k.filter(pc.equal(k.column("source_kind"), "fetch"))
+                responses.update(zip(*(f.column(c).to_pylist() for c in ("source", "connection", "position",
+                                                                          "partition"))))
+            else:
+                k = t
+            kept.append((kind, k))
+        out = []
+        for kind, t in kept:
+            if kind == "fetch_partition":
+                t = _of_responses(t, responses)
+            if t.num_rows:
+                out.append((kind, t))
+        self.dropped += sum(t.num_rows for _, t in new) - sum(t.num_rows for _, t in out)
+        items[self.done:] = concat_by_kind(out)
+        self.done = len(items)
+        return []
+
+    def counters(self) -> dict:
+        return {"acked_rows_dropped": self.dropped}
+
+
+class _Ranges:
+    """The acknowledged offsets by (topic, partition), merged: a name's own with those of writes
+    named by topic id only, and for a row without a name every topic's of its partition."""
+
+    def __init__(self, spans: dict):
+        self.spans = spans
+        self.cache: dict = {}
+
+    def _spans(self, topic, partition) -> list:
+        if topic is None:
+            return [s for (_, p), v in self.spans.items() if p == partition for s in v]
+        return self.spans.get((topic, partition), []) + self.spans.get((ANY, partition), [])
+
+    def of(self, topic, partition) -> tuple[np.ndarray, np.ndarray]:
+        got = self.cache.get((topic, partition))
+        if got is None:
+            got = self.cache[(topic, partition)] = disjoint(self._spans(topic, partition))
+        return got
+
+    def twice(self, topic, partition) -> tuple[np.ndarray, np.ndarray]:
+        """The offsets of those acknowledged to more than one write row (where two different
+        writes would be contested: wire_acked._near keeps copies there)."""
+        out, hi = [], None
+        for a, b in sorted(self._spans(topic, partition)):
+            if hi is not None and a <= hi:
+                out.append((a, min(b, hi)))
+            hi = b if hi is None else max(hi, b)
+        return disjoint(out)
+
+
+def _keep_batches(t: pa.Table, ranges: _Ranges, settled: set) -> pa.Table:
+    """The batch rows of a chunk that can still matter: the Produce rows, the COMMIT markers, and
+    the fetched batches overlapping an acknowledged write of their topic partition that are not
+    exact copies of a settled write (outside offsets acknowledged twice, where they stay)."""
+    keep = pc.equal(t.column("source_kind"), "produce").to_numpy(zero_copy_only=False)
+    keep = keep | pc.fill_null(pc.equal(t.column("control_type"), "COMMIT"), False).to_numpy(zero_copy_only=False)
+    fetched = ~keep
+    if not fetched.any():
+        return t
+    lo, hi = np_col(t, "base_offset", -1, np.int64), np_col(t, "last_offset", -1, np.int64)
+    parts = np_col(t, "partition", -1, np.int64)
+    topics = t.column("topic").to_pylist()
+    groups: dict = {}
+    for i in np.flatnonzero(fetched).tolist():
+        groups.setdefault((topics[i], int(parts[i])), []).append(i)
+    near = np.zeros(t.num_rows, dtype=bool)
+    for (topic, p), rows in groups.items():
+        rows = np.array(rows, dtype=np.int64)
+        near[rows] = A.overlap_mask(lo[rows], hi[rows], *ranges.of(topic, p))
+        if settled and near[rows].any():
+            near[rows] &= ~_settled_copies(t, rows, settled, ranges.twice(topic, p))
+    keep |= near
+    return t if keep.all() else t.filter(np_mask(keep))
+
+
+def _settled_copies(t: pa.Table, rows: np.ndarray, settled: set, twice: tuple) -> np.ndarray:
+    """Of `rows`: the exact copies of a settled write outside offsets acknowledged twice."""
+    cols = [t.column(c).take(pa.array(rows)).to_pylist()
+            for c in ("base_offset", "last_offset", "producer_id", "producer_epoch", "base_sequence", "crc")]
+    copy = np.array([A.identity(*x) in settled for x in zip(*cols)], dtype=bool)
+    return copy & ~A.overlap_mask(np.asarray(cols[0], np.int64), np.asarray(cols[1], np.int64), *twice)
+
+
+def _of_responses(t: pa.Table, responses: set) -> pa.Table:
+    """The Fetch responses' partition rows whose batches were kept (the fold reads a response's
+    row only for them)."""
+    if not responses or not t.num_rows:
+        return t.slice(0, 0)
+    keys = zip(*(t.column(c).to_pylist() for c in ("source", "connection", "position", "partition")))
+    keep = np.array([k in responses for k in keys], dtype=bool)
+    return t if keep.all() else t.filter(np_mask(keep))
