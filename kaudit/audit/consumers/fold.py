@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.consumers.serve_table import ServeTable, int_values
 from kaudit.audit.consumers.timeline import Timelines
-from kaudit.audit.folds import Fold, KeyedState, Settler, np_indices
+from kaudit.audit.folds import Fold, KeyedState, Settler, concat_by_kind, np_indices
 from kaudit.audit.consistency.log_chunks import TablesByKind
 
 KEY = ("source",)
@@ -302,12 +302,20 @@ def _batch_where(t: pa.Table):
 class ConsumersSettle(Settler):
     """In a live capture the consumers' timelines span the whole stream (one key per capture):
     nothing settles before its end. Only the consumers' rows are kept (followers' Fetches and
-    every Produce are not in the selection)."""
+    every Produce are not in the selection), gathered every COMPACT_ROWS new rows into one table
+    per kind (the same rows)."""
+
+    COMPACT_ROWS = 16384
 
     def __init__(self, fold=None):
         self.fold = fold
+        self.done = 0   # the chunks gathered so far
 
     def settle(self, items: list, now: float) -> list:
+        new = items[self.done:]
+        if sum(t.num_rows for _, t in new) >= self.COMPACT_ROWS:
+            items[self.done:] = concat_by_kind(new)
+            self.done = len(items)
         return []
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context, Settler
+from kaudit.audit.folds import Context, Settler, concat_by_kind
 from kaudit.audit.thresholds import DEFAULT_TIMEOUT_S, MARKER_FETCH_WAIT_S, TXN_MARGIN_S
 
 SWEEP_S = 30.0        # capture seconds between two looks
@@ -71,8 +71,9 @@ class TxnSettle(Settler):
         if not items or not self.due(now):
             return []
         settled, kept = self.split(items, now)
-        if settled:
-            items[:] = kept
+        # the kept rows in one table per kind: a live capture's thousands of small chunks held
+        # for minutes fragment the heap
+        items[:] = concat_by_kind(kept)
         return settled
 
     def context(self, ctx: Context, now: float, now_ms: int | None) -> Context:
