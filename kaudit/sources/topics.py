@@ -190,11 +190,13 @@ class BatchNames:
 
     COLUMNS = ("topic", "topic_id", "partition", "producer_id", "producer_epoch", "base_sequence", "crc", "crc_ok")
     MAX_KEYS = 1 << 21
+    GATHER = 64   # this many chunks' keys gathered into one part (a live capture's thousands of small arrays)
 
     def __init__(self):
         self.named: deque[tuple[np.ndarray, np.ndarray, list]] = deque()   # (keys, codes, names)
         self.ids: deque[tuple[np.ndarray, np.ndarray, list]] = deque()     # (keys, codes, topic ids)
         self.kept = {"named": 0, "ids": 0}   # keys held a side
+        self.loose = {"named": 0, "ids": 0}  # parts at the end of a side not gathered yet
 
     def note(self, table: pa.Table) -> None:
         if table.num_rows == 0 or not set(self.COLUMNS) <= set(table.schema.names):
@@ -224,8 +226,13 @@ class BatchNames:
         into = getattr(self, side)
         into.append(part)
         self.kept[side] += len(part[0])
+        self.loose[side] = min(self.loose[side] + 1, len(into))
+        if self.loose[side] >= self.GATHER:
+            into.append(_gathered([into.pop() for _ in range(self.loose[side])][::-1]))
+            self.loose[side] = 0
         while len(into) > 1 and self.kept[side] > self.MAX_KEYS:
             self.kept[side] -= len(into.popleft()[0])
+            self.loose[side] = min(self.loose[side], len(into))
 
     def merge(self, other: "BatchNames") -> None:
         for side in ("named", "ids"):
@@ -246,6 +253,14 @@ class BatchNames:
         for i, a, b in zip(np.flatnonzero(hit).tolist(), lo[hit].tolist(), hi[hit].tolist()):
             votes.setdefault(uid[i], set()).update(nname[a:b].tolist())
         return {t: next(iter(ns)) for t, ns in votes.items() if len(ns) == 1 and t not in known}
+
+
+def _gathered(parts) -> tuple[np.ndarray, np.ndarray, list]:
+    """BatchNames' parts as one: the keys in order, the codes of one list of names."""
+    index: dict = {}
+    codes = [np.array([index.setdefault(v, len(index)) for v in vals], np.int32)[c] if len(c) else c
+             for _, c, vals in parts]
+    return np.concatenate([k for k, _, _ in parts]), np.concatenate(codes).astype(np.int32), list(index)
 
 
 def _flat(parts) -> tuple[np.ndarray, np.ndarray]:

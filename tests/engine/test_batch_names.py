@@ -73,3 +73,24 @@ def test_the_keys_kept_are_bounded(monkeypatch):
     assert sum(len(k) for k, _, _ in b.named) == 2   # the two newest chunks
     b.note(table(rows(None, "ID-A", 11, seq=0), rows(None, "ID-B", 11, seq=4)))
     assert b.names({}) == {"ID-B": "orders"}
+
+
+def test_chunks_gathered_name_as_the_chunks_did(monkeypatch):
+    """A live capture's thousands of chunks are gathered GATHER at a time into one part (one
+    list of names): the names are those of the chunks one by one, and the bound still holds."""
+    chunks = [table(rows(f"t{i % 3}", None, 100 + i, seq=i)) for i in range(7)] + \
+        [table(rows(None, f"ID-{i}", 100 + i, seq=i)) for i in range(7)] + [table(rows(None, "ID-X", 999))]
+    one = BatchNames()
+    for c in chunks:
+        one.note(c)
+    monkeypatch.setattr(BatchNames, "GATHER", 3)
+    gathered = BatchNames()
+    for c in chunks:
+        gathered.note(c)
+    assert len(gathered.named) == 3 and len(gathered.ids) == 4     # two parts of 3 chunks, then the loose ones
+    assert gathered.names({}) == one.names({}) == {f"ID-{i}": f"t{i % 3}" for i in range(7)}
+    monkeypatch.setattr(BatchNames, "MAX_KEYS", 4)
+    bounded = BatchNames()
+    for c in chunks:
+        bounded.note(c)
+    assert bounded.kept["named"] <= 4 + 3 and bounded.kept["ids"] <= 4 + 3
