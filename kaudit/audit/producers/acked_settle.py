@@ -6,8 +6,12 @@ A fetched batch is compared only with the writes of its own topic partition ackn
 before it was requested (wire_acked._refetched), which the stream has already delivered: a
 fetched batch overlapping none of them never matters, nor - as in the fold's own `_near` - an
 exact copy of a write already known committed (acks=all, no transaction) outside offsets
-acknowledged more than once. A Fetch response's partition row is only read for the batches it
-returned (`_note_read`): it goes with them. COMMIT markers are all kept (`_note_commits`).
+acknowledged more than once. Nor, for an idempotent write, a copy fetched after the one that
+showed it committed (`_note_read`: the first, in the fold's order, whose response had a high
+watermark or a read_committed last stable offset past it - the fold reads no later one), outside
+offsets acknowledged more than once. A Fetch response's partition row is only read for the
+batches it returned (`_note_read`): it goes with them. COMMIT markers are all kept
+(`_note_commits`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class AckedSettle(Settler):
         self.fold = fold
         self.spans: dict = {}     # (topic or ANY, partition) -> [(lo, hi)] acknowledged
         self.settled: set = set()  # identities of acks=all non-transactional writes
+        self.writes: dict = {}     # (topic, partition, identity) of an idempotent write -> (its answer's time, transactional)
+        self.seen_at: dict = {}    # the same key -> the fold's order of the copy that showed it committed
         self.done = 0
         self.dropped = 0
 
@@ -57,8 +63,11 @@ class AckedSettle(Settler):
             r = w.row
             topic = r.get("topic")
             self.spans.setdefault((ANY if topic is None else topic, r["partition"]), []).append((w.lo, w.hi))
+            ident = A.identity(w.lo, w.hi, w.pid, w.epoch, w.seq, r.get("crc"))
             if r.get("acks") == -1 and not r.get("is_transactional"):
-                self.settled.add(A.identity(w.lo, w.hi, w.pid, w.epoch, w.seq, r.get("crc")))
+                self.settled.add(ident)
+            elif w.idempotent and w.magic >= 2 and topic is not None:
+                self.writes[(topic, r["partition"], ident)] = (r.get("response_ts"), bool(r.get("is_transactional")))
 
     def settle(self, items: list, now: float) -> list:
         new = items[self.done:]
@@ -75,6 +84,10 @@ class AckedSettle(Settler):
             else:
                 k = t
             kept.append((kind, k))
+        if self.writes:
+            kept = _SeenCopies(self, ranges).drop(kept)
+            responses = {k for kind, t in kept if kind == "batch" for k in
+                         zip(*(t.column(c).to_pylist() for c in ("source", "connection", "position", "partition")))}
         out = []
         for kind, t in kept:
             if kind == "fetch_partition":
@@ -88,6 +101,71 @@ class AckedSettle(Settler):
 
     def counters(self) -> dict:
         return {"acked_rows_dropped": self.dropped}
+
+
+class _SeenCopies:
+    """The copies of idempotent writes fetched after the one that showed the write committed."""
+
+    COLS = ("source", "connection", "position", "topic", "partition", "response_ts", "request_ts", "base_offset",
+            "last_offset", "producer_id", "producer_epoch", "base_sequence", "crc", "is_control", "magic")
+
+    def __init__(self, settle: AckedSettle, ranges: "_Ranges"):
+        self.s, self.ranges = settle, ranges
+
+    def drop(self, kept: list) -> list:
+        resp = {}
+        for kind, t in kept:
+            if kind == "fetch_partition" and t.num_rows:
+                for r in t.to_pylist():
+                    resp[(r["source"], r["connection"], r["position"], r["topic"], r["partition"])] = r
+        out = []
+        for kind, t in kept:
+            if kind == "batch" and t.num_rows:
+                t = self._batches(t, resp)
+            out.append((kind, t))
+        return out
+
+    def _batches(self, t: pa.Table, resp: dict) -> pa.Table:
+        fetched = np.flatnonzero(pc.equal(t.column("source_kind"), "fetch").to_numpy(zero_copy_only=False))
+        if not fetched.size:
+            return t
+        rows = t.take(pa.array(fetched)).select(list(self.COLS)).to_pylist()
+        cand = []
+        for i, r in zip(fetched.tolist(), rows):
+            k = self._write_of(r)
+            if k is not None:
+                cand.append(((r["response_ts"], r["source"], r["position"]), i, k, r))
+        drop = np.zeros(t.num_rows, dtype=bool)
+        for order, i, k, r in sorted(cand, key=lambda c: c[0]):
+            at = self.s.seen_at.get(k)
+            if at is not None and order > at:
+                drop[i] = True
+                continue
+            acked_ts, txn = self.s.writes[k]
+            asked = r["request_ts"]
+            if asked is None or acked_ts is None or asked <= acked_ts:
+                continue
+            p = resp.get((r["source"], r["connection"], r["position"], r["topic"], r["partition"]))
+            if p is not None and A.read_committed_at(p, r["last_offset"], txn, "") is not None:
+                self.s.seen_at[k] = order if at is None else min(at, order)
+        return t if not drop.any() else t.filter(np_mask(~drop))
+
+    def _write_of(self, r: dict):
+        """The key of the idempotent write fetched row `r` is a copy of, where only that write's
+        offsets hold it; None otherwise."""
+        if r["is_control"] or r["topic"] is None or r["response_ts"] is None or r["source"] is None \
+                or r["position"] is None or (r["magic"] is not None and r["magic"] < 2) \
+                or r["base_offset"] is None or r["last_offset"] is None or r["producer_id"] is None:
+            return None
+        ident = A.identity(r["base_offset"], r["last_offset"], r["producer_id"], r["producer_epoch"],
+                           r["base_sequence"], r["crc"])
+        k = (r["topic"], r["partition"], ident)
+        if k not in self.s.writes:
+            return None
+        s, e = self.ranges.twice(r["topic"], r["partition"])
+        if A.overlap_mask(np.array([r["base_offset"]]), np.array([r["last_offset"]]), s, e)[0]:
+            return None
+        return k
 
 
 class _Ranges:
@@ -112,12 +190,15 @@ class _Ranges:
     def twice(self, topic, partition) -> tuple[np.ndarray, np.ndarray]:
         """The offsets of those acknowledged to more than one write row (where two different
         writes would be contested: wire_acked._near keeps copies there)."""
-        out, hi = [], None
-        for a, b in sorted(self._spans(topic, partition)):
-            if hi is not None and a <= hi:
-                out.append((a, min(b, hi)))
-            hi = b if hi is None else max(hi, b)
-        return disjoint(out)
+        got = self.cache.get(("twice", topic, partition))
+        if got is None:
+            out, hi = [], None
+            for a, b in sorted(self._spans(topic, partition)):
+                if hi is not None and a <= hi:
+                    out.append((a, min(b, hi)))
+                hi = b if hi is None else max(hi, b)
+            got = self.cache[("twice", topic, partition)] = disjoint(out)
+        return got
 
 
 def _keep_batches(t: pa.Table, ranges: _Ranges, settled: set) -> pa.Table:

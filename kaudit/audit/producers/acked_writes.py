@@ -100,6 +100,19 @@ def merged(spans) -> tuple[np.ndarray, np.ndarray]:
     return np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
 
 
+def read_committed_at(resp: dict, hi: int, transactional: bool, at: str) -> str | None:
+    """Why a Fetch response that returned a write ending at offset `hi` shows it committed (a
+    read_committed consumer given it below its last stable offset, or, outside a transaction, a
+    high watermark past it), None if it does not. `at`: the response's time, as told."""
+    lso, hw = resp.get("last_stable_offset"), resp.get("high_watermark")
+    if resp.get("isolation_level") == "read_committed" and _or(resp.get("replica_id"), -1) < 0 and \
+            lso is not None and lso > hi:
+        return f"committed: read by read_committed consumer {resp.get('client_id') or '?'} at {at}"
+    if hw is not None and hw > hi and not transactional:
+        return f"committed: a Fetch response at {at} gave the high watermark {hw} past it"
+    return None
+
+
 def identity(lo, hi, pid, epoch, seq, crc) -> tuple:
     """A batch at offsets [lo, hi]: by its producer id, epoch and sequence, else by its CRC."""
     return (lo, hi, pid, epoch, seq) if pid is not None and pid >= 0 else (lo, hi, "crc", crc)

@@ -394,13 +394,9 @@ def _note_read(w: A.Batch, r: dict, resp: dict | None, seen: dict) -> None:
     read_committed consumer was given it (below its last stable offset)."""
     if resp is None or id(w) in seen:
         return
-    at = iso_ms(A.ms(r.get("response_ts")))
-    lso, hw = resp.get("last_stable_offset"), resp.get("high_watermark")
-    if resp.get("isolation_level") == "read_committed" and A._or(resp.get("replica_id"), -1) < 0 and \
-            lso is not None and lso > w.hi:
-        seen[id(w)] = f"committed: read by read_committed consumer {resp.get('client_id') or '?'} at {at}"
-    elif hw is not None and hw > w.hi and not w.row.get("is_transactional"):
-        seen[id(w)] = f"committed: a Fetch response at {at} gave the high watermark {hw} past it"
+    why = A.read_committed_at(resp, w.hi, bool(w.row.get("is_transactional")), iso_ms(A.ms(r.get("response_ts"))))
+    if why is not None:
+        seen[id(w)] = why
 
 
 def _note_commits(acked: list[A.Batch], markers: list[dict], seen: dict) -> None:
