@@ -9,7 +9,8 @@ import pyarrow.compute as pc
 
 from kaudit.audit.consumers.serve_table import ServeTable, int_values
 from kaudit.audit.consumers.timeline import Timelines
-from kaudit.audit.folds import Fold, KeyedState, Settler, concat_by_kind, np_indices
+from kaudit.audit.consumers.settle import ConsumersSettle
+from kaudit.audit.folds import Fold, KeyedState, np_indices
 from kaudit.audit.consistency.log_chunks import TablesByKind
 
 KEY = ("source",)
@@ -297,26 +298,6 @@ def _find_where(t: pa.Table):
 
 def _batch_where(t: pa.Table):
     return pc.fill_null(pc.equal(t.column("source_kind"), "fetch"), False)
-
-
-class ConsumersSettle(Settler):
-    """In a live capture the consumers' timelines span the whole stream (one key per capture):
-    nothing settles before its end. Only the consumers' rows are kept (followers' Fetches and
-    every Produce are not in the selection), gathered every COMPACT_ROWS new rows into one table
-    per kind (the same rows)."""
-
-    COMPACT_ROWS = 16384
-
-    def __init__(self, fold=None):
-        self.fold = fold
-        self.done = 0   # the chunks gathered so far
-
-    def settle(self, items: list, now: float) -> list:
-        new = items[self.done:]
-        if sum(t.num_rows for _, t in new) >= self.COMPACT_ROWS:
-            items[self.done:] = concat_by_kind(new)
-            self.done = len(items)
-        return []
 
 
 FOLD = Fold("consumers", {"group_event": GROUP_COLUMNS, "fetch_partition": FETCH_COLUMNS, "batch": BATCH_COLUMNS,

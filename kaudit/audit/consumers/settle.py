@@ -1,0 +1,82 @@
+"""How a live capture keeps the consumers fold's selection (fold.FOLD's Settler). The consumers'
+timelines span the whole stream (one key per capture): nothing settles before its end. What
+grows is made smaller without changing the findings, every COMPACT_ROWS new rows:
+
+- of a Fetch response's partition, the fold reads the plain batches (neither transactional nor
+  control) only as the lowest base offset and highest last offset they reach (fold.serves_of:
+  the served ranges) - unless the response is a read_committed one listing aborted
+  transactions, which is replayed batch by batch (fold._replays). So the plain batches of every
+  other response and partition become one row spanning them; the transactional and control
+  batches stay as they are (the rules read them);
+- the rows are gathered into one table per kind (thousands of small chunks held for the whole
+  stream fragment the heap).
+A response's rows are decoded together (a chunk never holds part of an exchange), so its
+partition rows are in the same round as its batches.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kaudit.audit.folds import Settler, concat_by_kind, np_mask
+
+_RESPONSE = ("source", "connection", "position", "topic", "topic_id", "partition")
+
+
+class ConsumersSettle(Settler):
+    COMPACT_ROWS = 16384
+
+    def __init__(self, fold=None):
+        self.fold = fold
+        self.done = 0     # the chunks compacted so far
+        self.merged = 0   # batch rows merged away
+
+    def settle(self, items: list, now: float) -> list:
+        new = items[self.done:]
+        if sum(t.num_rows for _, t in new) >= self.COMPACT_ROWS:
+            gathered = concat_by_kind(new)
+            fetch = dict(gathered).get("fetch_partition")
+            out = []
+            for kind, t in gathered:
+                if kind == "batch" and fetch is not None:
+                    m = merged_plain(t, fetch)
+                    self.merged += t.num_rows - m.num_rows
+                    t = m
+                out.append((kind, t))
+            items[self.done:] = out
+            self.done = len(items)
+        return []
+
+    def counters(self) -> dict:
+        return {"consumer_batch_rows_merged": self.merged}
+
+
+def merged_plain(batches: pa.Table, fetch: pa.Table) -> pa.Table:
+    """`batches` with the plain batches of each response partition (one whose response row is in
+    `fetch` and is not replayed) made one row from the lowest base offset to the highest last
+    offset; every other row as it is."""
+    flag = lambda c: pc.fill_null(batches.column(c), False)
+    plain = pc.invert(pc.or_(flag("is_transactional"), flag("is_control")))
+    listing = pc.fill_null(pc.and_(pc.greater(pc.utf8_length(fetch.column("aborted_transactions")), 0),
+                                   pc.equal(fetch.column("isolation_level"), "read_committed")), False)
+    answered = set(zip(fetch.column("connection").to_pylist(), fetch.column("position").to_pylist()))
+    replayed = set(zip(fetch.column("connection").filter(listing).to_pylist(),
+                       fetch.column("position").filter(listing).to_pylist()))
+    keys = zip(batches.column("connection").to_pylist(), batches.column("position").to_pylist())
+    mergeable = pa.array([k in answered and k not in replayed for k in keys], pa.bool_())
+    mask = pc.and_(plain, mergeable)
+    n = pc.sum(mask).as_py() or 0
+    if n < 2:
+        return batches
+    cut = batches.filter(mask)
+    keyed = list(_RESPONSE)
+    agg = cut.group_by(keyed, use_threads=False).aggregate(
+        [("base_offset", "min"), ("last_offset", "max")] + [(c, "first") for c in cut.column_names
+                                                            if c not in keyed and c not in ("base_offset", "last_offset")])
+    if agg.num_rows == n:
+        return batches
+    names = {f"{c}_min": c for c in ("base_offset",)} | {"last_offset_max": "last_offset"} | \
+        {f"{c}_first": c for c in cut.column_names}
+    agg = agg.rename_columns([names.get(c, c) for c in agg.column_names]).select(cut.column_names).cast(cut.schema)
+    return pa.concat_tables([batches.filter(np_mask(~mask.to_numpy(zero_copy_only=False))), agg])
