@@ -16,6 +16,7 @@ partition rows are in the same round as its batches.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -65,18 +66,32 @@ def merged_plain(batches: pa.Table, fetch: pa.Table) -> pa.Table:
                        fetch.column("position").filter(listing).to_pylist()))
     keys = zip(batches.column("connection").to_pylist(), batches.column("position").to_pylist())
     mergeable = pa.array([k in answered and k not in replayed for k in keys], pa.bool_())
-    mask = pc.and_(plain, mergeable)
-    n = pc.sum(mask).as_py() or 0
-    if n < 2:
+    mask = pc.and_(plain, mergeable).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(mask)
+    if rows.size < 2:
         return batches
-    cut = batches.filter(mask)
-    keyed = list(_RESPONSE)
-    agg = cut.group_by(keyed, use_threads=False).aggregate(
-        [("base_offset", "min"), ("last_offset", "max")] + [(c, "first") for c in cut.column_names
-                                                            if c not in keyed and c not in ("base_offset", "last_offset")])
-    if agg.num_rows == n:
+    # each group's first row stands for it, in its place (the rows stay in decode order: the
+    # final fold then need not sort them again), spanning the group's lowest and highest offsets
+    cols = {c: batches.column(c).take(pa.array(rows)).to_pylist() for c in _RESPONSE + ("base_offset", "last_offset")}
+    first: dict = {}
+    lo, hi = batches.column("base_offset").to_pylist(), batches.column("last_offset").to_pylist()
+    keep = ~mask
+    for j, i in enumerate(rows.tolist()):
+        k = tuple(cols[c][j] for c in _RESPONSE)
+        at = first.get(k)
+        if at is None:
+            first[k] = i
+            keep[i] = True
+            continue
+        b, e = cols["base_offset"][j], cols["last_offset"][j]
+        if b is not None and (lo[at] is None or b < lo[at]):
+            lo[at] = b
+        if e is not None and (hi[at] is None or e > hi[at]):
+            hi[at] = e
+    if keep.all():
         return batches
-    names = {f"{c}_min": c for c in ("base_offset",)} | {"last_offset_max": "last_offset"} | \
-        {f"{c}_first": c for c in cut.column_names}
-    agg = agg.rename_columns([names.get(c, c) for c in agg.column_names]).select(cut.column_names).cast(cut.schema)
-    return pa.concat_tables([batches.filter(np_mask(~mask.to_numpy(zero_copy_only=False))), agg])
+    t = batches.set_column(batches.schema.get_field_index("base_offset"), batches.schema.field("base_offset"),
+                           pa.array(lo, batches.schema.field("base_offset").type))
+    t = t.set_column(t.schema.get_field_index("last_offset"), t.schema.field("last_offset"),
+                     pa.array(hi, t.schema.field("last_offset").type))
+    return t.filter(np_mask(keep))

@@ -47,6 +47,10 @@ def test_merged_plain_batches_serve_the_same(fetch_rows, batch_rows):
     merged = merged_plain(batches, fetch)
     assert merged.schema == batches.schema and merged.num_rows <= batches.num_rows
     assert _served(fetch, merged) == _served(fetch, batches)
+    # the rows stay in their order (each group where its first row was): no sort at the end
+    key = lambda t: list(zip(*(t.column(c).to_pylist() for c in ("connection", "position", "topic", "partition"))))
+    it = iter(key(batches))
+    assert all(k in it for k in key(merged))
 
 
 def test_only_answered_responses_not_replayed_are_merged():
