@@ -257,3 +257,35 @@ def test_live_is_local_without_parquet(tmp_path):
     proc = _kaudit("pcap", "-", "--parquet", str(tmp_path / "rows"), stdin=subprocess.PIPE)
     out, err = proc.communicate(CRAFTED.read_bytes(), timeout=60)
     assert proc.returncode == 2 and b"local engine" in err
+
+
+@pytest.mark.parametrize("path", [CORPUS / "real-kafka-4.1.0" / "v2-txn-java-tv2" / "v2-txn-java-tv2.pcap",
+                                  CORPUS / "real-kafka-4.1.0" / "v7-compacted-eos-changelog" /
+                                  "v7-compacted-eos-changelog.pcap",
+                                  CORPUS / "real-kafka-3.0.2" / "pcap" / "03-txn-java.pcap"], ids=lambda p: p.name)
+def test_kept_selections_made_smaller_as_they_come_give_the_files_findings(path, monkeypatch):
+    """Every settler that keeps a selection to the end makes it smaller at every checkpoint (the
+    consumers' plain batches merged, wire-acked's fetched batches that can no longer tell a
+    write lost or committed let go, the readers' compacted, the batches' topic-id keys
+    gathered): the findings are the file's (rule, severity, message, evidence)."""
+    from kaudit.audit.consumers.settle import ConsumersSettle
+    from kaudit.audit.producers.acked_settle import AckedSettle
+    from kaudit.audit.wire import live_settle
+    from kaudit.engine import live
+    from kaudit.engine.local import audit_pcaps
+    from kaudit.sources.topics import BatchNames
+
+    if not path.exists():
+        pytest.skip(f"{path} not in the corpus")
+    monkeypatch.setattr(live, "CHECK_EVERY_S", 0.0)
+    monkeypatch.setattr(ConsumersSettle, "COMPACT_ROWS", 1)
+    monkeypatch.setattr(AckedSettle, "COMPACT_ROWS", 1)
+    monkeypatch.setattr(live_settle, "COMPACT_ROWS", 1)
+    monkeypatch.setattr(BatchNames, "GATHER", 2)
+    opt = PcapOptions(kafka_ports=frozenset({9092, 9093, 9094}), jobs=1)
+    data = path.read_bytes()
+    run = live.audit_live(str(path), (data[i:i + 20000] for i in range(0, len(data), 20000)), opt)
+    want = audit_pcaps([str(path)], opt).findings
+    key = lambda x: (x["rule"], x["severity"], x["message"], json.dumps(x["evidence"]))
+    assert sorted(map(key, run.findings)) == sorted(map(key, want)) and want
+    assert run.coverage["live"]["acked_rows_dropped"] > 0   # (and merges: 6 batch rows of v2-txn-java-tv2)
