@@ -135,6 +135,26 @@ class Facts:
         for src, ids in getattr(other, "cluster_ids", {}).items():
             self.cluster_ids.setdefault(src, set()).update(ids)
 
+    def settle_names(self) -> None:
+        """Names the batches give to the topic ids nothing else names (BatchNames), added once all
+        the work is in: every later step reads `names` (the folds' context, the findings)."""
+        by_batches = self.batch_names.names(self.names.names)
+        if by_batches:
+            self.names.add(by_batches)
+            self.cov["topic_ids_named_by_batches"] = dict(sorted(by_batches.items()))
+
+    def capture_holes(self):
+        """The captures' holes (audit.capture_holes), their files in the order they were read;
+        made once for the facts known (the settled context and the report share it; a live audit's
+        facts grow between checkpoints)."""
+        if not self.holes:
+            return None
+        key = (len(self.holes), len(self.carriers), tuple(self.captures))
+        made = getattr(self, "_holes_made", None)
+        if made is None or made[0] != key:
+            made = self._holes_made = (key, capture_holes.CaptureHoles(self.holes, self.carriers, self.captures))
+        return made[1]
+
     def summaries(self) -> dict:
         """The capture summaries, the connections stitched across files counted in their first
         file's (once)."""
@@ -246,13 +266,10 @@ class Audit:
         if facts.links:
             ctx.producer_lineage = txn_lineage.build(facts.links)   # {}: built, nothing to link
         if self.side == "wire":
-            by_batches = facts.batch_names.names(facts.names.names)
-            if by_batches:   # (the names every later step reads: the folds', the findings')
-                facts.names.add(by_batches)
-                facts.cov["topic_ids_named_by_batches"] = dict(sorted(by_batches.items()))
+            facts.settle_names()
             ctx.topic_names = facts.names.names
             ctx.txn_ends = txn_lineage.ends_by_producer(facts.txn_ends) or None
-            ctx.capture_holes = self.holes(facts)
+            ctx.capture_holes = facts.capture_holes()
             ctx.replica_brokers = frozenset(facts.replicas) or None
         if self.known:
             ctx.two_pc_inits = self.known.get("two_pc_inits")
@@ -271,14 +288,7 @@ class Audit:
         if self.side == "wire" and facts.txn_ends:
             ctx.txn_ends = txn_lineage.ends_by_producer(facts.txn_ends) or None
         if self.side == "wire" and facts.holes:
-            ctx.capture_holes = self.holes(facts)
-
-    @staticmethod
-    def holes(facts: Facts):
-        """The captures' holes (audit.capture_holes), their files in the order they were read."""
-        if not facts.holes:
-            return None
-        return capture_holes.CaptureHoles(facts.holes, facts.carriers, facts.captures)
+            ctx.capture_holes = facts.capture_holes()
 
     def context(self, ctx: Context, facts: Facts, fold: Fold) -> Context:
         """The context a buffered fold runs with; a live audit's, before `settle`, with the
@@ -327,7 +337,7 @@ class Audit:
                         errors=errors + [e for _, e in sorted(facts.errors, key=lambda x: x[0])], engine=engine,
                         topic_names=facts.names.names if self.side == "wire" else {},
                         internal_errors=list(internal),
-                        capture_holes=self.holes(facts) if self.side == "wire" else None)
+                        capture_holes=facts.capture_holes() if self.side == "wire" else None)
 
 
 def disk_audit(paths: list[str], *, now_ms=None, select=(), ignore=(), tap=None, max_batch_bytes: int = 64 << 20,
