@@ -80,6 +80,7 @@ class WireCoverage(Coverage):
     def __init__(self, *, feed, **kw):
         super().__init__(**kw)
         self.feed = feed
+        self._lost: dict[int, tuple] = {}   # id(part) -> (part, its data and marker, lost_within): several rules ask
 
     def sees_registration(self, tp: str, ts_ms: int | None) -> bool:
         f = self.feed
@@ -94,4 +95,8 @@ class WireCoverage(Coverage):
         return f.produce_hosts.get(tp) in f.marker_hosts and marker_lost(f, tp, part) is None
 
     def lost_within(self, part) -> bool:
-        return lost_within(self.feed, part.tp, part)
+        got = self._lost.get(id(part))
+        now = (len(part.data), part.marker)   # (what it is judged by)
+        if got is None or got[0] is not part or got[1] != now:
+            got = self._lost[id(part)] = (part, now, lost_within(self.feed, part.tp, part))
+        return got[2]
