@@ -74,20 +74,12 @@ class AckedSettle(Settler):
         if sum(t.num_rows for _, t in new) < self.COMPACT_ROWS:
             return []
         ranges = _Ranges(self.spans)
-        kept, responses = [], set()
-        for kind, t in new:
-            if kind == "batch":
-                k = _keep_batches(t, ranges, self.settled)
-                f = k.filter(pc.equal(k.column("source_kind"), "fetch"))
-                responses.update(zip(*(f.column(c).to_pylist() for c in ("source", "connection", "position",
-                                                                          "partition"))))
-            else:
-                k = t
-            kept.append((kind, k))
+        kept = concat_by_kind(new)   # one table a kind: each column converted once below
+        kept = [(kind, _keep_batches(t, ranges, self.settled) if kind == "batch" else t) for kind, t in kept]
         if self.writes:
             kept = _SeenCopies(self, ranges).drop(kept)
-            responses = {k for kind, t in kept if kind == "batch" for k in
-                         zip(*(t.column(c).to_pylist() for c in ("source", "connection", "position", "partition")))}
+        responses = {k for kind, t in kept if kind == "batch" for k in
+                     zip(*(t.column(c).to_pylist() for c in ("source", "connection", "position", "partition")))}
         out = []
         for kind, t in kept:
             if kind == "fetch_partition":
@@ -95,7 +87,7 @@ class AckedSettle(Settler):
             if t.num_rows:
                 out.append((kind, t))
         self.dropped += sum(t.num_rows for _, t in new) - sum(t.num_rows for _, t in out)
-        items[self.done:] = concat_by_kind(out)
+        items[self.done:] = out
         self.done = len(items)
         return []
 
@@ -202,36 +194,42 @@ class _Ranges:
 
 
 def _keep_batches(t: pa.Table, ranges: _Ranges, settled: set) -> pa.Table:
-    """The batch rows of a chunk that can still matter: the Produce rows, the COMMIT markers, and
-    the fetched batches overlapping an acknowledged write of their topic partition that are not
-    exact copies of a settled write (outside offsets acknowledged twice, where they stay)."""
+    """The batch rows that can still matter: the Produce rows, the COMMIT markers, and the fetched
+    batches overlapping an acknowledged write of their topic partition that are not exact copies
+    of a settled write (outside offsets acknowledged twice, where they stay)."""
     keep = pc.equal(t.column("source_kind"), "produce").to_numpy(zero_copy_only=False)
     keep = keep | pc.fill_null(pc.equal(t.column("control_type"), "COMMIT"), False).to_numpy(zero_copy_only=False)
-    fetched = ~keep
-    if not fetched.any():
+    fetched = np.flatnonzero(~keep)
+    if not fetched.size:
         return t
     lo, hi = np_col(t, "base_offset", -1, np.int64), np_col(t, "last_offset", -1, np.int64)
-    parts = np_col(t, "partition", -1, np.int64)
-    topics = t.column("topic").to_pylist()
-    groups: dict = {}
-    for i in np.flatnonzero(fetched).tolist():
-        groups.setdefault((topics[i], int(parts[i])), []).append(i)
+    f = t.take(pa.array(fetched)).select(["topic", "partition"])
+    tcodes = f.column("topic").combine_chunks().dictionary_encode()
+    topics = tcodes.dictionary.to_pylist()
+    tc = np.asarray(tcodes.indices.fill_null(len(topics)), np.int64)   # a null topic: its own code
+    pc_ = np_col(f, "partition", -1, np.int64)
+    gkey = tc * (1 << 32) + (pc_ + (1 << 31))
     near = np.zeros(t.num_rows, dtype=bool)
-    for (topic, p), rows in groups.items():
-        rows = np.array(rows, dtype=np.int64)
-        near[rows] = A.overlap_mask(lo[rows], hi[rows], *ranges.of(topic, p))
-        if settled and near[rows].any():
-            near[rows] &= ~_settled_copies(t, rows, settled, ranges.twice(topic, p))
+    copies = _copies(t, fetched, settled) if settled else None
+    for g in np.unique(gkey).tolist():
+        sel = fetched[gkey == g]
+        code, p = divmod(g, 1 << 32)
+        topic, p = (topics[code] if code < len(topics) else None), p - (1 << 31)
+        m = A.overlap_mask(lo[sel], hi[sel], *ranges.of(topic, p))
+        if copies is not None:
+            m &= ~(copies[sel] & ~A.overlap_mask(lo[sel], hi[sel], *ranges.twice(topic, p)))
+        near[sel] = m
     keep |= near
     return t if keep.all() else t.filter(np_mask(keep))
 
 
-def _settled_copies(t: pa.Table, rows: np.ndarray, settled: set, twice: tuple) -> np.ndarray:
-    """Of `rows`: the exact copies of a settled write outside offsets acknowledged twice."""
+def _copies(t: pa.Table, rows: np.ndarray, settled: set) -> np.ndarray:
+    """Over all of `t`'s rows: which of `rows` are exact copies of a settled write."""
     cols = [t.column(c).take(pa.array(rows)).to_pylist()
             for c in ("base_offset", "last_offset", "producer_id", "producer_epoch", "base_sequence", "crc")]
-    copy = np.array([A.identity(*x) in settled for x in zip(*cols)], dtype=bool)
-    return copy & ~A.overlap_mask(np.asarray(cols[0], np.int64), np.asarray(cols[1], np.int64), *twice)
+    out = np.zeros(t.num_rows, dtype=bool)
+    out[rows] = np.fromiter((A.identity(*x) in settled for x in zip(*cols)), bool, len(rows))
+    return out
 
 
 def _of_responses(t: pa.Table, responses: set) -> pa.Table:
