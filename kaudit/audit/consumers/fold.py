@@ -170,9 +170,19 @@ def serves_of(fetch: pa.Table | None, batches: pa.Table | None) -> tuple[ServeTa
     return ServeTable.of_fetch(fetch, ranges, delivered, exact), txn
 
 
+REPLAY_ROWS = 4096   # responses replayed at once: their batches become Python rows (bounded memory)
+
+
 def _replays(fetch: pa.Table, batches: pa.Table, rows: np.ndarray, start: np.ndarray) -> dict[int, tuple]:
     """row -> (data_first, data_end) or None of the read_committed rows listing aborted
-    transactions, replayed over their batches (`_delivered`)."""
+    transactions, replayed over their batches (`_delivered`), REPLAY_ROWS responses at a time."""
+    out: dict[int, tuple] = {}
+    for i in range(0, len(rows), REPLAY_ROWS):
+        out.update(_replayed(fetch, batches, rows[i:i + REPLAY_ROWS], start))
+    return out
+
+
+def _replayed(fetch: pa.Table, batches: pa.Table, rows: np.ndarray, start: np.ndarray) -> dict[int, tuple]:
     listing = fetch.take(np_indices(rows)).select(RESPONSE + ["aborted_transactions"]).to_pydict()
     keys = set(zip(listing["connection"], listing["position"]))
     positions = pa.array(sorted({p for _, p in keys}), batches.column("position").type)

@@ -80,3 +80,18 @@ def test_the_settler_gathers_and_merges_every_round():
     s.settle(items, 0.0)
     assert [(k, t.num_rows) for k, t in items] == [("batch", 1), ("fetch_partition", 1)]
     assert s.counters() == {"consumer_batch_rows_merged": 3}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.fixed_dictionaries(FETCH), max_size=8), st.lists(st.fixed_dictionaries(BATCH), max_size=20))
+def test_responses_replayed_a_few_at_a_time_serve_the_same(fetch_rows, batch_rows):
+    """fold._replays takes REPLAY_ROWS responses at a time (their batches become Python rows): one
+    at a time gives the same served ranges."""
+    fetch, batches = _table("fetch_partition", fetch_rows), _table("batch", batch_rows)
+    whole = _served(fetch, batches)
+    old = fold.REPLAY_ROWS
+    try:
+        fold.REPLAY_ROWS = 1
+        assert _served(fetch, batches) == whole
+    finally:
+        fold.REPLAY_ROWS = old
