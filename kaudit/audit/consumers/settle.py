@@ -26,6 +26,9 @@ _RESPONSE = ("source", "connection", "position", "topic", "topic_id", "partition
 
 
 class ConsumersSettle(Settler):
+    """Nothing settles before the end; every COMPACT_ROWS new rows are gathered and their plain
+    batches merged (module docstring). Same findings."""
+
     COMPACT_ROWS = 16384
 
     def __init__(self, fold=None):
