@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from kaudit.audit.folds import Settler, concat_by_kind, np_mask
 
 _RESPONSE = ("source", "connection", "position", "topic", "topic_id", "partition")
+GATHER_CHUNKS = 32   # the rounds' tables gathered into one a kind once this many
 
 
 class ConsumersSettle(Settler):
@@ -34,6 +35,7 @@ class ConsumersSettle(Settler):
     def __init__(self, fold=None):
         self.fold = fold
         self.done = 0     # the chunks compacted so far
+        self.gathered = 0   # the chunks before this one were gathered
         self.merged = 0   # batch rows merged away
 
     def settle(self, items: list, now: float) -> list:
@@ -49,6 +51,9 @@ class ConsumersSettle(Settler):
                     t = m
                 out.append((kind, t))
             items[self.done:] = out
+            if len(items) - self.gathered > GATHER_CHUNKS:   # the last rounds' tables, gathered
+                items[self.gathered:] = concat_by_kind(items[self.gathered:])
+                self.gathered = len(items)
             self.done = len(items)
         return []
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Settler
+from kaudit.audit.folds import Settler, concat_by_kind
 from kaudit.audit.wire.reader_compact import compact, merge_cover
 
 COMPACT_ROWS = 4096   # the readers' new rows compacted together (fewer, bigger tables)
+GATHER_CHUNKS = 32    # kept tables from which they are gathered into one a kind
 
 
 class ConnectionSettle(Settler):
@@ -39,7 +40,7 @@ class ConnectionSettle(Settler):
                 settled.append((kind, a))
             if b.num_rows:
                 rest.append((kind, b))
-        items[:] = rest
+        items[:] = concat_by_kind(rest)   # (thousands of small chunks kept fragment the heap)
         self.settled += len(done)
         return settled
 
@@ -54,6 +55,7 @@ class ReaderSettle(Settler):
     def __init__(self, fold):
         self.fold = fold
         self.done = 0        # the chunks compacted so far
+        self.gathered = 0    # the chunks before this one were gathered
         self.cover = None    # their batches that only count for the covered offsets, merged
 
     def settle(self, items: list, now: float) -> list:
@@ -61,6 +63,9 @@ class ReaderSettle(Settler):
         if sum(t.num_rows for _, t in new) >= COMPACT_ROWS:
             kept, cover = compact(new)
             items[self.done:] = kept
+            if len(items) - self.gathered > GATHER_CHUNKS:   # the last rounds' small tables, gathered
+                items[self.gathered:] = concat_by_kind(items[self.gathered:])
+                self.gathered = len(items)
             self.done = len(items)
             self.cover = merge_cover([self.cover, cover])
         return []

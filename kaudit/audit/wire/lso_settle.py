@@ -76,8 +76,8 @@ class LsoSettle(Settler):
         for kind, t, keep, out in (("fetch_partition", fetch, fkeep, fsettle), ("batch", data, bkeep, bsettle)):
             if t is None:
                 continue
-            if keep.any():
-                kept.append((kind, t if keep.all() else t.filter(np_mask(keep))))
+            if keep.any():   # one chunk kept: the sweep's concatenation left one a decoded chunk
+                kept.append((kind, (t if keep.all() else t.filter(np_mask(keep))).combine_chunks()))
             if out.any():
                 settled.append((kind, t.filter(np_mask(out))))
             self.dropped += int((~keep & ~out).sum())
