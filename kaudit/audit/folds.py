@@ -189,6 +189,19 @@ def concat_by_kind(items: list[tuple[str, pa.Table]]) -> list[tuple[str, pa.Tabl
     return [(kind, pa.concat_tables(ts).combine_chunks()) for kind, ts in by_kind.items()]
 
 
+GATHER_CHUNKS = 32   # a kept selection's newest tables gathered into one a kind once this many
+
+
+def gather_tail(items: list[tuple[str, pa.Table]], since: int) -> int:
+    """A kept selection's tables from `since` on gathered (concat_by_kind) once there are more
+    than GATHER_CHUNKS of them - only the newest: the copy stays small. Where the next gathering
+    starts."""
+    if len(items) - since > GATHER_CHUNKS:
+        items[since:] = concat_by_kind(items[since:])
+        return len(items)
+    return since
+
+
 class Settler:
     """How a live capture settles one buffered fold's keys before the stream ends (`Fold.live`).
     The live executor hands it every chunk of the fold's selection (`note`), then at each

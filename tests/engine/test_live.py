@@ -269,7 +269,7 @@ def test_kept_selections_made_smaller_as_they_come_give_the_files_findings(path,
     write lost or committed let go, the readers' compacted, the batches' topic-id keys
     gathered, the kept tables gathered): the findings are the file's (rule, severity, message,
     evidence)."""
-    from kaudit.audit.consumers import settle as consumers_settle
+    from kaudit.audit import folds
     from kaudit.audit.consumers.settle import ConsumersSettle
     from kaudit.audit.producers.acked_settle import AckedSettle
     from kaudit.audit.wire import live_settle
@@ -284,8 +284,7 @@ def test_kept_selections_made_smaller_as_they_come_give_the_files_findings(path,
     monkeypatch.setattr(AckedSettle, "COMPACT_ROWS", 1)
     monkeypatch.setattr(live_settle, "COMPACT_ROWS", 1)
     monkeypatch.setattr(BatchNames, "GATHER", 2)
-    monkeypatch.setattr(live_settle, "GATHER_CHUNKS", 1)
-    monkeypatch.setattr(consumers_settle, "GATHER_CHUNKS", 1)
+    monkeypatch.setattr(folds, "GATHER_CHUNKS", 1)
     opt = PcapOptions(kafka_ports=frozenset({9092, 9093, 9094}), jobs=1)
     data = path.read_bytes()
     run = live.audit_live(str(path), (data[i:i + 20000] for i in range(0, len(data), 20000)), opt)

@@ -20,10 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Settler, concat_by_kind, np_mask
+from kaudit.audit.folds import Settler, concat_by_kind, gather_tail, np_mask
 
 _RESPONSE = ("source", "connection", "position", "topic", "topic_id", "partition")
-GATHER_CHUNKS = 32   # the rounds' tables gathered into one a kind once this many
 
 
 class ConsumersSettle(Settler):
@@ -51,9 +50,7 @@ class ConsumersSettle(Settler):
                     t = m
                 out.append((kind, t))
             items[self.done:] = out
-            if len(items) - self.gathered > GATHER_CHUNKS:   # the last rounds' tables, gathered
-                items[self.gathered:] = concat_by_kind(items[self.gathered:])
-                self.gathered = len(items)
+            self.gathered = gather_tail(items, self.gathered)
             self.done = len(items)
         return []
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Settler, concat_by_kind
+from kaudit.audit.folds import Settler, concat_by_kind, gather_tail
 from kaudit.audit.wire.reader_compact import compact, merge_cover
 
 COMPACT_ROWS = 4096   # the readers' new rows compacted together (fewer, bigger tables)
-GATHER_CHUNKS = 32    # kept tables from which they are gathered into one a kind
 
 
 class ConnectionSettle(Settler):
@@ -63,9 +62,7 @@ class ReaderSettle(Settler):
         if sum(t.num_rows for _, t in new) >= COMPACT_ROWS:
             kept, cover = compact(new)
             items[self.done:] = kept
-            if len(items) - self.gathered > GATHER_CHUNKS:   # the last rounds' small tables, gathered
-                items[self.gathered:] = concat_by_kind(items[self.gathered:])
-                self.gathered = len(items)
+            self.gathered = gather_tail(items, self.gathered)
             self.done = len(items)
             self.cover = merge_cover([self.cover, cover])
         return []
