@@ -81,6 +81,7 @@ class Facts:
         self.carriers: set[tuple] = set()   # wire: (event, connection) of markers and registrations
         self.replicas: set[tuple] = set()   # wire: (capture, broker id) of replicas' Fetches
         self.batch_names = BatchNames()   # wire: topic ids a batch seen by name too names (settle)
+        self._holes_made: tuple | None = None   # (the facts it was made of, CaptureHoles): capture_holes
 
     def add(self, kind: str, table: pa.Table) -> None:
         if self.side == "disk":
@@ -150,7 +151,7 @@ class Facts:
         if not self.holes:
             return None
         key = (len(self.holes), len(self.carriers), tuple(self.captures))
-        made = getattr(self, "_holes_made", None)
+        made = self._holes_made
         if made is None or made[0] != key:
             made = self._holes_made = (key, capture_holes.CaptureHoles(self.holes, self.carriers, self.captures))
         return made[1]
