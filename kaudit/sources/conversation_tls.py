@@ -30,8 +30,11 @@ class TlsConversation:
             looks = plausible_request(data, 0, max_size)
         else:
             looks = plausible_response(data, 0, None, max_size)
-        if looks is True:
+        if looks is True and (final or len(data) >= JOINED_WAIT
+                              or int.from_bytes(data[:4], "big") <= JOINED_WAIT):
             return False
+        # (a frame claiming more than JOINED_WAIT bytes may be ciphertext read as a length: about
+        # one in fifty random starts is a plausible response; its bytes are held like the others)
         if record_chain(data) is not None:
             self.tls_joined = True
             self._decide(self.port_client, "tls")

@@ -240,14 +240,17 @@ def test_tls13_with_only_the_application_secrets():
     assert t.status == "no-key" and "no SERVER_TRAFFIC_SECRET_0 for client random" in t.detail
 
 
-def test_tls_joined_mid_record_on_a_kafka_port(tmp_path):
+@pytest.mark.parametrize("head", [b"", bytes.fromhex("04a9364d4e7bea83")], ids=["as-cut", "reads-as-a-response"])
+def test_tls_joined_mid_record_on_a_kafka_port(tmp_path, head):
     """A capture that starts inside a TLS record (no SYN, no handshake): TLS, not decryptable,
-    and not Kafka frames of absurd sizes."""
+    and not Kafka frames of absurd sizes - also where the ciphertext it starts with reads as a
+    plausible response header (78 MB, correlation id 1316743811: one random start in fifty)."""
     from tests.capture.craft import Flow, write_pcap
 
     fl, text = flights("1.2", TLS12[0])
     stream = b"".join(b for d, b in fl if d == 1)
     late = stream[len(stream) // 2 + 3:]   # inside a record
+    late = head + late[len(head):]
     f = Flow(c=("10.0.0.1", 40000), s=("10.0.0.2", 9092))
     pkts = [f.send(1, late[i:i + 1448]) for i in range(0, len(late), 1448)]
     path = tmp_path / "joined.pcap"
