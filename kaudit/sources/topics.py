@@ -183,7 +183,8 @@ class BatchNames:
     again under a topic id - the same partition, producer id, epoch, base sequence and CRC (a
     checksum of its bytes from the attributes on): the same batch, a Produce v12 by name and a
     follower's or consumer's Fetch v13+ by id - names the id, where every such batch says the
-    same name. Batches without a producer id are left out (a CRC alone may meet another's).
+    same name. Only a name the protocol gave votes: a row whose name came from its own topic id
+    is of another topic than every other id. Batches without a producer id are left out (a CRC alone may meet another's).
     Each chunk keeps a 64-bit key per batch and its topic's code: no row of Python objects; at
     most MAX_KEYS a side, the oldest chunks let go first (a live capture runs for days; a
     follower fetches what was just written)."""
@@ -214,9 +215,12 @@ class BatchNames:
                ^ (v["crc"] * np.uint64(0x94D049BB133111EB)) ^ (v["partition"] << np.uint64(40))
                ^ (v["producer_epoch"] << np.uint64(20)))
         topic, tid = table.column("topic"), table.column("topic_id")
-        no_name = np.asarray(topic.is_null(), bool)
-        named = ok & ~no_name
-        unnamed = ok & no_name & ~np.asarray(tid.is_null(), bool)
+        no_name, no_id = np.asarray(topic.is_null(), bool), np.asarray(tid.is_null(), bool)
+        # a name votes only where the protocol gave it (no id): a row named through its own id
+        # is another topic than any other id (a transactional producer's identical batch to
+        # a-0 and b-0 would name a's id after b)
+        named = ok & ~no_name & no_id
+        unnamed = ok & no_name & ~no_id
         for mask, col, side in ((named, topic, "named"), (unnamed, tid, "ids")):
             if mask.any():
                 enc = pc.dictionary_encode(col.filter(pa.array(mask))).combine_chunks()

@@ -35,6 +35,17 @@ def test_the_same_batch_by_name_and_by_id_names_the_id():
     assert b.names({"ID-A": "orders-known"}) == {}     # a name the evidence gives stays
 
 
+def test_a_row_named_through_its_own_id_names_no_other_id():
+    """A transactional producer's first batch to a-0 and to b-0: the same producer, epoch,
+    sequence 0 and records (so the same CRC). b's id is named by a Metadata answer, a's by
+    nothing (its answer went to a broker outside the capture): a's id is not b."""
+    b = BatchNames()
+    b.note(table(rows("b", "ID-B", 11), rows(None, "ID-A", 11)))
+    assert b.names({"ID-B": "b"}) == {}
+    b.note(table(rows("a", None, 11)))                   # a Produce v12 by name: that names it
+    assert b.names({"ID-B": "b"}) == {"ID-A": "a"}
+
+
 def test_no_name_where_the_batches_disagree_or_cannot_say():
     b = BatchNames()
     b.note(table(rows("orders", None, 11), rows("payments", None, 21, seq=9),
