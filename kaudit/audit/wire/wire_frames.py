@@ -37,6 +37,10 @@ PRODUCER_APIS = frozenset({0, 22, 24, 25, 26, 27, 28})
 UNDECODABLE = {"skipped-bytes", "bad-frame-size", "incomplete-frame", "undecodable-request",
                "undecodable-response", "tls", "tls-stream-gap", "tls-decrypt-failed", "tls-not-records"}
 GAPS = {"stream-gap", "tcp-conflict"}
+# bytes of a connection the capture lost or could not frame: a response may be among them (a
+# resynchronisation after a gap can take a record's bytes for a frame header of absurd size and
+# read every later answer as the body of one frame the capture "ends inside")
+UNREAD = {"stream-gap", "skipped-bytes", "bad-frame-size", "incomplete-frame"}
 FENCED_CODES = {"47", "90"}  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 
 
@@ -54,8 +58,8 @@ def unanswered_request(frame: Frame, conn: Conn | None, answered_after: bool,
     Produce whose connection closed first (the client cannot know whether it was stored; a
     connection whose ports a later connection reused counts as closed). Other requests whose
     connection closed before their timeout are info: a client shutting down or reconnecting
-    abandons them. When the capture lost bytes of the connection after the request,
-    the response may be in the gap: info. `end_ts` is the last time the capture shows the
+    abandons them. When the capture lost bytes of the connection after the request (or could
+    not frame them: UNREAD), the response may be in the gap: info. `end_ts` is the last time the capture shows the
     connection in use (its close, or its latest request or response), not the capture's end:
     a capture that holds only a few packets of a connection says nothing of the rest.
     Returns (reason, severity).
@@ -148,7 +152,7 @@ class ConnectionGroup:
         self.waiting: list[list] = []   # those no later request was answered after yet
         self.last_answered = None   # stream order (_stream_order) of the latest answered request
         self.last_activity = None   # latest request or response time seen on the connection
-        self.gap_frames: list[int] = []   # packets where the capture lost bytes of it
+        self.gap_frames: list[int] = []   # packets where the capture lost bytes of it (UNREAD)
         self.out: list[dict] = []
         # failed InitProducerId answers (producer id -1) waiting for the producer id the client
         # obtains next on this connection: the error is that producer's (never "non-idempotent")
@@ -302,7 +306,7 @@ class ConnectionGroup:
         self.orphans = []
 
     def _issue(self, r: Issue) -> None:
-        if r.issue == "stream-gap" and r.position is not None:
+        if r.issue in UNREAD and r.position is not None:
             self.gap_frames.append(r.position)
         if stream_gap(r):
             what = "bytes missing" if r.issue == "stream-gap" else "conflicting retransmitted bytes"
