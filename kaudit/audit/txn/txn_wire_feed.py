@@ -65,6 +65,7 @@ class _Txn:
         self.prepared: str | None = None     # COMMIT | ABORT once its end is known
         self.prepare_epoch: int | None = None
         self.marked: set[str] = set()        # partitions whose marker was answered
+        self.marks_answered: float | None = None   # the latest answer of its markers seen
         self.complete = False
         self.fence_request: float | None = None   # a new instance's InitProducerId while open
         self.fence_row: dict | None = None
@@ -334,6 +335,8 @@ class WireFeed:
                 if tp.startswith("__consumer_offsets-") and t.groups and tp not in t.partitions:
                     t.partitions.append(tp)   # AddOffsetsToTxn named the group, the marker its partition
                 t.marked.add(tp)
+                if resp is not None and (t.marks_answered is None or resp > t.marks_answered):
+                    t.marks_answered = resp
         if t is not None and t.prepared is None and not t.complete:
             self._coordinator_end(t, ts, r)
         if t is not None:
@@ -437,11 +440,24 @@ class WireFeed:
         if epoch is not None and self.top_epoch is not None and epoch < self.top_epoch \
                 and (t is None or t.epoch != epoch):
             return   # an ended epoch's data (a zombie's) joins no transaction: nothing registers it
+        if t is None and self._completing(r):
+            return
         if t is None or _newer(epoch, t.epoch):
             t = self._new(ts, epoch, r)
         if tp not in t.partitions:
             t.partitions.append(tp)
             self.record("Ongoing", ts, r, t)
+
+    def _completing(self, r: dict) -> bool:
+        """Whether this write was answered while the coordinator was still writing the previous
+        transaction's markers (one answered after it): no transaction begins before they are all
+        written (AddPartitionsToTxn, and a version-2 leader's verification, get
+        CONCURRENT_TRANSACTIONS until then), so it joins none - a write that raced the marker
+        (its offset says on which side of it it landed: txn_parts.log_order) or one nothing
+        registered."""
+        prev = self.cur   # (maybe complete already: its markers are replayed at their requests)
+        return (prev is not None and prev.prepared is not None and r["answered"] is not None
+                and prev.marks_answered is not None and r["answered"] < prev.marks_answered)
 
     def _order_races(self) -> None:
         """Data whose Produce was in flight while a marker was on its way (the marker sent before

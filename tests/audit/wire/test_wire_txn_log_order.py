@@ -9,7 +9,7 @@ real anomaly fetched out of order is still found, with the right story."""
 
 from __future__ import annotations
 
-from tests.audit.wire.test_wire_txn_fetched_markers import CONSUMER, OTHER, PID, data, fetch, marker
+from tests.audit.wire.test_wire_txn_fetched_markers import CONSUMER, OTHER, PID, T0_MS, data, fetch, marker
 from tests.audit.wire.wirecraft import add_partitions, audit, batch, by_rule, details, end_txn, init_producer_id, send
 from tests.sources.pcap.craft import Conn
 
@@ -121,3 +121,32 @@ def test_a_marker_read_while_the_next_transaction_is_written_ends_its_own(tmp_pa
     for k, re_read in enumerate((False, True)):
         fs = audit(tmp_path, _v2_read_mid_transaction(re_read), name=f"c{k}.pcap")
         assert _rules(fs) == [], [(f["rule"], f["message"]) for f in fs]
+
+
+def test_a_write_answered_while_the_coordinators_markers_were_out_is_in_the_part_its_offset_says(tmp_path):
+    """One broker's view (the coordinator's and the client's AddPartitionsToTxn and EndTxn went
+    elsewhere): data at offsets 10-12, the coordinator's WriteTxnMarkers ABORT sent, then the
+    producer's next batch (offsets 13-14) sent and answered before the markers' answer, and a
+    consumer served the ABORT at offset 15 after both. No transaction begins before the last
+    one's markers are all written (CONCURRENT_TRANSACTIONS), so that write raced the marker and
+    the ABORT at 15 ends all five records: no torn transaction, nothing open. Stored after the
+    marker (its offset past it), the same write opens a transaction the capture shows no end of
+    (under one epoch, version 0/1: the next transaction's data as far as the log tells)."""
+    from tests.audit.wire.wirecraft_txn import markers, write_ordered
+    from tests.audit.wire.wirecraft import TOPIC
+    from kaudit.engine.local import audit_pcaps
+    from kaudit.sources.pcap_session import PcapOptions
+
+    for k, (late_at, abort_at, want) in enumerate(((13, 15, []), (14, 13, ["dangling-transaction"]))):
+        producer = (send(1, batch(PID, 0, 0, 3, transactional=True), partition=2, offset=10, txn_id="tx-wire")
+                    + send(2, batch(PID, 0, 3, 2, transactional=True), partition=2, offset=late_at, txn_id="tx-wire"))
+        coordinator = markers(1, PID, 0, committed=False, parts=((TOPIC, 2),), client_id="broker-3-txn-marker-sender")
+        served = data(10, 0) + (data(13, 3, n=2) + marker(15, "ABORT", 0, 0) if abort_at == 15
+                                else marker(13, "ABORT", 0, 0) + data(14, 3, n=2))
+        consumer = fetch(1, served, fetch_offset=10)
+        conns = [Conn(producer), Conn(coordinator, client=("10.0.0.3", 40100)), Conn(consumer, **CONSUMER)]
+        order = [(0, 0), (0, 1), (1, 0), (0, 2), (0, 3), (1, 1), (2, 0), (2, 1)]
+        path = tmp_path / f"race{k}.pcap"
+        write_ordered(path, conns, order)
+        run = audit_pcaps([str(path)], PcapOptions(), now_ms=T0_MS + 60_000)
+        assert not run.errors and _rules(run.findings) == want, (k, run.findings)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kaudit.audit.txn import txn_fetched
+from kaudit.audit.txn import txn_fetched, txn_wire_cover
 from kaudit.audit.txn.txn_fetched import (_bare_txn, _date, _later_owner, _markers_on, _txn_of, _written,
                                           decides)
 from kaudit.audit.txn.txn_parts import MATCH_WINDOW_MS, _ended_early, _ended_with, _Nearest, log_order
@@ -173,8 +173,9 @@ def batch(self, ts: float, r: dict) -> None:  # WireFeed.batch
     self._seen.add(key)
     if tp not in self.produce_hosts:
         self.produce_hosts[tp] = _host(r["connection"], 1)
-    if self.version == 2 or not self.tv1_adds:
-        self._implicit_add(ts, r, tp)
+    row = dict(r, answered=r.get("response_ts"))   # (its answer: _completing)
+    if self.version == 2 or not self.tv1_adds or txn_wire_cover.add_lost(self, row, tp):
+        self._implicit_add(ts, row, tp)
     t = self.open_txn()
     base = r["response_base_offset"]
     base = base if err == 0 and base is not None and base >= 0 else None
