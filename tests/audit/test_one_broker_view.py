@@ -22,10 +22,13 @@ PORTS = PcapOptions(kafka_ports=frozenset((9092, 9093, 9094)))
 
 def _one_broker(src, port: int, out):
     """The packets of `src` to or from `port` (tcpdump's `tcp port N`), written to `out`."""
+    kept = 0
     with PcapReader(str(src)) as r, PcapWriter(str(out), sync=False) as w:
         for p in r:
             if TCP in p and port in (p[TCP].sport, p[TCP].dport):
                 w.write(p)
+                kept += 1
+    assert kept > 100, kept   # (the broker's own traffic, not an empty file that proves nothing)
     return out
 
 
