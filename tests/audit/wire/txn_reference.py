@@ -1,6 +1,10 @@
 """The transaction fold's replay functions as they were before their column-wise and indexed
 versions (verbatim, but for the names they import): the reference test_wire_txn_reference.py
-holds the fast versions to - the same findings, story and `kaudit txn` rows on any input."""
+holds the fast versions to - the same findings, story and `kaudit txn` rows on any input.
+What changed the verdicts since is carried here too, or the two would differ for that reason
+alone: a capture's lost bytes (`add_lost`, `lost_within`), data whose Produce no answer shows
+stored (`unconfirmed`), a write answered while the last transaction's markers were out
+(`answered`, read by WireFeed._completing)."""
 
 # ruff: noqa
 from __future__ import annotations
@@ -10,6 +14,7 @@ import pyarrow as pa
 from kaudit.audit.txn import txn_fetched, txn_wire_cover
 from kaudit.audit.txn.txn_fetched import (_bare_txn, _date, _later_owner, _markers_on, _txn_of, _written,
                                           decides)
+from kaudit.audit.txn.txn_rules import unconfirmed
 from kaudit.audit.txn.txn_parts import MATCH_WINDOW_MS, _ended_early, _ended_with, _Nearest, log_order
 from kaudit.audit.txn.txn_wire import ADMIN_APIS, FRAME_COLUMNS, row_ts
 from kaudit.audit.txn.txn_wire_feed import FENCED, _host
@@ -215,7 +220,9 @@ def judged_ranges(t: Transaction, pt: ProducerTxns) -> list[Range]:
     with_data = {r.tp for r in t.ranges() if r.has_data}
     for r in t.ranges():
         if r.has_data:
-            if r.result is not None or pt.coverage.sees_marker(r.tp):
+            if pt.coverage.lost_within(r.part):
+                continue   # (as the fast one: its marker's transaction may be in bytes the capture lost)
+            if r.result is not None or (pt.coverage.sees_marker(r.tp, r.part) and not unconfirmed(r.part, pt)):
                 out.append(r)
         elif r.tp not in with_data and r.tp not in bare:
             bare.add(r.tp)
