@@ -148,6 +148,12 @@ class CaptureHoles:
         hosts = {h for h in hosts if h}
         return {c for c in self._at if host_of(c, 0) in hosts} if hosts else set()
 
+    def to_hosts(self, hosts: Iterable[str | None]) -> set[str]:
+        """The connections with a hole whose server end is one of `hosts` (addresses, no port):
+        whatever a broker at that address sent or was sent there (its listeners share it)."""
+        hosts = {h for h in hosts if h}
+        return {c for c in self._at if host_of(c, 1) in hosts} if hosts else set()
+
     def carrying(self, event: str) -> set[str]:
         """The connections that carried `event` rows (CARRIED)."""
         return self._carried.get(event, set())

@@ -56,6 +56,11 @@ class Coverage:
         end)."""
         return self.markers
 
+    def marker_unproven(self, part) -> bool:
+        """Whether `part`'s marker may be in evidence that was lost (a capture's lost bytes to
+        its leader after its data: txn_wire_cover.leader_lost; a log dir: never)."""
+        return False
+
     def lost_within(self, part) -> bool:
         """Whether the evidence lost what would split `part` or date its end (a capture's
         lost bytes: txn_wire_cover.lost_within; a log dir: never - its losses are told apart)."""

@@ -143,9 +143,11 @@ def dangling_transaction(part: Part, pt: ProducerTxns) -> bool:
     written), so an open transaction's part starts at its own first offset. A part of Produce
     requests none of which was answered shows no stored data (`unconfirmed`): not judged; nor a
     part whose coordinator decided its transaction while its markers may still be on their way
-    at the end of the evidence (`markers_in_flight`)."""
+    at the end of the evidence (`markers_in_flight`); nor one whose marker may be in bytes the
+    capture lost after its data on the connections to its leader (`marker_unproven`: a capture
+    that lost bytes proves no absence)."""
     if part.marker is not None or not part.data or unconfirmed(part, pt) \
-            or markers_in_flight(part.coord, pt.reference_ms):
+            or markers_in_flight(part.coord, pt.reference_ms) or pt.coverage.marker_unproven(part):
         return False
     t = part.coord
     return not (t is not None and t.result is not None and not pt.coverage.sees_marker(part.tp, part))

@@ -55,6 +55,19 @@ def marker_lost(feed, tp: str, part=None, since: dict | None = None):
     return holes.lost_on(conns, since) if conns else None
 
 
+def leader_lost(feed, part):
+    """The capture hole (capture_holes.Lost) where the part's marker may be whatever wrote or
+    served it: bytes lost, after the part's first data, on any connection to its leader's
+    address - the coordinator's WriteTxnMarkers (a connection the capture may not know as its
+    marker sender: all its frames lost), a Fetch response serving the marker; None: none."""
+    holes = holes_of(feed)
+    if not holes or not part.data:
+        return None
+    conns = holes.to_hosts([feed.produce_hosts.get(part.tp)])
+    first = part.data[0]
+    return holes.lost_on(conns, (first.get("source"), first.get("position"))) if conns else None
+
+
 def lost_within(feed, tp: str, part) -> bool:
     """Whether the capture lost bytes, between the part's first data and its marker (or the
     end), on the client's connections to its coordinator or on those that carried
@@ -93,6 +106,9 @@ class WireCoverage(Coverage):
     def sees_marker(self, tp: str, part=None) -> bool:
         f = self.feed
         return f.produce_hosts.get(tp) in f.marker_hosts and marker_lost(f, tp, part) is None
+
+    def marker_unproven(self, part) -> bool:
+        return leader_lost(self.feed, part) is not None
 
     def lost_within(self, part) -> bool:
         got = self._lost.get(id(part))

@@ -53,6 +53,26 @@ def test_open_transaction_committed_is_clean(tmp_path):
     assert by_rule(fs, "hanging-transaction") == [] and by_rule(fs, "dangling-transaction") == []
 
 
+def test_an_open_transaction_whose_leader_connections_lost_bytes_after_it_is_not_told(tmp_path):
+    """The same open transaction past its timeout, and a consumer's Fetch to the leader after it
+    whose answer the capture lost (a stream gap: the marker may have been served there, or the
+    coordinator's WriteTxnMarkers lost whole on its own connection): a capture that lost bytes
+    where the marker would be proves no absence - no hanging, no dangling. The same gap on a
+    connection to another broker: hanging, as before."""
+    fetch = [(0, frame(request_header(1, 4, 1, "wire-consumer", False) + i32(-1) + i32(500) + i32(1)
+                       + i32(52428800) + i8(1) + array(1) + string(TOPIC) + array(1) + i32(2) + i64(10)
+                       + i32(1048576))),
+             (1, frame(response_header(1, False) + i32(0) + array(0)))]
+    consumer = dict(client=("10.0.0.4", 41001))
+    lost = lambda s: s.conn == 1 and s.direction == 1   # noqa: E731 - the Fetch's answer
+    fs = _txn(audit(tmp_path, [Conn(_open_txn()), Conn(fetch, **consumer)], now_ms=T0_MS + 120_000, drop=lost))
+    assert fs == [], fs
+    other = dict(consumer, server=("10.0.0.9", 9092))
+    fs = _txn(audit(tmp_path, [Conn(_open_txn()), Conn(fetch, **other)], now_ms=T0_MS + 120_000, drop=lost,
+                    name="other.pcap"))
+    assert [f["rule"] for f in fs] == ["hanging-transaction"], fs
+
+
 # ---- coordinator abort (fencing) -----------------------------------------------------------------
 
 def write_markers(corr: int, pid: int, epoch: int, *, committed: bool, partition: int = 2,
