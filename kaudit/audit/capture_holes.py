@@ -145,14 +145,16 @@ class CaptureHoles:
     def from_hosts(self, hosts: Iterable[str | None]) -> set[str]:
         """The connections with a hole whose client end is one of `hosts` (addresses, no port): a
         request lost whole on a connection leaves nothing that names its client but the address."""
-        hosts = {h for h in hosts if h}
-        return {c for c in self._at if host_of(c, 0) in hosts} if hosts else set()
+        return self._ends_at(hosts, 0)
 
     def to_hosts(self, hosts: Iterable[str | None]) -> set[str]:
         """The connections with a hole whose server end is one of `hosts` (addresses, no port):
         whatever a broker at that address sent or was sent there (its listeners share it)."""
+        return self._ends_at(hosts, 1)
+
+    def _ends_at(self, hosts: Iterable[str | None], side: int) -> set[str]:
         hosts = {h for h in hosts if h}
-        return {c for c in self._at if host_of(c, 1) in hosts} if hosts else set()
+        return {c for c in self._at if host_of(c, side) in hosts} if hosts else set()
 
     def carrying(self, event: str) -> set[str]:
         """The connections that carried `event` rows (CARRIED)."""
