@@ -4,6 +4,8 @@ A history is JSON: a shrunk failing one is kept under tests/sim/regressions/ as 
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import strategies as st
 
 from tests.sim.episodes import IDEM_FAULT_NAMES
@@ -319,7 +321,8 @@ def capture_fault(kind: str):
     """lossy: a drawn 1-5 % of the payload segments dropped, chosen by a drawn seed; one_broker:
     the capture of one node - its host's every connection, or only those to its listeners."""
     if kind == "lossy":
-        return st.fixed_dictionaries({"kind": st.just("lossy"), "rate": st.integers(1, 5).map(lambda r: r / 100),
+        most = int(os.environ.get("KAUDIT_SIM_LOSS") or 5)   # a heavier loss to try: KAUDIT_SIM_LOSS=15
+        return st.fixed_dictionaries({"kind": st.just("lossy"), "rate": st.integers(1, most).map(lambda r: r / 100),
                                       "seed": st.integers(0, 2 ** 32 - 1)})
     return st.fixed_dictionaries({"kind": st.just("one_broker"), "node": st.sampled_from([1, 2, 3]),
                                   "side": st.sampled_from(["host", "listener"])})
