@@ -310,6 +310,8 @@ cdef class Walker:
                         half.start(p.seq)
                     if p.flags & ACK:
                         other.peer_ack = p.ack
+                        if other.base is None and conn.syn_seen:
+                            other.start(p.ack)   # tcp._acked_start
                         if other.pending:
                             other.last_ack = p.ack
                             out = []

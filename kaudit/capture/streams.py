@@ -124,6 +124,8 @@ class CaptureStreams:
                                 half.start(seq)
                             if flags & ack_flag:
                                 other.peer_ack = ack
+                                if other.base is None and conn.syn_seen:
+                                    other.start(ack)   # tcp._acked_start
                                 if other.pending:
                                     other.last_ack = ack
                                     out = []

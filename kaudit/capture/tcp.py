@@ -58,6 +58,11 @@ def _piece_off(p):
 
 ACKED_UNSEEN = "acknowledged, not captured"   # a tail gap's reason
 
+# _acked_start: a direction of a connection whose SYN was seen starts where its peer's first ACK
+# says, when that ACK comes before the direction's first segment (its SYN-ACK, or its first
+# data, not captured): bytes between that ACK and the first segment captured are a gap at its
+# start, not an unseen beginning - a lost first answer is not taken for no answer.
+
 
 def _acked_unseen(half) -> int:
     """Bytes at a closing direction's end that the peer acknowledged and the capture never showed
@@ -180,6 +185,8 @@ class Reassembler:
                     out = ()
                 if flags & ACK:
                     other.peer_ack = seg.ack
+                    if other.base is None and conn.syn_seen:
+                        other.start(seg.ack)   # _acked_start
                     if other.pending:
                         other.last_ack = seg.ack
                         out = list(out)
@@ -264,6 +271,8 @@ class Reassembler:
         other = conn.halves[1 - d]
         if flags & ACK:
             other.peer_ack = seg.ack
+            if other.base is None and conn.syn_seen:
+                other.start(seg.ack)   # _acked_start
             if other.pending:
                 other.last_ack = seg.ack
                 self._release_acked(conn, 1 - d, other, frame, ts, out)

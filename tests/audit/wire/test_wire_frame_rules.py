@@ -163,6 +163,30 @@ def test_a_response_lost_in_a_capture_gap_is_info(tmp_path):
     assert "the response may be in the gap" in one(fs, "unanswered-request")["message"]
 
 
+def test_a_first_answer_lost_with_its_syn_ack_is_info(tmp_path):
+    """The capture saw the client's SYN but lost the broker's SYN-ACK and its first answer: the
+    client's handshake ACK tells where the broker's stream starts, so the answer's bytes are a
+    gap at its start (not a stream that began later) and the request unanswered in the capture
+    is info, its answer lost - not a warning that the broker never answered."""
+    from scapy.layers.inet import TCP
+    from scapy.utils import rdpcap, wrpcap
+
+    from kaudit.engine.local import audit_pcaps
+    from kaudit.sources.pcap_session import PcapOptions
+    from tests.sources.pcap.craft import write_capture
+
+    m = metadata(1) + metadata(2)
+    path = tmp_path / "c.pcap"
+    write_capture(path, [Conn(m)], drop=lambda s: s.direction == 1 and s.messages == (1,))
+    packets = rdpcap(str(path))
+    first = next(i for i, p in enumerate(packets) if p[TCP].sport == 9092 and len(p[TCP].payload))
+    # every broker packet before its first data lost (its SYN-ACK, its ACK of the first request)
+    wrpcap(str(path), [p for i, p in enumerate(packets) if i >= first or p[TCP].sport != 9092])
+    run = audit_pcaps([str(path)], PcapOptions(kafka_ports=frozenset({9092}), jobs=1))
+    assert rules_of(run.findings) == [("stream-gap", "info"), ("unanswered-request", "info")], run.findings
+    assert "the response may be in the gap" in one(run.findings, "unanswered-request")["message"]
+
+
 # ---- producer-error ----------------------------------------------------------------------------
 
 
