@@ -224,13 +224,18 @@ class ReplicaGroup(TablesByKind):
                     ev.append(evidence(*at, "batch", f"replica {s.name} holds it"))
             bad = _crc_failed(r, m.first, m.last)
             note = f"; its copy there fails its CRC (crc-mismatch at byte {bad[1]})" if bad else ""
+            if bad and m.kind == "hole":   # it holds them, corrupt: served as they are, not skipped
+                why = ("it holds later offsets, so it will never fetch these again; if it leads, it serves the "
+                       "corrupt bytes: consumers that check CRCs (the Java client's check.crcs, on by default) "
+                       "fail there (CorruptRecordException) and stop")
             markers = _markers_only(m.holders[0], m.first, m.last) if m.holders and m.kind == "hole" else None
             if markers:   # consumers skip no record: the transactions' outcome there is what changes
                 why = (f"{markers}: it holds later offsets, so it will never fetch them again; if it leads, "
                        "the data that marker ended there is ended by the next marker in its log (read_committed consumers "
                        "read it with that one's outcome)")
             out.append(finding(
-                "replica-divergence", f"{self._where(r.name)}: lacks {offset_span(m.first, m.last)} that replica(s) "
+                "replica-divergence", f"{self._where(r.name)}: lacks {'a readable copy of ' if bad else ''}"
+                f"{offset_span(m.first, m.last)} that replica(s) "
                 f"{holders} hold below their high watermark{note}: {why}", severity=sev, evidence=ev,
                 topic=self.topic, partition=self.partition, replica=r.name, first_offset=m.first,
                 last_offset=m.last, details={"kind": replica_divergence(m), "holders": [s.name for s in m.holders],

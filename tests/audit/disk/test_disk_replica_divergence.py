@@ -77,6 +77,9 @@ def test_lost_offsets_that_others_hold(tmp_path):
     hole, tail = sorted((f for f in fs if f["rule"] == "replica-divergence"), key=lambda f: f["first_offset"])
     assert {hole["replica"], tail["replica"]} == {"1"}
     assert "replica(s) 2, 3 hold" in hole["message"] and "fails its CRC" in hole["message"]
+    # its corrupt copy is served as it is, not skipped: a CRC-checking consumer stops there
+    assert "lacks a readable copy of offsets 10-14" in hole["message"] and "skip" not in hole["message"]
+    assert "CorruptRecordException" in hole["message"]
     assert (_details(hole)["kind"], _details(tail)["kind"]) == ("hole", "tail-flushed")
     assert _details(hole)["holders"] == ["2", "3"]
     assert [e["note"] for e in hole["evidence"]] == ["replica 1", "replica 2 holds it", "replica 3 holds it"]
