@@ -94,9 +94,13 @@ def checkpoint_mismatch(name: str, offset: int, log_end: int) -> bool:
     A high watermark past the log end means records this broker had as committed are gone
     (error: as leader it would serve consumers without them); a recovery point past it, that
     flushed records are gone (warning); a log start past it, that every record is logically
-    deleted (warning: consumers get OFFSET_OUT_OF_RANGE).
+    deleted (warning: consumers get OFFSET_OUT_OF_RANGE). A high watermark checkpoint naming a
+    partition whose other replicas the input holds, in a log dir that holds no directory of it:
+    its records gone from that broker, or the directory left out of the copy (warning: the
+    input cannot tell; a partition none of whose replicas is in the input is not told).
     Benign causes: a log dir copied while the broker ran (files copied at different moments);
-    a partition whose newest segments were deleted by hand."""
+    a partition whose newest segments were deleted by hand; a partition moved off the broker
+    moments before the copy (named until its checkpoints are next written)."""
     return offset > log_end
 
 
@@ -134,6 +138,9 @@ class ReplicaGroup(TablesByKind):
         out = []
         for r in reps:
             out.extend(self._checkpoints(r))
+        if reps:   # other replicas of it are in the input: one whose log dir names it lacks its directory
+            for r in self.dirless:
+                out.extend(self._no_dir(r))
         entries: dict[str, list[dict]] = {}
         for t in self.tables.get("leader_epoch_entry", []):
             for x in t.to_pylist():
@@ -179,12 +186,33 @@ class ReplicaGroup(TablesByKind):
         for r in out:
             if r.has_batches:
                 r.arrays()
+        self.dirless = sorted((r for r in reps.values() if not r.present), key=lambda r: r.name or "")
         return sorted(out, key=lambda r: r.name or "")
 
     def _where(self, replica: str) -> str:
         return f"{self.topic}-{self.partition} (replica {replica})"
 
     # -- checkpoint-mismatch ----------------------------------------------------------------------
+    def _no_dir(self, r: R.Replica) -> list[dict]:
+        """A log dir whose high watermark checkpoint names the partition at a positive offset, the
+        partition's other replicas in the input, but no directory of it there: the records it
+        held are gone from that broker - or the copy the input was made from left it out (a
+        warning: the input cannot tell which)."""
+        if not r.hw or not checkpoint_mismatch("replication-offset-checkpoint", r.hw, 0):
+            return []
+        lo = r.log_start_ckpt or 0
+        src, pos = r.checkpoint_ev["replication-offset-checkpoint"]
+        return [finding(
+            "checkpoint-mismatch", f"{self._where(r.name)}: replication-offset-checkpoint records high watermark "
+            f"{r.hw} but the input holds no {self.topic}-{self.partition} directory of that log dir, while it "
+            f"holds the partition's other replicas: either {offset_span(lo, r.hw - 1)} it held as committed are "
+            "gone from that broker (a deleted or lost partition directory: as a follower it fetches them again "
+            "from the leader, as leader it would serve none of them), or the copy left that directory out (or "
+            "the partition moved off the broker moments before it)",
+            severity="warning", evidence=[evidence(src, pos, "checkpoint", "replication-offset-checkpoint")],
+            topic=self.topic, partition=self.partition, replica=r.name, first_offset=lo, last_offset=r.hw - 1,
+            details={"checkpoint": "replication-offset-checkpoint", "offset": r.hw, "log_end_offset": None})]
+
     def _checkpoints(self, r: R.Replica) -> list[dict]:
         if not r.has_batches:
             return []   # no log end to compare with (an empty or unreadable log)

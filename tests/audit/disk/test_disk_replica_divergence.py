@@ -484,3 +484,20 @@ def test_a_transaction_lost_whole_leaves_nothing_open(tmp_path):
     fs = _lost_marker(tmp_path, epoch_start=0)
     assert [(f["replica"], f["first_offset"], f["last_offset"]) for f in fs] == [("1", 0, 2)]
     assert "open_on_leader" not in _details(fs[0]) and "open transaction" not in fs[0]["message"]
+
+
+def test_a_log_dir_naming_a_partition_it_holds_no_directory_of(tmp_path):
+    """Node 2's checkpoints name orders-0 at high watermark 30, the other replicas are in the
+    input, node 2's orders-0 directory is not: its 30 committed offsets are gone from that broker
+    - or the copy left the directory out, which the input cannot tell apart: a warning saying
+    both. A partition no replica of which is in the input is not told (test_disk_checkpoints)."""
+    import shutil
+
+    root = _cluster(tmp_path)
+    shutil.rmtree(root / "node2" / f"{TOPIC}-0")
+    (f,) = audit(root, rules=RULES)
+    assert (f["rule"], f["severity"], f["replica"], f["first_offset"], f["last_offset"]) == \
+        ("checkpoint-mismatch", "warning", "2", 0, 29)
+    assert "holds no orders-0 directory of that log dir" in f["message"]
+    assert "gone from that broker" in f["message"] and "the copy left that directory out" in f["message"]
+    assert f["evidence"][0]["source"].endswith("replication-offset-checkpoint")
