@@ -56,10 +56,10 @@ def marker_lost(feed, tp: str, part=None, since: dict | None = None):
 
 
 def leader_lost(feed, part):
-    """The capture hole (capture_holes.Lost) where the part's marker may be whatever wrote or
+    """The capture hole (capture_holes.Lost) that may hold the part's marker, whoever wrote or
     served it: bytes lost, after the part's first data, on any connection to its leader's
-    address - the coordinator's WriteTxnMarkers (a connection the capture may not know as its
-    marker sender: all its frames lost), a Fetch response serving the marker; None: none."""
+    address - the coordinator's WriteTxnMarkers (on a connection the capture may not know as
+    the marker sender's: all its frames lost), a Fetch answer serving the marker; None: none."""
     holes = holes_of(feed)
     if not holes or not part.data:
         return None
