@@ -214,6 +214,8 @@ class Reassembler:
         half = conn.halves[d]
         if half.isn is not None:
             return seg.seq != half.isn  # same ISN: a retransmitted SYN
+        if seg.flags & ACK and half.base is not None and (seg.seq + 1) & MASK == half.base:
+            return False   # the SYN-ACK its peer's first ACK already answered (_acked_start): late, or again
         # this side sent segments without a SYN: the SYN belongs to a later connection
         return half.base is not None
 

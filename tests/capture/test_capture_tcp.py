@@ -257,6 +257,32 @@ def test_syn_ack_without_the_syn_still_orients_the_connection():
     assert [(e.direction, e.stream_offset) for e in of(ev, StreamData)] == [(0, 0)]
 
 
+def test_the_first_ack_tells_where_the_brokers_stream_starts_when_its_syn_ack_is_lost():
+    """SYN seen, the SYN-ACK and the broker's first answer (100 bytes) lost: the client's ACK of
+    the SYN-ACK says the broker's stream starts at its ISN + 1, so the answer's bytes are a gap at
+    offset 0 and the next answer lands at offset 100 - not a stream beginning there."""
+    f = Flow()
+    hs = f.handshake()
+    req = f.send(0, b"req-1")
+    f.send(1, b"a" * 100)   # lost
+    frames = [hs[0], hs[2], req, f.send(0, b"req-2"), f.send(1, b"answer-2"), f.ack(0)]
+    ev = run_both(cap(frames))
+    assert len(of(ev, ConnOpen)) == 1
+    assert [(g.direction, g.stream_offset, g.length) for g in of(ev, StreamGap)] == [(1, 0, 100)]
+    assert [(e.direction, e.stream_offset, bytes(e.data)) for e in of(ev, StreamData) if e.direction == 1] == [
+        (1, 100, b"answer-2")]
+
+
+def test_a_syn_ack_seen_after_the_ack_that_answered_it_is_the_same_connection():
+    """The client's ACK captured before the SYN-ACK it answers (a retransmitted SYN-ACK, the ACK
+    lost between the capture and the broker): one connection, nothing lost."""
+    f = Flow()
+    hs = f.handshake()
+    ev = run_both(cap([hs[0], hs[2], hs[1], f.send(0, b"req"), f.send(1, b"answer"), f.ack(0)]))
+    assert len(of(ev, ConnOpen)) == 1 and of(ev, StreamGap) == []
+    assert data_of(ev, 0, 0) == b"req" and data_of(ev, 0, 1) == b"answer"
+
+
 def test_port_reuse_after_fin_and_with_a_new_isn():
     f1 = Flow(isn_c=100, isn_s=200)
     frames = f1.handshake() + [f1.send(0, b"one"), f1.fin(0), f1.fin(1), f1.ack(0)]
