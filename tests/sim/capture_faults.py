@@ -87,11 +87,21 @@ def payload_indices(recs: list[bytes]) -> list[int]:
     return out
 
 
+def tcp_indices(recs: list[bytes]) -> list[int]:
+    """The records that are TCP segments, SYN, ACK and FIN included, in capture order."""
+    return [i for i, r in enumerate(recs) if segment(r) is not None]
+
+
+def _candidates(recs: list[bytes], fault: dict) -> list[int]:
+    """The segments the capture may lose: those carrying payload, or (`any`) every TCP segment."""
+    return tcp_indices(recs) if fault.get("any") else payload_indices(recs)
+
+
 def lossy_drops(recs: list[bytes], fault: dict) -> list[int]:
-    """Which payload segments (their rank among the capture's payload segments) the capture lost:
-    `drops` given (a shrunk regression names them), else ceil(`rate` x their number), at least
-    one, chosen by Random(`seed`)."""
-    n = len(payload_indices(recs))
+    """Which segments (their rank among `_candidates`) the capture lost: `drops` given (a shrunk
+    regression names them), else ceil(`rate` x their number), at least one, chosen by
+    Random(`seed`)."""
+    n = len(_candidates(recs, fault))
     if "drops" in fault:
         return sorted({d for d in fault["drops"] if 0 <= d < n})
     if n == 0:
@@ -101,7 +111,7 @@ def lossy_drops(recs: list[bytes], fault: dict) -> list[int]:
 
 
 def lossy(recs: list[bytes], fault: dict) -> list[bytes]:
-    payload = payload_indices(recs)
+    payload = _candidates(recs, fault)
     gone = {payload[d] for d in lossy_drops(recs, fault)}
     return [r for i, r in enumerate(recs) if i not in gone]
 

@@ -322,8 +322,11 @@ def capture_fault(kind: str):
     the capture of one node - its host's every connection, or only those to its listeners."""
     if kind == "lossy":
         most = int(os.environ.get("KAUDIT_SIM_LOSS") or 5)   # a heavier loss to try: KAUDIT_SIM_LOSS=15
-        return st.fixed_dictionaries({"kind": st.just("lossy"), "rate": st.integers(1, most).map(lambda r: r / 100),
-                                      "seed": st.integers(0, 2 ** 32 - 1)})
+        fault = {"kind": st.just("lossy"), "rate": st.integers(1, most).map(lambda r: r / 100),
+                 "seed": st.integers(0, 2 ** 32 - 1)}
+        if os.environ.get("KAUDIT_SIM_LOSS_ANY"):   # SYNs, ACKs and FINs lost too, not only data
+            fault["any"] = st.just(True)
+        return st.fixed_dictionaries(fault)
     return st.fixed_dictionaries({"kind": st.just("one_broker"), "node": st.sampled_from([1, 2, 3]),
                                   "side": st.sampled_from(["host", "listener"])})
 

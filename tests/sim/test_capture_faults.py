@@ -36,6 +36,14 @@ def test_lossy_drops_only_the_chosen_payload_segments(tmp_path):
     assert [s for s in after if s.payload] == [s for i, s in enumerate(payload) if i not in (0, 7)]
 
 
+def test_lossy_any_may_drop_a_handshake_segment(tmp_path):
+    """`any` (KAUDIT_SIM_LOSS_ANY): the drops count every TCP segment, the first being a SYN."""
+    path = _capture(tmp_path)
+    before = _segments(path)
+    cf.apply(path, {"kind": "lossy", "drops": [0], "any": True})
+    assert _segments(path) == before[1:] and before[0].payload == 0
+
+
 def test_lossy_rate_drops_at_least_one_and_is_seeded(tmp_path):
     path = _capture(tmp_path)
     _, recs = cf.records(path.read_bytes())
