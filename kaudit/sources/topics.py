@@ -184,7 +184,8 @@ class BatchNames:
     checksum of its bytes from the attributes on): the same batch, a Produce v12 by name and a
     follower's or consumer's Fetch v13+ by id - names the id, where every such batch says the
     same name. Only a name the protocol gave votes: a row whose name came from its own topic id
-    is of another topic than every other id. Batches without a producer id are left out (a CRC alone may meet another's).
+    is of another topic than every other id. Batches without a producer id are left out (a CRC
+    alone may meet another's).
     Each chunk keeps a 64-bit key per batch and its topic's code: no row of Python objects; at
     most MAX_KEYS a side, the oldest chunks let go first (a live capture runs for days; a
     follower fetches what was just written)."""

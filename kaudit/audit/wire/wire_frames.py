@@ -59,9 +59,10 @@ def unanswered_request(frame: Frame, conn: Conn | None, answered_after: bool,
     connection whose ports a later connection reused counts as closed). Other requests whose
     connection closed before their timeout are info: a client shutting down or reconnecting
     abandons them. When the capture lost bytes of the connection after the request (or could
-    not frame them: UNREAD), the response may be in the gap: info. `end_ts` is the last time the capture shows the
-    connection in use (its close, or its latest request or response), not the capture's end:
-    a capture that holds only a few packets of a connection says nothing of the rest.
+    not frame them: UNREAD), the response may be in the gap: info. `end_ts` is the last time
+    the capture shows the connection in use (its close, or its latest request or response),
+    not the capture's end: a capture that holds only a few packets of a connection says
+    nothing of the rest.
     Returns (reason, severity).
     Benign causes, not flagged: acks=0, requests still in flight when the capture ended (or when
     the capture stopped showing their connection)."""
