@@ -20,12 +20,15 @@ pytestmark = pytest.mark.corpus
 PORTS = PcapOptions(kafka_ports=frozenset((9092, 9093, 9094)))
 
 
-def _one_broker(src, port: int, out):
-    """The packets of `src` to or from `port` (tcpdump's `tcp port N`), written to `out`."""
-    kept = 0
+def _one_broker(src, port: int, out, loss: float = 0.0, seed: int = 0):
+    """The packets of `src` to or from `port` (tcpdump's `tcp port N`), written to `out`; `loss`:
+    that share of them dropped besides, chosen by Random(`seed`) (a kernel's drops under load)."""
+    import random
+
+    kept, rnd = 0, random.Random(seed)
     with PcapReader(str(src)) as r, PcapWriter(str(out), sync=False) as w:
         for p in r:
-            if TCP in p and port in (p[TCP].sport, p[TCP].dport):
+            if TCP in p and port in (p[TCP].sport, p[TCP].dport) and (not loss or rnd.random() >= loss):
                 w.write(p)
                 kept += 1
     assert kept > 100, kept   # (the broker's own traffic, not an empty file that proves nothing)
@@ -53,3 +56,14 @@ def test_a_write_racing_the_abort_marker_seen_from_its_leader(corpus, tmp_path):
     marker and landed before it (offsets 3-4, the marker at 5): nothing at warning or above."""
     d = corpus / "real-kafka-3.0.2-extra" / "02-hanging-unregistered-and-late-writes"
     assert _warnings(_one_broker(d / f"{d.name}.pcap", 9092, tmp_path / "02-9092.pcap")) == []
+
+
+def test_a_version_2_producer_seen_from_one_broker_through_a_lossy_capture(corpus, tmp_path):
+    """4.1.0 v7 (an exactly-once application, transaction version 2) on node 2's port with a
+    tenth of the packets lost besides: the producer's EndTxn is not in the capture, so its
+    version shows only in its markers, and where an answer was lost its next transaction's first
+    write lands in the previous marker's part (a COMMIT at its data's epoch): "mixed" evidence,
+    on which the version 0/1 late-write heuristic told 39 late writes. Nothing at warning."""
+    d = corpus / "real-kafka-4.1.0" / "v7-compacted-eos-changelog"
+    cut = _one_broker(d / f"{d.name}.pcap", 9093, tmp_path / "v7-9093.pcap", loss=0.1)
+    assert _warnings(cut) == []

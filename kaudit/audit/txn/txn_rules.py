@@ -450,6 +450,10 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
     transaction registered the partition (a heuristic on client timestamps on disk).
     The marker before the data is the one before it in the log (txn_parts.log_order: on the wire
     by the offsets where the capture gives them, whenever a consumer fetched it).
+    Case (2) is a heuristic: it needs the producer known as version 0/1, or unknown - not
+    "mixed", where the evidence contradicts itself (a capture that lost a version-2 producer's
+    answers places its next transaction's first write in the previous marker's part, a COMMIT
+    at its data's epoch: read as 0/1 - transaction_version).
     Benign causes: the next transaction's first batches (a version-2 producer's data always
     precedes its registration: its leader registers it); client clocks within the slack."""
     prev = part.previous
@@ -462,7 +466,7 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
         outcome = ("it opens a transaction no coordinator knows" if part.marker is None else
                    f"the {part.marker.result} at {_at(part.marker)} took it in")
         return f"its epoch {part.first_epoch} is older than the marker's {prev.marker.epoch}: {outcome}", late
-    if pt.version == "2" or prev.marker.ts is None:
+    if pt.version in ("2", "mixed") or prev.marker.ts is None:
         return None
     ts = create_ms(part.data[0])
     if ts is None or ts <= prev.marker.ts:
