@@ -8,6 +8,11 @@ from kaudit.audit.capture_holes import host_of
 from kaudit.audit.txn.txn_model import Coverage
 
 
+def _place(row: dict) -> tuple:
+    """A data row's place in the captures (capture_holes.CaptureHoles.place's source, frame)."""
+    return row.get("source"), row.get("position")
+
+
 def holes_of(feed):
     """The captures' holes (audit.capture_holes.CaptureHoles) the feed's context holds; None: none."""
     return getattr(feed.ctx, "capture_holes", None) if feed.ctx is not None else None
@@ -50,7 +55,7 @@ def marker_lost(feed, tp: str, part=None, since: dict | None = None):
     if not holes:
         return None
     first = since if since is not None else part.data[0] if part is not None and part.data else None
-    since = (first.get("source"), first.get("position")) if first is not None else None
+    since = _place(first) if first is not None else None
     conns = _marker_conns(holes, feed.produce_hosts.get(tp))
     return holes.lost_on(conns, since) if conns else None
 
@@ -64,8 +69,7 @@ def leader_lost(feed, part):
     if not holes or not part.data:
         return None
     conns = holes.to_hosts([feed.produce_hosts.get(part.tp)])
-    first = part.data[0]
-    return holes.lost_on(conns, (first.get("source"), first.get("position"))) if conns else None
+    return holes.lost_on(conns, _place(part.data[0])) if conns else None
 
 
 def lost_within(feed, tp: str, part) -> bool:
@@ -77,7 +81,7 @@ def lost_within(feed, tp: str, part) -> bool:
     if not holes or not part.data:
         return False
     first, m = part.data[0], part.marker
-    lo = (first.get("source"), first.get("position"))
+    lo = _place(first)
     hi = (m.source, m.position) if m is not None and not m.fetched else None
     conns = set(feed.coord_conns) | _marker_conns(holes, feed.produce_hosts.get(tp))
     return holes.lost_on(conns, lo, hi) is not None
