@@ -77,8 +77,9 @@ def merged_plain(batches: pa.Table, fetch: pa.Table) -> pa.Table:
         return batches
     # each group's first row stands for it, in its place (the rows stay in decode order: the
     # final fold then need not sort them again), spanning the group's lowest and highest offsets
-    cols = {c: batches.column(c).take(pa.array(rows)).to_pylist() for c in _RESPONSE + ("base_offset", "last_offset")}
+    cols = {c: batches.column(c).take(pa.array(rows)).to_pylist() for c in _RESPONSE}
     first: dict = {}
+    # (a row's own offsets are still its own when it is read: only each group's first row widens)
     lo, hi = batches.column("base_offset").to_pylist(), batches.column("last_offset").to_pylist()
     keep = ~mask
     for j, i in enumerate(rows.tolist()):
@@ -88,7 +89,7 @@ def merged_plain(batches: pa.Table, fetch: pa.Table) -> pa.Table:
             first[k] = i
             keep[i] = True
             continue
-        b, e = cols["base_offset"][j], cols["last_offset"][j]
+        b, e = lo[i], hi[i]
         if b is not None and (lo[at] is None or b < lo[at]):
             lo[at] = b
         if e is not None and (hi[at] is None or e > hi[at]):
