@@ -34,6 +34,7 @@ from kaudit.audit.txn import txn_lineage
 from kaudit.engine import coverage
 from kaudit.model import ROW_KINDS
 from kaudit.protocol.metadata.history import latest_features
+from kaudit.sources.marker_names import MarkerNames
 from kaudit.sources.topics import BatchNames, TopicNames
 
 STREAM = (("replica", "topic", "partition"), ("source", "position"))   # a log-dir plan's (key, order)
@@ -81,6 +82,7 @@ class Facts:
         self.carriers: set[tuple] = set()   # wire: (event, connection) of markers and registrations
         self.replicas: set[tuple] = set()   # wire: (capture, broker id) of replicas' Fetches
         self.batch_names = BatchNames()   # wire: topic ids a batch seen by name too names (settle)
+        self.marker_names = MarkerNames()   # wire: topic ids a transaction's markers name (settle)
         self._holes_made: tuple | None = None   # (the facts it was made of, CaptureHoles): capture_holes
 
     def add(self, kind: str, table: pa.Table) -> None:
@@ -96,12 +98,14 @@ class Facts:
                 self.links.extend(txn_lineage.wire_links(table))
                 self.txn_ends.extend(txn_lineage.wire_ends(table))
                 self.carriers.update(capture_holes.carrier_rows(table))
+                self.marker_names.note(kind, table)
             elif kind == "decode_issue":
                 self.holes.extend(capture_holes.hole_rows(table))
             elif kind == "fetch_partition":
                 self.replicas |= replica_brokers(table)
             elif kind == "batch":
                 self.batch_names.note(table)
+                self.marker_names.note(kind, table)
             coverage.add_wire(self.cov, kind, table)
             if kind == "topic_name" and "cluster_id" in table.schema.names and table.column("cluster_id").null_count < table.num_rows:
                 for src, cid in set(zip(table.column("source").to_pylist(), table.column("cluster_id").to_pylist())):
@@ -133,16 +137,20 @@ class Facts:
         self.replicas |= getattr(other, "replicas", set())
         if getattr(other, "batch_names", None) is not None:
             self.batch_names.merge(other.batch_names)
+        if getattr(other, "marker_names", None) is not None:
+            self.marker_names.merge(other.marker_names)
         for src, ids in getattr(other, "cluster_ids", {}).items():
             self.cluster_ids.setdefault(src, set()).update(ids)
 
     def settle_names(self) -> None:
-        """Names the batches give to the topic ids nothing else names (BatchNames), added once all
-        the work is in: every later step reads `names` (the folds' context, the findings)."""
-        by_batches = self.batch_names.names(self.names.names)
-        if by_batches:
-            self.names.add(by_batches)
-            self.cov["topic_ids_named_by_batches"] = dict(sorted(by_batches.items()))
+        """Names the batches give to the topic ids nothing else names (BatchNames), then those the
+        transactions' markers give (MarkerNames), added once all the work is in: every later step
+        reads `names` (the folds' context, the findings)."""
+        for voter, label in ((self.batch_names, "batches"), (self.marker_names, "markers")):
+            learned = voter.names(self.names.names)
+            if learned:
+                self.names.add(learned)
+                self.cov[f"topic_ids_named_by_{label}"] = dict(sorted(learned.items()))
 
     def capture_holes(self):
         """The captures' holes (audit.capture_holes), their files in the order they were read;

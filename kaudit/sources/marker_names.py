@@ -1,0 +1,104 @@
+"""Topic ids a transaction's markers name. A Kafka 4.x producer's Produce (v13+) names its
+partitions by topic id; the coordinator's WriteTxnMarkers names the same partitions by topic name
+(no version carries ids). Where no Metadata answer naming an id was captured (a capture on one
+broker, lost packets), the transaction itself can: the coordinator writes a marker to each
+partition the transaction registered and to no other (TransactionMarkerChannelManager sends the
+transaction's partition set), so a partition a producer wrote by id in a transaction and the one
+partition of that number its marker request names that no other data of the transaction and no
+known id claims are the same partition.
+
+A transaction's data epoch E is ended by markers at E (transaction versions 0/1, and a fencing
+abort's bump) or E + 1 (version 2: every completion bumps the epoch); both are candidates, so a
+vote is cast only where one name is left. An id is named where every vote says the same name and
+no other id is voted that name (a zombie's write to a partition its transaction never registered
+can meet a registered partition whose data the capture lost: then the votes of the producer's
+other transactions disagree, and nothing is named). Bounded: at most MAX (producer id, epoch)
+keys a side, the oldest let go first (a live capture runs for days)."""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_TP = re.compile(r"^(?P<topic>.+)-(?P<partition>-?\d+)$")
+
+
+class MarkerNames:
+    MAX = 1 << 18
+
+    def __init__(self):
+        self.markers: OrderedDict = OrderedDict()   # (pid, marker epoch) -> {(name, partition)}
+        self.unnamed: OrderedDict = OrderedDict()   # (pid, data epoch) -> {(topic id, partition)}
+        self.named: OrderedDict = OrderedDict()     # (pid, data epoch) -> {(name, partition)}
+
+    def note(self, kind: str, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        if kind == "txn_event" and {"event", "partitions"} <= set(table.schema.names):
+            self._markers(table)
+        elif kind == "batch" and {"source_kind", "topic_id", "is_transactional"} <= set(table.schema.names):
+            self._data(table)
+
+    def _markers(self, table: pa.Table) -> None:
+        t = table.filter(pc.fill_null(pc.equal(table.column("event"), "WRITE_MARKERS"), False))
+        for pid, epoch, parts in zip(*(t.column(c).to_pylist() for c in ("producer_id", "producer_epoch", "partitions"))):
+            if pid is None or pid < 0 or epoch is None or not parts:
+                continue
+            tps = {(m["topic"], int(m["partition"])) for m in map(_TP.match, parts.split(",")) if m}
+            _add(self.markers, (pid, epoch), tps, self.MAX)
+
+    def _data(self, table: pa.Table) -> None:
+        mask = pc.and_(pc.equal(table.column("source_kind"), "produce"),
+                       pc.equal(table.column("is_transactional"), True))
+        t = table.filter(pc.fill_null(mask, False)).select(["producer_id", "producer_epoch", "topic", "topic_id", "partition"])
+        if t.num_rows == 0:
+            return
+        t = t.group_by(t.schema.names).aggregate([])   # a transaction's partitions, not its batches
+        for pid, epoch, topic, tid, p in zip(*(t.column(c).to_pylist() for c in t.schema.names)):
+            if pid is None or pid < 0 or epoch is None or p is None:
+                continue
+            if topic is not None:
+                _add(self.named, (pid, epoch), {(topic, p)}, self.MAX)
+            elif tid is not None:
+                _add(self.unnamed, (pid, epoch), {(tid, p)}, self.MAX)
+
+    def merge(self, other: "MarkerNames") -> None:
+        for side in ("markers", "unnamed", "named"):
+            for key, tps in getattr(other, side).items():
+                _add(getattr(self, side), key, tps, self.MAX)
+
+    def names(self, known: dict[str, str]) -> dict[str, str]:
+        """id -> name for the ids no name in `known` has that the transactions' markers name."""
+        if not self.unnamed or not self.markers:
+            return {}
+        taken = set(known.values()) | set(known)
+        votes: dict[str, set] = {}
+        for (pid, epoch), ids in self.unnamed.items():
+            marks = self.markers.get((pid, epoch), set()) | self.markers.get((pid, epoch + 1), set())
+            if not marks:
+                continue
+            named = self.named.get((pid, epoch), set())
+            for tid, p in ids:
+                if tid in known:
+                    continue
+                cands = {n for n, q in marks if q == p and n not in taken and (n, q) not in named}
+                if len(cands) == 1:
+                    votes.setdefault(tid, set()).update(cands)
+        out = {tid: next(iter(ns)) for tid, ns in votes.items() if len(ns) == 1}
+        claimed: dict[str, int] = {}
+        for name in out.values():
+            claimed[name] = claimed.get(name, 0) + 1
+        return {tid: name for tid, name in out.items() if claimed[name] == 1}
+
+
+def _add(side: OrderedDict, key: tuple, tps: set, most: int) -> None:
+    have = side.get(key)
+    if have is None:
+        side[key] = set(tps)
+        while len(side) > most:
+            side.popitem(last=False)
+    else:
+        have |= tps
