@@ -4,7 +4,10 @@ requests and the client's AddPartitionsToTxn and EndTxn may all have gone to the
 real corpus's captures cut to one broker's port must tell no anomaly the whole capture does not:
 a topic id named after another topic by a transactional producer's identical batches
 (sources.topics.BatchNames), a write that raced the coordinator's marker told as a torn
-transaction (txn_wire_feed._completing)."""
+transaction (txn_wire_feed._completing). And the same cuts with packets lost besides: a topic id
+whose Metadata answer was lost named by the transaction's markers (sources.marker_names), a
+write whose answer was lost placed against the marker it raced by its epoch
+(txn_wire_order)."""
 
 from __future__ import annotations
 
@@ -20,17 +23,21 @@ pytestmark = pytest.mark.corpus
 PORTS = PcapOptions(kafka_ports=frozenset((9092, 9093, 9094)))
 
 
-def _one_broker(src, port: int, out, loss: float = 0.0, seed: int = 0):
+def _one_broker(src, port: int, out, loss: float = 0.0, seed: int = 0, data_only: bool = False):
     """The packets of `src` to or from `port` (tcpdump's `tcp port N`), written to `out`; `loss`:
-    that share of them dropped besides, chosen by Random(`seed`) (a kernel's drops under load)."""
+    that share of them dropped besides, chosen by Random(`seed`) (a kernel's drops under load);
+    `data_only`: only packets carrying bytes are dropped (the connections' handshakes kept)."""
     import random
 
     kept, rnd = 0, random.Random(seed)
     with PcapReader(str(src)) as r, PcapWriter(str(out), sync=False) as w:
         for p in r:
-            if TCP in p and port in (p[TCP].sport, p[TCP].dport) and (not loss or rnd.random() >= loss):
-                w.write(p)
-                kept += 1
+            if TCP not in p or port not in (p[TCP].sport, p[TCP].dport):
+                continue
+            if loss and (not data_only or len(p[TCP].payload)) and rnd.random() < loss:
+                continue
+            w.write(p)
+            kept += 1
     assert kept > 100, kept   # (the broker's own traffic, not an empty file that proves nothing)
     return out
 
@@ -66,4 +73,32 @@ def test_a_version_2_producer_seen_from_one_broker_through_a_lossy_capture(corpu
     on which the version 0/1 late-write heuristic told 39 late writes. Nothing at warning."""
     d = corpus / "real-kafka-4.1.0" / "v7-compacted-eos-changelog"
     cut = _one_broker(d / f"{d.name}.pcap", 9093, tmp_path / "v7-9093.pcap", loss=0.1)
+    assert _warnings(cut) == []
+
+
+@pytest.mark.parametrize("seed", [2])
+def test_a_topic_id_named_by_its_transactions_markers(corpus, tmp_path, seed):
+    """v2-txn-java-tv2 on node 1's port with 8% of the data packets lost: the Metadata answer
+    naming j-txn-a's id is lost with the COMMIT markers served for it, so the producer's writes
+    there carry only an id while the coordinator's WriteTxnMarkers names j-txn-a-0: a critical
+    torn transaction was told (the id's partition "got no marker"). The transactions' markers
+    name the id (coverage `topic_ids_named_by_markers`): nothing at warning."""
+    src = corpus / "real-kafka-4.1.0" / "v2-txn-java-tv2" / "v2-txn-java-tv2.pcap"
+    cut = _one_broker(src, 9092, tmp_path / "v2-9092.pcap", loss=0.08, seed=seed, data_only=True)
+    run = audit_pcaps([str(cut)], PORTS)
+    assert run.coverage.get("topic_ids_named_by_markers") == {"4UX5S_5ZS3i2HNwLJ5agIw": "j-txn-a"}
+    assert [f["rule"] for f in run.findings if at_or_above(f["severity"], "warning")] == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_raced_write_whose_answer_was_lost_is_placed_by_its_epoch(corpus, tmp_path, seed):
+    """v7 (transaction version 2, EndTxn outside the capture) on node 2's port with 8% of the
+    data packets lost: a transaction's first write, sent just before the coordinator's COMMIT
+    of the one before and its answer lost, has no offset; by its request it fell before the
+    marker, in the previous transaction's part - a part of two epochs, told as a critical
+    write after its epoch's end, a mixed-epoch transaction or a torn one. The marker ends data
+    of an older epoch answered before it was sent: the write of the marker's epoch is of the
+    next transaction and lands after it. Nothing at warning."""
+    d = corpus / "real-kafka-4.1.0" / "v7-compacted-eos-changelog"
+    cut = _one_broker(d / f"{d.name}.pcap", 9093, tmp_path / "v7-9093.pcap", loss=0.08, seed=seed, data_only=True)
     assert _warnings(cut) == []

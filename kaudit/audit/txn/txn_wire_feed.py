@@ -5,10 +5,9 @@ in time order, turned into the facts of txn_model (see txn_wire.py for what each
 from __future__ import annotations
 
 import json
-from bisect import bisect_right
 
 from kaudit.audit.capture_holes import host_of as _host   # a connection's client (0) or server (1) address
-from kaudit.audit.txn import txn_fetched, txn_kept, txn_wire_cover
+from kaudit.audit.txn import txn_fetched, txn_kept, txn_wire_cover, txn_wire_order
 from kaudit.audit.txn.coordinator_state import partition_names
 from kaudit.audit.folds import Context
 from kaudit.audit.registry import evidence
@@ -459,34 +458,8 @@ class WireFeed:
         return (prev is not None and prev.prepared is not None and r["answered"] is not None
                 and prev.marks_answered is not None and r["answered"] < prev.marks_answered)
 
-    def _order_races(self) -> None:
-        """Data whose Produce was in flight while a marker was on its way (the marker sent before
-        the data was answered: a version-2 leader holds the Produce until the coordinator, busy
-        writing the previous transaction's markers, verifies it) landed after that marker when
-        its offset leaves a gap after the data before it (a marker takes an offset)."""
-        markers: dict[tuple, list[dict]] = {}
-        for m in self.markers:
-            if m.get("fetched"):
-                continue   # its offset places it (`_place_fetched`)
-            markers.setdefault((m["topic"], m["partition"]), []).append(m)
-        data = self.data_by_tp if markers else {}   # (topic, partition) -> its data rows, in order
-        for tp, ms in markers.items():
-            ms = sorted(ms, key=lambda m: m["sent"])
-            sent = [m["sent"] for m in ms]
-            top = -1   # the highest last offset of the partition's data sent before
-            for d in sorted(data.get(tp, ()), key=lambda d: d["rank"]):
-                done = d.get("answered") or d["rank"][0]
-                k = bisect_right(sent, max(done, d["rank"][0])) - 1   # the last marker sent by its answer
-                m = ms[k] if k >= 0 else None
-                if (m is not None and d["rank"][0] < m["rank"][0] and d["base_offset"] is not None
-                        and top >= 0 and d["base_offset"] > top + 1):
-                    d["rank"] = (m["rank"][0], m["position"], d["position"])
-                if d["last_offset"] is not None:
-                    top = max(top, d["last_offset"])
-            _after_markers(data.get(tp, ()), ms, self.version == 2)
-
     def facts(self) -> ProducerTxns:
-        self._order_races()
+        txn_wire_order.order_races(self)
         txn_fetched.place(self)
         bounds = txn_fetched.ends_unseen(self)
         coverage = txn_wire_cover.WireCoverage(source="wire", coordinator=self.client_coordinator or self.tv2_adds,
@@ -502,26 +475,3 @@ class WireFeed:
 _HANDLERS = {"INIT_PRODUCER_ID": "_init", "ADD_PARTITIONS": "_add", "ADD_OFFSETS": "_offsets",
              "TXN_OFFSET_COMMIT": "_offsets", "END_TXN": "_end", "WRITE_MARKERS": "_markers",
              txn_kept.KEEP_PREPARED: "_kept", txn_kept.KEPT_END: "_kept_end"}
-
-
-def _after_markers(data, markers: list[dict], v2: bool) -> None:
-    """Data sent before a coordinator's marker was answered, and answered (if at all) after that
-    marker was sent, that is of a later transaction than the marker's lands after it (neither
-    the answers' order nor a marker's unknown offset tells): data of a newer epoch than the
-    marker's, or - under transaction version 2, whose
-    every transaction has its own epoch - of the marker's own epoch (which ends the one before):
-    that transaction registers the partition only once the marker is written (the leader holds
-    a version-2 Produce until its registration is verified: CONCURRENT_TRANSACTIONS until then),
-    and a fenced producer's successor writes only after the fencing's markers. An admin's
-    marker carries the data's own epoch: not judged."""
-    coord = [m for m in markers if m.get("writer") != ADMIN and m.get("producer_epoch") is not None]
-    for d in data:
-        e = d.get("producer_epoch")
-        if e is None:
-            continue
-        done = d.get("answered") or float("inf")   # unanswered: it may land any time after
-        later = [m for m in coord if d["rank"] < m["rank"] and m["sent"] <= done
-                 and (e > m["producer_epoch"] or (v2 and e == m["producer_epoch"]))]
-        if later:
-            m = max(later, key=lambda m: m["rank"])
-            d["rank"] = (m["rank"][0], m["position"], d["position"])

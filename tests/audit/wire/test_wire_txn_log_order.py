@@ -150,3 +150,41 @@ def test_a_write_answered_while_the_coordinators_markers_were_out_is_in_the_part
         write_ordered(path, conns, order)
         run = audit_pcaps([str(path)], PcapOptions(), now_ms=T0_MS + 60_000)
         assert not run.errors and _rules(run.findings) == want, (k, run.findings)
+
+
+def _raced_next_write(answered_before_marker: bool):
+    """One broker's view of a producer whose EndTxn the capture lacks: its data of epoch 4 at
+    offsets 10-12, then its next write, of epoch 5, sent just before the coordinator's COMMIT of
+    epoch 5 (the end of epoch 4's transaction under version 2) - its answer lost, or (the
+    negative) answered at offset 13 before the marker was sent."""
+    from tests.audit.wire.wirecraft import TOPIC
+    from tests.audit.wire.wirecraft_txn import markers
+
+    nxt = dict(error=0, offset=13) if answered_before_marker else dict(error=None)
+    producer = (send(1, batch(PID, 4, 0, 3, transactional=True), partition=2, offset=10, txn_id="tx-wire")
+                + send(2, batch(PID, 5, 0, 2, transactional=True), partition=2, txn_id="tx-wire", **nxt))
+    coordinator = markers(1, PID, 5, committed=True, parts=((TOPIC, 2),), client_id="broker-3-txn-marker-sender")
+    order = [(0, 0), (0, 1), (0, 2)] + ([(0, 3)] if answered_before_marker else []) + [(1, 0), (1, 1)]
+    return [Conn(producer), Conn(coordinator, client=("10.0.0.3", 40100))], order
+
+
+def test_a_raced_write_without_an_answer_lands_after_the_marker_of_its_epoch(tmp_path):
+    """The unanswered write of epoch 5 has no offset, and its request came before the COMMIT's:
+    by time alone it would be in epoch 4's part (a part of two epochs, a write after epoch 4's
+    end). The marker ends data of epoch 4, answered before it was sent: whatever the version,
+    a transaction is one epoch, so the write of the marker's epoch is the next transaction's and
+    lands after the marker (txn_wire_order). Answered at offset 13 before the marker was sent,
+    the same write is in epoch 4's part: mixed-epoch-transaction is still found."""
+    from tests.audit.wire.wirecraft_txn import write_ordered
+    from kaudit.engine.local import audit_pcaps
+    from kaudit.sources.pcap_session import PcapOptions
+
+    for k, answered in enumerate((False, True)):
+        conns, order = _raced_next_write(answered)
+        path = tmp_path / f"raced{k}.pcap"
+        write_ordered(path, conns, order)
+        run = audit_pcaps([str(path)], PcapOptions(), now_ms=T0_MS + 60_000)
+        rules = [r for r in _rules(run.findings) if r != "dangling-transaction"]
+        assert not run.errors and ("mixed-epoch-transaction" in rules) == answered, (k, run.findings)
+        if not answered:
+            assert rules == [], run.findings

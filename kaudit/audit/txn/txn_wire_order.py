@@ -1,0 +1,79 @@
+"""Where a write whose Produce was in flight while a coordinator's marker was on its way landed
+against that marker, for the wire feed (txn_wire_feed.WireFeed.facts): neither the answers' order
+nor a marker's unknown offset says it; the data's offsets and epochs do."""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+from kaudit.audit.txn.txn_model import ADMIN
+
+
+def order_races(feed) -> None:
+    """Data whose Produce was in flight while a marker was on its way (the marker sent before
+    the data was answered: a version-2 leader holds the Produce until the coordinator, busy
+    writing the previous transaction's markers, verifies it) landed after that marker when
+    its offset leaves a gap after the data before it (a marker takes an offset)."""
+    markers: dict[tuple, list[dict]] = {}
+    for m in feed.markers:
+        if m.get("fetched"):
+            continue   # its offset places it (`_place_fetched`)
+        markers.setdefault((m["topic"], m["partition"]), []).append(m)
+    data = feed.data_by_tp if markers else {}   # (topic, partition) -> its data rows, in order
+    for tp, ms in markers.items():
+        ms = sorted(ms, key=lambda m: m["sent"])
+        sent = [m["sent"] for m in ms]
+        top = -1   # the highest last offset of the partition's data sent before
+        for d in sorted(data.get(tp, ()), key=lambda d: d["rank"]):
+            done = d.get("answered") or d["rank"][0]
+            k = bisect_right(sent, max(done, d["rank"][0])) - 1   # the last marker sent by its answer
+            m = ms[k] if k >= 0 else None
+            if (m is not None and d["rank"][0] < m["rank"][0] and d["base_offset"] is not None
+                    and top >= 0 and d["base_offset"] > top + 1):
+                d["rank"] = (m["rank"][0], m["position"], d["position"])
+            if d["last_offset"] is not None:
+                top = max(top, d["last_offset"])
+        _after_markers(data.get(tp, ()), ms, feed.version == 2)
+
+
+def _after_markers(data, markers: list[dict], v2: bool) -> None:
+    """Data sent before a coordinator's marker was answered, and answered (if at all) after that
+    marker was sent, that is of a later transaction than the marker's lands after it (neither
+    the answers' order nor a marker's unknown offset tells): data of a newer epoch than the
+    marker's, or of the marker's own epoch where that marker ends an older epoch - under
+    transaction version 2, whose every transaction has its own epoch, or where the data the
+    marker ends, answered before it was sent, is of an older epoch (a transaction is one epoch:
+    a fencing abort's or a version-2 completion's bump) - that transaction registers the
+    partition only once the marker is written (the leader holds a version-2 Produce until its
+    registration is verified, AddPartitionsToTxn gets CONCURRENT_TRANSACTIONS until then), and a
+    fenced producer's successor writes only after the fencing's markers. An admin's marker
+    carries the data's own epoch: not judged."""
+    coord = [m for m in markers if m.get("writer") != ADMIN and m.get("producer_epoch") is not None]
+    ends = {} if v2 else _ended_epochs(data, coord)
+    for d in data:
+        e = d.get("producer_epoch")
+        if e is None:
+            continue
+        done = d.get("answered") or float("inf")   # unanswered: it may land any time after
+        later = [m for m in coord if d["rank"] < m["rank"] and m["sent"] <= done
+                 and (e > m["producer_epoch"] or (e == m["producer_epoch"] and (v2 or ends[id(m)] < e)))]
+        if later:
+            m = max(later, key=lambda m: m["rank"])
+            d["rank"] = (m["rank"][0], m["position"], d["position"])
+
+
+def _ended_epochs(data, markers: list[dict], most: int = 64) -> dict[int, int]:
+    """id(marker) -> the epoch of the last data before it that was answered before it was sent
+    (the data it ends, whatever raced it), looked for among the `most` rows before it; the
+    marker's own epoch where none is."""
+    rows = sorted((d for d in data if d.get("producer_epoch") is not None), key=lambda d: d["rank"])
+    ranks = [d["rank"] for d in rows]
+    out = {}
+    for m in markers:
+        out[id(m)] = m["producer_epoch"]
+        i = bisect_left(ranks, m["rank"])
+        for d in rows[max(0, i - most):i][::-1]:
+            if d.get("answered") is not None and d["answered"] <= m["sent"]:
+                out[id(m)] = d["producer_epoch"]
+                break
+    return out
