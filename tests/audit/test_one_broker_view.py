@@ -102,3 +102,19 @@ def test_a_raced_write_whose_answer_was_lost_is_placed_by_its_epoch(corpus, tmp_
     d = corpus / "real-kafka-4.1.0" / "v7-compacted-eos-changelog"
     cut = _one_broker(d / f"{d.name}.pcap", 9093, tmp_path / "v7-9093.pcap", loss=0.08, seed=seed, data_only=True)
     assert _warnings(cut) == []
+
+
+def test_a_late_write_whose_transactions_data_was_lost(corpus, tmp_path):
+    """3.0.2's 02-hanging scenario on node 2 (hang-4's leader) with 8% of the data packets lost:
+    the aborted transaction's write to hang-4 (offsets 0-1) is lost, so the coordinator's ABORT
+    markers there (offset 2, fetched by a consumer) ended no transaction of the capture; the
+    late write at offsets 3-4 was then told "aborted" by them (a critical torn transaction). The
+    markers end a transaction begun unseen and take the fetched offset: the late write is told
+    as the whole capture tells it."""
+    d = corpus / "real-kafka-3.0.2-extra" / "02-hanging-unregistered-and-late-writes"
+    cut = _one_broker(d / f"{d.name}.pcap", 9093, tmp_path / "02-9093.pcap", loss=0.08, seed=1, data_only=True)
+    run = audit_pcaps([str(cut)], PORTS)
+    (f,) = [f for f in run.findings if at_or_above(f["severity"], "warning")]
+    assert (f["rule"], f["topic"], f["partition"], f["severity"]) == ("late-transactional-write", "hang", 4, "critical")
+    assert "after its previous ABORT marker at offset 2: it was committed by the next transaction's COMMIT at offset 7" \
+        in f["message"]

@@ -72,8 +72,11 @@ def fetched(feed, ts: float, r: dict) -> None:
             return
     else:
         t = _bare_txn(feed, tp, r, ts, offset)
-        if t is None or _written(feed, r, ts, t):
-            return   # an earlier transaction's, a retried duplicate, or the WriteTxnMarkers replayed
+        if t is None:
+            _written_alone(feed, r, ts)
+            return   # an earlier transaction's, a retried duplicate, or a WriteTxnMarkers of none
+        if _written(feed, r, ts, t):
+            return   # the WriteTxnMarkers replayed
         e = t.epoch
     feed.step(ts, r["position"], f"Fetch from {r['connection']} serves {tp} {result} marker at offset "
                                  f"{offset} epoch {r['producer_epoch']} coordinator epoch {r['coordinator_epoch']}")
@@ -180,6 +183,24 @@ def _written(feed, r: dict, ts: float, t) -> bool:
     if m["base_offset"] is None:
         m["base_offset"] = m["last_offset"] = r["base_offset"]
     return True
+
+
+def _written_alone(feed, r: dict, ts: float) -> None:
+    """A marker fetched where no transaction of the capture can own it (its data and
+    registration outside the capture), that a WriteTxnMarkers the capture holds wrote: the one
+    WriteTxnMarkers of its partition, result and epoch, sent by then and still without an
+    offset, whose place among the partition's data its offset agrees with (the data sent before
+    it below, the data after it above) - it gets the offset, so that the data after it is read
+    as after it (a late write) and not as the data it ended."""
+    offset = r["base_offset"]
+    rows = feed.data_by_tp.get((r["topic"], r["partition"]), ())
+    same = [m for m in _markers_on(feed, r["topic"], r["partition"])
+            if not m.get("fetched") and m["base_offset"] is None and m["control_type"] == r["control_type"]
+            and m["producer_epoch"] == r["producer_epoch"] and m["sent"] <= ts
+            and all(d["last_offset"] < offset if d["rank"] < m["rank"] else d["base_offset"] > offset
+                    for d in rows if d["base_offset"] is not None and d["last_offset"] is not None)]
+    if len(same) == 1:
+        same[0]["base_offset"] = same[0]["last_offset"] = offset
 
 
 def _already_ended(feed, r: dict, mine: list[dict], last: dict) -> bool:

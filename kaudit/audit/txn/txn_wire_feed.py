@@ -309,6 +309,8 @@ class WireFeed:
             self.marker_hosts.add(_host(r["connection"], 1))
         t = self._marker_txn(r) if writer != ADMIN else None
         tps = partition_names(r["partitions"])
+        if t is None and writer != ADMIN and not errs and r["error_codes"] is not None and self._unowned(r, tps):
+            t = self._unseen_txn(ts, r, tps)
         for tp in tps:
             code = answers.get(tp, 0 if r["error_codes"] is not None and not errs else None)
             if code is None and errs and len(tps) == 1:
@@ -341,17 +343,39 @@ class WireFeed:
         if t is not None:
             self._maybe_complete(t, resp if resp is not None else ts, r)
 
+    def _unowned(self, r: dict, tps: list[str]) -> bool:
+        """Whether no transaction of the replay may own these markers: the producer's latest one
+        ended with another result, or on none of these partitions (else they are its own, at an
+        epoch the replay did not expect, or re-sent)."""
+        t = self.txns[-1] if self.txns else None
+        return t is None or (t.prepared is not None and t.complete
+                             and (t.prepared != r["result"] or not set(tps) & set(t.partitions)))
+
+    def _unseen_txn(self, ts: float, r: dict, tps: list[str]) -> _Txn:
+        """The transaction a coordinator's markers end where the capture shows none (its data and
+        registrations lost, or before the capture began): the coordinator writes markers only to
+        end a transaction that registered these partitions - it is one, begun unseen."""
+        epoch = r["producer_epoch"]
+        if epoch is not None and (self.version == 2 or r["result"] == "ABORT" and self.top_epoch is not None
+                                  and epoch > self.top_epoch):
+            epoch -= 1   # the end's bump (version 2; a fencing abort's), not the data's epoch
+        t = self._new(ts, epoch, r)
+        t.partitions.extend(tp for tp in tps if tp not in t.partitions)
+        return t
+
     def _marker_txn(self, r: dict) -> _Txn | None:
         """The transaction a coordinator's markers end: the latest one ending with this result
         at this epoch whose markers are still out - under version 2, where every transaction
         has its own epoch, also one already taken as complete because the next transaction
         began (the client sends the next one's data once its EndTxn is answered, before the
         markers are written; under 0/1 one epoch spans transactions, so the marker is the next
-        one's) -, else the open one."""
+        one's, unless none began since: the same end's markers to another broker, or re-sent
+        after a failover) -, else the open one."""
         tps = set(partition_names(r["partitions"]))
         v2 = self.version == 2
         for t in reversed(self.txns[-16:]):   # markers follow their end within moments
-            if (t.prepared == r["result"] and r["producer_epoch"] in txn_kept.marker_epochs(t) and (v2 or not t.complete)
+            if (t.prepared == r["result"] and r["producer_epoch"] in txn_kept.marker_epochs(t)
+                    and (v2 or not t.complete or t is self.txns[-1])
                     and (tps & set(t.partitions) or any(tp.startswith("__consumer_offsets-") for tp in tps))):
                 return txn_kept.marker_epoch(t, r["producer_epoch"])
         return self.open_txn()

@@ -188,3 +188,31 @@ def test_a_raced_write_without_an_answer_lands_after_the_marker_of_its_epoch(tmp
         assert not run.errors and ("mixed-epoch-transaction" in rules) == answered, (k, run.findings)
         if not answered:
             assert rules == [], run.findings
+
+
+def test_markers_whose_transaction_the_capture_lost_still_end_it(tmp_path):
+    """One broker's view with packets lost: the aborted transaction's data and registration are
+    not in the capture, only the coordinator's WriteTxnMarkers ABORT (epoch 0) and a consumer's
+    Fetch of that ABORT at offset 12; then the next transaction's write at offsets 13-14 and its
+    COMMIT at 15. The coordinator writes markers only to end a transaction that registered
+    the partition: they end one of their own, begun unseen, and the fetched ABORT is that
+    WriteTxnMarkers (it gets offset 12, so the data after it is after it). Nothing to report -
+    not a stray marker "with no transactional data before it" (its data is outside the
+    capture). The real case (a late write told as a torn transaction when those markers ended
+    nothing) is tests/audit/test_one_broker_view.py's 02 cut."""
+    from tests.audit.wire.wirecraft import TOPIC
+    from tests.audit.wire.wirecraft_txn import markers, write_ordered
+    from kaudit.engine.local import audit_pcaps
+    from kaudit.sources.pcap_session import PcapOptions
+
+    producer = send(1, batch(PID, 0, 2, 2, transactional=True), partition=2, offset=13, txn_id="tx-wire")
+    coordinator = (markers(1, PID, 0, committed=False, parts=((TOPIC, 2),), client_id="broker-3-txn-marker-sender")
+                   + markers(2, PID, 0, committed=True, parts=((TOPIC, 2),), client_id="broker-3-txn-marker-sender"))
+    consumer = (fetch(1, marker(12, "ABORT", 0, 0), fetch_offset=12)
+                + fetch(2, data(13, 2, n=2) + marker(15, "COMMIT", 0, 0), fetch_offset=13))
+    conns = [Conn(producer), Conn(coordinator, client=("10.0.0.3", 40100)), Conn(consumer, **CONSUMER)]
+    order = [(1, 0), (1, 1), (2, 0), (2, 1), (0, 0), (0, 1), (1, 2), (1, 3), (2, 2), (2, 3)]
+    path = tmp_path / "unseen.pcap"
+    write_ordered(path, conns, order, step=0.1)
+    run = audit_pcaps([str(path)], PcapOptions(), now_ms=T0_MS + 60_000)
+    assert not run.errors and _rules(run.findings) == [], run.findings
