@@ -7,9 +7,11 @@ transaction's partition set), so a partition a producer wrote by id in a transac
 partition of that number its marker request names that no other data of the transaction and no
 known id claims are the same partition.
 
-A transaction's data epoch E is ended by markers at E (transaction versions 0/1, and a fencing
-abort's bump) or E + 1 (version 2: every completion bumps the epoch); both are candidates, so a
-vote is cast only where one name is left. An id is named where every vote says the same name and
+A transaction's data epoch E is ended by markers at E (transaction versions 0/1) or E + 1
+(version 2: every completion bumps the epoch; under 0/1 a fencing abort's): a vote is cast for a
+name alone among one of the two epochs' markers of the partition's number and present in the
+other's where it names any. An id named leaves its name out of the others' candidates (the next
+round: a transaction that wrote two ids). An id is named where every vote says the same name and
 no other id is voted that name (a zombie's write to a partition its transaction never registered
 can meet a registered partition whose data the capture lost: then the votes of the producer's
 other transactions disagree, and nothing is named). Bounded: at most MAX (producer id, epoch)
@@ -70,23 +72,37 @@ class MarkerNames:
             for key, tps in getattr(other, side).items():
                 _add(getattr(self, side), key, tps, self.MAX)
 
-    def names(self, known: dict[str, str]) -> dict[str, str]:
-        """id -> name for the ids no name in `known` has that the transactions' markers name."""
+    def names(self, known: dict[str, str], rounds: int = 8) -> dict[str, str]:
+        """id -> name for the ids no name in `known` has that the transactions' markers name; an
+        id named lets the next round leave its name out of the others' candidates."""
         if not self.unnamed or not self.markers:
             return {}
+        out: dict[str, str] = {}
+        for _ in range(rounds):
+            more = self._round({**known, **out})
+            if not more:
+                break
+            out.update(more)
+        return out
+
+    def _round(self, known: dict[str, str]) -> dict[str, str]:
         taken = set(known.values()) | set(known)
         votes: dict[str, set] = {}
         for (pid, epoch), ids in self.unnamed.items():
-            marks = self.markers.get((pid, epoch), set()) | self.markers.get((pid, epoch + 1), set())
-            if not marks:
+            sets = [self.markers.get((pid, e)) for e in (epoch, epoch + 1)]
+            if not any(sets):
                 continue
             named = self.named.get((pid, epoch), set())
             for tid, p in ids:
                 if tid in known:
                     continue
-                cands = {n for n, q in marks if q == p and n not in taken and (n, q) not in named}
-                if len(cands) == 1:
-                    votes.setdefault(tid, set()).update(cands)
+                cands = [c for c in ({n for n, q in ms if q == p and n not in taken and (n, q) not in named}
+                                     for ms in sets if ms) if c]
+                # a name alone in one epoch's markers and among the other's too (version 2: E + 1
+                # ends it, E the transaction before; 0/1: E ends it, E + 1 a fencing's bump)
+                one = {next(iter(c)) for c in cands if len(c) == 1}
+                if len(one) == 1 and all(one <= c for c in cands):
+                    votes.setdefault(tid, set()).update(one)
         out = {tid: next(iter(ns)) for tid, ns in votes.items() if len(ns) == 1}
         claimed: dict[str, int] = {}
         for name in out.values():

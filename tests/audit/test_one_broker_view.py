@@ -23,17 +23,21 @@ pytestmark = pytest.mark.corpus
 PORTS = PcapOptions(kafka_ports=frozenset((9092, 9093, 9094)))
 
 
-def _one_broker(src, port: int, out, loss: float = 0.0, seed: int = 0, data_only: bool = False):
+def _one_broker(src, port: int, out, loss: float = 0.0, seed: int = 0, data_only: bool = False,
+                window: tuple[float, float] = (0.0, 1.0)):
     """The packets of `src` to or from `port` (tcpdump's `tcp port N`), written to `out`; `loss`:
     that share of them dropped besides, chosen by Random(`seed`) (a kernel's drops under load);
-    `data_only`: only packets carrying bytes are dropped (the connections' handshakes kept)."""
+    `data_only`: only packets carrying bytes are dropped (the connections' handshakes kept);
+    `window`: only that share of the port's packets kept, by their rank (a capture started
+    late and stopped early)."""
     import random
 
     kept, rnd = 0, random.Random(seed)
-    with PcapReader(str(src)) as r, PcapWriter(str(out), sync=False) as w:
-        for p in r:
-            if TCP not in p or port not in (p[TCP].sport, p[TCP].dport):
-                continue
+    with PcapReader(str(src)) as r:
+        mine = [p for p in r if TCP in p and port in (p[TCP].sport, p[TCP].dport)]
+    mine = mine[int(window[0] * len(mine)):int(window[1] * len(mine))]
+    with PcapWriter(str(out), sync=False) as w:
+        for p in mine:
             if loss and (not data_only or len(p[TCP].payload)) and rnd.random() < loss:
                 continue
             w.write(p)
@@ -118,3 +122,14 @@ def test_a_late_write_whose_transactions_data_was_lost(corpus, tmp_path):
     assert (f["rule"], f["topic"], f["partition"], f["severity"]) == ("late-transactional-write", "hang", 4, "critical")
     assert "after its previous ABORT marker at offset 2: it was committed by the next transaction's COMMIT at offset 7" \
         in f["message"]
+
+
+def test_a_capture_begun_inside_a_transaction_on_one_broker(corpus, tmp_path):
+    """3.0.2's 03-txn-java (clean) on node 3's port, the middle half of it: the capture begins
+    inside a committed transaction whose AddPartitionsToTxn of j-txn-a-0 came before it; its
+    EndTxn, the coordinator's COMMIT to j-txn-a-0 and the next (aborted) transaction follow. The
+    COMMIT is that transaction's (it began before the capture shows every registration), not a
+    marker of nothing: no critical torn transaction of the next one."""
+    d = corpus / "real-kafka-3.0.2" / "pcap"
+    cut = _one_broker(d / "03-txn-java.pcap", 9094, tmp_path / "03-9094.pcap", window=(0.3, 0.8))
+    assert _warnings(cut) == []

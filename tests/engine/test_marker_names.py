@@ -83,3 +83,15 @@ def test_merged_voters_and_a_bounded_memory():
     for e in range(10):
         small.note("txn_event", pa.Table.from_pylist([marks(7, e, "a-0")], schema=EVENT))
     assert len(small.markers) == 4 and (7, 9) in small.markers and (7, 0) not in small.markers
+
+
+def test_the_transaction_before_and_two_ids_told_apart():
+    """Version 2 seen from the middle of a capture: epoch 4 wrote ID-A-0 and ID-B-0 and its
+    ABORT (epoch 5) named a-0 and b-0 - either id could be either; epoch 5 wrote ID-A-0 and its
+    COMMIT (epoch 6) named a-0 alone: ID-A is a, and then ID-B is b."""
+    m = voter([data(1000, 4, None, "ID-A"), data(1000, 4, None, "ID-B"), data(1000, 5, None, "ID-A")],
+              [marks(1000, 5, "a-0,b-0"), marks(1000, 6, "a-0")])
+    assert m.names({}) == {"ID-A": "a", "ID-B": "b"}
+    # a name alone in one epoch's markers but absent from the other's, which names others: none
+    m = voter([data(7, 5, None, "ID-A")], [marks(7, 5, "b-0"), marks(7, 6, "a-0")])
+    assert m.names({}) == {}

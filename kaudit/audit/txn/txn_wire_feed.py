@@ -333,8 +333,11 @@ class WireFeed:
                 "rank": (resp if resp is not None else ts, r["position"]), "sent": ts,
                 "transaction_version": tv if writer != ADMIN else None})
             if t is not None and code == 0:
-                if tp.startswith("__consumer_offsets-") and t.groups and tp not in t.partitions:
-                    t.partitions.append(tp)   # AddOffsetsToTxn named the group, the marker its partition
+                if tp not in t.partitions and (tp.startswith("__consumer_offsets-") and t.groups
+                                               or self._registered_unseen(t)):
+                    # AddOffsetsToTxn named the group, the marker its partition; or registered
+                    # before the capture began
+                    t.partitions.append(tp)
                 t.marked.add(tp)
                 if resp is not None and (t.marks_answered is None or resp > t.marks_answered):
                     t.marks_answered = resp
@@ -342,6 +345,15 @@ class WireFeed:
             self._coordinator_end(t, ts, r)
         if t is not None:
             self._maybe_complete(t, resp if resp is not None else ts, r)
+
+    def _registered_unseen(self, t: _Txn) -> bool:
+        """Whether transaction `t` of a client that registers its partitions itself (version
+        0/1: its AddPartitionsToTxn in the capture) began before the capture shows every
+        registration (its first InitProducerId or answered EndTxn): it may hold partitions the
+        capture never saw added. (A version-2 leader registers a partition with the data: a
+        marker's partition no data of the capture shows is one written by an id no evidence
+        names, or lost.)"""
+        return self.tv1_adds and (self.known_from is None or t.start < self.known_from)
 
     def _unowned(self, r: dict, tps: list[str]) -> bool:
         """Whether no transaction of the replay may own these markers: the producer's latest one
@@ -376,7 +388,8 @@ class WireFeed:
         for t in reversed(self.txns[-16:]):   # markers follow their end within moments
             if (t.prepared == r["result"] and r["producer_epoch"] in txn_kept.marker_epochs(t)
                     and (v2 or not t.complete or t is self.txns[-1])
-                    and (tps & set(t.partitions) or any(tp.startswith("__consumer_offsets-") for tp in tps))):
+                    and (tps & set(t.partitions) or any(tp.startswith("__consumer_offsets-") for tp in tps)
+                         or self._registered_unseen(t))):
                 return txn_kept.marker_epoch(t, r["producer_epoch"])
         return self.open_txn()
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from kaudit.audit.txn import txn_fetched, txn_wire_cover
 from kaudit.audit.txn.txn_fetched import (_bare_txn, _date, _later_owner, _markers_on, _txn_of, _written,
-                                          decides)
+                                          _written_alone, decides)
 from kaudit.audit.txn.txn_rules import unconfirmed
 from kaudit.audit.txn.txn_parts import MATCH_WINDOW_MS, _ended_early, _ended_with, _Nearest, log_order
 from kaudit.audit.txn.txn_wire import ADMIN_APIS, FRAME_COLUMNS, row_ts
@@ -67,8 +67,11 @@ def fetched(feed, ts: float, r: dict) -> None:
             return
     else:
         t = _bare_txn(feed, tp, r, ts, offset)
-        if t is None or _written(feed, r, ts, t):
-            return   # an earlier transaction's, a retried duplicate, or the WriteTxnMarkers replayed
+        if t is None:
+            _written_alone(feed, r, ts)
+            return   # an earlier transaction's, a retried duplicate, or a WriteTxnMarkers of none
+        if _written(feed, r, ts, t):
+            return   # the WriteTxnMarkers replayed
         e = t.epoch
     feed.step(ts, r["position"], f"Fetch from {r['connection']} serves {tp} {result} marker at offset "
                                  f"{offset} epoch {r['producer_epoch']} coordinator epoch {r['coordinator_epoch']}")
