@@ -19,17 +19,16 @@ keys a side, the oldest let go first (a live capture runs for days)."""
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_TP = re.compile(r"^(?P<topic>.+)-(?P<partition>-?\d+)$")
+from kaudit.sources.topics import TOPIC_PARTITION
 
 
 class MarkerNames:
-    MAX = 1 << 18
+    MAX = 1 << 16   # (producer id, epoch) keys a side: ~10-20 MB at most
 
     def __init__(self):
         self.markers: OrderedDict = OrderedDict()   # (pid, marker epoch) -> {(name, partition)}
@@ -49,7 +48,7 @@ class MarkerNames:
         for pid, epoch, parts in zip(*(t.column(c).to_pylist() for c in ("producer_id", "producer_epoch", "partitions"))):
             if pid is None or pid < 0 or epoch is None or not parts:
                 continue
-            tps = {(m["topic"], int(m["partition"])) for m in map(_TP.match, parts.split(",")) if m}
+            tps = {(m["topic"], int(m["partition"])) for m in map(TOPIC_PARTITION.match, parts.split(",")) if m}
             _add(self.markers, (pid, epoch), tps, self.MAX)
 
     def _data(self, table: pa.Table) -> None:

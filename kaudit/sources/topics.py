@@ -284,7 +284,7 @@ def _id_frames(table: pa.Table):
     return np.flatnonzero(mask.to_numpy(zero_copy_only=False))
 
 
-_TP = re.compile(r"^(?P<topic>.+)-(?P<partition>-?\d+)$")
+TOPIC_PARTITION = re.compile(r"^(?P<topic>.+)-(?P<partition>-?\d+)$")
 
 
 def _frame_ids(table: pa.Table) -> set[str]:
@@ -295,7 +295,7 @@ def _frame_ids(table: pa.Table) -> set[str]:
         for r in rows:
             s = col[int(r)].as_py()
             for tp in (s or "").split(","):
-                m = _TP.match(tp)
+                m = TOPIC_PARTITION.match(tp)
                 if m:
                     ids.add(m["topic"])
     return ids
@@ -311,7 +311,7 @@ def _rename(s: str, names: dict[str, str], is_json: bool) -> str:
                            and isinstance(r[1], str) else r for r in rows], default=str)
     out = []
     for tp in s.split(","):
-        m = _TP.match(tp)
+        m = TOPIC_PARTITION.match(tp)
         out.append(f"{names.get(m['topic'], m['topic'])}-{m['partition']}" if m else tp)
     return ",".join(out)
 

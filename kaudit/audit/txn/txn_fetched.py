@@ -193,12 +193,15 @@ def _written_alone(feed, r: dict, ts: float) -> None:
     it below, the data after it above) - it gets the offset, so that the data after it is read
     as after it (a late write) and not as the data it ended."""
     offset = r["base_offset"]
-    rows = feed.data_by_tp.get((r["topic"], r["partition"]), ())
     same = [m for m in _markers_on(feed, r["topic"], r["partition"])
             if not m.get("fetched") and m["base_offset"] is None and m["control_type"] == r["control_type"]
-            and m["producer_epoch"] == r["producer_epoch"] and m["sent"] <= ts
-            and all(d["last_offset"] < offset if d["rank"] < m["rank"] else d["base_offset"] > offset
-                    for d in rows if d["base_offset"] is not None and d["last_offset"] is not None)]
+            and m["producer_epoch"] == r["producer_epoch"] and m["sent"] <= ts]
+    if not same:
+        return
+    near = [d for d in _recent(feed, (r["topic"], r["partition"]), offset)   # the rows around its offset
+            if d["base_offset"] is not None and d["last_offset"] is not None]
+    same = [m for m in same if all(d["last_offset"] < offset if d["rank"] < m["rank"] else d["base_offset"] > offset
+                                   for d in near)]
     if len(same) == 1:
         same[0]["base_offset"] = same[0]["last_offset"] = offset
 
