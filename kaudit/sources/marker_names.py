@@ -44,7 +44,8 @@ class MarkerNames:
             self._data(table)
 
     def _markers(self, table: pa.Table) -> None:
-        t = table.filter(pc.fill_null(pc.equal(table.column("event"), "WRITE_MARKERS"), False))
+        t = table.select(["producer_id", "producer_epoch", "partitions"]).filter(
+            pc.fill_null(pc.equal(table.column("event"), "WRITE_MARKERS"), False))
         for pid, epoch, parts in zip(*(t.column(c).to_pylist() for c in ("producer_id", "producer_epoch", "partitions"))):
             if pid is None or pid < 0 or epoch is None or not parts:
                 continue
@@ -54,11 +55,12 @@ class MarkerNames:
     def _data(self, table: pa.Table) -> None:
         mask = pc.and_(pc.equal(table.column("source_kind"), "produce"),
                        pc.equal(table.column("is_transactional"), True))
-        t = table.filter(pc.fill_null(mask, False)).select(["producer_id", "producer_epoch", "topic", "topic_id", "partition"])
+        t = table.select(["producer_id", "producer_epoch", "topic", "topic_id", "partition"]).filter(
+            pc.fill_null(mask, False))
         if t.num_rows == 0:
             return
-        t = t.group_by(t.schema.names).aggregate([])   # a transaction's partitions, not its batches
-        for pid, epoch, topic, tid, p in zip(*(t.column(c).to_pylist() for c in t.schema.names)):
+        # a transaction's partitions, not its batches (a set: no Acero group-by to load for it)
+        for pid, epoch, topic, tid, p in set(zip(*(t.column(c).to_pylist() for c in t.schema.names))):
             if pid is None or pid < 0 or epoch is None or p is None:
                 continue
             if topic is not None:
