@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kaudit.audit.txn import txn_clean
 from kaudit.audit.registry import evidence, rule
-from kaudit.audit.txn.txn_model import Part, ProducerTxns
+from kaudit.audit.txn.txn_model import Part, ProducerTxns, shown_stored
 from kaudit.timefmt import iso_ms
 from kaudit.audit.thresholds import EPOCH_SLACK_MS
 from kaudit.audit.txn.txn_history import MOVED
@@ -231,10 +231,12 @@ def mixed_epoch_part(part: Part, pt: ProducerTxns) -> str | None:
     Benign causes: an admin's abort (kafka-transactions.sh writes the data's epoch: allowed for
     an ABORT), a marker whose result differs from its transaction's (torn-transaction's); on the
     wire, bytes the capture lost where the EndTxn or the marker between two transactions would
-    be (Coverage.lost_within: not judged)."""
+    be (Coverage.lost_within: not judged); a write no answer shows stored (not counted)."""
     if not part.data:
         return None
-    epochs = part.epochs
+    # on the wire, a Produce no answer shows stored is not the log's (the fenced zombie's
+    # write whose rejection the capture lost, placed by its request in the next epoch's part)
+    epochs = [e for e in part.epochs if any(b["producer_epoch"] == e and shown_stored(b, pt) for b in part.data)]
     if pt.coverage.lost_within(part):
         return None   # the EndTxn or the marker that splits or ends it may be in bytes the capture lost
     if len(epochs) > 1:

@@ -152,6 +152,13 @@ def assemble(producer_id: int, batches: list[dict], txn_log: list[dict],
     return pt
 
 
+def shown_stored(b: dict, pt: ProducerTxns) -> bool:
+    """Whether the evidence shows data batch `b` stored: on disk, always; on the wire, a
+    Produce answered (or its batch served to a consumer)."""
+    return pt.coverage.source != "wire" or not (
+        b.get("response_error") is None and b.get("answered") is None and not b.get("fetched"))
+
+
 def transaction_version(pt: ProducerTxns, cluster_tv: int | None = None) -> str | None:
     """The producer's transaction version as the evidence shows it (KIP-890): "2" when its
     epoch is bumped at the end of every transaction, "0/1" when it is not, "mixed" when both

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kaudit.audit.txn import txn_clean
 from kaudit.audit.registry import rule
-from kaudit.audit.txn.txn_model import Part, ProducerTxns, Range, Transaction
+from kaudit.audit.txn.txn_model import Part, ProducerTxns, Range, Transaction, shown_stored
 from kaudit.audit.txn.txn_parts import ADMIN, create_ms
 from kaudit.timefmt import duration
 from kaudit.audit.thresholds import (DEFAULT_MAX_TIMEOUT_MS, EPOCH_SLACK_MS, LATE_SLACK_MS, MARKERS_IN_FLIGHT_MS,
@@ -157,14 +157,7 @@ def unconfirmed(part: Part, pt: ProducerTxns) -> bool:
     """On the wire, a part whose every Produce went unanswered (a capture ending before the
     answers, a leader holding a version-2 Produce until its registration is verified): nothing
     shows its data was stored, so no open transaction is told of it."""
-    return pt.coverage.source == "wire" and not any(_shown_stored(b, pt) for b in part.data)
-
-
-def _shown_stored(b: dict, pt: ProducerTxns) -> bool:
-    """Whether the evidence shows data batch `b` stored: on disk, always; on the wire, a
-    Produce answered (or its batch served to a consumer)."""
-    return pt.coverage.source != "wire" or not (
-        b.get("response_error") is None and b.get("answered") is None and not b.get("fetched"))
+    return pt.coverage.source == "wire" and not any(shown_stored(b, pt) for b in part.data)
 
 
 @rule("hanging-transaction", "critical", "both",
@@ -460,7 +453,7 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
     if not part.data or prev is None or prev.marker is None:
         return None
     if prev.marker.epoch is not None and part.first_epoch is not None and part.first_epoch < prev.marker.epoch:
-        late = [b for b in part.data if b["producer_epoch"] < prev.marker.epoch and _shown_stored(b, pt)]
+        late = [b for b in part.data if b["producer_epoch"] < prev.marker.epoch and shown_stored(b, pt)]
         if not late:
             return None   # on the wire, Produce requests with no answer: nothing shows them stored
         outcome = ("it opens a transaction no coordinator knows" if part.marker is None else

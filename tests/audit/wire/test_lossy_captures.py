@@ -67,3 +67,13 @@ def test_a_connection_whose_first_request_was_lost_keeps_its_client(corpus, tmp_
     assert [f for f in run.findings if f["severity"] in ("warning", "error", "critical")] == []
     assert not any(f.get("connection", "").startswith("127.0.0.1:909") for f in run.findings
                    if f["rule"] == "unanswered-request")
+
+
+def test_a_zombie_write_whose_rejection_was_lost_is_no_mixed_epoch(corpus, tmp_path):
+    """4.1.0 v5 (a fenced TV2 instance's late Produce, rejected PRODUCER_FENCED) with a tenth of
+    the data packets lost: the rejection is lost, the write has no answer and its request put it
+    in the new instance's transaction - a mixed-epoch error was told. Nothing shows it stored:
+    only the rejected zombie requests the whole capture shows are told (fenced-epoch)."""
+    out = tmp_path / "lossy.pcap"
+    assert drop(corpus / "real-kafka-4.1.0/v5-fencing-tv2/v5-fencing-tv2.pcap", out, 0.1, 12) > 0
+    assert {rule for rule, *_ in loud(out)} == {"fenced-epoch"}

@@ -216,3 +216,28 @@ def test_markers_whose_transaction_the_capture_lost_still_end_it(tmp_path):
     write_ordered(path, conns, order, step=0.1)
     run = audit_pcaps([str(path)], PcapOptions(), now_ms=T0_MS + 60_000)
     assert not run.errors and _rules(run.findings) == [], run.findings
+
+
+def test_a_zombie_write_whose_answer_was_lost_makes_no_mixed_epoch_part(tmp_path):
+    """A fenced instance's write (epoch 0) sent just before the new instance's first write of
+    epoch 2 (offset 3) and the coordinator's COMMIT (epoch 3, version 2): its answer - a
+    rejection, PRODUCER_FENCED - is lost, so it has no offset and its request puts it in epoch
+    2's part. Nothing shows it stored: not a part of two epochs. Answered and stored (offset 2),
+    the same write is found (a stale epoch's data in that transaction)."""
+    from tests.audit.wire.wirecraft import TOPIC
+    from tests.audit.wire.wirecraft_txn import markers, write_ordered
+    from kaudit.engine.local import audit_pcaps
+    from kaudit.sources.pcap_session import PcapOptions
+
+    for k, stored in enumerate((False, True)):
+        answer = dict(error=0, offset=2) if stored else dict(error=None)
+        zombie = send(7, batch(PID, 0, 2, 1, transactional=True), partition=2, txn_id="tx-wire", **answer)
+        fresh = send(1, batch(PID, 2, 0, 1, transactional=True), partition=2, offset=3, txn_id="tx-wire")
+        coordinator = markers(1, PID, 3, committed=True, parts=((TOPIC, 2),), client_id="broker-3-txn-marker-sender")
+        conns = [Conn(zombie, client=("10.0.0.1", 40002)), Conn(fresh), Conn(coordinator, client=("10.0.0.3", 40100))]
+        order = [(0, 0)] + ([(0, 1)] if stored else []) + [(1, 0), (1, 1), (2, 0), (2, 1)]
+        path = tmp_path / f"zombie{k}.pcap"
+        write_ordered(path, conns, order)
+        run = audit_pcaps([str(path)], PcapOptions(), now_ms=T0_MS + 60_000)
+        rules = _rules(run.findings)
+        assert not run.errors and ("mixed-epoch-transaction" in rules) == stored, (k, run.findings)
