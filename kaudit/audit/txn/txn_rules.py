@@ -443,6 +443,7 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
     transaction registered the partition (a heuristic on client timestamps on disk).
     The marker before the data is the one before it in the log (txn_parts.log_order: on the wire
     by the offsets where the capture gives them, whenever a consumer fetched it).
+    In both cases only data the evidence shows stored (on the wire, a Produce answered).
     Case (2) is a heuristic: it needs the producer known as version 0/1, or unknown - not
     "mixed", where the evidence contradicts itself (a capture that lost a version-2 producer's
     answers places its next transaction's first write in the previous marker's part, a COMMIT
@@ -475,9 +476,12 @@ def late_transactional_write(part: Part, pt: ProducerTxns) -> tuple[str, list[di
     reg = t.registered_at.get(part.tp)
     slack = pt.coverage.slack_ms
     if reg is not None and reg - ts > slack:
-        late = [b for b in part.data if b["max_timestamp_ms"] is not None and reg - b["max_timestamp_ms"] > slack]
+        stored = [b for b in part.data if shown_stored(b, pt)]
+        if not stored:
+            return None   # on the wire, Produce requests with no answer: nothing shows them stored
+        late = [b for b in stored if b["max_timestamp_ms"] is not None and reg - b["max_timestamp_ms"] > slack]
         return (f"it was {'committed' if part.marker.result == 'COMMIT' else 'aborted'} by the next "
-                f"transaction's {part.marker.result} at {_at(part.marker)}", late or part.data[:1])
+                f"transaction's {part.marker.result} at {_at(part.marker)}", late or stored[:1])
     return None
 
 

@@ -309,7 +309,7 @@ class WireFeed:
             self.marker_hosts.add(_host(r["connection"], 1))
         t = self._marker_txn(r) if writer != ADMIN else None
         tps = partition_names(r["partitions"])
-        if t is None and writer != ADMIN and not errs and r["error_codes"] is not None and self._unowned(r, tps):
+        if t is None and writer != ADMIN and not errs and r["error_codes"] is not None and self._unowned(r):
             t = self._unseen_txn(ts, r, tps)
         for tp in tps:
             code = answers.get(tp, 0 if r["error_codes"] is not None and not errs else None)
@@ -355,13 +355,12 @@ class WireFeed:
         names, or lost.)"""
         return self.tv1_adds and (self.known_from is None or t.start < self.known_from)
 
-    def _unowned(self, r: dict, tps: list[str]) -> bool:
+    def _unowned(self, r: dict) -> bool:
         """Whether no transaction of the replay may own these markers: the producer's latest one
-        ended with another result, or on none of these partitions (else they are its own, at an
-        epoch the replay did not expect, or re-sent)."""
+        ended with the other result (with this one they are its own - on a partition whose
+        registration the capture lost, at an epoch the replay did not expect, or re-sent)."""
         t = self.txns[-1] if self.txns else None
-        return t is None or (t.prepared is not None and t.complete
-                             and (t.prepared != r["result"] or not set(tps) & set(t.partitions)))
+        return t is None or (t.prepared is not None and t.complete and t.prepared != r["result"])
 
     def _unseen_txn(self, ts: float, r: dict, tps: list[str]) -> _Txn:
         """The transaction a coordinator's markers end where the capture shows none (its data and
