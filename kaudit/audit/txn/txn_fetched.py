@@ -167,16 +167,21 @@ def _owns(t, result: str, me: int, offset: int, tp: str) -> bool:
     return t.epoch is not None and me in (t.epoch, t.epoch + 1)
 
 
+def _written_by(feed, r: dict, ts: float) -> list[dict]:
+    """The WriteTxnMarkers of the capture that may have written fetched marker `r`: on its
+    partition, of its result and epoch, sent by `ts` (when it was served)."""
+    return [m for m in _markers_on(feed, r["topic"], r["partition"])
+            if not m.get("fetched") and m["control_type"] == r["control_type"]
+            and m["producer_epoch"] == r["producer_epoch"] and m["sent"] <= ts]
+
+
 def _written(feed, r: dict, ts: float, t) -> bool:
     """Whether a WriteTxnMarkers the capture holds wrote this marker of transaction `t` (same
     partition, result and epoch, the latest sent by the time it was served within `t`: from its
     start to the next transaction's - a later transaction's marker of the same result and epoch
     is its own, however late a consumer reads this one): it is that one - it gets the offset."""
     until = min((u.start for u in _later(feed, t)), default=None)
-    same = [m for m in _markers_on(feed, r["topic"], r["partition"])
-            if not m.get("fetched") and m["control_type"] == r["control_type"]
-            and m["producer_epoch"] == r["producer_epoch"] and t.start <= m["sent"] <= ts
-            and (until is None or m["sent"] < until)]
+    same = [m for m in _written_by(feed, r, ts) if t.start <= m["sent"] and (until is None or m["sent"] < until)]
     if not same:
         return False
     m = max(same, key=lambda m: m["rank"])
@@ -193,9 +198,7 @@ def _written_alone(feed, r: dict, ts: float) -> None:
     it below, the data after it above) - it gets the offset, so that the data after it is read
     as after it (a late write) and not as the data it ended."""
     offset = r["base_offset"]
-    same = [m for m in _markers_on(feed, r["topic"], r["partition"])
-            if not m.get("fetched") and m["base_offset"] is None and m["control_type"] == r["control_type"]
-            and m["producer_epoch"] == r["producer_epoch"] and m["sent"] <= ts]
+    same = [m for m in _written_by(feed, r, ts) if m["base_offset"] is None]
     if not same:
         return
     near = [d for d in _recent(feed, (r["topic"], r["partition"]), offset)   # the rows around its offset
