@@ -34,7 +34,7 @@ import threading
 import traceback
 
 from kaudit.sources.cores import usable_cpus
-from kaudit.engine.shared_folds import kill_child, reap, reap_ending, wait_child
+from kaudit.engine.children import kill_child, reap, reap_ending, wait_child
 from kaudit.sources.pcap_workers import recv_parts, send, widen
 from kaudit.sources.records import METADATA_TOPIC, OFFSETS_TOPIC, REMOTE_TOPIC, TXN_TOPIC
 

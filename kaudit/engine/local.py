@@ -8,17 +8,43 @@ from __future__ import annotations
 import gc
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from itertools import chain
+from typing import TYPE_CHECKING
 
-from kaudit.audit.folds import Context, Rows, sorted_stream  # noqa: F401  (sorted_stream: the engines' sort)
 from kaudit.engine.decoding import SEGMENT_JOBS, _decode, decode_pcaps, decode_segments  # noqa: F401  (the decodes, here too)
 from kaudit.engine.forked_folds import run_forked, should_fork, should_fork_captures
-from kaudit.engine.plan import Audit, AuditRun, Work, disk_audit, wire_audit
-from kaudit.engine.shared_folds import run_shared, should_share
 from kaudit.sources.logdir import Plan, plan
-from kaudit.sources.topics import TopicNames
+
+if TYPE_CHECKING:
+    from kaudit.engine.plan import Audit, AuditRun
+
+# The plan, the folds and their rules load where they are used: a big capture's are made in the
+# folds' child (engine.forked_folds), so this process starts its decode without them (~0.02 s
+# of imports measured before the first packet).
+_LATER = {"Context": "kaudit.audit.folds", "Rows": "kaudit.audit.folds",
+          "sorted_stream": "kaudit.audit.folds"}   # (sorted_stream: the engines' sort)
+
+
+def __getattr__(name: str):
+    if name in _LATER:
+        import importlib
+
+        return getattr(importlib.import_module(_LATER[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def run_shared(work, folds) -> list[dict]:
+    """engine.shared_folds.run_shared (loaded when the buffered folds run)."""
+    from kaudit.engine import shared_folds
+
+    return shared_folds.run_shared(work, folds)
+
+
+def should_share(work, jobs: int | None) -> bool:
+    from kaudit.engine import shared_folds
+
+    return shared_folds.should_share(work, jobs)
 
 
 # -- decode + audit ----------------------------------------------------------------------------
@@ -31,6 +57,10 @@ def execute(audit: Audit, chunks, errors: list[str], captures: dict | None = Non
     Python (internal topics) and big captures, in a forked child (engine.forked_folds); the buffered folds after the decode,
     shared with a forked child where that pays (engine.shared_folds; `jobs` 1: never).
     `captures` (wire): the capture summaries the decode fills."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kaudit.engine.plan import Work
+
     if should_fork(audit, jobs):   # a decode that holds the GIL: the folds in a child, beside it
         return _execute_forked(lambda: audit, chunks, errors, captures, jobs)
     work = Work(audit, tap=audit.tap)
@@ -82,6 +112,7 @@ def audit_segments(paths: list[str], *, now_ms: int | None = None, select=(), ig
     """Decode log dirs and run the disk audit (engine.plan.disk_audit): the folds keyed by a
     log's partition stream in plan order, the others' selections are buffered. `known`: facts
     of the captures audited with them (`kaudit audit`)."""
+    from kaudit.engine.plan import disk_audit
     from kaudit.sources.segments import Options
 
     layout = plan(paths)
@@ -123,6 +154,8 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
     fold's (key, order) across all the captures given (rotated files make one timeline), then
     folded. `topic_names`: id -> name facts from elsewhere (the log dirs of `kaudit audit`)."""
     def planned() -> Audit:
+        from kaudit.engine.plan import wire_audit
+
         return wire_audit(paths, options, now_ms=now_ms, select=select, ignore=ignore, tap=tap,
                           names=topic_names, folds=folds)
 
@@ -140,7 +173,9 @@ def _execute_forked(planned, chunks, errors: list[str], captures: dict | None, j
     `planned()` makes the plan (untapped: a tap's rows are this process's) - in the child for
     its work, and here, for the result, once the last chunk is sent (the child is then folding
     it). `captures` (wire): the summaries the decode fills, sent to the child after the last chunk."""
-    def work() -> Work:
+    def work():
+        from kaudit.engine.plan import Work
+
         w = Work(planned())
         if captures is not None:
             w.facts.captures = captures
@@ -178,7 +213,10 @@ def wire_transactions(pcaps: list[str], options, *, transactional_id: str | None
                       producer_id: int | None = None, topic_names: dict | None = None) -> tuple[list[str], list[dict]]:
     """(unreadable inputs, transactions) of captures for `kaudit txn`: each producer's
     transactions as its requests show them (txn_wire.listed)."""
+    from kaudit.audit.folds import Context, Rows
     from kaudit.audit.txn import txn_wire
+    from kaudit.engine.plan import wire_audit
+    from kaudit.sources.topics import TopicNames
 
     audit = wire_audit(pcaps, options, tap=Rows(txn_wire.FOLD), names=topic_names, folds=())
     summaries: dict = {}

@@ -27,7 +27,6 @@ nothing for it: the main process runs that fold itself (and so raises its error,
 
 from __future__ import annotations
 
-import atexit
 import os
 import pickle
 import signal
@@ -38,6 +37,7 @@ import pyarrow as pa
 
 from kaudit.audit.folds import run_prepared
 from kaudit.engine import key_ranges
+from kaudit.engine.children import kill_child, reap, reap_ending
 from kaudit.engine.plan import named
 from kaudit.sources.cores import usable_cpus
 from kaudit.sources.pcap_workers import recv, send   # the pcap workers' pipe messages
@@ -225,43 +225,3 @@ def _receive(fd: int, into: list) -> None:
                 into.append(recv(f))
             except (EOFError, pickle.UnpicklingError, ValueError):
                 return
-
-
-_ENDING: list[int] = []   # children whose results are in, not yet reaped
-
-
-def reap(pid: int) -> None:
-    """Reaps a child whose results are in if it has exited; else once it has (the next sharing
-    or forked folds, or the process's exit): the main process need not wait for its exit to go on."""
-    try:
-        ended, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return
-    if not ended:
-        atexit.unregister(reap_ending)   # registered once
-        atexit.register(reap_ending)
-        _ENDING.append(pid)
-
-
-def reap_ending() -> None:
-    while _ENDING:
-        wait_child(_ENDING.pop())
-
-
-def wait_child(pid: int) -> int | None:
-    """The child's wait status once it has ended (None: already reaped)."""
-    while True:
-        try:
-            return os.waitpid(pid, 0)[1]
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            return None
-
-
-def kill_child(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    wait_child(pid)
