@@ -104,13 +104,16 @@ def _capture_bytes(paths, options) -> int:
     return sum(sizes)
 
 
-def run_forked(work, chunks, finish, behind: int = 4, ending=None) -> tuple[list, object, list]:
+def run_forked(work, chunks, finish, behind: int = 4, ending=None, share: bool = False,
+               jobs: int | None = None) -> tuple[list, object, list]:
     """(findings, facts, internal errors) of `work` over `chunks`, folded in a forked child;
     `work`: a plan.Work, or a function that makes it in the child (the rules' modules then load
     there, beside the decode, not before it). `finish(work)` gives the findings once every chunk
     is folded (in the child). `ending()`:
     facts this process learnt while decoding (a dict of Facts attributes: the capture summaries),
-    sent after the last chunk and set in the child's facts before it finishes."""
+    sent after the last chunk and set in the child's facts before it finishes. `share`: the
+    buffered folds may be shared with a helper the child forks at once (engine.helper_folds;
+    `jobs`: --jobs)."""
     reap_ending()
     chunks_r, chunks_w = os.pipe()
     results_r, results_w = os.pipe()
@@ -119,7 +122,7 @@ def run_forked(work, chunks, finish, behind: int = 4, ending=None) -> tuple[list
     if pid == 0:   # the child: never returns
         os.close(chunks_w)
         os.close(results_r)
-        _child(work, finish, chunks_r, results_w)
+        _child(work, finish, chunks_r, results_w, share, jobs)
     os.close(chunks_r)
     os.close(results_w)
     writer = _Writer(chunks_w, behind)
@@ -189,16 +192,28 @@ class _Writer:
                 self.broken = True
 
 
-def _child(work, finish, chunks: int, results: int) -> None:
+def _with_helper(helper):
+    return lambda work: work.finish(runner=helper.run)
+
+
+def _child(work, finish, chunks: int, results: int, share: bool = False, jobs: int | None = None) -> None:
     code = 1
     f = os.fdopen(chunks, "rb", buffering=1 << 20)
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)   # Ctrl-C ends it at once, no traceback
         if callable(work):
             work = work()
+        helper = None
+        from kaudit.engine import helper_folds   # (the child's: the main process decodes without it)
+
+        if share and helper_folds.should_start(work, jobs):
+            helper = helper_folds.Helper(work, close=(chunks, results))
+            finish = _with_helper(helper)
         while (item := recv_parts(f))[0] != _END:
             work.note(*item)
             work.fold(*item)
+            if helper is not None:
+                helper.forward(work)
         for name, value in (item[1] or {}).items():
             setattr(work.facts, name, value)
         f.close()

@@ -185,11 +185,15 @@ def _execute_forked(planned, chunks, errors: list[str], captures: dict | None, j
 
     def sent():
         yield from chunks
-        mine.append(planned())
+        from kaudit.engine.shared_folds import warm
+
+        mine.append(planned())   # and the report's modules, while the child folds the last chunks
+        warm()
 
     ending = None if captures is None else (lambda: {"captures": captures})
     with _rare_full_collections():
-        findings, facts, internal = run_forked(work, sent(), _finisher(jobs), FOLDS_BEHIND, ending)
+        findings, facts, internal = run_forked(work, sent(), _finisher(jobs), FOLDS_BEHIND, ending, share=True,
+                                               jobs=jobs)
         audit = mine[0] if mine else planned()
         return audit.result(findings, facts, errors, internal=internal)   # (as in execute)
 

@@ -64,11 +64,12 @@ def should_share(work, jobs: int | None, min_rows: int | None = None) -> bool:
             and usable_cpus() >= 2 and threading.active_count() == 1)
 
 
-def tasks_of(work, folds) -> list[tuple[int, int, int]]:
+def tasks_of(work, folds, busy: float = 0.0) -> list[tuple[int, int, int]]:
     """The tasks (fold number, range, ranges) in the order they are taken: the biggest first by
     their estimated CPU (`Fold.cost` x the rows selected), so that the last ones are small; a
     per-key fold cut in PARTS ranges where that shortens the estimated end by SPLIT_GAIN (a cut
-    costs: each process names, prepares and cuts the selection, SPLIT_COST)."""
+    costs: each process names, prepares and cuts the selection, SPLIT_COST). `busy`: the
+    estimate of what the second process does before it takes any (engine.helper_folds)."""
     est = [getattr(f, "cost", 1.0) * sum(t.num_rows for _, t in work.selected.get(f.name) or ()) for f in folds]
     cut: set[int] = set()
 
@@ -76,7 +77,7 @@ def tasks_of(work, folds) -> list[tuple[int, int, int]]:
         tasks = [((i, part, PARTS), est[i] * SPLIT_COST / PARTS) if i in cut else ((i, 0, 1), est[i])
                  for i in range(len(folds)) for part in range(PARTS if i in cut else 1)]
         tasks.sort(key=lambda t: -t[1])   # stable: ranges of a fold together, in key order
-        return tasks, _end([e for _, e in tasks])
+        return tasks, _end([e for _, e in tasks], busy=busy)
 
     tasks, end = plan(cut)
     for i in sorted(range(len(folds)), key=lambda i: -est[i]):
@@ -88,9 +89,10 @@ def tasks_of(work, folds) -> list[tuple[int, int, int]]:
     return [t for t, _ in tasks]
 
 
-def _end(costs: list[float], workers: int = 2) -> float:
-    """When `workers` taking `costs` in order, each the next when free, are done."""
-    free = [0.0] * workers
+def _end(costs: list[float], workers: int = 2, busy: float = 0.0) -> float:
+    """When `workers` taking `costs` in order, each the next when free, are done (the last
+    one's `busy` before its first)."""
+    free = [0.0] * (workers - 1) + [busy]
     for c in costs:
         free[free.index(min(free))] += c
     return max(free)
@@ -114,14 +116,14 @@ def run_shared(work, folds) -> list[dict]:
         _child(work, folds, tasks, cut, tokens_r, results_w)
     os.close(results_w)
     received: list[tuple] = []
-    reader = threading.Thread(target=_receive, args=(results_r, received), daemon=True)
+    reader = threading.Thread(target=receive, args=(results_r, received), daemon=True)
     reader.start()
     done: dict[int, tuple[list, list]] = {}
     try:
-        while (t := _take(tokens_r)) is not None:
-            done[t] = _run_task(work, folds, tasks[t], cut)
+        while (t := take(tokens_r)) is not None:
+            done[t] = run_task(work, folds, tasks[t], cut)
         if reader.is_alive():   # the child is still at it: load what comes next meanwhile
-            _warm()
+            warm()
         reader.join()
         reap(pid)
         pid = None
@@ -133,7 +135,7 @@ def run_shared(work, folds) -> list[dict]:
         done.setdefault(t, (found, internal))
     out = []
     for t in sorted(range(len(tasks)), key=lambda t: tasks[t][:2]):   # the folds' order, ranges in key order
-        found, internal = done[t] if t in done else _run_task(work, folds, tasks[t], cut)   # the child's, unsent
+        found, internal = done[t] if t in done else run_task(work, folds, tasks[t], cut)   # the child's, unsent
         out.extend(found)
         work.internal.extend(internal)
     for f in folds:
@@ -144,14 +146,15 @@ def run_shared(work, folds) -> list[dict]:
 AFTER = ("kaudit.audit.stories.clusters", "kaudit.report.findings")   # the modules a run imports after its folds
 
 
-def _warm() -> None:
+def warm() -> None:
+    """Loads what the run imports after its folds, while another process folds (~4 ms)."""
     import importlib
 
     for name in AFTER:
         importlib.import_module(name)
 
 
-def _run_task(work, folds, task: tuple[int, int, int], cut: dict) -> tuple[list, list]:
+def run_task(work, folds, task: tuple[int, int, int], cut: dict) -> tuple[list, list]:
     """A fold's findings and the internal errors it added (`_run_one`), or those of one range of
     its keys (`part` of `parts`): its selection named, prepared and cut once in each process."""
     i, part, parts = task
@@ -194,7 +197,7 @@ def _run_one(work, fold) -> tuple[list, list]:
     return found, internal
 
 
-def _take(fd: int) -> int | None:
+def take(fd: int) -> int | None:
     b = os.read(fd, 1)   # one byte: a pipe read is atomic, so no fold is taken twice
     return b[0] if b else None
 
@@ -203,8 +206,8 @@ def _child(work, folds, tasks, cut: dict, tokens: int, results: int) -> None:
     code = 1
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)   # Ctrl-C ends it at once, no traceback
-        while (t := _take(tokens)) is not None:
-            send(results, (t, *_run_task(work, folds, tasks[t], cut)))
+        while (t := take(tokens)) is not None:
+            send(results, (t, *run_task(work, folds, tasks[t], cut)))
         code = 0
     finally:
         # closed before the exit, which unmaps the memory first (~0.01-0.04 s measured): the
@@ -217,7 +220,7 @@ def _child(work, folds, tasks, cut: dict, tokens: int, results: int) -> None:
         os._exit(code)   # no atexit handlers, no flushing of the main process's buffers
 
 
-def _receive(fd: int, into: list) -> None:
+def receive(fd: int, into: list) -> None:
     """The child's messages until it closes its end (a message it was cut off in is dropped)."""
     with os.fdopen(fd, "rb") as f:
         while True:

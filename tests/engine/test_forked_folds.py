@@ -25,9 +25,9 @@ from kaudit.engine import forked_folds, local, shared_folds
 
 forks = []
 real = forked_folds.run_forked
-def counted(work, chunks, finish, *rest):
+def counted(work, chunks, finish, *rest, **kw):
     forks.append(1)
-    return real(work, chunks, finish, *rest)
+    return real(work, chunks, finish, *rest, **kw)
 local.run_forked = counted
 """
 
