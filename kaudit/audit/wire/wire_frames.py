@@ -26,7 +26,7 @@ FRAME_COLUMNS = KEY + (
     "decode_error",
 )
 CONNECTION_COLUMNS = KEY + ("close_reason", "first_ts", "last_ts", "gaps", "gap_bytes", "protocol",
-                            "first_frame")
+                            "first_frame", "syn_seen")
 ISSUE_COLUMNS = KEY + ("position", "issue", "length", "message", "stream_offset")
 # the rows as this fold reads them (fields checked at import)
 Frame, Conn, Issue = view("frame", FRAME_COLUMNS), view("connection", CONNECTION_COLUMNS), view("decode_issue", ISSUE_COLUMNS)
@@ -49,7 +49,8 @@ FENCED_CODES = {"47", "90"}  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
       "what happened against the log dirs (`kaudit audit --pcap ... --segments ...`); check the "
       "broker's request latency and network around that time.")
 def unanswered_request(frame: Frame, conn: Conn | None, answered_after: bool,
-                       end_ts: float | None, lost_after: bool = False) -> tuple[str, str] | None:
+                       end_ts: float | None, lost_after: bool = False,
+                       before_answers: bool = False) -> tuple[str, str] | None:
     """Invariant: a broker answers every request on a connection, in order (the request channel
     processes one request per connection at a time, kafka.network.SocketServer), except Produce
     with acks=0. A request is unanswered (warning) when a later request on the same connection was
@@ -59,7 +60,11 @@ def unanswered_request(frame: Frame, conn: Conn | None, answered_after: bool,
     connection whose ports a later connection reused counts as closed). Other requests whose
     connection closed before their timeout are info: a client shutting down or reconnecting
     abandons them. When the capture lost bytes of the connection after the request (or could
-    not frame them: UNREAD), the response may be in the gap: info. `end_ts` is the last time
+    not frame them: UNREAD), the response may be in the gap: info. So too when the capture joined
+    the connection after it opened (no SYN) and the request comes before every answer it holds
+    of it (`before_answers`) while a later one was answered: the broker's stream is known only
+    from the first of its bytes the capture saw, so an answer lost before them leaves no gap
+    to see - the capture cannot show it was never sent. `end_ts` is the last time
     the capture shows the connection in use (its close, or its latest request or response),
     not the capture's end: a capture that holds only a few packets of a connection says
     nothing of the rest.
@@ -74,6 +79,10 @@ def unanswered_request(frame: Frame, conn: Conn | None, answered_after: bool,
     if verdict is not None and lost_after and verdict[1] == "warning":
         return (verdict[0] + "; but the capture lost bytes of this connection after the request "
                 "(the response may be in the gap)", "info")
+    if verdict is not None and before_answers and answered_after and verdict[1] == "warning":
+        return (verdict[0] + "; but the capture joined this connection after it opened and holds "
+                "none of the broker's answers on it before that one (the response may be in bytes "
+                "the capture did not see)", "info")
     return verdict
 
 
@@ -152,6 +161,7 @@ class ConnectionGroup:
         self.pending: list[list] = []   # [unanswered request, time a later request was answered]
         self.waiting: list[list] = []   # those no later request was answered after yet
         self.last_answered = None   # stream order (_stream_order) of the latest answered request
+        self.first_answered = None  # and of the earliest
         self.last_activity = None   # latest request or response time seen on the connection
         self.gap_frames: list[int] = []   # packets where the capture lost bytes of it (UNREAD)
         self.out: list[dict] = []
@@ -209,10 +219,14 @@ class ConnectionGroup:
             self.last_activity = top
         rf = np_col(seg, "request_frame", 0, np.int64)
         corr = np_col(seg, "correlation_id", 0, np.int64)
-        j = int(np.lexsort((corr, rf, rts[a:b]))[-1])
+        order = np.lexsort((corr, rf, rts[a:b]))
+        j, i = int(order[-1]), int(order[0])
         k = (float(rts[a + j]), int(rf[j]), int(corr[j]))
         if self.last_answered is None or k > self.last_answered:
             self.last_answered = k
+        k = (float(rts[a + i]), int(rf[i]), int(corr[i]))
+        if self.first_answered is None or k < self.first_answered:
+            self.first_answered = k
 
     def _common(self, r: Frame) -> dict:
         return dict(connection=self.connection, client_id=r.client_id, transactional_id=r.transactional_id,
@@ -237,6 +251,8 @@ class ConnectionGroup:
             k = _stream_order(r)
             if self.last_answered is None or k > self.last_answered:
                 self.last_answered = k
+            if self.first_answered is None or k < self.first_answered:
+                self.first_answered = k
             if self.waiting:
                 still = []
                 for w in self.waiting:
@@ -351,7 +367,10 @@ class ConnectionGroup:
             lost = any(g >= (r.request_frame or 0) and (nxt is None or nxt.first_frame is None
                                                           or g < nxt.first_frame)
                        for g in self.gap_frames)
-            verdict = unanswered_request(r, conn, later, end, lost_after=lost)
+            # joined mid-stream, before every answer it holds: the broker's side before them unseen
+            before = conn is not None and conn.syn_seen is False and r.request_ts is not None \
+                and self.first_answered is not None and _stream_order(r) < self.first_answered
+            verdict = unanswered_request(r, conn, later, end, lost_after=lost, before_answers=before)
             if verdict is None:
                 continue
             why, sev = verdict

@@ -187,6 +187,55 @@ def test_a_first_answer_lost_with_its_syn_ack_is_info(tmp_path):
     assert "the response may be in the gap" in one(run.findings, "unanswered-request")["message"]
 
 
+def test_a_first_answer_lost_on_a_connection_joined_mid_stream_is_info(tmp_path):
+    """A capture that joined the connection after it opened (no handshake) knows the broker's
+    stream only from the first of its bytes it holds: an answer lost before them leaves no gap
+    to see, so a request before every answer the capture holds, a later one answered, is info
+    (its answer may be unseen) - not a warning that the broker never answered it."""
+    from scapy.layers.inet import TCP
+    from scapy.utils import rdpcap, wrpcap
+
+    from kaudit.engine.local import audit_pcaps
+    from kaudit.sources.pcap_session import PcapOptions
+    from tests.sources.pcap.craft import write_capture
+
+    m = metadata(1) + metadata(2) + metadata(3)
+    path = tmp_path / "c.pcap"
+    write_capture(path, [Conn(m, handshake=False)], drop=lambda s: s.direction == 1 and s.messages == (1,))
+    packets = rdpcap(str(path))
+    first = next(i for i, p in enumerate(packets) if p[TCP].sport == 9092 and len(p[TCP].payload))
+    # nothing of the broker's before its first data the capture holds (its ACK of the request lost too)
+    wrpcap(str(path), [p for i, p in enumerate(packets) if i >= first or p[TCP].sport != 9092])
+    fs = audit_pcaps([str(path)], PcapOptions(kafka_ports=frozenset({9092}), jobs=1)).findings
+    assert rules_of(fs) == [("unanswered-request", "info")], fs
+    msg = one(fs, "unanswered-request")["message"]
+    assert "Metadata v1 corr 1" in msg and "joined this connection after it opened" in msg
+    # the broker's ACK of the request kept: its stream known from before the answer, whose
+    # bytes are a gap - the existing reason
+    write_capture(path, [Conn(m, handshake=False)], drop=lambda s: s.direction == 1 and s.messages == (1,))
+    fs = audit_pcaps([str(path)], PcapOptions(kafka_ports=frozenset({9092}), jobs=1)).findings
+    assert rules_of(fs) == [("stream-gap", "info"), ("unanswered-request", "info")], fs
+    assert "the response may be in the gap" in one(fs, "unanswered-request")["message"]
+
+
+def test_a_joined_connection_still_tells_a_request_skipped_between_answers(tmp_path):
+    """Between two answers the capture holds the broker's stream: an answer missing there with
+    no gap in it was never sent - a warning, joined or not."""
+    m = metadata(1) + metadata(2, answered=False) + metadata(3)
+    for handshake in (False, True):
+        fs = audit(tmp_path, Conn(m, handshake=handshake), name=f"h{handshake}.pcap")
+        assert rules_of(fs) == [("unanswered-request", "warning")], handshake
+        assert "Metadata v1 corr 2" in fs[0]["message"]
+
+
+def test_a_first_answer_missing_on_a_connection_seen_from_its_handshake_is_a_warning(tmp_path):
+    """With the handshake seen the broker's stream is known from its start: no gap and no
+    answer is an answer never sent."""
+    m = metadata(1, answered=False) + metadata(2)
+    fs = audit(tmp_path, Conn(m))
+    assert rules_of(fs) == [("unanswered-request", "warning")]
+
+
 # ---- producer-error ----------------------------------------------------------------------------
 
 
