@@ -31,7 +31,6 @@ folds."""
 from __future__ import annotations
 
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -183,7 +182,9 @@ def _in_order(work, folds, sides: dict, done: dict, cut: dict) -> list[dict]:
 
 
 def _helper(work, sel: int, tokens: int, results: int) -> None:
-    code = 1
+    """The helper's life (never returns): the selections it is sent, then its share of the
+    tasks (shared_folds.serve). Ended by the child's end of the pipe (EOF: it is gone, or the
+    helper went unused), or by any error before its tasks: the child runs them."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)   # Ctrl-C ends it at once, no traceback
         with os.fdopen(sel, "rb", buffering=1 << 20) as f:
@@ -192,16 +193,6 @@ def _helper(work, sel: int, tokens: int, results: int) -> None:
         _, work.ctx, kinds, tasks = message
         work.facts.kinds.update(kinds)
         folds = [f for f in work.audit.buffered if f.name in kinds]
-        cut: dict = {}
-        while (t := shared_folds.take(tokens)) is not None:
-            send(results, (t, *shared_folds.run_task(work, folds, tasks[t], cut)))
-        code = 0
-    except (EOFError, pickle.UnpicklingError, ValueError, OSError):
-        pass   # the child ended it (or is gone): nothing to send
-    finally:
-        for fd in (results, tokens):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        os._exit(code)   # no atexit handlers, no flushing of the parent's buffers
+    except BaseException:   # noqa: BLE001 - never back into the child's code
+        os._exit(1)
+    shared_folds.serve(work, folds, tasks, {}, tokens, results)

@@ -203,9 +203,16 @@ def take(fd: int) -> int | None:
 
 
 def _child(work, folds, tasks, cut: dict, tokens: int, results: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)   # Ctrl-C ends it at once, no traceback
+    serve(work, folds, tasks, cut, tokens, results)
+
+
+def serve(work, folds, tasks, cut: dict, tokens: int, results: int) -> None:
+    """A forked process's share: the tasks it takes from the `tokens` pipe run, each one's
+    findings and internal errors sent on `results` as it ends; then its exit (never returns). A
+    task that fails ends the process: its findings are not sent, the other process runs it."""
     code = 1
     try:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)   # Ctrl-C ends it at once, no traceback
         while (t := take(tokens)) is not None:
             send(results, (t, *run_task(work, folds, tasks[t], cut)))
         code = 0

@@ -6,17 +6,12 @@ child that dies is said, never taken for a clean audit. Each check runs in a fre
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import CORPUS
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.engine import fresh
 
 COMMON = """
 import json, os, sys
@@ -33,10 +28,7 @@ local.run_forked = counted
 
 
 def _script(body: str) -> dict:
-    code = COMMON + textwrap.dedent(body)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return fresh.run(COMMON + textwrap.dedent(body))
 
 
 # each side's inputs on the corpus, how one is audited, and the threshold that forces the fork

@@ -6,17 +6,12 @@ nothing but time. Each check runs in a fresh interpreter (no other thread alive,
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import CORPUS
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.engine import fresh
 
 COMMON = """
 import json, os, sys
@@ -42,10 +37,7 @@ helper_folds._helper = marked
 
 
 def _script(body: str) -> dict:
-    code = COMMON + textwrap.dedent(body)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return fresh.run(COMMON + textwrap.dedent(body))
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS} (CI provides ../shared/corpus)")
