@@ -24,7 +24,9 @@ findings and internal errors are the ones `Work.run_folds` gives, in the folds' 
 that dies or fails a task sends nothing for it: the child runs it (and so raises its error, if
 it has one); a helper gone before the end leaves the folds to shared_folds.
 
-Started only for the wire audit (measured there; the disk audit's forked folds share at the end)
+The helper holds a copy of its folds' selections (the bench capture: ~23 MB besides the child's
+~230 MB), at most MAX_SENT_BYTES: past it the helper is let go and the folds are shared at the
+end as before. Started only for the wire audit (measured there; the disk audit's forked folds share at the end)
 where sharing is safe: Linux, 2+ usable CPUs, `--jobs` not 1, no other thread alive, 2+ buffered
 folds."""
 
@@ -42,6 +44,10 @@ from kaudit.sources.pcap_workers import recv_parts, send, widen
 
 SHARE = 0.5          # the share of the estimated fold CPU sent to the helper
 DECIDE_ROWS = 20_000   # rows selected before the first choice (each fold's share needs a sample)
+# the helper holds a copy of what it is sent (the child keeps its own: it takes the helper's
+# tasks, and runs them if the helper dies); past this much the helper is let go and the folds
+# are shared at the end (shared_folds: copy-on-write, no copy)
+MAX_SENT_BYTES = 512 << 20
 _RUN = "run"
 
 
@@ -75,6 +81,7 @@ class Helper:
         self.rows = {f.name: 0 for f in self.folds}
         self.bytes = {f.name: 0 for f in self.folds}
         self.dead = False
+        self.stopped = False
 
     def forward(self, work) -> None:
         """After a chunk's selections: the helper's folds' new ones sent (a fold chosen now, all
@@ -89,6 +96,10 @@ class Helper:
             self.counted[f.name] = len(items)
         if sum(self.rows.values()) >= DECIDE_ROWS:
             self._choose()
+        if sum(self.bytes[name] for name in self.sent) > MAX_SENT_BYTES:
+            self.dead = True   # its copies would cost too much memory: the child shares at the end
+            self.stop()
+            return
         for name, n in self.sent.items():
             items = work.selected[name]
             if len(items) > n and self._send(("sel", name, items[n:])):
@@ -148,7 +159,11 @@ class Helper:
         return _in_order(work, folds, {"mine": (mine, own), "theirs": (theirs, tasks)}, done, cut)
 
     def stop(self) -> None:
-        """The helper ended unused (its pipes closed: it exits)."""
+        """The helper ended unused (its pipes closed: it exits). Once: a descriptor closed twice
+        may be another file's by then."""
+        if self.stopped:
+            return
+        self.stopped = True
         for fd in (self.sel_w, self.tokens_w, self.tokens_r, self.results_r):
             try:
                 os.close(fd)

@@ -103,12 +103,17 @@ def test_a_helper_that_fails_or_dies_leaves_its_folds_to_the_child():
 
         helper_folds.DECIDE_ROWS = 0
         helper_folds.SHARE = 1.0
-        print(json.dumps({"clean": run(["ok"] * 3), "failing": run(["raise", "ok", "raise"]),
-                          "dying": run(["die"] * 3), "helped": len(used())}))
+        got = {"clean": run(["ok"] * 3), "failing": run(["raise", "ok", "raise"]), "dying": run(["die"] * 3),
+               "helped": len(used())}
+        helper_folds.MAX_SENT_BYTES = 0   # let go at once: the folds shared at the end
+        got["let_go"] = run(["ok"] * 3)
+        got["helped_after"] = len(used())
+        print(json.dumps(got))
     """)
     want = [{"rule": f"f{i}", "key": k, "rows": 1000} for i in range(3) for k in (0, 1)]
     assert got["clean"] == want and got["failing"] == want and got["dying"] == want
-    assert got["helped"] == 3
+    assert got["let_go"] == want
+    assert got["helped"] == 3 and got["helped_after"] == 4   # (Helper.run ran, and fell back)
 
 
 def test_the_helper_is_sent_the_folds_with_the_most_cpu_per_byte():
