@@ -17,9 +17,9 @@ SHARE of all the folds' - decided again after every chunk once DECIDE_ROWS rows 
 fold chosen later is sent what it selected before). The bench capture: wire-txn, wire-produce and
 wire-lso, ~23 MB of its ~120 MB of selections.
 
-The tasks at the end are shared_folds' (tasks_of: biggest first, a per-key fold cut in key ranges
-where that shortens the end): the helper's through a pipe of task numbers that the child also
-reads once its own are done (one byte a task: a read is atomic, no task is taken twice). The
+The helper's tasks at the end are shared_folds' (tasks_of: biggest first, a per-key fold cut in
+key ranges where that shortens the end, the child counted busy with its own folds, which it runs
+whole): they go through a pipe of task numbers that the child also reads once its own are done (one byte a task: a read is atomic, no task is taken twice). The
 findings and internal errors are the ones `Work.run_folds` gives, in the folds' order. A helper
 that dies or fails a task sends nothing for it: the child runs it (and so raises its error, if
 it has one); a helper gone before the end leaves the folds to shared_folds.
@@ -141,7 +141,7 @@ class Helper:
         received: list[tuple] = []
         reader = threading.Thread(target=shared_folds.receive, args=(self.results_r, received), daemon=True)
         reader.start()
-        own = shared_folds.tasks_of(work, mine)   # (before any runs: a fold run lets its selection go)
+        own = [(i, 0, 1) for i in range(len(mine))]   # only it runs them: whole, never cut in ranges
         cut: dict = {}
         try:
             done = {("mine", t): shared_folds.run_task(work, mine, t, {}) for t in own}
