@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 
 from kaudit.engine import shared_folds
 from kaudit.engine.children import kill_child, reap
-from kaudit.sources.cores import usable_cpus
 from kaudit.sources.pcap_workers import recv_parts, send, widen
 
 SHARE = 0.5          # the share of the estimated fold CPU sent to the helper
@@ -52,8 +50,7 @@ _RUN = "run"
 
 
 def should_start(work, jobs: int | None) -> bool:
-    return (getattr(work.audit, "side", None) == "wire" and jobs != 1 and len(work.audit.buffered) >= 2
-            and sys.platform.startswith("linux") and usable_cpus() >= 2 and threading.active_count() == 1)
+    return getattr(work.audit, "side", None) == "wire" and len(work.audit.buffered) >= 2 and shared_folds.can_fork(jobs)
 
 
 class Helper:
@@ -129,12 +126,13 @@ class Helper:
         mine = [f for f in folds if f.name not in self.sent]
         # the child takes the helper's tasks once its own are done: a fold cut in key ranges
         # where that ends sooner even so
-        tasks = shared_folds.tasks_of(work, theirs, busy=_estimate(mine, work))
+        tasks = shared_folds.tasks_of(work, theirs, busy=sum(shared_folds.estimates(work, mine)))
         kinds = {f.name: work.facts.kinds.get(f.name, set()) for f in theirs}
         if self.dead or not theirs or len(tasks) > 255 or not self._send((_RUN, work.ctx, kinds, tasks)):
             self.stop()
             return (shared_folds.run_shared if shared_folds.should_share(work, None) else type(work).run_folds)(
                 work, folds)
+        self.stopped = True   # its pipes closed here from now on
         os.close(self.sel_w)
         os.write(self.tokens_w, bytes(range(len(tasks))))   # < 64 KiB: the pipe holds them all
         os.close(self.tokens_w)
@@ -172,10 +170,6 @@ class Helper:
         if self.pid is not None:
             kill_child(self.pid)
             self.pid = None
-
-
-def _estimate(folds, work) -> float:
-    return sum(getattr(f, "cost", 1.0) * sum(t.num_rows for _, t in work.selected.get(f.name) or ()) for f in folds)
 
 
 def _in_order(work, folds, sides: dict, done: dict, cut: dict) -> list[dict]:

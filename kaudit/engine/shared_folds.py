@@ -60,8 +60,20 @@ def should_share(work, jobs: int | None, min_rows: int | None = None) -> bool:
     # fold of a few rows gains nothing)
     biggest, cuttable = rows[-1]
     other = sum(n for n, _ in rows[:-1]) + (biggest // 2 if cuttable else 0)
-    return (jobs != 1 and (len(rows) >= 2 or cuttable) and other >= min_rows and sys.platform.startswith("linux")
-            and usable_cpus() >= 2 and threading.active_count() == 1)
+    return (len(rows) >= 2 or cuttable) and other >= min_rows and can_fork(jobs)
+
+
+def can_fork(jobs: int | None) -> bool:
+    """Whether folds may be shared with a forked process here: Linux (macOS's system libraries
+    are not safe in a forked child), 2+ usable CPUs, `--jobs` not 1, no other thread alive (one
+    holding a lock at the fork would leave the child a lock no one releases)."""
+    return (jobs != 1 and sys.platform.startswith("linux") and usable_cpus() >= 2
+            and threading.active_count() == 1)
+
+
+def estimates(work, folds) -> list[float]:
+    """Each fold's estimated CPU: `Fold.cost` (per row, as measured) x the rows it selected."""
+    return [getattr(f, "cost", 1.0) * sum(t.num_rows for _, t in work.selected.get(f.name) or ()) for f in folds]
 
 
 def tasks_of(work, folds, busy: float = 0.0) -> list[tuple[int, int, int]]:
@@ -70,7 +82,7 @@ def tasks_of(work, folds, busy: float = 0.0) -> list[tuple[int, int, int]]:
     per-key fold cut in PARTS ranges where that shortens the estimated end by SPLIT_GAIN (a cut
     costs: each process names, prepares and cuts the selection, SPLIT_COST). `busy`: the
     estimate of what the second process does before it takes any (engine.helper_folds)."""
-    est = [getattr(f, "cost", 1.0) * sum(t.num_rows for _, t in work.selected.get(f.name) or ()) for f in folds]
+    est = estimates(work, folds)
     cut: set[int] = set()
 
     def plan(cut):
