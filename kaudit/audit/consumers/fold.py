@@ -218,7 +218,9 @@ def _delivered(first: int, batches: list[dict], aborted: str) -> tuple | None:
             listed.append((int(at), int(pid)))
     listed.sort()
     kept, aborting, i = [], set(), 0
-    for b in sorted(batches, key=lambda b: b["base_offset"]):
+    # a batch whose offsets were not read (a truncated header) cannot be placed: none delivered
+    for b in sorted((b for b in batches if b["base_offset"] is not None and b["last_offset"] is not None),
+                    key=lambda b: b["base_offset"]):
         while i < len(listed) and listed[i][0] <= b["last_offset"]:
             aborting.add(listed[i][1])
             i += 1
