@@ -124,6 +124,21 @@ def test_a_late_write_whose_transactions_data_was_lost(corpus, tmp_path):
         in f["message"]
 
 
+def test_a_late_write_whose_answer_was_lost_is_placed_by_its_fetched_copy(corpus, tmp_path):
+    """The same with 15% of the data packets lost (seed 5): the late write's answer and the next
+    write are lost too, so its offset showed nowhere; placed by its request before the ABORT
+    marker (offset 2, fetched), the aborted transaction's data was told torn (critical). A
+    consumer's Fetch serves the write's batch (same epoch and first sequence) at offset 3: the
+    broker stored it there - the late write, as the whole capture tells it."""
+    d = corpus / "real-kafka-3.0.2-extra" / "02-hanging-unregistered-and-late-writes"
+    cut = _one_broker(d / f"{d.name}.pcap", 9093, tmp_path / "02-9093.pcap", loss=0.15, seed=5, data_only=True)
+    run = audit_pcaps([str(cut)], PORTS)
+    (f,) = [f for f in run.findings if at_or_above(f["severity"], "warning")]
+    assert (f["rule"], f["topic"], f["partition"], f["severity"]) == ("late-transactional-write", "hang", 4, "critical")
+    assert "data at offsets 3-4 reached the partition after its previous ABORT marker at offset 2" in f["message"]
+    assert any("serves hang-4 epoch 0 seq 2-3 at offset 3: stored" in line for line in f["timeline"])
+
+
 def test_a_capture_begun_inside_a_transaction_on_one_broker(corpus, tmp_path):
     """3.0.2's 03-txn-java (clean) on node 3's port, the middle half of it: the capture begins
     inside a committed transaction whose AddPartitionsToTxn of j-txn-a-0 came before it; its

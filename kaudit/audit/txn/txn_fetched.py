@@ -43,6 +43,8 @@ def fetched(feed, ts: float, r: dict) -> None:
     shows no data of the transaction, it is that transaction's marker when no earlier
     transaction of the producer could own it (`_bare_txn`). A marker that proves the
     coordinator's decision (`decides`) ends the whole transaction."""
+    if not r["is_control"]:
+        return stored_copy(feed, ts, r)
     result, offset = r["control_type"], r["base_offset"]
     if result not in ("COMMIT", "ABORT") or offset is None or r["topic"] is None or r["partition"] is None:
         return
@@ -105,6 +107,41 @@ def fetched(feed, ts: float, r: dict) -> None:
         feed._coordinator_end(t, ts, dict(r, result=result))
     _date(m, t)
     feed._maybe_complete(t, ts, r)
+
+
+def stored_copy(feed, ts: float, r: dict) -> None:
+    """A transactional data batch of this producer a leader served in a Fetch response: its log
+    holds it at that offset. The producer's write the capture holds no answer to with the same
+    partition, epoch and first sequence (the broker stores a batch once by them,
+    ProducerStateManager; its retries are the same batch) was stored there: it gets the offset
+    its answer would have given, and counts as stored (`stored_copies`, once the replay knows
+    the producer's version). A copy of an answered write, or of none the capture holds, adds
+    nothing."""
+    seq, base, key = r["base_sequence"], r["base_offset"], (r["topic"], r["partition"])
+    if seq is None or seq < 0 or base is None or None in key:
+        return
+    n = r["record_count"] or 1
+    for d in reversed(feed.data_by_tp.get(key, ())):
+        if d["base_offset"] is None and d.get("answered") is None and d["base_sequence"] == seq \
+                and d["producer_epoch"] == r["producer_epoch"] and id(d) not in feed.copies:
+            if d["last_sequence"] is None or d["last_sequence"] == seq + n - 1:   # (a split batch: fewer)
+                feed.copies[id(d)] = (d, base, n, ts, r)
+            return
+
+
+def stored_copies(feed) -> None:
+    """The offsets the served copies give (stored_copy), for a producer of transaction version
+    0/1 only: its consecutive transactions share an epoch, so only the offset tells on which side
+    of a marker such a write landed (a late write, after its transaction's ABORT); under version
+    2 every transaction has its own epoch, and the raced write is placed against the markers by
+    it (txn_wire_order)."""
+    if feed.version == 2:
+        return
+    for d, base, n, ts, r in feed.copies.values():
+        d.update(base_offset=base, last_offset=base + n - 1, fetched=True)
+        feed.step(ts, r["position"], f"Fetch from {r['connection']} serves {r['topic']}-{r['partition']} epoch "
+                                     f"{r['producer_epoch']} seq {d['base_sequence']}-{d['base_sequence'] + n - 1} "
+                                     f"at offset {base}: stored, its Produce's answer not in the capture")
 
 
 def decides(result: str, marker_epoch: int | None, data_epoch: int | None) -> bool:
@@ -220,7 +257,8 @@ def _already_ended(feed, r: dict, mine: list[dict], last: dict) -> bool:
     hit = after.get(id(last))   # the first fetched marker right after `last`: (its order, it)
     if written:
         lo, stop = last["rank"], (hit[0] if hit is not None else None)
-        nxt = min((d["rank"] for d in mine if d["rank"] > lo), default=None)
+        # the next data stored: a write the capture holds no answer to may have landed anywhere later
+        nxt = min((d["rank"] for d in mine if d["rank"] > lo and d["base_offset"] is not None), default=None)
         for k, m in written:
             if stop is not None and k > stop:
                 break

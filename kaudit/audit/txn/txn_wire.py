@@ -38,7 +38,7 @@ from kaudit.audit.txn import txn_kept
 from kaudit.audit.txn.txn_model import ProducerTxns
 from kaudit.audit.txn.txn_settle import TxnSettle
 from kaudit.audit.txn.txn_wire_feed import WireFeed
-from kaudit.audit.txn.txn_wire_rows import PRODUCED_COLUMNS, drop_fetched_repeats, produced, rows_of
+from kaudit.audit.txn.txn_wire_rows import PRODUCED_COLUMNS, copies_of_unanswered, drop_fetched_repeats, produced, rows_of
 
 KEY = ("producer_id",)
 TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id", "producer_id",
@@ -146,7 +146,7 @@ def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, 
         out.append(("txn_event", _joined_events(pa.concat_tables(events), frames, admins)))
     batches = [t for k, t in items if k == "batch" and t.num_rows]
     if batches:
-        out.append(("batch", drop_fetched_repeats(pa.concat_tables(batches))))
+        out.append(("batch", drop_fetched_repeats(copies_of_unanswered(pa.concat_tables(batches)))))
     return out
 
 
@@ -214,10 +214,13 @@ def listed(items: list[tuple[str, pa.Table]], ctx: Context, producer_id: int | N
 
 def _txn_batch_where(t: pa.Table):
     """Produced transactional batches, and the COMMIT/ABORT markers Fetch responses served (the
-    leader's log: the end of the producer's transaction on that partition, txn_wire_feed.fetched)."""
+    leader's log: the end of the producer's transaction on that partition, txn_fetched.fetched)
+    and their transactional data (a stored copy of a write whose answer the capture lacks:
+    txn_fetched.stored_copy; `prepare` keeps only those)."""
     kind = t.column("source_kind")
-    produced = pc.and_(pc.equal(kind, "produce"), pc.fill_null(pc.equal(t.column("is_transactional"), True), False))
-    fetched = pc.and_(pc.equal(kind, "fetch"), pc.fill_null(pc.equal(t.column("is_control"), True), False))
+    txn = pc.fill_null(pc.equal(t.column("is_transactional"), True), False)
+    produced = pc.and_(pc.equal(kind, "produce"), txn)
+    fetched = pc.and_(pc.equal(kind, "fetch"), pc.or_(pc.fill_null(pc.equal(t.column("is_control"), True), False), txn))
     return pc.fill_null(pc.or_(produced, fetched), False)
 
 

@@ -29,7 +29,7 @@ def _newer(a: int | None, b: int | None) -> bool:
 def _produce_text(p: tuple) -> str:
     """A Produce step's line (`p`: txn_wire_rows.produced_row's tuple)."""
     r, count, base_offset = p[0], p[1], p[2]
-    err = r["response_error"]
+    err = None if r.get("by_retry") else r["response_error"]   # (the retry's answer is the retry's line)
     answer = ("no response" if err is None else f"accepted at offset {base_offset}" if err == 0
               else f"rejected {FENCED.get(err, err)}")
     text = (f"Produce {r['topic']}-{r['partition']} epoch {r['producer_epoch']} seq {r['base_sequence']}-"
@@ -72,6 +72,7 @@ class _Txn:
         self.rows: dict[str, list[dict]] = {}     # tp -> its data rows, in order
         self.kept: tuple | None = None            # KIP-939: the recovering session (producer id, epoch)
         self.prepare_record: dict | None = None
+        self.records: list[dict] = []             # its coordinator records, as the replay dates them
 
 
 class WireFeed:
@@ -97,7 +98,7 @@ class WireFeed:
         self.marker_hosts: set[str] = set()  # leaders whose WriteTxnMarkers the capture holds
         self.produce_hosts: dict[str, str] = {}   # tp -> the leader its data went to
         self.known_from: float | None = None      # from here on the capture shows every registration
-        self._seen: set[tuple] = set()
+        self._seen: dict[tuple, dict] = {}        # (tp, epoch, first sequence) -> its data row
         self._fetched: set[tuple] = set()         # (tp, offset) of the markers Fetch responses served
         self.data_by_tp: dict[tuple, list[dict]] = {}     # (topic, partition) -> its data rows, in order
         self.markers_by_tp: dict[tuple, list[dict]] = {}  # the same of `markers` (txn_fetched's index)
@@ -109,6 +110,8 @@ class WireFeed:
         self.busy: list[tuple] = []               # (ts, frame, event) answered CONCURRENT_TRANSACTIONS
         self.coord_conns: set[str] = set()        # the client's own connections to its coordinator
         self.since: tuple | None = None           # (source, frame) of its last InitProducerId or EndTxn
+        self.held: _Txn | None = None             # the open transaction markers of the one before it end (_unended)
+        self.copies: dict[int, tuple] = {}        # txn_fetched.stored_copy: id(data row) -> its served copy
 
     # -- the producer's story ---------------------------------------------------------------
     def step(self, ts: float, position, text) -> None:
@@ -127,6 +130,7 @@ class WireFeed:
             "transaction_timeout_ms": t.timeout_ms, "tombstone": False,
             "client_transaction_version": self.version, "end_cause": cause, "end_detail": detail,
             "evidence": [evidence(r["source"], r["position"], "request", f"{state} on {r['connection']}")]})
+        t.records.append(self.records[-1])
         if state.startswith("Prepare"):   # its record: txn_kept.marker_epoch may date its epoch
             t.prepared_at, t.prepare_record = ts, self.records[-1]
 
@@ -307,7 +311,7 @@ class WireFeed:
                                      f"{r['coordinator_epoch']} to {r['partitions']}{by}{err}")
         if writer != ADMIN:   # an admin's connection to a leader does not carry the coordinator's markers
             self.marker_hosts.add(_host(r["connection"], 1))
-        t = self._marker_txn(r) if writer != ADMIN else None
+        t = self._marker_txn(ts, r) if writer != ADMIN else None
         tps = partition_names(r["partitions"])
         if t is None and writer != ADMIN and not errs and r["error_codes"] is not None and self._unowned(r):
             t = self._unseen_txn(ts, r, tps)
@@ -345,6 +349,8 @@ class WireFeed:
             self._coordinator_end(t, ts, r)
         if t is not None:
             self._maybe_complete(t, resp if resp is not None else ts, r)
+        if self.held is not None:
+            self._registered_after(self.held, resp if resp is not None else ts)
 
     def _registered_unseen(self, t: _Txn) -> bool:
         """Whether transaction `t` of a client that registers its partitions itself (version
@@ -374,7 +380,7 @@ class WireFeed:
         t.partitions.extend(tp for tp in tps if tp not in t.partitions)
         return t
 
-    def _marker_txn(self, r: dict) -> _Txn | None:
+    def _marker_txn(self, ts: float, r: dict) -> _Txn | None:
         """The transaction a coordinator's markers end: the latest one ending with this result
         at this epoch whose markers are still out - under version 2, where every transaction
         has its own epoch, also one already taken as complete because the next transaction
@@ -390,7 +396,44 @@ class WireFeed:
                     and (tps & set(t.partitions) or any(tp.startswith("__consumer_offsets-") for tp in tps)
                          or self._registered_unseen(t))):
                 return txn_kept.marker_epoch(t, r["producer_epoch"])
-        return self.open_txn()
+        t = self.open_txn()
+        return self._unended(t, ts, r, tps) or t
+
+    def _unended(self, t: _Txn | None, ts: float, r: dict, tps: set[str]) -> _Txn | None:
+        """The transaction before the open one `t` that markers sent at `ts` end: it holds data
+        of epoch E on their partitions and no end the capture shows, `t` began with data of epoch
+        E + 1, the markers' epoch, none of it answered before they were sent. The coordinator ends
+        a producer's transactions in order, and a marker carries the epoch of the end that wrote
+        it: E + 1 for a version-2 end and for a fencing's abort. The next transaction's data
+        begins with the end's epoch bump and is stored after the end's markers (a version-2
+        leader holds it until the coordinator verifies it, AddPartitionsToTxn gets
+        CONCURRENT_TRANSACTIONS until then, a fenced producer's successor writes after them):
+        sent before them, it landed after them (txn_wire_order) - unless answered before they
+        were sent, then stored before them (a mixed-epoch part)."""
+        if t is None or t.epoch is None or r["producer_epoch"] != t.epoch or len(self.txns) < 2 \
+                or self.txns[-1] is not t:
+            return None
+        p = self.txns[-2]
+        if p.prepared is not None or p.complete or p.epoch != t.epoch - 1 or not tps & set(p.partitions):
+            return None
+        if any(d.get("answered") is not None and d["answered"] <= ts for tp in tps for d in t.rows.get(tp, ())):
+            return None
+        self.held = t
+        return p
+
+    def _registered_after(self, t: _Txn, ts: float) -> None:
+        """Transaction `t`'s records, which the replay dated at its data's requests, moved after
+        the markers (answered at `ts`) that end the one before it (`_unended`): the coordinator
+        registers no partition of a producer while its last transaction's markers are out."""
+        self.held = None
+        moved = {id(rec) for rec in t.records}
+        self.records[:] = [rec for rec in self.records if id(rec) not in moved] + t.records
+        at = int(ts * 1000)
+        for k, rec in enumerate(self.records):
+            rec["offset"] = k
+        for rec in t.records:
+            rec["timestamp_ms"], rec["start_ms"] = max(rec["timestamp_ms"], at), max(rec["start_ms"], at)
+        t.start = max(t.start, ts)
 
     def _coordinator_end(self, t: _Txn, ts: float, r: dict) -> None:
         """Markers with no EndTxn before them: the coordinator ended the transaction itself."""
@@ -452,9 +495,15 @@ class WireFeed:
         if err not in (0, None):
             return
         key = (tp, row["producer_epoch"], row["base_sequence"])
-        if key in self._seen:
-            return      # a retry of a batch already counted: the broker stored it once
-        self._seen.add(key)
+        first = self._seen.get(key)
+        if first is not None:
+            # a retry of a batch already counted: the broker stored it once - as this attempt's
+            # answer says, where the capture holds none of the first's (rejected, or its answer lost)
+            if first["base_offset"] is None and first["answered"] is None and row["base_offset"] is not None:
+                first.update({k: row[k] for k in _STORED}, by_retry=True)
+                self.below.pop((row["topic"], row["partition"]), None)   # (txn_fetched._recent)
+            return
+        self._seen[key] = row
         if tp not in self.produce_hosts:
             self.produce_hosts[tp] = _host(row["connection"], 1)
         if self.version == 2 or not self.tv1_adds or txn_wire_cover.add_lost(self, row, tp):
@@ -495,6 +544,7 @@ class WireFeed:
                 and prev.marks_answered is not None and r["answered"] < prev.marks_answered)
 
     def facts(self) -> ProducerTxns:
+        txn_fetched.stored_copies(self)
         txn_wire_order.order_races(self)
         txn_fetched.place(self)
         bounds = txn_fetched.ends_unseen(self)
@@ -506,6 +556,10 @@ class WireFeed:
         pt.marker_writes, pt.busy = self.marker_writes, self.busy
         return pt
 
+
+# what a retry whose answer the capture holds tells of the batch as stored (WireFeed.batch)
+_STORED = ("base_offset", "last_offset", "answered", "response_error", "rank", "source", "position", "connection",
+           "correlation_id", "base_timestamp_ms", "max_timestamp_ms")
 
 # each event's handler in WireFeed
 _HANDLERS = {"INIT_PRODUCER_ID": "_init", "ADD_PARTITIONS": "_add", "ADD_OFFSETS": "_offsets",

@@ -51,6 +51,32 @@ def drop_fetched_repeats(batches: pa.Table) -> pa.Table:
     return batches.filter(np_mask(keep))
 
 
+def copies_of_unanswered(batches: pa.Table) -> pa.Table:
+    """`batches` with the fetched data batches kept only where one is a copy of a Produce the
+    capture holds no answer to (same producer, partition, epoch and first sequence: the broker
+    stores a batch once by them): the copy gives that write its offset (txn_fetched.stored_copy).
+    Most captures have none: every fetched data row goes, at the cost of one mask."""
+    kind = batches.column("source_kind")
+    data = pc.fill_null(pc.and_(pc.equal(kind, "fetch"), pc.invert(pc.fill_null(batches.column("is_control"), False))),
+                        False)
+    if not pc.any(data).as_py():
+        return batches
+    unanswered = pc.fill_null(pc.and_(pc.equal(kind, "produce"), pc.is_null(batches.column("response_ts"))), False)
+    keep = np.asarray(pc.invert(data))
+    if pc.any(unanswered).as_py():
+        cols = ("producer_id", "topic", "partition", "producer_epoch", "base_sequence")
+        u = batches.filter(unanswered)
+        wanted = set(zip(*(u.column(c).to_pylist() for c in cols)))
+        # only the copies of those producers' writes to those sequences are read one by one
+        near = pc.and_(pc.is_in(batches.column("producer_id"), value_set=u.column("producer_id").combine_chunks()),
+                       pc.is_in(batches.column("base_sequence"), value_set=u.column("base_sequence").combine_chunks()))
+        rows = np.flatnonzero(np.asarray(data) & np.asarray(pc.fill_null(near, False)))
+        if rows.size:
+            got = zip(*(batches.column(c).take(np_indices(rows)).to_pylist() for c in cols))
+            keep[rows[[k in wanted for k in got]]] = True
+    return batches if keep.all() else batches.filter(np_mask(keep))
+
+
 def _one(col):
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 

@@ -190,6 +190,64 @@ def test_a_raced_write_without_an_answer_lands_after_the_marker_of_its_epoch(tmp
             assert rules == [], run.findings
 
 
+def test_a_raced_write_stored_after_the_marker_leaves_the_marker_to_the_transaction_before(tmp_path):
+    """The raced write of epoch 5 unanswered, and a consumer served the COMMIT (epoch 5) at offset
+    13 and the write's batch (same epoch and first sequence) at offset 14: the broker stored it
+    after the marker. The coordinator ends a producer's transactions in order, and a marker of
+    epoch E + 1 after data of epoch E with no end the capture shows is that data's end (a
+    version-2 end's bump; a fencing abort's under 0/1): the COMMIT ends epoch 4's transaction,
+    the write begins the next one - no torn transaction (a COMMIT decided, epoch 4's data
+    "with no marker"), no part of two epochs. Answered at offset 13 before the marker was sent
+    (the marker at 14), the write is in epoch 4's part: mixed-epoch-transaction."""
+    from tests.audit.wire.wirecraft import TOPIC
+    from tests.audit.wire.wirecraft_txn import markers, write_ordered
+    from kaudit.engine.local import audit_pcaps
+    from kaudit.sources.pcap_session import PcapOptions
+
+    for k, answered in enumerate((False, True)):
+        nxt = dict(error=0, offset=13) if answered else dict(error=None)
+        producer = (send(1, batch(PID, 4, 0, 3, transactional=True), partition=2, offset=10, txn_id="tx-wire")
+                    + send(2, batch(PID, 5, 0, 2, transactional=True), partition=2, txn_id="tx-wire", **nxt))
+        coordinator = markers(1, PID, 5, committed=True, parts=((TOPIC, 2),), client_id="broker-3-txn-marker-sender")
+        served = (data(10, 0, epoch=4) + (data(13, 0, epoch=5, n=2) + marker(15, "COMMIT", 5, 0) if answered
+                                          else marker(13, "COMMIT", 5, 0) + data(14, 0, epoch=5, n=2)))
+        consumer = fetch(1, served, fetch_offset=10)
+        conns = [Conn(producer), Conn(coordinator, client=("10.0.0.3", 40100)), Conn(consumer, **CONSUMER)]
+        order = [(0, 0), (0, 1), (0, 2)] + ([(0, 3)] if answered else []) + [(1, 0), (1, 1), (2, 0), (2, 1)]
+        path = tmp_path / f"copied{k}.pcap"
+        write_ordered(path, conns, order)
+        run = audit_pcaps([str(path)], PcapOptions(), now_ms=T0_MS + 60_000)
+        rules = [r for r in _rules(run.findings) if r != "dangling-transaction"]
+        assert not run.errors and ("mixed-epoch-transaction" in rules) == answered, (k, run.findings)
+        if not answered:
+            assert rules == [], run.findings
+
+
+def test_a_late_write_whose_answer_was_lost_is_placed_by_its_fetched_copy_or_its_retry(tmp_path):
+    """The fenced producer's next batch (epoch 0, seq 3) has no answer in the capture: by its
+    request alone it would sit before the fencing's ABORT (offset 13). A consumer's Fetch serves
+    that batch (same epoch and first sequence: the broker stores a batch once by them) at offset
+    14, after the ABORT - or the client's retry of it is answered at offset 14: it is a late
+    write, found as with its own answer (the first attempt's line still says it had none).
+    Served nowhere and not retried, the write proves nothing stored: no late write."""
+    for k, shown in enumerate(("copy", "retry", None)):
+        conns = _fenced_then_late(False)
+        zombie = send(1, batch(PID, 0, 3, 3, transactional=True), partition=2, error=None, txn_id="tx-wire")
+        if shown == "retry":
+            zombie += send(2, batch(PID, 0, 3, 3, transactional=True), partition=2, offset=14, txn_id="tx-wire")
+        conns[2] = Conn(zombie, client=("10.0.0.1", 40003))
+        if shown == "copy":
+            conns.append(Conn(fetch(2, data(14, 3), fetch_offset=14), **OTHER))
+        fs = audit(tmp_path, conns, name=f"late{k}.pcap")
+        late = by_rule(fs, "late-transactional-write")
+        assert len(late) == (shown is not None), (k, fs)
+        if shown:
+            assert "data at offsets 14-16 reached the partition after its previous ABORT marker at offset 13" \
+                in late[0]["message"]
+            said = "\n".join(late[0]["timeline"])
+            assert "epoch 0 seq 3-5 (3 records) -> no response" in said, said
+
+
 def test_markers_whose_transaction_the_capture_lost_still_end_it(tmp_path):
     """One broker's view with packets lost: the aborted transaction's data and registration are
     not in the capture, only the coordinator's WriteTxnMarkers ABORT (epoch 0) and a consumer's

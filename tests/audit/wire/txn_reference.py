@@ -4,21 +4,22 @@ holds the fast versions to - the same findings, story and `kaudit txn` rows on a
 What changed the verdicts since is carried here too, or the two would differ for that reason
 alone: a capture's lost bytes (`add_lost`, `lost_within`), data whose Produce no answer shows
 stored (`unconfirmed`), a write answered while the last transaction's markers were out
-(`answered`, read by WireFeed._completing)."""
+(`answered`, read by WireFeed._completing), a fetched copy of a write the capture holds no answer
+to (`copies_of_unanswered`, txn_fetched.stored_copy)."""
 
 # ruff: noqa
 from __future__ import annotations
 
 import pyarrow as pa
 
-from kaudit.audit.txn import txn_fetched, txn_wire_cover
+from kaudit.audit.txn import txn_fetched, txn_wire_cover, txn_wire_feed
 from kaudit.audit.txn.txn_fetched import (_bare_txn, _date, _later_owner, _markers_on, _txn_of, _written,
                                           _written_alone, decides)
 from kaudit.audit.txn.txn_rules import unconfirmed
 from kaudit.audit.txn.txn_parts import MATCH_WINDOW_MS, _ended_early, _ended_with, _Nearest, log_order
 from kaudit.audit.txn.txn_wire import ADMIN_APIS, FRAME_COLUMNS, row_ts
 from kaudit.audit.txn.txn_wire_feed import FENCED, _host
-from kaudit.audit.txn.txn_wire_rows import drop_fetched_repeats, rows_of
+from kaudit.audit.txn.txn_wire_rows import copies_of_unanswered, drop_fetched_repeats, rows_of
 
 
 def feed(self, kind: str, table: pa.Table) -> list[dict]:   # ProducerWire.feed
@@ -175,20 +176,10 @@ def batch(self, ts: float, r: dict) -> None:  # WireFeed.batch
     self.timeline.append((ts, r["position"], r))   # told in words only if a finding shows it (Story)
     if err not in (0, None):
         return
-    key = (tp, r["producer_epoch"], r["base_sequence"])
-    if key in self._seen:
-        return      # a retry of a batch already counted: the broker stored it once
-    self._seen.add(key)
-    if tp not in self.produce_hosts:
-        self.produce_hosts[tp] = _host(r["connection"], 1)
-    row = dict(r, answered=r.get("response_ts"))   # (its answer: _completing)
-    if self.version == 2 or not self.tv1_adds or txn_wire_cover.add_lost(self, row, tp):
-        self._implicit_add(ts, row, tp)
-    t = self.open_txn()
     base = r["response_base_offset"]
     base = base if err == 0 and base is not None and base >= 0 else None
     n = r["record_count"] or 1
-    self.data.append(row := {
+    data = {
         "topic": r["topic"], "partition": r["partition"], "replica": None, "producer_id": self.pid,
         "producer_epoch": r["producer_epoch"], "base_offset": base,
         "last_offset": None if base is None else base + n - 1, "is_transactional": True,
@@ -197,7 +188,24 @@ def batch(self, ts: float, r: dict) -> None:  # WireFeed.batch
         "source": r["source"], "position": r["position"], "connection": r["connection"],
         "client_id": r["client_id"], "correlation_id": r["correlation_id"], "base_sequence": r["base_sequence"],
         "last_sequence": r["last_sequence"], "response_error": err, "rank": (ts, r["position"]),
-        "answered": r.get("response_ts")})
+        "answered": r.get("response_ts")}
+    key = (tp, r["producer_epoch"], r["base_sequence"])
+    first = self._seen.get(key)
+    if first is not None:
+        # a retry of a batch already counted: the broker stored it once - as this attempt's answer
+        # says, where the capture holds none of the first's
+        if first["base_offset"] is None and first["answered"] is None and base is not None:
+            first.update({k: data[k] for k in txn_wire_feed._STORED}, by_retry=True)
+            self.below.pop((r["topic"], r["partition"]), None)
+        return
+    self._seen[key] = data
+    if tp not in self.produce_hosts:
+        self.produce_hosts[tp] = _host(r["connection"], 1)
+    row = dict(r, answered=r.get("response_ts"))   # (its answer: _completing)
+    if self.version == 2 or not self.tv1_adds or txn_wire_cover.add_lost(self, row, tp):
+        self._implicit_add(ts, row, tp)
+    t = self.open_txn()
+    self.data.append(row := data)
     self.data_by_tp.setdefault((r["topic"], r["partition"]), []).append(row)
     if t is not None and tp in t.partitions:
         t.rows.setdefault(tp, []).append(row)
@@ -318,5 +326,5 @@ def prepare(items: list[tuple[str, pa.Table]], ctx: Context) -> list[tuple[str, 
         out.append(("txn_event", pa.Table.from_pylist(rows)))
     batches = [t for k, t in items if k == "batch" and t.num_rows]
     if batches:
-        out.append(("batch", drop_fetched_repeats(pa.concat_tables(batches))))
+        out.append(("batch", copies_of_unanswered(drop_fetched_repeats(pa.concat_tables(batches)))))
     return out
