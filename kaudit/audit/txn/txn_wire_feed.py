@@ -12,11 +12,9 @@ from kaudit.audit.txn.coordinator_state import partition_names
 from kaudit.audit.folds import Context
 from kaudit.audit.registry import evidence
 from kaudit.audit.txn.txn_model import ADMIN, COORDINATOR, ProducerTxns, assemble
-from kaudit.audit.txn.txn_wire_rows import marker_writer, nonzero, produced_row
-from kaudit.timefmt import iso_s
+from kaudit.audit.txn.txn_wire_rows import FENCED, Story, marker_writer, nonzero, produced_row, stored_by_retry
 from kaudit.audit.thresholds import NO_TIMEOUT_MS
 
-FENCED = {47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
 CONCURRENT = 51   # CONCURRENT_TRANSACTIONS: the coordinator is still ending the id's transaction
 # the client's own requests to its coordinator (a version-2 leader's AddPartitionsToTxn aside)
 CLIENT_EVENTS = frozenset({"INIT_PRODUCER_ID", "ADD_PARTITIONS", "ADD_OFFSETS", "END_TXN"})
@@ -24,34 +22,6 @@ CLIENT_EVENTS = frozenset({"INIT_PRODUCER_ID", "ADD_PARTITIONS", "ADD_OFFSETS", 
 def _newer(a: int | None, b: int | None) -> bool:
     """Whether epoch `a` is known and above `b` (an unknown `b` is below any known epoch)."""
     return a is not None and (b is None or a > b)
-
-
-def _produce_text(p: tuple) -> str:
-    """A Produce step's line (`p`: txn_wire_rows.produced_row's tuple)."""
-    r, count, base_offset = p[0], p[1], p[2]
-    err = None if r.get("by_retry") else r["response_error"]   # (the retry's answer is the retry's line)
-    answer = ("no response" if err is None else f"accepted at offset {base_offset}" if err == 0
-              else f"rejected {FENCED.get(err, err)}")
-    text = (f"Produce {r['topic']}-{r['partition']} epoch {r['producer_epoch']} seq {r['base_sequence']}-"
-            f"{r['last_sequence']} ({count} records) -> {answer}")
-    return text + " (a zombie: its epoch was fenced)" if err in FENCED else text
-
-
-class Story(list):
-    """A producer's timeline: (time, frame, text or a Produce row) steps, written out as lines only
-    when read (a finding takes its last few; most producers have none)."""
-
-    def __getitem__(self, i):
-        got = super().__getitem__(i)
-        return [_line(x) for x in got] if isinstance(i, slice) else _line(got)
-
-    def __iter__(self):
-        return (_line(x) for x in super().__iter__())
-
-
-def _line(step: tuple) -> str:
-    ts, position, text = step
-    return f"{iso_s(ts)} frame {position}: {text if isinstance(text, str) else _produce_text(text)}"
 
 
 class _Txn:
@@ -110,7 +80,7 @@ class WireFeed:
         self.busy: list[tuple] = []               # (ts, frame, event) answered CONCURRENT_TRANSACTIONS
         self.coord_conns: set[str] = set()        # the client's own connections to its coordinator
         self.since: tuple | None = None           # (source, frame) of its last InitProducerId or EndTxn
-        self.held: _Txn | None = None             # the open transaction markers of the one before it end (_unended)
+        self.held: _Txn | None = None             # the open transaction markers of the one before it end (txn_wire_order.unended)
         self.copies: dict[int, tuple] = {}        # txn_fetched.stored_copy: id(data row) -> its served copy
 
     # -- the producer's story ---------------------------------------------------------------
@@ -350,7 +320,7 @@ class WireFeed:
         if t is not None:
             self._maybe_complete(t, resp if resp is not None else ts, r)
         if self.held is not None:
-            self._registered_after(self.held, resp if resp is not None else ts)
+            txn_wire_order.registered_after(self, self.held, resp if resp is not None else ts)
 
     def _registered_unseen(self, t: _Txn) -> bool:
         """Whether transaction `t` of a client that registers its partitions itself (version
@@ -397,43 +367,7 @@ class WireFeed:
                          or self._registered_unseen(t))):
                 return txn_kept.marker_epoch(t, r["producer_epoch"])
         t = self.open_txn()
-        return self._unended(t, ts, r, tps) or t
-
-    def _unended(self, t: _Txn | None, ts: float, r: dict, tps: set[str]) -> _Txn | None:
-        """The transaction before the open one `t` that markers sent at `ts` end: it holds data
-        of epoch E on their partitions and no end the capture shows, `t` began with data of epoch
-        E + 1, the markers' epoch, none of it answered before they were sent. The coordinator ends
-        a producer's transactions in order, and a marker carries the epoch of the end that wrote
-        it: E + 1 for a version-2 end and for a fencing's abort. The next transaction's data
-        begins with the end's epoch bump and is stored after the end's markers (a version-2
-        leader holds it until the coordinator verifies it, AddPartitionsToTxn gets
-        CONCURRENT_TRANSACTIONS until then, a fenced producer's successor writes after them):
-        sent before them, it landed after them (txn_wire_order) - unless answered before they
-        were sent, then stored before them (a mixed-epoch part)."""
-        if t is None or t.epoch is None or r["producer_epoch"] != t.epoch or len(self.txns) < 2 \
-                or self.txns[-1] is not t:
-            return None
-        p = self.txns[-2]
-        if p.prepared is not None or p.complete or p.epoch != t.epoch - 1 or not tps & set(p.partitions):
-            return None
-        if any(d.get("answered") is not None and d["answered"] <= ts for tp in tps for d in t.rows.get(tp, ())):
-            return None
-        self.held = t
-        return p
-
-    def _registered_after(self, t: _Txn, ts: float) -> None:
-        """Transaction `t`'s records, which the replay dated at its data's requests, moved after
-        the markers (answered at `ts`) that end the one before it (`_unended`): the coordinator
-        registers no partition of a producer while its last transaction's markers are out."""
-        self.held = None
-        moved = {id(rec) for rec in t.records}
-        self.records[:] = [rec for rec in self.records if id(rec) not in moved] + t.records
-        at = int(ts * 1000)
-        for k, rec in enumerate(self.records):
-            rec["offset"] = k
-        for rec in t.records:
-            rec["timestamp_ms"], rec["start_ms"] = max(rec["timestamp_ms"], at), max(rec["start_ms"], at)
-        t.start = max(t.start, ts)
+        return txn_wire_order.unended(self, t, ts, r, tps) or t
 
     def _coordinator_end(self, t: _Txn, ts: float, r: dict) -> None:
         """Markers with no EndTxn before them: the coordinator ended the transaction itself."""
@@ -496,11 +430,8 @@ class WireFeed:
             return
         key = (tp, row["producer_epoch"], row["base_sequence"])
         first = self._seen.get(key)
-        if first is not None:
-            # a retry of a batch already counted: the broker stored it once - as this attempt's
-            # answer says, where the capture holds none of the first's (rejected, or its answer lost)
-            if first["base_offset"] is None and first["answered"] is None and row["base_offset"] is not None:
-                first.update({k: row[k] for k in _STORED}, by_retry=True)
+        if first is not None:   # a retry of a batch already counted: the broker stored it once
+            if stored_by_retry(first, row):
                 self.below.pop((row["topic"], row["partition"]), None)   # (txn_fetched._recent)
             return
         self._seen[key] = row
@@ -556,10 +487,6 @@ class WireFeed:
         pt.marker_writes, pt.busy = self.marker_writes, self.busy
         return pt
 
-
-# what a retry whose answer the capture holds tells of the batch as stored (WireFeed.batch)
-_STORED = ("base_offset", "last_offset", "answered", "response_error", "rank", "source", "position", "connection",
-           "correlation_id", "base_timestamp_ms", "max_timestamp_ms")
 
 # each event's handler in WireFeed
 _HANDLERS = {"INIT_PRODUCER_ID": "_init", "ADD_PARTITIONS": "_add", "ADD_OFFSETS": "_offsets",

@@ -1,6 +1,7 @@
 """Where a write whose Produce was in flight while a coordinator's marker was on its way landed
 against that marker, for the wire feed (txn_wire_feed.WireFeed.facts): neither the answers' order
-nor a marker's unknown offset says it; the data's offsets and epochs do."""
+nor a marker's unknown offset says it; the data's offsets and epochs do. And which transaction
+such markers end when the next one's data was sent before them (`unended`)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,42 @@ def _ended_epochs(data, markers: list[dict], most: int = 64) -> dict[int, int]:
                 out[id(m)] = d["producer_epoch"]
                 break
     return out
+
+
+def unended(feed, t, ts: float, r: dict, tps: set[str]):
+    """The transaction before the open one `t` that markers sent at `ts` end: it holds data
+    of epoch E on their partitions and no end the capture shows, `t` began with data of epoch
+    E + 1, the markers' epoch, none of it answered before they were sent. The coordinator ends
+    a producer's transactions in order, and a marker carries the epoch of the end that wrote
+    it: E + 1 for a version-2 end and for a fencing's abort. The next transaction's data
+    begins with the end's epoch bump and is stored after the end's markers (a version-2
+    leader holds it until the coordinator verifies it, AddPartitionsToTxn gets
+    CONCURRENT_TRANSACTIONS until then, a fenced producer's successor writes after them):
+    sent before them, it landed after them (`order_races`) - unless answered before they were
+    sent, then stored before them (a mixed-epoch part). Its records then move after them
+    (`registered_after`)."""
+    if t is None or t.epoch is None or r["producer_epoch"] != t.epoch or len(feed.txns) < 2 \
+            or feed.txns[-1] is not t:
+        return None
+    p = feed.txns[-2]
+    if p.prepared is not None or p.complete or p.epoch != t.epoch - 1 or not tps & set(p.partitions):
+        return None
+    if any(d.get("answered") is not None and d["answered"] <= ts for tp in tps for d in t.rows.get(tp, ())):
+        return None
+    feed.held = t
+    return p
+
+
+def registered_after(feed, t, ts: float) -> None:
+    """Transaction `t`'s records, which the replay dated at its data's requests, moved after
+    the markers (answered at `ts`) that end the one before it (`unended`): the coordinator
+    registers no partition of a producer while its last transaction's markers are out."""
+    feed.held = None
+    moved = {id(rec) for rec in t.records}
+    feed.records[:] = [rec for rec in feed.records if id(rec) not in moved] + t.records
+    at = int(ts * 1000)
+    for k, rec in enumerate(feed.records):
+        rec["offset"] = k
+    for rec in t.records:
+        rec["timestamp_ms"], rec["start_ms"] = max(rec["timestamp_ms"], at), max(rec["start_ms"], at)
+    t.start = max(t.start, ts)

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import np_col, np_indices, np_mask
+from kaudit.timefmt import iso_s
 from kaudit.audit.txn.txn_model import ADMIN, COORDINATOR
 
 
@@ -159,3 +160,51 @@ def nonzero(s) -> list[int]:
         return []   # only zeros (every partition answered without error): the common case
     codes = (x.strip() for x in str(s or "").replace(";", ",").split(","))
     return [e for e in (int(x) for x in codes if x.lstrip("-").isdigit()) if e != 0]
+
+
+# -- a producer's story on the wire -----------------------------------------------------------
+FENCED = {47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED"}
+
+
+def _produce_text(p: tuple) -> str:
+    """A Produce step's line (`p`: txn_wire_rows.produced_row's tuple)."""
+    r, count, base_offset = p[0], p[1], p[2]
+    err = None if r.get("by_retry") else r["response_error"]   # (the retry's answer is the retry's line)
+    answer = ("no response" if err is None else f"accepted at offset {base_offset}" if err == 0
+              else f"rejected {FENCED.get(err, err)}")
+    text = (f"Produce {r['topic']}-{r['partition']} epoch {r['producer_epoch']} seq {r['base_sequence']}-"
+            f"{r['last_sequence']} ({count} records) -> {answer}")
+    return text + " (a zombie: its epoch was fenced)" if err in FENCED else text
+
+
+class Story(list):
+    """A producer's timeline: (time, frame, text or a Produce row) steps, written out as lines only
+    when read (a finding takes its last few; most producers have none)."""
+
+    def __getitem__(self, i):
+        got = super().__getitem__(i)
+        return [_line(x) for x in got] if isinstance(i, slice) else _line(got)
+
+    def __iter__(self):
+        return (_line(x) for x in super().__iter__())
+
+
+def _line(step: tuple) -> str:
+    ts, position, text = step
+    return f"{iso_s(ts)} frame {position}: {text if isinstance(text, str) else _produce_text(text)}"
+
+
+# what a retry whose answer the capture holds tells of the batch as stored (WireFeed.batch)
+_STORED = ("base_offset", "last_offset", "answered", "response_error", "rank", "source", "position", "connection",
+           "correlation_id", "base_timestamp_ms", "max_timestamp_ms")
+
+
+def stored_by_retry(first: dict, retry: dict) -> bool:
+    """A retry (same partition, epoch and first sequence) of a counted write `first` the capture
+    holds no answer to (its answer lost, or rejected before), answered with an offset: the
+    broker stored the batch once, where the retry's answer says - `first` takes that answer
+    (its line in the story still says it had none). Whether it did."""
+    if first["base_offset"] is None and first["answered"] is None and retry["base_offset"] is not None:
+        first.update({k: retry[k] for k in _STORED}, by_retry=True)
+        return True
+    return False

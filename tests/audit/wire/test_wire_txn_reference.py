@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from kaudit.audit import folds
 from kaudit.audit.folds import Context
-from kaudit.audit.txn import txn_fetched, txn_model, txn_rules, txn_wire, txn_wire_feed
+from kaudit.audit.txn import txn_fetched, txn_model, txn_rules, txn_wire, txn_wire_feed, txn_wire_rows
 from tests.audit.wire import txn_reference as ref
 
 maybe = lambda s: st.one_of(st.none(), s)  # noqa: E731
@@ -127,7 +127,7 @@ def _reference() -> ExitStack:
     for target, name, value in (
             (txn_wire.ProducerWire, "feed", ref.feed), (txn_wire, "prepare", ref.prepare),
             (txn_fetched, "fetched", ref.fetched), (txn_fetched, "ends_unseen", ref.ends_unseen),
-            (txn_wire_feed.WireFeed, "batch", ref.batch), (txn_wire_feed, "_produce_text", ref._produce_text),
+            (txn_wire_feed.WireFeed, "batch", ref.batch), (txn_wire_rows, "_produce_text", ref._produce_text),
             (txn_rules, "judged_ranges", ref.judged_ranges), (txn_model, "match_markers", ref.match_markers)):
         stack.enter_context(mock.patch.object(target, name, value))
     return stack

@@ -18,7 +18,8 @@ from kaudit.audit.txn.txn_fetched import (_bare_txn, _date, _later_owner, _marke
 from kaudit.audit.txn.txn_rules import unconfirmed
 from kaudit.audit.txn.txn_parts import MATCH_WINDOW_MS, _ended_early, _ended_with, _Nearest, log_order
 from kaudit.audit.txn.txn_wire import ADMIN_APIS, FRAME_COLUMNS, row_ts
-from kaudit.audit.txn.txn_wire_feed import FENCED, _host
+from kaudit.audit.txn.txn_wire_feed import _host
+from kaudit.audit.txn.txn_wire_rows import FENCED
 from kaudit.audit.txn.txn_wire_rows import copies_of_unanswered, drop_fetched_repeats, rows_of
 
 
@@ -195,7 +196,7 @@ def batch(self, ts: float, r: dict) -> None:  # WireFeed.batch
         # a retry of a batch already counted: the broker stored it once - as this attempt's answer
         # says, where the capture holds none of the first's
         if first["base_offset"] is None and first["answered"] is None and base is not None:
-            first.update({k: data[k] for k in txn_wire_feed._STORED}, by_retry=True)
+            first.update({k: data[k] for k in txn_wire_rows._STORED}, by_retry=True)
             self.below.pop((r["topic"], r["partition"]), None)
         return
     self._seen[key] = data
