@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, Settler, concat_by_kind
 from kaudit.audit.thresholds import DEFAULT_TIMEOUT_S, MARKER_FETCH_WAIT_S, TXN_MARGIN_S
+from kaudit.audit.txn.txn_wire_rows import fetched_data
 
 SWEEP_S = 30.0        # capture seconds between two looks
 FRAME_KEEP_S = 60.0   # a frame no event of the selection names is dropped once this old
@@ -63,7 +64,7 @@ class TxnSettle(Settler):
                     if pid in self.settled:
                         self.back.add(pid)
         elif kind == "batch" and self.settled:
-            for pid in pc.unique(t.column("producer_id")).to_pylist():
+            for pid in pc.unique(t.column("producer_id").filter(pc.invert(fetched_data(t)))).to_pylist():
                 if pid in self.settled:
                     self.back.add(pid)
 
@@ -102,7 +103,7 @@ class TxnSettle(Settler):
                 break
             done -= held
         if not done:
-            return [], items
+            return [], _drop_stray_copies(items, last, now)
         self.settled |= done
         self.count += len(done)
         done_arr = pa.array(sorted(done), pa.int64())
@@ -127,7 +128,7 @@ class TxnSettle(Settler):
         for kind, t in items:
             if kind == "frame":
                 self._frames(t, named, still, now, settled, kept)
-        return settled, kept
+        return settled, _drop_stray_copies(kept, last, now)
 
     def _frames(self, t, named, still, now, settled, kept) -> None:
         """A frame goes with the settled producers' events that name it; an admin frame with every
@@ -164,11 +165,13 @@ class TxnSettle(Settler):
                 _mark(began, pids_of[-1], t.column("ts"), pc.is_in(ev, BEGINS))
             elif kind == "batch":
                 pids = t.column("producer_id").to_pylist()
-                times = t.column("request_ts").to_pylist()
                 pids_of.append(pa.array(pids, pa.int64()))
-                fetch = pc.equal(t.column("source_kind"), "fetch")   # a fetched marker; else a write
-                _mark(ended, pids_of[-1], t.column("request_ts"), fetch)
-                _mark(began, pids_of[-1], t.column("request_ts"), pc.invert(fetch))
+                fetch, copies = pc.equal(t.column("source_kind"), "fetch"), fetched_data(t)
+                _mark(ended, pids_of[-1], t.column("request_ts"), pc.and_(fetch, pc.invert(copies)))   # a fetched marker
+                _mark(began, pids_of[-1], t.column("request_ts"), pc.invert(fetch))   # a write
+                # a fetched copy of a write says nothing of the producer's activity: it goes with it
+                times = t.column("request_ts").filter(pc.invert(copies)).to_pylist()
+                pids = t.column("producer_id").filter(pc.invert(copies)).to_pylist()
             else:
                 pids_of.append(None)
                 continue
@@ -199,6 +202,25 @@ def _timeouts(t: pa.Table, pids: list, timeout: dict, partners: dict) -> None:
             partners.setdefault(kept, set()).add(p)
             if on:
                 timeout[kept] = float("inf")
+
+
+def _drop_stray_copies(items: list, last: dict, now: float) -> list:
+    """`items` without the fetched copies of producers none of whose own rows is kept, once
+    FRAME_KEEP_S old (a write's row may come after a consumer's copy of it; a copy alone is
+    judged by nothing): a consumer reading old data keeps no memory."""
+    out = []
+    for kind, t in items:
+        if kind == "batch" and t.num_rows:
+            ts = pc.coalesce(t.column("response_ts"), t.column("request_ts"))
+            kept = pc.fill_null(pc.is_in(t.column("producer_id"), pa.array(sorted(last), pa.int64())), False)
+            old = pc.fill_null(pc.less(ts, now - FRAME_KEEP_S), True)
+            stray = pc.and_(fetched_data(t), pc.and_(pc.invert(kept), old))
+            if pc.any(stray).as_py():
+                t = t.filter(pc.invert(stray))
+                if not t.num_rows:
+                    continue
+        out.append((kind, t))
+    return out
 
 
 BEGINS = pa.array(["ADD_PARTITIONS", "ADD_OFFSETS", "TXN_OFFSET_COMMIT"])

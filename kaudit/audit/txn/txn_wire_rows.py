@@ -52,14 +52,19 @@ def drop_fetched_repeats(batches: pa.Table) -> pa.Table:
     return batches.filter(np_mask(keep))
 
 
+def fetched_data(t: pa.Table):
+    """The rows of a batch table that are data batches a Fetch served: copies of writes, which
+    give a write the capture holds no answer to its offset (txn_fetched.stored_copy)."""
+    return pc.fill_null(pc.and_(pc.equal(t.column("source_kind"), "fetch"),
+                                pc.invert(pc.fill_null(t.column("is_control"), False))), False)
+
+
 def copies_of_unanswered(batches: pa.Table) -> pa.Table:
     """`batches` with the fetched data batches kept only where one is a copy of a Produce the
     capture holds no answer to (same producer, partition, epoch and first sequence: the broker
     stores a batch once by them): the copy gives that write its offset (txn_fetched.stored_copy).
     Most captures have none: every fetched data row goes, at the cost of one mask."""
-    kind = batches.column("source_kind")
-    data = pc.fill_null(pc.and_(pc.equal(kind, "fetch"), pc.invert(pc.fill_null(batches.column("is_control"), False))),
-                        False)
+    kind, data = batches.column("source_kind"), fetched_data(batches)
     if not pc.any(data).as_py():
         return batches
     unanswered = pc.fill_null(pc.and_(pc.equal(kind, "produce"), pc.is_null(batches.column("response_ts"))), False)
