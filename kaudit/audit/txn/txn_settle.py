@@ -31,12 +31,13 @@ Rows of a producer that come after it was settled start it over (coverage
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kaudit.audit.folds import Context, Settler, concat_by_kind
+from kaudit.audit.folds import Context, Settler, concat_by_kind, np_mask
 from kaudit.audit.thresholds import DEFAULT_TIMEOUT_S, MARKER_FETCH_WAIT_S, TXN_MARGIN_S
-from kaudit.audit.txn.txn_wire_rows import fetched_data
+from kaudit.audit.txn.txn_wire_rows import fetched_data, useful_copies
 
 SWEEP_S = 30.0        # capture seconds between two looks
 FRAME_KEEP_S = 60.0   # a frame no event of the selection names is dropped once this old
@@ -103,7 +104,7 @@ class TxnSettle(Settler):
                 break
             done -= held
         if not done:
-            return [], _drop_stray_copies(items, last, now)
+            return [], _drop_stray_copies(items, now)
         self.settled |= done
         self.count += len(done)
         done_arr = pa.array(sorted(done), pa.int64())
@@ -128,7 +129,7 @@ class TxnSettle(Settler):
         for kind, t in items:
             if kind == "frame":
                 self._frames(t, named, still, now, settled, kept)
-        return settled, _drop_stray_copies(kept, last, now)
+        return settled, _drop_stray_copies(kept, now)
 
     def _frames(self, t, named, still, now, settled, kept) -> None:
         """A frame goes with the settled producers' events that name it; an admin frame with every
@@ -204,21 +205,23 @@ def _timeouts(t: pa.Table, pids: list, timeout: dict, partners: dict) -> None:
                 timeout[kept] = float("inf")
 
 
-def _drop_stray_copies(items: list, last: dict, now: float) -> list:
-    """`items` without the fetched copies of producers none of whose own rows is kept, once
-    FRAME_KEEP_S old (a write's row may come after a consumer's copy of it; a copy alone is
-    judged by nothing): a consumer reading old data keeps no memory."""
+def _drop_stray_copies(items: list, now: float) -> list:
+    """`items` without the fetched copies of writes (txn_fetched.stored_copy) that are FRAME_KEEP_S
+    old and copy no write the kept rows hold no answer to (txn_wire_rows.useful_copies: all the
+    file's audit reads of them; a write's row may come after a consumer's copy of it, within the
+    client's request timeout): a consumer reading its producers' data keeps no memory."""
     out = []
     for kind, t in items:
         if kind == "batch" and t.num_rows:
-            ts = pc.coalesce(t.column("response_ts"), t.column("request_ts"))
-            kept = pc.fill_null(pc.is_in(t.column("producer_id"), pa.array(sorted(last), pa.int64())), False)
-            old = pc.fill_null(pc.less(ts, now - FRAME_KEEP_S), True)
-            stray = pc.and_(fetched_data(t), pc.and_(pc.invert(kept), old))
-            if pc.any(stray).as_py():
-                t = t.filter(pc.invert(stray))
-                if not t.num_rows:
-                    continue
+            data = fetched_data(t)
+            if pc.any(data).as_py():
+                old = np.asarray(pc.fill_null(pc.less(pc.coalesce(t.column("response_ts"), t.column("request_ts")),
+                                                      now - FRAME_KEEP_S), True))
+                stray = np.asarray(data) & old & ~useful_copies(t, data)
+                if stray.any():
+                    t = t.filter(np_mask(~stray))
+                    if not t.num_rows:
+                        continue
         out.append((kind, t))
     return out
 

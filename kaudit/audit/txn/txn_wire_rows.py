@@ -61,26 +61,36 @@ def fetched_data(t: pa.Table):
 
 def copies_of_unanswered(batches: pa.Table) -> pa.Table:
     """`batches` with the fetched data batches kept only where one is a copy of a Produce the
-    capture holds no answer to (same producer, partition, epoch and first sequence: the broker
-    stores a batch once by them): the copy gives that write its offset (txn_fetched.stored_copy).
-    Most captures have none: every fetched data row goes, at the cost of one mask."""
-    kind, data = batches.column("source_kind"), fetched_data(batches)
+    capture holds no answer to (`useful_copies`). Most captures have none: every fetched data row
+    goes, at the cost of one mask."""
+    data = fetched_data(batches)
     if not pc.any(data).as_py():
         return batches
-    unanswered = pc.fill_null(pc.and_(pc.equal(kind, "produce"), pc.is_null(batches.column("response_ts"))), False)
-    keep = np.asarray(pc.invert(data))
-    if pc.any(unanswered).as_py():
-        cols = ("producer_id", "topic", "partition", "producer_epoch", "base_sequence")
-        u = batches.filter(unanswered)
-        wanted = set(zip(*(u.column(c).to_pylist() for c in cols)))
-        # only the copies of those producers' writes to those sequences are read one by one
-        near = pc.and_(pc.is_in(batches.column("producer_id"), value_set=u.column("producer_id").combine_chunks()),
-                       pc.is_in(batches.column("base_sequence"), value_set=u.column("base_sequence").combine_chunks()))
-        rows = np.flatnonzero(np.asarray(data) & np.asarray(pc.fill_null(near, False)))
-        if rows.size:
-            got = zip(*(batches.column(c).take(np_indices(rows)).to_pylist() for c in cols))
-            keep[rows[[k in wanted for k in got]]] = True
+    keep = ~np.asarray(data) | useful_copies(batches, data)
     return batches if keep.all() else batches.filter(np_mask(keep))
+
+
+def useful_copies(batches: pa.Table, data=None) -> np.ndarray:
+    """Which rows are fetched copies of a Produce `batches` holds no answer to (same producer,
+    partition, epoch and first sequence: the broker stores a batch once by them) - the copy
+    gives that write its offset (txn_fetched.stored_copy). `data`: fetched_data(batches)."""
+    data = np.asarray(fetched_data(batches) if data is None else data)
+    out = np.zeros(batches.num_rows, bool)
+    unanswered = pc.fill_null(pc.and_(pc.equal(batches.column("source_kind"), "produce"),
+                                      pc.is_null(batches.column("response_ts"))), False)
+    if not data.any() or not pc.any(unanswered).as_py():
+        return out
+    cols = ("producer_id", "topic", "partition", "producer_epoch", "base_sequence")
+    u = batches.filter(unanswered)
+    wanted = set(zip(*(u.column(c).to_pylist() for c in cols)))
+    # only the copies of those producers' writes to those sequences are read one by one
+    near = pc.and_(pc.is_in(batches.column("producer_id"), value_set=u.column("producer_id").combine_chunks()),
+                   pc.is_in(batches.column("base_sequence"), value_set=u.column("base_sequence").combine_chunks()))
+    rows = np.flatnonzero(data & np.asarray(pc.fill_null(near, False)))
+    if rows.size:
+        got = zip(*(batches.column(c).take(np_indices(rows)).to_pylist() for c in cols))
+        out[rows[[k in wanted for k in got]]] = True
+    return out
 
 
 def _one(col):

@@ -1,8 +1,9 @@
 """The live settling of the wire transaction fold (txn_settle) and the fetched copies of writes it
 now holds (txn_fetched.stored_copy): a consumer's copy says nothing of its producer's activity -
 it neither keeps a producer from settling nor brings a settled one back - it goes with its
-producer, and a copy whose producer has no row kept is dropped once FRAME_KEEP_S old (a consumer
-reading old data keeps no memory)."""
+producer, and once FRAME_KEEP_S old it is kept only as a copy of a kept write the capture holds
+no answer to (the one thing the file's audit reads it for): a consumer reading its producers'
+data keeps no memory."""
 
 from __future__ import annotations
 
@@ -16,10 +17,15 @@ LATE = DEFAULT_TIMEOUT_S + TXN_MARGIN_S + MARKER_FETCH_WAIT_S   # a producer sil
 
 
 def _rows(*rows) -> pa.Table:
-    """Batch rows (kind, producer id, time): a write ("produce") or a fetched copy ("fetch")."""
-    return pa.table({"source_kind": [k for k, _, _ in rows], "producer_id": pa.array([p for _, p, _ in rows], pa.int64()),
-                     "request_ts": [t for _, _, t in rows], "response_ts": [t for _, _, t in rows],
-                     "is_control": [False] * len(rows)})
+    """Batch rows (kind, producer id, time[, answered]): a write ("produce") - answered unless
+    told - or a fetched copy ("fetch"), all of the same batch (partition, epoch, sequence)."""
+    n = len(rows)
+    answered = [r[3] if len(r) > 3 else True for r in rows]
+    return pa.table({"source_kind": [r[0] for r in rows], "producer_id": pa.array([r[1] for r in rows], pa.int64()),
+                     "request_ts": [r[2] for r in rows],
+                     "response_ts": [r[2] if a else None for r, a in zip(rows, answered)],
+                     "is_control": [False] * n, "topic": ["t"] * n, "partition": [0] * n,
+                     "producer_epoch": [0] * n, "base_sequence": [0] * n})
 
 
 def _pids(items) -> list:
@@ -34,13 +40,15 @@ def test_a_copy_neither_delays_its_producers_settling_nor_stays_behind_it():
     assert _pids(settled) == [("fetch", 7), ("produce", 7)] and kept == []
 
 
-def test_a_copy_of_a_producer_with_no_row_kept_is_dropped_once_old():
+def test_an_old_copy_is_kept_only_for_a_write_without_its_answer():
     s = TxnSettle(FOLD)
     now = FRAME_KEEP_S + 10.0
-    items = [("batch", _rows(("produce", 7, now), ("fetch", 9, 0.0), ("fetch", 9, now), ("fetch", 7, 0.0)))]
+    items = [("batch", _rows(("produce", 7, now), ("fetch", 7, 0.0), ("fetch", 9, 0.0), ("fetch", 9, now),
+                             ("produce", 8, now, False), ("fetch", 8, 0.0)))]
     settled, kept = s.split(items, now)
-    # 9's old copy goes; its recent one may be a write's whose row is still to come; 7's stays with it
-    assert settled == [] and _pids(kept) == [("fetch", 7), ("fetch", 9), ("produce", 7)]
+    # 7's old copy (its write answered) and 9's (no write) go; 9's recent one may be a write's
+    # whose row is still to come; 8's old one gives its unanswered write an offset
+    assert settled == [] and _pids(kept) == [("fetch", 8), ("fetch", 9), ("produce", 7), ("produce", 8)]
 
 
 def test_a_copy_of_a_settled_producer_does_not_bring_it_back():
