@@ -80,6 +80,7 @@ class WireFeed:
         self.busy: list[tuple] = []               # (ts, frame, event) answered CONCURRENT_TRANSACTIONS
         self.coord_conns: set[str] = set()        # the client's own connections to its coordinator
         self.since: tuple | None = None           # (source, frame) of its last InitProducerId or EndTxn
+        self.asked: dict[str, tuple | None] = {}  # tp -> `since` of an AddPartitionsToTxn the capture holds no answer to
         self.held: _Txn | None = None             # the open transaction markers of the one before it end (txn_wire_order.unended)
         self.copies: dict[int, tuple] = {}        # txn_fetched.stored_copy: id(data row) -> its served copy
 
@@ -201,6 +202,8 @@ class WireFeed:
                 self.version, self.tv2_adds = 2, True
         else:
             self.tv1_adds = self.client_coordinator = True
+            if r["error_codes"] is None:   # its answer not in the capture: it may have registered them
+                self.asked.update((tp, self.since) for tp in partition_names(r["partitions"]))
         if not tps:
             return
         t = self.open_txn()
@@ -437,13 +440,20 @@ class WireFeed:
         self._seen[key] = row
         if tp not in self.produce_hosts:
             self.produce_hosts[tp] = _host(row["connection"], 1)
-        if self.version == 2 or not self.tv1_adds or txn_wire_cover.add_lost(self, row, tp):
+        if self.version == 2 or not self.tv1_adds or self._asked(tp) or txn_wire_cover.add_lost(self, row, tp):
             self._implicit_add(ts, row, tp)   # its source, position and connection are the request's
         t = self.open_txn()
         self.data.append(row)
         self.data_by_tp.setdefault((row["topic"], row["partition"]), []).append(row)
         if t is not None and tp in t.partitions:
             t.rows.setdefault(tp, []).append(row)
+
+    def _asked(self, tp: str) -> bool:
+        """Whether the client asked to register `tp` since its last InitProducerId or EndTxn, and
+        the capture holds no answer to it (lost, or in bytes the capture lost): the client sends
+        a partition data only once its AddPartitionsToTxn succeeded (the Java client's
+        TransactionManager, librdkafka's), so the data shows the registration was answered."""
+        return tp in self.asked and self.asked[tp] == self.since
 
     def _implicit_add(self, ts: float, r: dict, tp: str) -> None:
         """Data on a partition whose registration the capture cannot show (a version-2 producer's

@@ -5,14 +5,15 @@ What changed the verdicts since is carried here too, or the two would differ for
 alone: a capture's lost bytes (`add_lost`, `lost_within`), data whose Produce no answer shows
 stored (`unconfirmed`), a write answered while the last transaction's markers were out
 (`answered`, read by WireFeed._completing), a fetched copy of a write the capture holds no answer
-to (`copies_of_unanswered`, txn_fetched.stored_copy)."""
+to (`copies_of_unanswered`, txn_fetched.stored_copy), a retry's answer (`stored_by_retry`), an
+AddPartitionsToTxn the capture holds no answer to (`WireFeed._asked`)."""
 
 # ruff: noqa
 from __future__ import annotations
 
 import pyarrow as pa
 
-from kaudit.audit.txn import txn_fetched, txn_wire_cover, txn_wire_feed
+from kaudit.audit.txn import txn_fetched, txn_wire_cover, txn_wire_rows
 from kaudit.audit.txn.txn_fetched import (_bare_txn, _date, _later_owner, _markers_on, _txn_of, _written,
                                           _written_alone, decides)
 from kaudit.audit.txn.txn_rules import unconfirmed
@@ -203,7 +204,7 @@ def batch(self, ts: float, r: dict) -> None:  # WireFeed.batch
     if tp not in self.produce_hosts:
         self.produce_hosts[tp] = _host(r["connection"], 1)
     row = dict(r, answered=r.get("response_ts"))   # (its answer: _completing)
-    if self.version == 2 or not self.tv1_adds or txn_wire_cover.add_lost(self, row, tp):
+    if self.version == 2 or not self.tv1_adds or self._asked(tp) or txn_wire_cover.add_lost(self, row, tp):
         self._implicit_add(ts, row, tp)
     t = self.open_txn()
     self.data.append(row := data)
