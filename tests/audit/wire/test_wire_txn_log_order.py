@@ -152,11 +152,13 @@ def test_a_write_answered_while_the_coordinators_markers_were_out_is_in_the_part
         assert not run.errors and _rules(run.findings) == want, (k, run.findings)
 
 
-def _raced_next_write(answered_before_marker: bool):
+def _raced_next_write(answered_before_marker: bool, fetched: bool = False):
     """One broker's view of a producer whose EndTxn the capture lacks: its data of epoch 4 at
     offsets 10-12, then its next write, of epoch 5, sent just before the coordinator's COMMIT of
     epoch 5 (the end of epoch 4's transaction under version 2) - its answer lost, or (the
-    negative) answered at offset 13 before the marker was sent."""
+    negative) answered at offset 13 before the marker was sent. `fetched`: a consumer then served
+    the partition from offset 10 - the COMMIT at 13 and the write's batch at 14, or (answered)
+    the write at 13 and the COMMIT at 15."""
     from tests.audit.wire.wirecraft import TOPIC
     from tests.audit.wire.wirecraft_txn import markers
 
@@ -165,7 +167,13 @@ def _raced_next_write(answered_before_marker: bool):
                 + send(2, batch(PID, 5, 0, 2, transactional=True), partition=2, txn_id="tx-wire", **nxt))
     coordinator = markers(1, PID, 5, committed=True, parts=((TOPIC, 2),), client_id="broker-3-txn-marker-sender")
     order = [(0, 0), (0, 1), (0, 2)] + ([(0, 3)] if answered_before_marker else []) + [(1, 0), (1, 1)]
-    return [Conn(producer), Conn(coordinator, client=("10.0.0.3", 40100))], order
+    conns = [Conn(producer), Conn(coordinator, client=("10.0.0.3", 40100))]
+    if fetched:
+        served = data(10, 0, epoch=4) + (data(13, 0, epoch=5, n=2) + marker(15, "COMMIT", 5, 0) if answered_before_marker
+                                         else marker(13, "COMMIT", 5, 0) + data(14, 0, epoch=5, n=2))
+        conns.append(Conn(fetch(1, served, fetch_offset=10), **CONSUMER))
+        order += [(2, 0), (2, 1)]
+    return conns, order
 
 
 def test_a_raced_write_without_an_answer_lands_after_the_marker_of_its_epoch(tmp_path):
@@ -174,47 +182,21 @@ def test_a_raced_write_without_an_answer_lands_after_the_marker_of_its_epoch(tmp
     end). The marker ends data of epoch 4, answered before it was sent: whatever the version,
     a transaction is one epoch, so the write of the marker's epoch is the next transaction's and
     lands after the marker (txn_wire_order). Answered at offset 13 before the marker was sent,
-    the same write is in epoch 4's part: mixed-epoch-transaction is still found."""
+    the same write is in epoch 4's part: mixed-epoch-transaction is still found.
+
+    With a consumer's Fetch serving the COMMIT at 13 and the unanswered write's batch (same epoch
+    and first sequence) at 14, the broker stored it after the marker: the coordinator ends a
+    producer's transactions in order, and a marker of epoch E + 1 after epoch-E data with no end
+    the capture shows is that data's end (a version-2 end's bump; a fencing abort's under 0/1)
+    - the COMMIT ends epoch 4's transaction, the write begins the next one: no torn transaction
+    (a COMMIT decided, epoch 4's data "with no marker"), no part of two epochs."""
     from tests.audit.wire.wirecraft_txn import write_ordered
     from kaudit.engine.local import audit_pcaps
     from kaudit.sources.pcap_session import PcapOptions
 
-    for k, answered in enumerate((False, True)):
-        conns, order = _raced_next_write(answered)
+    for k, (answered, fetched) in enumerate((a, f) for f in (False, True) for a in (False, True)):
+        conns, order = _raced_next_write(answered, fetched)
         path = tmp_path / f"raced{k}.pcap"
-        write_ordered(path, conns, order)
-        run = audit_pcaps([str(path)], PcapOptions(), now_ms=T0_MS + 60_000)
-        rules = [r for r in _rules(run.findings) if r != "dangling-transaction"]
-        assert not run.errors and ("mixed-epoch-transaction" in rules) == answered, (k, run.findings)
-        if not answered:
-            assert rules == [], run.findings
-
-
-def test_a_raced_write_stored_after_the_marker_leaves_the_marker_to_the_transaction_before(tmp_path):
-    """The raced write of epoch 5 unanswered, and a consumer served the COMMIT (epoch 5) at offset
-    13 and the write's batch (same epoch and first sequence) at offset 14: the broker stored it
-    after the marker. The coordinator ends a producer's transactions in order, and a marker of
-    epoch E + 1 after data of epoch E with no end the capture shows is that data's end (a
-    version-2 end's bump; a fencing abort's under 0/1): the COMMIT ends epoch 4's transaction,
-    the write begins the next one - no torn transaction (a COMMIT decided, epoch 4's data
-    "with no marker"), no part of two epochs. Answered at offset 13 before the marker was sent
-    (the marker at 14), the write is in epoch 4's part: mixed-epoch-transaction."""
-    from tests.audit.wire.wirecraft import TOPIC
-    from tests.audit.wire.wirecraft_txn import markers, write_ordered
-    from kaudit.engine.local import audit_pcaps
-    from kaudit.sources.pcap_session import PcapOptions
-
-    for k, answered in enumerate((False, True)):
-        nxt = dict(error=0, offset=13) if answered else dict(error=None)
-        producer = (send(1, batch(PID, 4, 0, 3, transactional=True), partition=2, offset=10, txn_id="tx-wire")
-                    + send(2, batch(PID, 5, 0, 2, transactional=True), partition=2, txn_id="tx-wire", **nxt))
-        coordinator = markers(1, PID, 5, committed=True, parts=((TOPIC, 2),), client_id="broker-3-txn-marker-sender")
-        served = (data(10, 0, epoch=4) + (data(13, 0, epoch=5, n=2) + marker(15, "COMMIT", 5, 0) if answered
-                                          else marker(13, "COMMIT", 5, 0) + data(14, 0, epoch=5, n=2)))
-        consumer = fetch(1, served, fetch_offset=10)
-        conns = [Conn(producer), Conn(coordinator, client=("10.0.0.3", 40100)), Conn(consumer, **CONSUMER)]
-        order = [(0, 0), (0, 1), (0, 2)] + ([(0, 3)] if answered else []) + [(1, 0), (1, 1), (2, 0), (2, 1)]
-        path = tmp_path / f"copied{k}.pcap"
         write_ordered(path, conns, order)
         run = audit_pcaps([str(path)], PcapOptions(), now_ms=T0_MS + 60_000)
         rules = [r for r in _rules(run.findings) if r != "dangling-transaction"]
