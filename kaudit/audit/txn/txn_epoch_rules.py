@@ -71,7 +71,9 @@ def stale_epoch_write(part: Part, pt: ProducerTxns) -> tuple[list[dict], str, st
     COMMIT exposed it to read_committed consumers, error where nothing ends it, info where the
     fencing's ABORT discarded it. On the wire, a part across bytes the capture lost where the
     EndTxn or the marker that would split it or date its epoch's end would be is not judged
-    (Coverage.lost_within).
+    (Coverage.lost_within), nor a Produce no answer shows stored, which makes no epoch of its
+    part either (a next transaction's write sent before the markers that end the one before, its
+    answer lost: `shown_stored`).
     Idempotent producers (wire only, wire_produce): once a KIP-360 InitProducerId that asked
     with producer id P was answered with another id, a Produce under P sent after the answer
     and stored is data of an ended session - told at info: a broker never fences an idempotent
@@ -82,12 +84,14 @@ def stale_epoch_write(part: Part, pt: ProducerTxns) -> tuple[list[dict], str, st
     m = part.marker
     prev = part.previous.marker if part.previous is not None else None
     floor = prev.epoch if prev is not None and prev.epoch is not None else None
-    top = max(part.epochs, default=None)
+    # (on the wire, a Produce no answer shows stored makes no epoch of the part: mixed_epoch_part's)
+    top = max((b["producer_epoch"] for b in part.data if b["producer_epoch"] is not None and shown_stored(b, pt)),
+              default=None)
     wire = pt.coverage.source == "wire"
     stale, why = [], None
     for b in part.data:
         e = b["producer_epoch"]
-        if e is None or (floor is not None and e < floor):
+        if e is None or (floor is not None and e < floor) or not shown_stored(b, pt):
             continue
         span = pt.epochs.get(e)
         ended = span.ended_ms if span is not None else None

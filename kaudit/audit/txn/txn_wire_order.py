@@ -81,27 +81,42 @@ def _ended_epochs(data, markers: list[dict], most: int = 64) -> dict[int, int]:
 
 
 def unended(feed, t, ts: float, r: dict, tps: set[str]):
-    """The transaction before the open one `t` that markers sent at `ts` end: it holds data
-    of epoch E on their partitions and no end the capture shows, `t` began with data of epoch
-    E + 1, the markers' epoch, none of it answered before they were sent. The coordinator ends
-    a producer's transactions in order, and a marker carries the epoch of the end that wrote
-    it: E + 1 for a version-2 end and for a fencing's abort. The next transaction's data
-    begins with the end's epoch bump and is stored after the end's markers (a version-2
-    leader holds it until the coordinator verifies it, AddPartitionsToTxn gets
-    CONCURRENT_TRANSACTIONS until then, a fenced producer's successor writes after them):
-    sent before them, it landed after them (`order_races`) - unless answered before they were
-    sent, then stored before them (a mixed-epoch part). Its records then move after them
-    (`registered_after`)."""
-    if t is None or t.epoch is None or r["producer_epoch"] != t.epoch or len(feed.txns) < 2 \
-            or feed.txns[-1] is not t:
+    """The transaction before the open one `t` that markers sent at `ts` end, where `t` began
+    with data of the markers' epoch E + 1 on their partitions, none of it answered before they
+    were sent: the one before it, with data of epoch E and no end the capture shows - or, for a
+    producer whose every end bumps the epoch (version 2: `_bumps`), one the capture shows
+    nothing of (its data and registrations lost, or before the capture began). The coordinator
+    ends a producer's transactions in order, and a marker carries the epoch of the end that
+    wrote it: E + 1 for a version-2 end and for a fencing's abort. The next transaction's data
+    begins with the end's epoch bump and is stored after the end's markers (a version-2 leader
+    holds it until the coordinator verifies it, AddPartitionsToTxn gets CONCURRENT_TRANSACTIONS
+    until then, a fenced producer's successor writes after them): sent before them, it landed
+    after them (`order_races`) - unless answered before they were sent, then stored before them
+    (a mixed-epoch part). Its records then move after them (`registered_after`)."""
+    if t is None or t.epoch is None or r["producer_epoch"] != t.epoch or feed.txns[-1] is not t:
         return None
-    p = feed.txns[-2]
-    if p.prepared is not None or p.complete or p.epoch != t.epoch - 1 or not tps & set(p.partitions):
+    rows = [d for tp in tps for d in t.rows.get(tp, ())]
+    if any(d.get("answered") is not None and d["answered"] <= ts for d in rows):
         return None
-    if any(d.get("answered") is not None and d["answered"] <= ts for tp in tps for d in t.rows.get(tp, ())):
+    p = feed.txns[-2] if len(feed.txns) >= 2 else None
+    if p is not None and p.prepared is None and not p.complete and p.epoch == t.epoch - 1 and tps & set(p.partitions):
+        feed.held = t
+        return p
+    if not rows or not _bumps(feed):
         return None
+    u = type(t)(feed.tid, t.epoch - 1, ts, feed.timeout_ms)   # (txn_wire_feed._Txn: begun unseen)
+    u.partitions.extend(sorted(tps))
+    feed.txns.insert(len(feed.txns) - 1, u)
     feed.held = t
-    return p
+    return u
+
+
+def _bumps(feed) -> bool:
+    """Whether every end of the producer's transactions bumps its epoch: version 2 shown, or a
+    COMMIT of the data's epoch + 1 (under version 0/1 a COMMIT carries the data's own epoch;
+    only a fencing's ABORT bumps it)."""
+    return feed.version == 2 or any(x.prepared == "COMMIT" and x.epoch is not None and x.prepare_epoch == x.epoch + 1
+                                    for x in feed.txns[-16:])
 
 
 def registered_after(feed, t, ts: float) -> None:

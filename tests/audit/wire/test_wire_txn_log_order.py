@@ -205,6 +205,39 @@ def test_a_raced_write_without_an_answer_lands_after_the_marker_of_its_epoch(tmp
             assert rules == [], run.findings
 
 
+def test_markers_of_a_transaction_the_capture_lost_before_a_raced_write(tmp_path):
+    """A producer whose every end bumps its epoch (its epoch-3 data committed by a COMMIT of epoch
+    4: version 2) - one broker's view, its EndTxns elsewhere: its epoch-4 transaction's data is
+    not in the capture (lost), only the COMMIT of epoch 5 that ends it; the next transaction's
+    write (epoch 5) was sent just before those markers, its answer lost, and a consumer served
+    the COMMIT at offset 13 and the write's batch at 14. The markers end the transaction the
+    capture lost (version 2: a marker never ends data of its own epoch), not the write's: no
+    torn transaction (a COMMIT decided, the write's data "with no marker"); the write's
+    transaction is open at the capture's end. Without the fetch, the write proves nothing
+    stored: nothing to tell at all - no write "stored inside" a later epoch's transaction."""
+    from tests.audit.wire.wirecraft import TOPIC
+    from tests.audit.wire.wirecraft_txn import markers, write_ordered
+    from kaudit.engine.local import audit_pcaps
+    from kaudit.sources.pcap_session import PcapOptions
+
+    for k, fetched in enumerate((True, False)):
+        producer = (send(1, batch(PID, 3, 0, 3, transactional=True), partition=2, offset=5, txn_id="tx-wire")
+                    + send(2, batch(PID, 5, 0, 2, transactional=True), partition=2, txn_id="tx-wire", error=None))
+        coordinator = (markers(1, PID, 4, committed=True, parts=((TOPIC, 2),), client_id="broker-3-txn-marker-sender")
+                       + markers(2, PID, 5, committed=True, parts=((TOPIC, 2),), client_id="broker-3-txn-marker-sender"))
+        conns = [Conn(producer), Conn(coordinator, client=("10.0.0.3", 40100))]
+        order = [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (1, 2), (1, 3)]
+        if fetched:
+            conns.append(Conn(fetch(1, marker(13, "COMMIT", 5, 0) + data(14, 0, epoch=5, n=2), fetch_offset=13),
+                              **CONSUMER))
+            order += [(2, 0), (2, 1)]
+        path = tmp_path / f"lostbefore{k}.pcap"
+        write_ordered(path, conns, order)
+        run = audit_pcaps([str(path)], PcapOptions(), now_ms=T0_MS + 60_000)
+        assert not run.errors and _rules(run.findings) == (["dangling-transaction"] if fetched else []), \
+            (k, run.findings)
+
+
 def test_a_late_write_whose_answer_was_lost_is_placed_by_its_fetched_copy_or_its_retry(tmp_path):
     """The fenced producer's next batch (epoch 0, seq 3) has no answer in the capture: by its
     request alone it would sit before the fencing's ABORT (offset 13). A consumer's Fetch serves
