@@ -10,7 +10,8 @@ known id claims are the same partition.
 A transaction's data epoch E is ended by markers at E (transaction versions 0/1) or E + 1
 (version 2: every completion bumps the epoch; under 0/1 a fencing abort's): a vote is cast for a
 name alone among one of the two epochs' markers of the partition's number and present in the
-other's where it names any. An id named leaves its name out of the others' candidates (the next
+other's where it names any - for a producer whose data shows three consecutive epochs (every
+transaction its own epoch: version 2), alone among E + 1's (E's end the transaction before). An id named leaves its name out of the others' candidates (the next
 round: a transaction that wrote two ids). An id is named where every vote says the same name and
 no other id is voted that name (a zombie's write to a partition its transaction never registered
 can meet a registered partition whose data the capture lost: then the votes of the producer's
@@ -79,18 +80,30 @@ class MarkerNames:
         if not self.unnamed or not self.markers:
             return {}
         out: dict[str, str] = {}
+        bumping = self._bumping()
         for _ in range(rounds):
-            more = self._round({**known, **out})
+            more = self._round({**known, **out}, bumping)
             if not more:
                 break
             out.update(more)
         return out
 
-    def _round(self, known: dict[str, str]) -> dict[str, str]:
+    def _bumping(self) -> set:
+        """The producer ids whose data shows three consecutive epochs: every transaction its own
+        epoch (version 2: each end bumps it; under 0/1 only a fencing does, a new instance's)."""
+        epochs: dict[int, set] = {}
+        for side in (self.unnamed, self.named):
+            for pid, epoch in side:
+                epochs.setdefault(pid, set()).add(epoch)
+        return {pid for pid, es in epochs.items() if any(e + 1 in es and e + 2 in es for e in es)}
+
+    def _round(self, known: dict[str, str], bumping: set = frozenset()) -> dict[str, str]:
         taken = set(known.values()) | set(known)
         votes: dict[str, set] = {}
         for (pid, epoch), ids in self.unnamed.items():
-            sets = [self.markers.get((pid, e)) for e in (epoch, epoch + 1)]
+            # a producer whose every transaction has its own epoch: E + 1's markers end epoch E's
+            # data, E's end the transaction before (which may name other partitions)
+            sets = [self.markers.get((pid, e)) for e in ((epoch + 1,) if pid in bumping else (epoch, epoch + 1))]
             if not any(sets):
                 continue
             named = self.named.get((pid, epoch), set())

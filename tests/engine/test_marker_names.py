@@ -95,3 +95,18 @@ def test_the_transaction_before_and_two_ids_told_apart():
     # a name alone in one epoch's markers but absent from the other's, which names others: none
     m = voter([data(7, 5, None, "ID-A")], [marks(7, 5, "b-0"), marks(7, 6, "a-0")])
     assert m.names({}) == {}
+
+
+def test_a_version_2_producer_is_told_by_the_markers_that_end_its_data():
+    """Version 2 (its data at epochs 3, 4 and 5: every transaction its own epoch), two topics of
+    one partition number written by id, the capture's Metadata answers lost: epoch 3 wrote ID-A
+    and ID-B (its COMMIT of epoch 4 names a-1 and b-1), epoch 4 ID-A alone (its ABORT of epoch 5
+    names a-1), epoch 5 ID-A and ID-B (COMMIT of epoch 6: a-1, b-1); the markers of a data epoch
+    E end the transaction before (a COMMIT of epoch 3 naming a-1 alone ended epoch 2's). Read as
+    version 0/1 too, those would vote a for ID-B: ID-A is a, then ID-B is b."""
+    batches = [data(1000, 3, None, "ID-A", 1), data(1000, 3, None, "ID-B", 1), data(1000, 4, None, "ID-A", 1),
+               data(1000, 5, None, "ID-A", 1), data(1000, 5, None, "ID-B", 1)]
+    events = [marks(1000, 3, "a-1"), marks(1000, 4, "a-1,b-1"), marks(1000, 5, "a-1"), marks(1000, 6, "a-1,b-1")]
+    assert voter(batches, events).names({}) == {"ID-A": "a", "ID-B": "b"}
+    # two epochs only: not told apart from version 0/1's reading, which names nothing here
+    assert voter(batches[:3], events[:3]).names({}) == {}
