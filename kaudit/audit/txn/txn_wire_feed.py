@@ -12,7 +12,8 @@ from kaudit.audit.txn.coordinator_state import partition_names
 from kaudit.audit.folds import Context
 from kaudit.audit.registry import evidence
 from kaudit.audit.txn.txn_model import ADMIN, COORDINATOR, ProducerTxns, assemble
-from kaudit.audit.txn.txn_wire_rows import FENCED, Story, marker_writer, nonzero, produced_row, stored_by_retry
+from kaudit.audit.txn.txn_wire_rows import (FENCED, Story, marker_answers, marker_writer, nonzero, produced_row,
+                                            stored_by_retry)
 from kaudit.audit.thresholds import NO_TIMEOUT_MS
 
 CONCURRENT = 51   # CONCURRENT_TRANSACTIONS: the coordinator is still ending the id's transaction
@@ -276,7 +277,7 @@ class WireFeed:
         if writer != ADMIN and tv is not None:
             # KIP-1228: the coordinator says the transaction's version
             self.version = 2 if tv >= 2 else (self.version or 1)
-        answers = self._marker_answers(r)
+        answers = marker_answers(r)
         resp = r.get("response_ts")
         err = f" -> error {','.join(map(str, errs))}" if errs else ""
         by = f" from {r.get('client_id')!r} (not the coordinator: an admin)" if writer == ADMIN else ""
@@ -392,18 +393,6 @@ class WireFeed:
         at = t.fence_request if t.fence_request is not None and detail == "fencing" else ts
         self.record("Prepare" + r["result"].capitalize(), at, t.fence_row or r, t, epoch=r["producer_epoch"],
                     cause=cause, detail=detail)
-
-    @staticmethod
-    def _marker_answers(r: dict) -> dict:
-        out = {}
-        if r.get("markers"):
-            try:
-                for m in json.loads(r["markers"]):
-                    if m[0] == r["producer_id"] and m[6] is not None:
-                        out[f"{m[4]}-{m[5]}"] = m[6]
-            except (ValueError, TypeError, IndexError):
-                pass
-        return out
 
     def _maybe_complete(self, t: _Txn, ts: float, r: dict, force: bool = False) -> None:
         """CompleteX once every registered partition's marker was answered (or, `force`, when a

@@ -10,6 +10,7 @@ order decides between them), and nothing is dropped where the times are not plai
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -167,6 +168,20 @@ def marker_writer(client_id: str | None, admin_clients: frozenset = frozenset())
     if ADMIN_CLIENT.match(cid) or cid in admin_clients:
         return ADMIN
     return None
+
+
+def marker_answers(r: dict) -> dict:
+    """A WriteTxnMarkers row's per-partition answers for its producer ("topic-partition" ->
+    error code), from its frame's `markers` (JSON rows: producer id, ..., topic, partition, code)."""
+    out = {}
+    if r.get("markers"):
+        try:
+            for m in json.loads(r["markers"]):
+                if m[0] == r["producer_id"] and m[6] is not None:
+                    out[f"{m[4]}-{m[5]}"] = m[6]
+        except (ValueError, TypeError, IndexError):
+            pass
+    return out
 
 
 def nonzero(s) -> list[int]:
