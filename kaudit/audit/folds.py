@@ -91,6 +91,9 @@ class Fold:
     # Its CPU per selected row, in microseconds, as measured (1.0: not measured): an engine's
     # estimate of its share of the work, for the order it runs buffered folds in - never more.
     cost: float = 1.0
+    # Optional: (kind, selected table) -> its rows that `cost` is per, where `prepare` drops some
+    # (wire-txn's fetched copies of writes: most go); None: every row.
+    weigh: Callable[[str, pa.Table], int] | None = None
     # Optional, for a buffered fold in a live capture: (fold) -> its Settler, which says which of
     # its keys nothing can change any more, so the live executor folds them before the stream
     # ends. None: its selection is kept to the end (a streamed fold needs none: see engine/live.py).
@@ -126,6 +129,12 @@ class Fold:
         for kind, table in chunks:
             yield from state.feed(kind, table)
         yield from state.finish()
+
+
+def weighed(fold: Fold, kind: str, table: pa.Table) -> int:
+    """The selected rows of `table` (of `kind`) that the fold's `cost` is per (Fold.weigh)."""
+    weigh = getattr(fold, "weigh", None)   # (an engine's stand-in for a fold may have none)
+    return table.num_rows if weigh is None else weigh(kind, table)
 
 
 def run_selection(fold: Fold, items: list[tuple[str, pa.Table]], ctx: Context,

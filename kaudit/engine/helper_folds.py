@@ -36,6 +36,7 @@ import os
 import signal
 import threading
 
+from kaudit.audit.folds import weighed
 from kaudit.engine import shared_folds
 from kaudit.engine.children import kill_child, reap
 from kaudit.sources.pcap_workers import recv_parts, send, widen
@@ -87,8 +88,8 @@ class Helper:
             return
         for f in self.folds:
             items = work.selected[f.name]
-            for _, t in items[self.counted[f.name]:]:
-                self.rows[f.name] += t.num_rows
+            for kind, t in items[self.counted[f.name]:]:
+                self.rows[f.name] += weighed(f, kind, t)
                 self.bytes[f.name] += t.nbytes
             self.counted[f.name] = len(items)
         if sum(self.rows.values()) >= DECIDE_ROWS:

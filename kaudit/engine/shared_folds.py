@@ -35,7 +35,7 @@ import threading
 
 import pyarrow as pa
 
-from kaudit.audit.folds import run_prepared
+from kaudit.audit.folds import run_prepared, weighed
 from kaudit.engine import key_ranges
 from kaudit.engine.children import kill_child, reap, reap_ending
 from kaudit.engine.plan import named
@@ -72,8 +72,9 @@ def can_fork(jobs: int | None) -> bool:
 
 
 def estimates(work, folds) -> list[float]:
-    """Each fold's estimated CPU: `Fold.cost` (per row, as measured) x the rows it selected."""
-    return [getattr(f, "cost", 1.0) * sum(t.num_rows for _, t in work.selected.get(f.name) or ()) for f in folds]
+    """Each fold's estimated CPU: `Fold.cost` (per row, as measured) x the rows it selected
+    (Fold.weigh: those it does not drop in `prepare`)."""
+    return [getattr(f, "cost", 1.0) * sum(weighed(f, k, t) for k, t in work.selected.get(f.name) or ()) for f in folds]
 
 
 def tasks_of(work, folds, busy: float = 0.0) -> list[tuple[int, int, int]]:

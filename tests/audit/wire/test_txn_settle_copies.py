@@ -3,7 +3,8 @@ now holds (txn_fetched.stored_copy): a consumer's copy says nothing of its produ
 it neither keeps a producer from settling nor brings a settled one back - it goes with its
 producer, and once FRAME_KEEP_S old it is kept only as a copy of a kept write the capture holds
 no answer to (the one thing the file's audit reads it for): a consumer reading its producers'
-data keeps no memory."""
+data keeps no memory. And an engine's estimate of the fold's work counts no copy (Fold.weigh):
+`prepare` drops them but the few it keeps, so they would only skew which process folds what."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pyarrow as pa
 
 from kaudit.audit.thresholds import DEFAULT_TIMEOUT_S, MARKER_FETCH_WAIT_S, TXN_MARGIN_S
 from kaudit.audit.txn.txn_settle import FRAME_KEEP_S, TxnSettle
+from kaudit.audit.folds import weighed
 from kaudit.audit.txn.txn_wire import FOLD
 
 LATE = DEFAULT_TIMEOUT_S + TXN_MARGIN_S + MARKER_FETCH_WAIT_S   # a producer silent this long is settled
@@ -58,3 +60,8 @@ def test_a_copy_of_a_settled_producer_does_not_bring_it_back():
     assert s.back == set()
     s.note("batch", _rows(("produce", 7, LATE + 3.0)))
     assert s.back == {7}
+
+
+def test_an_engines_estimate_counts_no_copy():
+    t = _rows(("produce", 7, 0.0), ("fetch", 7, 1.0), ("fetch", 9, 1.0))
+    assert weighed(FOLD, "batch", t) == 1 and weighed(FOLD, "txn_event", t) == 3
