@@ -11,8 +11,9 @@ A transaction's data epoch E is ended by markers at E (transaction versions 0/1)
 (version 2: every completion bumps the epoch; under 0/1 a fencing abort's): a vote is cast for a
 name alone among one of the two epochs' markers of the partition's number and present in the
 other's where it names any - for a producer whose data shows three consecutive epochs (every
-transaction its own epoch: version 2), alone among E + 1's (E's end the transaction before). An id named leaves its name out of the others' candidates (the next
-round: a transaction that wrote two ids). An id is named where every vote says the same name and
+transaction its own epoch: version 2), alone among E + 1's (E's end the transaction before). An
+id named leaves its name out of the others' candidates (the next round: a transaction that
+wrote two ids). An id is named where every vote says the same name and
 no other id is voted that name (a zombie's write to a partition its transaction never registered
 can meet a registered partition whose data the capture lost: then the votes of the producer's
 other transactions disagree, and nothing is named). Bounded: at most MAX (producer id, epoch)
