@@ -101,4 +101,4 @@ def _how(st: dict, view: CoordView) -> str:
         return f"aborted by the coordinator ({detail})"
     if state in ("PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort"):
         return f"ended by its EndTxn ({'commit' if 'Commit' in state else 'abort'}; transaction version 2 bumps the epoch)"
-    return f"a {state} record at a higher epoch"
+    return f"superseded by a transaction at a higher epoch ({state})"
