@@ -165,14 +165,13 @@ class TxnSettle(Settler):
                 _mark(ended, pids_of[-1], t.column("ts"), pc.is_in(ev, ENDS))
                 _mark(began, pids_of[-1], t.column("ts"), pc.is_in(ev, BEGINS))
             elif kind == "batch":
-                pids = t.column("producer_id").to_pylist()
-                pids_of.append(pa.array(pids, pa.int64()))
-                fetch, copies = pc.equal(t.column("source_kind"), "fetch"), fetched_data(t)
-                _mark(ended, pids_of[-1], t.column("request_ts"), pc.and_(fetch, pc.invert(copies)))   # a fetched marker
-                _mark(began, pids_of[-1], t.column("request_ts"), pc.invert(fetch))   # a write
+                pids_of.append(pa.array(t.column("producer_id").to_pylist(), pa.int64()))
                 # a fetched copy of a write says nothing of the producer's activity: it goes with it
-                times = t.column("request_ts").filter(pc.invert(copies)).to_pylist()
-                pids = t.column("producer_id").filter(pc.invert(copies)).to_pylist()
+                own, fetch = pc.invert(fetched_data(t)), pc.equal(t.column("source_kind"), "fetch")
+                _mark(ended, pids_of[-1], t.column("request_ts"), pc.and_(fetch, own))   # a fetched marker
+                _mark(began, pids_of[-1], t.column("request_ts"), pc.invert(fetch))   # a write
+                times = t.column("request_ts").filter(own).to_pylist()
+                pids = t.column("producer_id").filter(own).to_pylist()
             else:
                 pids_of.append(None)
                 continue
