@@ -49,9 +49,10 @@ SPLIT_GAIN = 0.05   # the least share of the estimated end a cut must save
 
 
 def should_share(work, jobs: int | None, min_rows: int | None = None) -> bool:
-    """Whether `work`'s buffered folds are worth sharing with a forked child (`jobs`: --jobs)."""
+    """Whether `work`'s buffered folds are worth sharing with a forked child (`jobs`: --jobs): their
+    rows counted as `estimates` counts them (Fold.weigh)."""
     min_rows = SHARE_MIN_ROWS if min_rows is None else min_rows
-    rows = sorted((sum(t.num_rows for _, t in work.selected[f.name]), getattr(f, "per_key", False))
+    rows = sorted((sum(weighed(f, k, t) for k, t in work.selected[f.name]), getattr(f, "per_key", False))
                   for f in work.audit.buffered if work.selected.get(f.name))
     if not rows:
         return False
