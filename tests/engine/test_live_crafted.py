@@ -14,6 +14,7 @@ import tests.audit.wire.test_wire_acked as acked
 import tests.audit.wire.test_wire_frame_rules as frame_rules
 import tests.audit.wire.test_wire_produce_rules as produce_rules
 import tests.audit.wire.test_wire_readers as readers
+import tests.audit.wire.test_stored_unanswered as stored_unanswered
 import tests.audit.wire.test_wire_txn_crafted as txn_crafted
 import tests.audit.wire.test_wire_txn_fetched_markers as fetched_markers
 from tests.audit.wire import wirecraft
@@ -24,7 +25,7 @@ from kaudit.engine import live
 from kaudit.engine.local import audit_pcaps
 from kaudit.sources.pcap import PcapOptions
 
-MODULES = (frame_rules, produce_rules, readers, txn_crafted, fetched_markers, acked)
+MODULES = (frame_rules, produce_rules, readers, txn_crafted, fetched_markers, acked, stored_unanswered)
 
 
 def live_audit(tmp_path, conns, *, name: str = "wire.pcap", now_ms=None, select=(), ignore=(),

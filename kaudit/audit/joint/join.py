@@ -49,6 +49,10 @@ def produce_outcome(stored_offsets: list[int]) -> str:
     ProducerStateManager.findDuplicateBatch, KIP-98). Once, by the re-send: nothing lost,
     nothing duplicated (info: a fact of the crash). Never: said only when the log covers the
     send - it starts at offset 0 and holds writes made after the send.
+    On a capture alone (wire-acked, stored_unanswered): an idempotent producer's Produce without
+    an answer whose batch a consumer's Fetch answered after the send served - same producer id,
+    partition, epoch, first sequence and record count - is stored once (the broker stores a
+    producer session's batch once; a consumer reads only committed offsets).
     Benign causes: 'never stored' when the request never reached the leader (the client
     retries), when retention or compaction removed it, or when the log dirs given are not all the
     partition's replicas; the same values sent again by the application within minutes of a

@@ -7,7 +7,9 @@ join_content.py) resolves that first send against the log by its batch key and b
 content; its produce-outcome then decides the suspicion: the records stored once prove there is
 no duplicate - the suspicion is dropped, the produce-outcome (info) tells the crash's story: the
 first send never stored, its re-send stored once -; stored twice make it the duplicate consumers
-process twice (error). An unanswered Produce is settled by incidents.settle_unanswered (info).
+process twice (error). An unanswered Produce is settled by incidents.settle_unanswered (info);
+the capture's own produce-outcome of it (a consumer's Fetch served it: stored_unanswered) gives way
+to the join's.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ def _resolutions(joined: list[dict]) -> dict:
     return out
 
 
+def _resolved(f: dict, resolved: dict) -> bool:
+    return any(e.get("kind") == "produce" and (_tail(e.get("source")), e.get("position")) in resolved
+               for e in f.get("evidence") or ())
+
+
 def settle_wire(wire_findings: list[dict], joined: list[dict]) -> list[dict]:
     """The capture's findings with the suspicions the log decides settled: disproved ones left
     out, proved ones raised (in place; returns the findings kept)."""
@@ -38,6 +45,9 @@ def settle_wire(wire_findings: list[dict], joined: list[dict]) -> list[dict]:
         return wire_findings
     drop = set()
     for f in wire_findings:
+        if f["rule"] == "produce-outcome" and _resolved(f, resolved):
+            drop.add(id(f))   # a consumer's copy of a send the log decided: the join's outcome tells it
+            continue
         if f["rule"] != "duplicate-records" or f["severity"] != "warning":
             continue
         d = details_of(f)

@@ -21,7 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import Settler, concat_by_kind, np_col, np_mask
+from kaudit.audit.fetched_copies import IDENTITY, idempotent_copies
 from kaudit.audit.producers import acked_writes as A
+from kaudit.audit.producers import stored_unanswered
+
+RESPONSE = ("source", "connection", "position", "partition")   # a batch's Fetch response partition row
 
 ANY = object()   # the topic of a write or fetch named by topic id only: it may be any topic
 
@@ -54,10 +58,12 @@ class AckedSettle(Settler):
         self.seen_at: dict = {}    # the same key -> the fold's order of the copy that showed it committed
         self.done = 0
         self.dropped = 0
+        self.waiting = _Waiting()
 
     def note(self, kind: str, table: pa.Table) -> None:
         if kind != "batch" or not table.num_rows:
             return
+        self.waiting.note(table)
         t = table.filter(pc.equal(table.column("source_kind"), "produce"))
         for w in A.acked_batches(t.to_pylist()) if t.num_rows else ():
             r = w.row
@@ -75,21 +81,30 @@ class AckedSettle(Settler):
             return []
         ranges = _Ranges(self.spans)
         kept = concat_by_kind(new)   # one table a kind: each column converted once below
-        kept = [(kind, _keep_batches(t, ranges, self.settled) if kind == "batch" else t) for kind, t in kept]
+        alone = []
+        for k, (kind, t) in enumerate(kept):
+            if kind == "batch":
+                t, copies = _keep_batches(t, ranges, self.settled)
+                kept[k] = (kind, t)
+                alone.append(copies)
         if self.writes:
             kept = _SeenCopies(self, ranges).drop(kept)
-        responses = {k for kind, t in kept if kind == "batch" for k in
-                     zip(*(t.column(c).to_pylist() for c in ("source", "connection", "position", "partition")))}
+        responses = {k for kind, t in kept if kind == "batch" for k in zip(*(t.column(c).to_pylist() for c in RESPONSE))}
+        self.waiting.add(alone, next((t for kind, t in kept if kind == "fetch_partition"), None))
         out = []
         for kind, t in kept:
             if kind == "fetch_partition":
                 t = _of_responses(t, responses)
             if t.num_rows:
                 out.append((kind, t))
+        out.extend(self.waiting.take(now))
         self.dropped += sum(t.num_rows for _, t in new) - sum(t.num_rows for _, t in out)
         items[self.done:] = out
         self.done = len(items)
         return []
+
+    def finish(self, items: list) -> None:
+        items.extend(self.waiting.take(None))
 
     def counters(self) -> dict:
         return {"acked_rows_dropped": self.dropped}
@@ -193,15 +208,16 @@ class _Ranges:
         return got
 
 
-def _keep_batches(t: pa.Table, ranges: _Ranges, settled: set) -> pa.Table:
-    """The batch rows that can still matter: the Produce rows, the COMMIT markers, and the fetched
+def _keep_batches(t: pa.Table, ranges: _Ranges, settled: set) -> tuple[pa.Table, pa.Table]:
+    """(The batch rows that can still matter: the Produce rows, the COMMIT markers, and the fetched
     batches overlapping an acknowledged write of their topic partition that are not exact copies
-    of a settled write (outside offsets acknowledged twice, where they stay)."""
+    of a settled write (outside offsets acknowledged twice, where they stay); the fetched data
+    batches of idempotent producers overlapping none: _Waiting's)."""
     keep = pc.equal(t.column("source_kind"), "produce").to_numpy(zero_copy_only=False)
     keep = keep | pc.fill_null(pc.equal(t.column("control_type"), "COMMIT"), False).to_numpy(zero_copy_only=False)
     fetched = np.flatnonzero(~keep)
     if not fetched.size:
-        return t
+        return t, t.slice(0, 0)
     lo, hi = np_col(t, "base_offset", -1, np.int64), np_col(t, "last_offset", -1, np.int64)
     f = t.take(pa.array(fetched)).select(["topic", "partition"])
     tcodes = f.column("topic").combine_chunks().dictionary_encode()
@@ -210,17 +226,72 @@ def _keep_batches(t: pa.Table, ranges: _Ranges, settled: set) -> pa.Table:
     pc_ = np_col(f, "partition", -1, np.int64)
     gkey = tc * (1 << 32) + (pc_ + (1 << 31))
     near = np.zeros(t.num_rows, dtype=bool)
+    alone = np.zeros(t.num_rows, dtype=bool)
     copies = _copies(t, fetched, settled) if settled else None
     for g in np.unique(gkey).tolist():
         sel = fetched[gkey == g]
         code, p = divmod(g, 1 << 32)
         topic, p = (topics[code] if code < len(topics) else None), p - (1 << 31)
         m = A.overlap_mask(lo[sel], hi[sel], *ranges.of(topic, p))
+        alone[sel] = ~m
         if copies is not None:
             m &= ~(copies[sel] & ~A.overlap_mask(lo[sel], hi[sel], *ranges.twice(topic, p)))
         near[sel] = m
     keep |= near
-    return t if keep.all() else t.filter(np_mask(keep))
+    alone &= np.asarray(idempotent_copies(t))
+    return (t if keep.all() else t.filter(np_mask(keep))), t.filter(np_mask(alone))
+
+
+class _Waiting:
+    """The fetched data batches of idempotent producers that copy no acknowledged write, with
+    their responses' partition rows: a copy of a Produce the capture holds no answer to
+    (stored_unanswered), whose row comes only once its connection ends. Kept COPY_WAIT_S of
+    capture time (at most MAX_ROWS: the oldest go first); those of an unanswered write seen go
+    back to the selection, at each compaction and at the end (a live capture's difference from
+    the file's: a copy served longer before its write's connection ended is let go)."""
+
+    COPY_WAIT_S = 300.0
+    MAX_ROWS = 100_000
+
+    def __init__(self):
+        self.unanswered: set = set()
+        self.parts: list[tuple[float, pa.Table, pa.Table]] = []   # (latest answer, batches, responses' rows)
+
+    def note(self, t: pa.Table) -> None:
+        u = t.filter(stored_unanswered.where(t))
+        if u.num_rows:
+            self.unanswered.update(zip(*(u.column(c).to_pylist() for c in IDENTITY)))
+
+    def add(self, alone: list, responses: pa.Table | None) -> None:
+        b = [t for t in alone if t.num_rows]
+        if not b:
+            return
+        b = pa.concat_tables(b)
+        keys = set(zip(*(b.column(c).to_pylist() for c in RESPONSE)))
+        latest = pc.max(b.column("response_ts")).as_py()
+        resp = _of_responses(responses, keys) if responses is not None else None
+        self.parts.append((latest if latest is not None else float("-inf"), b, resp))
+        while len(self.parts) > 1 and sum(p[1].num_rows for p in self.parts) > self.MAX_ROWS:
+            self.parts.pop(0)
+
+    def take(self, now: float | None) -> list[tuple[str, pa.Table]]:
+        """The waiting copies of the unanswered writes seen, and their responses' rows; `now`
+        None: the last time (nothing waits any more)."""
+        out, left = [], []
+        for latest, b, resp in self.parts:
+            hit = np.fromiter((k in self.unanswered for k in zip(*(b.column(c).to_pylist() for c in IDENTITY))),
+                              bool, b.num_rows) if self.unanswered else np.zeros(b.num_rows, bool)
+            if hit.any():
+                got = b.filter(np_mask(hit))
+                out.append(("batch", got))
+                keys = set(zip(*(got.column(c).to_pylist() for c in RESPONSE)))
+                if resp is not None:
+                    out.append(("fetch_partition", _of_responses(resp, keys)))
+                b = b.filter(np_mask(~hit))
+            if now is not None and b.num_rows and latest >= now - self.COPY_WAIT_S:
+                left.append((latest, b, resp))
+        self.parts = left
+        return [(k, t) for k, t in out if t.num_rows]
 
 
 def _copies(t: pa.Table, rows: np.ndarray, settled: set) -> np.ndarray:
@@ -237,6 +308,6 @@ def _of_responses(t: pa.Table, responses: set) -> pa.Table:
     row only for them)."""
     if not responses or not t.num_rows:
         return t.slice(0, 0)
-    keys = zip(*(t.column(c).to_pylist() for c in ("source", "connection", "position", "partition")))
+    keys = zip(*(t.column(c).to_pylist() for c in RESPONSE))
     keep = np.array([k in responses for k in keys], dtype=bool)
     return t if keep.all() else t.filter(np_mask(keep))

@@ -22,6 +22,7 @@ from kaudit.audit.folds import Fold, KeyedState, key_runs, np_col, np_indices, n
 from kaudit.audit.producers import acked_clean
 from kaudit.audit.producers import acked_pairs as P
 from kaudit.audit.producers import acked_writes as A
+from kaudit.audit.producers import stored_unanswered
 from kaudit.audit.producers.acked_settle import AckedSettle
 from kaudit.audit.registry import evidence, finding, rule
 from kaudit.timefmt import iso_ms
@@ -92,7 +93,7 @@ def _batch_where(t: pa.Table):
     acked = pc.and_(pc.fill_null(pc.equal(kind, "produce"), False),
                     pc.and_(ok0, pc.fill_null(pc.greater_equal(t.column("response_base_offset"), 0), False)))
     fetched = pc.and_(pc.fill_null(pc.equal(kind, "fetch"), False), pc.fill_null(t.column("crc_ok"), True))
-    return pc.or_(acked, fetched)
+    return pc.or_(pc.or_(acked, fetched), stored_unanswered.where(t))
 
 
 def certify_clean(items: list[tuple[str, pa.Table]], ctx) -> list[tuple[str, pa.Table]]:
@@ -100,16 +101,17 @@ def certify_clean(items: list[tuple[str, pa.Table]], ctx) -> list[tuple[str, pa.
     clean (each partition's rows in the fold's order, cut from the whole selection's columns
     converted once), those without a topic name and those without batch rows (AckedPartition
     says nothing of them). Only the rest are sorted, copied and judged; any share of the
-    partitions may be prepared alone."""
+    partitions may be prepared alone. The unanswered writes go apart first (stored_unanswered)."""
+    items, stored = stored_unanswered.split(items)
     batches = [t for k, t in items if k == "batch" and t.num_rows]
     if not (COLUMNAR and CERTIFY):
-        return items
+        return items + stored
     if not batches:
-        return []
+        return stored
     b = pa.concat_tables(batches)
     runs = key_runs(b, KEY, [c for c in KEY + ORDER if c in b.column_names])
     if runs is None:
-        return items
+        return items + stored
     order, starts = runs
     ends = np.append(starts[1:], order.size)
     keys = list(zip(*(b.column(c).take(np_indices(order[starts])).to_pylist() for c in KEY)))
@@ -125,7 +127,7 @@ def certify_clean(items: list[tuple[str, pa.Table]], ctx) -> list[tuple[str, pa.
     if pending:
         out.append(("batch", b if not done.any() else b.filter(np_mask(~done))))
         out.extend((kind, t) for kind, t in _of_keys(items, pending))
-    return out
+    return out + stored
 
 
 def _of_keys(items: list, keys: set) -> list[tuple[str, pa.Table]]:
@@ -158,8 +160,20 @@ class AckedPartition(TablesByKind):
         self.ends = (ctx.txn_ends if ctx is not None else None) or {}
 
     def finish(self) -> list[dict]:
+        if self.topic is None:
+            return []
+        # the unanswered writes prepare did not take apart (a fold run without its prepare)
         b = self.concat("batch")
-        if b is None or self.topic is None or (COLUMNAR and CERTIFY and acked_clean.certified(b)):
+        rest, stored = stored_unanswered.split([("batch", b), ("fetch_partition", self.concat("fetch_partition"))]
+                                               if b is not None else [])
+        if rest:
+            b = rest[0][1]
+        stored = [t for _, t in stored] + self.tables.get(stored_unanswered.KIND, [])
+        said = stored_unanswered.findings(self.topic, self.partition, pa.concat_tables(stored)) if stored else []
+        return said + self._lost(b)
+
+    def _lost(self, b: pa.Table | None) -> list[dict]:
+        if b is None or (COLUMNAR and CERTIFY and acked_clean.certified(b)):
             return []
         kind = b.column("source_kind")
         acked = A.acked_batches_table(_by_answer(b.filter(pc.equal(kind, "produce"))), ACKED_ROW)

@@ -79,6 +79,7 @@ def is_coverage(f: dict) -> bool:
 
 
 SETTLED = frozenset({"deduplicated", "stored once"})
+FETCH_SHOWS = "a consumer's Fetch shows it"
 
 
 def settle_unanswered(findings: list[dict]) -> list[dict]:
@@ -87,7 +88,10 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
     join's produce-outcome) lost nothing: a fact of the crash or the reconnect, told at info with
     what resolved it. The log showing its records stored twice resolves it too: nothing was lost,
     and the copy is the duplicate rules' finding (duplicate-batch, duplicate-records, at error),
-    not this request's. In place; returns the findings."""
+    not this request's. A consumer's Fetch that served the unanswered batch (wire-acked's
+    produce-outcome, stored_unanswered) proves it stored: records a new producer session re-sent
+    after it (duplicate-records at warning, outcome unknown) are stored twice - raised to error.
+    In place; returns the findings."""
     resolved: dict = {}
     for f in findings:
         if f["rule"] in ("retried-batch", "produce-outcome"):
@@ -95,12 +99,15 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
             if out in SETTLED or (f["rule"] == "produce-outcome" and out == "stored twice"):
                 for e in f.get("evidence") or ():
                     if e.get("position") is not None:
+                        d = details_of(f)
                         how = ("its retry was" if f["rule"] == "retried-batch" else
                                "the log shows its records (re-sent under another batch header)"
-                               if details_of(f).get("resent_at") and out == "stored once" else "the log shows it")
+                               if d.get("resent_at") and out == "stored once" else
+                               FETCH_SHOWS if d.get("fetched_at") is not None else "the log shows it")
                         resolved.setdefault((_tail(e.get("source")), e["position"]), (how, out))
     if not resolved:
         return findings
+    _stored_resends(findings, resolved)
     for f in findings:
         if f["rule"] != "unanswered-request" or f["severity"] != "warning" or details_of(f).get("api") != "Produce":
             continue
@@ -112,6 +119,25 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
             f["message"] += f"; resolved: {how} {out} - nothing lost" + (
                 ", but duplicated (see the duplicate findings)" if out == "stored twice" else "")
     return findings
+
+
+def _stored_resends(findings: list[dict], resolved: dict) -> None:
+    """settle_unanswered's raise of the re-sends whose first send a consumer's Fetch showed stored."""
+    for f in findings:
+        if f["rule"] != "duplicate-records" or f["severity"] != "warning":
+            continue
+        d = details_of(f)
+        if d.get("outcome") != "unknown":
+            continue
+        ev = f.get("evidence") or ()
+        got = [resolved.get((_tail(e.get("source")), e.get("position"))) for e in ev[1:]]   # [0]: the re-send
+        if not any(g is not None and g[0] == FETCH_SHOWS for g in got):
+            continue
+        f["severity"] = "error"
+        f["message"] += ("; resolved: a consumer's Fetch shows the first send stored too (see its "
+                         "produce-outcome): consumers process these records twice")
+        d["outcome"] = "stored twice"
+        f["details"] = json.dumps(d, sort_keys=True) if isinstance(f.get("details"), str) else d
 
 
 def _tail(path) -> str:

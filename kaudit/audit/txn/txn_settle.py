@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from kaudit.audit.folds import Context, Settler, concat_by_kind, np_mask
 from kaudit.audit.thresholds import DEFAULT_TIMEOUT_S, MARKER_FETCH_WAIT_S, TXN_MARGIN_S
-from kaudit.audit.txn.txn_wire_rows import fetched_data, useful_copies
+from kaudit.audit.fetched_copies import fetched_data, useful_copies
 
 SWEEP_S = 30.0        # capture seconds between two looks
 FRAME_KEEP_S = 60.0   # a frame no event of the selection names is dropped once this old
@@ -206,7 +206,7 @@ def _timeouts(t: pa.Table, pids: list, timeout: dict, partners: dict) -> None:
 
 def _drop_stray_copies(items: list, now: float) -> list:
     """`items` without the fetched copies of writes (txn_fetched.stored_copy) that are FRAME_KEEP_S
-    old and copy no write the kept rows hold no answer to (txn_wire_rows.useful_copies: all the
+    old and copy no write the kept rows hold no answer to (fetched_copies.useful_copies: all the
     file's audit reads of them; a write's row may come after a consumer's copy of it, within the
     client's request timeout): a consumer reading its producers' data keeps no memory."""
     out = []

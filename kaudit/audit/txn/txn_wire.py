@@ -33,13 +33,13 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kaudit.audit.fetched_copies import fetched_data
 from kaudit.audit.folds import Context, Fold, KeyedState
 from kaudit.audit.txn import txn_kept
 from kaudit.audit.txn.txn_model import ProducerTxns
 from kaudit.audit.txn.txn_settle import TxnSettle
 from kaudit.audit.txn.txn_wire_feed import WireFeed
-from kaudit.audit.txn.txn_wire_rows import (PRODUCED_COLUMNS, copies_of_unanswered, drop_fetched_repeats, fetched_data,
-                                            produced, rows_of)
+from kaudit.audit.txn.txn_wire_rows import PRODUCED_COLUMNS, copies_of_unanswered, drop_fetched_repeats, produced, rows_of
 
 KEY = ("producer_id",)
 TXN_COLUMNS = ("source", "connection", "position", "ts", "event", "transactional_id", "producer_id",

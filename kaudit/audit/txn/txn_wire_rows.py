@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kaudit.audit.fetched_copies import fetched_data, useful_copies
 from kaudit.audit.folds import np_col, np_indices, np_mask
 from kaudit.timefmt import iso_s
 from kaudit.audit.txn.txn_model import ADMIN, COORDINATOR
@@ -53,45 +54,15 @@ def drop_fetched_repeats(batches: pa.Table) -> pa.Table:
     return batches.filter(np_mask(keep))
 
 
-def fetched_data(t: pa.Table):
-    """The rows of a batch table that are data batches a Fetch served: copies of writes, which
-    give a write the capture holds no answer to its offset (txn_fetched.stored_copy)."""
-    return pc.fill_null(pc.and_(pc.equal(t.column("source_kind"), "fetch"),
-                                pc.invert(pc.fill_null(t.column("is_control"), False))), False)
-
-
 def copies_of_unanswered(batches: pa.Table) -> pa.Table:
     """`batches` with the fetched data batches kept only where one is a copy of a Produce the
-    capture holds no answer to (`useful_copies`). Most captures have none: every fetched data row
-    goes, at the cost of one mask."""
+    capture holds no answer to (fetched_copies.useful_copies). Most captures have none: every
+    fetched data row goes, at the cost of one mask."""
     data = fetched_data(batches)
     if not pc.any(data).as_py():
         return batches
     keep = ~np.asarray(data) | useful_copies(batches, data)
     return batches if keep.all() else batches.filter(np_mask(keep))
-
-
-def useful_copies(batches: pa.Table, data=None) -> np.ndarray:
-    """Which rows are fetched copies of a Produce `batches` holds no answer to (same producer,
-    partition, epoch and first sequence: the broker stores a batch once by them) - the copy
-    gives that write its offset (txn_fetched.stored_copy). `data`: fetched_data(batches)."""
-    data = np.asarray(fetched_data(batches) if data is None else data)
-    out = np.zeros(batches.num_rows, bool)
-    unanswered = pc.fill_null(pc.and_(pc.equal(batches.column("source_kind"), "produce"),
-                                      pc.is_null(batches.column("response_ts"))), False)
-    if not data.any() or not pc.any(unanswered).as_py():
-        return out
-    cols = ("producer_id", "topic", "partition", "producer_epoch", "base_sequence")
-    u = batches.filter(unanswered)
-    wanted = set(zip(*(u.column(c).to_pylist() for c in cols)))
-    # only the copies of those producers' writes to those sequences are read one by one
-    near = pc.and_(pc.is_in(batches.column("producer_id"), value_set=u.column("producer_id").combine_chunks()),
-                   pc.is_in(batches.column("base_sequence"), value_set=u.column("base_sequence").combine_chunks()))
-    rows = np.flatnonzero(data & np.asarray(pc.fill_null(near, False)))
-    if rows.size:
-        got = zip(*(batches.column(c).take(np_indices(rows)).to_pylist() for c in cols))
-        out[rows[[k in wanted for k in got]]] = True
-    return out
 
 
 def _one(col):

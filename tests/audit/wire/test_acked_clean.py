@@ -202,7 +202,8 @@ def test_input_it_does_not_read_goes_to_the_full_check():
 def test_rows_cut_from_the_whole_selection_certify_as_their_own_table(parts, rnd):
     """certified_rows (a partition's rows cut from the whole selection's columns, the fold's
     prepare) answers as certified does of that partition's own table, and the prepared fold
-    finds what the fold without its prepare finds."""
+    finds what the fold without its prepare finds (its unanswered writes a consumer was served
+    too: stored_unanswered)."""
     from kaudit.audit.folds import Context, key_runs, run_selection
     tables = [t.set_column(t.schema.get_field_index("partition"), "partition",
                            pa.array([i] * t.num_rows, pa.int32())) for i, t in enumerate(parts)]
@@ -232,3 +233,4 @@ def test_rows_cut_from_the_whole_selection_certify_as_their_own_table(parts, rnd
     got = list(run_selection(W.FOLD, list(items), Context()))
     assert got == list(run_selection(plain, list(items), Context()))
     event(f"findings: {bool(got)}")
+    event(f"an unanswered write told stored: {any(f['rule'] == 'produce-outcome' for f in got)}")
