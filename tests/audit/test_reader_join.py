@@ -51,6 +51,14 @@ def test_the_log_knows_the_abort(tmp_path):
     assert run.coverage["join"]["reader_responses"] == 1 and run.coverage["join"]["reader_txnindex_entries"] == 1
 
 
+def test_a_response_around_the_aborted_data_need_not_list_it(tmp_path):
+    """Fetched from offset 3, the response returns the next transaction's records from 5: none of
+    the aborted one's data (a replica whose cleaner discarded it drops its entry, while another
+    replica may still list it), so its omission delivers nothing aborted."""
+    run = _audit(tmp_path, Conn(fetch(1, data(5, 4), lso=8, fetch_offset=3), **CONSUMER))
+    assert run.findings == []
+
+
 def test_a_response_that_lists_the_abort_agrees(tmp_path):
     run = _audit(tmp_path, Conn(fetch(1, data(0, 0) + data(2, 2), lso=4, aborted=[(PID, 0)]), **CONSUMER))
     assert run.findings == []

@@ -92,10 +92,11 @@ def txnindex_mismatch(what: str) -> str:
     the fetched range (UnifiedLog.collectAbortedTransactions): a missing entry makes consumers
     deliver aborted records, an entry over committed records hides them, a last stable offset too
     high stops the search before later segments' entries. On the wire (`kaudit audit`): a
-    read_committed Fetch response whose aborted_transactions differ from the index entries that
-    overlap its records.
+    read_committed Fetch response that returned data of a transaction an index entry lists
+    aborted without listing it, or that lists a transaction the log commits.
     Benign causes: compaction (the cleaner keeps an entry while its transaction has data left,
-    and its first offset may precede the first remaining batch); an entry whose last stable
+    and its first offset may precede the first remaining batch; replicas clean apart, so a
+    response around discarded data may omit an entry another replica still lists); an entry whose last stable
     offset is lower than kaudit computes (harmless: the broker only searches further); after a
     power loss, entries of segments past the recovery point, which log recovery rebuilds."""
     return what

@@ -6,7 +6,7 @@ with what the brokers stored.
   cleaner keeps a transaction's marker while any of its data remains, so the first marker of the
   producer after the batch in that replica is the one that ended it.
 - `txnindex-mismatch` (wire and disk): the response's aborted_transactions against the .txnindex
-  entries of the same partition - an entry overlapping the returned records that the response
+  entries of the same partition - an entry whose transaction's data the response returned but
   does not list, or a listed transaction that the log ends with COMMIT (its committed records
   hidden from the consumer). Only replicas whose log covers the returned offsets are consulted.
 """
@@ -111,6 +111,15 @@ def _aborted(r: dict, got: list[dict], log: _Log) -> list[dict]:
     return out
 
 
+def _returns_data_of(got: list[dict], e: dict) -> bool:
+    """Whether a response returned data of index entry `e`'s transaction: a batch of its producer
+    within its offsets. Replicas clean a compacted partition apart, each dropping an entry once a
+    pass finds none of its (aborted, discarded) data left: a response from a replica that did, of
+    records around the discarded data, rightly omits an entry another replica still lists."""
+    return any(b["producer_id"] == e["producer_id"] and not b["is_control"] and b["base_offset"] <= e["last_offset"]
+               and b["last_offset"] >= e["first_offset"] for b in got)
+
+
 def _index(r: dict, got: list[dict], log: _Log, entries: list[dict], ranges: dict) -> list[dict]:
     lo = r["fetch_offset"] if r["fetch_offset"] is not None else min(b["base_offset"] for b in got)
     hi = max(b["last_offset"] for b in got)
@@ -119,14 +128,13 @@ def _index(r: dict, got: list[dict], log: _Log, entries: list[dict], ranges: dic
     if not covering:
         return []
     listed = set(parse_aborted(r["aborted_transactions"]))
-    pids = {b["producer_id"] for b in got if not b["is_control"]}
     out = []
     seen = set()
     for e in sorted(entries, key=lambda e: (e["first_offset"], e["producer_id"])):
         key = (e["producer_id"], e["first_offset"])
         if e["replica"] not in covering or key in seen or key in listed:
             continue
-        if e["last_offset"] >= lo and e["first_offset"] <= hi and e["producer_id"] in pids:
+        if e["last_offset"] >= lo and e["first_offset"] <= hi and _returns_data_of(got, e):
             seen.add(key)
             out.append(_index_finding(r, e, f"omits producer {e['producer_id']}'s aborted transaction at offsets "
                                       f"{e['first_offset']}-{e['last_offset']}, which the .txnindex of replica "
