@@ -86,6 +86,10 @@ class Partition:
         self.next_offset += n
         self.advance_hw()
         self.ends.append((self.sim.clock, self.next_offset))
+        if getattr(self.sim, "replicate_on_wire", False):
+            from tests.sim.replication import follower_fetches
+
+            follower_fetches(self, off, data)
         return off
 
     def log_end(self, node: int) -> int:

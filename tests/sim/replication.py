@@ -195,6 +195,14 @@ def catch_up(part, node: int, *, wire: bool = False) -> None:
     part.advance_hw()
 
 
+def follower_fetches(part, offset: int, data: bytes) -> None:
+    """Steady replication on the wire (a history's `replicate_on_wire`): each follower fetching
+    now copies the batch the leader just stored at `offset` with one Fetch of its own."""
+    for node in sorted(part.pbs):
+        if node != part.leader and node not in part.behind:
+            _replica_fetch(part, node, offset, data)
+
+
 def _replica_fetch(part, node: int, offset: int, records: bytes) -> None:
     """ReplicaFetcherThread's Fetch to the leader and its answer (the leader's high watermark
     once the follower has it all: the ISR's least log end): v5 on a 3.0 cluster, v18 on 4.1 -

@@ -20,6 +20,7 @@ def feeds_of(history: dict) -> tuple:
 def simulate(history: dict, root) -> tuple[Sim, list[Path], Path, int]:
     sim = Sim(root, broker=history.get("broker", "3.0"), kraft=history.get("kraft", False))
     sim.cap.retransmit_every = history.get("retransmit_every", 0)
+    sim.replicate_on_wire = history.get("replicate_on_wire", False)   # followers' Fetches in the capture
     if history.get("capture") == "no_produce":
         from tests.sim import wire
         sim.cap.hidden = wire.hidden_producers(sim.coord.node)
