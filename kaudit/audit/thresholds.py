@@ -10,6 +10,9 @@ from __future__ import annotations
 # timeout is not in the evidence.
 DEFAULT_MAX_TIMEOUT_MS = 900_000
 DEFAULT_TIMEOUT_S = DEFAULT_MAX_TIMEOUT_MS / 1000.0
+# transaction.timeout.ms (producer): how long a client's transaction may stay open when its
+# InitProducerId is not in the evidence.
+CLIENT_TIMEOUT_MS = 60_000
 # KIP-939 two-phase commit: the coordinator never times such a transaction out.
 NO_TIMEOUT_MS = 2**31 - 1
 # request.timeout.ms (clients' default): a request without an answer this long is unanswered.

@@ -8,7 +8,8 @@ from __future__ import annotations
 from kaudit.audit.registry import evidence, finding, fold_rules
 from kaudit.audit.txn.txn_model import Part, ProducerTxns, Range, Transaction, group
 from kaudit.audit.txn.txn_rules import ABORT_HINT, two_phase_commit
-from kaudit.timefmt import iso_ms
+from kaudit.audit.thresholds import CLIENT_TIMEOUT_MS
+from kaudit.timefmt import duration, iso_ms
 from kaudit.ranges import offsets as offset_span
 
 TIMELINE = 16   # lines of the producer's story a wire finding carries
@@ -253,9 +254,31 @@ class _Say:
             # evidence was taken, what the rule's invariant allows - told at info
             return self.part("dangling-transaction", part, f"{text} (still open at the coordinator, within its "
                              "timeout: in progress when the evidence was taken)", details, severity="info")
+        if not self.pt.coordinator_known:
+            young = self._in_progress(part)
+            if young is not None:
+                # the coordinator's view is not in the evidence, and its age is within its timeout
+                return self.part("dangling-transaction", part, f"{text} ({young}: a transaction in progress when "
+                                 "the evidence ends, as far as it shows; the coordinator's view of it is not in the "
+                                 "evidence)", details, severity="info")
         why = ("still open at the coordinator" if self.pt.coordinator_known else
                "within the transaction timeout; the coordinator's view of it is not in the evidence")
         return self.part("dangling-transaction", part, f"{text} ({why})", details)
+
+    def _in_progress(self, part: Part) -> str | None:
+        """How long an open part had been open at the reference time, where that is within the
+        producer's transaction timeout (its InitProducerId's, else the client default's); None
+        otherwise, or where the times are not known."""
+        ref, start = self.pt.reference_ms, part.first_ts
+        if ref is None or start is None:
+            return None
+        t = part.coord
+        timeout = (t.timeout_ms if t is not None else None) or self.pt.view.timeout_ms
+        limit = timeout or CLIENT_TIMEOUT_MS
+        if ref - start > limit:
+            return None
+        whose = "the producer's" if timeout else "the clients' default"
+        return f"open for {duration(ref - start)}, within {whose} transaction timeout of {duration(limit)}"
 
     def _undecided_aborts(self, part: Part) -> list[str]:
         """Wire: the other partitions of the part's transaction ended by an ABORT at its data's

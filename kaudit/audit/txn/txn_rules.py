@@ -145,7 +145,10 @@ def dangling_transaction(part: Part, pt: ProducerTxns) -> bool:
     part whose coordinator decided its transaction while its markers may still be on their way
     at the end of the evidence (`markers_in_flight`); nor one whose marker may be in bytes the
     capture lost after its data on the connections to its leader (`marker_unproven`: a capture
-    that lost bytes proves no absence)."""
+    that lost bytes proves no absence). Severity: info where the coordinator lists it open within
+    its timeout, or - its view not in the evidence - where the part is no older than its
+    producer's transaction timeout at the end of the evidence (its InitProducerId's, else the
+    clients' default of 1 minute: a capture that ends mid-transaction); else a warning."""
     if part.marker is not None or not part.data or unconfirmed(part, pt) \
             or markers_in_flight(part.coord, pt.reference_ms) or pt.coverage.marker_unproven(part):
         return False

@@ -47,6 +47,20 @@ def test_open_transaction_within_timeout_is_dangling(tmp_path):
     assert details(f)["reasons"] == []
 
 
+def test_open_data_without_the_coordinators_view_is_told_by_its_age(tmp_path):
+    """A capture of the leader only (no InitProducerId, no AddPartitionsToTxn): an open
+    transaction's data at its end is in progress within the clients' default transaction timeout
+    (1 minute: info), unexplained past it (warning), hanging past transaction.max.timeout.ms."""
+    data = Conn(send(3, batch(PID, 0, 0, 3, transactional=True), partition=2, offset=10, txn_id="tx-wire"))
+    for k, (after_s, want) in enumerate(((5, ("dangling-transaction", "info")),
+                                         (300, ("dangling-transaction", "warning")),
+                                         (1200, ("hanging-transaction", "critical")))):
+        (f,) = _txn(audit(tmp_path, data, now_ms=T0_MS + after_s * 1000, name=f"d{k}.pcap"))
+        assert (f["rule"], f["severity"]) == want, after_s
+        if after_s == 5:
+            assert "within the clients' default transaction timeout of 1 min" in f["message"]
+
+
 def test_open_transaction_committed_is_clean(tmp_path):
     fs = audit(tmp_path, Conn(_open_txn() + end_txn(4, PID, 0)), now_ms=T0_MS + 120_000)
     assert _txn(fs) == []
