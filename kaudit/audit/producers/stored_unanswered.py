@@ -2,7 +2,7 @@
 (wire-acked's; audit/fetched_copies.py): told as its produce-outcome, which settles the request's
 unanswered-request (stories.incidents.settle_unanswered) - a fact of the crash or the reconnect,
 not a suspicion - and proves stored a first send that a new producer session re-sent
-(duplicate-records: stories.incidents.settle_resends).
+(duplicate-records, raised by the same settling).
 
 Only a consumer's Fetch counts (replica id -1): a consumer reads below the high watermark, so the
 batch it was served was committed; a follower's Fetch reads the leader's uncommitted tail, which a
