@@ -95,15 +95,15 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
     resolved: dict = {}
     for f in findings:
         if f["rule"] in ("retried-batch", "produce-outcome"):
-            out = details_of(f).get("outcome")
+            d = details_of(f)
+            out = d.get("outcome")
             if out in SETTLED or (f["rule"] == "produce-outcome" and out == "stored twice"):
+                how = ("its retry was" if f["rule"] == "retried-batch" else
+                       "the log shows its records (re-sent under another batch header)"
+                       if d.get("resent_at") and out == "stored once" else
+                       FETCH_SHOWS if d.get("fetched_at") is not None else "the log shows it")
                 for e in f.get("evidence") or ():
                     if e.get("position") is not None:
-                        d = details_of(f)
-                        how = ("its retry was" if f["rule"] == "retried-batch" else
-                               "the log shows its records (re-sent under another batch header)"
-                               if d.get("resent_at") and out == "stored once" else
-                               FETCH_SHOWS if d.get("fetched_at") is not None else "the log shows it")
                         resolved.setdefault((_tail(e.get("source")), e["position"]), (how, out))
     if not resolved:
         return findings
