@@ -24,7 +24,7 @@ KIND = "stored_unanswered"   # wire-acked's prepared rows: an unanswered write w
 WRITE = ("source", "connection", "position", "request_ts", "topic", "topic_id", "partition", "correlation_id",
          "client_id", "producer_id", "producer_epoch", "base_sequence", "last_sequence", "record_count")
 COPY = ("source", "connection", "position", "response_ts", "client_id", "base_offset", "record_count")
-RESPONSE = ("source", "connection", "position", "topic", "partition")
+EXCHANGE = ("source", "connection", "position")   # a Fetch response: its request's replica id is for all its rows
 
 
 def unanswered(t: pa.Table):
@@ -76,14 +76,14 @@ def _times(b: pa.Table, col: str, rows: np.ndarray) -> np.ndarray:
 
 
 def _consumers(b: pa.Table, copies: np.ndarray, responses: list[pa.Table]) -> np.ndarray:
-    """Which of the copies a consumer's Fetch served (its response's partition row: replica id -1)."""
+    """Which of the copies a consumer's Fetch served (its response's partition rows: replica id -1)."""
     ours = set()
     for t in responses:
         ids = t.column("replica_id").to_pylist()
-        for k, rid in zip(zip(*(t.column(c).to_pylist() for c in RESPONSE)), ids):
+        for k, rid in zip(zip(*(t.column(c).to_pylist() for c in EXCHANGE)), ids):
             if rid is not None and rid < 0:
                 ours.add(k)
-    got = zip(*(b.column(c).take(np_indices(copies)).to_pylist() for c in RESPONSE))
+    got = zip(*(b.column(c).take(np_indices(copies)).to_pylist() for c in EXCHANGE))
     return np.array([k in ours for k in got], dtype=bool)
 
 
