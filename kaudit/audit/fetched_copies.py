@@ -25,13 +25,6 @@ def fetched_data(t: pa.Table):
                                 pc.invert(pc.fill_null(t.column("is_control"), False))), False)
 
 
-def idempotent_copies(t: pa.Table):
-    """fetched_data's rows of an idempotent producer (producer id and first sequence 0 or more):
-    those that can copy a write by its identity."""
-    known = pc.and_(pc.greater_equal(t.column("producer_id"), 0), pc.greater_equal(t.column("base_sequence"), 0))
-    return pc.and_(fetched_data(t), pc.fill_null(known, False))
-
-
 def unanswered_writes(t: pa.Table):
     """The rows of a batch table that are Produce batches the capture holds no answer to."""
     return pc.fill_null(pc.and_(pc.equal(t.column("source_kind"), "produce"),
@@ -69,6 +62,49 @@ def copy_pairs(batches: pa.Table, data=None, unanswered=None) -> tuple[np.ndarra
                 writes.append(w)
                 copies.append(r)
     return np.array(writes, np.int64), np.array(copies, np.int64)
+
+
+SAME_BYTES = ("topic", "partition", "crc", "record_count", "batch_size")   # a batch without a producer id
+
+
+def anonymous_pairs(batches: pa.Table, unanswered) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(write rows, copy rows, acknowledged offsets): each fetched data batch without a producer id paired with the
+    unanswered Produce (in `unanswered`) of the same bytes (SAME_BYTES: the CRC covers the
+    attributes, timestamps and records; a stored batch keeps them), where no acknowledged write
+    of those bytes was answered at the copy's offset (there it may be that write's own copy: a
+    retry), and the offset an acknowledged write of those bytes was given (-1: none). Without
+    idempotence the broker stores every attempt anew."""
+    none = np.zeros(0, np.int64)
+    pid = pc.fill_null(batches.column("producer_id"), -1)
+    anon = np.asarray(pc.less(pid, 0))
+    writes = np.flatnonzero(np.asarray(unanswered) & anon)
+    if not writes.size:
+        return none, none, none
+    data = np.asarray(fetched_data(batches)) & anon
+    answered = np.asarray(pc.fill_null(pc.and_(pc.equal(batches.column("source_kind"), "produce"),
+                                                 pc.equal(batches.column("response_error"), 0)), False)) & anon
+    key = lambda rows: zip(*(batches.column(c).take(np_indices(rows)).to_pylist() for c in SAME_BYTES))  # noqa: E731
+    wanted: dict = {}
+    for i, k in zip(writes.tolist(), key(writes)):
+        if k[2] is not None:
+            wanted.setdefault(k, i)
+    # only the rows of those CRCs are read one by one
+    near = np.asarray(pc.fill_null(pc.is_in(batches.column("crc"), value_set=pa.array(sorted({k[2] for k in wanted}),
+                                                                                     batches.column("crc").type)), False))
+    acked = np.flatnonzero(answered & near)
+    taken: dict = {}
+    for k, off in zip(key(acked), batches.column("response_base_offset").take(np_indices(acked)).to_pylist()):
+        if off is not None and off >= 0:
+            taken.setdefault(k, set()).add(off)
+    rows = np.flatnonzero(data & near)
+    out = []
+    for r, k, off in zip(rows.tolist(), key(rows), batches.column("base_offset").take(np_indices(rows)).to_pylist()):
+        w = wanted.get(k)
+        if w is not None and off not in taken.get(k, ()):
+            out.append((w, r, min(taken.get(k, ()), default=-1)))
+    if not out:
+        return none, none, none
+    return tuple(np.array(x, np.int64) for x in zip(*out))
 
 
 def useful_copies(batches: pa.Table, data=None) -> np.ndarray:

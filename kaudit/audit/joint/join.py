@@ -52,7 +52,10 @@ def produce_outcome(stored_offsets: list[int]) -> str:
     On a capture alone (wire-acked, stored_unanswered): an idempotent producer's Produce without
     an answer whose batch a consumer's Fetch answered after the send served - same producer id,
     partition, epoch, first sequence and record count - is stored once (the broker stores a
-    producer session's batch once; a consumer reads only committed offsets).
+    producer session's batch once; a consumer reads only committed offsets); a Produce without a
+    producer id whose bytes (CRC, size, record count) any Fetch served at an offset no write of
+    those bytes was acknowledged at is stored there - twice where a retry of those bytes was
+    acknowledged elsewhere (duplicate-records).
     Benign causes: 'never stored' when the request never reached the leader (the client
     retries), when retention or compaction removed it, or when the log dirs given are not all the
     partition's replicas; the same values sent again by the application within minutes of a

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kaudit.audit.folds import Settler, concat_by_kind, np_col, np_mask
-from kaudit.audit.fetched_copies import IDENTITY, idempotent_copies
+from kaudit.audit.fetched_copies import IDENTITY, SAME_BYTES, fetched_data
 from kaudit.audit.producers import acked_writes as A
 from kaudit.audit.producers import stored_unanswered
 
@@ -212,7 +212,7 @@ def _keep_batches(t: pa.Table, ranges: _Ranges, settled: set) -> tuple[pa.Table,
     """(The batch rows that can still matter: the Produce rows, the COMMIT markers, and the fetched
     batches overlapping an acknowledged write of their topic partition that are not exact copies
     of a settled write (outside offsets acknowledged twice, where they stay); the fetched data
-    batches of idempotent producers overlapping none: _Waiting's)."""
+    batches overlapping none: _Waiting's)."""
     keep = pc.equal(t.column("source_kind"), "produce").to_numpy(zero_copy_only=False)
     keep = keep | pc.fill_null(pc.equal(t.column("control_type"), "COMMIT"), False).to_numpy(zero_copy_only=False)
     fetched = np.flatnonzero(~keep)
@@ -238,12 +238,12 @@ def _keep_batches(t: pa.Table, ranges: _Ranges, settled: set) -> tuple[pa.Table,
             m &= ~(copies[sel] & ~A.overlap_mask(lo[sel], hi[sel], *ranges.twice(topic, p)))
         near[sel] = m
     keep |= near
-    alone &= np.asarray(idempotent_copies(t))
+    alone &= np.asarray(fetched_data(t))
     return (t if keep.all() else t.filter(np_mask(keep))), t.filter(np_mask(alone))
 
 
 class _Waiting:
-    """The fetched data batches of idempotent producers that copy no acknowledged write, with
+    """The fetched data batches that copy no acknowledged write, with
     their responses' partition rows: a copy of a Produce the capture holds no answer to
     (stored_unanswered), whose row comes only once its connection ends. Kept COPY_WAIT_S of
     capture time (at most MAX_ROWS: the oldest go first); those of an unanswered write seen go
@@ -260,7 +260,7 @@ class _Waiting:
     def note(self, t: pa.Table) -> None:
         u = t.filter(stored_unanswered.where(t))
         if u.num_rows:
-            self.unanswered.update(zip(*(u.column(c).to_pylist() for c in IDENTITY)))
+            self.unanswered.update(_keys(u))
 
     def add(self, alone: list, responses: pa.Table | None) -> None:
         b = [t for t in alone if t.num_rows]
@@ -279,8 +279,8 @@ class _Waiting:
         None: the last time (nothing waits any more)."""
         out, left = [], []
         for latest, b, resp in self.parts:
-            hit = np.fromiter((k in self.unanswered for k in zip(*(b.column(c).to_pylist() for c in IDENTITY))),
-                              bool, b.num_rows) if self.unanswered else np.zeros(b.num_rows, bool)
+            hit = np.fromiter((k in self.unanswered for k in _keys(b)), bool, b.num_rows) \
+                if self.unanswered else np.zeros(b.num_rows, bool)
             if hit.any():
                 got = b.filter(np_mask(hit))
                 out.append(("batch", got))
@@ -292,6 +292,13 @@ class _Waiting:
                 left.append((latest, b, resp))
         self.parts = left
         return [(k, t) for k, t in out if t.num_rows]
+
+
+def _keys(t: pa.Table) -> list[tuple]:
+    """What pairs a copy with its write (fetched_copies): an idempotent batch's identity, else its bytes."""
+    ident = zip(*(t.column(c).to_pylist() for c in IDENTITY))
+    same = zip(*(t.column(c).to_pylist() for c in SAME_BYTES))
+    return [("id",) + i if i[0] is not None and i[0] >= 0 else ("bytes",) + b for i, b in zip(ident, same)]
 
 
 def _copies(t: pa.Table, rows: np.ndarray, settled: set) -> np.ndarray:

@@ -78,8 +78,7 @@ def is_coverage(f: dict) -> bool:
     return f["rule"] in ("truncated-tail", "unanswered-request") and f["severity"] == "info"
 
 
-SETTLED = frozenset({"deduplicated", "stored once"})
-FETCH_SHOWS = "a consumer's Fetch shows it"
+SETTLED = frozenset({"deduplicated", "stored once", "stored"})
 
 
 def settle_unanswered(findings: list[dict]) -> list[dict]:
@@ -98,23 +97,26 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
             d = details_of(f)
             out = d.get("outcome")
             if out in SETTLED or (f["rule"] == "produce-outcome" and out == "stored twice"):
+                fetched = d.get("fetched_at") is not None   # stored_unanswered's: a Fetch served it
                 how = ("its retry was" if f["rule"] == "retried-batch" else
                        "the log shows its records (re-sent under another batch header)"
                        if d.get("resent_at") and out == "stored once" else
-                       FETCH_SHOWS if d.get("fetched_at") is not None else "the log shows it")
+                       ("a consumer's Fetch shows it" if f.get("producer_id") is not None else "a Fetch shows it")
+                       if fetched else "the log shows it")
                 for e in f.get("evidence") or ():
                     if e.get("position") is not None:
-                        resolved.setdefault((_tail(e.get("source")), e["position"]), (how, out))
+                        resolved.setdefault((_tail(e.get("source")), e["position"]), (how, out, fetched))
     if not resolved:
         return findings
     _stored_resends(findings, resolved)
+    _stored_retries(findings, resolved)
     for f in findings:
         if f["rule"] != "unanswered-request" or f["severity"] != "warning" or details_of(f).get("api") != "Produce":
             continue
         got = next((resolved[k] for e in f.get("evidence") or ()
                     if (k := (_tail(e.get("source")), e.get("position"))) in resolved), None)
         if got is not None:
-            how, out = got
+            how, out, _ = got
             f["severity"] = "info"
             f["message"] += f"; resolved: {how} {out} - nothing lost" + (
                 ", but duplicated (see the duplicate findings)" if out == "stored twice" else "")
@@ -131,11 +133,30 @@ def _stored_resends(findings: list[dict], resolved: dict) -> None:
             continue
         ev = f.get("evidence") or ()
         got = [resolved.get((_tail(e.get("source")), e.get("position"))) for e in ev[1:]]   # [0]: the re-send
-        if not any(g is not None and g[0] == FETCH_SHOWS for g in got):
+        if not any(g is not None and g[2] for g in got):
             continue
         f["severity"] = "error"
         f["message"] += ("; resolved: a consumer's Fetch shows the first send stored too (see its "
                          "produce-outcome): consumers process these records twice")
+        d["outcome"] = "stored twice"
+        f["details"] = json.dumps(d, sort_keys=True) if isinstance(f.get("details"), str) else d
+
+
+def _stored_retries(findings: list[dict], resolved: dict) -> None:
+    """settle_unanswered's answer to a non-idempotent retry whose earlier attempt got no answer
+    (retried-batch at warning, outcome unknown): a Fetch that served that attempt's bytes at
+    another offset shows it stored twice (stored_unanswered tells the duplicate)."""
+    for f in findings:
+        if f["rule"] != "retried-batch" or f["severity"] != "warning":
+            continue
+        d = details_of(f)
+        if d.get("outcome") != "unknown":
+            continue
+        got = [resolved.get((_tail(e.get("source")), e.get("position"))) for e in f.get("evidence") or ()]
+        if not any(g is not None and g[2] and g[1] == "stored twice" for g in got):
+            continue
+        f["severity"] = "info"
+        f["message"] += "; resolved: a Fetch shows the attempt without an answer stored too: stored twice (see duplicate-records)"
         d["outcome"] = "stored twice"
         f["details"] = json.dumps(d, sort_keys=True) if isinstance(f.get("details"), str) else d
 

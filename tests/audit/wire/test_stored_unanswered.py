@@ -14,7 +14,7 @@ from tests.audit.wire.wirecraft import TOPIC, audit, by_rule, details, send
 from tests.protocol.wire.wirebytes import array, frame, i8, i16, i32, i64, nbytes, request_header, response_header, string
 from tests.sources.pcap.craft import Conn
 
-RULES = ("unanswered-request", "produce-outcome", "duplicate-records")
+RULES = ("unanswered-request", "produce-outcome", "duplicate-records", "retried-batch")
 
 
 @pytest.fixture(autouse=True, params=["certified", "uncertified"])
@@ -117,3 +117,37 @@ def test_the_joins_outcome_of_the_same_send_replaces_the_captures():
     wire = [outcome(3, True), outcome(4, True)]
     kept = settle_wire(wire, [outcome(3, False)])
     assert [f["message"] for f in kept] == ["send 4"]
+
+
+def test_a_non_idempotent_retry_whose_first_attempt_a_follower_fetched_is_stored_twice(tmp_path):
+    """No producer id: the first attempt got no answer (its connection closed), the retry was
+    acknowledged at 8; the followers fetched the same bytes at 5 and at 8 - the broker stored
+    both attempts (it cannot deduplicate without idempotence): a duplicate consumers process
+    twice, where the capture alone could only say it might be."""
+    first = Conn(send(1, wc.batch(-1, -1, 0), error=None), **P1)
+    retry = Conn(send(1, wc.batch(-1, -1, 0), offset=8), **P2)
+    both = Conn(follower_fetch(1, at(5, -1, -1, 0) + at(8, -1, -1, 0), hw=11), **READER)
+    fs, brief = _run(tmp_path, [first, retry, both])
+    assert brief == [("duplicate-records", "error"), ("produce-outcome", "warning"), ("retried-batch", "info"),
+                     ("unanswered-request", "info")]
+    dup = by_rule(fs, "duplicate-records")[0]
+    assert (dup["first_offset"], details(dup)["original_first_offset"]) == (8, 5)
+    assert "stored at offset 5" in dup["message"] and "acknowledged again at 8" in dup["message"]
+    assert details(by_rule(fs, "retried-batch")[0])["outcome"] == "stored twice"
+    assert "resolved: a Fetch shows it stored twice - nothing lost, but duplicated" in \
+        by_rule(fs, "unanswered-request")[0]["message"]
+    # the followers fetched the retry's copy only: whether the first attempt was stored the
+    # capture cannot tell
+    one = Conn(follower_fetch(1, at(8, -1, -1, 0), hw=11), **READER)
+    fs, brief = _run(tmp_path, [first, retry, one])
+    assert brief == [("retried-batch", "warning"), ("unanswered-request", "warning")]
+
+
+def test_a_non_idempotent_send_without_an_answer_a_fetch_served_lost_nothing(tmp_path):
+    reader = Conn(fetch(1, at(5, -1, -1, 0), hw=8, fetch_offset=5), **READER)
+    fs, brief = _run(tmp_path, [Conn(send(1, wc.batch(-1, -1, 0), error=None), **P1), reader])
+    assert brief == [("produce-outcome", "info"), ("unanswered-request", "info")]
+    assert details(by_rule(fs, "produce-outcome")[0])["outcome"] == "stored"
+    other = Conn(fetch(1, at(5, -1, -1, 0, tag="other"), hw=8, fetch_offset=5), **READER)   # other bytes
+    fs, brief = _run(tmp_path, [Conn(send(1, wc.batch(-1, -1, 0), error=None), **P1), other])
+    assert brief == [("unanswered-request", "warning")]
