@@ -68,12 +68,12 @@ SAME_BYTES = ("topic", "partition", "crc", "record_count", "batch_size")   # a b
 
 
 def anonymous_pairs(batches: pa.Table, unanswered) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(write rows, copy rows, acknowledged offsets): each fetched data batch without a producer id paired with the
-    unanswered Produce (in `unanswered`) of the same bytes (SAME_BYTES: the CRC covers the
-    attributes, timestamps and records; a stored batch keeps them), where no acknowledged write
-    of those bytes was answered at the copy's offset (there it may be that write's own copy: a
-    retry), and the offset an acknowledged write of those bytes was given (-1: none). Without
-    idempotence the broker stores every attempt anew."""
+    """(write rows, copy rows, acknowledged offsets): each fetched data batch without a producer
+    id paired with the unanswered Produce (in `unanswered`) of the same bytes (SAME_BYTES: the
+    CRC covers the attributes, timestamps and records; a stored batch keeps them), where no
+    acknowledged write of those bytes was answered at the copy's offset (there it may be that
+    write's own copy: a retry), and the offset an acknowledged write of those bytes was given
+    (-1: none). Without idempotence the broker stores every attempt anew."""
     none = np.zeros(0, np.int64)
     pid = pc.fill_null(batches.column("producer_id"), -1)
     anon = np.asarray(pc.less(pid, 0))
