@@ -99,7 +99,10 @@ def _full(t: pa.Table) -> list[dict]:
 @settings(max_examples=80, deadline=None)
 @given(partitions())
 def test_a_certified_partition_has_no_finding(t):
-    ok, found = C.certified(t), _full(t)
+    """Of the rules it certifies (a write lost): an unanswered write a Fetch served is told apart
+    from the certificate (stored_unanswered)."""
+    ok = C.certified(t)
+    found = [f for f in _full(t) if f["rule"] in ("offset-acknowledged-twice", "acknowledged-records-replaced")]
     event(f"certified: {ok}, findings: {bool(found)}")
     assert not (ok and found)
 
