@@ -108,8 +108,7 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
                         resolved.setdefault((_tail(e.get("source")), e["position"]), (how, out, fetched))
     if not resolved:
         return findings
-    _stored_resends(findings, resolved)
-    _stored_retries(findings, resolved)
+    _settle_by_fetch(findings, resolved)
     for f in findings:
         if f["rule"] != "unanswered-request" or f["severity"] != "warning" or details_of(f).get("api") != "Produce":
             continue
@@ -123,40 +122,35 @@ def settle_unanswered(findings: list[dict]) -> list[dict]:
     return findings
 
 
-def _stored_resends(findings: list[dict], resolved: dict) -> None:
-    """settle_unanswered's raise of the re-sends whose first send a consumer's Fetch showed stored."""
+# the capture's suspicions a Fetch that served an unanswered write settles (stored_unanswered):
+# rule -> (the evidence after this many items names the write, the outcomes that settle it or
+# None any, its new severity, what its message adds)
+_FETCH_SETTLES = {
+    # a new producer session's re-send of a first send (evidence [0]: the re-send) shown stored
+    "duplicate-records": (1, None, "error", "; resolved: a consumer's Fetch shows the first send stored too (see "
+                          "its produce-outcome): consumers process these records twice"),
+    # a non-idempotent retry whose attempt without an answer a Fetch shows stored elsewhere too
+    "retried-batch": (0, ("stored twice",), "info", "; resolved: a Fetch shows the attempt without an answer "
+                      "stored too: stored twice (see duplicate-records)"),
+}
+
+
+def _settle_by_fetch(findings: list[dict], resolved: dict) -> None:
+    """settle_unanswered's answer to the suspicions (outcome unknown, at warning) of _FETCH_SETTLES
+    whose write a Fetch showed stored: both copies are stored."""
     for f in findings:
-        if f["rule"] != "duplicate-records" or f["severity"] != "warning":
+        how = _FETCH_SETTLES.get(f["rule"])
+        if how is None or f["severity"] != "warning":
             continue
+        skip, outcomes, severity, note = how
         d = details_of(f)
         if d.get("outcome") != "unknown":
             continue
-        ev = f.get("evidence") or ()
-        got = [resolved.get((_tail(e.get("source")), e.get("position"))) for e in ev[1:]]   # [0]: the re-send
-        if not any(g is not None and g[2] for g in got):
+        got = (resolved.get((_tail(e.get("source")), e.get("position"))) for e in (f.get("evidence") or ())[skip:])
+        if not any(g is not None and g[2] and (outcomes is None or g[1] in outcomes) for g in got):
             continue
-        f["severity"] = "error"
-        f["message"] += ("; resolved: a consumer's Fetch shows the first send stored too (see its "
-                         "produce-outcome): consumers process these records twice")
-        d["outcome"] = "stored twice"
-        f["details"] = json.dumps(d, sort_keys=True) if isinstance(f.get("details"), str) else d
-
-
-def _stored_retries(findings: list[dict], resolved: dict) -> None:
-    """settle_unanswered's answer to a non-idempotent retry whose earlier attempt got no answer
-    (retried-batch at warning, outcome unknown): a Fetch that served that attempt's bytes at
-    another offset shows it stored twice (stored_unanswered tells the duplicate)."""
-    for f in findings:
-        if f["rule"] != "retried-batch" or f["severity"] != "warning":
-            continue
-        d = details_of(f)
-        if d.get("outcome") != "unknown":
-            continue
-        got = [resolved.get((_tail(e.get("source")), e.get("position"))) for e in f.get("evidence") or ()]
-        if not any(g is not None and g[2] and g[1] == "stored twice" for g in got):
-            continue
-        f["severity"] = "info"
-        f["message"] += "; resolved: a Fetch shows the attempt without an answer stored too: stored twice (see duplicate-records)"
+        f["severity"] = severity
+        f["message"] += note
         d["outcome"] = "stored twice"
         f["details"] = json.dumps(d, sort_keys=True) if isinstance(f.get("details"), str) else d
 
