@@ -3,9 +3,4 @@ stays green and an XPASS shows the day one is fixed. Each reason says which feed
 measured with the simulator; the shrunk example of each is under tests/sim/regressions/.
 Remove an entry once its kind passes (check with KAUDIT_SIM_EXAMPLES=30 first)."""
 
-KNOWN_FAILING: dict[str, str] = {
-    # not a kind of strategies.KINDS: the shrunk mix of regressions/mix-group-die-compacted-redelivery.json
-    "mix:group:die+compacted_input": "pcap and audit: consumer-redelivery (warning) of an offset of a compacted "
-                                     "topic served to the member that died past its last Fetch offset, which the "
-                                     "simulator's consumer did not process (found at seed 3030, 2026-11-28)",
-}
+KNOWN_FAILING: dict[str, str] = {}

@@ -22,7 +22,7 @@ FETCH_COLUMNS = ("source", "connection", "position", "request_ts", "response_ts"
                  "last_stable_offset", "log_start_offset", "aborted_transactions")
 BATCH_COLUMNS = ("source_kind", "source", "connection", "position", "topic", "topic_id", "partition", "base_offset",
                  "last_offset", "producer_id", "producer_epoch", "is_transactional", "is_control",
-                 "control_type")
+                 "control_type", "record_count")
 TXN_COLUMNS = ("source", "position", "ts", "event", "producer_id", "producer_epoch", "partitions", "result",
                "error_codes")
 # FindCoordinator requests for a group: the clients that are group members (Timelines.seekers)
@@ -34,7 +34,8 @@ ANSWER_COLUMNS = ("source", "connection", "position", "brokers")
 
 RESPONSE = ["connection", "position", "topic", "partition"]
 INT64_MAX = np.iinfo(np.int64).max
-REPLAYED = RESPONSE + ["base_offset", "last_offset", "producer_id", "is_transactional", "is_control", "control_type"]
+REPLAYED = RESPONSE + ["base_offset", "last_offset", "producer_id", "is_transactional", "is_control", "control_type",
+                       "record_count"]
 
 
 def _named(t: pa.Table) -> pa.Table:
@@ -47,6 +48,13 @@ def _flag(t: pa.Table, name: str):
     return pc.fill_null(t.column(name), False)
 
 
+def _no_data(t: pa.Table):
+    """Batches that deliver no record: control batches, and batches compaction emptied (count
+    0: the cleaner keeps a producer's last batch for its state, LogCleaner's retained empty
+    batch) - their offsets hold nothing a consumer is returned."""
+    return pc.or_(_flag(t, "is_control"), pc.fill_null(pc.equal(t.column("record_count"), 0), False))
+
+
 def _response_ranges(fetch: pa.Table, batches: pa.Table) -> dict[str, tuple]:
     """Per fetch row (by its response and partition): the lowest base offset and highest last
     offset of its batches (lo, hi), and of its data batches (lo_data, hi_data), as (values, mask).
@@ -57,11 +65,11 @@ def _response_ranges(fetch: pa.Table, batches: pa.Table) -> dict[str, tuple]:
     if keys is None:
         return _response_ranges_joined(fetch, batches)
     fkey, fvalid, bkey, bvalid = keys
-    control = _flag(batches, "is_control").to_numpy(zero_copy_only=False)
+    no_data = _no_data(batches).to_numpy(zero_copy_only=False)
     base, has_base = int_values(batches.column("base_offset"))
     last, has_last = int_values(batches.column("last_offset"))
     values = {"lo": (base, has_base, np.minimum), "hi": (last, has_last, np.maximum),
-              "lo_data": (base, has_base & ~control, np.minimum), "hi_data": (last, has_last & ~control, np.maximum)}
+              "lo_data": (base, has_base & ~no_data, np.minimum), "hi_data": (last, has_last & ~no_data, np.maximum)}
     n = fetch.num_rows
     out = {name: (np.zeros(n, np.int64), np.zeros(n, bool)) for name in values}
     rows = np.flatnonzero(bvalid)
@@ -114,8 +122,9 @@ def _response_keys(fetch: pa.Table, batches: pa.Table):
 
 def _response_ranges_joined(fetch: pa.Table, batches: pa.Table) -> dict[str, tuple]:
     """_response_ranges by Arrow's group_by and join (the reference)."""
-    data_base = pc.if_else(_flag(batches, "is_control"), pa.scalar(None, pa.int64()), batches.column("base_offset"))
-    data_last = pc.if_else(_flag(batches, "is_control"), pa.scalar(None, pa.int64()), batches.column("last_offset"))
+    empty = _no_data(batches)
+    data_base = pc.if_else(empty, pa.scalar(None, pa.int64()), batches.column("base_offset"))
+    data_last = pc.if_else(empty, pa.scalar(None, pa.int64()), batches.column("last_offset"))
     b = batches.select(RESPONSE + ["base_offset", "last_offset"]).append_column("data_base", data_base) \
         .append_column("data_last", data_last)
     agg = b.group_by(RESPONSE).aggregate([("base_offset", "min"), ("last_offset", "max"), ("data_base", "min"),
@@ -228,7 +237,8 @@ def _delivered(first: int, batches: list[dict], aborted: str) -> tuple | None:
             if b["control_type"] == "ABORT":
                 aborting.discard(b["producer_id"])
             continue
-        if (b["is_transactional"] and b["producer_id"] in aborting) or b["last_offset"] < first:
+        if (b["is_transactional"] and b["producer_id"] in aborting) or b["last_offset"] < first \
+                or b.get("record_count") == 0:
             continue
         kept.append((b["base_offset"], b["last_offset"]))
     if not kept:

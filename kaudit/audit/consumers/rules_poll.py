@@ -270,7 +270,8 @@ def check_uncommitted_read(tl: Timelines) -> list[dict]:
     seen, out = set(), []
     for b in rows.to_pylist():
         k = (b["connection"], b["position"], (tl.names.get(b["topic"], b["topic"]), b["partition"]))
-        if k not in ru or not b.get("is_transactional") or b.get("is_control"):
+        # a batch compaction emptied (count 0) holds no record to read
+        if k not in ru or not b.get("is_transactional") or b.get("is_control") or b.get("record_count") == 0:
             continue
         ms = markers.get((b["topic"], b["partition"], b["producer_id"]), ())
         # the lowest (offset, type) past the batch's last offset

@@ -29,7 +29,8 @@ def delivered(batches: list[dict], aborted: list[tuple[int, int]]) -> list[dict]
     """The transactional data batches of one read_committed response (its transactional and
     control batches, any order) the consumer delivers: Kafka's CompletedFetch (a producer enters
     the aborted set once a batch reaches its first offset, leaves it at its ABORT marker; a
-    transactional batch of a producer in the set is skipped), as librdkafka does too."""
+    transactional batch of a producer in the set is skipped), as librdkafka does too. A batch
+    the cleaner emptied (count 0, kept for its producer's state) delivers no record."""
     entries = list(aborted)
     active: set[int] = set()
     out = []
@@ -41,7 +42,7 @@ def delivered(batches: list[dict], aborted: list[tuple[int, int]]) -> list[dict]
             if b["control_type"] == "ABORT":
                 active.discard(pid)
             continue
-        if b["is_transactional"] and pid not in active:
+        if b["is_transactional"] and pid not in active and b.get("record_count") != 0:
             out.append(b)
     return out
 

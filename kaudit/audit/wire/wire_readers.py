@@ -36,7 +36,8 @@ FETCH_COLUMNS = ("source", "connection", "position", "response_ts", "topic", "to
                  "last_stable_offset", "aborted_transactions", "client_id", "correlation_id")
 BATCH_COLUMNS = ("source_kind", "source", "connection", "position", "request_ts", "response_ts", "topic",
                  "topic_id", "partition", "base_offset", "last_offset", "producer_id", "producer_epoch",
-                 "base_sequence", "is_transactional", "is_control", "control_type", "response_error")
+                 "base_sequence", "is_transactional", "is_control", "control_type", "response_error",
+                 "record_count")
 MARKER_COLUMNS = ("source", "connection", "position", "ts", "event", "producer_id", "producer_epoch",
                   "partitions", "result", "error_codes")
 MARKER_REQUEST = "marker_request"   # WriteTxnMarkers, one row per partition (prepare)

@@ -86,10 +86,11 @@ def test_columns_int64_cannot_hold_certify_nothing():
 
 # ---- uncommitted-aborted-read ------------------------------------------------------------------
 
-def _batch(position, base, last, pid, control=None, conn=0, txn=True):
+def _batch(position, base, last, pid, control=None, conn=0, txn=True, count=1):
     return {"source": "gen.pcap", "connection": CONNS[conn], "position": position, "topic": "t", "partition": 0,
             "base_offset": base, "last_offset": last, "producer_id": pid, "producer_epoch": 0,
-            "is_transactional": txn, "is_control": control is not None, "control_type": control}
+            "is_transactional": txn, "is_control": control is not None, "control_type": control,
+            "record_count": count}
 
 
 BATCH = st.tuples(st.integers(0, 5), st.integers(0, 30), st.integers(0, 3), st.integers(1, 2),
@@ -123,8 +124,10 @@ def test_the_next_marker_decides():
 FETCH = st.tuples(st.integers(0, 1), st.integers(0, 4), st.integers(0, 1), st.sampled_from(ISOS),
                   st.none() | st.integers(0, 30), st.sampled_from([None, 0, 1]), st.booleans(),
                   st.floats(0, 3) | st.none())
+# the last: the record count (0: a batch compaction emptied)
 FETCHED = st.tuples(st.integers(0, 1), st.integers(0, 4), st.integers(0, 1), st.integers(0, 30), st.integers(0, 4),
-                    st.integers(1, 2), st.sampled_from([None, "ABORT", "COMMIT"]), st.booleans())
+                    st.integers(1, 2), st.sampled_from([None, "ABORT", "COMMIT"]), st.booleans(),
+                    st.sampled_from([1, 1, 0]))
 
 
 def _tables(fetches, fetched):
@@ -142,8 +145,8 @@ def _tables(fetches, fetched):
             ("last_stable_offset", pa.int64()), ("log_start_offset", pa.int64()),
             ("aborted_transactions", pa.string())]))
     batches = pa.Table.from_pylist([
-        dict(_batch(p, b, b + n, pid, kind, c, txn), partition=part, topic_id=None, source_kind="fetch")
-        for c, p, part, b, n, pid, kind, txn in fetched])
+        dict(_batch(p, b, b + n, pid, kind, c, txn, count), partition=part, topic_id=None, source_kind="fetch")
+        for c, p, part, b, n, pid, kind, txn, count in fetched])
     if fetched:   # the decoder's types
         batches = batches.set_column(batches.schema.get_field_index("partition"), "partition",
                                      batches.column("partition").cast(pa.int32()))
@@ -158,7 +161,7 @@ def _per_row(fetch: pa.Table, batches: pa.Table | None) -> list[tuple]:
     out = []
     for i, r in enumerate(fetch.to_pylist()):
         bs = by_key.get((r["connection"], r["position"], r["topic"], r["partition"]), [])
-        ds = [b for b in bs if not b["is_control"]]
+        ds = [b for b in bs if not b["is_control"] and b["record_count"] != 0]
         first = end = data_first = data_end = None
         if bs and r["error_code"] in (0, None):
             lo, hi = min(b["base_offset"] for b in bs), max(b["last_offset"] for b in bs)
@@ -189,7 +192,7 @@ def test_served_ranges_over_columns_equal_the_per_response_ones(fetches, fetched
 
 def test_a_range_ending_at_the_largest_offset_is_told_exactly():
     fetch, batches = _tables([(0, 1, 0, "read_uncommitted", 0, 0, False, 1.0)],
-                             [(0, 1, 0, 0, 0, 1, None, False)])
+                             [(0, 1, 0, 0, 0, 1, None, False, 1)])
     batches = batches.set_column(batches.schema.get_field_index("last_offset"), "last_offset",
                                  pa.array([2**63 - 1]))
     table, _ = fold.serves_of(fetch, batches)

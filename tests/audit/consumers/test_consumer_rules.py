@@ -52,6 +52,29 @@ def test_redelivery_of_a_fenced_member_names_the_cause(tmp_path):
     assert "UNKNOWN_MEMBER_ID" in details(fs[0])["cause"]
 
 
+def _emptied(base: int, n: int) -> bytes:
+    """A batch of offsets base..base+n-1 whose records the cleaner all removed: it keeps the
+    batch (a producer's last, for its state) with no record (count 0)."""
+    return g.ke.encode_record_batch_v2(base, [], last_offset_delta=n - 1, producer_id=7, producer_epoch=0,
+                                       base_sequence=5)
+
+
+def test_a_batch_compaction_emptied_served_twice_redelivers_nothing(tmp_path):
+    # the first member was served offsets 5-9 past its commit, but they hold no record (a
+    # compacted topic): its successor is served the same empty batch - nothing delivered twice
+    a = _member("app-a", MA, 1, 0) + g.fetch(4, "app-a", 0, g.records(0, 5), hw=10) \
+        + g.commit(5, "app-a", MA, 1, 5) + g.fetch(6, "app-a", 5, _emptied(5, 5), hw=10)
+    b = _member("app-b", MB, 2, 5) + g.fetch(4, "app-b", 5, _emptied(5, 5), hw=10)
+    assert audit(tmp_path, [Conn(a, **A), Conn(b, **B)], select=RULES) == []
+    # its twin: one record kept at offset 9 is served twice
+    kept = g.ke.encode_record_batch_v2(5, [{"offset_delta": 4, "value": b"v9"}], producer_id=7, producer_epoch=0,
+                                       base_sequence=5)
+    a = a[:-2] + g.fetch(6, "app-a", 5, kept, hw=10)
+    b = b[:-2] + g.fetch(4, "app-b", 5, kept, hw=10)
+    assert _brief(audit(tmp_path, [Conn(a, **A), Conn(b, **B)], select=RULES)) == [
+        ("consumer-redelivery", "warning", "orders", 0, 5, 9)]
+
+
 def test_commit_before_leaving_redelivers_nothing(tmp_path):
     a = _first_owner(g.commit(7, "app-a", MA, 1, 10) + g.leave(8, "app-a", MA))
     b = _member("app-b", MB, 2, 10) + g.fetch(4, "app-b", 10, g.records(10, 3), hw=13)
@@ -218,6 +241,10 @@ def test_read_uncommitted_reader_of_an_aborted_transaction(tmp_path):
     assert audit(tmp_path, Conn(g.fetch(1, "ru", 0, committed, hw=3), **A), select=RULES, name="ok.pcap") == []
     rc = g.fetch(1, "rc", 0, data, hw=3, isolation=1, aborted=[(9, 0)])
     assert audit(tmp_path, Conn(rc, **B), select=RULES, name="rc.pcap") == []
+    # the cleaner emptied the aborted batch (kept, count 0, as its producer's last): nothing read
+    emptied = g.ke.encode_record_batch_v2(0, [], last_offset_delta=1, producer_id=9, producer_epoch=0,
+                                          base_sequence=0, is_transactional=True) + g.marker(2, "ABORT", 9)
+    assert audit(tmp_path, Conn(g.fetch(1, "ru", 0, emptied, hw=3), **A), select=RULES, name="empty.pcap") == []
 
 
 def test_kip848_member_fenced_then_rejoining_with_its_id(tmp_path):

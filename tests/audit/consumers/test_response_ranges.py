@@ -1,7 +1,7 @@
 """consumers.fold._response_ranges (numpy: the batches grouped by one integer response key)
 against _response_ranges_joined (Arrow's group_by and join, the reference): the same ranges and
 masks for every fetch row, with null keys (matching nothing), duplicate responses, control
-batches and null offsets."""
+batches, batches compaction emptied (no data) and null offsets."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ maybe = lambda s: st.one_of(st.none(), s)   # noqa: E731
 KEY = {"connection": maybe(st.sampled_from(["c1", "c2", ""])), "position": maybe(st.integers(0, 3)),
        "topic": maybe(st.sampled_from(["a", "b"])), "partition": maybe(st.integers(0, 2))}
 BATCH = KEY | {"base_offset": maybe(st.integers(-2, 9)), "last_offset": maybe(st.integers(-2, 9)),
-               "is_control": maybe(st.booleans())}
+               "is_control": maybe(st.booleans()), "record_count": maybe(st.integers(0, 2))}
 TYPES = {"connection": pa.string(), "position": pa.int64(), "topic": pa.string(), "partition": pa.int32(),
-         "base_offset": pa.int64(), "last_offset": pa.int64(), "is_control": pa.bool_()}
+         "base_offset": pa.int64(), "last_offset": pa.int64(), "is_control": pa.bool_(),
+         "record_count": pa.int32()}
 
 
 def _table(rows: list[dict], names) -> pa.Table:
@@ -44,7 +45,7 @@ def test_numpy_ranges_equal_the_joined_ones(fetch_rows, batch_rows, shift):
 def test_a_key_too_wide_for_one_integer_takes_the_join():
     fetch = _table([{"connection": "c", "position": p, "topic": "a", "partition": 0} for p in (0, 1 << 62)], KEY)
     batches = _table([{"connection": "c", "position": 1 << 62, "topic": "a", "partition": 0, "base_offset": 3,
-                       "last_offset": 5, "is_control": False}], BATCH)
+                       "last_offset": 5, "is_control": False, "record_count": 3}], BATCH)
     assert fold._response_keys(fetch, batches) is None
     got = fold._response_ranges(fetch, batches)
     assert got["lo"][1].tolist() == [False, True] and got["hi"][0][1] == 5

@@ -61,6 +61,16 @@ def test_listed_abort_uncommitted_reader_and_commit_are_clean(tmp_path):
     assert audit(tmp_path, [Conn(ok + committed, **CONSUMER), Conn(uncommitted, **OTHER)], select=RULES) == []
 
 
+def test_an_aborted_batch_the_cleaner_emptied_delivers_nothing(tmp_path):
+    # the cleaner removed the aborted records, keeping the last batch (count 0) for the producer's
+    # state: an unlisted response returns no aborted record
+    emptied = ke.encode_record_batch_v2(2, [], last_offset_delta=1, producer_id=PID, producer_epoch=EPOCH,
+                                        base_sequence=2, is_transactional=True)
+    fs = audit(tmp_path, Conn(fetch(1, emptied + marker(4, "ABORT"), lso=5, fetch_offset=2), **CONSUMER),
+               select=RULES)
+    assert fs == []
+
+
 def test_list_that_starts_too_late(tmp_path):
     """The list names the producer from offset 2: its batch at 0-1 is delivered."""
     fs = audit(tmp_path, Conn(fetch(1, ABORTED_TXN, lso=5, aborted=[(PID, 2)]), **CONSUMER), select=RULES)
