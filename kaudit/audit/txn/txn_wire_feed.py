@@ -32,6 +32,7 @@ class _Txn:
         self.tid, self.epoch, self.start, self.timeout_ms = tid, epoch, ts, timeout_ms
         self.partitions: list[str] = []
         self.groups: set[str] = set()
+        self.offsets_at: float | None = None  # its first answered AddOffsetsToTxn / TxnOffsetCommit
         self.prepared: str | None = None     # COMMIT | ABORT once its end is known
         self.prepare_epoch: int | None = None
         self.marked: set[str] = set()        # partitions whose marker was answered
@@ -44,6 +45,19 @@ class _Txn:
         self.kept: tuple | None = None            # KIP-939: the recovering session (producer id, epoch)
         self.prepare_record: dict | None = None
         self.records: list[dict] = []             # its coordinator records, as the replay dates them
+
+
+def _listed_since(t: _Txn, tp: str) -> None:
+    """The group's `__consumer_offsets` partition joined the transaction at its AddOffsetsToTxn
+    (the coordinator lists it from then on: TransactionCoordinator.handleAddPartitionsToTransaction)
+    though only its marker names it - often after the other markers completed the transaction:
+    its records since then list it."""
+    if t.offsets_at is None or not tp.startswith("__consumer_offsets-"):
+        return
+    since = int(t.offsets_at * 1000)
+    for rec in t.records:
+        if rec["timestamp_ms"] >= since and tp not in (rec["partitions"] or "").split(","):
+            rec["partitions"] = f"{rec['partitions']},{tp}" if rec["partitions"] else tp
 
 
 class WireFeed:
@@ -239,6 +253,7 @@ class WireFeed:
         t = self.open_txn() or self._new(ts, r["producer_epoch"], r)
         if r["group_id"]:
             t.groups.add(r["group_id"])
+            t.offsets_at = ts if t.offsets_at is None else t.offsets_at
 
     def _end(self, ts: float, r: dict, errs: list[int]) -> None:
         result = r["result"]
@@ -316,6 +331,7 @@ class WireFeed:
                     # AddOffsetsToTxn named the group, the marker its partition; or registered
                     # before the capture began
                     t.partitions.append(tp)
+                    _listed_since(t, tp)
                 t.marked.add(tp)
                 if resp is not None and (t.marks_answered is None or resp > t.marks_answered):
                     t.marks_answered = resp
