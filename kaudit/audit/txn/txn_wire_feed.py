@@ -47,19 +47,6 @@ class _Txn:
         self.records: list[dict] = []             # its coordinator records, as the replay dates them
 
 
-def _listed_since(t: _Txn, tp: str) -> None:
-    """The group's `__consumer_offsets` partition joined the transaction at its AddOffsetsToTxn
-    (the coordinator lists it from then on: TransactionCoordinator.handleAddPartitionsToTransaction)
-    though only its marker names it - often after the other markers completed the transaction:
-    its records since then list it."""
-    if t.offsets_at is None or not tp.startswith("__consumer_offsets-"):
-        return
-    since = int(t.offsets_at * 1000)
-    for rec in t.records:
-        if rec["timestamp_ms"] >= since and tp not in (rec["partitions"] or "").split(","):
-            rec["partitions"] = f"{rec['partitions']},{tp}" if rec["partitions"] else tp
-
-
 class WireFeed:
     """Builds the facts of one producer id from its rows in time order (`rows()`)."""
 
@@ -331,7 +318,7 @@ class WireFeed:
                     # AddOffsetsToTxn named the group, the marker its partition; or registered
                     # before the capture began
                     t.partitions.append(tp)
-                    _listed_since(t, tp)
+                    txn_wire_order.offsets_listed(t, tp)
                 t.marked.add(tp)
                 if resp is not None and (t.marks_answered is None or resp > t.marks_answered):
                     t.marks_answered = resp

@@ -1,7 +1,8 @@
 """Where a write whose Produce was in flight while a coordinator's marker was on its way landed
 against that marker, for the wire feed (txn_wire_feed.WireFeed.facts): neither the answers' order
 nor a marker's unknown offset says it; the data's offsets and epochs do. And which transaction
-such markers end when the next one's data was sent before them (`unended`)."""
+such markers end when the next one's data was sent before them (`unended`), and since when a
+transaction listed the group partition its offsets marker names (`offsets_listed`)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,16 @@ def registered_after(feed, t, ts: float) -> None:
     for rec in t.records:
         rec["timestamp_ms"], rec["start_ms"] = max(rec["timestamp_ms"], at), max(rec["start_ms"], at)
     t.start = max(t.start, ts)
+
+
+def offsets_listed(t, tp: str) -> None:
+    """The group's `__consumer_offsets` partition joined the transaction at its AddOffsetsToTxn
+    (the coordinator lists it from then on: TransactionCoordinator.handleAddPartitionsToTransaction)
+    though only its marker names it - often after the other markers completed the transaction:
+    its records since then list it."""
+    if t.offsets_at is None or not tp.startswith("__consumer_offsets-"):
+        return
+    since = int(t.offsets_at * 1000)
+    for rec in t.records:
+        if rec["timestamp_ms"] >= since and tp not in (rec["partitions"] or "").split(","):
+            rec["partitions"] = f"{rec['partitions']},{tp}" if rec["partitions"] else tp

@@ -1,5 +1,5 @@
 """A consume-transform-produce transaction's `__consumer_offsets` partition on the wire
-(txn_wire_feed._listed_since): AddOffsetsToTxn registers the group's partition with the
+(txn_wire_order.offsets_listed): AddOffsetsToTxn registers the group's partition with the
 coordinator, but only the coordinator's WriteTxnMarkers name it - sent to the group coordinator's
 broker apart from the other markers, often after them. Each transaction's offsets marker is its
 own, whatever the order: no torn transaction, no stray marker (3.0.2's 04-ctp-java told the
