@@ -229,8 +229,10 @@ class Transaction:
     @property
     def outcome(self) -> str:
         res = self.results
+        # a marker that ends no data (an admin's abort of what had already ended there, a
+        # re-sent one) decides nothing: only the partitions' results and the data's ranges tear
         if len(set(v for v in res.values() if v is not None)) > 1 or \
-                len({r.result for r in self.ranges() if r.result is not None}) > 1:
+                len({r.result for r in self.ranges() if r.result is not None and r.part.data}) > 1:
             return "torn"
         if any(v is None for v in res.values()):
             return "open"

@@ -27,7 +27,17 @@ def _run(tmp_path, script):
                       ("pcap", audit_pcaps([str(pcap)], PcapOptions(), now_ms=end))):
         assert not run.errors
         out[feed] = [f for f in run.findings if f["rule"] == "stray-marker" or f["severity"] != "info"]
+    out["txn"] = _listed(dirs, pcap)
     return out
+
+
+def _listed(dirs, pcap) -> dict:
+    """feed -> `kaudit txn`'s outcomes of producer p's transactions, in order."""
+    from kaudit.engine.local import list_transactions, wire_transactions
+    from kaudit.sources.pcap import PcapOptions
+
+    return {"segments": [r["outcome"] for r in list_transactions([str(d) for d in dirs])[1]],
+            "pcap": [r["outcome"] for r in wire_transactions([str(pcap)], PcapOptions())[1]]}
 
 
 def _admin_abort(sim, c, p):
@@ -53,6 +63,8 @@ def test_an_admin_abort_after_a_commit(tmp_path, next_txn):
         assert (f["rule"], f["severity"]) == ("stray-marker", "info")
         assert "after the COMMIT" in f["message"] and "it ends nothing" in f["message"]
     assert out["segments"][0]["first_offset"] == 2
+    # the ABORT decides nothing: the transaction committed, it is not torn
+    assert out["txn"] == {feed: ["COMMIT"] * (2 if next_txn else 1) for feed in ("segments", "pcap")}
 
 
 def test_an_admin_abort_after_an_abort_shows_on_the_wire(tmp_path):
@@ -79,8 +91,10 @@ def test_markers_written_again_after_a_coordinator_failover_are_not_stray(tmp_pa
         c.send(p, [b"b"])
         c.end(True)
     out = _run(tmp_path, script)
-    assert [f for fs in out.values() for f in fs if "ends nothing" in f["message"]] == []
-    assert all(f["severity"] == "info" for fs in out.values() for f in fs)
+    found = [f for feed in ("segments", "pcap") for f in out[feed]]
+    assert [f for f in found if "ends nothing" in f["message"]] == []
+    assert all(f["severity"] == "info" for f in found)
+    assert out["txn"] == {"segments": ["COMMIT", "COMMIT"], "pcap": ["COMMIT", "COMMIT"]}
 
 
 def test_an_admin_abort_is_not_an_earlier_aborted_transactions_marker(tmp_path):
@@ -97,6 +111,7 @@ def test_an_admin_abort_is_not_an_earlier_aborted_transactions_marker(tmp_path):
     for feed in ("segments", "pcap"):
         (f,) = out[feed]
         assert (f["rule"], f["severity"]) == ("stray-marker", "info") and "after the COMMIT" in f["message"]
+    assert out["txn"] == {"segments": ["ABORT", "COMMIT"], "pcap": ["ABORT", "COMMIT"]}
 
 
 def test_a_capture_lists_fetched_markers_out_of_the_logs_order():
