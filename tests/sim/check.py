@@ -25,7 +25,32 @@ def verdicts(history: dict, *, feeds=None, spark: bool = False) -> tuple[list, d
                 out[feed]["missed"], out[feed]["weak"] = [], []
             if feed == "segments":   # the consumer rules read the wire only: the log dirs hold no consumer
                 out[feed]["wire_only"] = [f for f in found if f["rule"] in _consumer_rules()]
+            if feed != "audit" and not (feed == "pcap" and history.get("capture_fault")):
+                out[feed]["stories"] = torn_stories(feed, dirs, pcap, sim.oracle)
     return sim.oracle, out
+
+
+def torn_stories(feed: str, dirs, pcap, oracle) -> list[dict]:
+    """`kaudit txn`'s transactions told torn (their partitions ended apart) where the history
+    tore none, or on the wire ended by no one: stories the evidence does not give, even where no
+    finding above info says them (3.0.2's 04-ctp-java told its group's offsets markers as one
+    transaction's: torn; a simulated one, each as a transaction of its own)."""
+    from tests.sim.oracle import INVARIANTS
+
+    if any("torn-transaction" in INVARIANTS[e.invariant].rules + INVARIANTS[e.invariant].also
+           for e in oracle if feed in e.feeds):
+        return []
+    from kaudit.engine import local
+    from kaudit.sources.pcap import PcapOptions
+
+    if feed == "pcap":
+        _, rows = local.wire_transactions([str(pcap)], PcapOptions())
+    else:
+        _, rows = local.list_transactions([str(d) for d in dirs])
+    # on the wire, whose capture holds the producers' and coordinators' requests, an ended
+    # transaction no request ended is one whose markers the replay told apart from it
+    return [r for r in rows if r["outcome"] == "torn"
+            or (feed == "pcap" and r["outcome"] in ("COMMIT", "ABORT") and not r.get("ended_by"))]
 
 
 def _consumer_rules() -> set:
@@ -43,6 +68,10 @@ def failures(out: dict) -> list[str]:
         lines += [f"{feed}: false alarm {brief(f)}" for f in r["false_alarms"]]
         lines += [f"{feed}: too weak for {e.invariant}: {brief(f)}" for e, f in r["weak"]]
         lines += [f"{feed}: a consumer rule on the log dirs: {brief(f)}" for f in r.get("wire_only", ())]
+        lines += [f"{feed}: kaudit txn told {t['transaction']} {t['outcome']}"
+                  f"{'' if t.get('ended_by') else ', ended by no one'}: "
+                  + ", ".join(f"{p['partition']} {(p['marker'] or {}).get('result')}" for p in t["parts"])
+                  for t in r.get("stories", ())]
     return lines
 
 

@@ -22,7 +22,9 @@ pre-KIP-447 TxnOffsetCommit: both commit the same inputs: critical)."""
 
 from __future__ import annotations
 
+from fixtures import kafka_encoder as ke
 from tests.sim import wire_group as wg
+from tests.sim.offsets_log import OFFSETS_PARTITIONS
 from tests.sim.cluster import Client, Sim
 from tests.sim import static_members
 from tests.sim.consumer_group import FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, Group, Member, serve, stored
@@ -308,6 +310,10 @@ class App:
         self.c.client_ip = self.m.host
         self.c.init()
         self.v3 = ep["fault"] == "eos"    # KIP-447 TxnOffsetCommit (member id, generation) or the old API
+        # the group's __consumer_offsets partition (its coordinator's): the transaction registers it,
+        # its TxnOffsetCommits are transactional batches there and the coordinator's markers end them
+        self.offsets = g.sim.partition("__consumer_offsets", ke.coordinator_partition(g.name, OFFSETS_PARTITIONS),
+                                       leader=g.node)
 
     def step(self, *, commit: bool = True, end: bool = True) -> dict:
         """One transaction: poll each owned partition once, produce the outputs, commit the input
@@ -320,15 +326,30 @@ class App:
         g, c, node = self.g, self.c, self.g.sim.coord.node
         if self.tv < 2:
             c.exchange(node, wg.add_offsets(c.corr(node), c.name, c.txn_id, c.pid, c.epoch, g.name))
+            g.sim.coord.add_partition(g.sim.coord.txns[c.txn_id], self.offsets)
+        else:   # KIP-890: the group coordinator registers it, as a leader its partition (Client._verify)
+            c._verify(self.offsets, 0)
         for tp, (_, pos) in read.items():
             p = g.parts[tp]
             member = self.m.member_id if self.v3 else None
             c.exchange(g.node, wg.txn_offset_commit(c.corr(g.node), c.name, c.txn_id, g.name, c.pid, c.epoch,
                                                      p.topic, p.partition, pos, member=member,
                                                      generation=self.m.generation, version=5 if self.tv >= 2 else 3))
+            self._store_offset(tp, pos)
         if end:
             self.end(commit, read)
         return read
+
+    def _store_offset(self, tp, pos: int) -> None:
+        """GroupMetadataManager.storeOffsets of a TxnOffsetCommit: a transactional batch of the
+        producer (base sequence 0: a coordinator's append, its sequences not checked)."""
+        c = self.c
+        rec = {"key": ke.encode_offset_commit_key(self.g.name, tp[0], tp[1]),
+               "value": ke.encode_offset_commit_value(pos, commit_timestamp=self.g.sim.clock), "timestamp_delta": 0}
+        off = self.offsets._store(ke.encode_record_batch_v2(0, [rec], producer_id=c.pid, producer_epoch=c.epoch,
+                                                            base_sequence=0, is_transactional=True,
+                                                            base_timestamp=self.g.sim.tick()))
+        self.offsets._update(c.pid, c.epoch, 0, 1, off, True)
 
     def end(self, commit: bool, read: dict) -> None:
         self.c.end(commit)
