@@ -205,7 +205,8 @@ def stored_by_retry(first: dict, retry: dict) -> bool:
     holds no answer to (its answer lost, or rejected before), answered with an offset: the
     broker stored the batch once, where the retry's answer says - `first` takes that answer
     (its line in the story still says it had none). Whether it did."""
-    if first["base_offset"] is None and first["answered"] is None and retry["base_offset"] is not None:
+    if first["base_offset"] is None and first["answered"] is None and first["response_error"] is None \
+            and retry["base_offset"] is not None:
         first.update({k: retry[k] for k in _STORED}, by_retry=True)
         return True
     return False

@@ -196,7 +196,8 @@ def batch(self, ts: float, r: dict) -> None:  # WireFeed.batch
     if first is not None:
         # a retry of a batch already counted: the broker stored it once - as this attempt's answer
         # says, where the capture holds none of the first's
-        if first["base_offset"] is None and first["answered"] is None and base is not None:
+        if first["base_offset"] is None and first["answered"] is None and first["response_error"] is None \
+                and base is not None:
             first.update({k: data[k] for k in txn_wire_rows._STORED}, by_retry=True)
             self.below.pop((r["topic"], r["partition"]), None)
         return
