@@ -204,6 +204,7 @@ class Transaction:
     coord: CoordTxn | None
     parts: list[Part]
     transactional_id: str | None = None
+    version: str | None = None   # its producer's transaction version (transaction_version)
 
     @property
     def results(self) -> dict[str, str | None]:
@@ -253,7 +254,12 @@ class Transaction:
         if self.coord is not None:
             return self.coord.epoch
         m = next((p.marker for p in self.parts if p.marker is not None), None)
-        return None if m is None else m.epoch
+        if m is None:
+            return None
+        # a version-2 coordinator's marker carries the epoch it bumped at the end: the data's is
+        # one below (the log's data the cleaner removed: the key the capture's data gives)
+        return m.epoch - 1 if self.version == "2" and m.writer != ADMIN and m.epoch is not None and m.epoch > 0 \
+            else m.epoch
 
     @property
     def start_ms(self) -> int | None:
@@ -334,7 +340,7 @@ def group(pt: ProducerTxns) -> list[Transaction]:
             loose.append(p)
     tid = next(iter(pt.view.transactional_ids), None) if len(pt.view.transactional_ids) == 1 else None
     out = [Transaction(pt.producer_id, t, sorted(by_coord.get(id(t), []), key=lambda p: (p.tp, _order(p))),
-                       t.transactional_id)
+                       t.transactional_id, pt.version)
            for t in pt.view.txns]
     ended = sorted((p for p in loose if p.marker is not None), key=lambda p: (p.marker.ts or 0, p.tp))
     cluster: list[Part] = []
@@ -344,12 +350,12 @@ def group(pt: ProducerTxns) -> list[Transaction]:
                         or p.marker.epoch != cluster[0].marker.epoch
                         or p.marker.coordinator_epoch != cluster[0].marker.coordinator_epoch
                         or _written_after(p, cluster)):
-            out.append(Transaction(pt.producer_id, None, cluster, tid))
+            out.append(Transaction(pt.producer_id, None, cluster, tid, pt.version))
             cluster = []
         cluster.append(p)
     if cluster:
-        out.append(Transaction(pt.producer_id, None, cluster, tid))
-    out.extend(Transaction(pt.producer_id, None, [p], tid) for p in loose if p.marker is None)
+        out.append(Transaction(pt.producer_id, None, cluster, tid, pt.version))
+    out.extend(Transaction(pt.producer_id, None, [p], tid, pt.version) for p in loose if p.marker is None)
     return sorted(out, key=lambda t: (t.start_ms is None, t.start_ms or 0, t.key))
 
 

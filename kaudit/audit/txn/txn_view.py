@@ -74,19 +74,77 @@ def follow(rows: list[dict], transactional_id: str | None) -> list[dict]:
 
 def merge_rows(disk: list[dict], wire: list[dict]) -> list[dict]:
     """Disk and wire rows of the same transactions side by side: a wire row whose transaction
-    (`transaction` key: producer id, epoch, first data) the log also holds is attached to the
-    log's row as `wire`; the others stay on their own (the capture saw what the log dirs given
-    do not hold, or the reverse)."""
-    by_key = {r["transaction"]: r for r in disk}
+    the log also holds is attached to the log's row as `wire`; the others stay on their own (the
+    capture saw what the log dirs given do not hold, or the reverse). See `pair_rows`."""
+    pairs = pair_rows(disk, wire)
     out = list(disk)
-    for w in wire:
-        d = by_key.get(w["transaction"])
-        if d is not None:
-            d["wire"] = {k: w[k] for k in ("outcome", "ended_by", "coordinator_states", "parts")}
-            if d.get("ended_by") is None:
-                d["ended_by"] = w["ended_by"]
-        else:
+    for j, w in enumerate(wire):
+        i = pairs.get(j)
+        if i is None:
             out.append(w)
+            continue
+        d = disk[i]
+        d["wire"] = {k: w[k] for k in ("outcome", "ended_by", "coordinator_states", "parts")}
+        if d.get("ended_by") is None:
+            d["ended_by"] = w["ended_by"]
     from kaudit.audit.txn.txn_lineage import together
 
     return together(sorted(out, key=lambda r: (r["start_ms"] is None, r["start_ms"] or 0, r["producer_id"])))
+
+
+def pair_rows(disk: list[dict], wire: list[dict]) -> dict[int, int]:
+    """wire row -> disk row of the same transaction, each row in one pair at most: the same
+    `transaction` key (producer id, epoch, first data); else the same producer id and epoch
+    and a part at the same place (a partition's first data offset or marker offset); else the
+    same producer id and epoch begun within MATCH_WINDOW_MS, the nearest first. The keys differ
+    where the log's first data is not the capture's: the group's `__consumer_offsets` batch of
+    a TxnOffsetCommit (data on disk, a request on the wire), data or markers the cleaner
+    removed, data an unclean election lost (the same offsets then hold another epoch's)."""
+    from kaudit.audit.thresholds import MATCH_WINDOW_MS
+
+    pairs: dict[int, int] = {}
+    free = set(range(len(disk)))
+    by_key = {r["transaction"]: i for i, r in enumerate(disk)}
+    by_place: dict = {}
+    for i, r in enumerate(disk):
+        for place in _places(r):
+            by_place.setdefault(_who(r) + place, i)
+
+    def pair(j: int, i: int | None) -> None:
+        if i is not None and i in free and j not in pairs:
+            pairs[j] = i
+            free.discard(i)
+
+    for j, w in enumerate(wire):
+        pair(j, by_key.get(w["transaction"]))
+    for j, w in enumerate(wire):
+        pair(j, next((i for i in (by_place.get(_who(w) + place) for place in _places(w)) if i in free), None))
+    begun: dict = {}   # (producer id, epoch) -> the unpaired disk rows' (start, index)
+    for i in sorted(free):
+        if disk[i]["start_ms"] is not None:
+            begun.setdefault(_who(disk[i]), []).append((disk[i]["start_ms"], i))
+    near = []
+    for j, w in enumerate(wire):
+        if j not in pairs and w["start_ms"] is not None:
+            near.extend((abs(w["start_ms"] - ts), j, i) for ts, i in begun.get(_who(w), ())
+                        if abs(w["start_ms"] - ts) <= MATCH_WINDOW_MS)
+    for _, j, i in sorted(near):
+        pair(j, i)
+    return pairs
+
+
+def _who(row: dict) -> tuple:
+    return row["producer_id"], row["producer_epoch"]
+
+
+def _places(row: dict) -> list[tuple]:
+    """Where a transaction row's parts sit in their partitions' logs: (partition, data or
+    marker, offset) of each part whose offset the evidence gives."""
+    out = []
+    for p in row["parts"]:
+        if p["first_offset"] is not None and p["data_batches"]:
+            out.append((p["partition"], "data", p["first_offset"]))
+        m = p["marker"]
+        if m is not None and m["offset"] is not None:
+            out.append((p["partition"], "marker", m["offset"]))
+    return out
