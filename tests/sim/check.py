@@ -25,7 +25,7 @@ def verdicts(history: dict, *, feeds=None, spark: bool = False) -> tuple[list, d
                 out[feed]["missed"], out[feed]["weak"] = [], []
             if feed == "segments":   # the consumer rules read the wire only: the log dirs hold no consumer
                 out[feed]["wire_only"] = [f for f in found if f["rule"] in _consumer_rules()]
-            if feed != "audit" and not (feed == "pcap" and history.get("capture_fault")):
+            if not (feed != "segments" and history.get("capture_fault")):
                 out[feed]["stories"] = torn_stories(feed, dirs, pcap, sim.oracle)
     return sim.oracle, out
 
@@ -34,7 +34,9 @@ def torn_stories(feed: str, dirs, pcap, oracle) -> list[dict]:
     """`kaudit txn`'s transactions told torn (their partitions ended apart) where the history
     tore none, or on the wire ended by no one: stories the evidence does not give, even where no
     finding above info says them (3.0.2's 04-ctp-java told its group's offsets markers as one
-    transaction's: torn; a simulated one, each as a transaction of its own)."""
+    transaction's: torn; a simulated one, each as a transaction of its own). On `audit` (wire
+    and disk together) a capture's transaction the log dirs hold is one row with the log's: a
+    row of the capture's alone, of a producer no injected anomaly names, is a failure."""
     from tests.sim.oracle import INVARIANTS
 
     if any("torn-transaction" in INVARIANTS[e.invariant].rules + INVARIANTS[e.invariant].also
@@ -43,6 +45,13 @@ def torn_stories(feed: str, dirs, pcap, oracle) -> list[dict]:
     from kaudit.engine import local
     from kaudit.sources.pcap import PcapOptions
 
+    if feed == "audit":   # one row per transaction: a capture's the log dirs hold too joins it
+        from kaudit.audit.txn.txn_view import merge_rows
+
+        wire = local.wire_transactions([str(pcap)], PcapOptions())[1]
+        rows = merge_rows(local.list_transactions([str(d) for d in dirs])[1], wire)
+        told = {e.producer_id for e in oracle if feed in e.feeds}
+        return [r for r in rows if r.get("source") == "wire" and r["producer_id"] not in told]
     if feed == "pcap":
         _, rows = local.wire_transactions([str(pcap)], PcapOptions())
     else:
