@@ -54,9 +54,9 @@ def torn_stories(feed: str, dirs, pcap, oracle) -> list[dict]:
         # told apart: a row of each side alone under one producer id and epoch (a transaction the
         # log no longer holds - compacted away, or lost - stays the capture's alone)
         told = {e.producer_id for e in oracle if feed in e.feeds}
-        alone = {(r["producer_id"], r["producer_epoch"]) for r in rows if r.get("source") != "wire" and "wire" not in r}
-        return [r for r in rows if r.get("source") == "wire" and r["producer_id"] not in told
-                and (r["producer_id"], r["producer_epoch"]) in alone]
+        who = lambda r: (r["producer_id"], r["transaction"].split("/")[1])   # noqa: E731 (txn_view._who)
+        alone = {who(r) for r in rows if r.get("source") != "wire" and "wire" not in r}
+        return [r for r in rows if r.get("source") == "wire" and r["producer_id"] not in told and who(r) in alone]
     if feed == "pcap":
         _, rows = local.wire_transactions([str(pcap)], PcapOptions())
     else:

@@ -134,7 +134,9 @@ def pair_rows(disk: list[dict], wire: list[dict]) -> dict[int, int]:
 
 
 def _who(row: dict) -> tuple:
-    return row["producer_id"], row["producer_epoch"]
+    """Its producer id and data epoch (as its key names them: the coordinator's records give a
+    version-2 transaction the epoch it ended at where the capture lacks them)."""
+    return row["producer_id"], row["transaction"].split("/")[1]
 
 
 def _places(row: dict) -> list[tuple]:
