@@ -161,6 +161,12 @@ class Outcomes:
                 continue
             if (r["producer_epoch"] or 0) < (b["producer_epoch"] or 0):
                 continue   # an older epoch's marker cannot end this batch's transaction
+            if r["producer_epoch"] is not None and b["producer_epoch"] is not None \
+                    and r["producer_epoch"] > b["producer_epoch"] + 1:
+                # a marker ends data of its epoch (version 0/1) or the one below (version 2, a
+                # fencing abort): one past that ends a later transaction - this one's end is a
+                # marker the capture lacks
+                return None
             if r["ok"] is None:
                 return None   # unanswered: written or not, unknown
             if not r["ok"]:

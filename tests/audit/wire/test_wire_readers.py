@@ -106,6 +106,19 @@ def test_abort_known_from_write_txn_markers(tmp_path):
     assert audit(tmp_path, [producer, committed, consumer], name="c.pcap", select=RULES) == []
 
 
+def test_a_later_transactions_markers_tell_nothing_of_this_one(tmp_path):
+    """The batch's epoch is 3; the only WriteTxnMarkers the capture holds is an ABORT at epoch
+    5: it ends a later transaction (a marker ends its epoch's data, or the epoch below's), this
+    one's end was lost from the capture - no outcome, no finding; at epoch 4 it is this one's."""
+    producer = Conn(send(1, data(0, 0), topic=TOPIC, partition=0, offset=0), client=("10.0.0.1", 40001))
+    consumer = Conn(fetch(1, data(0, 0), lso=2), **CONSUMER)
+    later = Conn(write_markers(1, PID, EPOCH + 2, committed=False, partition=0), **BROKER)
+    assert audit(tmp_path, [producer, later, consumer], select=RULES) == []
+    bumped = Conn(write_markers(1, PID, EPOCH + 1, committed=False, partition=0), **BROKER)
+    fs = audit(tmp_path, [producer, bumped, consumer], name="v2.pcap", select=RULES)
+    assert _brief(fs) == [("aborted-read", "error", PID, 0, 1)]
+
+
 def test_records_past_the_last_stable_offset(tmp_path):
     fs = audit(tmp_path, Conn(fetch(1, data(0, 0, txn=False) + data(2, 2, txn=False), lso=2, hw=4),
                               **CONSUMER), select=RULES)
