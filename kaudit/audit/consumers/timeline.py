@@ -338,12 +338,15 @@ class Timelines:
 
     def _outcome(self, r: dict):
         """The transaction's end: the first successful EndTxn of its producer id and epoch after the
-        commit, or the first WriteTxnMarkers of that producer to __consumer_offsets after it."""
+        commit, or the first WriteTxnMarkers of that producer to __consumer_offsets after it at
+        its epoch or the one above (version 2 and a fencing abort bump it; a marker further on
+        ends a later transaction)."""
         best = None
+        e = r.get("producer_epoch") or 0
         for ts, pid, epoch, result, offsets_marker in self._outcomes.get(r.get("producer_id"), ()):
             if ts < r["ts"]:
                 continue
-            if (offsets_marker and epoch >= (r.get("producer_epoch") or 0)) or epoch == r.get("producer_epoch"):
+            if (offsets_marker and e <= epoch <= e + 1) or epoch == r.get("producer_epoch"):
                 best = (result, ts)
                 break
         return best or (None, None)
