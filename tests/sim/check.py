@@ -47,16 +47,16 @@ def torn_stories(feed: str, dirs, pcap, oracle) -> list[dict]:
     from kaudit.sources.pcap import PcapOptions
 
     if feed == "audit":   # one row per transaction: a capture's the log dirs hold too joins it
-        from kaudit.audit.txn.txn_view import merge_rows
+        from kaudit.audit.txn.txn_view import data_producer, merge_rows
 
         wire = local.wire_transactions([str(pcap)], PcapOptions())[1]
         rows = merge_rows(local.list_transactions([str(d) for d in dirs])[1], wire)
         # told apart: a row of each side alone under one producer id and epoch (a transaction the
         # log no longer holds - compacted away, or lost - stays the capture's alone)
         told = {e.producer_id for e in oracle if feed in e.feeds}
-        who = lambda r: (r["producer_id"], r["transaction"].split("/")[1])   # noqa: E731 (txn_view._who)
-        alone = {who(r) for r in rows if r.get("source") != "wire" and "wire" not in r}
-        return [r for r in rows if r.get("source") == "wire" and r["producer_id"] not in told and who(r) in alone]
+        alone = {data_producer(r) for r in rows if r.get("source") != "wire" and "wire" not in r}
+        return [r for r in rows if r.get("source") == "wire" and r["producer_id"] not in told
+                and data_producer(r) in alone]
     if feed == "pcap":
         _, rows = local.wire_transactions([str(pcap)], PcapOptions())
     else:

@@ -108,7 +108,7 @@ def pair_rows(disk: list[dict], wire: list[dict]) -> dict[int, int]:
     by_place: dict = {}
     for i, r in enumerate(disk):
         for place in _places(r):
-            by_place.setdefault(_who(r) + place, i)
+            by_place.setdefault(data_producer(r) + place, i)
 
     def pair(j: int, i: int | None) -> None:
         if i is not None and i in free and j not in pairs:
@@ -118,22 +118,22 @@ def pair_rows(disk: list[dict], wire: list[dict]) -> dict[int, int]:
     for j, w in enumerate(wire):
         pair(j, by_key.get(w["transaction"]))
     for j, w in enumerate(wire):
-        pair(j, next((i for i in (by_place.get(_who(w) + place) for place in _places(w)) if i in free), None))
+        pair(j, next((i for i in (by_place.get(data_producer(w) + place) for place in _places(w)) if i in free), None))
     begun: dict = {}   # (producer id, epoch) -> the unpaired disk rows' (start, index)
     for i in sorted(free):
         if disk[i]["start_ms"] is not None:
-            begun.setdefault(_who(disk[i]), []).append((disk[i]["start_ms"], i))
+            begun.setdefault(data_producer(disk[i]), []).append((disk[i]["start_ms"], i))
     near = []
     for j, w in enumerate(wire):
         if j not in pairs and w["start_ms"] is not None:
-            near.extend((abs(w["start_ms"] - ts), j, i) for ts, i in begun.get(_who(w), ())
+            near.extend((abs(w["start_ms"] - ts), j, i) for ts, i in begun.get(data_producer(w), ())
                         if abs(w["start_ms"] - ts) <= MATCH_WINDOW_MS)
     for _, j, i in sorted(near):
         pair(j, i)
     return pairs
 
 
-def _who(row: dict) -> tuple:
+def data_producer(row: dict) -> tuple:
     """Its producer id and data epoch (as its key names them: the coordinator's records give a
     version-2 transaction the epoch it ended at where the capture lacks them)."""
     return row["producer_id"], row["transaction"].split("/")[1]
