@@ -26,6 +26,19 @@ def _txn(broker: str, tv: int) -> dict:
         "txns": [{"parts": [0, 1], "batches": 1, "commit": True}, {"parts": [0, 1], "batches": 1, "commit": False}]}]}
 
 
+def _txn_read(broker: str, tv: int) -> dict:
+    """Transactions (a commit, an abort, a commit) on one partition, read by a read_committed
+    group: a lost marker or answer must not make a committed read look aborted."""
+    h = _txn(broker, tv)
+    h["episodes"][0].update(parts=1, txns=[{"parts": [0], "batches": 2, "commit": True},
+                                           {"parts": [0], "batches": 1, "commit": False},
+                                           {"parts": [0], "batches": 1, "commit": True}])
+    g = _with_group(broker)["episodes"][1]
+    g.update(fetch=1, input=0)
+    h["episodes"].append(g)
+    return h
+
+
 def _with_group(broker: str, **group) -> dict:
     g = {"kind": "group", "protocol": "eager", "members": 1, "isolation": "read_committed", "commit": "after",
          "fault": "none", "at": 1, "victim": 0, "change": "none", "fetch": 1, "input": 0, "session": False,
@@ -42,6 +55,8 @@ SHAPES = {
     "group-848-leave": _with_group("4.1", protocol="848", members=2, change="leave", session=True, live=1),
     "eos-tv1-abort": _with_group("3.0", fault="eos", eos_tv=1),
     "eos-tv2-abort": _with_group("4.1", fault="eos", eos_tv=2, protocol="848"),
+    "txn-tv1-read-3.0": _txn_read("3.0", 1),
+    "txn-tv2-read-4.1": _txn_read("4.1", 2),
 }
 
 _MARKS = [pytest.mark.xfail(strict=False, reason=KNOWN_FAILING["capture:lossy"])] \
