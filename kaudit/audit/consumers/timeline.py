@@ -18,6 +18,7 @@ import numpy as np
 
 from kaudit.audit.capture_holes import server_of
 from kaudit.audit.consumers.serve_table import Serve, ServeTable, host  # noqa: F401  (Serve, host: read from here too)
+from kaudit.audit.txn.txn_parts import marker_may_end
 
 
 OK = 0
@@ -346,7 +347,7 @@ class Timelines:
         for ts, pid, epoch, result, offsets_marker in self._outcomes.get(r.get("producer_id"), ()):
             if ts < r["ts"]:
                 continue
-            if (offsets_marker and e <= epoch <= e + 1) or epoch == r.get("producer_epoch"):
+            if (offsets_marker and marker_may_end(epoch, e)) or epoch == r.get("producer_epoch"):
                 best = (result, ts)
                 break
         return best or (None, None)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from kaudit.audit.txn import txn_kept, txn_wire_cover
-from kaudit.audit.txn.txn_parts import ADMIN, log_order
+from kaudit.audit.txn.txn_parts import ADMIN, log_order, marker_may_end
 
 
 def fetched(feed, ts: float, r: dict) -> None:
@@ -153,7 +153,7 @@ def decides(result: str, marker_epoch: int | None, data_epoch: int | None) -> bo
     if marker_epoch is None or data_epoch is None:
         return False
     if result == "COMMIT":
-        return marker_epoch in (data_epoch, data_epoch + 1)
+        return marker_may_end(marker_epoch, data_epoch)
     return result == "ABORT" and marker_epoch == data_epoch + 1
 
 
@@ -201,7 +201,7 @@ def _owns(t, result: str, me: int, offset: int, tp: str) -> bool:
         return False   # a transaction's marker comes after all its data
     if t.prepared is not None:
         return t.prepared == result and t.prepare_epoch == me
-    return t.epoch is not None and me in (t.epoch, t.epoch + 1)
+    return marker_may_end(me, t.epoch)
 
 
 def _written_by(feed, r: dict, ts: float) -> list[dict]:

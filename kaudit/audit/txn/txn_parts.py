@@ -23,6 +23,14 @@ from kaudit.audit.thresholds import MATCH_WINDOW_MS
 COORDINATOR, ADMIN = "coordinator", "admin"
 
 
+def marker_may_end(marker_epoch: int | None, data_epoch: int | None) -> bool:
+    """Whether an end marker of `marker_epoch` may end data of `data_epoch`: one of the data's
+    epoch (version 0/1, an admin's abort) or the one above (version 2 bumps the epoch at every
+    end; a version 0/1 fencing abort too) - never an older one, and one further on ends a later
+    transaction (ProducerStateManager / TransactionCoordinator, KIP-98, KIP-890)."""
+    return marker_epoch is not None and data_epoch is not None and data_epoch <= marker_epoch <= data_epoch + 1
+
+
 @dataclass
 class Marker:
     offset: int | None

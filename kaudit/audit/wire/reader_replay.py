@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from kaudit.audit.folds import np_col, np_mask, unique_ints
 from kaudit.audit.registry import evidence
+from kaudit.audit.txn.txn_parts import marker_may_end
 
 
 def parse_aborted(text: str | None) -> list[tuple[int, int]]:
@@ -161,12 +162,9 @@ class Outcomes:
                 continue
             if (r["producer_epoch"] or 0) < (b["producer_epoch"] or 0):
                 continue   # an older epoch's marker cannot end this batch's transaction
-            if r["producer_epoch"] is not None and b["producer_epoch"] is not None \
-                    and r["producer_epoch"] > b["producer_epoch"] + 1:
-                # a marker ends data of its epoch (version 0/1) or the one below (version 2, a
-                # fencing abort): one past that ends a later transaction - this one's end is a
-                # marker the capture lacks
-                return None
+            if None not in (r["producer_epoch"], b["producer_epoch"]) \
+                    and not marker_may_end(r["producer_epoch"], b["producer_epoch"]):
+                return None   # a later transaction's marker: this one's end is one the capture lacks
             if r["ok"] is None:
                 return None   # unanswered: written or not, unknown
             if not r["ok"]:
