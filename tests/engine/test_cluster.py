@@ -138,7 +138,7 @@ class Cluster:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=5) as r:
                     if json.load(r).get("aliveworkers", 0) >= n:
                         return
-            except OSError:
+            except (OSError, ValueError):   # not listening yet, or an empty page while the UI starts
                 pass
             time.sleep(0.5)
         logs = "\n".join(p.read_text()[-2000:] for p in self.tmp.glob("daemon*.log"))
