@@ -105,7 +105,7 @@ def _capture_bytes(paths, options) -> int:
 
 
 def run_forked(work, chunks, finish, behind: int = 4, ending=None, share: bool = False,
-               jobs: int | None = None) -> tuple[list, object, list]:
+               jobs: int | None = None, meanwhile=None) -> tuple[list, object, list]:
     """(findings, facts, internal errors) of `work` over `chunks`, folded in a forked child;
     `work`: a plan.Work, or a function that makes it in the child (the rules' modules then load
     there, beside the decode, not before it). `finish(work)` gives the findings once every chunk
@@ -113,7 +113,8 @@ def run_forked(work, chunks, finish, behind: int = 4, ending=None, share: bool =
     facts this process learnt while decoding (a dict of Facts attributes: the capture summaries),
     sent after the last chunk and set in the child's facts before it finishes. `share`: the
     buffered folds may be shared with a helper the child forks at once (engine.helper_folds;
-    `jobs`: --jobs)."""
+    `jobs`: --jobs). `meanwhile()`: this process's own work once the child has everything,
+    run while it folds (after the end is sent: the child never waits for it)."""
     reap_ending()
     chunks_r, chunks_w = os.pipe()
     results_r, results_w = os.pipe()
@@ -131,6 +132,8 @@ def run_forked(work, chunks, finish, behind: int = 4, ending=None, share: bool =
             if not writer.put(item):
                 break   # the child is gone: what it said (or not) is below
         writer.close(ending() if ending is not None else None)
+        if meanwhile is not None:
+            meanwhile()
         with os.fdopen(results_r, "rb") as f:
             results_r = None
             try:

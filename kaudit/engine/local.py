@@ -183,8 +183,7 @@ def _execute_forked(planned, chunks, errors: list[str], captures: dict | None, j
 
     mine: list[Audit] = []
 
-    def sent():
-        yield from chunks
+    def meanwhile():
         from kaudit.engine.shared_folds import warm
 
         mine.append(planned())   # and the report's modules, while the child folds the last chunks
@@ -192,8 +191,8 @@ def _execute_forked(planned, chunks, errors: list[str], captures: dict | None, j
 
     ending = None if captures is None else (lambda: {"captures": captures})
     with _rare_full_collections():
-        findings, facts, internal = run_forked(work, sent(), _finisher(jobs), FOLDS_BEHIND, ending, share=True,
-                                               jobs=jobs)
+        findings, facts, internal = run_forked(work, chunks, _finisher(jobs), FOLDS_BEHIND, ending, share=True,
+                                               jobs=jobs, meanwhile=meanwhile)
         audit = mine[0] if mine else planned()
         return audit.result(findings, facts, errors, internal=internal)   # (as in execute)
 
