@@ -252,3 +252,40 @@ def test_fetch_v15_request_tags_both_paths_alike(tmp_path, version, tags, replic
     write_capture(path, Conn(first + msgs))   # (the second request takes the compiled walk)
     buf = path.read_bytes()
     assert decode(buf, True) == decode(buf, False)
+
+
+def test_an_audits_tail_rows_cut_the_last_eighth_only(corpus, monkeypatch):
+    """PcapOptions.tail_rows (an audit whose folds run beside the decode): the capture's last
+    eighth comes in chunks of about that many rows, the rest cut as before - the same rows in
+    the same order."""
+    path = corpus / "real-kafka-3.0.2/pcap/03-txn-java.pcap"
+    if not path.is_file():
+        pytest.skip(f"{path.name} not in the corpus")
+    monkeypatch.setattr(pcap, "FLUSH_ROWS", 100)
+    buf = path.read_bytes()
+
+    def flushes(tail: int) -> list[list]:
+        """The decode's chunks, grouped by flush (a flush gives each kind's rows at most once)."""
+        options = PcapOptions(kafka_ports=PORTS, jobs=1, tail_rows=tail)
+        out: list[list] = [[]]
+        for kind, t in pcap._decode(buf, "capture", options, PcapSummary()):
+            if any(k == kind for k, _ in out[-1]):
+                out.append([])
+            out[-1].append((kind, t.to_pylist()))
+        return out
+
+    plain, tailed = flushes(0), flushes(20)
+
+    def rows(fs):
+        by_kind: dict = {}
+        for f in fs:
+            for kind, r in f:
+                by_kind.setdefault(kind, []).extend(r)
+        return by_kind
+
+    assert rows(tailed) == rows(plain)
+    same = next(i for i, (a, b) in enumerate(zip(plain, tailed)) if a != b)
+    assert same >= len(plain) // 2          # cut alike up to the last eighth
+    size = lambda f: sum(len(r) for kind, r in f if kind != "connection")  # noqa: E731
+    assert len(tailed) - same >= 4 and all(size(f) < 60 for f in tailed[same:])
+    assert max(size(f) for f in plain) >= 100
