@@ -1,6 +1,6 @@
 """A read_committed consumer's filtering, replayed (wire_readers.py, reader_join.py), and how the
 transaction of a fetched batch ended (`Outcomes`: markers at known offsets, WriteTxnMarkers
-requests in time)."""
+requests in time, bounded by the producer's EndTxns)."""
 
 from __future__ import annotations
 
@@ -61,8 +61,11 @@ def delivered_aborted(batches: list[dict], aborted: list[tuple[int, int]], outco
 class Outcomes:
     """How the transactions of one topic partition ended, as far as the wire tells."""
 
-    def __init__(self, fetched: pa.Table, produced: pa.Table | None, requests: pa.Table | None):
+    def __init__(self, fetched: pa.Table, produced: pa.Table | None, requests: pa.Table | None,
+                 ends: dict | None = None):
+        """`ends`: the EndTxns the captures show answered without error (folds.Context.txn_ends)."""
         self._coverage(fetched)
+        self.ends = ends or {}
         self.markers: dict[int, list[tuple]] = {}   # pid -> [(offset, result, source, position)]
         names = ["control_type", "producer_id", "base_offset", "source", "position"]
         ctrl = fetched.select(names).filter(np_mask(np_col(fetched, "is_control", False, bool)))
@@ -154,12 +157,15 @@ class Outcomes:
         t_req = min(p["request_ts"] for p in sent if p["request_ts"] is not None) if any(
             p["request_ts"] is not None for p in sent) else None
         t_resp = min(p["response_ts"] for p in sent)
+        later = self._later_end(b["producer_id"], b["producer_epoch"], t_req if t_req is not None else t_resp)
         for r in self.requests.get(b["producer_id"], ()):
             ts = r["response_ts"]
             if ts is None or ts <= t_resp:
                 if ts is not None and t_req is not None and ts >= t_req:
                     return None   # a marker went out while the Produce was in flight: either order
                 continue
+            if later is not None and ts > later:
+                return None   # a later transaction's marker: this one's were lost from the capture
             if (r["producer_epoch"] or 0) < (b["producer_epoch"] or 0):
                 continue   # an older epoch's marker cannot end this batch's transaction
             if None not in (r["producer_epoch"], b["producer_epoch"]) \
@@ -173,3 +179,17 @@ class Outcomes:
                     "how": f"WriteTxnMarkers {r['result']} (frame {r['position']}, epoch {r['producer_epoch']})",
                     "evidence": [evidence(r["source"], r["position"], "write-txn-markers", r["result"])]}
         return None
+
+    def _later_end(self, pid, epoch, after: float) -> float | None:
+        """When a transaction after the one the producer's data sent at `after` belongs to was
+        ended: the second EndTxn of its producer id and epoch answered without error after it
+        (the first ends this one). Its markers were all written by then: the coordinator answers
+        an AddPartitionsToTxn (or a version-2 leader's) CONCURRENT_TRANSACTIONS until they are,
+        so the next transaction - and its EndTxn - only begins after them; a retried EndTxn is
+        answered without error only once they are written (CompleteCommit). A marker request
+        past it ends a later transaction of the same epoch (versions 0/1 keep the epoch)."""
+        ends = self.ends.get((pid, epoch))
+        if not ends:
+            return None
+        i = bisect_right([ts for ts, _ in ends], after)
+        return ends[i + 1][0] if i + 1 < len(ends) else None

@@ -117,9 +117,10 @@ def _explode(t: pa.Table) -> pa.Table:
 
 
 class ReaderPartition(TablesByKind):
-    def __init__(self, key: tuple):
+    def __init__(self, key: tuple, ctx: Context | None = None):
         super().__init__()
         self.topic, self.partition = key
+        self.ends = ctx.txn_ends if ctx is not None else None
 
     def finish(self) -> list[dict]:
         fetch = self.concat("fetch_partition")
@@ -128,7 +129,8 @@ class ReaderPartition(TablesByKind):
         fetched, produced = self.concat(FETCHED), self.concat(PRODUCED)
         out = self._past_lso(fetch, fetched)
         if fetched is not None and fetched.num_rows:
-            out += self._aborted(fetch, fetched, lambda: Outcomes(fetched, produced, self.concat(MARKER_REQUEST)))
+            out += self._aborted(fetch, fetched, lambda: Outcomes(
+                fetched, produced, self.concat(MARKER_REQUEST), self.ends))
         return out
 
     def _where(self) -> str:
@@ -271,7 +273,7 @@ def _batch_where(t: pa.Table):
 
 
 FOLD = Fold("wire-readers", {"fetch_partition": FETCH_COLUMNS, "batch": BATCH_COLUMNS, "txn_event": MARKER_COLUMNS},
-            KEY, ORDER, lambda ctx: KeyedState(KEY, ReaderPartition),
+            KEY, ORDER, lambda ctx: KeyedState(KEY, lambda k: ReaderPartition(k, ctx)),
             where={"fetch_partition": _fetch_where, "batch": _batch_where,
                    "txn_event": lambda t: pc.fill_null(pc.equal(t.column("event"), "WRITE_MARKERS"), False)},
             prepare=prepare, live=ReaderSettle, per_key=True, cost=0.7)

@@ -127,3 +127,24 @@ def test_records_past_the_last_stable_offset(tmp_path):
     clean = fetch(1, data(0, 0, txn=False), lso=2, hw=4)
     uncommitted = fetch(2, data(0, 0, txn=False) + data(2, 2, txn=False), lso=2, hw=4, isolation=0)
     assert by_rule(audit(tmp_path, Conn(clean + uncommitted, **CONSUMER), name="n.pcap"), "read-past-lso") == []
+
+
+def test_a_marker_after_the_next_transactions_end_txn_tells_nothing_of_this_one(tmp_path):
+    """Version 0/1 keeps the epoch: transaction 1 (offsets 0-1) committed, its markers lost from
+    the capture; transaction 2 (2-3) aborted and the coordinator's ABORT marker request is
+    captured. Transaction 2's EndTxn was answered before that marker: the marker ends it, not
+    transaction 1 - whose consumer read is no aborted read. With only transaction 1's own EndTxn
+    (ABORT) before it, the marker is its end."""
+    from tests.audit.wire.wirecraft import end_txn
+
+    first = send(1, data(0, 0), topic=TOPIC, partition=0, offset=0) + end_txn(2, PID, EPOCH, txn_id="tx-r")
+    second = send(3, data(2, 2), topic=TOPIC, partition=0, offset=2) + end_txn(4, PID, EPOCH, committed=False,
+                                                                            txn_id="tx-r")
+    markers = Conn(write_markers(1, PID, EPOCH, committed=False, partition=0), **BROKER)
+    consumer = Conn(fetch(1, data(0, 0), lso=2), **CONSUMER)
+    both = Conn(first + second, client=("10.0.0.1", 40001))
+    assert audit(tmp_path, [both, markers, consumer], select=RULES) == []
+    aborted = Conn(send(1, data(0, 0), topic=TOPIC, partition=0, offset=0)
+                   + end_txn(2, PID, EPOCH, committed=False, txn_id="tx-r"), client=("10.0.0.1", 40001))
+    fs = audit(tmp_path, [aborted, markers, consumer], name="one.pcap", select=RULES)
+    assert _brief(fs) == [("aborted-read", "error", PID, 0, 1)]
