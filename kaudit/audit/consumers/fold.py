@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kaudit.audit import read_committed
 from kaudit.audit.consumers.serve_table import ServeTable, int_values
 from kaudit.audit.consumers.timeline import Timelines
 from kaudit.audit.consumers.settle import ConsumersSettle
@@ -214,33 +215,12 @@ def _replayed(fetch: pa.Table, batches: pa.Table, rows: np.ndarray, start: np.nd
 
 def _delivered(first: int, batches: list[dict], aborted: str) -> tuple | None:
     """(first offset, one past the last) of the records a read_committed client delivers of a
-    response listing aborted transactions, None if none (CompletedFetch: the listed aborted
-    transactions in order of their first offset; a batch at or past one's first offset puts its
-    producer among the aborting ones, that producer's ABORT marker takes it out again, and its
-    transactional batches in between are dropped - a producer may have several aborted
-    transactions in one response; non-transactional batches are always delivered). `first`: the
-    first offset served; `batches`: every batch of the response's partition."""
-    listed = []
-    for a in aborted.split(","):
-        pid, _, at = a.partition("@")
-        if pid.lstrip("-").isdigit() and at.lstrip("-").isdigit():
-            listed.append((int(at), int(pid)))
-    listed.sort()
-    kept, aborting, i = [], set(), 0
-    # a batch whose offsets were not read (a truncated header) cannot be placed: none delivered
-    for b in sorted((b for b in batches if b["base_offset"] is not None and b["last_offset"] is not None),
-                    key=lambda b: b["base_offset"]):
-        while i < len(listed) and listed[i][0] <= b["last_offset"]:
-            aborting.add(listed[i][1])
-            i += 1
-        if b["is_control"]:
-            if b["control_type"] == "ABORT":
-                aborting.discard(b["producer_id"])
-            continue
-        if (b["is_transactional"] and b["producer_id"] in aborting) or b["last_offset"] < first \
-                or b.get("record_count") == 0:
-            continue
-        kept.append((b["base_offset"], b["last_offset"]))
+    response listing aborted transactions (read_committed.delivered: every batch of the
+    response's partition, `aborted` its list as the response gives it), None if none; `first`:
+    the first offset served."""
+    kept = [(b["base_offset"], b["last_offset"])
+            for b in read_committed.delivered(batches, read_committed.parse_aborted(aborted))
+            if b["last_offset"] >= first]
     if not kept:
         return None
     return max(min(r[0] for r in kept), first), max(r[1] for r in kept) + 1

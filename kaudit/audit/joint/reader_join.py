@@ -16,7 +16,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from kaudit.audit.wire.reader_replay import delivered, parse_aborted
+from kaudit.audit.read_committed import parse_aborted
+from kaudit.audit.wire.reader_replay import delivered
 from kaudit.audit.registry import evidence, finding
 from kaudit.audit.wire.wire_readers import aborted_read
 

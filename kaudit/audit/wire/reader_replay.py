@@ -1,6 +1,7 @@
-"""A read_committed consumer's filtering, replayed (wire_readers.py, reader_join.py), and how the
-transaction of a fetched batch ended (`Outcomes`: markers at known offsets, WriteTxnMarkers
-requests in time, bounded by the producer's EndTxns)."""
+"""The transactional batches a read_committed consumer delivers of a Fetch response
+(audit/read_committed.py: its filtering, replayed), for wire_readers.py and reader_join.py, and
+how the transaction of a fetched batch ended (`Outcomes`: markers at known offsets,
+WriteTxnMarkers requests in time, bounded by the producer's EndTxns)."""
 
 from __future__ import annotations
 
@@ -9,43 +10,16 @@ from bisect import bisect_right
 import numpy as np
 import pyarrow as pa
 
+from kaudit.audit import read_committed
 from kaudit.audit.folds import np_col, np_mask, unique_ints
 from kaudit.audit.registry import evidence
 from kaudit.audit.txn.txn_parts import marker_may_end
 
 
-def parse_aborted(text: str | None) -> list[tuple[int, int]]:
-    """`aborted_transactions` ("pid@first,...") as (producer id, first offset), by first offset."""
-    out = []
-    for item in (text or "").split(","):
-        pid, _, first = item.partition("@")
-        try:
-            out.append((int(pid), int(first)))
-        except ValueError:
-            continue
-    return sorted(out, key=lambda x: (x[1], x[0]))
-
-
 def delivered(batches: list[dict], aborted: list[tuple[int, int]]) -> list[dict]:
     """The transactional data batches of one read_committed response (its transactional and
-    control batches, any order) the consumer delivers: Kafka's CompletedFetch (a producer enters
-    the aborted set once a batch reaches its first offset, leaves it at its ABORT marker; a
-    transactional batch of a producer in the set is skipped), as librdkafka does too. A batch
-    the cleaner emptied (count 0, kept for its producer's state) delivers no record."""
-    entries = list(aborted)
-    active: set[int] = set()
-    out = []
-    for b in sorted(batches, key=lambda b: b["base_offset"]):
-        while entries and entries[0][1] <= b["last_offset"]:
-            active.add(entries.pop(0)[0])
-        pid = b["producer_id"]
-        if b["is_control"]:
-            if b["control_type"] == "ABORT":
-                active.discard(pid)
-            continue
-        if b["is_transactional"] and pid not in active and b.get("record_count") != 0:
-            out.append(b)
-    return out
+    control batches, any order) the consumer delivers (read_committed.delivered)."""
+    return [b for b in read_committed.delivered(batches, aborted) if b["is_transactional"]]
 
 
 def delivered_aborted(batches: list[dict], aborted: list[tuple[int, int]], outcomes: "Outcomes"):

@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 from kaudit.audit.folds import Context, Fold, KeyedState, np_col, np_indices, np_mask, unique_ints
 from kaudit.audit.wire.live_settle import ReaderSettle
 from kaudit.audit.consistency.log_chunks import TablesByKind
-from kaudit.audit.wire.reader_replay import Outcomes, delivered_aborted, parse_aborted
+from kaudit.audit.read_committed import parse_aborted
+from kaudit.audit.wire.reader_replay import Outcomes, delivered_aborted
 from kaudit.audit.registry import evidence, finding, rule
 
 KEY = ("topic", "partition")
