@@ -12,7 +12,9 @@ batch belongs to and how it ended is read, in order of certainty, from:
 - the coordinator's WriteTxnMarkers requests to the partition's leader, in time: the first
   successful one for the producer after the Produce that stored the batch was answered (the
   batch is matched to its Produce by producer id, epoch and base sequence), when no marker
-  request for it went out while that Produce was in flight.
+  request for it went out while that Produce was in flight, and it is of the batch's epoch or
+  the one above and went out before the second EndTxn answered since the batch (past either,
+  it ends a later transaction: this one's markers were lost from the capture).
 Otherwise the outcome is unknown and nothing is said. The log dirs, in `kaudit audit`, add the
 stored markers (reader_join.py).
 """
