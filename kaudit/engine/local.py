@@ -5,7 +5,6 @@ and the buffered folds' selections."""
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import threading
 from collections import deque
@@ -161,15 +160,11 @@ def audit_pcaps(paths: list[str], options, *, now_ms: int | None = None, select=
                           names=topic_names, folds=folds)
 
     summaries: dict = {}
+    errors, chunks = decode_pcaps(paths, options, summaries)
     if should_fork_captures(paths, options, tap, options.jobs):
         # the plan made in the folds' child: the rules' modules load there while this process
-        # decodes (they cost the decode's start ~0.02 s otherwise); the decode's last chunks
-        # small, so that the child has little left to fold once it ends
-        from kaudit.sources.pcap_session import TAIL_ROWS
-
-        errors, chunks = decode_pcaps(paths, dataclasses.replace(options, tail_rows=TAIL_ROWS), summaries)
+        # decodes (they cost the decode's start ~0.02 s otherwise)
         return _execute_forked(planned, chunks, errors, summaries, options.jobs)
-    errors, chunks = decode_pcaps(paths, options, summaries)
     return execute(planned(), chunks, errors, summaries, jobs=options.jobs)
 
 

@@ -177,16 +177,9 @@ cdef class _Conv:
 
 # ---- the loop -------------------------------------------------------------------------------
 
-TAIL_PART = 8   # events_loop's tail: the last eighth of the capture's bytes
-
-
-def events_loop(streams, session, rows, fragments, summary, int flush_rows, int tail_rows=0):
-    """pcap._decode's loop over the capture events (yields (kind, table) chunks, as it does).
-    `tail_rows` (0: none): in the capture's last 1/TAIL_PART, chunks of this many rows - an
-    audit's folds take each chunk as it comes, and the last one is theirs alone to fold after
-    the decode ends: small, it ends sooner (the row order and the rows are the same)."""
+def events_loop(streams, session, rows, fragments, summary, int flush_rows):
+    """pcap._decode's loop over the capture events (yields (kind, table) chunks, as it does)."""
     cdef Walker w = Walker(streams)
-    cdef Py_ssize_t tail_from = w.n - w.n // TAIL_PART if tail_rows > 0 else w.n + 1
     cdef int k
     cdef Conn conn
     cdef _Conv cs
@@ -217,7 +210,7 @@ def events_loop(streams, session, rows, fragments, summary, int flush_rows, int 
                         summary.connections += 1
             else:
                 return
-            if rows.count >= flush_rows or (rows.count >= tail_rows and w.off >= tail_from):
+            if rows.count >= flush_rows:
                 yield from rows.tables()
     finally:
         w.stop()

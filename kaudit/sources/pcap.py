@@ -87,7 +87,7 @@ def _decode(mm, path, options, summary, fragments=None):
     session.attach(streams)
     c = native.module("kaudit.sources._cpcap")
     if c is not None and streams.compiled:  # the compiled twin of the loop below
-        yield from c.events_loop(streams, session, rows, fragments, summary, FLUSH_ROWS, options.tail_rows)
+        yield from c.events_loop(streams, session, rows, fragments, summary, FLUSH_ROWS)
     else:
         yield from _events_loop(streams, session, rows, fragments, summary)
     if fragments is not None:

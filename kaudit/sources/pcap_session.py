@@ -18,11 +18,6 @@ from kaudit.sources.conversation import Conversation
 # decode 1.03 s / audit 1.38 s; 16,384 0.90 / 1.31; 32,768 0.88 / 1.34; 65,536 0.90 / 1.25 s,
 # peak RSS +10 MB. A live window holds far fewer rows: it is cut by its bytes (capture/live.py).
 FLUSH_ROWS = 65536
-# Rows per chunk in a capture's last eighth when an audit's folds run beside the decode
-# (PcapOptions.tail_rows): they take each chunk as it comes, but the last one is left to fold
-# after the decode ends - the bench capture's ~40k rows (~30 ms of the folds' process), cut to a
-# few thousand.
-TAIL_ROWS = 8192
 # Where rows come from, as sortable keys (a parallel decode puts its processes' rows back in this
 # order): the capture event that caused them (its number), then at the end the connection rows
 # (by the number of the close event, then of the open event for connections left open), then the
@@ -43,10 +38,6 @@ class PcapOptions:
     # TLS key log (capture.tls.KeyLog from --tls-keylog files; None: none given). A pcapng's
     # Decryption Secrets Blocks add to it for that capture.
     tls_keys: object = None
-    # rows per chunk in the capture's last eighth (0: FLUSH_ROWS throughout; TAIL_ROWS: set by an
-    # audit whose folds run beside the decode). Only the compiled one-process decode cuts so;
-    # the rows and their order are the same.
-    tail_rows: int = 0
 
 
 @dataclass
