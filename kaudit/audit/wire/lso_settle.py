@@ -8,10 +8,12 @@ below the high watermark, and judges a stuck run by whose transactional data sta
 than LATE_S (a row decoded later than that with an earlier time is a late row anyway: engine/live
 holds its watermark REORDER_S back), per partition:
 - the responses before the run still open (or all of them, none open) are over: the file's
-  audit starts the open run afresh too. A stuck run among them is folded alone with the batches
-  at its LSO (its holder: the acknowledgement of a transaction's first batch comes before or
-  with the first response showing the LSO there, and the InitProducerId before that) and the
-  two-phase-commit InitProducerIds known so far; the others are dropped;
+  audit starts the open run afresh too. The stuck runs among them are folded with every
+  response from the first one's to the one that closed the last (so that the fold cuts the
+  runs there as in the whole capture) and the batches at their LSOs (a run's holder: the
+  acknowledgement of a transaction's first batch comes before or with the first response
+  showing the LSO there, and the InitProducerId before that), with the two-phase-commit
+  InitProducerIds known so far; the others are dropped;
 - the batches below the partition's LSO floor (the lowest LSO of the responses kept, else the
   last one) are dropped: an LSO is min(first unstable offset, high watermark), and a run's LSO
   (below the high watermark) is the first unstable offset, which does not go back on a log that
@@ -104,10 +106,14 @@ class LsoSettle(Settler):
             cut, stuck, floor = _walk(idx, ts, lso, hw, horizon, self.stuck, self.cut_runs)
             for i in idx[:cut]:
                 keep[i] = False
-            for run, closer in stuck:
-                # with the response that closed it: a run of one after it tells nothing, and two
-                # runs of one LSO settled together stay apart
-                out[run + [closer]] = True
+            if stuck:
+                # the responses from the first stuck run to the response that closed the last,
+                # all of them: the fold cuts runs there as in the whole capture (two runs of one
+                # LSO, or a closer and a later run of its LSO, stay apart), and a run of one at
+                # the end tells nothing
+                where = {i: j for j, i in enumerate(idx)}
+                out[idx[where[stuck[0][0][0]]:where[stuck[-1][1]] + 1]] = True
+            for run, _ in stuck:
                 at.setdefault(k, set()).add(lso[run[0]])
                 self.runs += 1
             if floor is not None:

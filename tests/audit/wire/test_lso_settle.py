@@ -164,3 +164,19 @@ def test_rows_naming_their_topic_by_an_unnamed_id_wait():
     (f,) = fold_selection(FOLD, settled, ctx)
     assert f["severity"] == "info" and f["topic"] == "t" and f["first_offset"] == 10
     assert settler.counters()["lso_runs_settled"] == 1
+
+
+def test_a_closer_and_a_later_run_of_its_lso_settled_together_stay_apart():
+    """Found by the property above: a stuck run at LSO 10 closed by a response at LSO 12 (below
+    its high watermark, a run of one), then responses at the high watermark, then a stuck run
+    at 12, both settled in one sweep. Folded with only each run and its closer, the closer and
+    the later run made one run of four responses since 14 s; the file's is three since 23 s."""
+    rows = [("batch", _batch(0, 0.5, 0, 10, TWO_PC, "produce")), ("batch", _batch(0, 13.5, 6, 12, TWO_PC, "produce"))]
+    points = [(1.0, 10, 10), (2.0, 10, 10), (3.0, 13, 10), (4.0, 13, 10), (13.0, 13, 10), (14.0, 15, 12)]
+    points += [(15.0 + i, 12, 12) for i in range(8)] + [(23.0, 15, 12), (24.0, 15, 12), (33.0, 15, 12), (34.0, 12, 12),
+                                                          (74.0, 12, 12), (114.0, 12, 12)]
+    rows += [("fetch_partition", _fetch(0, ts, 100 + i, hw, lso)) for i, (ts, hw, lso) in enumerate(points)]
+    live, _, counted = _live(rows)
+    assert live == _file(rows) and counted["lso_runs_settled"] == 2
+    details = [json.loads(f)[4] for f in live]
+    assert sorted((json.loads(d) if isinstance(d, str) else d)["responses"] for d in details) == [3, 3]
