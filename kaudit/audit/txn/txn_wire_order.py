@@ -7,6 +7,7 @@ transaction listed the group partition its offsets marker names (`offsets_listed
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from itertools import accumulate
 
 from kaudit.audit.txn.txn_model import ADMIN
 
@@ -51,17 +52,69 @@ def _after_markers(data, markers: list[dict], v2: bool) -> None:
     fenced producer's successor writes only after the fencing's markers. An admin's marker
     carries the data's own epoch: not judged."""
     coord = [m for m in markers if m.get("writer") != ADMIN and m.get("producer_epoch") is not None]
-    ends = {} if v2 else _ended_epochs(data, coord)
+    if not coord:
+        return
+    later = _Later(coord, {} if v2 else _ended_epochs(data, coord), v2)
     for d in data:
         e = d.get("producer_epoch")
         if e is None:
             continue
-        done = d.get("answered") or float("inf")   # unanswered: it may land any time after
-        later = [m for m in coord if d["rank"] < m["rank"] and m["sent"] <= done
-                 and (e > m["producer_epoch"] or (e == m["producer_epoch"] and (v2 or ends[id(m)] < e)))]
-        if later:
-            m = max(later, key=lambda m: m["rank"])
+        m = later.last(d["rank"], d.get("answered") or float("inf"), e)   # unanswered: it may land any time after
+        if m is not None:
             d["rank"] = (m["rank"][0], m["position"], d["position"])
+
+
+class _Later:
+    """_after_markers' choice for one write - of the markers ranked after it, sent by its answer
+    and whose epoch it is newer than (`lands_after`), the last ranked (the first of them in
+    `coord`'s order on a tie) - without looking at every marker for every write (a producer's
+    long life on one partition: thousands of each). The last ranked of all the markers that
+    the write's epoch lands after bounds the answer: none ranked after the write, none; sent by
+    its answer, it; else the markers sent by the answer are walked back from the last, while the
+    highest rank among those before can still win."""
+
+    def __init__(self, coord: list[dict], ends: dict, v2: bool):
+        self.ends, self.v2 = ends, v2
+        self.key = {id(m): (m["rank"], -i) for i, m in enumerate(coord)}   # max(): the first on a tie
+        self.by_sent = sorted(coord, key=lambda m: m["sent"])
+        self.sent = [m["sent"] for m in self.by_sent]
+        self.top = list(accumulate((m["rank"] for m in self.by_sent), max))
+        by_epoch = sorted(coord, key=lambda m: m["producer_epoch"])
+        self.epochs = [m["producer_epoch"] for m in by_epoch]
+        self.below = list(accumulate(by_epoch, lambda a, m: max(a, m, key=self._k)))   # of the epochs up to each
+        self.own: dict = {}   # epoch -> the last ranked marker of it that data of its epoch lands after
+        for m in coord:
+            e = m["producer_epoch"]
+            if self.lands_after(m, e) and (e not in self.own or self._k(m) > self._k(self.own[e])):
+                self.own[e] = m
+
+    def _k(self, m: dict) -> tuple:
+        return self.key[id(m)]
+
+    def lands_after(self, m: dict, e) -> bool:
+        """Whether data of epoch `e` racing marker `m` lands after it (_after_markers)."""
+        return e > m["producer_epoch"] or (e == m["producer_epoch"] and (self.v2 or self.ends[id(m)] < e))
+
+    def _bound(self, e) -> dict | None:
+        """The last ranked marker of all that data of epoch `e` lands after."""
+        k = bisect_left(self.epochs, e)
+        cands = [m for m in (self.below[k - 1] if k else None, self.own.get(e)) if m is not None]
+        return max(cands, key=self._k) if cands else None
+
+    def last(self, rank, done: float, e) -> dict | None:
+        cap = self._bound(e)
+        if cap is None or not rank < cap["rank"]:
+            return None
+        if cap["sent"] <= done:
+            return cap
+        best = None
+        for k in range(bisect_right(self.sent, done) - 1, -1, -1):
+            if not rank < self.top[k] or (best is not None and self.top[k] < best["rank"]):
+                break   # no marker sent before it ranks after the write, or as high as the best
+            m = self.by_sent[k]
+            if rank < m["rank"] and self.lands_after(m, e) and (best is None or self._k(m) > self._k(best)):
+                best = m
+        return best
 
 
 def _ended_epochs(data, markers: list[dict], most: int = 64) -> dict[int, int]:
