@@ -53,3 +53,34 @@ def test_touching_windows_are_chained():
     assert near.nearest(2)[0] is txns[0]
     assert near.nearest(4)[0] is txns[2]
     assert near.nearest(9) == (txns[2], 4)
+
+
+# txn_parts._Inside: the transaction a part's marker came inside of (its [start, PrepareX) window),
+# by bisection over chained windows, is what _ended_early's scan finds
+_inside_windows = st.lists(st.tuples(st.integers(-2, 3), st.integers(0, 4), st.booleans()), min_size=0, max_size=7)
+
+
+def _coord(spec):
+    txns, at = [], 0
+    for gap, length, known in spec:
+        lo = at + gap
+        txns.append(SimpleNamespace(start_ms=lo if known else None, prepare_ts=lo + length))
+        at = lo + length
+    return txns
+
+
+@settings(max_examples=300, deadline=None)
+@given(_inside_windows, st.integers(-3, 30), st.integers(-8, 30), st.sampled_from([None, "admin"]))
+def test_inside_is_the_scan(spec, ts, first, writer):
+    txns = _coord(spec)
+    inside = txn_parts._Inside(txns)
+    p = SimpleNamespace(marker=SimpleNamespace(ts=ts, writer=writer), first_ts=first, data=[1])
+    assert inside.first(p) is txn_parts._ended_early(txns, p)
+
+
+def test_a_long_partition_is_bisected():
+    txns = [SimpleNamespace(start_ms=10 * i, prepare_ts=10 * i + 5) for i in range(20_000)]
+    inside = txn_parts._Inside(txns)
+    assert inside.chained
+    p = SimpleNamespace(marker=SimpleNamespace(ts=123_452, writer=None), first_ts=123_451, data=[1])
+    assert inside.first(p) is txns[12_345]

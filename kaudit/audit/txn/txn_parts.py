@@ -12,7 +12,7 @@ wherever the evidence gives them, by the capture's order only where it gives non
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -327,6 +327,7 @@ def match_markers(parts: list[Part], view: CoordView, since_ms: int | None = Non
         for tp in t.partitions:
             by_tp.setdefault(tp, []).append(t)
     matchers: dict[tuple, _Nearest] = {}
+    insides: dict[str, _Inside] = {}
     started: dict | None = None
     for p in parts:
         tp = p.tp
@@ -350,7 +351,10 @@ def match_markers(parts: list[Part], view: CoordView, since_ms: int | None = Non
         cands = by_tp.get(tp)
         if not cands or (since_ms is not None and p.marker.ts is not None and p.marker.ts < since_ms):
             continue
-        inside = _ended_early(cands, p)
+        early = insides.get(tp)
+        if early is None:
+            early = insides[tp] = _Inside(cands)
+        inside = early.first(p)
         if inside is not None:
             p.coord = inside
             continue
@@ -383,6 +387,27 @@ def _ended_early(cands: list[CoordTxn], p: Part) -> CoordTxn | None:
                 and t.start_ms - MATCH_WINDOW_MS <= first <= ts):
             return t
     return None
+
+
+class _Inside:
+    """_ended_early over one partition's coordinator transactions, by bisection where their
+    windows [start, PrepareX) follow each other (each ends no later than the next starts: a
+    time is in one at most), else by its scan - the same transaction (a producer's long life
+    on one partition: thousands of parts, each against every transaction, before)."""
+
+    def __init__(self, cands: list[CoordTxn]):
+        self.cands = cands
+        self.w = [t for t in cands if t.start_ms is not None and t.prepare_ts is not None]   # (none other is one)
+        self.starts = [t.start_ms for t in self.w]
+        self.chained = all(t.start_ms <= t.prepare_ts for t in self.w) and all(
+            a.prepare_ts <= b.start_ms for a, b in zip(self.w, self.w[1:]))
+
+    def first(self, p: Part) -> CoordTxn | None:
+        if not self.chained:
+            return _ended_early(self.cands, p)
+        ts = p.marker.ts
+        i = bisect_right(self.starts, ts) - 1 if ts is not None else -1
+        return _ended_early(self.w[i:i + 1], p) if i >= 0 else None
 
 
 def _ended_with(cands: list[CoordTxn] | None, ts: int | None) -> CoordTxn | None:
