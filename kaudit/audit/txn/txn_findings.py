@@ -5,6 +5,8 @@ names its transaction (`details["transaction"]`: the same from wire and disk evi
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+
 from kaudit.audit.registry import evidence, finding, fold_rules
 from kaudit.audit.txn.txn_model import Part, ProducerTxns, Range, Transaction, group
 from kaudit.audit.txn.txn_rules import ABORT_HINT, two_phase_commit
@@ -60,6 +62,7 @@ class _Say:
         self.of = of
         self.wire = pt.coverage.source == "wire"
         self._tail: list[str] | None = None
+        self._ms: tuple[list, bool] | None = None   # the story's times in ms, and whether in order
         ids = sorted(i for i in pt.view.transactional_ids if i)
         self.tid = ids[0] if len(ids) == 1 else None
         if self.tid is None and not ids and pt.lineage is not None:
@@ -131,12 +134,26 @@ class _Say:
             return None
         if txn is not None and txn.start_ms is not None:
             lo, hi = txn.start_ms, txn.end_ms if txn.end_ms is not None else float("inf")
-            steps = [k for k, x in enumerate(list.__iter__(self.pt.timeline)) if lo <= x[0] * 1000 <= hi]
-            if steps:
-                return self.pt.timeline[max(steps[0], steps[-1] + 1 - TIMELINE): steps[-1] + 1]
+            steps = self._steps(lo, hi)
+            if steps is not None:
+                return self.pt.timeline[max(steps[0], steps[1] + 1 - TIMELINE): steps[1] + 1]
         if self._tail is None:   # the producer's last steps: the same for all its findings
             self._tail = self.pt.timeline[-TIMELINE:]
         return list(self._tail)
+
+    def _steps(self, lo: float, hi: float) -> tuple[int, int] | None:
+        """The first and last of the story's steps from `lo` to `hi` ms: by bisection over its
+        times, which the replay gives in order (a scan where they are not) - not a walk of the
+        whole story for each finding (a producer's long life: thousands of both)."""
+        if self._ms is None:
+            ms = [x[0] * 1000 for x in list.__iter__(self.pt.timeline)]
+            self._ms = ms, all(a <= b for a, b in zip(ms, ms[1:]))
+        ms, ordered = self._ms
+        if ordered:
+            first, end = bisect_left(ms, lo), bisect_right(ms, hi)
+            return (first, end - 1) if first < end else None
+        ks = [k for k, v in enumerate(ms) if lo <= v <= hi]
+        return (ks[0], ks[-1]) if ks else None
 
     def replica_evidence(self, part: Part, pick=None) -> tuple[list[dict], list | None]:
         """The part's evidence (`pick(part)`, by default `evidence`) in each replica's own files

@@ -66,8 +66,11 @@ def _check_coordinator_abort(j):
 
 def _check_stray(j):
     for parts in j.pt.partitions.values():
+        # of the parts after one, stray_marker asks only whether one holds its transaction's data
+        last = {id(q.coord): k for k, q in enumerate(parts) if q.coord is not None and q.data}
         for i, part in enumerate(parts):
-            yield from _stray(j, part, parts[i + 1:])
+            k = last.get(id(part.coord), -1) if part.coord is not None else -1
+            yield from _stray(j, part, (parts[k],) if k > i else ())
 
 
 def _stray(j, part, later):
