@@ -5,6 +5,8 @@ log holds every marker between its data, a capture may miss one."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from kaudit.audit.thresholds import MATCH_WINDOW_MS
 from kaudit.audit.txn.coordinator_state import CoordTxn, CoordView
 from kaudit.audit.txn.txn_parts import Marker, Part, _Nearest, create_ms
@@ -31,10 +33,11 @@ def split_lost_markers(parts: list[Part], view: CoordView, slack_ms: int) -> lis
     The transaction's piece gets its transaction (`coord`), the part's marker and
     `borrowed_marker`."""
     out: list[Part] = []
+    lost = _Lost(parts[0].tp, view, slack_ms) if parts else None
     for k, p in enumerate(parts):
         before = parts[k - 1].marker if k else None
         while True:
-            cut = _lost_marker_cut(p, before, view, slack_ms)
+            cut = _lost_marker_cut(p, before, lost)
             if cut is None:
                 break
             head, p = _split(p, *cut)
@@ -43,8 +46,7 @@ def split_lost_markers(parts: list[Part], view: CoordView, slack_ms: int) -> lis
     return out
 
 
-def _lost_marker_cut(p: Part, before: Marker | None, view: CoordView,
-                     slack_ms: int) -> tuple[int, CoordTxn] | None:
+def _lost_marker_cut(p: Part, before: Marker | None, lost: "_Lost") -> tuple[int, CoordTxn] | None:
     """(where its data ends, the transaction) of the data of a transaction whose marker is missing
     at the start of part `p`, data of a later epoch after it (split_lost_markers; `before`: the
     marker before it), else None."""
@@ -54,24 +56,53 @@ def _lost_marker_cut(p: Part, before: Marker | None, view: CoordView,
     e, t0 = p.data[0]["producer_epoch"], create_ms(p.data[0])
     if e is None or t0 is None:
         return None
-    for t in view.txns:
-        if (t.epoch == e and p.tp in t.partitions and t.complete_ts is not None and m.ts > t.complete_ts
-                and t.prepare_ts is not None and t.start_ms is not None
-                and t.start_ms - MATCH_WINDOW_MS <= t0 <= t.prepare_ts + slack_ms
+    for t in lost.ended_between(t0, m.ts):
+        if (t.epoch == e and m.ts > t.complete_ts and t.start_ms - MATCH_WINDOW_MS <= t0 <= t.prepare_ts + lost.slack
                 # after a marker written once it ended (its own): a late write, not its data
                 and (before is None or before.ts is None or before.ts < t.prepare_ts)
-                and _owner(p, view).index > t.index):
+                and lost.owner(p).index > t.index):
             i = next((k for k, b in enumerate(p.data) if b["producer_epoch"] != e), None)
             return None if i is None or p.data[i]["producer_epoch"] is None else (i, t)
     return None
 
 
-def _owner(p: Part, view: CoordView) -> CoordTxn:
-    """The coordinator transaction listing the part's partition whose window is nearest its
-    marker's time, one with the marker's result first (as match_markers picks it)."""
-    cands = [t for t in view.txns if p.tp in t.partitions]
-    same = [t for t in cands if t.result is None or t.result == p.marker.result] or cands
-    return _Nearest(same).nearest(p.marker.ts)[0]
+class _Lost:
+    """What _lost_marker_cut reads of the coordinator's transactions listing one partition,
+    indexed (a producer's long life on one partition: every transaction for every part before):
+    the completed ones a part's data may belong to - completed before its marker, prepared no
+    earlier than `slack` before its first data: where every one's PrepareX comes no later than
+    its CompleteX, those that completed in between, by bisection - in the coordinator's order;
+    and a part's own transaction (the one whose window is nearest its marker's time, one with
+    the marker's result first, as match_markers picks it)."""
+
+    def __init__(self, tp: str, view: CoordView, slack_ms: int):
+        self.slack = slack_ms
+        self.cands = [t for t in view.txns if tp in t.partitions]
+        self.done = [t for t in self.cands
+                     if t.complete_ts is not None and t.prepare_ts is not None and t.start_ms is not None]
+        self.ordered = all(t.prepare_ts <= t.complete_ts for t in self.done)
+        self.order = {id(t): i for i, t in enumerate(view.txns)}
+        if self.ordered:
+            self.done.sort(key=lambda t: t.complete_ts)
+            self.completes = [t.complete_ts for t in self.done]
+        self.owners: dict = {}   # marker result -> _Nearest over its candidates
+
+    def ended_between(self, first: int, marker: int) -> list[CoordTxn]:
+        """The completed transactions with complete < `marker` and prepare + slack >= `first`
+        (a superset where not `ordered`), in the coordinator's order."""
+        if not self.ordered:
+            return self.done
+        lo, hi = bisect_left(self.completes, first - self.slack), bisect_left(self.completes, marker)
+        return sorted((t for t in self.done[lo:hi] if t.prepare_ts + self.slack >= first),
+                      key=lambda t: self.order[id(t)])
+
+    def owner(self, p: Part) -> CoordTxn:
+        r = p.marker.result
+        near = self.owners.get(r)
+        if near is None:
+            same = [t for t in self.cands if t.result is None or t.result == r] or self.cands
+            near = self.owners[r] = _Nearest(same)
+        return near.nearest(p.marker.ts)[0]
 
 
 def _split(p: Part, i: int, t: CoordTxn) -> tuple[Part, Part]:
