@@ -40,6 +40,7 @@ class Outcomes:
         """`ends`: the EndTxns the captures show answered without error (folds.Context.txn_ends)."""
         self._coverage(fetched)
         self.ends = ends or {}
+        self._end_times: dict[tuple, list] = {}   # (producer id, epoch) -> its EndTxns' times (_later_end)
         self.markers: dict[int, list[tuple]] = {}   # pid -> [(offset, result, source, position)]
         names = ["control_type", "producer_id", "base_offset", "source", "position"]
         ctrl = fetched.select(names).filter(np_mask(np_col(fetched, "is_control", False, bool)))
@@ -162,8 +163,8 @@ class Outcomes:
         so the next transaction - and its EndTxn - only begins after them; a retried EndTxn is
         answered without error only once they are written (CompleteCommit). A marker request
         past it ends a later transaction of the same epoch (versions 0/1 keep the epoch)."""
-        ends = self.ends.get((pid, epoch))
-        if not ends:
-            return None
-        i = bisect_right([ts for ts, _ in ends], after)
-        return ends[i + 1][0] if i + 1 < len(ends) else None
+        times = self._end_times.get((pid, epoch))
+        if times is None:
+            times = self._end_times[(pid, epoch)] = [ts for ts, _ in self.ends.get((pid, epoch), ())]
+        i = bisect_right(times, after)
+        return times[i + 1] if i + 1 < len(times) else None
