@@ -50,3 +50,34 @@ def test_one_pair_per_row():
     disk = [_row(7, 0, 1000, [("t-0", 0, 2)])]
     wire = [_row(7, 0, 1000, [("t-0", 0, None)]), _row(7, 0, 1000, [("t-0", 0, 2)])]
     assert pair_rows(disk, wire) == {0: 0}
+
+
+def test_rows_begun_near_pair_as_the_walk_pairs_them():
+    """The last step (the same producer id and epoch, begun within MATCH_WINDOW_MS, the nearest
+    first) finds the disk rows near each wire row by bisection: the pairs of the walk over all of
+    them, on random starts."""
+    import random
+
+    from kaudit.audit.thresholds import MATCH_WINDOW_MS
+    from kaudit.audit.txn import txn_view
+
+    def row(tx, start):
+        return {"transaction": tx, "start_ms": start, "parts": [], "producer_id": 1}
+
+    def walk(disk, wire):
+        near = sorted((abs(w["start_ms"] - d["start_ms"]), j, i) for j, w in enumerate(wire)
+                      for i, d in enumerate(disk) if w["start_ms"] is not None and d["start_ms"] is not None
+                      and txn_view.data_producer(w) == txn_view.data_producer(d)
+                      and abs(w["start_ms"] - d["start_ms"]) <= MATCH_WINDOW_MS)
+        pairs, free = {}, set(range(len(disk)))
+        for _, j, i in near:
+            if i in free and j not in pairs:
+                pairs[j] = i
+                free.discard(i)
+        return pairs
+
+    rnd = random.Random(7)
+    for _ in range(200):
+        disk = [row(f"1/{rnd.randint(0, 1)}/d{k}", rnd.choice([None, rnd.randint(0, 300_000)])) for k in range(8)]
+        wire = [row(f"1/{rnd.randint(0, 1)}/w{k}", rnd.choice([None, rnd.randint(0, 300_000)])) for k in range(8)]
+        assert txn_view.pair_rows(disk, wire) == walk(disk, wire)

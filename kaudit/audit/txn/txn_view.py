@@ -100,6 +100,8 @@ def pair_rows(disk: list[dict], wire: list[dict]) -> dict[int, int]:
     where the log's first data is not the capture's: the group's `__consumer_offsets` batch of
     a TxnOffsetCommit (data on disk, a request on the wire), data or markers the cleaner
     removed, data an unclean election lost (the same offsets then hold another epoch's)."""
+    from bisect import bisect_left, bisect_right
+
     from kaudit.audit.thresholds import MATCH_WINDOW_MS
 
     pairs: dict[int, int] = {}
@@ -119,15 +121,21 @@ def pair_rows(disk: list[dict], wire: list[dict]) -> dict[int, int]:
         pair(j, by_key.get(w["transaction"]))
     for j, w in enumerate(wire):
         pair(j, next((i for i in (by_place.get(data_producer(w) + place) for place in _places(w)) if i in free), None))
-    begun: dict = {}   # (producer id, epoch) -> the unpaired disk rows' (start, index)
+    begun: dict = {}   # (producer id, epoch) -> the unpaired disk rows' (start, index), by start
     for i in sorted(free):
         if disk[i]["start_ms"] is not None:
             begun.setdefault(data_producer(disk[i]), []).append((disk[i]["start_ms"], i))
+    for v in begun.values():
+        v.sort()
+    starts = {k: [ts for ts, _ in v] for k, v in begun.items()}
     near = []
     for j, w in enumerate(wire):
-        if j not in pairs and w["start_ms"] is not None:
-            near.extend((abs(w["start_ms"] - ts), j, i) for ts, i in begun.get(data_producer(w), ())
-                        if abs(w["start_ms"] - ts) <= MATCH_WINDOW_MS)
+        k = data_producer(w)
+        if j not in pairs and w["start_ms"] is not None and k in begun:
+            # those begun within MATCH_WINDOW_MS of it, by bisection (a producer's long life)
+            lo = bisect_left(starts[k], w["start_ms"] - MATCH_WINDOW_MS)
+            hi = bisect_right(starts[k], w["start_ms"] + MATCH_WINDOW_MS)
+            near.extend((abs(w["start_ms"] - ts), j, i) for ts, i in begun[k][lo:hi])
     for _, j, i in sorted(near):
         pair(j, i)
     return pairs
