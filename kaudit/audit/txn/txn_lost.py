@@ -100,8 +100,7 @@ class _Lost:
         r = p.marker.result
         near = self.owners.get(r)
         if near is None:
-            same = [t for t in self.cands if t.result is None or t.result == r] or self.cands
-            near = self.owners[r] = _Nearest(same)
+            near = self.owners[r] = _Nearest.of_result(self.cands, r)
         return near.nearest(p.marker.ts)[0]
 
 

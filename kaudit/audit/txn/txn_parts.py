@@ -361,9 +361,7 @@ def match_markers(parts: list[Part], view: CoordView, since_ms: int | None = Non
         key = (tp, p.marker.result)
         m = matchers.get(key)
         if m is None:
-            # a marker whose result differs from its transaction's is still its (torn)
-            same = [t for t in cands if t.result is None or t.result == p.marker.result]
-            m = matchers[key] = _Nearest(same or cands)
+            m = matchers[key] = _Nearest.of_result(cands, p.marker.result)
         best, d = m.nearest(p.marker.ts)
         if d <= MATCH_WINDOW_MS:
             p.coord = best
@@ -455,6 +453,13 @@ class _Nearest:
             for i, (lo, hi) in enumerate(w))
         if self.sorted:
             self.his = [float("inf") if hi is None else hi for _, hi in w]   # only the last may be open
+
+    @classmethod
+    def of_result(cls, txns: list[CoordTxn], result: str | None) -> "_Nearest":
+        """The matcher of a marker of `result`: over the transactions with that result (or none
+        yet), else over all - a marker whose result differs from its transaction's is still its
+        (torn)."""
+        return cls([t for t in txns if t.result is None or t.result == result] or txns)
 
     def nearest(self, ts: int | None) -> tuple[CoordTxn, int]:
         if ts is None:
